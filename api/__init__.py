@@ -1,0 +1,1 @@
+"""Package placeholder; filled in by its module."""

@@ -1,0 +1,82 @@
+"""The client's exception tree.
+
+``HedgeError`` is the root of everything the hedging client raises on purpose::
+
+    HedgeError
+    ├── UpstreamError       a non-retryable 4xx (400/401/403/404/422): the caller's fault, no failover
+    ├── AllAttemptsFailed   every attempt failed before a first token; ``.errors`` has each one
+    ├── StallTimeout        after the first token, a gap longer than ``stall_timeout_s``
+    └── TotalTimeout        the whole call exceeded ``total_timeout_s``
+
+Each carries the call's ``CallRecord`` (``.record``) once the call has ended, so the caller can
+log what happened even on failure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hedgerow.client.records import CallRecord
+
+__all__ = ["HedgeError", "UpstreamError", "AllAttemptsFailed", "StallTimeout", "TotalTimeout"]
+
+
+class HedgeError(Exception):
+    """Root of the hedging client's errors; ``record`` is the call's record (or None)."""
+
+    record: "CallRecord | None" = None
+
+
+class UpstreamError(HedgeError):
+    """An upstream answered a non-retryable HTTP status (400/401/403/404/422).
+
+    Args:
+        upstream: the upstream's name.
+        status_code: the HTTP status.
+        body_excerpt: the first few hundred characters of the response body.
+    """
+
+    def __init__(self, upstream: str, status_code: int, body_excerpt: str) -> None:
+        self.upstream = upstream
+        self.status_code = status_code
+        self.body_excerpt = body_excerpt
+        super().__init__(f"upstream {upstream!r} answered HTTP {status_code}: {body_excerpt}")
+
+
+class AllAttemptsFailed(HedgeError):
+    """Every attempt of a call failed before producing a first token.
+
+    Args:
+        errors: one ``(upstream name, exception)`` pair per failed attempt, in start order.
+    """
+
+    def __init__(self, errors: list[tuple[str, BaseException]]) -> None:
+        self.errors = list(errors)
+        parts = "; ".join(f"{name}: {describe(exc)}" for name, exc in self.errors)
+        super().__init__(f"all {len(self.errors)} attempt(s) failed: {parts}")
+
+
+class StallTimeout(HedgeError):
+    """After the first token, no chunk arrived for longer than ``stall_timeout_s`` seconds."""
+
+    def __init__(self, upstream: str, gap_s: float) -> None:
+        self.upstream = upstream
+        self.gap_s = gap_s
+        super().__init__(f"upstream {upstream!r} stalled: no chunk for {gap_s:.3f} s")
+
+
+class TotalTimeout(HedgeError):
+    """The call did not finish within ``total_timeout_s`` seconds."""
+
+    def __init__(self, total_timeout_s: float) -> None:
+        self.total_timeout_s = total_timeout_s
+        super().__init__(f"call exceeded total_timeout_s={total_timeout_s:g} s")
+
+
+def describe(exc: BaseException) -> str:
+    """One line naming an exception: its class and message (``ConnectError: ...``)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+

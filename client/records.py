@@ -1,0 +1,267 @@
+"""The call record: one per call, the wire format shared by the client, the api and the store.
+
+This module is the single definition of the record (DESIGN.md "CallRecord"); the api validates
+incoming JSON with a pydantic schema built to match it, and a test round-trips a record through
+both. Times inside a record are float seconds from ``started_at`` (a timezone-aware UTC datetime,
+ISO 8601 with ``Z`` on the wire).
+
+An attempt's TTFT is ``first_token_s - start_s``. A cancelled attempt with no first token is
+*censored*: all we know is that its TTFT exceeds ``end_s - start_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+__all__ = [
+    "AttemptRecord",
+    "CallRecord",
+    "CALL_STATUSES",
+    "HEDGE_REASONS",
+    "ATTEMPT_OUTCOMES",
+    "ATTEMPT_ROLES",
+    "format_timestamp",
+    "parse_timestamp",
+]
+
+CallStatus = Literal["ok", "error", "timeout", "stalled", "cancelled"]
+HedgeReason = Literal["ttft_timeout", "primary_error"]
+AttemptOutcome = Literal["won", "cancelled", "failed"]
+AttemptRole = Literal["primary", "backup"]
+
+CALL_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "stalled", "cancelled")
+HEDGE_REASONS: tuple[str, ...] = ("ttft_timeout", "primary_error")
+ATTEMPT_OUTCOMES: tuple[str, ...] = ("won", "cancelled", "failed")
+ATTEMPT_ROLES: tuple[str, ...] = ("primary", "backup")
+
+
+def format_timestamp(value: datetime) -> str:
+    """Render an aware datetime as ISO 8601 UTC with microseconds and a ``Z`` suffix.
+
+    Raises:
+        ValueError: if ``value`` is naive (has no timezone).
+    """
+    if value.tzinfo is None:
+        raise ValueError("timestamp must be timezone-aware (UTC)")
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_timestamp(text: str) -> datetime:
+    """Parse an ISO 8601 timestamp with a zone (``Z`` or ``+hh:mm``) into an aware UTC datetime.
+
+    Raises:
+        ValueError: if the text is not ISO 8601 or carries no timezone.
+    """
+    value = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    if value.tzinfo is None:
+        raise ValueError(f"timestamp {text!r} has no timezone")
+    return value.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One HTTP request of a call to one upstream.
+
+    Attributes:
+        upstream: the upstream's name.
+        role: ``primary`` or ``backup``.
+        start_s: when the request was sent, seconds from the call's start.
+        first_token_s: when its first token arrived (seconds from the call's start), or None.
+        end_s: when the attempt ended (finished, cancelled or failed), seconds from the call's start.
+        outcome: ``won`` (produced the first token first), ``cancelled`` or ``failed``.
+        status_code: HTTP status of the response, None if no response headers arrived.
+        error_type: short machine name of the failure (``ConnectError``, ``http_503``, ...), or None.
+        completion_tokens: tokens this attempt generated (from usage, else counted chunks).
+    """
+
+    upstream: str
+    role: AttemptRole
+    start_s: float
+    first_token_s: float | None
+    end_s: float
+    outcome: AttemptOutcome
+    status_code: int | None = None
+    error_type: str | None = None
+    completion_tokens: int = 0
+
+    @property
+    def ttft_s(self) -> float | None:
+        """This attempt's own TTFT (from its send), or None if it produced no token."""
+        return None if self.first_token_s is None else self.first_token_s - self.start_s
+
+    @property
+    def censored(self) -> bool:
+        """True when the attempt was cancelled before its first token (TTFT only bounded below)."""
+        return self.outcome == "cancelled" and self.first_token_s is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The attempt as a JSON-ready dict in the wire format."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """Everything measured about one call (DESIGN.md "CallRecord"); exactly one per call.
+
+    Attributes:
+        request_id: unique id of the call (also the ``Idempotency-Key`` sent upstream).
+        route: the app's logical name for this kind of call.
+        model: the ``model`` of the request body.
+        started_at: aware UTC datetime when the call started.
+        client: a free tag naming the calling host or app.
+        hedge_after_s: the threshold in force for this call, seconds.
+        threshold_version: version of the polled threshold used, or None for the policy default.
+        hedged: True if a backup attempt was started (hedge or failover).
+        hedge_reason: ``ttft_timeout`` (hedge), ``primary_error`` (failover) or None.
+        hedge_denied: True if a hedge was due but the budget refused it.
+        winner: role of the attempt that produced the first token, or None.
+        status: ``ok``, ``error``, ``timeout``, ``stalled`` or ``cancelled``.
+        error_type: short machine name of the failure, or None.
+        ttft_s, ttfo_s, tpot_s, e2e_s, max_itl_s: the call's latencies in seconds (None if unknown).
+        prompt_tokens, completion_tokens: from the winner's usage chunk (counted chunks otherwise).
+        wasted_completion_tokens: tokens generated by losing attempts.
+        attempts: the attempts in start order.
+    """
+
+    request_id: str
+    route: str
+    model: str
+    started_at: datetime
+    client: str | None = None
+    hedge_after_s: float | None = None
+    threshold_version: int | None = None
+    hedged: bool = False
+    hedge_reason: HedgeReason | None = None
+    hedge_denied: bool = False
+    winner: AttemptRole | None = None
+    status: CallStatus = "ok"
+    error_type: str | None = None
+    ttft_s: float | None = None
+    ttfo_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    max_itl_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    wasted_completion_tokens: int = 0
+    attempts: tuple[AttemptRecord, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict in the wire format (timestamps as ISO 8601 ``Z``)."""
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["started_at"] = format_timestamp(self.started_at)
+        out["attempts"] = [a.to_dict() for a in self.attempts]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CallRecord":
+        """Build a record from its wire-format dict, checking every field.
+
+        Raises:
+            ValueError: naming the first bad field (``attempts[1].start_s: must be a finite number``).
+        """
+        if not isinstance(data, dict):
+            raise ValueError("record: must be a JSON object")
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"{sorted(unknown)[0]}: unknown field")
+        kwargs: dict[str, Any] = {}
+        for name in ("request_id", "route", "model"):
+            kwargs[name] = _text(data, name, required=True)
+        try:
+            kwargs["started_at"] = parse_timestamp(_text(data, "started_at", required=True))
+        except ValueError as exc:
+            raise ValueError(f"started_at: {exc}") from None
+        kwargs["client"] = _text(data, "client")
+        for name in ("hedge_after_s", "ttft_s", "ttfo_s", "tpot_s", "e2e_s", "max_itl_s"):
+            kwargs[name] = _seconds(data, name)
+        for name in ("threshold_version", "prompt_tokens", "completion_tokens"):
+            kwargs[name] = _count(data, name)
+        kwargs["wasted_completion_tokens"] = _count(data, "wasted_completion_tokens") or 0
+        for name in ("hedged", "hedge_denied"):
+            value = data.get(name, False)
+            if not isinstance(value, bool):
+                raise ValueError(f"{name}: must be true or false")
+            kwargs[name] = value
+        kwargs["hedge_reason"] = _choice(data, "hedge_reason", HEDGE_REASONS)
+        kwargs["winner"] = _choice(data, "winner", ATTEMPT_ROLES)
+        kwargs["status"] = _choice(data, "status", CALL_STATUSES) or "ok"
+        kwargs["error_type"] = _text(data, "error_type")
+        raw_attempts = data.get("attempts", [])
+        if not isinstance(raw_attempts, list):
+            raise ValueError("attempts: must be a list")
+        attempts = []
+        for i, raw in enumerate(raw_attempts):
+            try:
+                attempts.append(_attempt_from_dict(raw))
+            except ValueError as exc:
+                raise ValueError(f"attempts[{i}].{exc}") from None
+        kwargs["attempts"] = tuple(attempts)
+        return cls(**kwargs)
+
+
+def _attempt_from_dict(data: Any) -> AttemptRecord:
+    if not isinstance(data, dict):
+        raise ValueError("attempt: must be a JSON object")
+    unknown = set(data) - set(AttemptRecord.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"{sorted(unknown)[0]}: unknown field")
+    start_s = _seconds(data, "start_s", required=True)
+    end_s = _seconds(data, "end_s", required=True)
+    first = _seconds(data, "first_token_s")
+    return AttemptRecord(
+        upstream=_text(data, "upstream", required=True),
+        role=_choice(data, "role", ATTEMPT_ROLES, required=True),
+        start_s=start_s,
+        first_token_s=first,
+        end_s=end_s,
+        outcome=_choice(data, "outcome", ATTEMPT_OUTCOMES, required=True),
+        status_code=_count(data, "status_code"),
+        error_type=_text(data, "error_type"),
+        completion_tokens=_count(data, "completion_tokens") or 0,
+    )
+
+
+def _text(data: dict[str, Any], name: str, required: bool = False) -> Any:
+    value = data.get(name)
+    if value is None:
+        if required:
+            raise ValueError(f"{name}: field required")
+        return None
+    if not isinstance(value, str) or (required and not value):
+        raise ValueError(f"{name}: must be a non-empty string" if required else f"{name}: must be a string")
+    return value
+
+
+def _seconds(data: dict[str, Any], name: str, required: bool = False) -> Any:
+    value = data.get(name)
+    if value is None:
+        if required:
+            raise ValueError(f"{name}: field required")
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}: must be a finite number of seconds >= 0")
+    return float(value)
+
+
+def _count(data: dict[str, Any], name: str) -> Any:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name}: must be an integer >= 0")
+    return value
+
+
+def _choice(data: dict[str, Any], name: str, allowed: tuple[str, ...], required: bool = False) -> Any:
+    value = data.get(name)
+    if value is None:
+        if required:
+            raise ValueError(f"{name}: field required")
+        return None
+    if value not in allowed:
+        raise ValueError(f"{name}: must be one of {', '.join(allowed)}")
+    return value

@@ -1,0 +1,69 @@
+"""All server-side settings of hedgerow in one pydantic-settings object.
+
+Every field is read from an environment variable named ``HEDGEROW_<FIELD>`` (for example
+``HEDGEROW_DATABASE_URL``, ``HEDGEROW_CONTROLLER_INTERVAL_S``); command-line flags override them.
+Durations are float seconds, fractions are in [0, 1]. The hedging client does not read these
+settings: an app embeds the client and configures it in code (``HedgePolicy``).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "DEFAULT_DATABASE_URL"]
+
+#: The embedded default store: a SQLite file in the working directory.
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./hedgerow.db"
+
+
+class Settings(BaseSettings):
+    """Settings of the store, the controller job and the api.
+
+    Attributes (environment variable ``HEDGEROW_`` + upper-cased name):
+        database_url: SQLAlchemy async URL of the store (``sqlite+aiosqlite:///path`` or
+            ``postgresql+asyncpg://user@host/db``).
+        controller_interval_s: seconds between two controller ticks (default 60).
+        window_s: the estimation window, seconds of recent calls per tick (default 3600).
+        max_window_s: how far the window may widen while samples are too few (default 86400).
+        short_window_s: the window in which an observed hedge rate above budget raises the
+            threshold at once (default 300).
+        min_samples: fewest primary TTFT samples for a decision (default 50).
+        confidence: level of the Kaplan-Meier pointwise confidence interval (default 0.95).
+        hysteresis: relative change below which the published value is held (default 0.05).
+        max_step_down: largest relative decrease per tick (default 0.25, i.e. to 75%).
+        max_step_up: largest relative increase per tick when the budget quantile is censored
+            (default 1.0, i.e. doubling).
+        default_budget: budget of a route created on first ingest (default 0.10).
+        default_hedge_after_s / min_hedge_after_s / max_hedge_after_s: a new route's threshold
+            and bounds (defaults 2.0 s, 0.05 s, 30 s).
+        min_backup_win_rate: below this backup win rate a route is flagged (default 0.2).
+        lease_ttl_s: lifetime of the job-runner lease; the holder renews it every tick and at
+            least every third of the TTL (default 30).
+        max_batch_calls: largest batch accepted by ``POST /v1/calls`` (default 1000).
+        host / port: where ``hedgerow serve`` listens (defaults 127.0.0.1:8400).
+        tokens: bearer tokens, ``token:scope1+scope2`` comma-separated (empty = no auth, loopback only).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="HEDGEROW_", extra="ignore")
+
+    database_url: str = DEFAULT_DATABASE_URL
+    controller_interval_s: float = Field(60.0, gt=0)
+    window_s: float = Field(3600.0, gt=0)
+    max_window_s: float = Field(86400.0, gt=0)
+    short_window_s: float = Field(300.0, gt=0)
+    min_samples: int = Field(50, ge=1)
+    confidence: float = Field(0.95, gt=0, lt=1)
+    hysteresis: float = Field(0.05, ge=0, lt=1)
+    max_step_down: float = Field(0.25, ge=0, lt=1)
+    max_step_up: float = Field(1.0, gt=0)
+    default_budget: float = Field(0.10, ge=0, le=1)
+    default_hedge_after_s: float = Field(2.0, gt=0)
+    min_hedge_after_s: float = Field(0.05, gt=0)
+    max_hedge_after_s: float = Field(30.0, gt=0)
+    min_backup_win_rate: float = Field(0.2, ge=0, le=1)
+    lease_ttl_s: float = Field(30.0, gt=0)
+    max_batch_calls: int = Field(1000, ge=1)
+    host: str = "127.0.0.1"
+    port: int = Field(8400, ge=0, le=65535)
+    tokens: str = ""
