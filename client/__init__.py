@@ -1,17 +1,45 @@
 """hedgerow.client: the hedging client (depends on httpx and httpx-sse only; apps embed it).
 
-See ``hedgerow.client.hedging`` for the semantics of one call and the failure-mode table.
+``HedgingClient`` streams a chat completion from a primary upstream and hedges to a backup when
+the first token is late; ``ThresholdPoller`` keeps measured thresholds fresh; ``TelemetryExporter``
+ships one ``CallRecord`` per call to the api. See ``hedgerow.client.hedging`` for the semantics
+of one call and the table of failure modes.
 """
 
-from hedgerow.client.errors import AllAttemptsFailed, HedgeError, StallTimeout, TotalTimeout, UpstreamError
+from hedgerow.client.budget import HedgeBudget
+from hedgerow.client.chunks import AnswerAssembler, ChunkKind, classify_chunk
+from hedgerow.client.errors import (
+    AllAttemptsFailed,
+    HedgeError,
+    StallTimeout,
+    StreamError,
+    TotalTimeout,
+    UpstreamError,
+)
+from hedgerow.client.hedging import CallStream, ChatResult, HedgingClient
+from hedgerow.client.policy import HedgePolicy, Upstream
 from hedgerow.client.records import AttemptRecord, CallRecord
+from hedgerow.client.telemetry import TelemetryExporter
+from hedgerow.client.thresholds import ThresholdPoller
 
 __all__ = [
-    "AttemptRecord",
+    "Upstream",
+    "HedgePolicy",
+    "HedgingClient",
+    "CallStream",
+    "ChatResult",
+    "ThresholdPoller",
+    "TelemetryExporter",
+    "HedgeBudget",
     "CallRecord",
+    "AttemptRecord",
+    "classify_chunk",
+    "ChunkKind",
+    "AnswerAssembler",
     "HedgeError",
     "UpstreamError",
     "AllAttemptsFailed",
+    "StreamError",
     "StallTimeout",
     "TotalTimeout",
 ]

@@ -5,6 +5,7 @@
     HedgeError
     ├── UpstreamError       a non-retryable 4xx (400/401/403/404/422): the caller's fault, no failover
     ├── AllAttemptsFailed   every attempt failed before a first token; ``.errors`` has each one
+    ├── StreamError         the winner failed after its first token (truncated, error payload)
     ├── StallTimeout        after the first token, a gap longer than ``stall_timeout_s``
     └── TotalTimeout        the whole call exceeded ``total_timeout_s``
 
@@ -19,7 +20,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hedgerow.client.records import CallRecord
 
-__all__ = ["HedgeError", "UpstreamError", "AllAttemptsFailed", "StallTimeout", "TotalTimeout"]
+__all__ = [
+    "HedgeError",
+    "UpstreamError",
+    "AllAttemptsFailed",
+    "StreamError",
+    "StallTimeout",
+    "TotalTimeout",
+    "describe",
+]
 
 
 class HedgeError(Exception):
@@ -80,3 +89,19 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+
+
+class StreamError(HedgeError):
+    """The winning attempt failed after its first token (tokens already reached the caller).
+
+    Args:
+        upstream: the winner's name.
+        error_type: short machine name (``truncated``, ``sse_error``, ``malformed_stream``, ...).
+        detail: one line of detail.
+    """
+
+    def __init__(self, upstream: str, error_type: str, detail: str) -> None:
+        self.upstream = upstream
+        self.error_type = error_type
+        self.detail = detail
+        super().__init__(f"upstream {upstream!r} failed mid-stream ({error_type}): {detail}")

@@ -1,0 +1,145 @@
+"""What counts as a token in an OpenAI-compatible stream, and assembling a streamed answer.
+
+First token (DESIGN.md "client", step 2): the first chunk with a non-empty ``delta.content``,
+``delta.reasoning_content``, ``delta.reasoning``, ``delta.refusal`` or a non-empty
+``delta.tool_calls`` (legacy completions: a non-empty ``choices[].text``). A role-only chunk, an
+empty-string content, a chunk with ``choices: []`` (Azure's ``prompt_filter_results``, the final
+usage chunk), SSE comments and ``[DONE]`` are not tokens. TTFO counts only *answer* tokens: all of
+the above except the two reasoning fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ChunkKind", "classify_chunk", "AnswerAssembler"]
+
+_REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkKind:
+    """How one chunk counts.
+
+    Attributes:
+        token: the chunk carries at least one generated token of any kind.
+        answer: the chunk carries an answer (non-reasoning) token.
+        finish_reason: the first non-null ``finish_reason`` in the chunk, or None.
+        usage: the chunk's ``usage`` object when present and not null.
+    """
+
+    token: bool
+    answer: bool
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+
+
+def _nonempty_text(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def classify_chunk(chunk: dict[str, Any]) -> ChunkKind:
+    """Classify one parsed ``chat.completion.chunk`` (or legacy ``text_completion``) dict.
+
+    Args:
+        chunk: the JSON object of one SSE ``data:`` line.
+
+    Returns:
+        A ``ChunkKind``; malformed parts (a non-list ``choices``, a non-dict ``delta``) count as
+        no token rather than raising.
+    """
+    token = answer = False
+    finish_reason = None
+    choices = chunk.get("choices")
+    if isinstance(choices, list):
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            if finish_reason is None and isinstance(choice.get("finish_reason"), str):
+                finish_reason = choice["finish_reason"]
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                if _nonempty_text(delta.get("content")) or _nonempty_text(delta.get("refusal")):
+                    token = answer = True
+                tool_calls = delta.get("tool_calls")
+                if isinstance(tool_calls, list) and tool_calls:
+                    token = answer = True
+                if any(_nonempty_text(delta.get(name)) for name in _REASONING_FIELDS):
+                    token = True
+            elif _nonempty_text(choice.get("text")):
+                token = answer = True
+    usage = chunk.get("usage")
+    return ChunkKind(token, answer, finish_reason, usage if isinstance(usage, dict) else None)
+
+
+@dataclass
+class AnswerAssembler:
+    """Accumulates the text, reasoning, tool calls and finish reason of a streamed answer.
+
+    Feed it every chunk of the winning attempt with ``add``; tool-call fragments are joined by
+    their ``index`` into complete calls (``{"id", "type", "function": {"name", "arguments"}}``).
+    """
+
+    text_parts: list[str] = field(default_factory=list)
+    reasoning_parts: list[str] = field(default_factory=list)
+    tool_calls_by_index: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        """Fold one chunk (a parsed dict) into the answer."""
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            return
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) not in (0, None):
+                continue
+            if isinstance(choice.get("finish_reason"), str):
+                self.finish_reason = choice["finish_reason"]
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                if _nonempty_text(choice.get("text")):
+                    self.text_parts.append(choice["text"])
+                continue
+            for name in ("content", "refusal"):
+                if _nonempty_text(delta.get(name)):
+                    self.text_parts.append(delta[name])
+            for name in _REASONING_FIELDS:
+                if _nonempty_text(delta.get(name)):
+                    self.reasoning_parts.append(delta[name])
+            for fragment in delta.get("tool_calls") or []:
+                if isinstance(fragment, dict):
+                    self._add_tool_fragment(fragment)
+
+    def _add_tool_fragment(self, fragment: dict[str, Any]) -> None:
+        index = fragment.get("index", len(self.tool_calls_by_index))
+        call = self.tool_calls_by_index.setdefault(
+            index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+        )
+        if fragment.get("id"):
+            call["id"] = fragment["id"]
+        if fragment.get("type"):
+            call["type"] = fragment["type"]
+        function = fragment.get("function") or {}
+        if isinstance(function, dict):
+            call["function"]["name"] += function.get("name") or ""
+            call["function"]["arguments"] += function.get("arguments") or ""
+
+    @property
+    def text(self) -> str:
+        """The answer text (content and refusal deltas joined)."""
+        return "".join(self.text_parts)
+
+    @property
+    def reasoning_text(self) -> str:
+        """The reasoning text (``reasoning_content``/``reasoning`` deltas joined)."""
+        return "".join(self.reasoning_parts)
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The complete tool calls, in index order."""
+        return [self.tool_calls_by_index[i] for i in sorted(self.tool_calls_by_index)]

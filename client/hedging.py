@@ -1,0 +1,709 @@
+"""The hedging client: stream a chat completion, hedge on a late first token, keep the winner.
+
+One call (DESIGN.md "client"):
+
+1. The primary attempt is sent to the first upstream (or the one named by ``primary=``).
+2. If no first token has arrived ``hedge_after_s`` after the primary was *sent* (not after its
+   headers), the call asks the budget (``HedgeBudget``) and, if granted, sends one backup to the
+   next upstream that is not the primary (``hedge_reason = "ttft_timeout"``). A refused hedge
+   is recorded as ``hedge_denied``.
+3. If an attempt *fails* before its first token and no other attempt is still running, a backup
+   is sent at once (failover, ``hedge_reason = "primary_error"``); failovers spend no budget but
+   count against ``max_backups``.
+4. The first attempt to produce a token wins; every other attempt is cancelled at that moment
+   (its task cancelled, its response and connection closed). Only the winner's chunks reach the
+   caller, including its non-token chunks from before the first token (a role-only chunk).
+5. After the first token, a failure of the winner fails the call: tokens already went out.
+
+Failure modes, one outcome each:
+
+=====================================================  =========================================
+what happens                                           outcome
+=====================================================  =========================================
+connection refused / connect timeout                   failover at once (attempt ``failed``)
+no headers or no token by ``hedge_after_s``            hedge, if the budget allows
+HTTP 408, 409, 429, 5xx before the first token         failover at once
+HTTP 400, 401, 403, 404, 422                           ``UpstreamError``, no failover
+HTTP 200 with a body that is not an SSE stream         failover (``malformed_stream``)
+SSE error payload before the first token               failover (``sse_error``)
+stream ends before any token, with no finish_reason    failover (``empty_stream``)
+every attempt failed, no backup left                   ``AllAttemptsFailed`` (status ``error``)
+SSE error payload or bad JSON after the first token    ``StreamError`` (status ``error``)
+connection cut after tokens without a finish_reason    ``StreamError`` (``truncated``)
+gap after the first token > ``stall_timeout_s``        ``StallTimeout`` (status ``stalled``)
+the whole call exceeds ``total_timeout_s``             ``TotalTimeout`` (status ``timeout``)
+the caller stops reading / leaves the block early      every attempt closed (status ``cancelled``)
+=====================================================  =========================================
+
+Every attempt carries ``X-Request-ID: {request_id}-{role}`` and ``Idempotency-Key: {request_id}``.
+Exactly one ``CallRecord`` is built per call, however it ends, and handed to the telemetry sink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, AsyncIterator, Protocol, Sequence
+
+import httpx
+from httpx_sse import EventSource, SSEError
+
+from hedgerow.client.budget import HedgeBudget
+from hedgerow.client.chunks import AnswerAssembler, classify_chunk
+from hedgerow.client.errors import (
+    AllAttemptsFailed,
+    HedgeError,
+    StallTimeout,
+    StreamError,
+    TotalTimeout,
+    UpstreamError,
+)
+from hedgerow.client.policy import HedgePolicy, Upstream
+from hedgerow.client.records import AttemptRecord, CallRecord
+
+__all__ = ["HedgingClient", "CallStream", "ChatResult", "ThresholdSource", "RecordSink"]
+
+log = logging.getLogger("hedgerow.client")
+
+#: HTTP statuses that are the caller's fault: raise at once, never fail over.
+NON_RETRYABLE_STATUSES = frozenset({400, 401, 403, 404, 422})
+#: HTTP statuses that mean "try elsewhere": fail over before the first token.
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+
+class ThresholdSource(Protocol):
+    """Anything that can tell the threshold for a (route, model); ``ThresholdPoller`` is one."""
+
+    def lookup(self, route: str, model: str) -> "tuple[float, int | None, bool] | None":
+        """Return ``(hedge_after_s, version, enabled)`` or None to use the policy's own value."""
+
+
+class RecordSink(Protocol):
+    """Anything that accepts finished call records; ``TelemetryExporter`` is one."""
+
+    def submit(self, record: CallRecord) -> None:
+        """Take one record without blocking."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResult:
+    """The assembled answer of ``HedgingClient.chat``.
+
+    Attributes:
+        text: the answer text; reasoning_text: the reasoning text (may be empty);
+        tool_calls: complete tool calls; finish_reason: the winner's finish reason;
+        usage: the usage object of the final chunk, if any; record: the ``CallRecord``.
+    """
+
+    text: str
+    reasoning_text: str
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    record: CallRecord
+
+
+class _AttemptFailure(Exception):
+    """An attempt failed; ``error_type`` is the short machine name stored in the record."""
+
+    def __init__(self, error_type: str, message: str) -> None:
+        self.error_type = error_type
+        super().__init__(message)
+
+
+@dataclass(eq=False)
+class _Attempt:
+    upstream: Upstream
+    role: str
+    header_role: str
+    start: float
+    task: asyncio.Task[None] | None = None
+    status_code: int | None = None
+    first_token_at: float | None = None
+    end_at: float | None = None
+    outcome: str | None = None
+    error: BaseException | None = None
+    error_type: str | None = None
+    token_chunks: int = 0
+    usage_tokens: int | None = None
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def alive(self) -> bool:
+        return self.outcome is None
+
+    def tokens(self) -> int:
+        return self.usage_tokens if self.usage_tokens is not None else self.token_chunks
+
+
+class HedgingClient:
+    """An async OpenAI-compatible chat client that hedges on a late first token.
+
+    Args:
+        upstreams: the endpoints in preference order; the first is the primary, backups go to
+            the next upstream that is not the primary. At least one; names must be unique.
+        route: the app's logical name for these calls (thresholds are per (route, model)).
+        policy: the ``HedgePolicy``.
+        thresholds: optional ``ThresholdSource`` (e.g. a ``ThresholdPoller``) giving a measured
+            ``hedge_after_s`` per (route, model); without it the policy's value is used.
+        telemetry: optional ``RecordSink`` (e.g. a ``TelemetryExporter``) receiving every record.
+        client_tag: the ``client`` field of records (default: the host name).
+        max_connections: connection pool size of the underlying ``httpx.AsyncClient``.
+        transport: an optional httpx transport (for tests or custom networking).
+
+    Use as ``async with HedgingClient(...) as client:``. Raises ValueError for bad arguments.
+    """
+
+    def __init__(
+        self,
+        upstreams: Sequence[Upstream],
+        *,
+        route: str = "default",
+        policy: HedgePolicy | None = None,
+        thresholds: ThresholdSource | None = None,
+        telemetry: RecordSink | None = None,
+        client_tag: str | None = None,
+        max_connections: int = 1000,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        upstreams = list(upstreams)
+        if not upstreams:
+            raise ValueError("upstreams: at least one Upstream is required")
+        if not all(isinstance(u, Upstream) for u in upstreams):
+            raise ValueError("upstreams: every item must be an Upstream")
+        names = [u.name for u in upstreams]
+        if len(set(names)) != len(names):
+            raise ValueError(f"upstreams: names must be unique, got {names}")
+        if not isinstance(route, str) or not route:
+            raise ValueError("route: must be a non-empty string")
+        self.upstreams = upstreams
+        self.route = route
+        self.policy = policy or HedgePolicy()
+        self.thresholds = thresholds
+        self.telemetry = telemetry
+        self.client_tag = client_tag or socket.gethostname()
+        self.budget = HedgeBudget(self.policy.budget, self.policy.budget_burst)
+        self._max_connections = max_connections
+        self._transport = transport
+        self._http: httpx.AsyncClient | None = None
+
+    async def __aenter__(self) -> "HedgingClient":
+        timeout = httpx.Timeout(None, connect=self.policy.connect_timeout_s)
+        limits = httpx.Limits(max_connections=self._max_connections, max_keepalive_connections=100)
+        self._http = httpx.AsyncClient(timeout=timeout, limits=limits, transport=self._transport)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    def stream_chat(
+        self, body: dict[str, Any], *, primary: str | int | None = None, request_id: str | None = None
+    ) -> "CallStream":
+        """Start one hedged streaming call; use as ``async with client.stream_chat(body) as s``.
+
+        Args:
+            body: the chat-completions JSON (``model`` and ``messages`` at least). The client sets
+                ``stream: true`` and ``stream_options.include_usage: true`` unless the caller set
+                ``stream_options``.
+            primary: name or index of the upstream to use as primary (default: the first).
+            request_id: the call's id (default: a random UUID hex).
+
+        Returns:
+            A ``CallStream``: ``async for chunk in stream`` gives the winner's chunks as dicts;
+            ``stream.record`` is the ``CallRecord`` once the block has ended.
+
+        Raises:
+            ValueError: for a body without a string ``model`` or an unknown ``primary``.
+            RuntimeError: when the client is not open (use ``async with``).
+        """
+        if self._http is None:
+            raise RuntimeError("HedgingClient is not open: use 'async with HedgingClient(...)'")
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            raise ValueError("body: must be a dict with a string 'model'")
+        order = self._order(primary)
+        wire = dict(body)
+        wire["stream"] = True
+        if "stream_options" not in wire:
+            wire["stream_options"] = {"include_usage": True}
+        model = body["model"]
+        hedge_after_s = self.policy.hedge_after_s
+        version: int | None = None
+        hedging_enabled = True
+        if self.thresholds is not None:
+            found = self.thresholds.lookup(self.route, model)
+            if found is not None:
+                hedge_after_s, version, hedging_enabled = found
+        return CallStream(
+            self,
+            order,
+            wire,
+            model=model,
+            request_id=request_id or uuid.uuid4().hex,
+            hedge_after_s=hedge_after_s,
+            threshold_version=version,
+            hedging_enabled=hedging_enabled,
+        )
+
+    async def chat(
+        self, body: dict[str, Any], *, primary: str | int | None = None, request_id: str | None = None
+    ) -> ChatResult:
+        """Run one hedged call to completion and return the assembled ``ChatResult``.
+
+        Raises the same errors as iterating ``stream_chat``: ``UpstreamError``,
+        ``AllAttemptsFailed``, ``StreamError``, ``StallTimeout``, ``TotalTimeout``.
+        """
+        answer = AnswerAssembler()
+        async with self.stream_chat(body, primary=primary, request_id=request_id) as stream:
+            async for chunk in stream:
+                answer.add(chunk)
+        assert stream.record is not None
+        return ChatResult(
+            text=answer.text,
+            reasoning_text=answer.reasoning_text,
+            tool_calls=answer.tool_calls,
+            finish_reason=answer.finish_reason,
+            usage=answer.usage,
+            record=stream.record,
+        )
+
+    def _order(self, primary: str | int | None) -> list[Upstream]:
+        if primary is None:
+            return list(self.upstreams)
+        if isinstance(primary, int):
+            if not 0 <= primary < len(self.upstreams):
+                raise ValueError(f"primary: index {primary} out of range")
+            index = primary
+        else:
+            names = [u.name for u in self.upstreams]
+            if primary not in names:
+                raise ValueError(f"primary: unknown upstream {primary!r}")
+            index = names.index(primary)
+        return self.upstreams[index:] + self.upstreams[:index]
+
+
+class CallStream:
+    """One hedged call in progress (made by ``HedgingClient.stream_chat``).
+
+    Iterate it (once) for the winner's chunks; after the ``async with`` block ``record`` holds
+    the ``CallRecord``. Leaving the block early closes every attempt and records ``cancelled``.
+    """
+
+    def __init__(
+        self,
+        client: HedgingClient,
+        order: list[Upstream],
+        body: dict[str, Any],
+        *,
+        model: str,
+        request_id: str,
+        hedge_after_s: float,
+        threshold_version: int | None,
+        hedging_enabled: bool,
+    ) -> None:
+        self._client = client
+        self._http = client._http
+        self._policy = client.policy
+        self._order = order
+        self._body = body
+        self.model = model
+        self.request_id = request_id
+        self.hedge_after_s = hedge_after_s
+        self.threshold_version = threshold_version
+        self._hedging_enabled = hedging_enabled
+        self.record: CallRecord | None = None
+        self._attempts: list[_Attempt] = []
+        self._events: asyncio.Queue[tuple[str, _Attempt, Any, float]] = asyncio.Queue()
+        self._winner: _Attempt | None = None
+        self._hedge_reason: str | None = None
+        self._hedge_denied = False
+        self._status: str | None = None
+        self._error_type: str | None = None
+        self._answer_at: float | None = None
+        self._last_token_at: float | None = None
+        self._max_itl_s: float | None = None
+        self._prompt_tokens: int | None = None
+        self._last_chunk_at = 0.0
+        self._finish_reason: str | None = None
+        self._iterated = False
+        self._generator: Any = None
+        self._t0 = 0.0
+        self._started_at = datetime.now(timezone.utc)
+
+    # -- context manager ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> "CallStream":
+        self._t0 = time.monotonic()
+        self._started_at = datetime.now(timezone.utc)
+        self._client.budget.deposit()
+        self._start_attempt("primary")
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self._status is None:
+            # The caller left before the stream ended (break, an exception of its own, cancel).
+            self._status = "cancelled"
+            self._error_type = "caller_cancelled" if exc_type is None else exc_type.__name__
+        if self._generator is not None:
+            await self._generator.aclose()
+        await self._finish()
+
+    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        if self._iterated:
+            raise RuntimeError("a CallStream can be iterated only once")
+        self._iterated = True
+        self._generator = self._run()
+        return self._generator
+
+    # -- attempts ----------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _start_attempt(self, role: str) -> _Attempt | None:
+        index = len(self._attempts)
+        if index >= len(self._order):
+            return None
+        upstream = self._order[index]
+        header_role = role if index < 2 else f"{role}{index}"
+        attempt = _Attempt(upstream=upstream, role=role, header_role=header_role, start=self._now())
+        self._attempts.append(attempt)
+        attempt.task = asyncio.create_task(self._run_attempt(attempt), name=f"hedgerow-{header_role}")
+        return attempt
+
+    def _can_add_backup(self) -> bool:
+        backups = len(self._attempts) - 1
+        return backups < self._policy.max_backups and len(self._attempts) < len(self._order)
+
+    def _headers(self, attempt: _Attempt) -> dict[str, str]:
+        headers = {
+            "X-Request-ID": f"{self.request_id}-{attempt.header_role}",
+            "Idempotency-Key": self.request_id,
+            "Accept": "text/event-stream",
+        }
+        if attempt.upstream.api_key:
+            headers["Authorization"] = f"Bearer {attempt.upstream.api_key}"
+        if attempt.upstream.headers:
+            headers.update(attempt.upstream.headers)
+        return headers
+
+    async def _run_attempt(self, attempt: _Attempt) -> None:
+        """Send one attempt and forward its events to the call's queue until it ends."""
+        put = self._events.put_nowait
+        assert self._http is not None
+        try:
+            async with self._http.stream(
+                "POST", attempt.upstream.chat_url, json=self._body, headers=self._headers(attempt)
+            ) as response:
+                attempt.status_code = response.status_code
+                if response.status_code != 200:
+                    excerpt = (await response.aread())[:300].decode("utf-8", "replace")
+                    if response.status_code in NON_RETRYABLE_STATUSES:
+                        raise UpstreamError(attempt.upstream.name, response.status_code, excerpt)
+                    raise _AttemptFailure(f"http_{response.status_code}", f"HTTP {response.status_code}: {excerpt}")
+                try:
+                    async for sse in EventSource(response).aiter_sse():
+                        at = self._now()
+                        if sse.event == "error":
+                            raise _AttemptFailure("sse_error", f"SSE error event: {sse.data[:200]}")
+                        data = sse.data
+                        if data.strip() == "[DONE]":
+                            break
+                        if not data.strip():
+                            continue
+                        try:
+                            chunk = json.loads(data)
+                        except ValueError:
+                            raise _AttemptFailure("malformed_stream", f"chunk is not JSON: {data[:120]!r}") from None
+                        if not isinstance(chunk, dict):
+                            raise _AttemptFailure("malformed_stream", f"chunk is not a JSON object: {data[:120]!r}")
+                        if chunk.get("error") is not None:
+                            raise _AttemptFailure("sse_error", f"SSE error payload: {json.dumps(chunk['error'])[:200]}")
+                        put(("chunk", attempt, chunk, at))
+                except SSEError as exc:
+                    raise _AttemptFailure("malformed_stream", f"not an SSE stream: {exc}") from None
+            put(("end", attempt, None, self._now()))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # every failure of an attempt becomes an event
+            put(("error", attempt, exc, self._now()))
+
+    def _cancel(self, attempt: _Attempt, at: float) -> None:
+        if attempt.alive:
+            attempt.outcome = "cancelled"
+            attempt.end_at = at
+        if attempt.task is not None and not attempt.task.done():
+            attempt.task.cancel()
+
+    def _fail(self, attempt: _Attempt, exc: BaseException, at: float) -> None:
+        attempt.outcome = "failed"
+        attempt.end_at = at
+        attempt.error = exc
+        attempt.error_type = _error_type(exc)
+
+    # -- the call ----------------------------------------------------------------------------
+
+    async def _next_event(self, deadline: float) -> tuple[str, _Attempt, Any, float] | None:
+        """The next attempt event, or None when ``deadline`` (call time, s) passes first."""
+        remaining = deadline - self._now()
+        if remaining <= 0:
+            return None
+        if math.isinf(remaining):
+            return await self._events.get()
+        try:
+            return await asyncio.wait_for(self._events.get(), remaining)
+        except asyncio.TimeoutError:
+            return None
+
+    async def _run(self) -> AsyncIterator[dict[str, Any]]:
+        policy = self._policy
+        total_deadline = policy.total_timeout_s
+        hedge_at = math.inf
+        if self._hedging_enabled and self._can_add_backup():
+            hedge_at = self._attempts[0].start + self.hedge_after_s
+        try:
+            # Phase 1: until some attempt yields a first token.
+            while self._winner is None:
+                event = await self._next_event(min(hedge_at, total_deadline))
+                if event is None:
+                    if self._now() >= total_deadline:
+                        self._set_status("timeout", "total_timeout")
+                        raise TotalTimeout(policy.total_timeout_s)
+                    hedge_at = math.inf
+                    if self._can_add_backup():
+                        if self._client.budget.try_withdraw():
+                            self._hedge_reason = self._hedge_reason or "ttft_timeout"
+                            self._start_attempt("backup")
+                        else:
+                            self._hedge_denied = True
+                    continue
+                kind, attempt, payload, at = event
+                if not attempt.alive:
+                    continue
+                if kind == "chunk":
+                    info = classify_chunk(payload)
+                    if not info.token:
+                        attempt.pending.append(payload)
+                        if info.usage is not None:
+                            self._note_usage(attempt, info.usage)
+                        continue
+                    self._winner = attempt
+                    attempt.outcome = "won"
+                    for other in self._attempts:
+                        if other is not attempt:
+                            self._cancel(other, at)
+                    for early in attempt.pending:
+                        yield early
+                    attempt.pending.clear()
+                    self._on_winner_chunk(attempt, payload, at, info)
+                    yield payload
+                elif kind == "end":
+                    finished = [c for c in attempt.pending if classify_chunk(c).finish_reason]
+                    if finished:
+                        # A complete answer with no token at all (an empty completion).
+                        self._winner = attempt
+                        attempt.outcome = "won"
+                        attempt.end_at = at
+                        for other in self._attempts:
+                            if other is not attempt:
+                                self._cancel(other, at)
+                        for early in attempt.pending:
+                            yield early
+                        self._set_status("ok", None)
+                        return
+                    self._fail(attempt, _AttemptFailure("empty_stream", "stream ended before any token"), at)
+                    self._after_failure()
+                else:  # error
+                    if isinstance(payload, UpstreamError):
+                        self._fail(attempt, payload, at)
+                        self._set_status("error", attempt.error_type)
+                        raise payload
+                    self._fail(attempt, payload, at)
+                    self._after_failure()
+
+            # Phase 2: stream the winner.
+            winner = self._winner
+            while True:
+                deadline = total_deadline
+                stall = policy.stall_timeout_s
+                if stall is not None and self._last_token_at is not None:
+                    deadline = min(deadline, self._last_chunk_at + stall)
+                event = await self._next_event(deadline)
+                if event is None:
+                    at = self._now()
+                    if at >= total_deadline:
+                        self._set_status("timeout", "total_timeout")
+                        raise TotalTimeout(policy.total_timeout_s)
+                    self._set_status("stalled", "stall_timeout")
+                    raise StallTimeout(winner.upstream.name, at - self._last_chunk_at)
+                kind, attempt, payload, at = event
+                if attempt is not winner:
+                    continue
+                if kind == "chunk":
+                    self._on_winner_chunk(winner, payload, at, classify_chunk(payload))
+                    yield payload
+                elif kind == "end":
+                    winner.end_at = at
+                    if self._finish_reason is None:
+                        self._set_status("error", "truncated")
+                        raise StreamError(winner.upstream.name, "truncated", "stream ended without a finish_reason")
+                    self._set_status("ok", None)
+                    return
+                else:
+                    winner.end_at = at
+                    winner.error = payload
+                    error_type = "truncated" if isinstance(payload, httpx.TransportError) else _error_type(payload)
+                    winner.error_type = error_type
+                    self._set_status("error", error_type)
+                    raise StreamError(winner.upstream.name, error_type, str(payload)[:200] or type(payload).__name__)
+        finally:
+            if self._status is None:
+                self._status = "cancelled"
+                self._error_type = "caller_cancelled"
+
+    def _after_failure(self) -> None:
+        """After an attempt failed before any token: fail over or give up."""
+        if any(a.alive for a in self._attempts):
+            return
+        if self._can_add_backup():
+            if self._hedge_reason is None:
+                self._hedge_reason = "primary_error"
+            self._start_attempt("backup")
+            return
+        errors = [(a.upstream.name, a.error) for a in self._attempts if a.error is not None]
+        self._set_status("error", "all_attempts_failed")
+        raise AllAttemptsFailed(errors)  # type: ignore[arg-type]
+
+    def _note_usage(self, attempt: _Attempt, usage: dict[str, Any]) -> None:
+        completion = usage.get("completion_tokens")
+        if isinstance(completion, int) and completion >= 0:
+            attempt.usage_tokens = completion
+        prompt = usage.get("prompt_tokens")
+        if attempt is self._winner and isinstance(prompt, int) and prompt >= 0:
+            self._prompt_tokens = prompt
+
+    def _on_winner_chunk(self, winner: _Attempt, chunk: dict[str, Any], at: float, info: Any) -> None:
+        self._last_chunk_at = at
+        if info.usage is not None:
+            self._note_usage(winner, info.usage)
+        if info.finish_reason is not None:
+            self._finish_reason = info.finish_reason
+        if not info.token:
+            return
+        winner.token_chunks += 1
+        if winner.first_token_at is None:
+            winner.first_token_at = at
+        if info.answer and self._answer_at is None:
+            self._answer_at = at
+        if self._last_token_at is not None:
+            gap = at - self._last_token_at
+            self._max_itl_s = gap if self._max_itl_s is None else max(self._max_itl_s, gap)
+        self._last_token_at = at
+
+    def _set_status(self, status: str, error_type: str | None) -> None:
+        if self._status is None:
+            self._status = status
+            self._error_type = error_type
+
+    async def _finish(self) -> None:
+        """Close every attempt, build the one record, hand it to telemetry."""
+        end = self._now()
+        tasks = []
+        for attempt in self._attempts:
+            if attempt.alive:
+                self._cancel(attempt, end)
+            elif attempt is self._winner and attempt.end_at is None:
+                attempt.end_at = end
+            if attempt.task is not None:
+                if not attempt.task.done():
+                    attempt.task.cancel()
+                tasks.append(attempt.task)
+        if tasks:
+            try:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            except asyncio.CancelledError:
+                self._build_record()
+                raise
+        self._build_record()
+
+    def _build_record(self) -> None:
+        if self.record is not None:
+            return
+        winner = self._winner
+        attempts = tuple(
+            AttemptRecord(
+                upstream=a.upstream.name,
+                role=a.role,  # type: ignore[arg-type]
+                start_s=round(a.start, 6),
+                first_token_s=None if a.first_token_at is None else round(a.first_token_at, 6),
+                end_s=round(a.end_at if a.end_at is not None else a.start, 6),
+                outcome=a.outcome or "cancelled",  # type: ignore[arg-type]
+                status_code=a.status_code,
+                error_type=a.error_type,
+                completion_tokens=a.tokens(),
+            )
+            for a in self._attempts
+        )
+        ttft = winner.first_token_at if winner is not None else None
+        e2e = self._last_token_at
+        completion = winner.tokens() if winner is not None else None
+        tpot = None
+        if ttft is not None and e2e is not None and completion is not None and completion > 1:
+            tpot = (e2e - ttft) / (completion - 1)
+        wasted = sum(a.tokens() for a in self._attempts if a is not winner)
+        self.record = CallRecord(
+            request_id=self.request_id,
+            route=self._client.route,
+            model=self.model,
+            started_at=self._started_at,
+            client=self._client.client_tag,
+            hedge_after_s=self.hedge_after_s,
+            threshold_version=self.threshold_version,
+            hedged=len(self._attempts) > 1,
+            hedge_reason=self._hedge_reason,  # type: ignore[arg-type]
+            hedge_denied=self._hedge_denied,
+            winner=None if winner is None else winner.role,  # type: ignore[arg-type]
+            status=self._status or "cancelled",  # type: ignore[arg-type]
+            error_type=self._error_type,
+            ttft_s=_round(ttft),
+            ttfo_s=_round(self._answer_at),
+            tpot_s=_round(tpot),
+            e2e_s=_round(e2e),
+            max_itl_s=_round(self._max_itl_s),
+            prompt_tokens=self._prompt_tokens,
+            completion_tokens=completion,
+            wasted_completion_tokens=wasted,
+            attempts=attempts,
+        )
+        if self._client.telemetry is not None:
+            try:
+                self._client.telemetry.submit(self.record)
+            except Exception:  # telemetry must never break a call
+                log.exception("telemetry sink refused a record")
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def _error_type(exc: BaseException) -> str:
+    """The short machine name of an attempt's failure."""
+    if isinstance(exc, _AttemptFailure):
+        return exc.error_type
+    if isinstance(exc, UpstreamError):
+        return f"http_{exc.status_code}"
+    if isinstance(exc, HedgeError):
+        return type(exc).__name__
+    return type(exc).__name__

@@ -1,0 +1,98 @@
+"""The client's configuration objects: ``Upstream`` (where to send) and ``HedgePolicy`` (when).
+
+Both are frozen dataclasses validated on construction; a bad value raises ``ValueError`` naming
+the field, so a typo in configuration fails at start-up rather than on the first slow call.
+Durations are float seconds, the budget a fraction of calls.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+__all__ = ["Upstream", "HedgePolicy"]
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """One OpenAI-compatible endpoint.
+
+    Args:
+        name: a short name used in records and logs (``"replica-a"``).
+        base_url: the API root ending in ``/v1``; calls go to ``{base_url}/chat/completions``.
+        api_key: sent as ``Authorization: Bearer <api_key>`` when set.
+        headers: extra headers sent with every request to this upstream.
+
+    Raises:
+        ValueError: for an empty name or a base_url that is not an http(s) URL.
+    """
+
+    name: str
+    base_url: str
+    api_key: str | None = None
+    headers: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError("Upstream.name: must be a non-empty string")
+        if not isinstance(self.base_url, str) or not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"Upstream.base_url: must be an http(s) URL, got {self.base_url!r}")
+
+    @property
+    def chat_url(self) -> str:
+        """The chat-completions URL of this upstream."""
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+
+@dataclass(frozen=True, slots=True)
+class HedgePolicy:
+    """When and how often a call may hedge.
+
+    Args:
+        hedge_after_s: send a backup when the primary has produced no first token this many
+            seconds after it was sent (used when no polled threshold applies). Default 2.0 s.
+        max_backups: largest number of extra attempts per call (hedge or failover). Default 1.
+        budget: long-run fraction of calls allowed to hedge (token bucket refill per call).
+            Default 0.10. Failovers do not spend it.
+        budget_burst: token bucket capacity, i.e. how many hedges may happen back to back.
+            Default 10.
+        stall_timeout_s: after the first token, the largest gap between chunks before the call
+            fails with ``StallTimeout``; None disables the check.
+        total_timeout_s: bound on the whole call, seconds. Default 120.
+        connect_timeout_s: TCP/TLS connect timeout of each attempt. Default 5.
+
+    Raises:
+        ValueError: naming the field, for a negative, NaN or otherwise impossible value.
+    """
+
+    hedge_after_s: float = 2.0
+    max_backups: int = 1
+    budget: float = 0.10
+    budget_burst: float = 10
+    stall_timeout_s: float | None = None
+    total_timeout_s: float = 120.0
+    connect_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        _seconds("hedge_after_s", self.hedge_after_s, allow_zero=True)
+        if isinstance(self.max_backups, bool) or not isinstance(self.max_backups, int) or self.max_backups < 0:
+            raise ValueError(f"HedgePolicy.max_backups: must be an integer >= 0, got {self.max_backups!r}")
+        if not _finite(self.budget) or not 0.0 <= self.budget <= 1.0:
+            raise ValueError(f"HedgePolicy.budget: must be a fraction in [0, 1], got {self.budget!r}")
+        if not _finite(self.budget_burst) or self.budget_burst < 0:
+            raise ValueError(f"HedgePolicy.budget_burst: must be >= 0, got {self.budget_burst!r}")
+        if self.stall_timeout_s is not None:
+            _seconds("stall_timeout_s", self.stall_timeout_s)
+        _seconds("total_timeout_s", self.total_timeout_s)
+        _seconds("connect_timeout_s", self.connect_timeout_s)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _seconds(name: str, value: object, allow_zero: bool = False) -> None:
+    if not _finite(value) or value < 0 or (value == 0 and not allow_zero):  # type: ignore[operator]
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"HedgePolicy.{name}: must be a finite number of seconds {bound}, got {value!r}")

@@ -1,0 +1,184 @@
+"""``TelemetryExporter``: ships call records to the api in batches, in the background.
+
+``submit`` only appends to a bounded in-memory queue, so a call never waits on the network.
+A background task posts batches of up to ``batch_size`` records to ``POST {api_url}/v1/calls``
+every ``flush_interval_s`` (sooner when a batch is full). A failed post is retried with
+exponential backoff (0.5 s doubling to 30 s); the records stay queued meanwhile. When the queue
+is full the oldest record is dropped and counted in ``dropped`` (and logged), so memory stays
+bounded while the api is down. A batch the api rejects as invalid (HTTP 4xx other than 408/429)
+is dropped, counted in ``rejected`` and logged: retrying it would never succeed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import math
+from typing import Any
+
+import httpx
+
+from hedgerow.client.records import CallRecord
+
+__all__ = ["TelemetryExporter"]
+
+log = logging.getLogger("hedgerow.client.telemetry")
+
+_MAX_BACKOFF_S = 30.0
+
+
+class TelemetryExporter:
+    """Batches ``CallRecord``s to the api.
+
+    Args:
+        api_url: the api's root URL.
+        token: bearer token with the ``ingest`` scope, if the api needs one.
+        batch_size: records per POST (1..1000, default 200).
+        flush_interval_s: largest delay before queued records are sent (default 2 s).
+        max_queue: records kept while the api is unreachable (default 10,000).
+        timeout_s: timeout of one POST (default 10 s).
+        transport: optional httpx transport.
+
+    Attributes:
+        sent, duplicates, dropped, rejected: counters of records accepted by the api, reported
+        as already stored, dropped from a full queue, and refused as invalid.
+
+    Raises:
+        ValueError: for out-of-range arguments.
+    """
+
+    def __init__(
+        self,
+        api_url: str,
+        token: str | None = None,
+        batch_size: int = 200,
+        flush_interval_s: float = 2.0,
+        max_queue: int = 10_000,
+        *,
+        timeout_s: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not isinstance(api_url, str) or not api_url.startswith(("http://", "https://")):
+            raise ValueError(f"api_url: must be an http(s) URL, got {api_url!r}")
+        if not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
+            raise ValueError(f"batch_size: must be an integer in 1..1000, got {batch_size!r}")
+        if not isinstance(max_queue, int) or max_queue < batch_size:
+            raise ValueError(f"max_queue: must be an integer >= batch_size, got {max_queue!r}")
+        if not isinstance(flush_interval_s, (int, float)) or not math.isfinite(flush_interval_s) or flush_interval_s <= 0:
+            raise ValueError(f"flush_interval_s: must be a finite number of seconds > 0, got {flush_interval_s!r}")
+        self.api_url = api_url.rstrip("/")
+        self.batch_size = batch_size
+        self.flush_interval_s = float(flush_interval_s)
+        self.max_queue = max_queue
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(headers=headers, timeout=timeout_s, transport=transport)
+        self._queue: collections.deque[dict[str, Any]] = collections.deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._send_lock = asyncio.Lock()
+        self._backoff_s = 0.0
+        self.sent = 0
+        self.duplicates = 0
+        self.dropped = 0
+        self.rejected = 0
+        self.last_error: str | None = None
+
+    async def __aenter__(self) -> "TelemetryExporter":
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def start(self) -> None:
+        """Start the background sender (idempotent)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="hedgerow-telemetry")
+
+    @property
+    def pending(self) -> int:
+        """Records waiting to be sent."""
+        return len(self._queue)
+
+    def submit(self, record: CallRecord) -> None:
+        """Queue one record without blocking; drops the oldest record when the queue is full."""
+        if len(self._queue) >= self.max_queue:
+            self._queue.popleft()
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                log.warning("telemetry queue full (%d): dropped %d record(s) so far", self.max_queue, self.dropped)
+        self._queue.append(record.to_dict())
+        if len(self._queue) >= self.batch_size:
+            self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.flush_interval_s)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            while self._queue:
+                if not await self._send_batch():
+                    self._backoff_s = min(_MAX_BACKOFF_S, max(0.5, self._backoff_s * 2))
+                    await asyncio.sleep(self._backoff_s)
+                    break
+                self._backoff_s = 0.0
+                if len(self._queue) < self.batch_size:
+                    break
+
+    async def _send_batch(self) -> bool:
+        """Post one batch from the head of the queue; True when the api took (or refused) it."""
+        async with self._send_lock:
+            batch = [self._queue[i] for i in range(min(self.batch_size, len(self._queue)))]
+            if not batch:
+                return True
+            try:
+                response = await self._http.post(f"{self.api_url}/v1/calls", json={"calls": batch})
+            except httpx.HTTPError as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("telemetry post failed (%s); will retry", self.last_error)
+                return False
+            status = response.status_code
+            if status >= 500 or status in (408, 429):
+                self.last_error = f"HTTP {status}"
+                log.warning("telemetry post answered HTTP %d; will retry", status)
+                return False
+            for _ in batch:
+                if self._queue:
+                    self._queue.popleft()
+            if status >= 400:
+                self.rejected += len(batch)
+                self.last_error = f"HTTP {status}: {response.text[:300]}"
+                log.error("api rejected a batch of %d record(s): %s", len(batch), self.last_error)
+                return True
+            body = response.json() if response.content else {}
+            self.sent += int(body.get("accepted", len(batch)))
+            self.duplicates += int(body.get("duplicates", 0))
+            return True
+
+    async def flush(self, timeout_s: float = 30.0) -> bool:
+        """Send everything queued now; returns True when the queue emptied within ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._queue:
+            if loop.time() >= deadline:
+                return False
+            if not await self._send_batch():
+                await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
+        return True
+
+    async def aclose(self, timeout_s: float = 10.0) -> None:
+        """Flush (bounded by ``timeout_s``), stop the sender and close the connection pool."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        if self._queue:
+            if not await self.flush(timeout_s):
+                log.warning("telemetry closed with %d unsent record(s)", len(self._queue))
+        await self._http.aclose()

@@ -1,0 +1,257 @@
+"""The hedging client against real HTTP servers on 127.0.0.1 with scripted, timed SSE responses.
+
+Delays are chosen so that the orderings are unambiguous on a loaded 2-core machine (hundreds of
+milliseconds between events), and timing assertions use wide margins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+
+from hedgerow.client import (
+    AllAttemptsFailed,
+    HedgePolicy,
+    HedgingClient,
+    StallTimeout,
+    StreamError,
+    TotalTimeout,
+    Upstream,
+    UpstreamError,
+)
+from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def answer(first_delay_s: float = 0.0, gap_s: float = 0.01, words: int = 3) -> Script:
+    """A normal OpenAI-style stream: role chunk with the first token, words, finish, usage."""
+    chunks = [chunk("w0 ", role="assistant")]
+    chunks += [chunk(f"w{i} ") for i in range(1, words)]
+    chunks += [chunk(finish="stop"), usage_chunk(7, words)]
+    return Script(pieces=sse(*chunks, gap_s=gap_s, first_delay_s=first_delay_s))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.records = []
+
+    def submit(self, record) -> None:
+        self.records.append(record)
+
+
+async def test_slow_primary_hedges_and_backup_wins_with_loser_closed():
+    async with ScriptedServer(answer(first_delay_s=5.0)) as slow, ScriptedServer(answer(first_delay_s=0.3)) as fast:
+        sink = Sink()
+        policy = HedgePolicy(hedge_after_s=0.5)
+        async with HedgingClient(
+            [Upstream("a", slow.base_url), Upstream("b", fast.base_url)], policy=policy, telemetry=sink
+        ) as client:
+            t0 = time.monotonic()
+            result = await client.chat(BODY)
+            elapsed = time.monotonic() - t0
+        record = result.record
+        assert result.text == "w0 w1 w2 "
+        assert record.hedged and record.hedge_reason == "ttft_timeout" and record.winner == "backup"
+        assert record.status == "ok"
+        # TTFT = hedge_after_s + the backup's own TTFT (0.5 + 0.3), with a wide margin.
+        assert 0.75 <= record.ttft_s <= 1.5
+        assert elapsed < 3.0
+        primary, backup = record.attempts
+        assert primary.outcome == "cancelled" and primary.first_token_s is None
+        assert primary.censored and primary.end_s == pytest.approx(record.ttft_s, abs=0.05)
+        assert backup.outcome == "won" and backup.start_s == pytest.approx(0.5, abs=0.2)
+        assert record.completion_tokens == 3 and record.prompt_tokens == 7
+        # The primary's connection was closed by the client, promptly.
+        closed_at = await slow.wait_disconnect(0)
+        assert closed_at is not None
+        assert closed_at - t0 < record.ttft_s + 0.5
+        assert sink.records == [record]
+
+
+async def test_fast_primary_never_hedges():
+    async with ScriptedServer(answer(first_delay_s=0.05)) as a, ScriptedServer(answer()) as b:
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                                 policy=HedgePolicy(hedge_after_s=1.0)) as client:
+            result = await client.chat(BODY)
+        assert not result.record.hedged and result.record.winner == "primary"
+        assert len(result.record.attempts) == 1
+        assert b.requests == []
+
+
+async def test_refused_connection_fails_over_at_once():
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    async with ScriptedServer(answer()) as b:
+        async with HedgingClient([Upstream("dead", dead), Upstream("b", b.base_url)],
+                                 policy=HedgePolicy(hedge_after_s=5.0)) as client:
+            result = await client.chat(BODY)
+        record = result.record
+        assert record.hedge_reason == "primary_error" and record.winner == "backup"
+        assert record.attempts[0].outcome == "failed" and record.attempts[0].error_type == "ConnectError"
+        assert record.attempts[1].start_s < 1.0  # did not wait for hedge_after_s
+        assert record.ttft_s < 1.5
+
+
+async def test_503_fails_over_without_spending_budget():
+    async with ScriptedServer(Script(status=503, content_type="application/json", pieces=[(0, b'{"error":"busy"}')])) as a, \
+            ScriptedServer(answer()) as b:
+        policy = HedgePolicy(hedge_after_s=5.0, budget=0.0, budget_burst=0)
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=policy) as client:
+            result = await client.chat(BODY)
+        record = result.record
+        assert record.hedge_reason == "primary_error" and record.winner == "backup"
+        assert record.attempts[0].status_code == 503 and record.attempts[0].error_type == "http_503"
+        assert record.attempts[1].start_s < 1.0
+
+
+async def test_400_raises_upstream_error_and_never_calls_backup():
+    async with ScriptedServer(Script(status=400, content_type="application/json",
+                                     pieces=[(0, b'{"error":{"message":"bad"}}')])) as a, ScriptedServer(answer()) as b:
+        sink = Sink()
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)], telemetry=sink) as client:
+            with pytest.raises(UpstreamError) as info:
+                await client.chat(BODY)
+        assert info.value.status_code == 400 and "bad" in info.value.body_excerpt
+        assert b.requests == []
+        assert sink.records[0].status == "error" and sink.records[0].error_type == "http_400"
+
+
+@pytest.mark.parametrize(
+    "first, ttfo_expected",
+    [
+        (chunk(role="assistant", reasoning_content="thinking"), False),
+        (chunk(role="assistant", reasoning="thinking"), False),
+        (chunk(role="assistant", tool_calls=[{"index": 0, "id": "c1", "type": "function",
+                                             "function": {"name": "f", "arguments": ""}}]), True),
+        (chunk(role="assistant", refusal="no"), True),
+    ],
+    ids=["reasoning_content", "reasoning", "tool_calls", "refusal"],
+)
+async def test_first_token_kinds(first, ttfo_expected):
+    # Non-tokens first (choices: [] then a role-only chunk), 0.4 s later the first token, 0.4 s
+    # later an answer token.
+    pieces = sse({"choices": [], "prompt_filter_results": []}, chunk(role="assistant", content=""), done=False)
+    pieces += [(0.4, f"data: {__import__('json').dumps(first)}\n\n".encode())]
+    pieces += sse(chunk("answer"), chunk(finish="stop"), first_delay_s=0.4)
+    async with ScriptedServer(Script(pieces=pieces)) as a:
+        async with HedgingClient([Upstream("a", a.base_url)]) as client:
+            result = await client.chat(BODY)
+    record = result.record
+    assert 0.3 <= record.ttft_s <= 1.0, record
+    if ttfo_expected:
+        assert record.ttfo_s == pytest.approx(record.ttft_s, abs=1e-6)
+    else:
+        assert record.ttfo_s >= record.ttft_s + 0.3
+    assert result.finish_reason == "stop"
+
+
+async def test_role_only_and_empty_choices_do_not_count_as_first_token():
+    pieces = sse(chunk(role="assistant"), {"choices": []}, chunk(""), done=False)
+    pieces += sse(chunk("x"), chunk(finish="stop"), usage_chunk(3, 1), first_delay_s=0.5)
+    async with ScriptedServer(Script(pieces=pieces)) as a:
+        async with HedgingClient([Upstream("a", a.base_url)]) as client:
+            result = await client.chat(BODY)
+    assert result.record.ttft_s >= 0.4
+    assert result.record.completion_tokens == 1 and result.record.prompt_tokens == 3
+
+
+async def test_usage_chunk_fills_completion_tokens_and_headers_are_sent():
+    async with ScriptedServer(answer(words=5)) as a:
+        async with HedgingClient([Upstream("a", a.base_url, api_key="sk-a")]) as client:
+            result = await client.chat(BODY, request_id="req123")
+    assert result.record.completion_tokens == 5
+    assert result.record.tpot_s is not None and result.record.e2e_s >= result.record.ttft_s
+    seen = a.requests[0]
+    assert seen.headers["x-request-id"] == "req123-primary"
+    assert seen.headers["idempotency-key"] == "req123"
+    assert seen.headers["authorization"] == "Bearer sk-a"
+    assert seen.body["stream"] is True and seen.body["stream_options"] == {"include_usage": True}
+
+
+async def test_both_attempts_fail_raises_all_attempts_failed():
+    bad = Script(status=503, content_type="text/plain", pieces=[(0, b"down")])
+    async with ScriptedServer(bad) as a, ScriptedServer(bad) as b:
+        sink = Sink()
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)], telemetry=sink) as client:
+            with pytest.raises(AllAttemptsFailed) as info:
+                await client.chat(BODY)
+    assert [name for name, _ in info.value.errors] == ["a", "b"]
+    assert sink.records[0].status == "error"
+
+
+async def test_budget_denies_hedge_and_records_it():
+    async with ScriptedServer(answer(first_delay_s=0.6)) as a, ScriptedServer(answer()) as b:
+        policy = HedgePolicy(hedge_after_s=0.2, budget=0.0, budget_burst=0)
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=policy) as client:
+            result = await client.chat(BODY)
+    assert result.record.hedge_denied and not result.record.hedged
+    assert b.requests == []
+
+
+async def test_stall_after_first_token_raises_stall_timeout():
+    pieces = sse(chunk("a", role="assistant"), done=False) + [(3.0, b'data: {"choices":[]}\n\n')]
+    async with ScriptedServer(Script(pieces=pieces)) as a:
+        sink = Sink()
+        async with HedgingClient([Upstream("a", a.base_url)], policy=HedgePolicy(stall_timeout_s=0.5),
+                                 telemetry=sink) as client:
+            with pytest.raises(StallTimeout):
+                await client.chat(BODY)
+    assert sink.records[0].status == "stalled"
+
+
+async def test_truncated_stream_after_tokens_is_an_error():
+    pieces = sse(chunk("a", role="assistant"), chunk("b"), done=False)
+    async with ScriptedServer(Script(pieces=pieces)) as a:
+        sink = Sink()
+        async with HedgingClient([Upstream("a", a.base_url)]) as client:
+            client.telemetry = sink
+            with pytest.raises(StreamError) as info:
+                await client.chat(BODY)
+    assert info.value.error_type == "truncated"
+    assert sink.records[0].status == "error" and sink.records[0].error_type == "truncated"
+
+
+async def test_total_timeout():
+    async with ScriptedServer(answer(first_delay_s=5.0)) as a:
+        async with HedgingClient([Upstream("a", a.base_url)], policy=HedgePolicy(total_timeout_s=0.5)) as client:
+            with pytest.raises(TotalTimeout):
+                await client.chat(BODY)
+        assert await a.wait_disconnect(0) is not None
+
+
+async def test_caller_leaving_early_closes_every_attempt():
+    async with ScriptedServer(answer(gap_s=1.0, words=10)) as a:
+        async with HedgingClient([Upstream("a", a.base_url)]) as client:
+            async with client.stream_chat(BODY) as stream:
+                async for _ in stream:
+                    break
+        assert stream.record.status == "cancelled"
+        assert await a.wait_disconnect(0) is not None
+    leftover = [t for t in asyncio.all_tasks() if t.get_name().startswith("hedgerow-")]
+    assert leftover == []
+
+
+async def test_sse_error_payload_before_first_token_fails_over():
+    pieces = sse({"error": {"message": "overloaded", "type": "server_error"}}, done=False)
+    async with ScriptedServer(Script(pieces=pieces)) as a, ScriptedServer(answer()) as b:
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)]) as client:
+            result = await client.chat(BODY)
+    assert result.record.winner == "backup" and result.record.attempts[0].error_type == "sse_error"
+
+
+async def test_policy_and_upstream_validation_names_the_field():
+    with pytest.raises(ValueError, match="hedge_after_s"):
+        HedgePolicy(hedge_after_s=float("nan"))
+    with pytest.raises(ValueError, match="budget"):
+        HedgePolicy(budget=1.5)
+    with pytest.raises(ValueError, match="base_url"):
+        Upstream("a", "ftp://x")
