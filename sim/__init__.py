@@ -1,1 +1,48 @@
-"""Package placeholder; filled in by its module."""
+"""hedgerow.sim: simulated OpenAI-compatible LLM replicas and the workloads that drive them.
+
+* ``perf_model``: prefill / decode-step times interpolated from the Splitwise perf model.
+* ``engine``: one replica's continuous-batching scheduler (prefill head-of-line blocking).
+* ``replica``: the FastAPI app, ``serve_replica`` (uvicorn) and ``ReplicaThread`` (in-process).
+* ``trace``: the Azure LLM inference trace loader and a synthetic look-alike.
+
+The demo (``hedgerow.sim.demo``) is not imported here.
+"""
+
+from hedgerow.sim.engine import EngineClosed, EngineRequest, ReplicaEngine, TokenChunk
+from hedgerow.sim.perf_model import (
+    PerfModel,
+    PerfModelError,
+    available_configs,
+    default_perf_model_path,
+    load_perf_model,
+)
+from hedgerow.sim.replica import (
+    ReplicaConfig,
+    ReplicaThread,
+    create_replica_app,
+    estimate_prompt_tokens,
+    serve_replica,
+)
+from hedgerow.sim.trace import TraceError, TraceRequest, compress, load_azure_trace, synthetic_trace
+
+__all__ = [
+    "PerfModel",
+    "PerfModelError",
+    "available_configs",
+    "default_perf_model_path",
+    "load_perf_model",
+    "ReplicaEngine",
+    "EngineRequest",
+    "EngineClosed",
+    "TokenChunk",
+    "ReplicaConfig",
+    "ReplicaThread",
+    "create_replica_app",
+    "estimate_prompt_tokens",
+    "serve_replica",
+    "TraceRequest",
+    "TraceError",
+    "load_azure_trace",
+    "compress",
+    "synthetic_trace",
+]

@@ -1,0 +1,56 @@
+"""The CallRecord wire format: round trip and field-naming errors."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from hedgerow.client import AttemptRecord, CallRecord
+
+
+def sample() -> CallRecord:
+    return CallRecord(
+        request_id="r1", route="summarize", model="llama2-70b",
+        started_at=datetime(2026, 11, 29, 8, 0, 0, 123456, tzinfo=timezone.utc), client="t",
+        hedge_after_s=1.0, threshold_version=7, hedged=True, hedge_reason="ttft_timeout",
+        winner="backup", ttft_s=1.21, ttfo_s=1.21, tpot_s=0.021, e2e_s=4.3, max_itl_s=0.2,
+        prompt_tokens=120, completion_tokens=150,
+        attempts=(
+            AttemptRecord("a", "primary", 0.0, None, 1.21, "cancelled", 200),
+            AttemptRecord("b", "backup", 1.0, 1.21, 4.3, "won", 200, None, 150),
+        ),
+    )
+
+
+def test_round_trip_and_wire_shape():
+    record = sample()
+    wire = record.to_dict()
+    assert wire["started_at"] == "2026-11-29T08:00:00.123456Z"
+    assert wire["attempts"][0]["first_token_s"] is None
+    assert CallRecord.from_dict(wire) == record
+    assert record.attempts[0].censored and record.attempts[1].ttft_s == pytest.approx(0.21)
+
+
+@pytest.mark.parametrize(
+    "patch, field",
+    [
+        ({"ttft_s": -1}, "ttft_s"),
+        ({"status": "weird"}, "status"),
+        ({"started_at": "2026-11-29T08:00:00"}, "started_at"),
+        ({"hedged": "yes"}, "hedged"),
+        ({"extra": 1}, "extra"),
+    ],
+)
+def test_bad_fields_are_named(patch, field):
+    wire = sample().to_dict()
+    wire.update(patch)
+    with pytest.raises(ValueError, match=field):
+        CallRecord.from_dict(wire)
+
+
+def test_bad_attempt_field_is_named_with_its_index():
+    wire = sample().to_dict()
+    wire["attempts"][1]["start_s"] = float("nan")
+    with pytest.raises(ValueError, match=r"attempts\[1\]\.start_s"):
+        CallRecord.from_dict(wire)

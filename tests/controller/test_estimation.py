@@ -1,0 +1,173 @@
+"""Tests of the Kaplan-Meier TTFT estimator on samples from known distributions.
+
+The censoring is simulated the way hedging produces it: a primary whose TTFT exceeds the hedge
+threshold ``h`` gets a backup at ``h``; if the backup's first token (at ``h + backup TTFT``) comes
+before the primary's, the primary is cancelled then and its TTFT is censored at that time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
+
+#: Primary (and backup) TTFT: lognormal, median 1 s, sigma 0.6; true P90 = exp(0.6 z_0.9).
+TTFT = stats.lognorm(s=0.6, scale=1.0)
+TRUE_P90_S = float(TTFT.ppf(0.90))
+
+
+def hedged_samples(n: int, hedge_after_s: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Primary durations and censoring flags as a hedging client with threshold h records them."""
+    rng = np.random.default_rng(seed)
+    primary = TTFT.rvs(n, random_state=rng)
+    backup = TTFT.rvs(n, random_state=rng)
+    backup_first_token = hedge_after_s + backup
+    censored = (primary > hedge_after_s) & (backup_first_token < primary)
+    durations = np.where(censored, backup_first_token, primary)
+    return durations, censored
+
+
+def test_true_p90_is_what_the_tests_assume() -> None:
+    assert TRUE_P90_S == pytest.approx(math.exp(0.6 * 1.2815515655446004), rel=1e-9)
+    assert TRUE_P90_S == pytest.approx(2.1575, abs=1e-3)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_km_recovers_p90_where_uncensored_quantile_drifts_low(seed: int) -> None:
+    hedge_after_s = float(TTFT.ppf(0.60))  # an aggressive threshold: 40% of primaries hedged
+    durations, censored = hedged_samples(4000, hedge_after_s, seed)
+    assert 0.08 < censored.mean() < 0.14  # the backup wins about a quarter of the hedges
+
+    est = estimate_ttft(durations, censored, budget=0.10)
+    naive_p90 = float(np.quantile(durations[~censored], 0.90))
+
+    assert est.samples == 4000
+    assert est.censored == int(censored.sum())
+    assert est.p90_s is not None
+    assert est.p90_s == pytest.approx(TRUE_P90_S, rel=0.06)
+    # Dropping the censored primaries biases the quantile low by far more than that.
+    assert naive_p90 < 0.85 * TRUE_P90_S
+    assert abs(est.p90_s - TRUE_P90_S) < 0.3 * abs(naive_p90 - TRUE_P90_S)
+    # The target, an upper-bound quantile, stays at or above the KM P90 and near the truth.
+    assert est.target_s is not None
+    assert est.p90_s <= est.target_s < 1.15 * TRUE_P90_S
+
+
+def test_worked_number_in_module_docstring() -> None:
+    x = TTFT.rvs(1000, random_state=np.random.default_rng(5))
+    est = estimate_ttft(x, [False] * 1000, budget=0.10, confidence=0.95)
+    assert est.p90_s == pytest.approx(2.144, abs=5e-4)
+    assert est.target_s == pytest.approx(2.249, abs=5e-4)
+    rank = int(np.searchsorted(np.sort(x), est.target_s)) + 1
+    assert rank == 919
+    assert float(TTFT.sf(est.target_s)) == pytest.approx(0.088, abs=5e-4)
+
+
+def test_uncensored_quantiles_match_the_empirical_definition() -> None:
+    x = np.arange(1, 101, dtype=float) / 10.0  # 0.1 .. 10.0 s
+    est = estimate_ttft(x, np.zeros(100, dtype=bool))
+    # smallest t with F(t) >= q, F(k/10) = k/100
+    assert (est.p50_s, est.p75_s, est.p90_s, est.p95_s, est.p99_s) == (5.0, 7.5, 9.0, 9.5, 9.9)
+    assert est.max_observed_s == 10.0
+    assert est.budget is None and est.target_s is None
+    assert est.quantile_lower_bound_s(0.9) == 9.0
+
+
+def test_target_at_or_above_p90_and_falls_as_n_grows() -> None:
+    mean_gap: dict[int, float] = {}
+    for n in (100, 1000, 10000):
+        gaps = []
+        for seed in range(5):
+            x = TTFT.rvs(n, random_state=np.random.default_rng(1000 * n + seed))
+            est = estimate_ttft(x, np.zeros(n, dtype=bool), budget=0.10)
+            assert est.target_s is not None and est.p90_s is not None
+            assert est.target_s >= est.p90_s
+            gaps.append(est.target_s / TRUE_P90_S - 1.0)
+        mean_gap[n] = float(np.mean(gaps))
+    assert mean_gap[100] > mean_gap[1000] > mean_gap[10000] > 0.0
+    assert mean_gap[10000] < 0.05
+
+
+def test_target_keeps_the_budget_with_high_probability() -> None:
+    """The share of targets whose true exceedance is over budget stays near the nominal 2.5%."""
+    rng = np.random.default_rng(11)
+    over = 0
+    reps = 200
+    for _ in range(reps):
+        x = TTFT.rvs(200, random_state=rng)
+        est = estimate_ttft(x, np.zeros(200, dtype=bool), budget=0.10)
+        assert est.target_s is not None
+        over += float(TTFT.sf(est.target_s)) > 0.10
+    assert over / reps < 0.08
+
+
+def test_quantiles_in_the_censored_region_are_none() -> None:
+    # Every primary slower than c is cancelled at c (a fixed deadline): nothing is known above c.
+    x = TTFT.rvs(2000, random_state=np.random.default_rng(3))
+    c = float(TTFT.ppf(0.80))
+    censored = x > c
+    durations = np.minimum(x, c)
+    est = estimate_ttft(durations, censored, budget=0.10)
+    assert est.p50_s is not None and est.p75_s is not None
+    assert est.p75_s == pytest.approx(float(TTFT.ppf(0.75)), rel=0.05)
+    assert est.p90_s is None and est.p95_s is None and est.p99_s is None
+    assert est.target_s is None
+    assert est.max_observed_s == pytest.approx(c)
+    assert est.quantile_lower_bound_s(0.9) == pytest.approx(c)
+    assert est.quantile_lower_bound_s(0.5) == est.p50_s
+
+
+def test_all_censored_identifies_nothing() -> None:
+    est = estimate_ttft([1.0, 2.0, 3.0], [True, True, True], budget=0.10)
+    assert est == TTFTEstimate(
+        samples=3, censored=3, p50_s=None, p75_s=None, p90_s=None, p95_s=None, p99_s=None,
+        max_observed_s=3.0, budget=0.10, target_s=None,
+    )
+
+
+def test_small_samples_have_no_target() -> None:
+    # Five samples cannot show P(TTFT > t) <= 10% with 95% confidence at any observed t,
+    # even though the KM curve reaches 0 at the last one (its interval is undefined there).
+    est = estimate_ttft([0.5, 0.7, 0.9, 1.1, 1.3], [False] * 5, budget=0.10)
+    assert est.p90_s == 1.3
+    assert est.target_s is None
+
+
+def test_tied_and_zero_durations_are_accepted() -> None:
+    est = estimate_ttft([0.0, 0.0, 1.0, 1.0, 2.0, 0.5], [False, False, False, False, False, True])
+    assert est.p50_s == 1.0
+    assert est.samples == 6 and est.censored == 1
+
+
+def test_quantile_lower_bound_rejects_unknown_levels() -> None:
+    est = estimate_ttft([1.0, 2.0], [False, False])
+    with pytest.raises(ValueError, match="q must be one of"):
+        est.quantile_lower_bound_s(0.42)
+
+
+@pytest.mark.parametrize(
+    ("durations", "censored", "kwargs", "name"),
+    [
+        ([], [], {}, "durations_s"),
+        ([1.0, 2.0], [False], {}, "length"),
+        ([1.0, -0.1], [False, False], {}, r"durations_s\[1\]"),
+        ([1.0, float("nan")], [False, False], {}, r"durations_s\[1\]"),
+        ([1.0, float("inf")], [False, False], {}, r"durations_s\[1\]"),
+        (["a", 1.0], [False, False], {}, "durations_s"),
+        ([1.0, 2.0], [False, "yes"], {}, r"censored\[1\]"),
+        ([1.0, 2.0], [False, False], {"budget": 0.0}, "budget"),
+        ([1.0, 2.0], [False, False], {"budget": 1.0}, "budget"),
+        ([1.0, 2.0], [False, False], {"budget": float("nan")}, "budget"),
+        ([1.0, 2.0], [False, False], {"confidence": 1.0}, "confidence"),
+        ([1.0, 2.0], [False, False], {"confidence": 0}, "confidence"),
+    ],
+)
+def test_bad_input_raises_value_error_naming_the_argument(
+    durations: list, censored: list, kwargs: dict, name: str
+) -> None:
+    with pytest.raises(ValueError, match=name):
+        estimate_ttft(durations, censored, **kwargs)

@@ -1,0 +1,291 @@
+"""Tests of the controller's budget policy (``decide``): every rule and reason code."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
+from hedgerow.controller.policy import (
+    REASON_CODES,
+    SHORT_WINDOW_MIN_CALLS,
+    Decision,
+    Observation,
+    PolicyKnobs,
+    RouteConfig,
+    decide,
+)
+from hedgerow.settings import Settings
+
+CONFIG = RouteConfig()  # budget 0.10, default 2.0 s, bounds 0.05 s .. 30 s
+KNOBS = PolicyKnobs()  # min_samples 50, hysteresis 0.05, step down 0.25, step up 1.0
+
+
+def estimate(target_s: float | None, *, samples: int = 500, budget: float = 0.10) -> TTFTEstimate:
+    """An estimate with a given target (the quantiles are irrelevant to the policy)."""
+    return TTFTEstimate(
+        samples=samples, censored=samples // 10, p50_s=0.4, p75_s=0.6, p90_s=0.8, p95_s=1.0,
+        p99_s=None, max_observed_s=3.0, budget=budget, target_s=target_s,
+    )
+
+
+def observe(
+    est: TTFTEstimate | None,
+    *,
+    short_calls: int = 0,
+    short_rate: float | None = None,
+    hedges: int = 0,
+    backup_win_rate: float | None = None,
+) -> Observation:
+    """An observation over one hour with the given short-window and hedge figures."""
+    return Observation(
+        estimate=est, window_s=3600.0, calls=1000, observed_hedge_rate=0.08,
+        backup_win_rate=backup_win_rate, hedges=hedges, short_window_calls=short_calls,
+        short_window_hedge_rate=short_rate,
+    )
+
+
+def codes(decision: Decision) -> list[str]:
+    """The decision's reason codes, each checked against the documented set."""
+    parts = decision.reason.split(",")
+    assert set(parts) <= REASON_CODES, parts
+    return parts
+
+
+# --- rule 1: disabled / pinned -------------------------------------------------------------
+
+
+def test_disabled_keeps_current_value() -> None:
+    d = decide(RouteConfig(enabled=False), 1.7, observe(estimate(0.5)), KNOBS)
+    assert d == Decision(hedge_after_s=1.7, applied=False, reason="disabled", source="disabled")
+
+
+def test_disabled_without_a_value_publishes_the_default() -> None:
+    d = decide(RouteConfig(enabled=False), None, observe(None), KNOBS)
+    assert d == Decision(hedge_after_s=2.0, applied=True, reason="disabled", source="disabled")
+
+
+def test_pinned_value_is_published_as_is() -> None:
+    config = RouteConfig(pinned_hedge_after_s=45.0)  # above max: pinned is not clamped
+    d = decide(config, 1.0, observe(estimate(0.5)), KNOBS)
+    assert d == Decision(hedge_after_s=45.0, applied=True, reason="pinned", source="pinned")
+    again = decide(config, 45.0, observe(estimate(0.5)), KNOBS)
+    assert again.applied is False and again.hedge_after_s == 45.0
+
+
+# --- rule 2: too few samples ---------------------------------------------------------------
+
+
+def test_no_samples_publishes_the_default_first() -> None:
+    d = decide(CONFIG, None, observe(None), KNOBS)
+    assert d == Decision(2.0, True, "too_few_samples", "default")
+
+
+def test_too_few_samples_keeps_current() -> None:
+    d = decide(CONFIG, 1.2, observe(estimate(0.5, samples=49)), KNOBS)
+    assert d == Decision(1.2, False, "too_few_samples", "controller")
+    enough = decide(CONFIG, 1.2, observe(estimate(0.5, samples=50)), KNOBS)
+    assert codes(enough)[0] == "target"
+
+
+# --- rule 3: censored raise ----------------------------------------------------------------
+
+
+def test_censored_target_raises_by_a_bounded_step() -> None:
+    d = decide(CONFIG, 1.5, observe(estimate(None)), KNOBS)
+    assert d == Decision(3.0, True, "censored_raise", "controller")
+    half = decide(CONFIG, 1.5, observe(estimate(None)), dataclasses.replace(KNOBS, max_step_up=0.5))
+    assert half.hedge_after_s == pytest.approx(2.25)
+
+
+def test_censored_raise_from_real_censored_data() -> None:
+    # Hedging at 0.8 s with a fast backup censors every primary slower than ~0.8 s; P90 is
+    # hidden, so the estimator gives no target and the policy raises.
+    x = stats.lognorm(s=0.6).rvs(1000, random_state=np.random.default_rng(2))
+    cut = 0.8 + 0.05
+    est = estimate_ttft(np.minimum(x, cut), x > cut, budget=0.10)
+    assert est.target_s is None
+    d = decide(CONFIG, 0.8, observe(est), KNOBS)
+    assert (d.hedge_after_s, d.reason, d.applied) == (1.6, "censored_raise", True)
+
+
+# --- rule 4: raise fast when over budget ---------------------------------------------------
+
+
+def test_raise_over_budget_moves_up_at_once() -> None:
+    obs = observe(estimate(4.0), short_calls=200, short_rate=0.14)
+    d = decide(CONFIG, 1.0, obs, KNOBS)
+    assert d == Decision(4.0, True, "raise_over_budget", "controller")
+
+
+def test_target_above_current_without_over_budget_is_also_taken() -> None:
+    d = decide(CONFIG, 1.0, observe(estimate(4.0), short_calls=200, short_rate=0.05), KNOBS)
+    assert d == Decision(4.0, True, "target", "controller")
+
+
+def test_over_budget_holds_a_lower_target() -> None:
+    d = decide(CONFIG, 1.0, observe(estimate(0.5), short_calls=200, short_rate=0.14), KNOBS)
+    assert d == Decision(1.0, False, "over_budget_hold", "controller")
+
+
+def test_short_window_needs_enough_calls() -> None:
+    few = observe(estimate(0.5), short_calls=SHORT_WINDOW_MIN_CALLS - 1, short_rate=0.5)
+    d = decide(CONFIG, 1.0, few, KNOBS)
+    assert codes(d) == ["target", "step_down_limited"]  # the short window is ignored
+    enough = observe(estimate(0.5), short_calls=SHORT_WINDOW_MIN_CALLS, short_rate=0.5)
+    assert decide(CONFIG, 1.0, enough, KNOBS).reason == "over_budget_hold"
+
+
+# --- rule 5: lower slowly ------------------------------------------------------------------
+
+
+def test_step_down_is_limited_per_tick() -> None:
+    d = decide(CONFIG, 2.0, observe(estimate(0.9)), KNOBS)
+    assert d == Decision(1.5, True, "target,step_down_limited", "controller")
+
+
+def test_small_decrease_goes_straight_to_target() -> None:
+    d = decide(CONFIG, 2.0, observe(estimate(1.6)), KNOBS)
+    assert d == Decision(1.6, True, "target", "controller")
+
+
+def test_worked_number_in_module_docstring() -> None:
+    current = 2.0
+    steps = []
+    for target in (0.9, 0.9, 0.9, 0.93):
+        d = decide(CONFIG, current, observe(estimate(target)), KNOBS)
+        steps.append((round(d.hedge_after_s, 6), d.reason))
+        current = d.hedge_after_s
+    assert steps == [
+        (1.5, "target,step_down_limited"),
+        (1.125, "target,step_down_limited"),
+        (0.9, "target"),
+        (0.9, "hysteresis_hold"),
+    ]
+    up = decide(CONFIG, current, observe(estimate(1.3), short_calls=200, short_rate=0.14), KNOBS)
+    assert (up.hedge_after_s, up.reason) == (1.3, "raise_over_budget")
+
+
+# --- rule 6: hysteresis --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", [0.96, 1.04])
+def test_small_changes_are_held(target: float) -> None:
+    d = decide(CONFIG, 1.0, observe(estimate(target)), KNOBS)
+    assert d == Decision(1.0, False, "hysteresis_hold", "controller")
+
+
+def test_change_at_hysteresis_is_applied() -> None:
+    d = decide(CONFIG, 1.0, observe(estimate(1.06)), KNOBS)
+    assert (d.hedge_after_s, d.applied, d.reason) == (1.06, True, "target")
+
+
+def test_first_publication_skips_hysteresis() -> None:
+    d = decide(CONFIG, None, observe(estimate(1.98)), KNOBS)
+    assert d == Decision(1.98, True, "target", "controller")
+
+
+def test_zero_hysteresis_follows_every_change() -> None:
+    knobs = dataclasses.replace(KNOBS, hysteresis=0.0)
+    d = decide(CONFIG, 1.0, observe(estimate(1.01)), knobs)
+    assert (d.hedge_after_s, d.reason) == (1.01, "target")
+
+
+# --- rule 7: clamps ------------------------------------------------------------------------
+
+
+def test_clamped_to_max() -> None:
+    d = decide(CONFIG, 10.0, observe(estimate(50.0)), KNOBS)
+    assert d == Decision(30.0, True, "target,clamped_max", "controller")
+    at_max = decide(CONFIG, 30.0, observe(estimate(None)), KNOBS)
+    assert at_max == Decision(30.0, False, "censored_raise,clamped_max", "controller")
+
+
+def test_clamped_to_min() -> None:
+    config = RouteConfig(min_hedge_after_s=0.5)
+    d = decide(config, 0.55, observe(estimate(0.45)), KNOBS)
+    assert d == Decision(0.5, True, "target,clamped_min", "controller")
+    both = decide(config, 0.6, observe(estimate(0.2)), KNOBS)  # step floor 0.45, then min
+    assert both == Decision(0.5, True, "target,step_down_limited,clamped_min", "controller")
+
+
+def test_tightened_bounds_move_a_held_value() -> None:
+    config = RouteConfig(max_hedge_after_s=1.0)
+    d = decide(config, 1.5, observe(estimate(1.52)), KNOBS)
+    assert d == Decision(1.0, True, "hysteresis_hold,clamped_max", "controller")
+    few = decide(config, 1.5, observe(None), KNOBS)
+    assert few == Decision(1.0, True, "too_few_samples,clamped_max", "controller")
+
+
+# --- rule 8: flag --------------------------------------------------------------------------
+
+
+def test_backups_rarely_win_flag() -> None:
+    flagged = observe(estimate(1.6), hedges=20, backup_win_rate=0.1)
+    d = decide(CONFIG, 2.0, flagged, KNOBS)
+    assert d == Decision(1.6, True, "target,backups_rarely_win", "controller")
+    too_few_hedges = observe(estimate(1.6), hedges=19, backup_win_rate=0.1)
+    assert decide(CONFIG, 2.0, too_few_hedges, KNOBS).reason == "target"
+    wins_enough = observe(estimate(1.6), hedges=200, backup_win_rate=0.2)
+    assert decide(CONFIG, 2.0, wins_enough, KNOBS).reason == "target"
+    pinned = decide(RouteConfig(pinned_hedge_after_s=1.0), 1.0, flagged, KNOBS)
+    assert pinned.reason == "pinned,backups_rarely_win"
+
+
+# --- configuration and validation ----------------------------------------------------------
+
+
+def test_knobs_from_settings() -> None:
+    settings = Settings(
+        min_samples=80, hysteresis=0.1, max_step_down=0.5, max_step_up=0.25,
+        min_backup_win_rate=0.3,
+    )
+    assert PolicyKnobs.from_settings(settings) == PolicyKnobs(
+        min_samples=80, hysteresis=0.1, max_step_down=0.5, max_step_up=0.25,
+        min_backup_win_rate=0.3, min_hedges_for_flag=20,
+    )
+    assert PolicyKnobs.from_settings(Settings()) == PolicyKnobs()
+
+
+def test_estimate_budget_must_match_route_budget() -> None:
+    with pytest.raises(ValueError, match="observation.estimate.budget"):
+        decide(CONFIG, 1.0, observe(estimate(1.0, budget=0.05)), KNOBS)
+
+
+@pytest.mark.parametrize("current", [0.0, -1.0, float("nan"), float("inf"), True])
+def test_bad_current_value_is_rejected(current: float) -> None:
+    with pytest.raises(ValueError, match="current_hedge_after_s"):
+        decide(CONFIG, current, observe(estimate(1.0)), KNOBS)
+
+
+@pytest.mark.parametrize(
+    ("factory", "name"),
+    [
+        (lambda: RouteConfig(budget=0.0), "budget"),
+        (lambda: RouteConfig(budget=1.0), "budget"),
+        (lambda: RouteConfig(default_hedge_after_s=0.0), "default_hedge_after_s"),
+        (lambda: RouteConfig(min_hedge_after_s=5.0, max_hedge_after_s=1.0), "min_hedge_after_s"),
+        (lambda: RouteConfig(pinned_hedge_after_s=float("nan")), "pinned_hedge_after_s"),
+        (lambda: PolicyKnobs(min_samples=0), "min_samples"),
+        (lambda: PolicyKnobs(hysteresis=1.0), "hysteresis"),
+        (lambda: PolicyKnobs(max_step_down=-0.1), "max_step_down"),
+        (lambda: PolicyKnobs(max_step_up=0.0), "max_step_up"),
+        (lambda: PolicyKnobs(min_backup_win_rate=1.5), "min_backup_win_rate"),
+        (lambda: PolicyKnobs(min_hedges_for_flag=-1), "min_hedges_for_flag"),
+        (lambda: observe(None, short_rate=1.2), "short_window_hedge_rate"),
+        (lambda: observe(None, backup_win_rate=-0.1), "backup_win_rate"),
+        (lambda: observe(None, hedges=-1), "hedges"),
+        (lambda: dataclasses.replace(observe(None), window_s=0.0), "window_s"),
+    ],
+)
+def test_bad_configuration_names_the_field(factory, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        factory()
+
+
+def test_target_equal_to_current_is_a_no_op() -> None:
+    d = decide(CONFIG, 1.0, observe(estimate(1.0)), KNOBS)
+    assert d == Decision(1.0, False, "target", "controller")
