@@ -95,7 +95,7 @@ class DemoConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> "DemoConfig":
         """The ``--quick`` preset: about 30 s of load per way, under two minutes in all."""
-        base = dict(duration_s=25.0, controller_interval_s=2.0)
+        base = dict(duration_s=22.0, controller_interval_s=2.0)
         base.update(overrides)
         return cls(**base)
 

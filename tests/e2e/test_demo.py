@@ -1,0 +1,42 @@
+"""``hedgerow demo --quick`` runs end to end and writes its results.
+
+The demo is the main job: it starts ``serve``, three replicas and the load generator as real
+processes on loopback. This test checks that it completes and that what it reports is
+consistent (three ways, calls measured, hedging only where asked, the budget held), not how much
+faster the adaptive way is: that is a measurement, reported by the demo itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+
+
+@pytest.mark.slow
+def test_demo_quick_runs_and_reports_three_ways(tmp_path: Path):
+    out_json = tmp_path / "demo.json"
+    args = [sys.executable, "-m", "hedgerow.cli", "demo", "--quick", "--json", str(out_json)]
+    if TRACE.is_file():
+        args += ["--trace", str(TRACE)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "adaptive" in done.stdout and "P99" in done.stdout
+
+    modes = {m["mode"]: m for m in json.loads(out_json.read_text())["modes"]}
+    assert list(modes) == ["none", "fixed", "adaptive"]
+    for mode in modes.values():
+        assert mode["calls"] > 100
+        for key in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "ttft_max_s"):
+            assert mode[key] is not None and mode[key] > 0
+        assert mode["ttft_p50_s"] <= mode["ttft_p90_s"] <= mode["ttft_p99_s"] <= mode["ttft_max_s"]
+    assert modes["none"]["hedge_rate"] == 0.0 and modes["none"]["backup_win_rate"] is None
+    # The token bucket bounds hedges to budget x calls + burst (10): well under 20% here.
+    assert modes["adaptive"]["hedge_rate"] <= 0.2
+    # The adaptive way polled a threshold set by the controller.
+    assert modes["adaptive"]["final_hedge_after_s"] is not None
