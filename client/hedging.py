@@ -457,14 +457,17 @@ class CallStream:
 
     async def _next_event(self, deadline: float) -> tuple[str, _Attempt, Any, float] | None:
         """The next attempt event, or None when ``deadline`` (call time, s) passes first."""
+        if not self._events.empty():
+            return self._events.get_nowait()
         remaining = deadline - self._now()
         if remaining <= 0:
             return None
         if math.isinf(remaining):
             return await self._events.get()
         try:
-            return await asyncio.wait_for(self._events.get(), remaining)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(remaining):
+                return await self._events.get()
+        except TimeoutError:
             return None
 
     async def _run(self) -> AsyncIterator[dict[str, Any]]:
@@ -541,7 +544,7 @@ class CallStream:
                 if stall is not None and self._last_token_at is not None:
                     deadline = min(deadline, self._last_chunk_at + stall)
                 event = await self._next_event(deadline)
-                if event is None:
+                if event is None or self._now() >= total_deadline:
                     at = self._now()
                     if at >= total_deadline:
                         self._set_status("timeout", "total_timeout")

@@ -1,1 +1,65 @@
-"""Package placeholder; filled in by its module."""
+"""hedgerow.controller: the SQL store, TTFT estimation, the threshold policy and the controller job.
+
+- store: :mod:`~hedgerow.controller.models` (SQLAlchemy 2 tables), :mod:`~hedgerow.controller.db`
+  (engines, sessions, Alembic migrations), :mod:`~hedgerow.controller.ingest` (call records in),
+  :mod:`~hedgerow.controller.queries` (thresholds, routes, history out);
+- estimation: :mod:`~hedgerow.controller.estimation` (Kaplan-Meier TTFT quantiles, scipy);
+- policy: :mod:`~hedgerow.controller.policy` (budget, hysteresis, bounded steps);
+- job: :mod:`~hedgerow.controller.jobs` (one tick), :mod:`~hedgerow.controller.lease` (one job
+  runner), :mod:`~hedgerow.controller.scheduler` (APScheduler).
+
+No FastAPI here: the api imports this package, never the other way round.
+"""
+
+from hedgerow.controller.db import (
+    check_ready,
+    downgrade_database,
+    make_engine,
+    make_sessionmaker,
+    upgrade_connection,
+    upgrade_database,
+)
+from hedgerow.controller.errors import ControllerError, StoreError, StoreNotReady, UnknownRoute
+from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
+from hedgerow.controller.ingest import ingest_calls, route_defaults
+from hedgerow.controller.jobs import run_once, run_tick, tick_route
+from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, release_lease
+from hedgerow.controller.models import (
+    Attempt,
+    Base,
+    Call,
+    Lease,
+    Route,
+    Threshold,
+    ThresholdHistory,
+)
+from hedgerow.controller.policy import Decision, Observation, PolicyKnobs, RouteConfig, decide
+from hedgerow.controller.queries import (
+    HISTORY_FIELDS,
+    THRESHOLD_FIELDS,
+    get_history,
+    get_route,
+    get_threshold,
+    list_routes,
+    list_thresholds,
+)
+from hedgerow.controller.routes_admin import ROUTE_CONFIG_FIELDS, update_route
+from hedgerow.controller.scheduler import ControllerScheduler
+
+__all__ = [
+    # store
+    "Base", "Route", "Call", "Attempt", "Threshold", "ThresholdHistory", "Lease",
+    "make_engine", "make_sessionmaker", "upgrade_database", "downgrade_database",
+    "upgrade_connection", "check_ready",
+    "ingest_calls", "route_defaults",
+    "HISTORY_FIELDS", "THRESHOLD_FIELDS", "list_thresholds", "get_threshold", "list_routes",
+    "get_route", "get_history", "ROUTE_CONFIG_FIELDS", "update_route",
+    # estimation and policy
+    "TTFTEstimate", "estimate_ttft",
+    "RouteConfig", "PolicyKnobs", "Observation", "Decision", "decide",
+    # job
+    "run_tick", "run_once", "tick_route", "CONTROLLER_LEASE", "acquire_lease", "release_lease",
+    "ControllerScheduler",
+    # errors
+    "ControllerError", "StoreError", "StoreNotReady", "UnknownRoute",
+]  # fmt: skip

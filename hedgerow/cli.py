@@ -8,7 +8,13 @@ are printed as one line and exit with status 1 or 2, never as a traceback.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import typer
+
+if TYPE_CHECKING:
+    from hedgerow.client import Upstream
 
 app = typer.Typer(
     name="hedgerow",
@@ -30,6 +36,301 @@ def fail(message: str, code: int = 1) -> "typer.Exit":
 
 
 # --- commands are defined below, one section each -------------------------------------------
+
+# ---- call (lead) ----
+
+
+def _parse_upstream(text: str) -> "Upstream":
+    from hedgerow.client import Upstream
+
+    name, sep, url = text.partition("=")
+    if not sep or not name or not url:
+        raise typer.BadParameter(f"expected NAME=BASE_URL, got {text!r}", param_hint="--upstream")
+    try:
+        return Upstream(name, url)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--upstream") from None
+
+
+@app.command()
+def call(
+    upstream: list[str] = typer.Option(..., "--upstream", help="NAME=BASE_URL (ends in /v1); repeat; the first is the primary."),
+    model: str = typer.Option(None, "--model", help="Model name (required with --prompt)."),
+    prompt: str = typer.Option(None, "--prompt", help="The user message."),
+    body: typer.FileText = typer.Option(None, "--body", help="A chat-completions JSON body file."),
+    route: str = typer.Option("default", "--route", help="Route name recorded with the call."),
+    hedge_after: float = typer.Option(2.0, "--hedge-after", help="Seconds without a first token before hedging."),
+    max_tokens: int = typer.Option(None, "--max-tokens", help="max_tokens of the request."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object {text, record} instead of the text."),
+) -> None:
+    """Stream one hedged chat completion; the text goes to stdout as it arrives."""
+    import asyncio
+    import json
+    import sys
+
+    from hedgerow.client import HedgeError, HedgePolicy, HedgingClient
+    from hedgerow.client.chunks import AnswerAssembler
+
+    upstreams = [_parse_upstream(u) for u in upstream]
+    if (prompt is None) == (body is None):
+        raise fail("give exactly one of --prompt and --body", 2)
+    if body is not None:
+        try:
+            payload = json.load(body)
+        except ValueError as exc:
+            raise fail(f"--body: not valid JSON ({exc})", 2) from None
+        if not isinstance(payload, dict):
+            raise fail("--body: must hold a JSON object", 2)
+        if model:
+            payload["model"] = model
+    else:
+        if not model:
+            raise fail("--model is required with --prompt", 2)
+        payload = {"model": model, "messages": [{"role": "user", "content": prompt}]}
+    if max_tokens is not None:
+        payload["max_tokens"] = max_tokens
+    if not isinstance(payload.get("model"), str):
+        raise fail("the request needs a string 'model' (--model or in --body)", 2)
+    try:
+        policy = HedgePolicy(hedge_after_s=hedge_after)
+    except ValueError as exc:
+        raise fail(str(exc), 2) from None
+
+    async def run() -> tuple[AnswerAssembler, object, str | None]:
+        answer = AnswerAssembler()
+        error = None
+        stream = None
+        async with HedgingClient(upstreams, route=route, policy=policy) as client:
+            try:
+                async with client.stream_chat(payload) as stream:
+                    async for chunk in stream:
+                        answer.add(chunk)
+                        if not as_json:
+                            for choice in chunk.get("choices") or []:
+                                delta = choice.get("delta") or {}
+                                text = delta.get("content") or delta.get("refusal") or ""
+                                if text:
+                                    sys.stdout.write(text)
+                                    sys.stdout.flush()
+            except HedgeError as exc:
+                error = str(exc).splitlines()[0]
+        return answer, (stream.record if stream is not None else None), error
+
+    answer, record, error = asyncio.run(run())
+    if as_json:
+        out = {"text": answer.text, "record": record.to_dict() if record is not None else None}
+        if error:
+            out["error"] = error
+        typer.echo(json.dumps(out))
+    elif answer.text:
+        typer.echo("")
+    if error:
+        raise fail(error, 1)
+
+
+# ---- demo (lead) ----
+
+
+@app.command()
+def demo(
+    trace: Path = typer.Option(None, "--trace", help="Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)."),
+    duration: float = typer.Option(None, "--duration", help="Seconds of load per way (default 120, 28 with --quick)."),
+    quick: bool = typer.Option(False, "--quick", help="A short run: under two minutes in all."),
+    json_path: Path = typer.Option(None, "--json", help="Write the results as JSON to this file."),
+    rate: float = typer.Option(None, "--rate", help="Arrival rate, requests per second (default 12)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the built-in workload generator."),
+) -> None:
+    """Run api, controller, three replicas (one degraded) and hedging clients; compare three ways."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hedgerow.sim.demo import DemoConfig, DemoError, results_table, run_demo
+
+    overrides: dict = {"trace_path": trace, "json_path": json_path, "seed": seed}
+    if duration is not None:
+        if not duration > 0 or duration != duration:
+            raise fail("--duration: must be a number of seconds > 0", 2)
+        overrides["duration_s"] = duration
+    if rate is not None:
+        if not rate > 0:
+            raise fail("--rate: must be > 0", 2)
+        overrides["rate_per_s"] = rate
+    if trace is not None and not trace.is_file():
+        raise fail(f"--trace: no such file: {trace}", 2)
+    config = DemoConfig.quick(**overrides) if quick else DemoConfig(**overrides)
+    console = Console(width=max(120, Console().width))
+    source = f"trace {trace}" if trace else "built-in generator (Azure conv statistics)"
+    console.print(
+        f"hedgerow demo: {source}, {config.duration_s:g} s per way at {config.rate_per_s:g} req/s; "
+        f"3 replicas (one {config.degraded_slowdown:g}x slower), budget {config.budget:.0%}"
+    )
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        try:
+            results = asyncio.run(run_demo(config, progress))
+        except DemoError as exc:
+            raise fail(str(exc), 1) from None
+    console.print(results_table(results))
+    if json_path is not None:
+        console.print(f"results written to {json_path}")
+
+
+# ---- replica (sim helper) ----
+
+
+@app.command()
+def replica(
+    port: int = typer.Option(..., "--port", help="TCP port to listen on (0 = pick a free one)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind."),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="Factor on every service time (0.1 = 10x faster than the GPU)."),
+    slowdown: float = typer.Option(1.0, "--slowdown", help="Degradation factor on every service time."),
+    max_batch: int = typer.Option(64, "--max-batch", help="Largest running batch."),
+    tokens_per_chunk: int = typer.Option(1, "--tokens-per-chunk", help="Tokens per SSE chunk after the first."),
+    name: str = typer.Option("replica", "--name", help="Replica name (stats, logs, X-Hedgerow-Replica)."),
+    error_rate: float = typer.Option(0.0, "--error-rate", help="Fraction of requests answered HTTP 503."),
+    stall_rate: float = typer.Option(0.0, "--stall-rate", help="Fraction of requests that stall once mid-stream."),
+    stall_s: float = typer.Option(0.0, "--stall-s", help="Length of such a stall, wall seconds."),
+    seed: int = typer.Option(None, "--seed", help="Seed of the random choices."),
+    perf_model: str = typer.Option(None, "--perf-model", help="Splitwise perf_model.csv (default: ../shared/data/traces/splitwise_perf_model.csv, else an embedded table)."),
+) -> None:
+    """Serve one simulated OpenAI-compatible LLM replica (continuous batching, Splitwise timings)."""
+    from pathlib import Path
+
+    from hedgerow.sim.perf_model import PerfModelError
+    from hedgerow.sim.replica import ReplicaConfig, serve_replica
+
+    if not 0 <= port <= 65535:
+        raise fail(f"--port must be in [0, 65535], got {port}", 2)
+    if perf_model is not None and not Path(perf_model).is_file():
+        raise fail(f"--perf-model: file not found: {perf_model}", 2)
+    try:
+        config = ReplicaConfig(name=name, time_scale=time_scale, slowdown=slowdown, max_batch=max_batch,
+                               tokens_per_chunk=tokens_per_chunk, error_rate=error_rate,
+                               stall_rate=stall_rate, stall_s=stall_s, seed=seed,
+                               perf_model_path=perf_model)
+    except ValueError as exc:
+        raise fail(f"--{str(exc).split(' ', 1)[0].replace('_', '-')}: {str(exc).split(' ', 1)[1]}", 2) from None
+    try:
+        serve_replica(config, host, port)
+    except PerfModelError as exc:
+        raise fail(str(exc), 2) from None
+    except OSError as exc:
+        raise fail(str(exc), 1) from None
+    except KeyboardInterrupt:
+        pass
+
+
+# ---- end replica ----
+
+# ---- serve, db upgrade, controller run-once (controller+api helper) ----
+
+
+def _server_settings(db: str | None, **overrides: object) -> "Settings":
+    """Settings from the environment with the command's flags on top (bad values exit 2)."""
+    from pydantic import ValidationError
+
+    from hedgerow.settings import Settings
+
+    values = {k: v for k, v in overrides.items() if v is not None}
+    if db is not None:
+        values["database_url"] = db
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"])
+        raise fail(f"{field}: {error['msg']}", 2) from None
+
+
+@app.command()
+def serve(
+    db: str = typer.Option(None, "--db", help="Database URL (default HEDGEROW_DATABASE_URL, else sqlite+aiosqlite:///./hedgerow.db); migrated on start."),
+    host: str = typer.Option(None, "--host", help="Interface to listen on (default 127.0.0.1; non-loopback needs HEDGEROW_TOKENS)."),
+    port: int = typer.Option(None, "--port", help="TCP port (default 8400; 0 picks a free one)."),
+    interval: float = typer.Option(None, "--interval", help="Seconds between controller ticks (default 60)."),
+) -> None:
+    """Run the api and the controller job; prints one line once listening."""
+    from hedgerow.api.errors import ApiConfigError
+    from hedgerow.api.server import serve as serve_api
+    from hedgerow.controller.errors import StoreError, StoreNotReady
+
+    settings = _server_settings(db, host=host, port=port, controller_interval_s=interval)
+    try:
+        serve_api(settings)
+    except StoreNotReady as exc:
+        raise fail(str(exc), 1) from None
+    except (ApiConfigError, StoreError, ValueError) as exc:
+        raise fail(str(exc), 2) from None
+    except (OSError, RuntimeError) as exc:
+        raise fail(f"cannot serve on {settings.host}:{settings.port}: {exc}", 1) from None
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    db: str = typer.Option(None, "--db", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."),
+    revision: str = typer.Option("head", "--revision", help="Target revision."),
+) -> None:
+    """Migrate the store to the newest schema (or to --revision)."""
+    from hedgerow.controller.db import head_revision, upgrade_database
+    from hedgerow.controller.errors import StoreError
+
+    settings = _server_settings(db)
+    try:
+        upgrade_database(settings.database_url, revision)
+    except StoreError as exc:
+        raise fail(str(exc), 2) from None
+    except Exception as exc:  # noqa: BLE001 - driver errors: unreachable database, bad revision
+        raise fail(f"migration failed: {type(exc).__name__}: {str(exc).splitlines()[0]}", 1) from None
+    target = head_revision() if revision == "head" else revision
+    typer.echo(f"hedgerow: database migrated to revision {target}")
+
+
+@controller_app.command("run-once")
+def controller_run_once(
+    db: str = typer.Option(None, "--db", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the decisions as JSON instead of a table."),
+) -> None:
+    """Run one controller tick now and print its decisions (one history row per route)."""
+    import asyncio
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from hedgerow.controller.errors import StoreError
+    from hedgerow.controller.jobs import run_once
+
+    settings = _server_settings(db)
+    try:
+        rows = asyncio.run(run_once(settings))
+    except StoreError as exc:
+        raise fail(str(exc), 1) from None
+    if as_json:
+        typer.echo(json.dumps({"history": rows}, indent=2))
+        return
+
+    def seconds(value: object) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    def fraction(value: object) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
+    table = Table(title=f"controller tick: {len(rows)} route(s)")
+    for column in ("route", "model", "previous_s", "hedge_after_s", "applied", "reason", "source",
+                   "samples", "censored", "p50_s", "p90_s", "p99_s", "hedge rate", "backup wins", "budget"):
+        table.add_column(column, justify="right" if column not in ("route", "model", "reason", "source") else "left")
+    for row in rows:
+        table.add_row(row["route"], row["model"], seconds(row["previous_hedge_after_s"]),
+                      seconds(row["hedge_after_s"]), "yes" if row["applied"] else "held", row["reason"],
+                      row["source"], str(row["samples"]), str(row["censored"]), seconds(row["p50_s"]),
+                      seconds(row["p90_s"]), seconds(row["p99_s"]), fraction(row["observed_hedge_rate"]),
+                      fraction(row["backup_win_rate"]), fraction(row["budget"]))
+    Console(width=200).print(table)
+
+
+# ---- end serve, db upgrade, controller run-once ----
 
 
 def main() -> None:

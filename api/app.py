@@ -1,0 +1,93 @@
+"""The FastAPI app factory.
+
+``create_app(settings)`` wires the routers and a lifespan that, on start-up, makes the engine,
+migrates the store to head, and starts the controller's scheduler (APScheduler 3
+``AsyncIOScheduler``: the lease every ``lease_ttl_s / 3``, a tick every ``controller_interval_s``
+while holding the lease); on shut-down it stops the scheduler, releases the lease and disposes of
+the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from hedgerow import __version__
+from hedgerow.api import calls, controller, health, routes, thresholds
+from hedgerow.api.auth import check_listen_allowed, parse_tokens
+from hedgerow.controller.db import (
+    check_database_url,
+    make_engine,
+    make_sessionmaker,
+    migrate_engine,
+)
+from hedgerow.controller.errors import UnknownRoute
+from hedgerow.controller.ingest import route_defaults
+from hedgerow.controller.scheduler import ControllerScheduler
+from hedgerow.settings import Settings
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) -> FastAPI:
+    """Build the hedgerow api.
+
+    Args:
+        settings: the server settings (default: from ``HEDGEROW_*`` environment variables).
+        run_scheduler: start the controller's scheduled jobs (False: only on demand, through
+            ``POST /v1/controller/run``).
+
+    Returns:
+        The FastAPI app; its lifespan owns the engine and the scheduler.
+
+    Raises:
+        ApiConfigError: malformed ``tokens``, or no tokens while ``settings.host`` is not loopback.
+        StoreError: an unsupported database url.
+        ValueError: route defaults out of range (named in the message).
+    """
+    settings = settings or Settings()
+    tokens = parse_tokens(settings.tokens)
+    check_listen_allowed(settings.host, tokens)
+    defaults = route_defaults(settings)
+    check_database_url(settings.database_url)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings.database_url)
+        sessionmaker = make_sessionmaker(engine)
+        scheduler = ControllerScheduler(sessionmaker, settings)
+        try:
+            await migrate_engine(engine)
+            app.state.engine = engine
+            app.state.sessionmaker = sessionmaker
+            app.state.scheduler = scheduler
+            if run_scheduler:
+                scheduler.start()
+            yield
+        finally:
+            await scheduler.shutdown()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="hedgerow",
+        version=__version__,
+        description="Ingest of call records, measured hedge thresholds, threshold history.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.tokens = tokens
+    app.state.route_defaults = defaults
+    for module in (calls, thresholds, routes, controller, health):
+        app.include_router(module.router)
+
+    @app.exception_handler(UnknownRoute)
+    async def unknown_route(_request: Request, exc: UnknownRoute) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    return app

@@ -1,0 +1,120 @@
+"""``POST /v1/calls``: ingest a batch of call records (atomic, idempotent by ``request_id``).
+
+- 202 ``{"accepted": n, "duplicates": k}``;
+- 413 when the batch has more than ``max_batch_calls`` records (or its body is too large);
+- 422 ``{"detail": {"index": i, "field": "attempts[0].start_s", "message": "..."}}`` for the first
+  bad record, and nothing of the batch is written.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, status
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from hedgerow.api.auth import require_scope
+from hedgerow.api.deps import get_session, get_settings
+from hedgerow.api.schemas import CallBatchIn, CallRecordIn, IngestOut
+from hedgerow.client.records import CallRecord
+from hedgerow.controller.ingest import ingest_calls
+
+__all__ = ["router", "MAX_RECORD_BYTES", "field_path", "parse_record"]
+
+router = APIRouter()
+
+#: Body bytes allowed per record of the batch limit (a generous bound on one record's JSON).
+MAX_RECORD_BYTES = 16_384
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """Render a pydantic error location ``("attempts", 0, "start_s")`` as ``attempts[0].start_s``."""
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "record"
+
+
+def _unprocessable(index: int | None, field: str, message: str) -> JSONResponse:
+    return JSONResponse(
+        {"detail": {"index": index, "field": field, "message": message}},
+        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+    )
+
+
+def _too_large(message: str) -> JSONResponse:
+    return JSONResponse({"detail": message}, status_code=status.HTTP_413_CONTENT_TOO_LARGE)
+
+
+def parse_record(index: int, raw: Any) -> CallRecord | JSONResponse:
+    """Validate one raw record with :class:`CallRecordIn`, then build the :class:`CallRecord`."""
+    try:
+        CallRecordIn.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+        return _unprocessable(index, field_path(tuple(error["loc"])), message)
+    try:
+        return CallRecord.from_dict(raw)
+    except ValueError as exc:
+        field, _, message = str(exc).partition(": ")
+        return _unprocessable(index, field, message or str(exc))
+
+
+@router.post(
+    "/v1/calls",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=IngestOut,
+    dependencies=[Depends(require_scope("ingest"))],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": CallBatchIn.model_json_schema(
+                ref_template="#/components/schemas/{model}")}},
+        }
+    },
+    summary="Ingest a batch of call records",
+)
+async def post_calls(
+    request: Request,
+    session: AsyncSession = Depends(get_session),
+    settings: Any = Depends(get_settings),
+) -> Any:
+    """Store a batch of call records; see the module docstring for the answers."""
+    limit = settings.max_batch_calls
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit * MAX_RECORD_BYTES:
+        return _too_large(f"body of {declared} bytes exceeds {limit * MAX_RECORD_BYTES} bytes")
+    body = await request.body()
+    if len(body) > limit * MAX_RECORD_BYTES:
+        return _too_large(f"body of {len(body)} bytes exceeds {limit * MAX_RECORD_BYTES} bytes")
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return _unprocessable(None, "body", f"not valid JSON: {exc}")
+    if not isinstance(payload, dict) or not isinstance(payload.get("calls"), list):
+        return _unprocessable(None, "calls", 'body must be {"calls": [record, ...]}')
+    extra = sorted(set(payload) - {"calls"})
+    if extra:
+        return _unprocessable(None, extra[0], "unknown field")
+    raw_calls = payload["calls"]
+    if len(raw_calls) > limit:
+        return _too_large(f"batch of {len(raw_calls)} calls exceeds max_batch_calls={limit}")
+    records: list[CallRecord] = []
+    for index, raw in enumerate(raw_calls):
+        parsed = parse_record(index, raw)
+        if isinstance(parsed, JSONResponse):
+            return parsed
+        records.append(parsed)
+    async with session.begin():
+        accepted, duplicates = await ingest_calls(
+            session, records, defaults=request.app.state.route_defaults
+        )
+    return IngestOut(accepted=accepted, duplicates=duplicates)
+

@@ -1,0 +1,235 @@
+"""Pydantic schemas of the api: the call record wire format and every response body.
+
+``CallRecordIn`` accepts exactly what :meth:`hedgerow.client.records.CallRecord.from_dict`
+accepts (same fields, same types, same defaults; unknown fields are refused); a test round-trips
+records through both. Durations are float seconds >= 0; timestamps ISO 8601 with a zone.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
+
+from hedgerow.client.records import parse_timestamp
+
+__all__ = [
+    "AttemptIn",
+    "CallRecordIn",
+    "CallBatchIn",
+    "IngestOut",
+    "ThresholdOut",
+    "ThresholdTableOut",
+    "RouteOut",
+    "RouteListOut",
+    "RoutePatchIn",
+    "RouteChangeOut",
+    "HistoryRowOut",
+    "HistoryOut",
+    "HealthOut",
+    "ReadyOut",
+    "ControllerRunOut",
+    "ErrorDetail",
+]
+
+
+def _timestamp(value: Any) -> datetime:
+    if not isinstance(value, str):
+        raise ValueError("must be an ISO 8601 timestamp string with a timezone")
+    return parse_timestamp(value)
+
+
+def _none_to(default: Any) -> BeforeValidator:
+    return BeforeValidator(lambda value: default if value is None else value)
+
+
+Seconds = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(strict=True, ge=0)]
+Name = Annotated[StrictStr, Field(min_length=1)]
+Timestamp = Annotated[datetime, BeforeValidator(_timestamp)]
+
+
+class AttemptIn(BaseModel):
+    """One attempt of a call (wire format of :class:`hedgerow.client.records.AttemptRecord`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    upstream: Name
+    role: Literal["primary", "backup"]
+    start_s: Seconds
+    first_token_s: Seconds | None = None
+    end_s: Seconds
+    outcome: Literal["won", "cancelled", "failed"]
+    status_code: Count | None = None
+    error_type: StrictStr | None = None
+    completion_tokens: Annotated[Count, _none_to(0)] = 0
+
+
+class CallRecordIn(BaseModel):
+    """One call record (wire format of :class:`hedgerow.client.records.CallRecord`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: Name
+    route: Name
+    model: Name
+    started_at: Timestamp
+    client: StrictStr | None = None
+    hedge_after_s: Seconds | None = None
+    threshold_version: Count | None = None
+    hedged: StrictBool = False
+    hedge_reason: Literal["ttft_timeout", "primary_error"] | None = None
+    hedge_denied: StrictBool = False
+    winner: Literal["primary", "backup"] | None = None
+    status: Annotated[Literal["ok", "error", "timeout", "stalled", "cancelled"], _none_to("ok")] = "ok"
+    error_type: StrictStr | None = None
+    ttft_s: Seconds | None = None
+    ttfo_s: Seconds | None = None
+    tpot_s: Seconds | None = None
+    e2e_s: Seconds | None = None
+    max_itl_s: Seconds | None = None
+    prompt_tokens: Count | None = None
+    completion_tokens: Count | None = None
+    wasted_completion_tokens: Annotated[Count, _none_to(0)] = 0
+    attempts: list[AttemptIn] = Field(default_factory=list)
+
+
+class CallBatchIn(BaseModel):
+    """Body of ``POST /v1/calls``: up to ``max_batch_calls`` records."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    calls: list[CallRecordIn]
+
+
+class IngestOut(BaseModel):
+    """Answer of ``POST /v1/calls``: records stored, and records already stored (not re-counted)."""
+
+    accepted: int
+    duplicates: int
+
+
+class ErrorDetail(BaseModel):
+    """The ``detail`` of a 422 from ``POST /v1/calls``: which record, which field, what is wrong."""
+
+    index: int | None
+    field: str
+    message: str
+
+
+class ThresholdOut(BaseModel):
+    """A published threshold of one (route, model)."""
+
+    route: str
+    model: str
+    hedge_after_s: float
+    enabled: bool
+    source: str
+    version: int
+    budget: float
+    updated_at: str
+
+
+class ThresholdTableOut(BaseModel):
+    """Body of ``GET /v1/thresholds``; ``generated_at`` is the newest ``updated_at`` (or null)."""
+
+    thresholds: list[ThresholdOut]
+    generated_at: str | None
+
+
+class RouteOut(BaseModel):
+    """A route's configuration and its published threshold (null before the first tick)."""
+
+    route: str
+    model: str
+    enabled: bool
+    budget: float
+    default_hedge_after_s: float
+    min_hedge_after_s: float
+    max_hedge_after_s: float
+    pinned_hedge_after_s: float | None
+    created_at: str
+    updated_at: str
+    threshold: ThresholdOut | None
+
+
+class RouteListOut(BaseModel):
+    """Body of ``GET /v1/routes``."""
+
+    routes: list[RouteOut]
+
+
+class HistoryRowOut(BaseModel):
+    """One controller decision (quantiles null when the data cannot identify them)."""
+
+    computed_at: str
+    route: str
+    model: str
+    previous_hedge_after_s: float | None
+    hedge_after_s: float
+    applied: bool
+    reason: str
+    source: str
+    window_s: float | None
+    samples: int
+    censored: int
+    p50_s: float | None
+    p75_s: float | None
+    p90_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    observed_hedge_rate: float | None
+    backup_win_rate: float | None
+    budget: float
+
+
+class RoutePatchIn(BaseModel):
+    """Body of ``PATCH /v1/routes/{route}?model=``: the settings to change (absent = unchanged).
+
+    ``pinned_hedge_after_s: null`` unpins; ``actor`` names who makes the change (audit trail).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: StrictBool | None = None
+    budget: Annotated[float, Field(strict=True, gt=0, lt=1)] | None = None
+    default_hedge_after_s: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = None
+    min_hedge_after_s: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = None
+    max_hedge_after_s: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = None
+    pinned_hedge_after_s: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = None
+    actor: Annotated[StrictStr, Field(min_length=1, max_length=200)] = "api"
+
+
+class HistoryOut(BaseModel):
+    """Body of ``GET /v1/routes/{route}/history``: newest first."""
+
+    history: list[HistoryRowOut]
+
+
+class HealthOut(BaseModel):
+    """Body of ``GET /healthz``."""
+
+    status: str
+
+
+class ReadyOut(BaseModel):
+    """Body of ``GET /readyz``: ``ready`` with the revision, or ``not ready`` with the reason."""
+
+    status: str
+    revision: str | None = None
+    reason: str | None = None
+
+
+class RouteChangeOut(BaseModel):
+    """Answer of ``PATCH /v1/routes/{route}``: the route as changed and the decision it caused."""
+
+    route: RouteOut
+    history: HistoryRowOut
+
+
+class ControllerRunOut(BaseModel):
+    """Body of ``POST /v1/controller/run``: whether this process held the lease, and its decisions."""
+
+    ran: bool
+    history: list[HistoryRowOut]

@@ -1,0 +1,100 @@
+"""``serve(settings)``: run the api (and its controller job) under uvicorn until interrupted."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from typing import Any
+
+import uvicorn
+
+from hedgerow.api.app import create_app
+from hedgerow.api.auth import check_listen_allowed, parse_tokens
+from hedgerow.controller.db import make_engine, migrate_engine, safe_url
+from hedgerow.settings import Settings
+
+__all__ = ["serve", "serve_async", "bind_socket"]
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port); port 0 picks a free port.
+
+    Raises:
+        OSError: the address cannot be bound (in use, not local, ...).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+async def serve_async(
+    settings: Settings, *, announce: Any = None, stop: asyncio.Event | None = None
+) -> None:
+    """Serve until the process is interrupted (SIGINT/SIGTERM) or ``stop`` is set; shut down cleanly.
+
+    Args:
+        settings: host, port, database and controller settings.
+        announce: called with the url once the server listens (default: print one line).
+        stop: when given, setting this event stops the server (for embedding, e.g. the demo).
+
+    Raises:
+        ApiConfigError: no tokens on a non-loopback host, or malformed tokens.
+        OSError: the address cannot be bound.
+        StoreNotReady: the database cannot be reached or migrated.
+        RuntimeError: the server failed to start.
+    """
+    check_listen_allowed(settings.host, parse_tokens(settings.tokens))
+    app = create_app(settings)
+    engine = make_engine(settings.database_url)
+    try:  # migrate before listening, so an unreachable database is one clear error
+        await migrate_engine(engine)
+    finally:
+        await engine.dispose()
+    sock = bind_socket(settings.host, settings.port)
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    watcher = asyncio.create_task(_stop_when_set(stop, server)) if stop is not None else None
+    while not server.started and not task.done():
+        await asyncio.sleep(0.05)
+    if server.started:
+        shown = f"[{host}]" if ":" in host else host
+        url = f"http://{shown}:{port}"
+        database = safe_url(settings.database_url)
+        if announce is None:
+            print(f"hedgerow: api listening on {url} (database {database})", flush=True)
+        else:
+            announce(url)
+    try:
+        await task
+    except SystemExit as exc:  # uvicorn exits when the lifespan start-up fails
+        raise RuntimeError(f"the api did not start (uvicorn exit status {exc.code})") from None
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+        sock.close()
+    if not server.started:
+        raise RuntimeError("the api did not start (see the log above)")
+
+
+async def _stop_when_set(stop: asyncio.Event, server: uvicorn.Server) -> None:
+    await stop.wait()
+    server.should_exit = True
+
+
+def serve(settings: Settings) -> None:
+    """Run :func:`serve_async` in a new event loop (blocking) until interrupted."""
+    try:
+        asyncio.run(serve_async(settings))
+    except KeyboardInterrupt:  # pragma: no cover - uvicorn handles the signal itself
+        sys.exit(130)

@@ -1,0 +1,76 @@
+"""``GET /v1/thresholds`` (the whole table, strong ETag, 304) and ``GET /v1/thresholds/{route}``.
+
+The table's body is rendered deterministically from the stored rows (``generated_at`` is the
+newest ``updated_at``), so its ETag, a SHA-256 of the body, changes exactly when the table does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from hedgerow.api.auth import require_scope
+from hedgerow.api.deps import get_session
+from hedgerow.api.schemas import ThresholdOut, ThresholdTableOut
+from hedgerow.controller.queries import get_threshold, list_thresholds
+
+__all__ = ["router", "table_body", "etag_of", "etag_matches"]
+
+router = APIRouter(dependencies=[Depends(require_scope("ingest", "read"))])
+
+
+def table_body(thresholds: list[dict[str, Any]]) -> bytes:
+    """The JSON body of the threshold table (compact, deterministic)."""
+    generated_at = max((t["updated_at"] for t in thresholds), default=None)
+    payload = {"thresholds": thresholds, "generated_at": generated_at}
+    return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
+
+
+def etag_of(body: bytes) -> str:
+    """A strong ETag (quoted) of a response body."""
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """True when an ``If-None-Match`` header names ``etag`` (weak comparison, RFC 9110 13.1.2)."""
+    if not if_none_match:
+        return False
+    if if_none_match.strip() == "*":
+        return True
+    wanted = etag.removeprefix("W/")
+    return any(tag.strip().removeprefix("W/") == wanted for tag in if_none_match.split(","))
+
+
+@router.get(
+    "/v1/thresholds",
+    response_model=ThresholdTableOut,
+    responses={304: {"description": "the table is unchanged since the ETag given"}},
+    summary="Every published threshold",
+)
+async def get_thresholds(request: Request, session: AsyncSession = Depends(get_session)) -> Response:
+    """The threshold table with a strong ETag; 304 when ``If-None-Match`` names it."""
+    body = table_body(await list_thresholds(session))
+    etag = etag_of(body)
+    headers = {"ETag": etag, "Cache-Control": "no-cache"}
+    if etag_matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers=headers)
+    return Response(content=body, media_type="application/json", headers=headers)
+
+
+@router.get(
+    "/v1/thresholds/{route}",
+    response_model=ThresholdOut,
+    responses={404: {"description": "unknown (route, model), or nothing published yet"}},
+    summary="The published threshold of one (route, model)",
+)
+async def get_one_threshold(
+    route: str,
+    model: str = Query(..., min_length=1, description="the model of the route"),
+    session: AsyncSession = Depends(get_session),
+) -> Any:
+    """One published threshold (404 for an unknown route or before the first tick)."""
+    return await get_threshold(session, route, model)

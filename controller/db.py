@@ -1,0 +1,240 @@
+"""Engines, sessions and migrations of the SQL store.
+
+``make_engine`` builds an async engine for SQLite (``sqlite+aiosqlite:///path``) or PostgreSQL
+(``postgresql+asyncpg://...``); ``upgrade_database`` / ``downgrade_database`` run the Alembic
+migrations shipped inside the package (``hedgerow.migrations``), so they work from an installed
+wheel as well as from a checkout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker, create_async_engine
+
+from hedgerow.controller.errors import StoreError, StoreNotReady
+
+__all__ = [
+    "SQLITE_BUSY_TIMEOUT_S",
+    "check_database_url",
+    "make_engine",
+    "make_sessionmaker",
+    "alembic_config",
+    "upgrade_database",
+    "downgrade_database",
+    "upgrade_connection",
+    "migrate_engine",
+    "safe_url",
+    "head_revision",
+    "current_revision",
+    "check_ready",
+]
+
+#: How long a SQLite writer waits for the lock held by another writer before failing.
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+#: Key of the PostgreSQL advisory lock held while migrating.
+_MIGRATION_LOCK = 0x6865646765
+
+
+def check_database_url(url: str) -> str:
+    """Check ``url`` names a supported async driver; returns it.
+
+    Raises:
+        StoreError: malformed url, or a driver other than aiosqlite / asyncpg.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreError(f"database url {url!r} is not a SQLAlchemy URL") from None
+    if parsed.drivername not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
+        raise StoreError(
+            f"database url {url!r}: driver {parsed.drivername!r} is not supported; use "
+            "sqlite+aiosqlite:///path or postgresql+asyncpg://user@host/db"
+        )
+    return url
+
+
+def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    """Create an async engine for the store.
+
+    On SQLite every connection gets foreign keys on, WAL journaling and a busy timeout of
+    :data:`SQLITE_BUSY_TIMEOUT_S` so that concurrent writers wait instead of failing.
+
+    Args:
+        url: ``sqlite+aiosqlite:///path`` or ``postgresql+asyncpg://user@host:port/db``.
+        **kwargs: passed to :func:`sqlalchemy.ext.asyncio.create_async_engine`.
+
+    Raises:
+        StoreError: when the url is malformed or names an unsupported driver.
+    """
+    check_database_url(url)
+    if url.startswith("sqlite"):
+        connect_args = dict(kwargs.pop("connect_args", {}))
+        connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_S)
+        engine = create_async_engine(url, connect_args=connect_args, **kwargs)
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            cursor.close()
+
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_async_engine(url, **kwargs)
+
+
+def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker:
+    """An ``async_sessionmaker`` bound to ``engine`` (objects stay usable after commit)."""
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """An Alembic config that uses the migrations shipped in ``hedgerow.migrations``.
+
+    Args:
+        url: database url handed to ``env.py`` (through ``config.attributes["url"]``).
+    """
+    import hedgerow.migrations as migrations_package
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations_package.__file__).resolve().parent))
+    if url is not None:
+        config.attributes["url"] = url
+    return config
+
+
+def head_revision() -> str | None:
+    """The head revision of the shipped migrations."""
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def _run_outside_loop(fn: Any, *args: Any) -> None:
+    """Run ``fn`` here, or in a worker thread when this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        fn(*args)
+        return
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=target, name="hedgerow-migrate")
+    worker.start()
+    worker.join()
+    if errors:
+        raise errors[0]
+
+
+def upgrade_database(url: str, revision: str = "head") -> None:
+    """Migrate the database at ``url`` up to ``revision`` (default: the newest).
+
+    Callable from sync code; when the calling thread runs an event loop, the migration runs in a
+    worker thread (it blocks the caller until done). Async callers should prefer
+    :func:`upgrade_connection` on a connection of their own engine.
+
+    Raises:
+        StoreError: when the url is not supported.
+    """
+    check_database_url(url)
+    _run_outside_loop(command.upgrade, alembic_config(url), revision)
+
+
+def downgrade_database(url: str, revision: str) -> None:
+    """Migrate the database at ``url`` down to ``revision`` (``"base"`` removes every table).
+
+    Raises:
+        StoreError: when the url is not supported.
+    """
+    check_database_url(url)
+    _run_outside_loop(command.downgrade, alembic_config(url), revision)
+
+
+async def upgrade_connection(connection: AsyncConnection, revision: str = "head") -> None:
+    """Migrate through an open async connection (inside its transaction) up to ``revision``.
+
+    On PostgreSQL a transaction-scoped advisory lock serialises concurrent migrations.
+    """
+
+    def _upgrade(sync_connection: Connection) -> None:
+        if sync_connection.dialect.name == "postgresql":
+            # replicas starting together migrate one after the other
+            sync_connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+        config = alembic_config()
+        config.attributes["connection"] = sync_connection
+        command.upgrade(config, revision)
+
+    await connection.run_sync(_upgrade)
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password masked, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<malformed url>"
+
+
+async def migrate_engine(engine: AsyncEngine, revision: str = "head") -> None:
+    """Migrate the database of ``engine`` up to ``revision`` in one transaction.
+
+    Raises:
+        StoreNotReady: the database cannot be reached or the migration fails (one line naming
+            the database and the error).
+    """
+    try:
+        async with engine.begin() as connection:
+            await upgrade_connection(connection, revision)
+    except StoreError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - driver errors differ by database
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        raise StoreNotReady(
+            f"cannot migrate database {engine.url.render_as_string(hide_password=True)}: "
+            f"{type(exc).__name__}: {first_line}"
+        ) from exc
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    """The revision the database is at (None for an empty database)."""
+    async with engine.connect() as connection:
+        return await connection.run_sync(
+            lambda sync: MigrationContext.configure(sync).get_current_revision()
+        )
+
+
+async def check_ready(engine: AsyncEngine) -> str:
+    """Check the database answers and is migrated to head; return its revision.
+
+    Raises:
+        StoreNotReady: naming what is wrong (unreachable, or at which revision vs head).
+    """
+    try:
+        current = await current_revision(engine)
+    except Exception as exc:  # noqa: BLE001 - any driver error means "not reachable"
+        raise StoreNotReady(f"database not reachable: {type(exc).__name__}: {exc}") from exc
+    head = head_revision()
+    if current != head:
+        raise StoreNotReady(
+            f"database is at revision {current or 'none (empty)'}, migrations head is {head}: "
+            "run `hedgerow db upgrade`"
+        )
+    return current

@@ -1,0 +1,39 @@
+"""Errors raised by the store and the controller job.
+
+::
+
+    ControllerError
+    ├── StoreError       bad database url or unusable store
+    │   └── StoreNotReady   database unreachable or not migrated to head
+    └── UnknownRoute     no such (route, model)
+"""
+
+from __future__ import annotations
+
+__all__ = ["ControllerError", "StoreError", "StoreNotReady", "UnknownRoute"]
+
+
+class ControllerError(Exception):
+    """Root of the errors raised on purpose by ``hedgerow.controller``."""
+
+
+class StoreError(ControllerError):
+    """The database url is malformed or unsupported, or the store cannot be used."""
+
+
+class StoreNotReady(StoreError):
+    """The database cannot be reached or is not migrated to the newest revision."""
+
+
+class UnknownRoute(ControllerError, LookupError):
+    """No route row exists for the (route, model) asked for.
+
+    Args:
+        route: the route name.
+        model: the model name.
+    """
+
+    def __init__(self, route: str, model: str) -> None:
+        self.route = route
+        self.model = model
+        super().__init__(f"unknown route {route!r} with model {model!r}")

@@ -1,0 +1,365 @@
+"""The controller job: one tick sets every (route, model)'s published ``hedge_after_s``.
+
+Per route, each tick (DESIGN.md "controller"):
+
+1. gather the primary's TTFT samples of the calls started in the window ``(now - window_s, now]``:
+   the call's first attempt with role ``primary``; with a first token its TTFT is
+   ``first_token_s - start_s`` (uncensored); cancelled without a first token it is censored at
+   ``end_s - start_s``; a failed attempt without a first token is not a sample (fast failures
+   would drag the threshold down). While there are fewer than ``min_samples`` samples, the window
+   doubles, up to ``max_window_s``;
+2. count, in that window, the calls, the hedged calls (``hedge_reason == "ttft_timeout"``) and the
+   hedged calls won by the backup; and the calls and hedges of the short window
+   (``short_window_s``);
+3. estimate the TTFT distribution (Kaplan-Meier, :func:`hedgerow.controller.estimation.estimate_ttft`)
+   and :func:`hedgerow.controller.policy.decide`;
+4. publish: a new threshold row gets version 1, a changed value (or enabled flag) version + 1;
+   and ALWAYS write a ``threshold_history`` row, applied or held.
+
+Reads and writes of a route use separate short transactions, the write one starting with an
+INSERT, so a SQLite writer never has to upgrade a stale read snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from sqlalchemy import and_, case, func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
+from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
+from hedgerow.controller.models import Attempt, Call, Route, Threshold, ThresholdHistory, utc_now
+from hedgerow.controller.policy import Decision, Observation, PolicyKnobs, RouteConfig, decide
+from hedgerow.controller.queries import history_row_dict
+
+__all__ = ["PrimarySamples", "WindowCounts", "gather_samples", "count_calls", "observe_route",
+           "tick_route", "run_tick", "run_once"]  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PrimarySamples:
+    """The primary TTFT samples of one window.
+
+    Attributes:
+        durations_s: TTFT (uncensored) or time until cancelled (censored), seconds, one per call.
+        censored: True where the duration is a right-censored lower bound.
+        window_s: the window they were gathered over, seconds.
+    """
+
+    durations_s: tuple[float, ...]
+    censored: tuple[bool, ...]
+    window_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class WindowCounts:
+    """Call counts of one window: calls, hedged (``ttft_timeout``) calls, hedges won by the backup."""
+
+    calls: int
+    hedges: int
+    backup_wins: int
+
+
+async def _samples_in(
+    session: AsyncSession, route_id: int, since: datetime, until: datetime
+) -> tuple[list[float], list[bool]]:
+    rows = await session.execute(
+        select(
+            Attempt.call_id, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome
+        )
+        .join(Call, Call.id == Attempt.call_id)
+        .where(
+            Call.route_id == route_id,
+            Call.started_at > since,
+            Call.started_at <= until,
+            Attempt.role == "primary",
+        )
+        .order_by(Attempt.call_id, Attempt.attempt_index)
+    )
+    durations: list[float] = []
+    censored: list[bool] = []
+    seen: set[int] = set()
+    for call_id, start_s, first_token_s, end_s, outcome in rows.all():
+        if call_id in seen:
+            continue  # only the call's first primary attempt counts
+        seen.add(call_id)
+        if first_token_s is not None:
+            durations.append(max(0.0, first_token_s - start_s))
+            censored.append(False)
+        elif outcome == "cancelled":
+            durations.append(max(0.0, end_s - start_s))
+            censored.append(True)
+    return durations, censored
+
+
+async def gather_samples(
+    session: AsyncSession,
+    route_id: int,
+    now: datetime,
+    *,
+    window_s: float,
+    max_window_s: float,
+    min_samples: int,
+) -> PrimarySamples:
+    """The primary TTFT samples of a route, widening the window x2 while they are too few.
+
+    Args:
+        session: an open session.
+        route_id: the ``routes.id``.
+        now: end of the window (aware UTC).
+        window_s: the first window, seconds.
+        max_window_s: the widest window, seconds (``window_s`` if that is larger).
+        min_samples: widen while there are fewer samples than this.
+    """
+    window = window_s
+    while True:
+        durations, censored = await _samples_in(
+            session, route_id, now - timedelta(seconds=window), now
+        )
+        if len(durations) >= min_samples or window >= max_window_s:
+            return PrimarySamples(tuple(durations), tuple(censored), window)
+        window = min(window * 2, max_window_s)
+
+
+async def count_calls(
+    session: AsyncSession, route_id: int, since: datetime, until: datetime
+) -> WindowCounts:
+    """Count a route's calls started in ``(since, until]``, its hedges and the backup's wins."""
+    hedged = Call.hedge_reason == "ttft_timeout"
+    row = (
+        await session.execute(
+            select(
+                func.count(),
+                func.coalesce(func.sum(case((hedged, 1), else_=0)), 0),
+                func.coalesce(func.sum(case((and_(hedged, Call.winner == "backup"), 1), else_=0)), 0),
+            ).where(Call.route_id == route_id, Call.started_at > since, Call.started_at <= until)
+        )
+    ).one()
+    return WindowCounts(int(row[0]), int(row[1]), int(row[2]))
+
+
+def _rate(part: int, whole: int) -> float | None:
+    return None if whole == 0 else part / whole
+
+
+async def observe_route(
+    session: AsyncSession, route: Route, settings: Any, now: datetime
+) -> tuple[Observation, PrimarySamples]:
+    """Everything one tick sees of a route: samples, estimate, hedge and backup-win rates.
+
+    Args:
+        session: an open session.
+        route: the route row.
+        settings: a ``hedgerow.settings.Settings`` (windows, ``min_samples``, ``confidence``).
+        now: end of the windows (aware UTC).
+
+    Returns:
+        The :class:`Observation` for :func:`decide` and the samples behind it.
+    """
+    samples = await gather_samples(
+        session,
+        route.id,
+        now,
+        window_s=settings.window_s,
+        max_window_s=settings.max_window_s,
+        min_samples=settings.min_samples,
+    )
+    counts = await count_calls(session, route.id, now - timedelta(seconds=samples.window_s), now)
+    short = await count_calls(session, route.id, now - timedelta(seconds=settings.short_window_s), now)
+    estimate: TTFTEstimate | None = None
+    if samples.durations_s:
+        budget = route.budget if 0.0 < route.budget < 1.0 else None
+        estimate = await asyncio.to_thread(
+            estimate_ttft,
+            samples.durations_s,
+            samples.censored,
+            budget=budget,
+            confidence=settings.confidence,
+        )
+    observation = Observation(
+        estimate=estimate,
+        window_s=samples.window_s,
+        calls=counts.calls,
+        observed_hedge_rate=_rate(counts.hedges, counts.calls),
+        backup_win_rate=_rate(counts.backup_wins, counts.hedges),
+        hedges=counts.hedges,
+        short_window_calls=short.calls,
+        short_window_hedge_rate=_rate(short.hedges, short.calls),
+    )
+    return observation, samples
+
+
+def _config(route: Route) -> RouteConfig:
+    return RouteConfig(
+        enabled=route.enabled,
+        budget=route.budget,
+        default_hedge_after_s=route.default_hedge_after_s,
+        min_hedge_after_s=route.min_hedge_after_s,
+        max_hedge_after_s=route.max_hedge_after_s,
+        pinned_hedge_after_s=route.pinned_hedge_after_s,
+    )
+
+
+async def _publish(
+    sessionmaker: async_sessionmaker,
+    route: Route,
+    previous: float | None,
+    decision: Decision,
+    observation: Observation,
+    now: datetime,
+    *,
+    actor: str | None = None,
+) -> dict[str, Any]:
+    """Write the history row and the threshold of one decision (one transaction)."""
+    estimate = observation.estimate
+    history = ThresholdHistory(
+        route_id=route.id,
+        computed_at=now,
+        previous_hedge_after_s=previous,
+        hedge_after_s=decision.hedge_after_s,
+        applied=decision.applied,
+        reason=decision.reason,
+        source=decision.source,
+        window_s=observation.window_s,
+        samples=0 if estimate is None else estimate.samples,
+        censored=0 if estimate is None else estimate.censored,
+        p50_s=None if estimate is None else estimate.p50_s,
+        p75_s=None if estimate is None else estimate.p75_s,
+        p90_s=None if estimate is None else estimate.p90_s,
+        p95_s=None if estimate is None else estimate.p95_s,
+        p99_s=None if estimate is None else estimate.p99_s,
+        observed_hedge_rate=observation.observed_hedge_rate,
+        backup_win_rate=observation.backup_win_rate,
+        budget=route.budget,
+        actor=actor,
+    )
+    async with sessionmaker() as session, session.begin():
+        session.add(history)
+        await session.flush()  # the first statement is a write: takes SQLite's write lock now
+        threshold = await session.get(Threshold, route.id, with_for_update=True)
+        if threshold is None:
+            session.add(
+                Threshold(
+                    route_id=route.id,
+                    hedge_after_s=decision.hedge_after_s,
+                    enabled=route.enabled,
+                    source=decision.source,
+                    version=1,
+                    updated_at=now,
+                )
+            )
+        else:
+            changed = (
+                threshold.hedge_after_s != decision.hedge_after_s
+                or threshold.enabled != route.enabled
+            )
+            if changed:
+                threshold.version += 1
+            if changed or threshold.source != decision.source:
+                threshold.hedge_after_s = decision.hedge_after_s
+                threshold.enabled = route.enabled
+                threshold.source = decision.source
+                threshold.updated_at = now
+    return history_row_dict(history, route)
+
+
+async def run_tick(
+    sessionmaker: async_sessionmaker, settings: Any, *, now: datetime | None = None
+) -> list[dict[str, Any]]:
+    """One controller tick over every (route, model).
+
+    A route whose tick fails (e.g. a stored configuration out of range) is logged and skipped;
+    the others go on.
+
+    Args:
+        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        settings: a ``hedgerow.settings.Settings``.
+        now: the tick's time (aware UTC; default: the current time). Calls started after it are
+            ignored.
+
+    Returns:
+        The history rows written, one per route, as the api returns them
+        (:func:`hedgerow.controller.queries.history_row_dict`), ordered by (route, model).
+
+    Raises:
+        ValueError: ``now`` is naive, or the settings give invalid policy knobs.
+    """
+    if now is None:
+        now = utc_now()
+    elif now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (UTC)")
+    now = now.astimezone(timezone.utc)
+    knobs = PolicyKnobs.from_settings(settings)
+    async with sessionmaker() as session:
+        result = await session.execute(
+            select(Route, Threshold.hedge_after_s)
+            .outerjoin(Threshold, Threshold.route_id == Route.id)
+            .order_by(Route.route, Route.model)
+        )
+        routes = [(route, current) for route, current in result.all()]
+    written: list[dict[str, Any]] = []
+    for route, current in routes:
+        try:
+            written.append(await tick_route(sessionmaker, settings, route, current, now=now, knobs=knobs))
+        except Exception:  # noqa: BLE001 - one bad route must not stop the others
+            log.exception("controller tick failed for route %r model %r", route.route, route.model)
+    return written
+
+
+async def tick_route(
+    sessionmaker: async_sessionmaker,
+    settings: Any,
+    route: Route,
+    current_hedge_after_s: float | None,
+    *,
+    now: datetime,
+    knobs: PolicyKnobs | None = None,
+    actor: str | None = None,
+) -> dict[str, Any]:
+    """Observe, decide and publish for one route; returns the history row written.
+
+    Args:
+        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        settings: a ``hedgerow.settings.Settings``.
+        route: the route row (its configuration as stored).
+        current_hedge_after_s: the value published now, or None.
+        now: the tick's time (aware UTC).
+        knobs: policy knobs (default: from ``settings``).
+        actor: who asked, for a manual change (stored in ``threshold_history.actor``).
+
+    Raises:
+        ValueError: the stored route configuration is out of range (named in the message).
+    """
+    knobs = knobs or PolicyKnobs.from_settings(settings)
+    config = _config(route)
+    async with sessionmaker() as session:
+        observation, _ = await observe_route(session, route, settings, now)
+    decision = decide(config, current_hedge_after_s, observation, knobs)
+    return await _publish(
+        sessionmaker, route, current_hedge_after_s, decision, observation, now, actor=actor
+    )
+
+
+async def run_once(settings: Any) -> list[dict[str, Any]]:
+    """Open the store of ``settings.database_url``, run one tick, close it.
+
+    Returns:
+        The history rows written (see :func:`run_tick`).
+
+    Raises:
+        StoreError: bad database url.
+        StoreNotReady: database unreachable or not migrated to head.
+    """
+    engine = make_engine(settings.database_url)
+    try:
+        await check_ready(engine)
+        return await run_tick(make_sessionmaker(engine), settings)
+    finally:
+        await engine.dispose()

@@ -1,0 +1,258 @@
+"""The SQL store: SQLAlchemy 2 typed ORM models of every table hedgerow keeps.
+
+Tables (DESIGN.md "controller"):
+
+- ``routes``: one row per (route, model), with its budget and threshold bounds; created on the
+  first ingest of a call for that pair, with defaults from :class:`hedgerow.settings.Settings`.
+- ``calls``: one row per :class:`hedgerow.client.records.CallRecord` (unique ``request_id``).
+- ``attempts``: one row per attempt of a call (``attempt_index`` keeps the record's order).
+- ``thresholds``: the value published for a route; ``version`` increases whenever it changes.
+- ``threshold_history``: every controller decision, applied or held, and manual changes
+  (``actor`` names who made a manual change; NULL for the controller job).
+- ``leases``: which process runs the scheduled jobs (see :mod:`hedgerow.controller.lease`).
+
+Every timestamp is a timezone-aware UTC datetime (:class:`UTCDateTime`), every duration a float
+number of seconds with the unit in the column name. Constraint names follow
+:data:`NAMING_CONVENTION` so migrations can refer to them on every database.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+__all__ = [
+    "NAMING_CONVENTION",
+    "UTCDateTime",
+    "Base",
+    "Route",
+    "Call",
+    "Attempt",
+    "Threshold",
+    "ThresholdHistory",
+    "Lease",
+    "utc_now",
+]
+
+#: Names of indexes and constraints, identical on SQLite and PostgreSQL.
+NAMING_CONVENTION: dict[str, str] = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: 64-bit ids on PostgreSQL; SQLite needs INTEGER for its rowid primary keys.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utc_now() -> datetime:
+    """The current time as a timezone-aware UTC datetime."""
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A ``DateTime(timezone=True)`` column that only stores and returns aware UTC datetimes.
+
+    PostgreSQL keeps ``timestamp with time zone``; SQLite has no zone type, so values are stored
+    as naive UTC text and given back their UTC zone when read.
+
+    Raises:
+        ValueError: when a naive datetime is bound (its zone would be a guess).
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Check the value is aware and convert it to UTC (naive UTC on SQLite)."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("timestamps must be timezone-aware (UTC); got a naive datetime")
+        value = value.astimezone(timezone.utc)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Return the stored value as an aware UTC datetime."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every hedgerow table (shares :data:`NAMING_CONVENTION`)."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: dict[Any, Any] = {datetime: UTCDateTime()}
+
+
+class Route(Base):
+    """One (route, model) pair and its hedging configuration.
+
+    Attributes:
+        route, model: the app's logical route name and the request's model.
+        enabled: False stops hedging for this pair (the controller publishes it disabled).
+        budget: largest allowed fraction of calls that hedge (0.10 = 10 %).
+        default_hedge_after_s: value published while there is too little data, seconds.
+        min_hedge_after_s / max_hedge_after_s: bounds of the published value, seconds.
+        pinned_hedge_after_s: when set, published as is instead of the controller's value.
+    """
+
+    __tablename__ = "routes"
+    __table_args__ = (UniqueConstraint("route", "model"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    route: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(String(200))
+    enabled: Mapped[bool] = mapped_column(Boolean)
+    budget: Mapped[float] = mapped_column(Float)
+    default_hedge_after_s: Mapped[float] = mapped_column(Float)
+    min_hedge_after_s: Mapped[float] = mapped_column(Float)
+    max_hedge_after_s: Mapped[float] = mapped_column(Float)
+    pinned_hedge_after_s: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+    threshold: Mapped["Threshold | None"] = relationship(back_populates="route_row", lazy="raise")
+
+
+class Call(Base):
+    """One recorded call: every field of the CallRecord wire format (route/model via ``route_id``).
+
+    ``received_at`` is when the api stored it.
+    """
+
+    __tablename__ = "calls"
+    __table_args__ = (Index(None, "route_id", "started_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(String(200), unique=True)
+    route_id: Mapped[int] = mapped_column(BigId, ForeignKey("routes.id", ondelete="CASCADE"))
+    started_at: Mapped[datetime]
+    received_at: Mapped[datetime]
+    client: Mapped[str | None] = mapped_column(String(200))
+    hedge_after_s: Mapped[float | None] = mapped_column(Float)
+    threshold_version: Mapped[int | None] = mapped_column(BigInteger)
+    hedged: Mapped[bool] = mapped_column(Boolean)
+    hedge_reason: Mapped[str | None] = mapped_column(String(32))
+    hedge_denied: Mapped[bool] = mapped_column(Boolean)
+    winner: Mapped[str | None] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    error_type: Mapped[str | None] = mapped_column(String(200))
+    ttft_s: Mapped[float | None] = mapped_column(Float)
+    ttfo_s: Mapped[float | None] = mapped_column(Float)
+    tpot_s: Mapped[float | None] = mapped_column(Float)
+    e2e_s: Mapped[float | None] = mapped_column(Float)
+    max_itl_s: Mapped[float | None] = mapped_column(Float)
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    wasted_completion_tokens: Mapped[int] = mapped_column(Integer)
+
+
+class Attempt(Base):
+    """One attempt of a call, in the record's start order (``attempt_index`` 0, 1, ...)."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("call_id", "attempt_index"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    call_id: Mapped[int] = mapped_column(BigId, ForeignKey("calls.id", ondelete="CASCADE"))
+    attempt_index: Mapped[int] = mapped_column(Integer)
+    upstream: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(16))
+    start_s: Mapped[float] = mapped_column(Float)
+    first_token_s: Mapped[float | None] = mapped_column(Float)
+    end_s: Mapped[float] = mapped_column(Float)
+    outcome: Mapped[str] = mapped_column(String(16))
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error_type: Mapped[str | None] = mapped_column(String(200))
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+
+
+class Threshold(Base):
+    """The threshold published for one route (what ``GET /v1/thresholds`` serves).
+
+    Attributes:
+        hedge_after_s: the published threshold, seconds.
+        enabled: whether clients should hedge this route at all.
+        source: ``controller``, ``default``, ``pinned``, ``disabled`` or ``manual``.
+        version: increases by one whenever the published content changes (starts at 1).
+        updated_at: when the published content last changed.
+    """
+
+    __tablename__ = "thresholds"
+
+    route_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("routes.id", ondelete="CASCADE"), primary_key=True
+    )
+    hedge_after_s: Mapped[float] = mapped_column(Float)
+    enabled: Mapped[bool] = mapped_column(Boolean)
+    source: Mapped[str] = mapped_column(String(32))
+    version: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime]
+
+    route_row: Mapped[Route] = relationship(back_populates="threshold", lazy="raise")
+
+
+class ThresholdHistory(Base):
+    """One decision about a route's threshold (applied or held), with every input behind it.
+
+    The quantiles are Kaplan-Meier estimates of the primary's TTFT (NULL when the data cannot
+    identify them); ``actor`` is NULL for the controller job and names the user of a manual change.
+    """
+
+    __tablename__ = "threshold_history"
+    __table_args__ = (Index(None, "route_id", "computed_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    route_id: Mapped[int] = mapped_column(BigId, ForeignKey("routes.id", ondelete="CASCADE"))
+    computed_at: Mapped[datetime]
+    previous_hedge_after_s: Mapped[float | None] = mapped_column(Float)
+    hedge_after_s: Mapped[float] = mapped_column(Float)
+    applied: Mapped[bool] = mapped_column(Boolean)
+    reason: Mapped[str] = mapped_column(String(400))
+    source: Mapped[str] = mapped_column(String(32))
+    window_s: Mapped[float | None] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer)
+    censored: Mapped[int] = mapped_column(Integer)
+    p50_s: Mapped[float | None] = mapped_column(Float)
+    p75_s: Mapped[float | None] = mapped_column(Float)
+    p90_s: Mapped[float | None] = mapped_column(Float)
+    p95_s: Mapped[float | None] = mapped_column(Float)
+    p99_s: Mapped[float | None] = mapped_column(Float)
+    observed_hedge_rate: Mapped[float | None] = mapped_column(Float)
+    backup_win_rate: Mapped[float | None] = mapped_column(Float)
+    budget: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str | None] = mapped_column(String(200))
+
+
+class Lease(Base):
+    """A named lease: ``holder`` owns it until ``expires_at`` unless it renews it."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[datetime]

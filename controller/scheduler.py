@@ -1,0 +1,144 @@
+"""The job runner: an APScheduler 3 ``AsyncIOScheduler`` that ticks the controller under a lease.
+
+Two interval jobs run on the caller's event loop:
+
+- ``lease``: every third of ``lease_ttl_s``, take or renew the controller lease;
+- ``controller_tick``: every ``controller_interval_s``, renew the lease and, while holding it, run
+  :func:`hedgerow.controller.jobs.run_tick`.
+
+So of several api replicas sharing one database, only the lease holder ticks; when it stops (or
+dies), another takes over within one TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timezone
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from hedgerow.controller.jobs import run_tick
+from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, make_holder_id, release_lease
+from hedgerow.controller.models import utc_now
+
+__all__ = ["ControllerScheduler"]
+
+log = logging.getLogger(__name__)
+
+
+class ControllerScheduler:
+    """Runs the controller tick every ``settings.controller_interval_s`` while holding the lease.
+
+    Args:
+        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        settings: a ``hedgerow.settings.Settings`` (``controller_interval_s``, ``lease_ttl_s`` and
+            the policy settings).
+        holder: this process's holder id (default: :func:`make_holder_id`).
+
+    Attributes:
+        holding: True while this process holds the lease (as of the last renewal).
+        ticks: how many ticks this process ran.
+        last_tick: the history rows written by the last tick (empty before the first).
+    """
+
+    def __init__(
+        self, sessionmaker: async_sessionmaker, settings: Any, *, holder: str | None = None
+    ) -> None:
+        self.sessionmaker = sessionmaker
+        self.settings = settings
+        self.holder = holder or make_holder_id()
+        self.holding = False
+        self.ticks = 0
+        self.last_tick: list[dict[str, Any]] = []
+        self._scheduler: AsyncIOScheduler | None = None
+        self._running: set[asyncio.Task[Any]] = set()
+        self._lock = asyncio.Lock()
+
+    async def renew(self) -> bool:
+        """Take or renew the lease now; returns whether this process holds it."""
+        try:
+            self.holding = await acquire_lease(
+                self.sessionmaker, CONTROLLER_LEASE, self.holder, self.settings.lease_ttl_s
+            )
+        except Exception:  # noqa: BLE001 - a database hiccup must not kill the scheduler
+            log.exception("could not renew the controller lease")
+            self.holding = False
+        return self.holding
+
+    async def tick(self) -> list[dict[str, Any]] | None:
+        """Renew the lease and, when held, run one controller tick.
+
+        Returns:
+            The history rows written, or None when another process holds the lease.
+        """
+        async with self._lock:  # never two ticks at once in this process
+            if not await self.renew():
+                return None
+            rows = await run_tick(self.sessionmaker, self.settings)
+            self.ticks += 1
+            self.last_tick = rows
+            return rows
+
+    async def _job(self, fn: Any) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._running.add(task)
+        try:
+            await fn()
+        except Exception:  # noqa: BLE001 - logged, next run tries again
+            log.exception("scheduled controller job failed")
+        finally:
+            if task is not None:
+                self._running.discard(task)
+
+    async def _renew_job(self) -> None:
+        await self._job(self.renew)
+
+    async def _tick_job(self) -> None:
+        await self._job(self.tick)
+
+    def start(self) -> None:
+        """Start the scheduler on the running event loop (takes the lease at once)."""
+        scheduler = AsyncIOScheduler(timezone=timezone.utc)
+        scheduler.add_job(
+            self._renew_job,
+            "interval",
+            seconds=max(self.settings.lease_ttl_s / 3.0, 0.1),
+            id="lease",
+            next_run_time=utc_now(),
+            max_instances=1,
+            coalesce=True,
+        )
+        scheduler.add_job(
+            self._tick_job,
+            "interval",
+            seconds=self.settings.controller_interval_s,
+            id="controller_tick",
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+        )
+        scheduler.start()
+        self._scheduler = scheduler
+
+    async def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Stop the jobs, wait (up to ``timeout_s``) for a running one, and release the lease."""
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+        running = [t for t in self._running if t is not asyncio.current_task()]
+        if running:
+            done, pending = await asyncio.wait(running, timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        if self.holding:
+            try:
+                await release_lease(self.sessionmaker, CONTROLLER_LEASE, self.holder)
+            except Exception:  # noqa: BLE001 - the lease expires by itself anyway
+                log.exception("could not release the controller lease")
+            self.holding = False

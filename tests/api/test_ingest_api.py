@@ -1,0 +1,74 @@
+"""POST /v1/calls: 202 with counts, idempotent re-posts, 413 over the limit, 422 with nothing written."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from hedgerow.controller.models import Call, Route
+
+
+async def _calls_stored(app) -> int:
+    async with app.state.sessionmaker() as session:
+        return await session.scalar(select(func.count()).select_from(Call))
+
+
+async def test_ingest_and_repost_is_not_double_counted(make_api, call_factory) -> None:
+    batch = [call_factory(f"r{i}").to_dict() for i in range(20)]
+    async with make_api() as (app, api):
+        first = await api.post("/v1/calls", json={"calls": batch})
+        assert first.status_code == 202 and first.json() == {"accepted": 20, "duplicates": 0}
+        again = await api.post("/v1/calls", json={"calls": batch[:5] + [call_factory("new").to_dict()]})
+        assert again.status_code == 202 and again.json() == {"accepted": 1, "duplicates": 5}
+        assert await _calls_stored(app) == 21
+        routes = (await api.get("/v1/routes")).json()["routes"]
+        assert [(r["route"], r["model"], r["budget"], r["threshold"]) for r in routes] == [
+            ("summarize", "m1", 0.10, None)]
+
+
+async def test_batch_over_the_limit_is_413(make_api, call_factory) -> None:
+    async with make_api(max_batch_calls=5) as (app, api):
+        response = await api.post("/v1/calls", json={"calls": [call_factory(f"r{i}").to_dict() for i in range(6)]})
+        assert response.status_code == 413
+        assert "max_batch_calls=5" in response.json()["detail"]
+        ok = await api.post("/v1/calls", json={"calls": [call_factory(f"r{i}").to_dict() for i in range(5)]})
+        assert ok.status_code == 202
+    async with make_api() as (app, api):  # the default limit is 1000
+        minimal = [{"request_id": f"m{i}", "route": "r", "model": "m", "started_at": "2026-11-29T08:00:00Z"}
+                   for i in range(1001)]
+        assert (await api.post("/v1/calls", json={"calls": minimal})).status_code == 413
+        assert (await api.post("/v1/calls", json={"calls": minimal[:1000]})).json() == {
+            "accepted": 1000, "duplicates": 0}
+
+
+async def test_bad_record_is_422_naming_index_and_field_and_nothing_is_written(make_api, call_factory) -> None:
+    batch = [call_factory(f"r{i}").to_dict() for i in range(4)]
+    batch[2]["attempts"][0]["start_s"] = -0.5
+    async with make_api() as (app, api):
+        response = await api.post("/v1/calls", json={"calls": batch})
+        assert response.status_code == 422
+        detail = response.json()["detail"]
+        assert detail["index"] == 2 and detail["field"] == "attempts[0].start_s"
+        assert "greater than or equal to 0" in detail["message"]
+        batch[2]["attempts"][0]["start_s"] = 0.0
+        batch[3]["started_at"] = "yesterday"
+        detail = (await api.post("/v1/calls", json={"calls": batch})).json()["detail"]
+        assert (detail["index"], detail["field"]) == (3, "started_at")
+        assert await _calls_stored(app) == 0
+        async with app.state.sessionmaker() as session:
+            assert await session.scalar(select(func.count()).select_from(Route)) == 0
+        for body, field in ((b"not json", "body"), (b'{"records": []}', "calls"), (b'{"calls": {}}', "calls")):
+            response = await api.post("/v1/calls", content=body, headers={"content-type": "application/json"})
+            assert response.status_code == 422 and response.json()["detail"]["field"] == field
+
+
+async def test_concurrent_posts_of_overlapping_batches(make_api, call_factory) -> None:
+    import asyncio
+
+    records = [call_factory(f"c{i}", route=f"r{i % 4}").to_dict() for i in range(120)]
+    batches = [records[i:i + 40] for i in range(0, 100, 20)]  # overlapping windows
+    async with make_api() as (app, api):
+        answers = await asyncio.gather(*(api.post("/v1/calls", json={"calls": b}) for b in batches))
+        assert all(a.status_code == 202 for a in answers)
+        assert sum(a.json()["accepted"] for a in answers) == 120
+        assert sum(a.json()["duplicates"] for a in answers) == 5 * 40 - 120
+        assert await _calls_stored(app) == 120

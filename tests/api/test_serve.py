@@ -1,0 +1,119 @@
+"""A real ``hedgerow serve`` subprocess on a free port, spoken to over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+
+import httpx
+from sqlalchemy import func, select
+
+from hedgerow.controller.db import make_engine
+from hedgerow.controller.models import Lease
+
+
+async def _wait_for(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(0.25)
+    return False
+
+
+async def test_serve_subprocess_over_http(database_url: str, call_factory, tmp_path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hedgerow.cli", "serve", "--db", database_url, "--port", "0",
+        "--interval", "1",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
+    )
+    try:
+        line = (await asyncio.wait_for(process.stdout.readline(), timeout=60)).decode()
+        match = re.match(r"hedgerow: api listening on (http://127\.0\.0\.1:(\d+)) ", line)
+        assert match, f"unexpected first line {line!r}; stderr: {(await process.stderr.read()).decode()[-2000:]}"
+        base = match.group(1)
+        now = datetime.now(timezone.utc)
+        calls = [call_factory(f"s{i}", route="chat", started_at=now - timedelta(seconds=i),
+                              primary_ttft_s=0.2 + 0.01 * (i % 10)).to_dict() for i in range(60)]
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            assert (await client.get("/healthz")).json() == {"status": "ok"}
+            assert (await client.get("/readyz")).status_code == 200
+            posted = await client.post("/v1/calls", json={"calls": calls})
+            assert posted.status_code == 202 and posted.json() == {"accepted": 60, "duplicates": 0}
+            again = await client.post("/v1/calls", json={"calls": calls[:10]})
+            assert again.json() == {"accepted": 0, "duplicates": 10}
+
+            async def published() -> bool:
+                return bool((await client.get("/v1/thresholds")).json()["thresholds"])
+
+            # the scheduler ticks every second under the lease and publishes the route
+            assert await _wait_for(published, 60), "no threshold published by the scheduled job"
+            table = await client.get("/v1/thresholds")
+            [row] = table.json()["thresholds"]
+            assert (row["route"], row["model"], row["enabled"]) == ("chat", "m1", True)
+            assert row["source"] in ("controller", "default")
+            history = (await client.get("/v1/routes/chat/history", params={"model": "m1"})).json()["history"]
+            assert history and history[0]["samples"] == 60
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        try:
+            code = await asyncio.wait_for(process.wait(), timeout=30)
+        except asyncio.TimeoutError:
+            process.kill()
+            await process.wait()
+            raise AssertionError("hedgerow serve did not stop on SIGTERM within 30 s") from None
+    # uvicorn shuts down gracefully, then re-raises the signal: the status is -SIGTERM
+    stderr = (await process.stderr.read()).decode()
+    assert code in (0, -signal.SIGTERM), stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-2000:]
+    # the lifespan ran its shutdown: the controller lease was released
+    engine = make_engine(database_url)
+    try:
+        async with engine.connect() as connection:
+            assert (await connection.execute(select(func.count()).select_from(Lease))).scalar() == 0
+    finally:
+        await engine.dispose()
+
+
+async def test_serve_refuses_public_host_without_tokens(tmp_path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hedgerow.cli", "serve", "--host", "0.0.0.0", "--port", "0",
+        "--db", f"sqlite+aiosqlite:///{tmp_path / 'x.db'}",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 2
+    assert err.decode().strip().startswith("hedgerow: refusing to listen on '0.0.0.0' without auth")
+    assert "Traceback" not in err.decode()
+
+
+def test_serve_with_unreachable_database_is_one_line() -> None:
+    from typer.testing import CliRunner
+
+    from hedgerow.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--db", "postgresql+asyncpg://postgres@127.0.0.1:1/x", "--port", "0"])
+    assert result.exit_code == 1
+    assert "cannot migrate database postgresql+asyncpg://postgres@127.0.0.1:1/x" in result.output
+    assert "Traceback" not in result.output
+
+
+async def test_serve_async_embedded_stops_on_event(tmp_path) -> None:
+    from hedgerow.api.server import serve_async
+    from hedgerow.settings import Settings
+
+    urls: list[str] = []
+    stop = asyncio.Event()
+    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'e.db'}", port=0,
+                        controller_interval_s=3600)
+    server = asyncio.create_task(serve_async(settings, announce=urls.append, stop=stop))
+    assert await _wait_for(lambda: asyncio.sleep(0, result=bool(urls)), 60)
+    async with httpx.AsyncClient(base_url=urls[0]) as client:
+        assert (await client.get("/readyz")).json()["status"] == "ready"
+    stop.set()
+    await asyncio.wait_for(server, timeout=30)

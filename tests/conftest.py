@@ -1,0 +1,140 @@
+"""Shared fixtures: ``database_url`` runs a store test on SQLite and on PostgreSQL.
+
+- ``sqlite``: a fresh file in the test's tmp dir.
+- ``postgresql``: the database of ``HEDGEROW_TEST_DATABASE_URL`` (e.g.
+  ``postgresql+asyncpg://postgres@127.0.0.1:5432/test``); everything in its ``public`` schema is
+  dropped before each test, so tests are isolated (run them serially: they share the database).
+  Skipped, with the reason, when the variable is unset.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+if TYPE_CHECKING:
+    from hedgerow.client.records import CallRecord
+
+PG_ENV = "HEDGEROW_TEST_DATABASE_URL"
+
+
+async def reset_postgres(url: str) -> None:
+    """Drop and recreate the ``public`` schema of the PostgreSQL database at ``url``."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+            await connection.execute(text("CREATE SCHEMA public"))
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """An empty database's SQLAlchemy async URL (SQLite file, or the PostgreSQL test database)."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'hedgerow.db'}"
+        return
+    url = os.environ.get(PG_ENV)
+    if not url:
+        pytest.skip(f"{PG_ENV} is not set (e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test)")
+    await reset_postgres(url)
+    yield url
+
+
+@pytest.fixture
+async def migrated_url(database_url: str) -> str:
+    """``database_url`` migrated to the newest revision."""
+    from hedgerow.controller.db import upgrade_database
+
+    upgrade_database(database_url)
+    return database_url
+
+
+@pytest.fixture
+async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
+    """An async engine on a migrated store (disposed after the test)."""
+    from hedgerow.controller.db import make_engine
+
+    eng = make_engine(migrated_url)
+    try:
+        yield eng
+    finally:
+        await eng.dispose()
+
+
+@pytest.fixture
+def sessionmaker(engine: AsyncEngine) -> async_sessionmaker:
+    """A sessionmaker on the migrated store."""
+    from hedgerow.controller.db import make_sessionmaker
+
+    return make_sessionmaker(engine)
+
+
+def make_call(
+    request_id: str,
+    *,
+    route: str = "summarize",
+    model: str = "m1",
+    started_at: datetime | None = None,
+    primary_ttft_s: float | None = 0.5,
+    primary_end_s: float | None = None,
+    primary_outcome: str | None = None,
+    hedge_after_s: float | None = None,
+    backup_ttft_s: float | None = None,
+) -> CallRecord:
+    """A realistic CallRecord for tests.
+
+    Without ``hedge_after_s`` the primary alone answers (TTFT ``primary_ttft_s``, or fails when it
+    is None). With it, a backup starts at ``hedge_after_s`` and answers ``backup_ttft_s`` later;
+    the first of the two first tokens wins and the other attempt is cancelled at that moment
+    (a primary cancelled before its first token is censored).
+    """
+    from datetime import timezone
+
+    from hedgerow.client.records import AttemptRecord, CallRecord
+
+    started_at = started_at or datetime.now(timezone.utc)
+    attempts: list[AttemptRecord] = []
+    if hedge_after_s is None:
+        if primary_ttft_s is None:
+            end = primary_end_s if primary_end_s is not None else 0.01
+            attempts.append(AttemptRecord("a", "primary", 0.0, None, end, primary_outcome or "failed",
+                                          503, "http_503", 0))
+            return CallRecord(request_id, route, model, started_at, client="test", status="error",
+                              error_type="http_503", attempts=tuple(attempts))
+        end = primary_ttft_s + 1.0
+        attempts.append(AttemptRecord("a", "primary", 0.0, primary_ttft_s, end, "won", 200, None, 20))
+        return CallRecord(request_id, route, model, started_at, client="test", hedge_after_s=None,
+                          winner="primary", ttft_s=primary_ttft_s, ttfo_s=primary_ttft_s,
+                          tpot_s=0.05, e2e_s=end, max_itl_s=0.1, prompt_tokens=100,
+                          completion_tokens=20, attempts=tuple(attempts))
+    assert backup_ttft_s is not None and primary_ttft_s is not None
+    backup_first = hedge_after_s + backup_ttft_s
+    if primary_ttft_s <= backup_first:
+        first = primary_ttft_s
+        attempts.append(AttemptRecord("a", "primary", 0.0, first, first + 1.0, "won", 200, None, 20))
+        attempts.append(AttemptRecord("b", "backup", hedge_after_s, None, first, "cancelled", 200, None, 0))
+        winner = "primary"
+    else:
+        first = backup_first
+        attempts.append(AttemptRecord("a", "primary", 0.0, None, first, "cancelled", 200, None, 0))
+        attempts.append(AttemptRecord("b", "backup", hedge_after_s, first, first + 1.0, "won", 200, None, 20))
+        winner = "backup"
+    return CallRecord(request_id, route, model, started_at, client="test", hedge_after_s=hedge_after_s,
+                      threshold_version=1, hedged=True, hedge_reason="ttft_timeout", winner=winner,
+                      ttft_s=first, ttfo_s=first, tpot_s=0.05, e2e_s=first + 1.0, max_itl_s=0.1,
+                      prompt_tokens=100, completion_tokens=20, attempts=tuple(attempts))
+
+
+@pytest.fixture
+def call_factory():
+    """The :func:`make_call` factory of test call records."""
+    return make_call

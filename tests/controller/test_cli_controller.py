@@ -1,0 +1,47 @@
+"""``hedgerow db upgrade`` and ``hedgerow controller run-once`` (in-process, through typer)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from typer.testing import CliRunner
+
+from hedgerow.cli import app
+from hedgerow.controller.db import make_engine, make_sessionmaker
+from hedgerow.controller.ingest import ingest_calls, route_defaults
+from hedgerow.settings import Settings
+
+
+def _seed(url: str, records) -> None:
+    async def run() -> None:
+        engine = make_engine(url)
+        try:
+            async with make_sessionmaker(engine)() as session, session.begin():
+                await ingest_calls(session, records, defaults=route_defaults(Settings()))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+
+
+def test_db_upgrade_and_run_once(tmp_path, call_factory) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
+    runner = CliRunner()
+    not_ready = runner.invoke(app, ["controller", "run-once", "--db", url])
+    assert not_ready.exit_code == 1 and "run `hedgerow db upgrade`" in not_ready.output
+    upgraded = runner.invoke(app, ["db", "upgrade", "--db", url])
+    assert upgraded.exit_code == 0 and "revision 0001" in upgraded.output
+    _seed(url, [call_factory(f"c{i}") for i in range(5)])
+    as_json = runner.invoke(app, ["controller", "run-once", "--db", url, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    [row] = json.loads(as_json.output)["history"]
+    assert (row["route"], row["samples"], row["hedge_after_s"]) == ("summarize", 5, 2.0)
+    table = runner.invoke(app, ["controller", "run-once", "--db", url])
+    assert table.exit_code == 0 and "summarize" in table.output and "too_few_samples" in table.output
+
+
+def test_bad_url_is_one_line(tmp_path) -> None:
+    result = CliRunner().invoke(app, ["db", "upgrade", "--db", "mysql://x/y"])
+    assert result.exit_code == 2 and "is not supported" in result.output
+    assert "Traceback" not in result.output

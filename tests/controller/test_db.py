@@ -1,0 +1,60 @@
+"""Engine settings and column types of the store, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.exc import IntegrityError, StatementError
+
+from hedgerow.controller.db import check_ready, make_engine
+from hedgerow.controller.errors import StoreError
+from hedgerow.controller.models import Attempt, Lease
+
+
+async def test_foreign_keys_are_enforced(sessionmaker) -> None:
+    with pytest.raises(IntegrityError):
+        async with sessionmaker() as session, session.begin():
+            session.add(Attempt(call_id=12345, attempt_index=0, upstream="a", role="primary", start_s=0.0,
+                                first_token_s=None, end_s=1.0, outcome="failed", status_code=None,
+                                error_type=None, completion_tokens=0))
+
+
+async def test_timestamps_read_back_as_aware_utc(sessionmaker) -> None:
+    plus_two = timezone(timedelta(hours=2))
+    written = datetime(2026, 11, 29, 10, 30, 0, 250000, tzinfo=plus_two)
+    async with sessionmaker() as session, session.begin():
+        session.add(Lease(name="t", holder="h", expires_at=written))
+    async with sessionmaker() as session:
+        read = await session.scalar(select(Lease.expires_at))
+    assert read == written and read.tzinfo is not None and read.utcoffset() == timedelta(0)
+    assert read.hour == 8
+    with pytest.raises(StatementError, match="timezone-aware"):
+        async with sessionmaker() as session, session.begin():
+            session.add(Lease(name="naive", holder="h", expires_at=datetime(2026, 1, 1)))
+
+
+async def test_sqlite_pragmas(engine) -> None:
+    if engine.dialect.name != "sqlite":
+        pytest.skip("SQLite only")
+    async with engine.connect() as connection:
+        assert (await connection.execute(text("PRAGMA foreign_keys"))).scalar() == 1
+        assert (await connection.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
+        assert (await connection.execute(text("PRAGMA busy_timeout"))).scalar() >= 1000
+
+
+async def test_ready_check(engine, tmp_path) -> None:
+    assert await check_ready(engine) == "0001"
+    empty = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}")
+    try:
+        with pytest.raises(StoreError, match="run `hedgerow db upgrade`"):
+            await check_ready(empty)
+    finally:
+        await empty.dispose()
+
+
+def test_unsupported_urls_are_refused() -> None:
+    for url in ("sqlite:///x.db", "postgresql://u@h/db", "not a url"):
+        with pytest.raises(StoreError):
+            make_engine(url)

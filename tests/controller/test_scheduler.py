@@ -1,0 +1,42 @@
+"""The scheduler ticks by itself, only while holding the lease; a second process waits its turn."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sqlalchemy import func, select
+
+from hedgerow.controller.ingest import ingest_calls, route_defaults
+from hedgerow.controller.models import ThresholdHistory
+from hedgerow.controller.scheduler import ControllerScheduler
+from hedgerow.settings import Settings
+
+
+async def test_only_the_lease_holder_ticks_and_hands_over(sessionmaker, call_factory) -> None:
+    settings = Settings(controller_interval_s=0.3, lease_ttl_s=1.5)
+    async with sessionmaker() as session, session.begin():
+        await ingest_calls(session, [call_factory("a")], defaults=route_defaults(settings))
+    first = ControllerScheduler(sessionmaker, settings, holder="first")
+    second = ControllerScheduler(sessionmaker, settings, holder="second")
+    first.start()
+    await asyncio.sleep(0.2)  # the first takes the lease at start
+    second.start()
+    try:
+        deadline = time.monotonic() + 30
+        while first.ticks < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert first.ticks >= 3 and first.holding
+        assert second.ticks == 0 and not second.holding
+        assert await second.tick() is None  # an explicit tick is refused too
+        await first.shutdown()  # releases the lease
+        deadline = time.monotonic() + 30
+        while second.ticks < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert second.ticks >= 1 and second.holding
+    finally:
+        await first.shutdown()
+        await second.shutdown()
+    async with sessionmaker() as session:
+        rows = await session.scalar(select(func.count()).select_from(ThresholdHistory))
+    assert rows == first.ticks + second.ticks  # one history row per tick (one route)
