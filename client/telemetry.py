@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import math
 from typing import Any
 
 import httpx
 
+from hedgerow.client.background import api_client, cancel_and_wait, check_api_url, check_seconds
 from hedgerow.client.records import CallRecord
 
 __all__ = ["TelemetryExporter"]
@@ -59,20 +59,15 @@ class TelemetryExporter:
         timeout_s: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if not isinstance(api_url, str) or not api_url.startswith(("http://", "https://")):
-            raise ValueError(f"api_url: must be an http(s) URL, got {api_url!r}")
+        self.api_url = check_api_url(api_url)
         if not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
             raise ValueError(f"batch_size: must be an integer in 1..1000, got {batch_size!r}")
         if not isinstance(max_queue, int) or max_queue < batch_size:
             raise ValueError(f"max_queue: must be an integer >= batch_size, got {max_queue!r}")
-        if not isinstance(flush_interval_s, (int, float)) or not math.isfinite(flush_interval_s) or flush_interval_s <= 0:
-            raise ValueError(f"flush_interval_s: must be a finite number of seconds > 0, got {flush_interval_s!r}")
-        self.api_url = api_url.rstrip("/")
         self.batch_size = batch_size
-        self.flush_interval_s = float(flush_interval_s)
+        self.flush_interval_s = check_seconds("flush_interval_s", flush_interval_s)
         self.max_queue = max_queue
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(headers=headers, timeout=timeout_s, transport=transport)
+        self._http = api_client(token, check_seconds("timeout_s", timeout_s), transport)
         self._queue: collections.deque[dict[str, Any]] = collections.deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -171,13 +166,8 @@ class TelemetryExporter:
 
     async def aclose(self, timeout_s: float = 10.0) -> None:
         """Flush (bounded by ``timeout_s``), stop the sender and close the connection pool."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._queue:
             if not await self.flush(timeout_s):
                 log.warning("telemetry closed with %d unsent record(s)", len(self._queue))

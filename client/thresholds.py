@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from hedgerow.client.background import api_client, cancel_and_wait, check_api_url, check_seconds
+
 __all__ = ["ThresholdPoller"]
 
 log = logging.getLogger("hedgerow.client.thresholds")
@@ -48,16 +50,10 @@ class ThresholdPoller:
         timeout_s: float = 5.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if not isinstance(api_url, str) or not api_url.startswith(("http://", "https://")):
-            raise ValueError(f"api_url: must be an http(s) URL, got {api_url!r}")
-        for name, value in (("interval_s", interval_s), ("max_stale_s", max_stale_s), ("timeout_s", timeout_s)):
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{name}: must be a finite number of seconds > 0, got {value!r}")
-        self.api_url = api_url.rstrip("/")
-        self.interval_s = float(interval_s)
-        self.max_stale_s = float(max_stale_s)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(headers=headers, timeout=timeout_s, transport=transport)
+        self.api_url = check_api_url(api_url)
+        self.interval_s = check_seconds("interval_s", interval_s)
+        self.max_stale_s = check_seconds("max_stale_s", max_stale_s)
+        self._http = api_client(token, check_seconds("timeout_s", timeout_s), transport)
         self._table: dict[tuple[str, str], dict[str, Any]] = {}
         self._etag: str | None = None
         self._fetched_at: float | None = None
@@ -83,13 +79,8 @@ class ThresholdPoller:
 
     async def aclose(self) -> None:
         """Stop polling and close the connection pool."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self._http.aclose()
 
     async def _loop(self) -> None:

@@ -15,6 +15,7 @@ import typer
 
 if TYPE_CHECKING:
     from hedgerow.client import Upstream
+    from hedgerow.settings import Settings
 
 app = typer.Typer(
     name="hedgerow",
@@ -173,6 +174,10 @@ def demo(
         except DemoError as exc:
             raise fail(str(exc), 1) from None
     console.print(results_table(results))
+    for result in results:
+        if result.threshold_path_s:
+            path = " -> ".join(f"{value:g}" for value in result.threshold_path_s)
+            console.print(f"{result.mode} thresholds published by the controller (s): {path}")
     if json_path is not None:
         console.print(f"results written to {json_path}")
 

@@ -34,7 +34,7 @@ import socket
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -115,6 +115,7 @@ class ModeResult:
     wasted_completion_tokens: int
     errors: int
     final_hedge_after_s: float | None = None
+    threshold_path_s: tuple[float, ...] = ()
 
 
 def _free_port() -> int:
@@ -366,7 +367,8 @@ async def run_demo(config: DemoConfig, progress: Any = None) -> list[ModeResult]
 
                     records, final = await _replay(mode, workload, upstreams, config, api_url, done)
                     result = summarize(mode, records, config.warmup_fraction)
-                    results.append(_with_final(result, final))
+                    path = await _threshold_path(http, api_url, f"demo-{mode}") if mode == "adaptive" else ()
+                    results.append(_with_controller(result, final, path))
                     await _drain(http, upstreams)
         finally:
             await procs.stop()
@@ -375,9 +377,20 @@ async def run_demo(config: DemoConfig, progress: Any = None) -> list[ModeResult]
     return results
 
 
-def _with_final(result: ModeResult, final: float | None) -> ModeResult:
+async def _threshold_path(http: httpx.AsyncClient, api_url: str, route: str) -> tuple[float, ...]:
+    """The values the controller published for ``route``, oldest first (from the api's history)."""
+    try:
+        response = await http.get(f"{api_url}/v1/routes/{route}/history", params={"model": MODEL, "limit": 10_000})
+        rows = response.json()["history"] if response.status_code == 200 else []
+    except (httpx.HTTPError, ValueError, KeyError):
+        return ()
+    return tuple(round(float(row["hedge_after_s"]), 3) for row in reversed(rows) if row["applied"])
+
+
+def _with_controller(result: ModeResult, final: float | None, path: tuple[float, ...]) -> ModeResult:
     values = asdict(result)
     values["final_hedge_after_s"] = final
+    values["threshold_path_s"] = path
     return ModeResult(**values)
 
 
@@ -385,7 +398,7 @@ def write_json(config: DemoConfig, results: Sequence[ModeResult]) -> None:
     """Write ``{"modes": [...], "config": {...}}`` to ``config.json_path``."""
     assert config.json_path is not None
     payload = {
-        "modes": [asdict(r) for r in results],
+        "modes": [{**asdict(r), "threshold_path_s": list(r.threshold_path_s)} for r in results],
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
     }
     config.json_path.write_text(json.dumps(payload, indent=2) + "\n")
