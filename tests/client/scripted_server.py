@@ -25,6 +25,7 @@ class Script:
         content_type: the Content-Type header.
         header_delay_s: wait before sending the status line and headers.
         close: close the connection after the last piece (end of body).
+        headers: extra response headers.
     """
 
     pieces: list[tuple[float, bytes]] = field(default_factory=list)
@@ -32,6 +33,7 @@ class Script:
     content_type: str = "text/event-stream"
     header_delay_s: float = 0.0
     close: bool = True
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def sse(*chunks: dict | str, done: bool = True, gap_s: float = 0.0, first_delay_s: float = 0.0) -> list[tuple[float, bytes]]:
@@ -152,9 +154,10 @@ class ScriptedServer:
             try:
                 await asyncio.sleep(script.header_delay_s)
                 reason = {200: "OK", 400: "Bad Request", 503: "Service Unavailable"}.get(script.status, "X")
+                extra = "".join(f"{name}: {value}\r\n" for name, value in script.headers.items())
                 writer.write(
                     f"HTTP/1.1 {script.status} {reason}\r\nContent-Type: {script.content_type}\r\n"
-                    f"Cache-Control: no-cache\r\nConnection: close\r\n\r\n".encode()
+                    f"Cache-Control: no-cache\r\nConnection: close\r\n{extra}\r\n".encode()
                 )
                 await writer.drain()
                 for delay, data in script.pieces:

@@ -1,0 +1,108 @@
+"""ThresholdPoller and TelemetryExporter against scripted HTTP servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from hedgerow.client import CallRecord, TelemetryExporter, ThresholdPoller
+from tests.client.scripted_server import Script, ScriptedServer
+
+TABLE = {"thresholds": [{"route": "r", "model": "m", "hedge_after_s": 0.7, "enabled": True, "source": "controller",
+                         "version": 3, "budget": 0.1, "updated_at": "2026-11-29T08:00:00Z"}]}
+
+
+def json_script(payload: object, status: int = 200, headers: dict | None = None) -> Script:
+    return Script(status=status, content_type="application/json", headers=headers or {},
+                  pieces=[(0.0, json.dumps(payload).encode())])
+
+
+def record(i: int) -> CallRecord:
+    return CallRecord(request_id=f"r{i}", route="r", model="m", started_at=datetime.now(timezone.utc))
+
+
+async def test_poller_uses_etag_and_keeps_the_last_table_on_errors():
+    def script(i: int, seen) -> Script:
+        if i == 0:
+            return json_script(TABLE, headers={"ETag": '"v3"'})
+        if i == 1:
+            assert seen.headers.get("if-none-match") == '"v3"'
+            return Script(status=304, content_type="application/json")
+        return json_script({"detail": "down"}, status=503)
+
+    async with ScriptedServer(script) as api:
+        poller = ThresholdPoller(api.base_url.removesuffix("/v1"), interval_s=60, max_stale_s=0.5)
+        try:
+            assert await poller.refresh()
+            assert poller.lookup("r", "m") == (0.7, 3, True)
+            assert poller.lookup("r", "other") is None
+            assert await poller.refresh() and poller.polls_unchanged == 1
+            assert not await poller.refresh() and poller.polls_failed == 1
+            assert poller.lookup("r", "m") == (0.7, 3, True)  # last good table still served
+            await asyncio.sleep(0.7)
+            assert poller.lookup("r", "m") is None  # stale: fall back to the policy's value
+        finally:
+            await poller.aclose()
+
+
+async def test_poller_rejects_a_malformed_table_and_keeps_the_old_one():
+    bad = {"thresholds": [{"route": "r", "model": "m", "hedge_after_s": "soon"}]}
+    scripts = [json_script(TABLE), json_script(bad)]
+    async with ScriptedServer(lambda i, seen: scripts[min(i, 1)]) as api:
+        poller = ThresholdPoller(api.base_url.removesuffix("/v1"), interval_s=60)
+        try:
+            assert await poller.refresh()
+            assert not await poller.refresh()
+            assert "row 0" in poller.last_error
+            assert poller.lookup("r", "m") == (0.7, 3, True)
+        finally:
+            await poller.aclose()
+
+
+async def test_exporter_retries_until_the_api_accepts():
+    def script(i: int, seen) -> Script:
+        if i == 0:
+            return json_script({"detail": "starting"}, status=503)
+        return json_script({"accepted": len(seen.body["calls"]), "duplicates": 0}, status=202)
+
+    async with ScriptedServer(script) as api:
+        exporter = TelemetryExporter(api.base_url.removesuffix("/v1"), batch_size=10, flush_interval_s=0.1)
+        async with exporter:
+            for i in range(5):
+                exporter.submit(record(i))
+            for _ in range(100):
+                if exporter.sent == 5:
+                    break
+                await asyncio.sleep(0.05)
+        assert exporter.sent == 5 and exporter.pending == 0 and exporter.dropped == 0
+        posted = [r["request_id"] for seen in api.requests[1:] for r in seen.body["calls"]]
+        assert posted == [f"r{i}" for i in range(5)]
+
+
+async def test_exporter_drops_the_oldest_when_full_and_counts_it():
+    exporter = TelemetryExporter("http://127.0.0.1:9", batch_size=2, max_queue=3)
+    for i in range(5):
+        exporter.submit(record(i))
+    assert exporter.dropped == 2 and exporter.pending == 3
+    assert not await exporter.flush(timeout_s=0.3)  # nothing listens on port 9
+    await exporter.aclose(timeout_s=0.1)
+
+
+async def test_exporter_drops_a_batch_the_api_rejects_as_invalid():
+    async with ScriptedServer(json_script({"detail": {"index": 0, "field": "ttft_s"}}, status=422)) as api:
+        exporter = TelemetryExporter(api.base_url.removesuffix("/v1"), batch_size=5)
+        exporter.submit(record(0))
+        assert await exporter.flush(timeout_s=5)
+        assert exporter.rejected == 1 and "ttft_s" in exporter.last_error
+        await exporter.aclose()
+
+
+@pytest.mark.parametrize("kwargs, field", [({"batch_size": 0}, "batch_size"), ({"flush_interval_s": -1}, "flush_interval_s"),
+                                           ({"api_url": "nope"}, "api_url")])
+def test_exporter_validation_names_the_field(kwargs, field):
+    args = {"api_url": "http://127.0.0.1:1", **kwargs}
+    with pytest.raises(ValueError, match=field):
+        TelemetryExporter(**args)
