@@ -22,15 +22,16 @@ what happens                                           outcome
 =====================================================  =========================================
 connection refused / connect timeout                   failover at once (attempt ``failed``)
 no headers or no token by ``hedge_after_s``            hedge, if the budget allows
-HTTP 408, 409, 429, 5xx before the first token         failover at once
-HTTP 400, 401, 403, 404, 422                           ``UpstreamError``, no failover
+HTTP 408, 409, 429, 5xx (any other non-200 status)    failover at once
+HTTP 400, 401, 403, 404, 422, no other attempt left    ``UpstreamError``, no failover
+the same from one attempt while another still runs     that attempt fails, the call goes on
 HTTP 200 with a body that is not an SSE stream         failover (``malformed_stream``)
 SSE error payload before the first token               failover (``sse_error``)
 stream ends before any token, with no finish_reason    failover (``empty_stream``)
 every attempt failed, no backup left                   ``AllAttemptsFailed`` (status ``error``)
 SSE error payload or bad JSON after the first token    ``StreamError`` (status ``error``)
 connection cut after tokens without a finish_reason    ``StreamError`` (``truncated``)
-gap after the first token > ``stall_timeout_s``        ``StallTimeout`` (status ``stalled``)
+gap between tokens > ``stall_timeout_s``               ``StallTimeout`` (status ``stalled``)
 the whole call exceeds ``total_timeout_s``             ``TotalTimeout`` (status ``timeout``)
 the caller stops reading / leaves the block early      every attempt closed (status ``cancelled``)
 =====================================================  =========================================
@@ -72,10 +73,9 @@ __all__ = ["HedgingClient", "CallStream", "ChatResult", "ThresholdSource", "Reco
 
 log = logging.getLogger("hedgerow.client")
 
-#: HTTP statuses that are the caller's fault: raise at once, never fail over.
+#: HTTP statuses that are the caller's fault: no failover. Every other non-200 status (408, 409,
+#: 429, 5xx, ...) counts as a failure of that upstream and fails over.
 NON_RETRYABLE_STATUSES = frozenset({400, 401, 403, 404, 422})
-#: HTTP statuses that mean "try elsewhere": fail over before the first token.
-RETRYABLE_STATUSES = frozenset({408, 409, 429})
 
 
 class ThresholdSource(Protocol):
@@ -335,7 +335,6 @@ class CallStream:
         self._last_token_at: float | None = None
         self._max_itl_s: float | None = None
         self._prompt_tokens: int | None = None
-        self._last_chunk_at = 0.0
         self._finish_reason: str | None = None
         self._iterated = False
         self._generator: Any = None
@@ -494,6 +493,7 @@ class CallStream:
                     continue
                 kind, attempt, payload, at = event
                 if not attempt.alive:
+                    self._count_loser_tokens(attempt, kind, payload)
                     continue
                 if kind == "chunk":
                     info = classify_chunk(payload)
@@ -529,11 +529,11 @@ class CallStream:
                     self._fail(attempt, _AttemptFailure("empty_stream", "stream ended before any token"), at)
                     self._after_failure()
                 else:  # error
-                    if isinstance(payload, UpstreamError):
-                        self._fail(attempt, payload, at)
+                    self._fail(attempt, payload, at)
+                    if isinstance(payload, UpstreamError) and not any(a.alive for a in self._attempts):
+                        # The caller's fault (bad request, bad key): trying elsewhere won't help.
                         self._set_status("error", attempt.error_type)
                         raise payload
-                    self._fail(attempt, payload, at)
                     self._after_failure()
 
             # Phase 2: stream the winner.
@@ -541,8 +541,8 @@ class CallStream:
             while True:
                 deadline = total_deadline
                 stall = policy.stall_timeout_s
-                if stall is not None and self._last_token_at is not None:
-                    deadline = min(deadline, self._last_chunk_at + stall)
+                if stall is not None and self._last_token_at is not None and self._finish_reason is None:
+                    deadline = min(deadline, self._last_token_at + stall)
                 event = await self._next_event(deadline)
                 if event is None or self._now() >= total_deadline:
                     at = self._now()
@@ -550,9 +550,10 @@ class CallStream:
                         self._set_status("timeout", "total_timeout")
                         raise TotalTimeout(policy.total_timeout_s)
                     self._set_status("stalled", "stall_timeout")
-                    raise StallTimeout(winner.upstream.name, at - self._last_chunk_at)
+                    raise StallTimeout(winner.upstream.name, at - self._last_token_at)
                 kind, attempt, payload, at = event
                 if attempt is not winner:
+                    self._count_loser_tokens(attempt, kind, payload)
                     continue
                 if kind == "chunk":
                     self._on_winner_chunk(winner, payload, at, classify_chunk(payload))
@@ -589,6 +590,15 @@ class CallStream:
         self._set_status("error", "all_attempts_failed")
         raise AllAttemptsFailed(errors)  # type: ignore[arg-type]
 
+    def _count_loser_tokens(self, attempt: _Attempt, kind: str, payload: Any) -> None:
+        """Count the tokens a cancelled attempt delivered before its cancellation took effect."""
+        if kind == "chunk" and attempt.outcome == "cancelled":
+            info = classify_chunk(payload)
+            if info.token:
+                attempt.token_chunks += 1
+            if info.usage is not None:
+                self._note_usage(attempt, info.usage)
+
     def _note_usage(self, attempt: _Attempt, usage: dict[str, Any]) -> None:
         completion = usage.get("completion_tokens")
         if isinstance(completion, int) and completion >= 0:
@@ -598,7 +608,6 @@ class CallStream:
             self._prompt_tokens = prompt
 
     def _on_winner_chunk(self, winner: _Attempt, chunk: dict[str, Any], at: float, info: Any) -> None:
-        self._last_chunk_at = at
         if info.usage is not None:
             self._note_usage(winner, info.usage)
         if info.finish_reason is not None:

@@ -33,9 +33,11 @@ censoring, 300 repetitions per size, seed 1) the share of targets whose true exc
 probability was above a 0.10 budget was, for n = 60 / 200 / 1000: linear 6.7% / 5.3% / 5.3%,
 log-log 1.7% / 2.7% / 2.7%. Only log-log held the nominal one-sided 2.5% of a two-sided 95%
 interval; the price is a target about 15% (n = 60) to 1% (n = 1000) higher. Both
-formulas are undefined where S(t) = 0 (after the last sample, when it is uncensored), and
-log-log also where S(t) = 1; scipy then returns NaN. A NaN upper bound is treated as "not
-known to be under the budget", so such a time never becomes the target.
+formulas are undefined where S(t) = 0 (at the last sample, when it is uncensored: every
+primary still at risk had its first token), and scipy then returns NaN. There we use the exact
+binomial (Clopper-Pearson) bound of that last step, ``1 - (alpha/2)^(1/n_i)``, times the bound
+just before it, so that data with many tied TTFTs (a cache, a fixed-latency upstream) still
+gets a target instead of none. Any other NaN bound counts as "not known to be under the budget".
 
 Outputs
 -------
@@ -185,6 +187,27 @@ def _validate(
     return durations, np.asarray(flags, dtype=bool)
 
 
+def _fill_upper_at_zero(
+    upper: np.ndarray, sf: np.ndarray, event_times: np.ndarray, durations: np.ndarray, confidence: float
+) -> np.ndarray:
+    """Replace the undefined (NaN) upper bound where ``S(t) = 0`` by an exact binomial bound.
+
+    At such a time every one of the ``n`` primaries still at risk had its first token by ``t``.
+    The one-sided Clopper-Pearson upper bound on the chance of outlasting ``t`` given survival
+    to just before it is ``1 - (alpha / 2) ** (1 / n)`` (``alpha = 1 - confidence``; zero events
+    out of ``n``); multiplied by the upper bound just before ``t`` it bounds ``S(t)``. Example:
+    1,000 identical TTFTs of 0.5 s give an upper bound of 0.0037 at 0.5 s, so 0.5 s is the
+    target at any budget above that, instead of no target at all.
+    """
+    upper = np.array(upper, dtype=float)
+    alpha = 1.0 - confidence
+    for j in np.flatnonzero(~np.isfinite(upper) & (sf <= 0.0)):
+        at_risk = int(np.count_nonzero(durations >= event_times[j]))
+        before = upper[j - 1] if j > 0 and np.isfinite(upper[j - 1]) else 1.0
+        upper[j] = before * (1.0 - (alpha / 2.0) ** (1.0 / max(at_risk, 1)))
+    return upper
+
+
 def estimate_ttft(
     durations_s: Sequence[float],
     censored: Sequence[bool],
@@ -242,7 +265,9 @@ def estimate_ttft(
                 interval = result.sf.confidence_interval(
                     confidence_level=confidence, method=CI_METHOD
                 )
-            upper = interval.high.probabilities[events]
+            upper = _fill_upper_at_zero(
+                interval.high.probabilities[events], sf[events], event_times, durations, confidence
+            )
             ok = np.flatnonzero(np.isfinite(upper) & (upper <= budget + _EPS))
             target_s = float(event_times[ok[0]]) if ok.size else None
 

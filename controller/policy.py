@@ -11,7 +11,9 @@
 3. **Censored raise.** ``target = estimate.target_s`` (the smallest observed t whose upper 95%
    bound on P(TTFT > t) is <= budget, see ``estimation``). ``None`` means the budget quantile lies
    beyond what the data shows (hedging censored it): raise by one bounded step,
-   ``current * (1 + max_step_up)``, reason ``censored_raise``.
+   ``current * (1 + max_step_up)``, reason ``censored_raise``. With no censored sample at all a
+   missing target only means the samples are too few for the budget's tail: hold
+   (``too_few_samples``).
 4. **Raise fast.** The short window (``short_window_calls >= SHORT_WINDOW_MIN_CALLS``) saw a hedge
    rate above the budget: a target above current is taken at once (``raise_over_budget``); a
    target below current is not followed (``over_budget_hold``). Without that signal a target
@@ -42,7 +44,8 @@ code                    meaning
 ======================  =======================================================================
 disabled                route disabled; the current value (or default) is kept
 pinned                  an operator pinned the value; published as is
-too_few_samples         fewer than ``min_samples`` primary samples (or none): value kept
+too_few_samples         fewer than ``min_samples`` primary samples (or none), or too few for the
+                        budget's tail with nothing censored: value kept
 censored_raise          the budget quantile is censored: raised by ``1 + max_step_up``
 raise_over_budget       short-window hedge rate above budget and target above current: raised
 over_budget_hold        short-window hedge rate above budget but target below current: held
@@ -367,7 +370,11 @@ def decide(
             and observation.short_window_calls >= SHORT_WINDOW_MIN_CALLS
             and observation.short_window_hedge_rate > config.budget
         )
-        if target is None:
+        if target is None and estimate.censored == 0:
+            # 3. nothing censored, yet no time is confidently under the budget: the samples are
+            #    too few for this budget's tail. Raising would only follow noise; keep the value.
+            proposed, codes = base, ["too_few_samples"]
+        elif target is None:
             # 3. the budget quantile is censored: raise by a bounded step.
             proposed, codes = base * (1.0 + knobs.max_step_up), ["censored_raise"]
         elif target > base:

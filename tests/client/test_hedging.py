@@ -255,3 +255,29 @@ async def test_policy_and_upstream_validation_names_the_field():
         HedgePolicy(budget=1.5)
     with pytest.raises(ValueError, match="base_url"):
         Upstream("a", "ftp://x")
+
+
+async def test_a_backup_that_answers_4xx_does_not_fail_a_call_the_primary_finishes():
+    bad = Script(status=401, content_type="application/json", pieces=[(0, b'{"error":"bad key"}')])
+    async with ScriptedServer(answer(first_delay_s=1.2)) as a, ScriptedServer(bad) as b:
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                                 policy=HedgePolicy(hedge_after_s=0.3)) as client:
+            result = await client.chat(BODY)
+    record = result.record
+    assert result.text == "w0 w1 w2 " and record.status == "ok" and record.winner == "primary"
+    assert record.hedged and record.attempts[1].outcome == "failed" and record.attempts[1].error_type == "http_401"
+
+
+async def test_empty_chunks_do_not_hide_a_stall_between_tokens():
+    # One token, then an empty-content chunk every 0.2 s for 2 s: no token for 2 s.
+    pieces = sse(chunk("a", role="assistant"), done=False)
+    pieces += [(0.2, b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}\n\n')] * 10
+    pieces += sse(chunk("b"), chunk(finish="stop"))
+    async with ScriptedServer(Script(pieces=pieces)) as a:
+        sink = Sink()
+        async with HedgingClient([Upstream("a", a.base_url)], policy=HedgePolicy(stall_timeout_s=0.8),
+                                 telemetry=sink) as client:
+            with pytest.raises(StallTimeout) as info:
+                await client.chat(BODY)
+    assert info.value.gap_s >= 0.8
+    assert sink.records[0].status == "stalled" and sink.records[0].error_type == "stall_timeout"

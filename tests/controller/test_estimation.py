@@ -171,3 +171,16 @@ def test_bad_input_raises_value_error_naming_the_argument(
 ) -> None:
     with pytest.raises(ValueError, match=name):
         estimate_ttft(durations, censored, **kwargs)
+
+
+def test_identical_ttfts_still_give_a_target():
+    # 1,000 primaries all with TTFT 0.5 s: S(0.5) = 0, where the log-log interval is undefined.
+    estimate = estimate_ttft([0.5] * 1000, [False] * 1000, budget=0.10)
+    assert estimate.p90_s == 0.5 and estimate.p99_s == 0.5
+    assert estimate.target_s == 0.5
+
+
+def test_a_few_identical_ttfts_do_not_qualify_at_a_tight_budget():
+    # 3 samples: the exact bound 1 - 0.025 ** (1/3) = 0.71 is above a 10% budget.
+    estimate = estimate_ttft([0.5] * 3, [False] * 3, budget=0.10)
+    assert estimate.target_s is None

@@ -289,3 +289,13 @@ def test_bad_configuration_names_the_field(factory, name: str) -> None:
 def test_target_equal_to_current_is_a_no_op() -> None:
     d = decide(CONFIG, 1.0, observe(estimate(1.0)), KNOBS)
     assert d == Decision(1.0, False, "target", "controller")
+
+
+def test_no_target_without_censoring_holds_instead_of_raising() -> None:
+    # 60 uncensored samples: no time is confidently under a 2% budget, but nothing was censored,
+    # so there is no hidden tail to chase upward.
+    x = stats.lognorm(s=0.6).rvs(60, random_state=np.random.default_rng(3))
+    est = estimate_ttft(x, [False] * 60, budget=0.02)
+    assert est.target_s is None and est.censored == 0
+    d = decide(dataclasses.replace(CONFIG, budget=0.02), 1.5, observe(est), KNOBS)
+    assert (d.hedge_after_s, d.reason, d.applied) == (1.5, "too_few_samples", False)
