@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.api.auth import require_scope
 from hedgerow.api.deps import get_session, get_settings
-from hedgerow.api.schemas import CallBatchIn, CallRecordIn, IngestOut
+from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
 from hedgerow.client.records import CallRecord
 from hedgerow.controller.ingest import ingest_calls
 
@@ -43,7 +43,7 @@ def field_path(loc: tuple[Any, ...]) -> str:
 
 def _unprocessable(index: int | None, field: str, message: str) -> JSONResponse:
     return JSONResponse(
-        {"detail": {"index": index, "field": field, "message": message}},
+        {"detail": ErrorDetail(index=index, field=field, message=message).model_dump()},
         status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
     )
 
@@ -53,7 +53,11 @@ def _too_large(message: str) -> JSONResponse:
 
 
 def parse_record(index: int, raw: Any) -> CallRecord | JSONResponse:
-    """Validate one raw record with :class:`CallRecordIn`, then build the :class:`CallRecord`."""
+    """Validate one raw record with :class:`CallRecordIn`, then build the :class:`CallRecord`.
+
+    ``CallRecord.from_dict`` adds the checks across fields that a per-field schema cannot make
+    (``first_token_s`` between ``start_s`` and ``end_s``, a ``winner`` with a won attempt, ...).
+    """
     try:
         CallRecordIn.model_validate(raw)
     except ValidationError as exc:

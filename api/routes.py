@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -60,10 +61,14 @@ async def get_route_history(
     route: str,
     model: str = Query(..., min_length=1),
     limit: int = Query(100, ge=1, le=MAX_HISTORY_LIMIT),
+    since: datetime | None = Query(None, description="Only decisions at or after this ISO 8601 time (with a zone)."),
     session: AsyncSession = Depends(get_session),
 ) -> Any:
     """The newest ``limit`` decisions (applied or held) for (route, model), newest first."""
-    return {"history": await get_history(session, route, model, limit=limit)}
+    if since is not None and since.tzinfo is None:
+        return JSONResponse({"detail": {"field": "since", "message": "must carry a timezone (e.g. Z)"}},
+                            status_code=422)
+    return {"history": await get_history(session, route, model, limit=limit, since=since)}
 
 
 @router.patch(

@@ -3,6 +3,8 @@
 ``CallRecordIn`` accepts exactly what :meth:`hedgerow.client.records.CallRecord.from_dict`
 accepts (same fields, same types, same defaults; unknown fields are refused); a test round-trips
 records through both. Durations are float seconds >= 0; timestamps ISO 8601 with a zone.
+The limits (name length, largest count and duration) are those of ``hedgerow.client.records``;
+checks across fields are made by ``CallRecord.from_dict`` after this schema.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
 
-from hedgerow.client.records import parse_timestamp
+from hedgerow.client.records import MAX_COUNT, MAX_NAME_CHARS, MAX_SECONDS, parse_timestamp
 
 __all__ = [
     "AttemptIn",
@@ -44,9 +46,11 @@ def _none_to(default: Any) -> BeforeValidator:
     return BeforeValidator(lambda value: default if value is None else value)
 
 
-Seconds = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
-Count = Annotated[int, Field(strict=True, ge=0)]
-Name = Annotated[StrictStr, Field(min_length=1)]
+Seconds = Annotated[float, Field(strict=True, ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Count = Annotated[int, Field(strict=True, ge=0, le=MAX_COUNT)]
+Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+OptionalText = Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS)] | None
+HttpStatus = Annotated[int, Field(strict=True, ge=100, le=599)]
 Timestamp = Annotated[datetime, BeforeValidator(_timestamp)]
 
 
@@ -61,8 +65,8 @@ class AttemptIn(BaseModel):
     first_token_s: Seconds | None = None
     end_s: Seconds
     outcome: Literal["won", "cancelled", "failed"]
-    status_code: Count | None = None
-    error_type: StrictStr | None = None
+    status_code: HttpStatus | None = None
+    error_type: OptionalText = None
     completion_tokens: Annotated[Count, _none_to(0)] = 0
 
 
@@ -75,7 +79,7 @@ class CallRecordIn(BaseModel):
     route: Name
     model: Name
     started_at: Timestamp
-    client: StrictStr | None = None
+    client: OptionalText = None
     hedge_after_s: Seconds | None = None
     threshold_version: Count | None = None
     hedged: StrictBool = False
@@ -83,7 +87,7 @@ class CallRecordIn(BaseModel):
     hedge_denied: StrictBool = False
     winner: Literal["primary", "backup"] | None = None
     status: Annotated[Literal["ok", "error", "timeout", "stalled", "cancelled"], _none_to("ok")] = "ok"
-    error_type: StrictStr | None = None
+    error_type: OptionalText = None
     ttft_s: Seconds | None = None
     ttfo_s: Seconds | None = None
     tpot_s: Seconds | None = None

@@ -25,6 +25,10 @@ __all__ = [
     "ATTEMPT_ROLES",
     "format_timestamp",
     "parse_timestamp",
+    "MAX_NAME_CHARS",
+    "MAX_COUNT",
+    "MAX_SECONDS",
+    "check_consistency",
 ]
 
 CallStatus = Literal["ok", "error", "timeout", "stalled", "cancelled"]
@@ -36,6 +40,13 @@ CALL_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "stalled", "cancelle
 HEDGE_REASONS: tuple[str, ...] = ("ttft_timeout", "primary_error")
 ATTEMPT_OUTCOMES: tuple[str, ...] = ("won", "cancelled", "failed")
 ATTEMPT_ROLES: tuple[str, ...] = ("primary", "backup")
+
+#: Longest accepted name (request_id, route, model, client, upstream, error_type), characters.
+MAX_NAME_CHARS = 200
+#: Largest accepted token count or threshold version (what a 32-bit SQL integer holds).
+MAX_COUNT = 2**31 - 1
+#: Largest accepted duration, seconds (one day: no call of an LLM API lasts longer).
+MAX_SECONDS = 86_400.0
 
 
 def format_timestamp(value: datetime) -> str:
@@ -53,12 +64,18 @@ def parse_timestamp(text: str) -> datetime:
     """Parse an ISO 8601 timestamp with a zone (``Z`` or ``+hh:mm``) into an aware UTC datetime.
 
     Raises:
-        ValueError: if the text is not ISO 8601 or carries no timezone.
+        ValueError: if the text is not ISO 8601, carries no timezone, or is out of range.
     """
     value = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
     if value.tzinfo is None:
         raise ValueError(f"timestamp {text!r} has no timezone")
-    return value.astimezone(timezone.utc)
+    try:
+        utc = value.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError(f"timestamp {text!r} is out of range") from None
+    if not 1970 <= utc.year <= 9000:
+        raise ValueError(f"timestamp {text!r} is out of range (years 1970 to 9000)")
+    return utc
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +217,37 @@ class CallRecord:
             except ValueError as exc:
                 raise ValueError(f"attempts[{i}].{exc}") from None
         kwargs["attempts"] = tuple(attempts)
-        return cls(**kwargs)
+        record = cls(**kwargs)
+        check_consistency(record)
+        return record
+
+
+def check_consistency(record: CallRecord) -> None:
+    """Check that a record does not contradict itself.
+
+    Each attempt: ``start_s <= first_token_s <= end_s`` (when it has a first token) and
+    ``start_s <= end_s``; the call: a ``winner`` has a matching attempt that ``won``, a
+    ``hedged`` call has a backup attempt and a ``hedge_reason``, ``ttft_s <= e2e_s``.
+
+    Raises:
+        ValueError: naming the field (``attempts[0].end_s: ...``).
+    """
+    for i, attempt in enumerate(record.attempts):
+        if attempt.end_s < attempt.start_s:
+            raise ValueError(f"attempts[{i}].end_s: before its start_s")
+        first = attempt.first_token_s
+        if first is not None and not attempt.start_s <= first <= attempt.end_s:
+            raise ValueError(f"attempts[{i}].first_token_s: must lie between start_s and end_s")
+    if record.winner is not None and not any(
+        a.role == record.winner and a.outcome == "won" for a in record.attempts
+    ):
+        raise ValueError(f"winner: no {record.winner} attempt with outcome won")
+    if record.hedged and not any(a.role == "backup" for a in record.attempts):
+        raise ValueError("hedged: true but there is no backup attempt")
+    if record.hedged and record.hedge_reason is None:
+        raise ValueError("hedge_reason: required when hedged is true")
+    if record.ttft_s is not None and record.e2e_s is not None and record.ttft_s > record.e2e_s:
+        raise ValueError("ttft_s: greater than e2e_s")
 
 
 def _attempt_from_dict(data: Any) -> AttemptRecord:
@@ -219,7 +266,7 @@ def _attempt_from_dict(data: Any) -> AttemptRecord:
         first_token_s=first,
         end_s=end_s,
         outcome=_choice(data, "outcome", ATTEMPT_OUTCOMES, required=True),
-        status_code=_count(data, "status_code"),
+        status_code=_status_code(data),
         error_type=_text(data, "error_type"),
         completion_tokens=_count(data, "completion_tokens") or 0,
     )
@@ -233,6 +280,8 @@ def _text(data: dict[str, Any], name: str, required: bool = False) -> Any:
         return None
     if not isinstance(value, str) or (required and not value):
         raise ValueError(f"{name}: must be a non-empty string" if required else f"{name}: must be a string")
+    if len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"{name}: longer than {MAX_NAME_CHARS} characters")
     return value
 
 
@@ -244,6 +293,8 @@ def _seconds(data: dict[str, Any], name: str, required: bool = False) -> Any:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{name}: must be a finite number of seconds >= 0")
+    if value > MAX_SECONDS:
+        raise ValueError(f"{name}: more than {MAX_SECONDS:g} seconds")
     return float(value)
 
 
@@ -251,8 +302,17 @@ def _count(data: dict[str, Any], name: str) -> Any:
     value = data.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name}: must be an integer >= 0")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{name}: must be an integer in [0, {MAX_COUNT}]")
+    return value
+
+
+def _status_code(data: dict[str, Any]) -> Any:
+    value = data.get("status_code")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 599:
+        raise ValueError("status_code: must be an HTTP status in [100, 599]")
     return value
 
 

@@ -12,9 +12,10 @@ Shapes (timestamps are ISO 8601 UTC strings with a ``Z``; durations float second
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.client.records import format_timestamp
@@ -159,9 +160,12 @@ async def get_route(session: AsyncSession, route: str, model: str) -> dict[str, 
 
 
 async def get_history(
-    session: AsyncSession, route: str, model: str, *, limit: int = 100
+    session: AsyncSession, route: str, model: str, *, limit: int = 100, since: datetime | None = None
 ) -> list[dict[str, Any]]:
     """The newest ``limit`` history rows of (route, model), newest first.
+
+    Args:
+        since: when given (aware), only rows computed at or after it.
 
     Raises:
         UnknownRoute: no such (route, model).
@@ -173,6 +177,7 @@ async def get_history(
     result = await session.scalars(
         select(ThresholdHistory)
         .where(ThresholdHistory.route_id == row.id)
+        .where(ThresholdHistory.computed_at >= since if since is not None else true())
         .order_by(ThresholdHistory.computed_at.desc(), ThresholdHistory.id.desc())
         .limit(limit)
     )

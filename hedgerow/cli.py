@@ -96,6 +96,9 @@ def call(
         policy = HedgePolicy(hedge_after_s=hedge_after)
     except ValueError as exc:
         raise fail(str(exc), 2) from None
+    names = [u.name for u in upstreams]
+    if len(set(names)) != len(names):
+        raise fail(f"--upstream: names must be unique, got {', '.join(names)}", 2)
 
     async def run() -> tuple[AnswerAssembler, object, str | None]:
         answer = AnswerAssembler()
@@ -139,33 +142,48 @@ def demo(
     quick: bool = typer.Option(False, "--quick", help="A short run: under two minutes in all."),
     json_path: Path = typer.Option(None, "--json", help="Write the results as JSON to this file."),
     rate: float = typer.Option(None, "--rate", help="Arrival rate, requests per second (default 12)."),
+    fixed_hedge_after: float = typer.Option(None, "--fixed-hedge-after", help="Threshold of the fixed way, seconds (default 2.0)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the built-in workload generator."),
 ) -> None:
     """Run api, controller, three replicas (one degraded) and hedging clients; compare three ways."""
     import asyncio
+    import os
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from hedgerow.sim.demo import DemoConfig, DemoError, results_table, run_demo
+    from hedgerow.sim.demo import DemoConfig, DemoError, results_table, run_demo, write_json
+
+    import math
 
     overrides: dict = {"trace_path": trace, "json_path": json_path, "seed": seed}
     if duration is not None:
-        if not duration > 0 or duration != duration:
-            raise fail("--duration: must be a number of seconds > 0", 2)
+        if not math.isfinite(duration) or not 0 < duration <= 86_400:
+            raise fail("--duration: must be a number of seconds in (0, 86400]", 2)
         overrides["duration_s"] = duration
     if rate is not None:
-        if not rate > 0:
-            raise fail("--rate: must be > 0", 2)
+        if not math.isfinite(rate) or not 0 < rate <= 1000:
+            raise fail("--rate: must be a number of requests per second in (0, 1000]", 2)
         overrides["rate_per_s"] = rate
+    if fixed_hedge_after is not None:
+        if not math.isfinite(fixed_hedge_after) or fixed_hedge_after <= 0:
+            raise fail("--fixed-hedge-after: must be a number of seconds > 0", 2)
+        overrides["fixed_hedge_after_s"] = fixed_hedge_after
     if trace is not None and not trace.is_file():
-        raise fail(f"--trace: no such file: {trace}", 2)
+        raise fail(f"--trace: not a file: {trace}", 2)
+    if json_path is not None:
+        parent = json_path.resolve().parent
+        if not parent.is_dir():
+            raise fail(f"--json: folder does not exist: {parent}", 2)
+        if not os.access(parent, os.W_OK):
+            raise fail(f"--json: folder is not writable: {parent}", 2)
     config = DemoConfig.quick(**overrides) if quick else DemoConfig(**overrides)
     console = Console(width=max(120, Console().width))
     source = f"trace {trace}" if trace else "built-in generator (Azure conv statistics)"
     console.print(
         f"hedgerow demo: {source}, {config.duration_s:g} s per way at {config.rate_per_s:g} req/s; "
-        f"3 replicas (one {config.degraded_slowdown:g}x slower), budget {config.budget:.0%}"
+        f"3 replicas (one {config.degraded_slowdown:g}x slower), budget {config.budget:.0%}, "
+        f"fixed hedge_after_s {config.fixed_hedge_after_s:g}"
     )
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
@@ -179,6 +197,10 @@ def demo(
             path = " -> ".join(f"{value:g}" for value in result.threshold_path_s)
             console.print(f"{result.mode} thresholds published by the controller (s): {path}")
     if json_path is not None:
+        try:
+            write_json(config, results)
+        except OSError as exc:
+            raise fail(f"--json: cannot write {json_path}: {exc}", 1) from None
         console.print(f"results written to {json_path}")
 
 
@@ -249,6 +271,20 @@ def _server_settings(db: str | None, **overrides: object) -> "Settings":
         raise fail(f"{field}: {error['msg']}", 2) from None
 
 
+def _require_existing_sqlite_file(url: str) -> None:
+    """Exit 1 when ``url`` names a SQLite file that does not exist (instead of creating it empty)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return  # the store reports a malformed URL itself
+    database = parsed.database
+    if parsed.get_backend_name() == "sqlite" and database and database != ":memory:" and not Path(database).exists():
+        raise fail(f"no database file at {database}: run `hedgerow db upgrade --db {url}` or `hedgerow serve` first", 1)
+
+
 @app.command()
 def serve(
     db: str = typer.Option(None, "--db", help="Database URL (default HEDGEROW_DATABASE_URL, else sqlite+aiosqlite:///./hedgerow.db); migrated on start."),
@@ -308,6 +344,7 @@ def controller_run_once(
     from hedgerow.controller.jobs import run_once
 
     settings = _server_settings(db)
+    _require_existing_sqlite_file(settings.database_url)
     try:
         rows = asyncio.run(run_once(settings))
     except StoreError as exc:

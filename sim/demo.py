@@ -74,7 +74,7 @@ class DemoConfig:
         controller_interval_s: seconds between controller ticks.
         warmup_fraction: leading fraction of each way's calls left out of the statistics.
         seed: seed of the built-in generator.
-        json_path: where to write the results as JSON, or None.
+        json_path: where the caller should write the results as JSON (``write_json``), or None.
     """
 
     trace_path: Path | None = None
@@ -372,8 +372,6 @@ async def run_demo(config: DemoConfig, progress: Any = None) -> list[ModeResult]
                     await _drain(http, upstreams)
         finally:
             await procs.stop()
-    if config.json_path is not None:
-        write_json(config, results)
     return results
 
 
@@ -395,7 +393,11 @@ def _with_controller(result: ModeResult, final: float | None, path: tuple[float,
 
 
 def write_json(config: DemoConfig, results: Sequence[ModeResult]) -> None:
-    """Write ``{"modes": [...], "config": {...}}`` to ``config.json_path``."""
+    """Write ``{"modes": [...], "config": {...}}`` to ``config.json_path``.
+
+    Raises:
+        OSError: when the file cannot be written.
+    """
     assert config.json_path is not None
     payload = {
         "modes": [{**asdict(r), "threshold_path_s": list(r.threshold_path_s)} for r in results],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import func, select
 
 from hedgerow.controller.models import Call, Route
@@ -72,3 +73,52 @@ async def test_concurrent_posts_of_overlapping_batches(make_api, call_factory) -
         assert sum(a.json()["accepted"] for a in answers) == 120
         assert sum(a.json()["duplicates"] for a in answers) == 5 * 40 - 120
         assert await _calls_stored(app) == 120
+
+
+# --- values the store could not hold, and records that contradict themselves -------------------
+
+BAD_VALUES = [
+    ({"started_at": "0001-01-01T00:00:00+14:00"}, "started_at"),
+    ({"started_at": "9999-12-31T23:59:59-05:00"}, "started_at"),
+    ({"completion_tokens": 10**30}, "completion_tokens"),
+    ({"completion_tokens": 2**31}, "completion_tokens"),
+    ({"threshold_version": 2**63}, "threshold_version"),
+    ({"route": "r" * 201}, "route"),
+    ({"request_id": "x" * 5000}, "request_id"),
+    ({"ttft_s": 1e12}, "ttft_s"),
+]
+
+
+@pytest.mark.parametrize("patch, field", BAD_VALUES, ids=[f for _, f in BAD_VALUES])
+async def test_out_of_range_values_are_422_not_500(make_api, call_factory, patch, field):
+    raw = call_factory("ok-0").to_dict()
+    raw.update(patch)
+    async with make_api() as (app, api):
+        response = await api.post("/v1/calls", json={"calls": [call_factory("ok-1").to_dict(), raw]})
+        assert response.status_code == 422, response.text
+        detail = response.json()["detail"]
+        assert detail["index"] == 1 and detail["field"] == field
+        assert await _calls_stored(app) == 0
+        again = await api.post("/v1/calls", json={"calls": [call_factory("ok-1").to_dict()]})
+        assert again.json()["accepted"] == 1
+
+
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda r: r["attempts"][0].update(start_s=2.0, first_token_s=1.0, end_s=0.5), "attempts[0].end_s"),
+        (lambda r: r["attempts"][0].update(first_token_s=9.0), "attempts[0].first_token_s"),
+        (lambda r: r.update(hedged=True, hedge_reason="ttft_timeout"), "hedged"),
+        (lambda r: r.update(winner="backup"), "winner"),
+        (lambda r: r["attempts"][0].update(status_code=10**12), "attempts[0].status_code"),
+    ],
+    ids=["end_before_start", "first_token_after_end", "hedged_without_backup", "winner_without_attempt",
+         "status_code"],
+)
+async def test_self_contradicting_records_are_refused(make_api, call_factory, mutate, field):
+    raw = call_factory("c-0").to_dict()
+    mutate(raw)
+    async with make_api() as (app, api):
+        response = await api.post("/v1/calls", json={"calls": [raw]})
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"]["field"] == field

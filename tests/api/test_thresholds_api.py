@@ -58,6 +58,12 @@ async def test_thresholds_etag_304_and_history(make_api, call_factory) -> None:
         limited = await api.get("/v1/routes/summarize/history", params={"model": "m1", "limit": 1})
         assert limited.json()["history"] == rows[:1]
         assert (await api.get("/v1/routes/nope/history", params={"model": "m1"})).status_code == 404
+        since = await api.get("/v1/routes/summarize/history",
+                              params={"model": "m1", "since": rows[0]["computed_at"]})
+        assert since.json()["history"] == rows[:1]
+        for bad in ("notadate", "2026-11-29T08:00:00"):  # not a time / no zone
+            response = await api.get("/v1/routes/summarize/history", params={"model": "m1", "since": bad})
+            assert response.status_code == 422
 
         route = (await api.get("/v1/routes/summarize", params={"model": "m1"})).json()
         assert route["threshold"]["version"] == 2 and route["default_hedge_after_s"] == 2.0

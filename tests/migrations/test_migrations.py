@@ -61,3 +61,8 @@ def test_upgrade_from_sync_code(tmp_path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'sync.db'}"
     upgrade_database(url)
     upgrade_database(url)  # already at head: a no-op
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "sync.db") as connection:
+        versions = [row[0] for row in connection.execute("SELECT version_num FROM alembic_version")]
+    assert versions == [head_revision()]
