@@ -230,7 +230,7 @@ async def check_ready(engine: AsyncEngine) -> str:
     try:
         current = await current_revision(engine)
     except Exception as exc:  # noqa: BLE001 - any driver error means "not reachable"
-        raise StoreNotReady(f"database not reachable: {type(exc).__name__}: {exc}") from exc
+        raise StoreNotReady(f"database not reachable: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
     head = head_revision()
     if current != head:
         raise StoreNotReady(
