@@ -1,1 +1,1 @@
-"""Package placeholder; filled in by its module."""
+"""Alembic revisions of the hedgerow store, oldest first (``0001`` creates every table)."""
