@@ -442,7 +442,9 @@ class CallStream:
     def _cancel(self, attempt: _Attempt, at: float) -> None:
         if attempt.alive:
             attempt.outcome = "cancelled"
-            attempt.end_at = at
+            # ``at`` is stamped by another attempt's task and may precede this attempt's start
+            # by a hair when the two raced; an attempt never ends before it began.
+            attempt.end_at = max(at, attempt.start)
         if attempt.task is not None and not attempt.task.done():
             attempt.task.cancel()
 
@@ -467,6 +469,10 @@ class CallStream:
             async with asyncio.timeout(remaining):
                 return await self._events.get()
         except TimeoutError:
+            # An event may have been queued while the timeout was being delivered: it happened
+            # before the deadline was acted on, so it goes first (no hedge for a token in hand).
+            if not self._events.empty():
+                return self._events.get_nowait()
             return None
 
     async def _run(self) -> AsyncIterator[dict[str, Any]]:

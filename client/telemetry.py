@@ -6,7 +6,9 @@ every ``flush_interval_s`` (sooner when a batch is full). A failed post is retri
 exponential backoff (0.5 s doubling to 30 s); the records stay queued meanwhile. When the queue
 is full the oldest record is dropped and counted in ``dropped`` (and logged), so memory stays
 bounded while the api is down. A batch the api rejects as invalid (HTTP 4xx other than 408/429)
-is dropped, counted in ``rejected`` and logged: retrying it would never succeed.
+is dropped, counted in ``rejected`` and logged: retrying it would never succeed. When the api
+names the one bad record (a 422 with ``detail.index``), only that record is dropped and the rest
+of the batch is sent again, so one bad record never costs its neighbours.
 """
 
 from __future__ import annotations
@@ -26,6 +28,17 @@ __all__ = ["TelemetryExporter"]
 log = logging.getLogger("hedgerow.client.telemetry")
 
 _MAX_BACKOFF_S = 30.0
+
+
+def _rejected_index(response: httpx.Response, batch_len: int) -> int | None:
+    """The index of the one record a 422 names (``{"detail": {"index": i, ...}}``), else None."""
+    if response.status_code != 422:
+        return None
+    try:
+        index = response.json()["detail"]["index"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return index if isinstance(index, int) and 0 <= index < batch_len else None
 
 
 class TelemetryExporter:
@@ -140,14 +153,24 @@ class TelemetryExporter:
                 self.last_error = f"HTTP {status}"
                 log.warning("telemetry post answered HTTP %d; will retry", status)
                 return False
+            if status >= 400:
+                self.last_error = f"HTTP {status}: {response.text[:300]}"
+                index = _rejected_index(response, len(batch))
+                if index is not None:
+                    # One bad record: drop it alone; the rest of the batch goes out next round.
+                    del self._queue[index]
+                    self.rejected += 1
+                    log.error("api rejected record %s: %s", batch[index].get("request_id"), self.last_error)
+                    return True
+                for _ in batch:
+                    if self._queue:
+                        self._queue.popleft()
+                self.rejected += len(batch)
+                log.error("api rejected a batch of %d record(s): %s", len(batch), self.last_error)
+                return True
             for _ in batch:
                 if self._queue:
                     self._queue.popleft()
-            if status >= 400:
-                self.rejected += len(batch)
-                self.last_error = f"HTTP {status}: {response.text[:300]}"
-                log.error("api rejected a batch of %d record(s): %s", len(batch), self.last_error)
-                return True
             body = response.json() if response.content else {}
             self.sent += int(body.get("accepted", len(batch)))
             self.duplicates += int(body.get("duplicates", 0))

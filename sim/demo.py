@@ -102,7 +102,11 @@ class DemoConfig:
 
 @dataclass(frozen=True, slots=True)
 class ModeResult:
-    """What one way measured (after warm-up). Times in seconds, rates as fractions."""
+    """What one way measured (after warm-up). Times in seconds, rates as fractions.
+
+    ``records_rejected`` counts this way's call records that the api refused (all of its calls,
+    warm-up included); it should be 0.
+    """
 
     mode: str
     calls: int
@@ -116,6 +120,7 @@ class ModeResult:
     errors: int
     final_hedge_after_s: float | None = None
     threshold_path_s: tuple[float, ...] = ()
+    records_rejected: int = 0
 
 
 def _free_port() -> int:
@@ -241,8 +246,13 @@ async def _replay(
     config: DemoConfig,
     api_url: str,
     on_done: Any,
-) -> tuple[list[CallRecord], float | None]:
-    """Replay ``workload`` through one way's hedging client; return its records."""
+) -> tuple[list[CallRecord], float | None, int]:
+    """Replay ``workload`` through one way's hedging client.
+
+    Returns:
+        The way's records, the threshold it last polled (adaptive way only), and how many
+        records the api refused.
+    """
     if mode == "none":
         policy = HedgePolicy(hedge_after_s=config.fixed_hedge_after_s, max_backups=0, total_timeout_s=300)
     else:
@@ -292,7 +302,7 @@ async def _replay(
         if poller is not None:
             await poller.aclose()
         await exporter.aclose(timeout_s=30.0)
-    return recorder.records, final
+    return recorder.records, final, exporter.rejected
 
 
 async def _drain(http: httpx.AsyncClient, upstreams: list[Upstream], timeout_s: float = 60.0) -> None:
@@ -365,10 +375,10 @@ async def run_demo(config: DemoConfig, progress: Any = None) -> list[ModeResult]
                         if progress is not None:
                             progress.advance(task_id)
 
-                    records, final = await _replay(mode, workload, upstreams, config, api_url, done)
+                    records, final, rejected = await _replay(mode, workload, upstreams, config, api_url, done)
                     result = summarize(mode, records, config.warmup_fraction)
                     path = await _threshold_path(http, api_url, f"demo-{mode}") if mode == "adaptive" else ()
-                    results.append(_with_controller(result, final, path))
+                    results.append(_with_controller(result, final, path, rejected))
                     await _drain(http, upstreams)
         finally:
             await procs.stop()
@@ -385,10 +395,11 @@ async def _threshold_path(http: httpx.AsyncClient, api_url: str, route: str) -> 
     return tuple(round(float(row["hedge_after_s"]), 3) for row in reversed(rows) if row["applied"])
 
 
-def _with_controller(result: ModeResult, final: float | None, path: tuple[float, ...]) -> ModeResult:
+def _with_controller(result: ModeResult, final: float | None, path: tuple[float, ...], rejected: int) -> ModeResult:
     values = asdict(result)
     values["final_hedge_after_s"] = final
     values["threshold_path_s"] = path
+    values["records_rejected"] = rejected
     return ModeResult(**values)
 
 

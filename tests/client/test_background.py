@@ -91,12 +91,30 @@ async def test_exporter_drops_the_oldest_when_full_and_counts_it():
     await exporter.aclose(timeout_s=0.1)
 
 
-async def test_exporter_drops_a_batch_the_api_rejects_as_invalid():
-    async with ScriptedServer(json_script({"detail": {"index": 0, "field": "ttft_s"}}, status=422)) as api:
+async def test_exporter_drops_only_the_record_the_api_names_as_invalid():
+    def script(i: int, seen) -> Script:
+        ids = [r["request_id"] for r in seen.body["calls"]]
+        if "r1" in ids:
+            return json_script({"detail": {"index": ids.index("r1"), "field": "ttft_s"}}, status=422)
+        return json_script({"accepted": len(ids), "duplicates": 0}, status=202)
+
+    async with ScriptedServer(script) as api:
+        exporter = TelemetryExporter(api.base_url.removesuffix("/v1"), batch_size=5)
+        for i in range(3):
+            exporter.submit(record(i))
+        assert await exporter.flush(timeout_s=5)
+        assert exporter.rejected == 1 and exporter.sent == 2 and "ttft_s" in exporter.last_error
+        assert [r["request_id"] for r in api.requests[-1].body["calls"]] == ["r0", "r2"]
+        await exporter.aclose()
+
+
+async def test_exporter_drops_a_batch_refused_as_a_whole():
+    async with ScriptedServer(json_script({"detail": "forbidden"}, status=403)) as api:
         exporter = TelemetryExporter(api.base_url.removesuffix("/v1"), batch_size=5)
         exporter.submit(record(0))
+        exporter.submit(record(1))
         assert await exporter.flush(timeout_s=5)
-        assert exporter.rejected == 1 and "ttft_s" in exporter.last_error
+        assert exporter.rejected == 2 and exporter.pending == 0
         await exporter.aclose()
 
 

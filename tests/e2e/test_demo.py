@@ -32,6 +32,7 @@ def test_demo_quick_runs_and_reports_three_ways(tmp_path: Path):
     assert list(modes) == ["none", "fixed", "adaptive"]
     for mode in modes.values():
         assert mode["calls"] > 100
+        assert mode["records_rejected"] == 0  # every record the clients built is consistent
         for key in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "ttft_max_s"):
             assert mode[key] is not None and mode[key] > 0
         assert mode["ttft_p50_s"] <= mode["ttft_p90_s"] <= mode["ttft_p99_s"] <= mode["ttft_max_s"]

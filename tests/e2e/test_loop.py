@@ -39,7 +39,7 @@ async def test_records_reach_the_store_and_the_controller_publishes_a_threshold(
 
                 await asyncio.gather(*(one(i) for i in range(60)))
                 assert await exporter.flush()
-                assert exporter.sent == 60 and exporter.dropped == 0
+                assert exporter.sent == 60 and exporter.dropped == 0 and exporter.rejected == 0
 
                 # The controller job (every second) publishes a measured threshold for the route.
                 found = None
