@@ -13,6 +13,7 @@ import time
 import pytest
 
 from hedgerow.client import (
+    CallRecord,
     AllAttemptsFailed,
     HedgePolicy,
     HedgingClient,
@@ -281,3 +282,17 @@ async def test_empty_chunks_do_not_hide_a_stall_between_tokens():
                 await client.chat(BODY)
     assert info.value.gap_s >= 0.8
     assert sink.records[0].status == "stalled" and sink.records[0].error_type == "stall_timeout"
+
+
+async def test_records_stay_consistent_when_the_first_token_races_the_hedge_timer():
+    # The primary's first token arrives right at hedge_after_s: token and timer race. Whatever
+    # wins, every record must pass the wire format's own consistency checks.
+    async with ScriptedServer(answer(first_delay_s=0.297)) as a, ScriptedServer(answer(first_delay_s=0.0)) as b:
+        sink = Sink()
+        policy = HedgePolicy(hedge_after_s=0.3, budget=1.0, budget_burst=100)
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=policy,
+                                 telemetry=sink) as client:
+            await asyncio.gather(*(client.chat(BODY) for _ in range(100)))
+    assert len(sink.records) == 100
+    for record in sink.records:
+        assert CallRecord.from_dict(record.to_dict()) == record
