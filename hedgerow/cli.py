@@ -282,7 +282,7 @@ def _require_existing_sqlite_file(url: str) -> None:
         return  # the store reports a malformed URL itself
     database = parsed.database
     if parsed.get_backend_name() == "sqlite" and database and database != ":memory:" and not Path(database).exists():
-        raise fail(f"no database file at {database}: run `hedgerow db upgrade --db {url}` or `hedgerow serve` first", 1)
+        raise fail(f"no database file at {database}: run `hedgerow db upgrade` (with --db) or `hedgerow serve` first", 1)
 
 
 @app.command()

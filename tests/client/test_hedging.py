@@ -296,3 +296,76 @@ async def test_records_stay_consistent_when_the_first_token_races_the_hedge_time
     assert len(sink.records) == 100
     for record in sink.records:
         assert CallRecord.from_dict(record.to_dict()) == record
+
+
+async def test_the_budget_refills_between_calls():
+    # burst 1, budget 0.5: the first slow call hedges, the second is denied, the third hedges again.
+    async with ScriptedServer(answer(first_delay_s=0.6)) as a, ScriptedServer(answer()) as b:
+        policy = HedgePolicy(hedge_after_s=0.2, budget=0.5, budget_burst=1)
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=policy) as client:
+            records = [(await client.chat(BODY)).record for _ in range(3)]
+    assert [(r.hedged, r.hedge_denied) for r in records] == [(True, False), (False, True), (True, False)]
+
+
+async def test_max_backups_bounds_failovers():
+    bad = Script(status=503, content_type="text/plain", pieces=[(0, b"down")])
+    async with ScriptedServer(bad) as a, ScriptedServer(bad) as b, ScriptedServer(answer()) as c:
+        upstreams = [Upstream("a", a.base_url), Upstream("b", b.base_url), Upstream("c", c.base_url)]
+        sink = Sink()
+        async with HedgingClient(upstreams, policy=HedgePolicy(max_backups=1), telemetry=sink) as client:
+            with pytest.raises(AllAttemptsFailed):
+                await client.chat(BODY)
+        assert len(sink.records[0].attempts) == 2 and c.requests == []
+        async with HedgingClient(upstreams, policy=HedgePolicy(max_backups=2)) as client:
+            result = await client.chat(BODY)
+        assert [a.upstream for a in result.record.attempts] == ["a", "b", "c"]
+        assert result.record.winner == "backup" and len(c.requests) == 1
+
+
+async def test_max_backups_zero_never_hedges():
+    async with ScriptedServer(answer(first_delay_s=0.5)) as a, ScriptedServer(answer()) as b:
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                                 policy=HedgePolicy(hedge_after_s=0.1, max_backups=0)) as client:
+            result = await client.chat(BODY)
+    assert not result.record.hedged and not result.record.hedge_denied and b.requests == []
+
+
+async def test_steady_tokens_slower_than_the_first_do_not_stall():
+    # 8 tokens 0.3 s apart (2.1 s in all) under a 0.5 s stall timeout: no gap exceeds it.
+    chunks = [chunk("t ", role="assistant")] + [chunk("t ") for _ in range(7)] + [chunk(finish="stop")]
+    async with ScriptedServer(Script(pieces=sse(*chunks, gap_s=0.3))) as a:
+        async with HedgingClient([Upstream("a", a.base_url)], policy=HedgePolicy(stall_timeout_s=0.5)) as client:
+            result = await client.chat(BODY)
+    assert result.record.status == "ok" and result.text == "t " * 8
+    assert 0.2 <= result.record.max_itl_s <= 0.5
+
+
+class FixedThresholds:
+    """A ThresholdSource answering one fixed row."""
+
+    def __init__(self, row):
+        self.row = row
+
+    def lookup(self, route, model):
+        return self.row
+
+
+async def test_a_polled_threshold_is_used_and_recorded():
+    async with ScriptedServer(answer(first_delay_s=1.0)) as a, ScriptedServer(answer()) as b:
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                                 policy=HedgePolicy(hedge_after_s=5.0), thresholds=FixedThresholds((0.2, 7, True))) as client:
+            result = await client.chat(BODY)
+    record = result.record
+    assert record.hedged and record.hedge_after_s == 0.2 and record.threshold_version == 7
+    assert record.attempts[1].start_s == pytest.approx(0.2, abs=0.15)
+
+
+async def test_a_route_disabled_by_the_api_does_not_hedge():
+    async with ScriptedServer(answer(first_delay_s=0.8)) as a, ScriptedServer(answer()) as b:
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                                 policy=HedgePolicy(hedge_after_s=0.1), thresholds=FixedThresholds((0.2, 7, False))) as client:
+            result = await client.chat(BODY)
+    record = result.record
+    assert not record.hedged and b.requests == []
+    assert record.threshold_version == 7 and record.hedge_after_s == 0.2
+

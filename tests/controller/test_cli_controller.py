@@ -30,6 +30,7 @@ def test_db_upgrade_and_run_once(tmp_path, call_factory) -> None:
     runner = CliRunner()
     not_ready = runner.invoke(app, ["controller", "run-once", "--db", url])
     assert not_ready.exit_code == 1 and "run `hedgerow db upgrade`" in not_ready.output
+    assert not (tmp_path / "cli.db").exists()  # a missing store is reported, not created empty
     upgraded = runner.invoke(app, ["db", "upgrade", "--db", url])
     assert upgraded.exit_code == 0 and "revision 0001" in upgraded.output
     _seed(url, [call_factory(f"c{i}") for i in range(5)])
