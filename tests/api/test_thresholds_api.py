@@ -36,6 +36,8 @@ async def test_thresholds_etag_304_and_history(make_api, call_factory) -> None:
         unchanged = await api.get("/v1/thresholds", headers={"If-None-Match": etag})
         assert unchanged.status_code == 304 and unchanged.content == b"" and unchanged.headers["etag"] == etag
         assert (await api.get("/v1/thresholds", headers={"If-None-Match": '"other"'})).status_code == 200
+        for form in ("*", f'"other", {etag}', f"W/{etag}"):  # RFC 9110 13.1.2: any, a list, weak
+            assert (await api.get("/v1/thresholds", headers={"If-None-Match": form})).status_code == 304
 
         one = await api.get("/v1/thresholds/summarize", params={"model": "m1"})
         assert one.status_code == 200 and one.json() == row

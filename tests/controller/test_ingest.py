@@ -46,6 +46,13 @@ async def test_duplicates_inside_one_batch(sessionmaker, call_factory) -> None:
     assert await _count(sessionmaker, Call) == 3
 
 
+async def test_the_first_copy_of_a_duplicate_wins(sessionmaker, call_factory) -> None:
+    batch = [call_factory("dup", primary_ttft_s=0.5), call_factory("dup", primary_ttft_s=3.0)]
+    assert await _ingest(sessionmaker, batch, route_defaults(Settings())) == (1, 1)
+    async with sessionmaker() as session:
+        assert await session.scalar(select(Call.ttft_s).where(Call.request_id == "dup")) == 0.5
+
+
 async def test_round_trip_of_stored_fields(sessionmaker, call_factory) -> None:
     record = call_factory("x1", hedge_after_s=1.0, primary_ttft_s=3.0, backup_ttft_s=0.25)
     await _ingest(sessionmaker, [record], route_defaults(Settings()))

@@ -121,3 +121,53 @@ async def test_calls_after_now_are_ignored_and_each_route_is_separate(sessionmak
     assert [(r["route"], r["model"], r["samples"]) for r in rows] == [
         ("a", "m1", 1), ("b", "x", 1), ("summarize", "m1", 0)]
     assert rows[2]["p50_s"] is None and rows[2]["observed_hedge_rate"] is None
+
+
+def _failover(call_factory, request_id: str, started_at: datetime):
+    """A call whose primary failed (503) before its first token and whose failover backup won."""
+    from hedgerow.client.records import AttemptRecord, CallRecord
+
+    return CallRecord(
+        request_id, "summarize", "m1", started_at, client="test", hedged=True, hedge_reason="primary_error",
+        winner="backup", ttft_s=0.4, ttfo_s=0.4, e2e_s=1.4, completion_tokens=20,
+        attempts=(AttemptRecord("a", "primary", 0.0, None, 0.01, "failed", 503, "http_503", 0),
+                  AttemptRecord("b", "backup", 0.01, 0.4, 1.4, "won", 200, None, 20)),
+    )
+
+
+async def test_failovers_are_not_hedges_in_the_observed_rate(sessionmaker, call_factory) -> None:
+    settings = Settings()
+    normal = [call_factory(f"n{i}", started_at=NOW - timedelta(seconds=30 + i), primary_ttft_s=0.3 + i / 100)
+              for i in range(80)]
+    failovers = [_failover(call_factory, f"f{i}", NOW - timedelta(seconds=20 + i)) for i in range(20)]
+    await _store(sessionmaker, normal + failovers, settings)
+    [row] = await run_tick(sessionmaker, settings, now=NOW)
+    assert row["observed_hedge_rate"] == 0.0 and row["backup_win_rate"] is None
+    assert row["samples"] == 80  # failed primaries are not TTFT samples
+    assert "raise_over_budget" not in row["reason"]
+
+
+async def test_a_recent_hedge_burst_holds_the_value_instead_of_lowering_it(sessionmaker, call_factory) -> None:
+    # An hour-old calm period (fast primaries, so the target is low) and, in the last two minutes,
+    # 30 calls of which 30% hedged: over the 10% budget in the short window, so no lowering now.
+    settings = Settings(short_window_s=300.0, min_samples=50)
+    old = [call_factory(f"o{i}", started_at=NOW - timedelta(seconds=3000 - i), primary_ttft_s=0.2 + i / 1000)
+           for i in range(100)]
+    recent = []
+    for i in range(30):
+        started = NOW - timedelta(seconds=100 - i)
+        if i % 10 < 3:
+            recent.append(call_factory(f"r{i}", started_at=started, primary_ttft_s=0.9, hedge_after_s=0.5,
+                                       backup_ttft_s=0.6))
+        else:
+            recent.append(call_factory(f"r{i}", started_at=started, primary_ttft_s=0.25))
+    await _store(sessionmaker, old + recent, settings)
+    async with sessionmaker() as session, session.begin():
+        from hedgerow.controller.models import Route, Threshold
+
+        route = await session.scalar(select(Route))
+        session.add(Threshold(route_id=route.id, hedge_after_s=1.0, enabled=True, source="controller",
+                              version=1, updated_at=NOW - timedelta(seconds=600)))
+    [row] = await run_tick(sessionmaker, settings, now=NOW)
+    assert row["previous_hedge_after_s"] == 1.0
+    assert row["reason"].startswith("over_budget_hold") and row["hedge_after_s"] == 1.0

@@ -129,3 +129,23 @@ async def test_non_streaming_disconnect_frees_slot(start_replica) -> None:
             raise AssertionError("expected the client to give up")
         s = await _wait_stats(client, f"{rep.url}/stats", lambda s: s["aborted"] == 1)
     assert s["aborted_running"] == 1 and s["running"] == 0
+
+
+async def test_prefill_of_a_new_prompt_pauses_the_decoding_of_the_batch() -> None:
+    # time_scale 0.5: a decode step lasts ~15 ms, a 16,384-token prefill ~0.95 s. A request that
+    # is decoding gets no token while a newly admitted long prompt is being prefilled.
+    async with ReplicaEngine(load_perf_model(), time_scale=0.5, max_batch=8) as engine:
+        running = engine.submit(100, 400, "a")
+        arrivals = []
+        for _ in range(3):
+            await asyncio.wait_for(running.chunks.get(), 10)
+            arrivals.append(time.monotonic())
+        engine.submit(16384, 2, "b")
+        while True:
+            chunk = await asyncio.wait_for(running.chunks.get(), 10)
+            arrivals.append(time.monotonic())
+            if chunk.finished or len(arrivals) > 40:
+                break
+    gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+    assert max(gaps[:2]) < 0.3  # decoding alone: steps of ~15 ms
+    assert max(gaps) > 0.7, gaps  # one gap spans the long prefill
