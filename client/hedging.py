@@ -408,7 +408,8 @@ class CallStream:
             ) as response:
                 attempt.status_code = response.status_code
                 if response.status_code != 200:
-                    excerpt = (await response.aread())[:300].decode("utf-8", "replace")
+                    # The status decides; the body is only an excerpt for the error, read briefly.
+                    excerpt = await _body_excerpt(response)
                     if response.status_code in NON_RETRYABLE_STATUSES:
                         raise UpstreamError(attempt.upstream.name, response.status_code, excerpt)
                     raise _AttemptFailure(f"http_{response.status_code}", f"HTTP {response.status_code}: {excerpt}")
@@ -567,6 +568,7 @@ class CallStream:
                 elif kind == "end":
                     winner.end_at = at
                     if self._finish_reason is None:
+                        winner.error_type = "truncated"
                         self._set_status("error", "truncated")
                         raise StreamError(winner.upstream.name, "truncated", "stream ended without a finish_reason")
                     self._set_status("ok", None)
@@ -710,6 +712,24 @@ class CallStream:
                 self._client.telemetry.submit(self.record)
             except Exception:  # telemetry must never break a call
                 log.exception("telemetry sink refused a record")
+
+
+async def _body_excerpt(response: httpx.Response, limit: int = 300, wait_s: float = 0.5) -> str:
+    """Up to ``limit`` characters of an error response's body, waiting at most ``wait_s`` for it.
+
+    A failing upstream may send its status line and then nothing: the failover must not wait
+    for a body that never comes.
+    """
+    received = b""
+    try:
+        async with asyncio.timeout(wait_s):
+            async for piece in response.aiter_bytes():
+                received += piece
+                if len(received) >= limit:
+                    break
+    except (TimeoutError, httpx.HTTPError):
+        pass
+    return received[:limit].decode("utf-8", "replace")
 
 
 def _round(value: float | None) -> float | None:

@@ -85,6 +85,7 @@ class TelemetryExporter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._send_lock = asyncio.Lock()
+        self._in_flight = 0
         self._backoff_s = 0.0
         self.sent = 0
         self.duplicates = 0
@@ -106,8 +107,8 @@ class TelemetryExporter:
 
     @property
     def pending(self) -> int:
-        """Records waiting to be sent."""
-        return len(self._queue)
+        """Records not yet taken by the api: queued, plus the batch being posted."""
+        return len(self._queue) + self._in_flight
 
     def submit(self, record: CallRecord) -> None:
         """Queue one record without blocking; drops the oldest record when the queue is full."""
@@ -137,50 +138,70 @@ class TelemetryExporter:
                     break
 
     async def _send_batch(self) -> bool:
-        """Post one batch from the head of the queue; True when the api took (or refused) it."""
+        """Post one batch from the head of the queue; True when the api took (or refused) it.
+
+        The batch leaves the queue before the POST, so records submitted meanwhile (and drops
+        of the oldest while the queue is full) never shift what this batch removes; a batch that
+        must be retried goes back to the front.
+        """
         async with self._send_lock:
-            batch = [self._queue[i] for i in range(min(self.batch_size, len(self._queue)))]
-            if not batch:
+            count = min(self.batch_size, len(self._queue))
+            if count == 0:
                 return True
+            batch = [self._queue.popleft() for _ in range(count)]
+            self._in_flight = count
             try:
                 response = await self._http.post(f"{self.api_url}/v1/calls", json={"calls": batch})
             except httpx.HTTPError as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("telemetry post failed (%s); will retry", self.last_error)
+                self._requeue(batch)
                 return False
+            except asyncio.CancelledError:
+                # Stopped mid-post (aclose): keep the batch; a resend is idempotent by request_id.
+                self._requeue(batch)
+                raise
+            finally:
+                self._in_flight = 0
             status = response.status_code
             if status >= 500 or status in (408, 429):
                 self.last_error = f"HTTP {status}"
                 log.warning("telemetry post answered HTTP %d; will retry", status)
+                self._requeue(batch)
                 return False
             if status >= 400:
                 self.last_error = f"HTTP {status}: {response.text[:300]}"
                 index = _rejected_index(response, len(batch))
                 if index is not None:
                     # One bad record: drop it alone; the rest of the batch goes out next round.
-                    del self._queue[index]
+                    bad = batch.pop(index)
                     self.rejected += 1
-                    log.error("api rejected record %s: %s", batch[index].get("request_id"), self.last_error)
+                    log.error("api rejected record %s: %s", bad.get("request_id"), self.last_error)
+                    self._requeue(batch)
                     return True
-                for _ in batch:
-                    if self._queue:
-                        self._queue.popleft()
                 self.rejected += len(batch)
                 log.error("api rejected a batch of %d record(s): %s", len(batch), self.last_error)
                 return True
-            for _ in batch:
-                if self._queue:
-                    self._queue.popleft()
-            body = response.json() if response.content else {}
+            try:
+                body = response.json() if response.content else {}
+            except ValueError:
+                body = {}
             self.sent += int(body.get("accepted", len(batch)))
             self.duplicates += int(body.get("duplicates", 0))
             return True
+
+    def _requeue(self, batch: list[dict[str, Any]]) -> None:
+        """Put ``batch`` back at the front; past ``max_queue`` the oldest records are dropped."""
+        self._queue.extendleft(reversed(batch))
+        while len(self._queue) > self.max_queue:
+            self._queue.popleft()
+            self.dropped += 1
 
     async def flush(self, timeout_s: float = 30.0) -> bool:
         """Send everything queued now; returns True when the queue emptied within ``timeout_s``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while self._queue:
+        while self._queue or self._in_flight:
             if loop.time() >= deadline:
                 return False
             if not await self._send_batch():

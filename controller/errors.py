@@ -31,9 +31,10 @@ class UnknownRoute(ControllerError, LookupError):
     Args:
         route: the route name.
         model: the model name.
+        message: a more precise message (e.g. the route exists but has no threshold yet).
     """
 
-    def __init__(self, route: str, model: str) -> None:
+    def __init__(self, route: str, model: str, message: str | None = None) -> None:
         self.route = route
         self.model = model
-        super().__init__(f"unknown route {route!r} with model {model!r}")
+        super().__init__(message or f"unknown route {route!r} with model {model!r}")

@@ -134,6 +134,9 @@ async def get_threshold(session: AsyncSession, route: str, model: str) -> dict[s
     )
     found = result.first()
     if found is None:
+        if await session.scalar(select(Route.id).where(Route.route == route, Route.model == model)) is not None:
+            raise UnknownRoute(route, model, f"route {route!r} with model {model!r} has no threshold yet: "
+                                             "the controller publishes one at its next tick")
         raise UnknownRoute(route, model)
     return threshold_dict(*found)
 

@@ -124,3 +124,38 @@ def test_exporter_validation_names_the_field(kwargs, field):
     args = {"api_url": "http://127.0.0.1:1", **kwargs}
     with pytest.raises(ValueError, match=field):
         TelemetryExporter(**args)
+
+
+async def test_records_submitted_while_a_post_is_in_flight_are_neither_lost_nor_miscounted():
+    # A slow api (0.5 s per POST) and a queue of 5: r0-r4 go out in one batch; r5-r7 arrive
+    # while it is in flight and must be sent next, with nothing counted as dropped.
+    def script(i: int, seen) -> Script:
+        body = json.dumps({"accepted": len(seen.body["calls"]), "duplicates": 0}).encode()
+        return Script(status=202, content_type="application/json", header_delay_s=0.5, pieces=[(0.0, body)])
+
+    async with ScriptedServer(script) as api:
+        exporter = TelemetryExporter(api.base_url.removesuffix("/v1"), batch_size=5, max_queue=5,
+                                     flush_interval_s=0.05)
+        async with exporter:
+            for i in range(5):
+                exporter.submit(record(i))
+            await asyncio.sleep(0.2)  # the first batch is in flight
+            assert exporter.pending == 5
+            for i in range(5, 8):
+                exporter.submit(record(i))
+            assert await exporter.flush(timeout_s=10)
+    posted = [r["request_id"] for seen in api.requests for r in seen.body["calls"]]
+    assert posted == [f"r{i}" for i in range(8)]
+    assert exporter.sent == 8 and exporter.dropped == 0 and exporter.pending == 0
+
+
+async def test_a_full_queue_during_an_outage_drops_the_oldest_and_counts_each():
+    exporter = TelemetryExporter("http://127.0.0.1:9", batch_size=2, max_queue=4)
+    for i in range(4):
+        exporter.submit(record(i))
+    assert not await exporter.flush(timeout_s=0.3)  # nothing listens: batches go back to the front
+    for i in range(4, 6):
+        exporter.submit(record(i))
+    assert exporter.dropped == 2 and exporter.pending == 4
+    assert [r["request_id"] for r in exporter._queue] == ["r2", "r3", "r4", "r5"]  # white-box: the order
+    await exporter.aclose(timeout_s=0.1)

@@ -369,3 +369,15 @@ async def test_a_route_disabled_by_the_api_does_not_hedge():
     assert not record.hedged and b.requests == []
     assert record.threshold_version == 7 and record.hedge_after_s == 0.2
 
+
+
+async def test_a_5xx_whose_body_never_comes_still_fails_over_at_once():
+    # Status line and headers of a 503 announcing a body, then silence.
+    stuck = Script(status=503, content_type="text/plain", pieces=[(30.0, b"late")], close=True)
+    async with ScriptedServer(stuck) as a, ScriptedServer(answer()) as b:
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                                 policy=HedgePolicy(hedge_after_s=5.0, total_timeout_s=20.0)) as client:
+            result = await client.chat(BODY)
+    record = result.record
+    assert record.hedge_reason == "primary_error" and record.winner == "backup"
+    assert record.attempts[0].error_type == "http_503" and record.ttft_s < 3.0
