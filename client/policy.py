@@ -53,6 +53,8 @@ class HedgePolicy:
         hedge_after_s: send a backup when the primary has produced no first token this many
             seconds after it was sent (used when no polled threshold applies). Default 2.0 s.
         max_backups: largest number of extra attempts per call (hedge or failover). Default 1.
+            The hedge timer fires once per call, so at most one attempt is a hedge; further
+            backups (with ``max_backups > 1`` and more upstreams) come only from failovers.
         budget: long-run fraction of calls allowed to hedge (token bucket refill per call).
             Default 0.10. Failovers do not spend it.
         budget_burst: token bucket capacity, i.e. how many hedges may happen back to back.
