@@ -57,10 +57,9 @@ import httpx
 from httpx_sse import EventSource, SSEError
 
 from hedgerow.client.budget import HedgeBudget
-from hedgerow.client.chunks import AnswerAssembler, classify_chunk
+from hedgerow.client.chunks import AnswerAssembler, ChunkKind, classify_chunk
 from hedgerow.client.errors import (
     AllAttemptsFailed,
-    HedgeError,
     StallTimeout,
     StreamError,
     TotalTimeout,
@@ -517,7 +516,7 @@ class CallStream:
                     for early in attempt.pending:
                         yield early
                     attempt.pending.clear()
-                    self._on_winner_chunk(attempt, payload, at, info)
+                    self._on_winner_chunk(attempt, at, info)
                     yield payload
                 elif kind == "end":
                     finished = [c for c in attempt.pending if classify_chunk(c).finish_reason]
@@ -563,7 +562,7 @@ class CallStream:
                     self._count_loser_tokens(attempt, kind, payload)
                     continue
                 if kind == "chunk":
-                    self._on_winner_chunk(winner, payload, at, classify_chunk(payload))
+                    self._on_winner_chunk(winner, at, classify_chunk(payload))
                     yield payload
                 elif kind == "end":
                     winner.end_at = at
@@ -615,7 +614,7 @@ class CallStream:
         if attempt is self._winner and isinstance(prompt, int) and prompt >= 0:
             self._prompt_tokens = prompt
 
-    def _on_winner_chunk(self, winner: _Attempt, chunk: dict[str, Any], at: float, info: Any) -> None:
+    def _on_winner_chunk(self, winner: _Attempt, at: float, info: ChunkKind) -> None:
         if info.usage is not None:
             self._note_usage(winner, info.usage)
         if info.finish_reason is not None:
@@ -742,6 +741,4 @@ def _error_type(exc: BaseException) -> str:
         return exc.error_type
     if isinstance(exc, UpstreamError):
         return f"http_{exc.status_code}"
-    if isinstance(exc, HedgeError):
-        return type(exc).__name__
     return type(exc).__name__

@@ -19,12 +19,20 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from hedgerow.controller.errors import StoreError, StoreNotReady
 
 __all__ = [
+    "dialect_insert",
     "SQLITE_BUSY_TIMEOUT_S",
     "check_database_url",
     "make_engine",
@@ -238,3 +246,17 @@ async def check_ready(engine: AsyncEngine) -> str:
             "run `hedgerow db upgrade`"
         )
     return current
+
+
+def dialect_insert(session: AsyncSession, table: Any) -> Any:
+    """The INSERT construct of the session's dialect, which has ``on_conflict_do_nothing``.
+
+    Raises:
+        StoreError: for a dialect other than SQLite and PostgreSQL.
+    """
+    name = session.get_bind().dialect.name
+    if name == "postgresql":
+        return postgresql.insert(table)
+    if name == "sqlite":
+        return sqlite.insert(table)
+    raise StoreError(f"unsupported database dialect {name!r}: use SQLite or PostgreSQL")

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select, tuple_
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.client.records import CallRecord
+from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.models import Attempt, Call, Route, utc_now
 from hedgerow.controller.policy import RouteConfig
 
@@ -41,16 +41,6 @@ def route_defaults(settings: Any) -> RouteConfig:
         max_hedge_after_s=settings.max_hedge_after_s,
         pinned_hedge_after_s=None,
     )
-
-
-def _insert(session: AsyncSession, table: Any) -> Any:
-    """The dialect's INSERT construct (it has ``on_conflict_do_nothing``)."""
-    name = session.get_bind().dialect.name
-    if name == "postgresql":
-        return postgresql.insert(table)
-    if name == "sqlite":
-        return sqlite.insert(table)
-    raise RuntimeError(f"unsupported database dialect {name!r}")
 
 
 async def ensure_routes(
@@ -83,7 +73,7 @@ async def ensure_routes(
         for route, model in wanted
     ]
     for start in range(0, len(rows), _CHUNK_ROWS):
-        stmt = _insert(session, Route).on_conflict_do_nothing(index_elements=["route", "model"])
+        stmt = dialect_insert(session, Route).on_conflict_do_nothing(index_elements=["route", "model"])
         await session.execute(stmt, rows[start : start + _CHUNK_ROWS])
     ids: dict[tuple[str, str], int] = {}
     for start in range(0, len(wanted), _CHUNK_ROWS):
@@ -154,7 +144,7 @@ async def ingest_calls(
     for start in range(0, len(batch), _CHUNK_ROWS):
         chunk = batch[start : start + _CHUNK_ROWS]
         stmt = (
-            _insert(session, Call)
+            dialect_insert(session, Call)
             .values([_call_row(r, route_ids[(r.route, r.model)], received_at) for r in chunk])
             .on_conflict_do_nothing(index_elements=["request_id"])
             .returning(Call.request_id, Call.id)
@@ -180,6 +170,6 @@ async def ingest_calls(
         for index, attempt in enumerate(record.attempts)
     ]
     for start in range(0, len(attempt_rows), _CHUNK_ROWS):
-        await session.execute(_insert(session, Attempt), attempt_rows[start : start + _CHUNK_ROWS])
+        await session.execute(dialect_insert(session, Attempt), attempt_rows[start : start + _CHUNK_ROWS])
     accepted = len(call_ids)
     return accepted, duplicates + (len(batch) - accepted)

@@ -16,9 +16,9 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import delete, or_, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.models import Lease, utc_now
 
 __all__ = ["CONTROLLER_LEASE", "make_holder_id", "acquire_lease", "release_lease"]
@@ -79,10 +79,8 @@ async def acquire_lease(
         )
         if renewed.first() is not None:
             return True
-        dialect = session.get_bind().dialect.name
-        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
         created = await session.execute(
-            insert(Lease.__table__)
+            dialect_insert(session, Lease.__table__)
             .values(name=name, holder=holder, expires_at=expires_at)
             .on_conflict_do_nothing(index_elements=["name"])
             .returning(Lease.__table__.c.name)
