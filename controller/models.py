@@ -29,6 +29,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    JSON,
     MetaData,
     String,
     UniqueConstraint,
@@ -246,6 +247,9 @@ class ThresholdHistory(Base):
     backup_win_rate: Mapped[float | None] = mapped_column(Float)
     budget: Mapped[float] = mapped_column(Float)
     actor: Mapped[str | None] = mapped_column(String(200))
+    #: Machine-readable extras (JSON object, or NULL): ``quantile_lower_bounds_s`` (lower bounds
+    #: for the quantiles left NULL above), ``changes`` (what a ``config`` row set) and flag inputs.
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Lease(Base):

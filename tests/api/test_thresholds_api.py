@@ -9,6 +9,7 @@ import pytest
 
 from hedgerow.api.app import create_app
 from hedgerow.api.errors import ApiConfigError
+from hedgerow.controller.db import head_revision
 from hedgerow.controller.queries import HISTORY_FIELDS, THRESHOLD_FIELDS
 from hedgerow.settings import Settings
 
@@ -74,7 +75,7 @@ async def test_thresholds_etag_304_and_history(make_api, call_factory) -> None:
 async def test_health_and_ready(api) -> None:
     assert (await api.get("/healthz")).json() == {"status": "ok"}
     ready = await api.get("/readyz")
-    assert ready.status_code == 200 and ready.json() == {"status": "ready", "revision": "0001"}
+    assert ready.status_code == 200 and ready.json() == {"status": "ready", "revision": head_revision()}
 
 
 async def test_bearer_tokens_and_scopes(make_api, call_factory) -> None:

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError, StatementError
 
-from hedgerow.controller.db import check_ready, make_engine
+from hedgerow.controller.db import check_ready, head_revision, make_engine
 from hedgerow.controller.errors import StoreError
 from hedgerow.controller.models import Attempt, Lease
 
@@ -45,7 +45,7 @@ async def test_sqlite_pragmas(engine) -> None:
 
 
 async def test_ready_check(engine, tmp_path) -> None:
-    assert await check_ready(engine) == "0001"
+    assert await check_ready(engine) == head_revision()
     empty = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}")
     try:
         with pytest.raises(StoreError, match="run `hedgerow db upgrade`"):
