@@ -6,11 +6,19 @@ distribution does, which is the safety bound that keeps a slow upstream from dou
 (the retry-budget idea of Finagle's ``RetryBudget``; Dean & Barroso, "The Tail at Scale", CACM
 2013, for hedging at a few percent of extra requests). Worked number: budget 0.10, burst 10,
 1,000 calls → at most 110 hedges.
+
+Deposits are float sums, and ten deposits of 0.1 add up to 0.9999999999999999, not 1: a whole
+token is therefore "at least 1 − 1e-9", so that budget 0.1 grants exactly one hedge per ten calls.
 """
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["HedgeBudget"]
+
+#: Rounding slack when checking for a whole token (float sums of fractions fall short of 1).
+_WHOLE_TOKEN = 1.0 - 1e-9
 
 
 class HedgeBudget:
@@ -18,10 +26,18 @@ class HedgeBudget:
 
     Args:
         budget: tokens deposited per call, a fraction in [0, 1].
-        burst: capacity of the bucket; the bucket starts full.
+        burst: capacity of the bucket (how many hedges may happen back to back), >= 0; the
+            bucket starts full. A burst below 1 never grants a hedge.
+
+    Raises:
+        ValueError: naming the argument, for a value that is not a finite number in range.
     """
 
     def __init__(self, budget: float, burst: float) -> None:
+        if not _finite(budget) or not 0.0 <= budget <= 1.0:
+            raise ValueError(f"HedgeBudget.budget: must be a fraction in [0, 1], got {budget!r}")
+        if not _finite(burst) or burst < 0:
+            raise ValueError(f"HedgeBudget.burst: must be a finite number >= 0, got {burst!r}")
         self.budget = float(budget)
         self.burst = float(burst)
         self._tokens = float(burst)
@@ -36,8 +52,12 @@ class HedgeBudget:
         self._tokens = min(self.burst, self._tokens + self.budget)
 
     def try_withdraw(self) -> bool:
-        """Take one token for a hedge; return False (and take nothing) when fewer than one is left."""
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
+        """Take one token for a hedge; return False (and take nothing) when less than one is left."""
+        if self._tokens >= _WHOLE_TOKEN:
+            self._tokens = max(0.0, self._tokens - 1.0)
             return True
         return False
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

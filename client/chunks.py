@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ChunkKind", "classify_chunk", "AnswerAssembler"]
+__all__ = ["AnswerAssembler", "ChunkKind", "classify_chunk"]
 
 _REASONING_FIELDS = ("reasoning_content", "reasoning")
 
