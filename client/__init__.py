@@ -2,7 +2,8 @@
 
 ``HedgingClient`` streams a chat completion from a primary upstream and hedges to a backup when
 the first token is late; ``ThresholdPoller`` keeps measured thresholds fresh; ``TelemetryExporter``
-ships one ``CallRecord`` per call to the api. See ``hedgerow.client.hedging`` for the semantics
+ships one ``CallRecord`` per call to the api; ``HedgingTransport`` hedges the openai SDK's calls
+as an httpx transport. See ``hedgerow.client.hedging`` for the semantics
 of one call and the table of failure modes.
 """
 
@@ -10,6 +11,7 @@ from hedgerow.client.budget import HedgeBudget
 from hedgerow.client.chunks import AnswerAssembler, ChunkKind, classify_chunk
 from hedgerow.client.errors import (
     AllAttemptsFailed,
+    AttemptError,
     HedgeError,
     StallTimeout,
     StreamError,
@@ -21,25 +23,28 @@ from hedgerow.client.policy import HedgePolicy, Upstream
 from hedgerow.client.records import AttemptRecord, CallRecord
 from hedgerow.client.telemetry import TelemetryExporter
 from hedgerow.client.thresholds import ThresholdPoller
+from hedgerow.client.transport import HedgingTransport
 
 __all__ = [
-    "Upstream",
-    "HedgePolicy",
-    "HedgingClient",
+    "AllAttemptsFailed",
+    "AnswerAssembler",
+    "AttemptError",
+    "AttemptRecord",
+    "CallRecord",
     "CallStream",
     "ChatResult",
-    "ThresholdPoller",
-    "TelemetryExporter",
-    "HedgeBudget",
-    "CallRecord",
-    "AttemptRecord",
-    "classify_chunk",
     "ChunkKind",
-    "AnswerAssembler",
+    "HedgeBudget",
     "HedgeError",
-    "UpstreamError",
-    "AllAttemptsFailed",
-    "StreamError",
+    "HedgePolicy",
+    "HedgingClient",
+    "HedgingTransport",
     "StallTimeout",
+    "StreamError",
+    "TelemetryExporter",
+    "ThresholdPoller",
     "TotalTimeout",
+    "Upstream",
+    "UpstreamError",
+    "classify_chunk",
 ]

@@ -5,6 +5,8 @@
     HedgeError
     ├── UpstreamError       a non-retryable 4xx (400/401/403/404/422): the caller's fault, no failover
     ├── AllAttemptsFailed   every attempt failed before a first token; ``.errors`` has each one
+    ├── AttemptError        one attempt's own failure (HTTP status, SSE error, bad stream); only
+    │                       found inside ``AllAttemptsFailed.errors``, never raised to the caller
     ├── StreamError         the winner failed after its first token (truncated, error payload)
     ├── StallTimeout        after the first token, a gap longer than ``stall_timeout_s``
     └── TotalTimeout        the whole call exceeded ``total_timeout_s``
@@ -21,12 +23,13 @@ if TYPE_CHECKING:
     from hedgerow.client.records import CallRecord
 
 __all__ = [
-    "HedgeError",
-    "UpstreamError",
     "AllAttemptsFailed",
-    "StreamError",
+    "AttemptError",
+    "HedgeError",
     "StallTimeout",
+    "StreamError",
     "TotalTimeout",
+    "UpstreamError",
     "describe",
 ]
 
@@ -34,7 +37,7 @@ __all__ = [
 class HedgeError(Exception):
     """Root of the hedging client's errors; ``record`` is the call's record (or None)."""
 
-    record: "CallRecord | None" = None
+    record: CallRecord | None = None
 
 
 class UpstreamError(HedgeError):
@@ -83,12 +86,32 @@ class TotalTimeout(HedgeError):
         super().__init__(f"call exceeded total_timeout_s={total_timeout_s:g} s")
 
 
+class AttemptError(HedgeError):
+    """One attempt failed before its first token for a reason of the upstream's making.
+
+    The hedging client fails over on it; the caller sees it only inside
+    ``AllAttemptsFailed.errors`` (transport errors such as ``httpx.ConnectError`` appear there
+    as they are).
+
+    Args:
+        error_type: short machine name stored in the attempt's record (``http_503``,
+            ``sse_error``, ``malformed_stream``, ``empty_stream``).
+        message: one line of detail.
+    """
+
+    def __init__(self, error_type: str, message: str) -> None:
+        self.error_type = error_type
+        super().__init__(message)
+
+
 def describe(exc: BaseException) -> str:
-    """One line naming an exception: its class and message (``ConnectError: ...``)."""
+    """One line naming an exception: its class (or ``error_type``) and message.
+
+    Examples: ``ConnectError: All connection attempts failed``, ``http_503: HTTP 503: busy``.
+    """
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
+    name = exc.error_type if isinstance(exc, AttemptError) else type(exc).__name__
+    return f"{name}: {text}" if text else name
 
 
 class StreamError(HedgeError):

@@ -15,26 +15,38 @@ One call (DESIGN.md "client"):
    caller, including its non-token chunks from before the first token (a role-only chunk).
 5. After the first token, a failure of the winner fails the call: tokens already went out.
 
-Failure modes, one outcome each:
+Failure modes, one outcome each (issue 3; each row has a test of the same name in
+``tests/client/test_failure_modes.py``):
 
-=====================================================  =========================================
-what happens                                           outcome
-=====================================================  =========================================
-connection refused / connect timeout                   failover at once (attempt ``failed``)
-no headers or no token by ``hedge_after_s``            hedge, if the budget allows
-HTTP 408, 409, 429, 5xx (any other non-200 status)    failover at once
-HTTP 400, 401, 403, 404, 422, no other attempt left    ``UpstreamError``, no failover
-the same from one attempt while another still runs     that attempt fails, the call goes on
-HTTP 200 with a body that is not an SSE stream         failover (``malformed_stream``)
-SSE error payload before the first token               failover (``sse_error``)
-stream ends before any token, with no finish_reason    failover (``empty_stream``)
-every attempt failed, no backup left                   ``AllAttemptsFailed`` (status ``error``)
-SSE error payload or bad JSON after the first token    ``StreamError`` (status ``error``)
-connection cut after tokens without a finish_reason    ``StreamError`` (``truncated``)
-gap between tokens > ``stall_timeout_s``               ``StallTimeout`` (status ``stalled``)
-the whole call exceeds ``total_timeout_s``             ``TotalTimeout`` (status ``timeout``)
-the caller stops reading / leaves the block early      every attempt closed (status ``cancelled``)
-=====================================================  =========================================
+============================================================  ========================================
+what happens                                                  outcome
+============================================================  ========================================
+connection refused                                            failover at once (``ConnectError``)
+connect timeout (``connect_timeout_s``)                       failover at once (``ConnectTimeout``)
+no response headers by ``hedge_after_s``                      hedge (``ttft_timeout``), budget allowing
+no response headers by ``total_timeout_s``                    ``TotalTimeout`` (status ``timeout``)
+HTTP 408, 409, 429, 5xx                                       failover at once (``http_<status>``)
+HTTP 400, 401, 403, 404, 422                                  ``UpstreamError``, no failover
+HTTP 200 with a non-SSE body (HTML, JSON)                     failover (``malformed_stream``)
+SSE error payload (``data: {"error"}``, ``event: error``)
+  before the first token                                      failover (``sse_error``)
+  after the first token                                       ``StreamError``, status ``error``
+stream ends before any token (empty body, or ``[DONE]``
+  after a role-only chunk with no ``finish_reason``)          failover (``empty_stream``)
+connection cut after tokens without a ``finish_reason``       ``StreamError``, status ``error``,
+                                                              ``error_type`` ``truncated``
+gap after the first token longer than ``stall_timeout_s``     ``StallTimeout``, status ``stalled``
+the caller abandons the stream (break, exception, cancel)     status ``cancelled``, every attempt closed
+every attempt failed (both, with ``max_backups=1``)           ``AllAttemptsFailed`` with each
+                                                              attempt's error, status ``error``
+============================================================  ========================================
+
+Details: "failover" applies before the first token and only when no other attempt is still
+running (a failure of one of two running attempts just ends that attempt). A 4xx of the table's
+second group raises ``UpstreamError`` only when no other attempt is running (the backup of a hedge
+answering 401 does not fail a call that the primary completes). Any other non-200 status fails
+over like a 5xx. After the first token nothing fails over: tokens already reached the caller.
+Every error raised by a call carries its ``CallRecord`` as ``.record``.
 
 Every attempt carries ``X-Request-ID: {request_id}-{role}`` and ``Idempotency-Key: {request_id}``.
 Exactly one ``CallRecord`` is built per call, however it ends, and handed to the telemetry sink.
@@ -49,17 +61,19 @@ import math
 import socket
 import time
 import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, AsyncIterator, Protocol, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol, Self
 
 import httpx
-from httpx_sse import EventSource, SSEError
-
 from hedgerow.client.budget import HedgeBudget
 from hedgerow.client.chunks import AnswerAssembler, ChunkKind, classify_chunk
 from hedgerow.client.errors import (
     AllAttemptsFailed,
+    AttemptError,
+    HedgeError,
     StallTimeout,
     StreamError,
     TotalTimeout,
@@ -67,8 +81,9 @@ from hedgerow.client.errors import (
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
 from hedgerow.client.records import AttemptRecord, CallRecord
+from httpx_sse import EventSource, SSEError
 
-__all__ = ["HedgingClient", "CallStream", "ChatResult", "ThresholdSource", "RecordSink"]
+__all__ = ["CallStream", "ChatResult", "HedgingClient", "RecordSink", "ThresholdSource"]
 
 log = logging.getLogger("hedgerow.client")
 
@@ -80,7 +95,7 @@ NON_RETRYABLE_STATUSES = frozenset({400, 401, 403, 404, 422})
 class ThresholdSource(Protocol):
     """Anything that can tell the threshold for a (route, model); ``ThresholdPoller`` is one."""
 
-    def lookup(self, route: str, model: str) -> "tuple[float, int | None, bool] | None":
+    def lookup(self, route: str, model: str) -> tuple[float, int | None, bool] | None:
         """Return ``(hedge_after_s, version, enabled)`` or None to use the policy's own value."""
 
 
@@ -109,14 +124,6 @@ class ChatResult:
     record: CallRecord
 
 
-class _AttemptFailure(Exception):
-    """An attempt failed; ``error_type`` is the short machine name stored in the record."""
-
-    def __init__(self, error_type: str, message: str) -> None:
-        self.error_type = error_type
-        super().__init__(message)
-
-
 @dataclass(eq=False)
 class _Attempt:
     upstream: Upstream
@@ -130,9 +137,11 @@ class _Attempt:
     outcome: str | None = None
     error: BaseException | None = None
     error_type: str | None = None
+    sent: bool = False  # the attempt's task has run and stamped ``start`` (the send)
     token_chunks: int = 0
     usage_tokens: int | None = None
     pending: list[dict[str, Any]] = field(default_factory=list)
+    response_headers: httpx.Headers | None = None
 
     @property
     def alive(self) -> bool:
@@ -193,7 +202,7 @@ class HedgingClient:
         self._transport = transport
         self._http: httpx.AsyncClient | None = None
 
-    async def __aenter__(self) -> "HedgingClient":
+    async def __aenter__(self) -> Self:
         timeout = httpx.Timeout(None, connect=self.policy.connect_timeout_s)
         limits = httpx.Limits(max_connections=self._max_connections, max_keepalive_connections=100)
         self._http = httpx.AsyncClient(timeout=timeout, limits=limits, transport=self._transport)
@@ -209,8 +218,14 @@ class HedgingClient:
             self._http = None
 
     def stream_chat(
-        self, body: dict[str, Any], *, primary: str | int | None = None, request_id: str | None = None
-    ) -> "CallStream":
+        self,
+        body: dict[str, Any],
+        *,
+        primary: str | int | None = None,
+        request_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: httpx.QueryParams | None = None,
+    ) -> CallStream:
         """Start one hedged streaming call; use as ``async with client.stream_chat(body) as s``.
 
         Args:
@@ -219,6 +234,10 @@ class HedgingClient:
                 ``stream_options``.
             primary: name or index of the upstream to use as primary (default: the first).
             request_id: the call's id (default: a random UUID hex).
+            headers: extra request headers for every attempt, sent under the client's own
+                (``X-Request-ID``, ``Idempotency-Key``, ``Accept``, ``Authorization``, the
+                upstream's headers), which replace same-named ones (``HedgingTransport`` uses it).
+            params: query parameters for every attempt, or None.
 
         Returns:
             A ``CallStream``: ``async for chunk in stream`` gives the winner's chunks as dicts;
@@ -231,7 +250,7 @@ class HedgingClient:
         if self._http is None:
             raise RuntimeError("HedgingClient is not open: use 'async with HedgingClient(...)'")
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            raise ValueError("body: must be a dict with a string 'model'")
+            raise ValueError("body: must be a dict with a string 'model'")  # noqa: TRY004 - documented
         order = self._order(primary)
         wire = dict(body)
         wire["stream"] = True
@@ -254,6 +273,8 @@ class HedgingClient:
             hedge_after_s=hedge_after_s,
             threshold_version=version,
             hedging_enabled=hedging_enabled,
+            extra_headers=headers,
+            params=params,
         )
 
     async def chat(
@@ -311,8 +332,12 @@ class CallStream:
         hedge_after_s: float,
         threshold_version: int | None,
         hedging_enabled: bool,
+        extra_headers: Mapping[str, str] | None = None,
+        params: httpx.QueryParams | None = None,
     ) -> None:
         self._client = client
+        self._extra_headers = extra_headers
+        self._params = params
         self._http = client._http
         self._policy = client.policy
         self._order = order
@@ -338,13 +363,13 @@ class CallStream:
         self._iterated = False
         self._generator: Any = None
         self._t0 = 0.0
-        self._started_at = datetime.now(timezone.utc)
+        self._started_at = datetime.now(UTC)
 
     # -- context manager ---------------------------------------------------------------------
 
-    async def __aenter__(self) -> "CallStream":
+    async def __aenter__(self) -> Self:
         self._t0 = time.monotonic()
-        self._started_at = datetime.now(timezone.utc)
+        self._started_at = datetime.now(UTC)
         self._client.budget.deposit()
         self._start_attempt("primary")
         return self
@@ -357,6 +382,8 @@ class CallStream:
         if self._generator is not None:
             await self._generator.aclose()
         await self._finish()
+        if isinstance(exc, HedgeError) and exc.record is None:
+            exc.record = self.record
 
     def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
         if self._iterated:
@@ -385,7 +412,7 @@ class CallStream:
         backups = len(self._attempts) - 1
         return backups < self._policy.max_backups and len(self._attempts) < len(self._order)
 
-    def _headers(self, attempt: _Attempt) -> dict[str, str]:
+    def _headers(self, attempt: _Attempt) -> dict[str, str] | httpx.Headers:
         headers = {
             "X-Request-ID": f"{self.request_id}-{attempt.header_role}",
             "Idempotency-Key": self.request_id,
@@ -395,48 +422,81 @@ class CallStream:
             headers["Authorization"] = f"Bearer {attempt.upstream.api_key}"
         if attempt.upstream.headers:
             headers.update(attempt.upstream.headers)
+        if self._extra_headers:
+            merged = httpx.Headers(self._extra_headers)
+            merged.update(headers)  # the client's own headers replace the caller's, case-insensitively
+            return merged
         return headers
+
+    # -- read-only state for HedgingTransport ---------------------------------------------------
+
+    @property
+    def hedged(self) -> bool:
+        """True once a backup attempt (hedge or failover) has been started."""
+        return len(self._attempts) > 1
+
+    @property
+    def winner_upstream(self) -> str | None:
+        """The winning attempt's upstream name, or None before the first token (or without one)."""
+        return None if self._winner is None else self._winner.upstream.name
+
+    @property
+    def winner_response_headers(self) -> httpx.Headers | None:
+        """The winning attempt's HTTP response headers, or None."""
+        return None if self._winner is None else self._winner.response_headers
 
     async def _run_attempt(self, attempt: _Attempt) -> None:
         """Send one attempt and forward its events to the call's queue until it ends."""
         put = self._events.put_nowait
         assert self._http is not None
+        # The send: stamped when the attempt actually starts, which is later than its creation
+        # when the event loop is busy; TTFT and the hedge deadline are measured from here.
+        attempt.start = self._now()
+        attempt.sent = True
         try:
             async with self._http.stream(
-                "POST", attempt.upstream.chat_url, json=self._body, headers=self._headers(attempt)
+                "POST", attempt.upstream.chat_url, json=self._body, headers=self._headers(attempt), params=self._params
             ) as response:
                 attempt.status_code = response.status_code
+                attempt.response_headers = response.headers
                 if response.status_code != 200:
                     # The status decides; the body is only an excerpt for the error, read briefly.
                     excerpt = await _body_excerpt(response)
                     if response.status_code in NON_RETRYABLE_STATUSES:
                         raise UpstreamError(attempt.upstream.name, response.status_code, excerpt)
-                    raise _AttemptFailure(f"http_{response.status_code}", f"HTTP {response.status_code}: {excerpt}")
+                    failure = AttemptError(f"http_{response.status_code}", f"HTTP {response.status_code}: {excerpt}")
+                    # The error response itself, for HedgingTransport to hand back when all fail.
+                    failure.status_code, failure.headers, failure.body_excerpt = (  # type: ignore[attr-defined]
+                        response.status_code, response.headers, excerpt)
+                    raise failure
                 try:
-                    async for sse in EventSource(response).aiter_sse():
-                        at = self._now()
-                        if sse.event == "error":
-                            raise _AttemptFailure("sse_error", f"SSE error event: {sse.data[:200]}")
-                        data = sse.data
-                        if data.strip() == "[DONE]":
-                            break
-                        if not data.strip():
-                            continue
-                        try:
-                            chunk = json.loads(data)
-                        except ValueError:
-                            raise _AttemptFailure("malformed_stream", f"chunk is not JSON: {data[:120]!r}") from None
-                        if not isinstance(chunk, dict):
-                            raise _AttemptFailure("malformed_stream", f"chunk is not a JSON object: {data[:120]!r}")
-                        if chunk.get("error") is not None:
-                            raise _AttemptFailure("sse_error", f"SSE error payload: {json.dumps(chunk['error'])[:200]}")
-                        put(("chunk", attempt, chunk, at))
+                    # aclosing: leaving the loop early ([DONE], an error) closes the SSE generator
+                    # here, instead of leaving it to a finalizer task after the call has ended.
+                    async with aclosing(EventSource(response).aiter_sse()) as events:
+                        async for sse in events:
+                            at = self._now()
+                            if sse.event == "error":
+                                raise AttemptError("sse_error", f"SSE error event: {sse.data[:200]}")
+                            data = sse.data
+                            if data.strip() == "[DONE]":
+                                break
+                            if not data.strip():
+                                continue
+                            try:
+                                chunk = json.loads(data)
+                            except ValueError:
+                                raise AttemptError("malformed_stream", f"chunk is not JSON: {data[:120]!r}") from None
+                            if not isinstance(chunk, dict):
+                                raise AttemptError("malformed_stream", f"chunk is not a JSON object: {data[:120]!r}")
+                            if chunk.get("error") is not None:
+                                raise AttemptError("sse_error", f"SSE error payload: {json.dumps(chunk['error'])[:200]}")
+                            put(("chunk", attempt, chunk, at))
                 except SSEError as exc:
-                    raise _AttemptFailure("malformed_stream", f"not an SSE stream: {exc}") from None
+                    raise AttemptError("malformed_stream", f"not an SSE stream: {exc}") from None
             put(("end", attempt, None, self._now()))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # every failure of an attempt becomes an event
+        except Exception as exc:  # noqa: BLE001 - every failure of an attempt becomes an event
             put(("error", attempt, exc, self._now()))
 
     def _cancel(self, attempt: _Attempt, at: float) -> None:
@@ -478,18 +538,25 @@ class CallStream:
     async def _run(self) -> AsyncIterator[dict[str, Any]]:
         policy = self._policy
         total_deadline = policy.total_timeout_s
-        hedge_at = math.inf
-        if self._hedging_enabled and self._can_add_backup():
-            hedge_at = self._attempts[0].start + self.hedge_after_s
+        primary = self._attempts[0]
+        hedge_pending = self._hedging_enabled and self._can_add_backup()
         try:
             # Phase 1: until some attempt yields a first token.
             while self._winner is None:
+                # Recomputed each time: the primary's send time is stamped when its task runs.
+                hedge_at = primary.start + self.hedge_after_s if hedge_pending else math.inf
                 event = await self._next_event(min(hedge_at, total_deadline))
                 if event is None:
-                    if self._now() >= total_deadline:
+                    now = self._now()
+                    if now >= total_deadline:
                         self._set_status("timeout", "total_timeout")
                         raise TotalTimeout(policy.total_timeout_s)
-                    hedge_at = math.inf
+                    if not primary.sent and primary.task is not None and not primary.task.done():
+                        await asyncio.sleep(0)  # let the primary's task run and stamp its send
+                        continue
+                    if not hedge_pending or now < primary.start + self.hedge_after_s:
+                        continue
+                    hedge_pending = False
                     if self._can_add_backup():
                         if self._client.budget.try_withdraw():
                             self._hedge_reason = self._hedge_reason or "ttft_timeout"
@@ -532,7 +599,7 @@ class CallStream:
                             yield early
                         self._set_status("ok", None)
                         return
-                    self._fail(attempt, _AttemptFailure("empty_stream", "stream ended before any token"), at)
+                    self._fail(attempt, AttemptError("empty_stream", "stream ended before any token"), at)
                     self._after_failure()
                 else:  # error
                     self._fail(attempt, payload, at)
@@ -574,6 +641,11 @@ class CallStream:
                     return
                 else:
                     winner.end_at = at
+                    if self._finish_reason is not None and isinstance(payload, httpx.TransportError):
+                        # Cut after the finish_reason (no [DONE], no end of the HTTP body): the
+                        # answer is complete, only a trailing usage chunk may be missing.
+                        self._set_status("ok", None)
+                        return
                     winner.error = payload
                     error_type = "truncated" if isinstance(payload, httpx.TransportError) else _error_type(payload)
                     winner.error_type = error_type
@@ -675,8 +747,12 @@ class CallStream:
             )
             for a in self._attempts
         )
-        ttft = winner.first_token_at if winner is not None else None
-        e2e = self._last_token_at
+        # Call latencies are measured from the primary's send (DESIGN.md "TTFT"), which is a hair
+        # (or, on a busy event loop, noticeably) later than the call's start.
+        sent = self._attempts[0].start if self._attempts else 0.0
+        ttft = _since(winner.first_token_at, sent) if winner is not None else None
+        ttfo = _since(self._answer_at, sent)
+        e2e = _since(self._last_token_at, sent)
         completion = winner.tokens() if winner is not None else None
         tpot = None
         if ttft is not None and e2e is not None and completion is not None and completion > 1:
@@ -697,7 +773,7 @@ class CallStream:
             status=self._status or "cancelled",  # type: ignore[arg-type]
             error_type=self._error_type,
             ttft_s=_round(ttft),
-            ttfo_s=_round(self._answer_at),
+            ttfo_s=_round(ttfo),
             tpot_s=_round(tpot),
             e2e_s=_round(e2e),
             max_itl_s=_round(self._max_itl_s),
@@ -721,8 +797,8 @@ async def _body_excerpt(response: httpx.Response, limit: int = 300, wait_s: floa
     """
     received = b""
     try:
-        async with asyncio.timeout(wait_s):
-            async for piece in response.aiter_bytes():
+        async with asyncio.timeout(wait_s), aclosing(response.aiter_bytes()) as pieces:
+            async for piece in pieces:
                 received += piece
                 if len(received) >= limit:
                     break
@@ -731,13 +807,18 @@ async def _body_excerpt(response: httpx.Response, limit: int = 300, wait_s: floa
     return received[:limit].decode("utf-8", "replace")
 
 
+def _since(at: float | None, origin: float) -> float | None:
+    """``at - origin`` (never negative), or None when ``at`` is None."""
+    return None if at is None else max(0.0, at - origin)
+
+
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
 def _error_type(exc: BaseException) -> str:
     """The short machine name of an attempt's failure."""
-    if isinstance(exc, _AttemptFailure):
+    if isinstance(exc, AttemptError):
         return exc.error_type
     if isinstance(exc, UpstreamError):
         return f"http_{exc.status_code}"

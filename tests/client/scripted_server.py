@@ -85,6 +85,8 @@ class Seen:
     headers: dict[str, str]
     body: dict | None
     disconnected_at: float | None = None
+    #: monotonic time of each body piece written (``Script.pieces`` order), for cancellation tests
+    writes: list[float] = field(default_factory=list)
 
 
 class ScriptedServer:
@@ -166,6 +168,7 @@ class ScriptedServer:
                         break
                     writer.write(data)
                     await writer.drain()
+                    seen.writes.append(time.monotonic())
                 if script.close:
                     writer.close()
                     await asyncio.sleep(0)
@@ -180,6 +183,10 @@ class ScriptedServer:
                     except (asyncio.TimeoutError, Exception):
                         watcher.cancel()
         except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            # Cancelled by __aexit__: end quietly (asyncio's stream callback would otherwise log
+            # the cancellation as an error on Python 3.11).
             pass
         finally:
             self._handlers.discard(task)

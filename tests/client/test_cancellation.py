@@ -1,0 +1,276 @@
+"""Cancellation is exact (issue 3, item 3), against real servers on 127.0.0.1.
+
+* The loser's connection is closed within 100 ms of the winner's first token. Measurement: the
+  scripted server stamps (``time.monotonic``, the same clock in this process) when each body
+  piece was written and when the client closed the connection. The reference is the client's own
+  first-token time: ``t_enter + first_token_s`` where ``t_enter`` is read just *before* entering
+  ``stream_chat`` (the call's clock starts a little later, so this reference is early and the
+  measured delay is an upper bound of the true one). Using the client-side time keeps the
+  server-to-client delivery latency of a loaded machine out of the figure; the server's write
+  time of that token is checked as a lower bound (the loser is never closed before it).
+* The winner's stream is never touched: every scripted chunk arrives, in order.
+* Nothing is left open after a call, however it ends: the asyncio tasks are back to the ones
+  from before the call (the test servers' own tasks aside), the httpx pool holds no connection,
+  and every server saw its connection closed by the client (scripts keep connections open
+  themselves, so only the client can close them).
+* ``hedge_after_s`` runs from the primary's send, not from its headers; TTFT is measured from
+  the primary's send even when that send is late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from hedgerow.client import (
+    AllAttemptsFailed,
+    HedgePolicy,
+    HedgingClient,
+    StallTimeout,
+    TotalTimeout,
+    Upstream,
+)
+
+from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+#: The issue's bound on loser cancellation.
+CANCEL_WITHIN_S = 0.100
+
+
+def stream_chunks(words: int) -> list[dict]:
+    """A full answer: role + first word, more words, finish, usage."""
+    chunks = [chunk("w0 ", role="assistant")] + [chunk(f"w{i} ") for i in range(1, words)]
+    return chunks + [chunk(finish="stop"), usage_chunk(5, words)]
+
+
+def answer(first_delay_s: float = 0.0, gap_s: float = 0.01, words: int = 3) -> Script:
+    """A normal stream that keeps its connection open until the client closes it."""
+    return Script(pieces=sse(*stream_chunks(words), gap_s=gap_s, first_delay_s=first_delay_s), close=False)
+
+
+def silent() -> Script:
+    """No headers for 30 s (the connection stays open)."""
+    return Script(header_delay_s=30.0, close=False)
+
+
+def client_tasks() -> set[asyncio.Task]:
+    """The running tasks that are not the test servers' own."""
+    return {t for t in asyncio.all_tasks()
+            if "ScriptedServer" not in getattr(t.get_coro(), "__qualname__", repr(t.get_coro()))}
+
+
+async def assert_tasks_back_to(baseline: set[asyncio.Task]) -> None:
+    """Assert that no task of the call outlives it.
+
+    Right after the call, the only extra tasks allowed are the interpreter's async-generator
+    finalizers (``agen.aclose()`` tasks that asyncio schedules when httpx's nested byte
+    iterators, abandoned at ``[DONE]`` or on cancellation, are garbage-collected); they must
+    finish on their own within a few loop iterations. No attempt task may remain.
+    """
+    extra = client_tasks() - baseline
+    assert all(type(t.get_coro()).__name__ == "async_generator_athrow" for t in extra), extra
+    for _ in range(100):
+        if client_tasks() == baseline:
+            return
+        await asyncio.sleep(0.01)
+    assert client_tasks() == baseline
+
+
+def open_connections(client: HedgingClient) -> int:
+    """Connections the client's httpx pool still holds."""
+    assert client._http is not None
+    return len(client._http._transport._pool.connections)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("winner", ["backup", "primary"])
+async def test_loser_closed_within_100ms_of_winners_first_token_and_winner_untouched(winner):
+    words = 20
+    if winner == "backup":
+        # Primary: headers at once, first token after 30 s. Backup (hedge at 0.3 s): 0.4 s.
+        scripts = (answer(first_delay_s=30.0), answer(first_delay_s=0.4, gap_s=0.02, words=words))
+    else:
+        # Primary: first token at 1.0 s. Backup (hedge at 0.3 s): headers at once, token at 30 s.
+        scripts = (answer(first_delay_s=1.0, gap_s=0.02, words=words), answer(first_delay_s=30.0))
+    async with ScriptedServer(scripts[0]) as a, ScriptedServer(scripts[1]) as b:
+        servers = {"primary": a, "backup": b}
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                                 policy=HedgePolicy(hedge_after_s=0.3)) as client:
+            received = []
+            t_enter = time.monotonic()
+            async with client.stream_chat(BODY) as stream:
+                async for piece in stream:
+                    received.append(piece)
+        record = stream.record
+        assert record.status == "ok" and record.winner == winner and record.hedged
+        win = next(x for x in record.attempts if x.role == winner)
+        lose = next(x for x in record.attempts if x.role != winner)
+        assert win.outcome == "won" and lose.outcome == "cancelled" and lose.first_token_s is None
+
+        loser_seen = servers[lose.role].requests[0]
+        winner_seen = servers[winner].requests[0]
+        closed_at = await servers[lose.role].wait_disconnect(0, timeout_s=2.0)
+        assert closed_at is not None
+        client_first_token_at = t_enter + win.first_token_s
+        server_first_token_at = winner_seen.writes[0]  # the first piece carries the first token
+        assert closed_at >= server_first_token_at
+        assert closed_at - client_first_token_at <= CANCEL_WITHIN_S, (closed_at - client_first_token_at)
+        assert loser_seen.writes == []  # the loser never wrote a body byte
+
+        # The winner: every chunk arrived, in order, and its connection was not closed early.
+        assert received == stream_chunks(words)
+        assert len(winner_seen.writes) == len(scripts[0 if winner == "primary" else 1].pieces)
+        winner_closed = await servers[winner].wait_disconnect(0, timeout_s=2.0)
+        assert winner_closed is not None and winner_closed >= winner_seen.writes[-1]
+
+
+async def _succeed(client: HedgingClient) -> None:
+    result = await client.chat(BODY)
+    assert result.record.status == "ok"
+
+
+async def _abandon(client: HedgingClient) -> None:
+    async with client.stream_chat(BODY) as stream:
+        async for _ in stream:
+            break
+    assert stream.record.status == "cancelled"
+
+
+async def _raise_in_loop(client: HedgingClient) -> None:
+    with pytest.raises(KeyError):
+        async with client.stream_chat(BODY) as stream:
+            async for _ in stream:
+                raise KeyError("the caller's own bug")
+    assert stream.record.status == "cancelled" and stream.record.error_type == "KeyError"
+
+
+def _expect(error: type[Exception], status: str):
+    async def run(client: HedgingClient) -> None:
+        with pytest.raises(error) as info:
+            await client.chat(BODY)
+        assert info.value.record.status == status
+
+    return run
+
+
+def _failing(status: int, header_delay_s: float, close: bool = False) -> Script:
+    return Script(status=status, header_delay_s=header_delay_s, content_type="text/plain",
+                  pieces=[(0, b"down")], close=close)
+
+
+def _stalling() -> Script:
+    pieces = sse(chunk("a", role="assistant"), done=False) + sse(chunk("b"), first_delay_s=30.0)
+    return Script(pieces=pieces, close=False)
+
+
+# Each scenario: (primary script, backup script, policy, what the caller does). Every one of them
+# hedges at 0.3 s, so two connections are open at some point.
+LEAK_SCENARIOS = {
+    "success": (answer(first_delay_s=1.0), answer(first_delay_s=30.0), {}, _succeed),
+    "failure": (_failing(503, 0.8), _failing(502, 0.2), {}, _expect(AllAttemptsFailed, "error")),
+    "stall": (Script(pieces=[(0.6, b"")] + _stalling().pieces, close=False), silent(),
+              {"stall_timeout_s": 0.5}, _expect(StallTimeout, "stalled")),
+    "total_timeout": (silent(), silent(), {"total_timeout_s": 1.0}, _expect(TotalTimeout, "timeout")),
+    "caller_abandon": (answer(first_delay_s=0.6, gap_s=1.0, words=10), silent(), {}, _abandon),
+    "caller_exception": (answer(first_delay_s=0.6, gap_s=1.0, words=10), silent(), {}, _raise_in_loop),
+}
+
+
+@pytest.mark.parametrize("scenario", list(LEAK_SCENARIOS))
+async def test_nothing_left_open_after_a_call(scenario):
+    primary, backup, extra, act = LEAK_SCENARIOS[scenario]
+    async with (
+        ScriptedServer(primary) as a,
+        ScriptedServer(backup) as b,
+        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                      policy=HedgePolicy(hedge_after_s=0.3, **extra)) as client,
+    ):
+        baseline = client_tasks()
+        await act(client)
+        await assert_tasks_back_to(baseline)
+        assert open_connections(client) == 0
+        assert len(a.requests) == 1 and len(b.requests) == 1  # both attempts were sent
+        assert await a.wait_disconnect(0, timeout_s=2.0) is not None
+        assert await b.wait_disconnect(0, timeout_s=2.0) is not None
+
+
+@pytest.mark.parametrize("shape", ["headers_at_once_token_late", "headers_late"])
+async def test_hedge_after_is_measured_from_the_primary_send(shape):
+    if shape == "headers_at_once_token_late":
+        primary = answer(first_delay_s=3.0)
+    else:  # headers after 1.0 s, the first token 2.0 s later
+        primary = Script(header_delay_s=1.0, pieces=answer(first_delay_s=2.0).pieces, close=False)
+    async with (
+        ScriptedServer(primary) as a,
+        ScriptedServer(answer()) as b,
+        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                      policy=HedgePolicy(hedge_after_s=0.5)) as client,
+    ):
+        result = await client.chat(BODY)
+    record = result.record
+    assert record.hedge_reason == "ttft_timeout" and record.winner == "backup"
+    primary_attempt, backup_attempt = record.attempts
+    # At hedge_after_s (0.5 s) after the send; with late headers not at headers + 0.5 = 1.5 s.
+    assert 0.45 <= backup_attempt.start_s - primary_attempt.start_s <= 0.9
+    assert 0.4 <= b.requests[0].at - a.requests[0].at <= 0.9  # as the servers saw it
+
+
+async def test_ttft_and_hedge_are_measured_from_a_late_primary_send():
+    # The app blocks its event loop for 0.4 s right after opening the call: the primary request
+    # goes out late. TTFT and the hedge deadline run from that send, not from the call's start.
+    async with (
+        ScriptedServer(answer(first_delay_s=3.0)) as a,
+        ScriptedServer(answer(first_delay_s=0.2)) as b,
+        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                      policy=HedgePolicy(hedge_after_s=0.3)) as client,
+        client.stream_chat(BODY) as stream,
+    ):
+        time.sleep(0.4)  # noqa: ASYNC251 - blocking on purpose
+        async for _ in stream:
+            pass
+    record = stream.record
+    primary_attempt, backup_attempt = record.attempts
+    assert primary_attempt.start_s >= 0.35
+    assert backup_attempt.start_s - primary_attempt.start_s == pytest.approx(0.3, abs=0.2)
+    assert record.ttft_s == pytest.approx(backup_attempt.first_token_s - primary_attempt.start_s, abs=1e-5)
+    assert 0.45 <= record.ttft_s <= 1.0  # 0.3 s hedge + 0.2 s backup; not + the 0.4 s block
+    assert record.e2e_s == pytest.approx(record.ttft_s + (record.e2e_s - record.ttft_s))
+    assert record.e2e_s <= backup_attempt.end_s - primary_attempt.start_s + 1e-5
+
+
+async def test_max_backups_2_failover_then_hedge():
+    # a: 503 at once -> failover to b (no token for 30 s) -> at hedge_after_s a hedge to c, which wins.
+    async with ScriptedServer(_failing(503, 0.0, close=True)) as a, ScriptedServer(answer(first_delay_s=30.0)) as b, \
+            ScriptedServer(answer(first_delay_s=0.1)) as c:
+        upstreams = [Upstream("a", a.base_url), Upstream("b", b.base_url), Upstream("c", c.base_url)]
+        policy = HedgePolicy(hedge_after_s=0.5, max_backups=2, budget=0.5, budget_burst=1.5)
+        async with HedgingClient(upstreams, policy=policy) as client:
+            result = await client.chat(BODY, request_id="r1")
+            record = result.record
+            assert [(x.upstream, x.role, x.outcome, x.error_type) for x in record.attempts] == [
+                ("a", "primary", "failed", "http_503"), ("b", "backup", "cancelled", None),
+                ("c", "backup", "won", None)]
+            assert record.hedge_reason == "primary_error" and record.winner == "backup"
+            assert record.attempts[1].start_s < 0.4 <= record.attempts[2].start_s
+            assert [s.requests[0].headers["x-request-id"] for s in (a, b, c)] == \
+                ["r1-primary", "r1-backup", "r1-backup2"]
+            assert await b.wait_disconnect(0) is not None
+            assert client.budget.tokens < 1.0  # the hedge spent the budget; the failover did not
+
+
+async def test_max_backups_2_a_failed_hedge_does_not_fail_over_while_the_primary_runs():
+    # a: token at 1.2 s. Hedge at 0.3 s to b, which answers 503: a is still running, so no
+    # failover to c; a wins.
+    async with ScriptedServer(answer(first_delay_s=1.2)) as a, ScriptedServer(_failing(503, 0.0)) as b, \
+            ScriptedServer(answer()) as c:
+        upstreams = [Upstream("a", a.base_url), Upstream("b", b.base_url), Upstream("c", c.base_url)]
+        async with HedgingClient(upstreams, policy=HedgePolicy(hedge_after_s=0.3, max_backups=2)) as client:
+            result = await client.chat(BODY)
+    record = result.record
+    assert [(x.upstream, x.outcome, x.error_type) for x in record.attempts] == [
+        ("a", "won", None), ("b", "failed", "http_503")]
+    assert record.hedge_reason == "ttft_timeout" and record.winner == "primary" and c.requests == []
+    assert json.loads(json.dumps(record.to_dict()))["attempts"][1]["status_code"] == 503
