@@ -6,7 +6,10 @@
 - estimation: :mod:`~hedgerow.controller.estimation` (Kaplan-Meier TTFT quantiles, scipy);
 - policy: :mod:`~hedgerow.controller.policy` (budget, hysteresis, bounded steps);
 - job: :mod:`~hedgerow.controller.jobs` (one tick), :mod:`~hedgerow.controller.lease` (one job
-  runner), :mod:`~hedgerow.controller.scheduler` (APScheduler).
+  runner), :mod:`~hedgerow.controller.scheduler` (APScheduler);
+- history: :mod:`~hedgerow.controller.rollups` (hourly rollups, weekly merges, histogram
+  quantiles via :mod:`~hedgerow.controller.ttft_histogram`), :mod:`~hedgerow.controller.retention`
+  (deletes raw calls once rolled up).
 
 No FastAPI here: the api imports this package, never the other way round.
 """
@@ -28,6 +31,7 @@ from hedgerow.controller.models import (
     Attempt,
     Base,
     Call,
+    HourlyRollup,
     Lease,
     Route,
     Threshold,
@@ -43,7 +47,18 @@ from hedgerow.controller.queries import (
     list_routes,
     list_thresholds,
 )
-from hedgerow.controller.routes_admin import ROUTE_CONFIG_FIELDS, update_route
+from hedgerow.controller.retention import (
+    RetentionReport,
+    run_retention,
+    run_retention_once,
+)
+from hedgerow.controller.rollups import Rollup, RouteRollup, fold_hours, merge_rollups
+from hedgerow.controller.routes_admin import (
+    ROUTE_CONFIG_FIELDS,
+    RouteConfigInvalid,
+    configure_route,
+    update_route,
+)
 from hedgerow.controller.scheduler import ControllerScheduler
 
 __all__ = [
@@ -53,13 +68,17 @@ __all__ = [
     "upgrade_connection", "check_ready",
     "ingest_calls", "route_defaults",
     "HISTORY_FIELDS", "THRESHOLD_FIELDS", "list_thresholds", "get_threshold", "list_routes",
-    "get_route", "get_history", "ROUTE_CONFIG_FIELDS", "update_route",
+    "get_route", "get_history", "ROUTE_CONFIG_FIELDS", "update_route", "configure_route",
+    "RouteConfigInvalid",
     # estimation and policy
     "TTFTEstimate", "estimate_ttft",
     "RouteConfig", "PolicyKnobs", "Observation", "Decision", "decide",
     # job
     "run_tick", "run_once", "tick_route", "CONTROLLER_LEASE", "acquire_lease", "release_lease",
     "ControllerScheduler",
+    # rollups and retention
+    "HourlyRollup", "Rollup", "RouteRollup", "fold_hours", "merge_rollups",
+    "RetentionReport", "run_retention", "run_retention_once",
     # errors
     "ControllerError", "StoreError", "StoreNotReady", "UnknownRoute",
 ]  # fmt: skip

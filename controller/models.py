@@ -10,6 +10,8 @@ Tables (DESIGN.md "controller"):
 - ``threshold_history``: every controller decision, applied or held, and manual changes
   (``actor`` names who made a manual change; NULL for the controller job).
 - ``leases``: which process runs the scheduled jobs (see :mod:`hedgerow.controller.lease`).
+- ``hourly_rollups``: one row per (route, model) and UTC hour of calls, folded from the raw rows
+  so weekly figures survive their deletion (see :mod:`hedgerow.controller.rollups`).
 
 Every timestamp is a timezone-aware UTC datetime (:class:`UTCDateTime`), every duration a float
 number of seconds with the unit in the column name. Constraint names follow
@@ -48,6 +50,7 @@ __all__ = [
     "Threshold",
     "ThresholdHistory",
     "Lease",
+    "HourlyRollup",
     "utc_now",
 ]
 
@@ -260,3 +263,63 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     holder: Mapped[str] = mapped_column(String(200))
     expires_at: Mapped[datetime]
+
+
+class HourlyRollup(Base):
+    """The calls of one (route, model) started in one UTC hour, folded into counters and histograms.
+
+    Written by :func:`hedgerow.controller.rollups.fold_hours`; raw calls of an hour are deleted
+    (:mod:`hedgerow.controller.retention`) only once its rollup is ``sealed``. Every counter and
+    histogram is additive: the figures of any set of hours are the sums of theirs.
+
+    Attributes:
+        hour_start: start of the hour (aware UTC, whole hour); the hour is
+            ``[hour_start, hour_start + 1 h)`` of ``calls.started_at``.
+        folded_at: when the rollup was last (re)computed.
+        sealed_at: when retention began deleting the hour's raw calls (NULL before): a sealed
+            rollup is never recomputed, only added to (calls that arrive late, ``id >
+            max_call_id``).
+        max_call_id: the largest ``calls.id`` folded in (only calls up to it may be deleted).
+        calls, ok_calls, error_calls, timeout_calls, stalled_calls, cancelled_calls: calls, and
+            calls per ``status`` (they sum to ``calls``).
+        hedges: calls hedged because the primary was slow (``hedge_reason = ttft_timeout``).
+        hedge_denied: calls whose hedge the budget refused.
+        backup_wins: hedged calls whose backup won.
+        failovers: calls with a backup because the primary failed (``primary_error``).
+        prompt_tokens, completion_tokens, wasted_completion_tokens: token sums.
+        primary_samples, primary_censored: primary TTFT samples (censored included) and censored.
+        histogram_scheme: bucket layout of the histograms
+            (:data:`hedgerow.controller.ttft_histogram.HISTOGRAM_SCHEME`).
+        primary_ttft_hist: sparse ``{"bucket": count}`` of the primary's observed TTFTs.
+        primary_censored_hist: the same of censored primaries (at their elapsed time).
+        call_ttft_hist: the same of the call's TTFT as the app saw it (with hedging).
+    """
+
+    __tablename__ = "hourly_rollups"
+    __table_args__ = (UniqueConstraint("route_id", "hour_start"), Index(None, "hour_start"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    route_id: Mapped[int] = mapped_column(BigId, ForeignKey("routes.id", ondelete="CASCADE"))
+    hour_start: Mapped[datetime]
+    folded_at: Mapped[datetime]
+    sealed_at: Mapped[datetime | None]
+    max_call_id: Mapped[int] = mapped_column(BigInteger)
+    calls: Mapped[int] = mapped_column(Integer)
+    ok_calls: Mapped[int] = mapped_column(Integer)
+    error_calls: Mapped[int] = mapped_column(Integer)
+    timeout_calls: Mapped[int] = mapped_column(Integer)
+    stalled_calls: Mapped[int] = mapped_column(Integer)
+    cancelled_calls: Mapped[int] = mapped_column(Integer)
+    hedges: Mapped[int] = mapped_column(Integer)
+    hedge_denied: Mapped[int] = mapped_column(Integer)
+    backup_wins: Mapped[int] = mapped_column(Integer)
+    failovers: Mapped[int] = mapped_column(Integer)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger)
+    wasted_completion_tokens: Mapped[int] = mapped_column(BigInteger)
+    primary_samples: Mapped[int] = mapped_column(Integer)
+    primary_censored: Mapped[int] = mapped_column(Integer)
+    histogram_scheme: Mapped[str] = mapped_column(String(64))
+    primary_ttft_hist: Mapped[dict[str, int]] = mapped_column(JSON)
+    primary_censored_hist: Mapped[dict[str, int]] = mapped_column(JSON)
+    call_ttft_hist: Mapped[dict[str, int]] = mapped_column(JSON)

@@ -4,7 +4,10 @@ Two interval jobs run on the caller's event loop:
 
 - ``lease``: every third of ``lease_ttl_s``, take or renew the controller lease;
 - ``controller_tick``: every ``controller_interval_s``, renew the lease and, while holding it, run
-  :func:`hedgerow.controller.jobs.run_tick`.
+  :func:`hedgerow.controller.jobs.run_tick`;
+- ``rollup``: every ``rollup_interval_s`` (first run ``min(60 s, rollup_interval_s)`` after start),
+  renew the lease and, while holding it, fold hourly rollups and delete raw calls older than
+  ``retention_s`` (:func:`hedgerow.controller.retention.run_retention`).
 
 So of several api replicas sharing one database, only the lease holder ticks; when it stops (or
 dies), another takes over within one TTL.
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timezone
+from datetime import timedelta, timezone
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -23,6 +26,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, make_holder_id, release_lease
 from hedgerow.controller.models import utc_now
+from hedgerow.controller.retention import RetentionReport, run_retention
 
 __all__ = ["ControllerScheduler"]
 
@@ -42,6 +46,8 @@ class ControllerScheduler:
         holding: True while this process holds the lease (as of the last renewal).
         ticks: how many ticks this process ran.
         last_tick: the history rows written by the last tick (empty before the first).
+        rollups: how many rollup + retention runs this process ran.
+        last_rollup: the report of the last one (None before the first).
     """
 
     def __init__(
@@ -56,6 +62,9 @@ class ControllerScheduler:
         self._scheduler: AsyncIOScheduler | None = None
         self._running: set[asyncio.Task[Any]] = set()
         self._lock = asyncio.Lock()
+        self.rollups = 0
+        self.last_rollup: RetentionReport | None = None
+        self._rollup_lock = asyncio.Lock()
 
     async def renew(self) -> bool:
         """Take or renew the lease now; returns whether this process holds it."""
@@ -82,6 +91,20 @@ class ControllerScheduler:
             self.last_tick = rows
             return rows
 
+    async def rollup(self) -> RetentionReport | None:
+        """Renew the lease and, when held, fold hourly rollups and apply retention once.
+
+        Returns:
+            What was folded and deleted, or None when another process holds the lease.
+        """
+        async with self._rollup_lock:  # a slow backlog never runs twice at once here
+            if not await self.renew():
+                return None
+            report = await run_retention(self.sessionmaker, self.settings)
+            self.rollups += 1
+            self.last_rollup = report
+            return report
+
     async def _job(self, fn: Any) -> None:
         task = asyncio.current_task()
         if task is not None:
@@ -100,6 +123,9 @@ class ControllerScheduler:
     async def _tick_job(self) -> None:
         await self._job(self.tick)
 
+    async def _rollup_job(self) -> None:
+        await self._job(self.rollup)
+
     def start(self) -> None:
         """Start the scheduler on the running event loop (takes the lease at once)."""
         scheduler = AsyncIOScheduler(timezone=timezone.utc)
@@ -117,6 +143,16 @@ class ControllerScheduler:
             "interval",
             seconds=self.settings.controller_interval_s,
             id="controller_tick",
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+        )
+        scheduler.add_job(
+            self._rollup_job,
+            "interval",
+            seconds=self.settings.rollup_interval_s,
+            id="rollup",
+            next_run_time=utc_now() + timedelta(seconds=min(60.0, self.settings.rollup_interval_s)),
             max_instances=1,
             coalesce=True,
             misfire_grace_time=None,

@@ -1,6 +1,7 @@
 """The ``hedgerow`` console script: the one place that sees every part of the system.
 
 Commands: ``call`` (one hedged chat completion), ``serve`` (api + controller job), ``db upgrade``,
+``db retention`` (hourly rollups, then deletion of old raw calls),
 ``controller run-once``, ``replica`` (a simulated LLM replica) and ``demo`` (the main job).
 Each command parses its flags here and hands over to the part that does the work; user errors
 are printed as one line and exit with status 1 or 2, never as a traceback.
@@ -14,7 +15,8 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from hedgerow.client import Upstream
+    from hedgerow.client import CallRecord, HedgePolicy, Upstream
+    from hedgerow.client.chunks import AnswerAssembler
     from hedgerow.settings import Settings
 
 app = typer.Typer(
@@ -40,17 +42,82 @@ def fail(message: str, code: int = 1) -> "typer.Exit":
 
 # ---- call (lead) ----
 
+#: HedgePolicy fields set by ``hedgerow call`` flags, so that a policy error names the flag.
+_CALL_FLAGS = {
+    "hedge_after_s": "--hedge-after",
+    "stall_timeout_s": "--stall-timeout",
+    "total_timeout_s": "--total-timeout",
+    "budget": "--budget",
+}
 
-def _parse_upstream(text: str) -> "Upstream":
+
+def _parse_upstream(text: str) -> Upstream:
+    """``NAME=BASE_URL`` -> ``Upstream``; a bad value exits 2 with one line naming ``--upstream``."""
     from hedgerow.client import Upstream
 
     name, sep, url = text.partition("=")
     if not sep or not name or not url:
-        raise typer.BadParameter(f"expected NAME=BASE_URL, got {text!r}", param_hint="--upstream")
+        raise fail(f"--upstream: expected NAME=BASE_URL, got {text!r}", 2)
     try:
         return Upstream(name, url)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--upstream") from None
+        raise fail(f"--upstream: {exc}", 2) from None
+
+
+def _parse_number(flag: str, text: str | None, what: str) -> float | None:
+    """Parse a numeric flag given as text (None stays None); not a number exits 2 naming ``flag``.
+
+    The flags are read as text so that a typo gives one line (``--budget: not a number: 'x'``)
+    instead of click's multi-line usage error. Ranges are checked by ``HedgePolicy``.
+    """
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise fail(f"{flag}: must be {what}, got {text!r}", 2) from None
+    return value
+
+
+def _call_policy(hedge_after: str, stall_timeout: str | None, total_timeout: str, budget: str) -> HedgePolicy:
+    """The ``HedgePolicy`` of ``hedgerow call`` from its flags; a bad value exits 2 naming the flag.
+
+    ``--budget 0`` disables hedging altogether (the bucket also gets no burst); any other budget
+    keeps the default burst, so a single call may hedge (the bucket starts full).
+    """
+    from hedgerow.client import HedgePolicy
+
+    values = {
+        "hedge_after_s": _parse_number("--hedge-after", hedge_after, "a number of seconds >= 0"),
+        "stall_timeout_s": _parse_number("--stall-timeout", stall_timeout, "a number of seconds > 0"),
+        "total_timeout_s": _parse_number("--total-timeout", total_timeout, "a number of seconds > 0"),
+        "budget": _parse_number("--budget", budget, "a fraction in [0, 1]"),
+    }
+    if values["budget"] == 0:
+        values["budget_burst"] = 0
+    try:
+        return HedgePolicy(**values)  # type: ignore[arg-type]
+    except ValueError as exc:
+        message = str(exc)
+        field = message.split(":", 1)[0].removeprefix("HedgePolicy.")
+        flag = _CALL_FLAGS.get(field)
+        raise fail(f"{flag}:{message.split(':', 1)[1]}" if flag else message, 2) from None
+
+
+def _call_json(answer: AnswerAssembler, record: CallRecord | None, error: str | None) -> str:
+    """The ``--json`` output of ``hedgerow call``: one JSON object on one line."""
+    import json
+
+    out: dict[str, object] = {
+        "text": answer.text,
+        "reasoning_text": answer.reasoning_text,
+        "tool_calls": answer.tool_calls,
+        "finish_reason": answer.finish_reason,
+        "record": record.to_dict() if record is not None else None,
+    }
+    if error is not None:
+        out["error"] = error
+    return json.dumps(out)
 
 
 @app.command()
@@ -60,16 +127,23 @@ def call(
     prompt: str = typer.Option(None, "--prompt", help="The user message."),
     body: typer.FileText = typer.Option(None, "--body", help="A chat-completions JSON body file."),
     route: str = typer.Option("default", "--route", help="Route name recorded with the call."),
-    hedge_after: float = typer.Option(2.0, "--hedge-after", help="Seconds without a first token before hedging."),
+    hedge_after: str = typer.Option("2.0", "--hedge-after", metavar="S", help="Seconds without a first token before hedging."),
+    stall_timeout: str = typer.Option(None, "--stall-timeout", metavar="S", help="After the first token, the largest gap between chunks, seconds (default: none)."),
+    total_timeout: str = typer.Option("120", "--total-timeout", metavar="S", help="Bound on the whole call, seconds."),
+    budget: str = typer.Option("0.10", "--budget", metavar="F", help="Hedge budget, a fraction of calls in [0, 1]; 0 disables hedging (failover stays)."),
     max_tokens: int = typer.Option(None, "--max-tokens", help="max_tokens of the request."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object {text, record} instead of the text."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object {text, reasoning_text, tool_calls, finish_reason, record[, error]}."),
 ) -> None:
-    """Stream one hedged chat completion; the text goes to stdout as it arrives."""
+    """Stream one hedged chat completion; the text goes to stdout as it arrives.
+
+    Exits 0 on success, 1 when the call fails (with --json the object is printed anyway, with an
+    "error" line), 2 for bad flags.
+    """
     import asyncio
     import json
     import sys
 
-    from hedgerow.client import HedgeError, HedgePolicy, HedgingClient
+    from hedgerow.client import HedgeError, HedgingClient
     from hedgerow.client.chunks import AnswerAssembler
 
     upstreams = [_parse_upstream(u) for u in upstream]
@@ -92,21 +166,19 @@ def call(
         payload["max_tokens"] = max_tokens
     if not isinstance(payload.get("model"), str):
         raise fail("the request needs a string 'model' (--model or in --body)", 2)
-    try:
-        policy = HedgePolicy(hedge_after_s=hedge_after)
-    except ValueError as exc:
-        raise fail(str(exc), 2) from None
+    policy = _call_policy(hedge_after, stall_timeout, total_timeout, budget)
     names = [u.name for u in upstreams]
     if len(set(names)) != len(names):
         raise fail(f"--upstream: names must be unique, got {', '.join(names)}", 2)
 
-    async def run() -> tuple[AnswerAssembler, object, str | None]:
+    async def run() -> tuple[AnswerAssembler, CallRecord | None, str | None]:
         answer = AnswerAssembler()
         error = None
-        stream = None
+        record = None
         async with HedgingClient(upstreams, route=route, policy=policy) as client:
+            stream = client.stream_chat(payload)
             try:
-                async with client.stream_chat(payload) as stream:
+                async with stream:
                     async for chunk in stream:
                         answer.add(chunk)
                         if not as_json:
@@ -117,15 +189,16 @@ def call(
                                     sys.stdout.write(text)
                                     sys.stdout.flush()
             except HedgeError as exc:
-                error = str(exc).splitlines()[0]
-        return answer, (stream.record if stream is not None else None), error
+                error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            record = stream.record
+        return answer, record, error
 
-    answer, record, error = asyncio.run(run())
+    try:
+        answer, record, error = asyncio.run(run())
+    except KeyboardInterrupt:
+        raise fail("interrupted", 130) from None
     if as_json:
-        out = {"text": answer.text, "record": record.to_dict() if record is not None else None}
-        if error:
-            out["error"] = error
-        typer.echo(json.dumps(out))
+        typer.echo(_call_json(answer, record, error))
     elif answer.text:
         typer.echo("")
     if error:
@@ -373,6 +446,42 @@ def controller_run_once(
 
 
 # ---- end serve, db upgrade, controller run-once ----
+
+# ---- db retention (rollups helper) ----
+
+
+@db_app.command("retention")
+def db_retention(
+    db: str = typer.Option(None, "--db", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."),
+    retention: float = typer.Option(None, "--retention", help="Delete raw calls older than this many seconds (default HEDGEROW_RETENTION_S, 14 days)."),
+    fold_only: bool = typer.Option(False, "--fold-only", help="Fold hourly rollups but delete nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was folded and deleted as JSON."),
+) -> None:
+    """Fold raw calls into hourly rollups, then delete raw calls older than the retention age."""
+    import asyncio
+    import json
+
+    from hedgerow.controller.errors import StoreError
+    from hedgerow.controller.retention import run_retention_once
+
+    settings = _server_settings(db, retention_s=retention)
+    _require_existing_sqlite_file(settings.database_url)
+    try:
+        report = asyncio.run(run_retention_once(settings, delete_raw=not fold_only))
+    except StoreError as exc:
+        raise fail(str(exc), 1) from None
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+        return
+    summary = report.to_dict()
+    typer.echo(
+        f"hedgerow: folded {summary['folded_hours']} hour(s); deleted {summary['deleted_calls']} "
+        f"call(s) and {summary['deleted_attempts']} attempt(s) started before {summary['cutoff']}"
+        + (f"; kept {summary['skipped_hours']} hour(s) not yet rolled up" if summary["skipped_hours"] else "")
+    )
+
+
+# ---- end db retention ----
 
 
 def main() -> None:

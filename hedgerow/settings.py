@@ -8,7 +8,7 @@ settings: an app embeds the client and configures it in code (``HedgePolicy``).
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings", "DEFAULT_DATABASE_URL"]
@@ -38,9 +38,23 @@ class Settings(BaseSettings):
         default_hedge_after_s / min_hedge_after_s / max_hedge_after_s: a new route's threshold
             and bounds (defaults 2.0 s, 0.05 s, 30 s).
         min_backup_win_rate: below this backup win rate a route is flagged (default 0.2).
+        min_hedges_for_flag: fewest hedged calls in the window before a route can be flagged
+            (``backups_rarely_win``, ``hedges_did_not_lower_p99``) (default 20).
+        short_window_min_calls: fewest calls in the short window before its hedge rate is
+            trusted (default 20).
+        min_p99_improvement: fraction by which the call-level P99 TTFT (with hedging) must be
+            below the primary's KM P99 (without hedging); otherwise the route is flagged
+            ``hedges_did_not_lower_p99`` (default 0.05).
         lease_ttl_s: lifetime of the job-runner lease; the holder renews it every tick and at
             least every third of the TTL (default 30).
         max_batch_calls: largest batch accepted by ``POST /v1/calls`` (default 1000).
+        retention_s: age after which raw calls and attempts are deleted, seconds (default
+            1,209,600 = 14 days); only whole UTC hours whose hourly rollup is written, so weekly
+            figures survive. Must be >= ``max_window_s`` (the controller reads raw calls).
+        rollup_interval_s: seconds between two runs of the rollup + retention job on the
+            lease holder (default 3600; the first run is 60 s after start, or sooner).
+        retention_batch_rows: most calls (with their attempts) deleted per transaction
+            (default 2000, at most 10000).
         host / port: where ``hedgerow serve`` listens (defaults 127.0.0.1:8400).
         tokens: bearer tokens, ``token:scope1+scope2`` comma-separated (empty = no auth, loopback only).
     """
@@ -62,8 +76,26 @@ class Settings(BaseSettings):
     min_hedge_after_s: float = Field(0.05, gt=0)
     max_hedge_after_s: float = Field(30.0, gt=0)
     min_backup_win_rate: float = Field(0.2, ge=0, le=1)
+    min_hedges_for_flag: int = Field(20, ge=0)
+    short_window_min_calls: int = Field(20, ge=1)
+    min_p99_improvement: float = Field(0.05, ge=0, lt=1)
     lease_ttl_s: float = Field(30.0, gt=0)
     max_batch_calls: int = Field(1000, ge=1)
+    retention_s: float = Field(1_209_600.0, gt=0)
+    rollup_interval_s: float = Field(3600.0, gt=0)
+    retention_batch_rows: int = Field(2000, ge=1, le=10_000)
     host: str = "127.0.0.1"
     port: int = Field(8400, ge=0, le=65535)
     tokens: str = ""
+
+    @field_validator("retention_s")
+    @classmethod
+    def _check_retention(cls, value: float, info: ValidationInfo) -> float:
+        """Refuse a retention shorter than the controller's widest window (it needs raw calls)."""
+        max_window_s = info.data.get("max_window_s")
+        if max_window_s is not None and value < max_window_s:
+            raise ValueError(
+                f"must be >= max_window_s ({max_window_s:g} s), got {value:g} s: the controller "
+                "estimates thresholds from raw calls that old"
+            )
+        return value

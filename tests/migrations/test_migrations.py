@@ -15,7 +15,7 @@ from hedgerow.controller.db import (
 )
 from hedgerow.controller.models import Base
 
-TABLES = {"routes", "calls", "attempts", "thresholds", "threshold_history", "leases"}
+TABLES = {"routes", "calls", "attempts", "thresholds", "threshold_history", "leases", "hourly_rollups"}
 
 
 async def _tables(url: str) -> set[str]:
