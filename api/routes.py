@@ -1,35 +1,54 @@
 """Routes: list, one, change (admin, audited) and threshold history.
 
-``GET /v1/routes``, ``GET /v1/routes/{route}?model=``, ``PATCH /v1/routes/{route}?model=``
-(admin scope; applied at once, the decision it causes is a history row with the actor) and
-``GET /v1/routes/{route}/history?model=&limit=`` (newest first).
+``GET /v1/routes``, ``GET /v1/routes/{route}?model=``, ``PUT /v1/routes/{route}?model=`` (replace
+the whole configuration; creates a missing route, 201), ``PATCH /v1/routes/{route}?model=`` (change
+some settings); both admin scope, applied at once, and audited as one history row with reason
+``config,...``, the actor and ``details.changes`` (see :mod:`hedgerow.controller.routes_admin`); and
+``GET /v1/routes/{route}/history?model=&since=&limit=`` (newest first). A bad value is 422
+``{"detail": {"field": ..., "message": ...}}``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, status
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.api.auth import require_scope
+from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
-from hedgerow.api.schemas import HistoryOut, RouteChangeOut, RouteListOut, RouteOut, RoutePatchIn
+from hedgerow.api.schemas import (
+    HistoryOut,
+    RouteChangeOut,
+    RouteListOut,
+    RouteOut,
+    RoutePatchIn,
+    RoutePutIn,
+)
 from hedgerow.controller.queries import get_history, get_route, list_routes
-from hedgerow.controller.routes_admin import update_route
+from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
-__all__ = ["router", "MAX_HISTORY_LIMIT"]
+__all__ = ["MAX_HISTORY_LIMIT", "request_actor", "router"]
 
 #: Largest ``limit`` of a history query.
 MAX_HISTORY_LIMIT = 10_000
 
 router = APIRouter()
 
+#: A database session of the request.
+Session = Annotated[AsyncSession, Depends(get_session)]
+#: The ``model`` query parameter naming the route's model.
+ModelQuery = Annotated[str, Query(min_length=1, max_length=200, description="the model of the route")]
+
 
 @router.get("/v1/routes", dependencies=[Depends(require_scope("read"))], response_model=RouteListOut, summary="Every route and its threshold")
-async def get_routes(session: AsyncSession = Depends(get_session)) -> Any:
+async def get_routes(session: Session) -> Any:
     """Every (route, model) with its configuration and published threshold."""
     return {"routes": await list_routes(session)}
 
@@ -43,8 +62,8 @@ async def get_routes(session: AsyncSession = Depends(get_session)) -> Any:
 )
 async def get_one_route(
     route: str,
-    model: str = Query(..., min_length=1),
-    session: AsyncSession = Depends(get_session),
+    model: ModelQuery,
+    session: Session,
 ) -> Any:
     """One (route, model) with its configuration and published threshold."""
     return await get_route(session, route, model)
@@ -59,10 +78,11 @@ async def get_one_route(
 )
 async def get_route_history(
     route: str,
-    model: str = Query(..., min_length=1),
-    limit: int = Query(100, ge=1, le=MAX_HISTORY_LIMIT),
-    since: datetime | None = Query(None, description="Only decisions at or after this ISO 8601 time (with a zone)."),
-    session: AsyncSession = Depends(get_session),
+    model: ModelQuery,
+    session: Session,
+    limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_LIMIT)] = 100,
+    since: Annotated[datetime | None, Query(
+        description="Only decisions at or after this ISO 8601 time (with a zone).")] = None,
 ) -> Any:
     """The newest ``limit`` decisions (applied or held) for (route, model), newest first."""
     if since is not None and since.tzinfo is None:
@@ -71,26 +91,102 @@ async def get_route_history(
     return {"history": await get_history(session, route, model, limit=limit, since=since)}
 
 
+def request_actor(request: Request, claimed: str | None) -> str:
+    """Who makes a configuration change, for the audit trail (``threshold_history.actor``).
+
+    With bearer tokens configured the caller is identified by its token's fingerprint,
+    ``token:<first 12 hex digits of SHA-256(token)>`` (the token itself is never stored); a name
+    given in the body is kept in front of it: ``alice (token:3f2a...)``. Without tokens
+    (loopback only) the name given in the body, or ``api``.
+
+    Args:
+        request: the request (its ``Authorization`` header has passed ``require_scope``).
+        claimed: the ``actor`` of the body, or None when it was not given.
+
+    Returns:
+        At most 200 characters.
+    """
+    if not request.app.state.tokens:
+        return claimed or "api"
+    _scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    fingerprint = "token:" + hashlib.sha256(given.strip().encode()).hexdigest()[:12]
+    if not claimed:
+        return fingerprint
+    return f"{claimed[: 200 - len(fingerprint) - 3]} ({fingerprint})"
+
+
+def _unprocessable(field: str, message: str) -> JSONResponse:
+    return JSONResponse({"detail": {"field": field, "message": message}},
+                        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+async def _configure(request: Request, route: str, model: str, *, replace: bool) -> Any:
+    """Parse and validate the body, apply it; see :func:`put_route` and :func:`patch_route`."""
+    schema = RoutePutIn if replace else RoutePatchIn
+    try:
+        payload = json.loads(await request.body() or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return _unprocessable("body", f"not valid JSON: {exc}")
+    if not isinstance(payload, dict):
+        return _unprocessable("body", "must be a JSON object of route settings")
+    try:
+        body = schema.model_validate(payload)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+        return _unprocessable(field_path(tuple(error["loc"])) if error["loc"] else "body", message)
+    fields = body.model_dump(exclude_unset=True, exclude={"actor"})
+    actor = request_actor(request, body.actor if "actor" in body.model_fields_set else None)
+    try:
+        result = await configure_route(
+            request.app.state.sessionmaker, request.app.state.settings, route, model, fields,
+            replace=replace, actor=actor,
+        )
+    except RouteConfigInvalid as exc:
+        return _unprocessable(exc.field, exc.message)
+    except ValueError as exc:
+        return _unprocessable("route", str(exc))
+    answer = RouteChangeOut(route=result.route, changes=result.changes, created=result.created,
+                            history=result.history)
+    return JSONResponse(answer.model_dump(mode="json"),
+                        status_code=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
+
+
+_CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    422: {"description": '{"detail": {"field": ..., "message": ...}}: a bad value, named'},
+}
+
+
+@router.put(
+    "/v1/routes/{route}",
+    dependencies=[Depends(require_scope("admin"))],
+    response_model=RouteChangeOut,
+    responses={201: {"description": "the route was created", "model": RouteChangeOut},
+               **_CHANGE_RESPONSES},
+    openapi_extra={"requestBody": {"required": False, "content": {"application/json": {
+        "schema": RoutePutIn.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
+    summary="Replace a route's configuration, creating the route if absent (admin; audited)",
+)
+async def put_route(request: Request, route: str, model: ModelQuery) -> Any:
+    """Replace the configuration: omitted fields take the defaults of a new route.
+
+    A missing (route, model) is created (201). The threshold is re-decided at once; the change
+    is a history row with reason ``config,...``, the actor and ``details.changes``; a replace
+    that changes nothing writes no row (``changes: {}``, ``history: null``).
+    """
+    return await _configure(request, route, model, replace=True)
+
+
 @router.patch(
     "/v1/routes/{route}",
     dependencies=[Depends(require_scope("admin"))],
     response_model=RouteChangeOut,
-    responses={404: {"description": "unknown (route, model)"}, 422: {"description": "bad value"}},
-    summary="Change a route's configuration (admin; audited)",
+    responses={404: {"description": "unknown (route, model)"}, **_CHANGE_RESPONSES},
+    openapi_extra={"requestBody": {"required": False, "content": {"application/json": {
+        "schema": RoutePatchIn.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
+    summary="Change some of a route's settings (admin; audited)",
 )
-async def patch_route(
-    request: Request,
-    body: RoutePatchIn,
-    route: str,
-    model: str = Query(..., min_length=1),
-) -> Any:
-    """Change the given settings; the threshold is re-decided at once and the history records it."""
-    changes = body.model_dump(exclude_unset=True, exclude={"actor"})
-    try:
-        changed, history = await update_route(
-            request.app.state.sessionmaker, request.app.state.settings, route, model, changes,
-            actor=body.actor,
-        )
-    except ValueError as exc:
-        return JSONResponse({"detail": {"message": str(exc)}}, status_code=422)
-    return {"route": changed, "history": history}
+async def patch_route(request: Request, route: str, model: ModelQuery) -> Any:
+    """Change the given settings; the threshold is re-decided at once and the history records it
+    (reason ``config,...``, actor, ``details.changes``); a patch that changes nothing writes no row."""
+    return await _configure(request, route, model, replace=False)

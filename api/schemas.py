@@ -12,33 +12,47 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+)
 
-from hedgerow.client.records import MAX_COUNT, MAX_NAME_CHARS, MAX_SECONDS, parse_timestamp
+from hedgerow.client.records import (
+    MAX_COUNT,
+    MAX_NAME_CHARS,
+    MAX_SECONDS,
+    parse_timestamp,
+)
 
 __all__ = [
     "AttemptIn",
-    "CallRecordIn",
     "CallBatchIn",
-    "IngestOut",
-    "ThresholdOut",
-    "ThresholdTableOut",
-    "RouteOut",
-    "RouteListOut",
-    "RoutePatchIn",
-    "RouteChangeOut",
-    "HistoryRowOut",
-    "HistoryOut",
-    "HealthOut",
-    "ReadyOut",
+    "CallRecordIn",
     "ControllerRunOut",
     "ErrorDetail",
+    "HealthOut",
+    "HistoryOut",
+    "HistoryRowOut",
+    "IngestOut",
+    "ReadyOut",
+    "RouteChangeOut",
+    "RouteListOut",
+    "RouteOut",
+    "RoutePatchIn",
+    "RoutePutIn",
+    "ThresholdOut",
+    "ThresholdTableOut",
 ]
 
 
 def _timestamp(value: Any) -> datetime:
     if not isinstance(value, str):
-        raise ValueError("must be an ISO 8601 timestamp string with a timezone")
+        # pydantic turns a ValueError (not a TypeError) into a field error
+        raise ValueError("must be an ISO 8601 timestamp string with a timezone")  # noqa: TRY004
     return parse_timestamp(value)
 
 
@@ -165,7 +179,13 @@ class RouteListOut(BaseModel):
 
 
 class HistoryRowOut(BaseModel):
-    """One controller decision (quantiles null when the data cannot identify them)."""
+    """One controller decision (quantiles null when the data cannot identify them).
+
+    After the DESIGN.md fields: ``actor`` (who made a manual change, null for the controller job)
+    and ``details`` (JSON object or null): ``quantile_lower_bounds_s`` (a lower bound for each
+    null quantile), ``target_s``, ``short_window``, ``p99_check`` and, for a ``config`` row,
+    ``changes`` (``{"field": {"from": x, "to": y}}``).
+    """
 
     computed_at: str
     route: str
@@ -186,12 +206,15 @@ class HistoryRowOut(BaseModel):
     observed_hedge_rate: float | None
     backup_win_rate: float | None
     budget: float
+    actor: str | None = None
+    details: dict[str, Any] | None = None
 
 
 class RoutePatchIn(BaseModel):
     """Body of ``PATCH /v1/routes/{route}?model=``: the settings to change (absent = unchanged).
 
-    ``pinned_hedge_after_s: null`` unpins; ``actor`` names who makes the change (audit trail).
+    ``pinned_hedge_after_s: null`` unpins; ``actor`` names who makes the change (audit trail;
+    with bearer tokens configured the token's fingerprint is recorded with it).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -203,6 +226,14 @@ class RoutePatchIn(BaseModel):
     max_hedge_after_s: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = None
     pinned_hedge_after_s: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = None
     actor: Annotated[StrictStr, Field(min_length=1, max_length=200)] = "api"
+
+
+class RoutePutIn(RoutePatchIn):
+    """Body of ``PUT /v1/routes/{route}?model=``: the whole configuration.
+
+    Same fields as :class:`RoutePatchIn`, but an omitted field takes the server's default for a
+    new route (``HEDGEROW_DEFAULT_*``; unpinned; enabled), and a missing route is created.
+    """
 
 
 class HistoryOut(BaseModel):
@@ -226,10 +257,14 @@ class ReadyOut(BaseModel):
 
 
 class RouteChangeOut(BaseModel):
-    """Answer of ``PATCH /v1/routes/{route}``: the route as changed and the decision it caused."""
+    """Answer of ``PUT``/``PATCH /v1/routes/{route}``: the route as changed, what changed
+    (``{"field": {"from": x, "to": y}}``, empty when nothing did), whether the route was created,
+    and the history row written (null when nothing changed: no row is written then)."""
 
     route: RouteOut
-    history: HistoryRowOut
+    changes: dict[str, dict[str, Any]]
+    created: bool
+    history: HistoryRowOut | None
 
 
 class ControllerRunOut(BaseModel):

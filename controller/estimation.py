@@ -25,7 +25,9 @@ with Greenwood's variance ``Var[S(t)] ~= S(t)^2 * sum_{t_i <= t} d_i / (n_i (n_i
 
 The pointwise confidence interval is scipy's ``method="log-log"`` (Kalbfleisch & Prentice): with
 ``sigma^2 = sum d_i / (n_i (n_i - d_i)) / log(S(t))^2`` and ``z`` the normal quantile of
-``(1 + confidence) / 2``, the bounds are ``S(t) ** exp(-/+ z * sigma)``. We chose it over the
+``(1 + confidence) / 2``, the bounds are ``lower = S(t) ** exp(+z * sigma)`` and
+``upper = S(t) ** exp(-z * sigma)`` (the normal interval of ``log(-log S(t))``, transformed
+back; scipy 1.17 ``EmpiricalDistributionFunction._loglog_ci``). We chose it over the
 default ``"linear"`` (``S(t) +/- z * sqrt(Var)``, clipped to [0, 1]) because we read the upper
 bound far in the tail (near S = 0.10) and then take the *first* time that bound drops under the
 budget, which favours a bound that happens to dip low. In a simulation (lognormal TTFT, no
@@ -44,7 +46,9 @@ Outputs
 * Quantile ``q``: the smallest observed first-token time ``t`` with ``F(t) >= q``. When the KM
   curve never reaches ``q`` (the censored primaries left the risk set before it got there) the
   quantile is ``None``: we never extrapolate. ``max_observed_s`` (the largest duration, censored
-  or not) is then a lower bound for it.
+  or not) is then a lower bound for it (the KM curve is still above ``1 - q`` there); the
+  controller stores it in the history row as ``details.quantile_lower_bounds_s``, e.g.
+  ``{"p99_s": 3.542}`` (see ``jobs``).
 * ``target_s`` for a ``budget`` b: the smallest observed first-token time ``t`` whose upper
   confidence bound on ``S(t)`` is ``<= b``. A primary threshold set there hedges at most a
   fraction b of calls with the stated confidence (pointwise). Since the upper bound is never below
@@ -76,7 +80,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-__all__ = ["TTFTEstimate", "estimate_ttft", "QUANTILE_LEVELS", "CI_METHOD"]
+__all__ = ["CI_METHOD", "QUANTILE_LEVELS", "TTFTEstimate", "estimate_ttft"]
 
 #: The quantile levels reported in a ``TTFTEstimate`` (field name -> probability).
 QUANTILE_LEVELS: dict[str, float] = {
@@ -177,9 +181,10 @@ def _validate(
         if not isinstance(flag, (bool, np.bool_)) and flag not in (0, 1):
             raise ValueError(f"censored[{i}] = {flag!r}: must be a bool")
         flags.append(bool(flag))
-    if budget is not None:
-        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < 1:
-            raise ValueError(f"budget must be a fraction in (0, 1) or None, got {budget!r}")
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < 1
+    ):
+        raise ValueError(f"budget must be a fraction in (0, 1) or None, got {budget!r}")
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
         0 < confidence < 1
     ):

@@ -7,38 +7,81 @@ Per route, each tick (DESIGN.md "controller"):
    ``first_token_s - start_s`` (uncensored); cancelled without a first token it is censored at
    ``end_s - start_s``; a failed attempt without a first token is not a sample (fast failures
    would drag the threshold down). While there are fewer than ``min_samples`` samples, the window
-   doubles, up to ``max_window_s``;
-2. count, in that window, the calls, the hedged calls (``hedge_reason == "ttft_timeout"``) and the
-   hedged calls won by the backup; and the calls and hedges of the short window
-   (``short_window_s``);
+   doubles, ``w_k = min(window_s * 2^k, max_window_s)`` (1 h, 2 h, 4 h, ... 24 h by default);
+2. count, in **that same (widened) window**, the calls, the hedged calls (``hedge_reason ==
+   "ttft_timeout"``; failovers are not hedges) and the hedged calls won by the backup, so
+   ``observed_hedge_rate = hedges / calls`` and ``backup_win_rate = backup wins / hedges``; the
+   call-level TTFTs (what the app saw, failovers and failed calls left out) and their P99 (the
+   ``hedges_did_not_lower_p99`` flag compares it with the primary's KM P99); and the calls and
+   hedges of the short window ``(now - short_window_s, now]`` and, once it has
+   ``short_window_min_calls`` calls, the KM target of its primary samples alone (rule 4 of the
+   policy);
 3. estimate the TTFT distribution (Kaplan-Meier, :func:`hedgerow.controller.estimation.estimate_ttft`)
    and :func:`hedgerow.controller.policy.decide`;
 4. publish: a new threshold row gets version 1, a changed value (or enabled flag) version + 1;
-   and ALWAYS write a ``threshold_history`` row, applied or held.
+   and ALWAYS write a ``threshold_history`` row, applied or held, whose ``details`` JSON
+   (:func:`history_details`) holds a lower bound for every quantile left null
+   (``quantile_lower_bounds_s``), the KM target, the short-window figures and the P99 check.
+
+Worked number (the code's own output; ``tests/controller/test_jobs.py::
+test_worked_number_in_module_docstring`` checks it): 2,000 calls in the last 50 minutes, primary
+TTFT ~ Exp(mean 1 s) (true P90 = ln 10 = 2.303 s), hedged at 1.5 s with a backup TTFT ~ Exp(mean
+0.5 s), ``random.Random(1)``. 479 calls hedged (23.95%); the backup won 324 of them, so 324
+primaries are censored. The uncensored TTFTs alone give P90 = 1.465 s (far too low); the KM
+estimate gives P50 0.709 s, P90 2.402 s, P95 2.754 s, and P99 null with
+``details.quantile_lower_bounds_s.p99_s`` = 3.542 s (the longest duration seen). The target
+(upper 95% bound on S(t) <= 0.10) is 2.535 s, where the true P(TTFT > t) = 7.9%. The short window
+saw 20.1% of 199 calls hedged, above the 10% budget, so the tick raises to 2.535 s at once
+(reason ``raise_over_budget``; the short window's own target is null, its budget quantile being
+censored). The call-level P99 (2.535 s) is under 0.95 x the primary's P99
+lower bound (3.542 s), so the hedges provably lowered the P99: no flag.
 
 Reads and writes of a route use separate short transactions, the write one starting with an
 INSERT, so a SQLite writer never has to upgrade a stale read snapshot.
 """
-
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, func, select
+import numpy as np
+from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
-from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
-from hedgerow.controller.models import Attempt, Call, Route, Threshold, ThresholdHistory, utc_now
-from hedgerow.controller.policy import Decision, Observation, PolicyKnobs, RouteConfig, decide
+from hedgerow.controller.estimation import QUANTILE_LEVELS, TTFTEstimate, estimate_ttft
+from hedgerow.controller.models import (
+    Attempt,
+    Call,
+    Route,
+    Threshold,
+    ThresholdHistory,
+    utc_now,
+)
+from hedgerow.controller.policy import (
+    Decision,
+    Observation,
+    PolicyKnobs,
+    RouteConfig,
+    decide,
+)
 from hedgerow.controller.queries import history_row_dict
 
-__all__ = ["PrimarySamples", "WindowCounts", "gather_samples", "count_calls", "observe_route",
-           "tick_route", "run_tick", "run_once"]  # fmt: skip
+__all__ = [
+    "PrimarySamples",
+    "WindowCounts",
+    "call_ttfts",
+    "count_calls",
+    "gather_samples",
+    "history_details",
+    "observe_route",
+    "run_once",
+    "run_tick",
+    "tick_route",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +188,37 @@ async def count_calls(
     return WindowCounts(int(row[0]), int(row[1]), int(row[2]))
 
 
+async def call_ttfts(
+    session: AsyncSession, route_id: int, since: datetime, until: datetime
+) -> list[float]:
+    """The call-level TTFTs (what the app saw, hedged or not) of calls started in ``(since, until]``.
+
+    Calls without a first token (failed, cancelled by the caller) and failovers
+    (``hedge_reason == "primary_error"``) are left out: the first are not latencies, the second
+    measure the failover, not the hedge.
+
+    Returns:
+        TTFTs in seconds, in no particular order.
+    """
+    rows = await session.scalars(
+        select(Call.ttft_s).where(
+            Call.route_id == route_id,
+            Call.started_at > since,
+            Call.started_at <= until,
+            Call.ttft_s.is_not(None),
+            or_(Call.hedge_reason.is_(None), Call.hedge_reason != "primary_error"),
+        )
+    )
+    return [float(x) for x in rows.all()]
+
+
+def _p99(values: list[float]) -> float | None:
+    """Smallest observed value with empirical CDF >= 0.99 (the KM quantile without censoring)."""
+    if not values:
+        return None
+    return float(np.quantile(np.asarray(values, dtype=float), 0.99, method="inverted_cdf"))
+
+
 def _rate(part: int, whole: int) -> float | None:
     return None if whole == 0 else part / whole
 
@@ -171,11 +245,14 @@ async def observe_route(
         max_window_s=settings.max_window_s,
         min_samples=settings.min_samples,
     )
-    counts = await count_calls(session, route.id, now - timedelta(seconds=samples.window_s), now)
-    short = await count_calls(session, route.id, now - timedelta(seconds=settings.short_window_s), now)
+    since = now - timedelta(seconds=samples.window_s)  # the widened window, for every count
+    counts = await count_calls(session, route.id, since, now)
+    ttfts = await call_ttfts(session, route.id, since, now)
+    short_since = now - timedelta(seconds=settings.short_window_s)
+    short = await count_calls(session, route.id, short_since, now)
+    budget = route.budget if 0.0 < route.budget < 1.0 else None
     estimate: TTFTEstimate | None = None
     if samples.durations_s:
-        budget = route.budget if 0.0 < route.budget < 1.0 else None
         estimate = await asyncio.to_thread(
             estimate_ttft,
             samples.durations_s,
@@ -183,6 +260,15 @@ async def observe_route(
             budget=budget,
             confidence=settings.confidence,
         )
+    short_target_s: float | None = None
+    if short.calls >= settings.short_window_min_calls and budget is not None:
+        short_durations, short_censored = await _samples_in(session, route.id, short_since, now)
+        if short_durations:
+            short_estimate = await asyncio.to_thread(
+                estimate_ttft, short_durations, short_censored, budget=budget,
+                confidence=settings.confidence,
+            )
+            short_target_s = short_estimate.target_s
     observation = Observation(
         estimate=estimate,
         window_s=samples.window_s,
@@ -192,6 +278,9 @@ async def observe_route(
         hedges=counts.hedges,
         short_window_calls=short.calls,
         short_window_hedge_rate=_rate(short.hedges, short.calls),
+        call_ttft_samples=len(ttfts),
+        call_p99_s=_p99(ttfts),
+        short_window_target_s=short_target_s,
     )
     return observation, samples
 
@@ -207,6 +296,41 @@ def _config(route: Route) -> RouteConfig:
     )
 
 
+def history_details(
+    decision: Decision, observation: Observation, settings: Any
+) -> dict[str, Any]:
+    """The ``threshold_history.details`` JSON of one decision.
+
+    Keys (each only when it applies):
+
+    - ``quantile_lower_bounds_s``: ``{"p99_s": 4.2, ...}`` for every quantile left null because
+      the KM curve never reached its level; the bound is the largest observed duration
+      (``TTFTEstimate.max_observed_s``): the quantile is known to lie above it, nothing more;
+    - ``target_s``: the KM budget target (null when no observed time qualified);
+    - ``short_window``: ``{"window_s", "calls", "hedge_rate", "target_s"}``, the inputs of rule 4;
+    - ``p99_check``: the inputs of the ``hedges_did_not_lower_p99`` flag (see ``policy``).
+    """
+    details: dict[str, Any] = {}
+    estimate = observation.estimate
+    if estimate is not None:
+        bounds = {
+            name: estimate.quantile_lower_bound_s(level)
+            for name, level in QUANTILE_LEVELS.items()
+            if getattr(estimate, name) is None
+        }
+        if bounds:
+            details["quantile_lower_bounds_s"] = bounds
+        details["target_s"] = estimate.target_s
+    details["short_window"] = {
+        "window_s": float(settings.short_window_s),
+        "calls": observation.short_window_calls,
+        "hedge_rate": observation.short_window_hedge_rate,
+        "target_s": observation.short_window_target_s,
+    }
+    details.update(decision.details)
+    return details
+
+
 async def _publish(
     sessionmaker: async_sessionmaker,
     route: Route,
@@ -215,6 +339,7 @@ async def _publish(
     observation: Observation,
     now: datetime,
     *,
+    details: dict[str, Any],
     actor: str | None = None,
 ) -> dict[str, Any]:
     """Write the history row and the threshold of one decision (one transaction)."""
@@ -239,6 +364,7 @@ async def _publish(
         backup_win_rate=observation.backup_win_rate,
         budget=route.budget,
         actor=actor,
+        details=details or None,
     )
     async with sessionmaker() as session, session.begin():
         session.add(history)
@@ -295,7 +421,7 @@ async def run_tick(
         now = utc_now()
     elif now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
-    now = now.astimezone(timezone.utc)
+    now = now.astimezone(UTC)
     knobs = PolicyKnobs.from_settings(settings)
     async with sessionmaker() as session:
         result = await session.execute(
@@ -308,7 +434,7 @@ async def run_tick(
     for route, current in routes:
         try:
             written.append(await tick_route(sessionmaker, settings, route, current, now=now, knobs=knobs))
-        except Exception:  # noqa: BLE001 - one bad route must not stop the others
+        except Exception:
             log.exception("controller tick failed for route %r model %r", route.route, route.model)
     return written
 
@@ -322,6 +448,8 @@ async def tick_route(
     now: datetime,
     knobs: PolicyKnobs | None = None,
     actor: str | None = None,
+    reason_prefix: str | None = None,
+    extra_details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Observe, decide and publish for one route; returns the history row written.
 
@@ -333,6 +461,9 @@ async def tick_route(
         now: the tick's time (aware UTC).
         knobs: policy knobs (default: from ``settings``).
         actor: who asked, for a manual change (stored in ``threshold_history.actor``).
+        reason_prefix: a code put before the decision's reason codes (``"config"`` for a
+            configuration change), or None.
+        extra_details: merged into the row's ``details`` (e.g. ``{"changes": ...}``).
 
     Raises:
         ValueError: the stored route configuration is out of range (named in the message).
@@ -342,8 +473,12 @@ async def tick_route(
     async with sessionmaker() as session:
         observation, _ = await observe_route(session, route, settings, now)
     decision = decide(config, current_hedge_after_s, observation, knobs)
+    details = history_details(decision, observation, settings) | (extra_details or {})
+    if reason_prefix:
+        decision = replace(decision, reason=f"{reason_prefix},{decision.reason}")
     return await _publish(
-        sessionmaker, route, current_hedge_after_s, decision, observation, now, actor=actor
+        sessionmaker, route, current_hedge_after_s, decision, observation, now,
+        details=details, actor=actor,
     )
 
 

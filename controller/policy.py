@@ -5,28 +5,49 @@
 1. **Disabled / pinned.** A disabled route keeps its current value (or the default when nothing
    was published), source ``"disabled"``. A pinned route publishes the pinned value as is (no
    clamp), source ``"pinned"``.
-2. **Too few samples.** No estimate, or fewer than ``knobs.min_samples`` primary samples: keep
+2. **Too few samples.** No estimate, or fewer than ``knobs.min_samples`` primary samples even
+   after the job widened the window (``jobs``: 1 h doubling up to ``max_window_s`` = 24 h): keep
    the current value (or the default), reason ``too_few_samples``; source ``"default"`` when
    nothing was ever published, else ``"controller"``.
-3. **Censored raise.** ``target = estimate.target_s`` (the smallest observed t whose upper 95%
-   bound on P(TTFT > t) is <= budget, see ``estimation``). ``None`` means the budget quantile lies
+3. **Target / censored raise.** ``target = estimate.target_s = min{t_i observed first-token
+   time : U(t_i) <= budget}``, ``U`` the upper bound of the pointwise 95% confidence interval on
+   ``S(t) = P(TTFT > t)`` (see ``estimation``); a primary threshold there hedges at most
+   ``budget`` of the calls with ~97.5% one-sided confidence. ``None`` means the budget quantile lies
    beyond what the data shows (hedging censored it): raise by one bounded step,
    ``current * (1 + max_step_up)``, reason ``censored_raise``. With no censored sample at all a
    missing target only means the samples are too few for the budget's tail: hold
    (``too_few_samples``).
-4. **Raise fast.** The short window (``short_window_calls >= SHORT_WINDOW_MIN_CALLS``) saw a hedge
-   rate above the budget: a target above current is taken at once (``raise_over_budget``); a
-   target below current is not followed (``over_budget_hold``). Without that signal a target
-   above current is also taken at once (``target``): raising is always safe for the budget.
+4. **Raise fast.** The short window (last ``short_window_s`` = 5 min by default, with
+   ``short_window_calls >= knobs.short_window_min_calls``, default 20) saw a hedge rate above the
+   budget: a target above current is taken at once (``raise_over_budget``); a
+   target below current is not followed (``over_budget_hold``). The short window's own KM target
+   (``short_window_target_s``, from its samples alone) is taken too when it is higher, so that a
+   sudden slowdown is followed within one tick rather than as the 1 h window fills with slow
+   samples; it is conservative (few samples give a wide bound, so a high target, or none).
+   Without that signal a target above current is also taken at once (``target``): raising is
+   always safe for the budget.
 5. **Lower slowly.** A lower target is followed by at most ``current * (1 - max_step_down)`` per
-   tick (adds ``step_down_limited`` when that bound bites).
+   tick, i.e. ``new = max(target, current * (1 - max_step_down))`` (adds ``step_down_limited``
+   when that bound bites); from 2.0 s at the default 0.25, k ticks reach at least
+   ``2.0 * 0.75^k`` s.
 6. **Hysteresis.** ``|new - current| / current < hysteresis``: hold (``hysteresis_hold``). Skipped
    when nothing was published yet (there is no value to keep stable).
 7. **Clamp** to ``[min_hedge_after_s, max_hedge_after_s]`` (adds ``clamped_min`` /
    ``clamped_max``). Applies to every controller-sourced value, so a tightened bound also moves
    a held value.
-8. **Flag.** ``hedges >= min_hedges_for_flag`` and ``backup_win_rate < min_backup_win_rate``
-   adds ``backups_rarely_win`` (the backup probably shares the primary's queue), on every path.
+8. **Flag** (on every path, once ``hedges >= min_hedges_for_flag``):
+
+   - ``backup_win_rate < min_backup_win_rate`` adds ``backups_rarely_win`` (the backup probably
+     shares the primary's queue);
+   - ``hedges_did_not_lower_p99``: the P99 *with* hedging is the call-level P99 TTFT the app saw
+     (``observation.call_p99_s``); the P99 *without* hedging is the primary's KM P99
+     (``estimate.p99_s``, censoring handled, so it is what the primary alone would have given).
+     With ``m = min_p99_improvement`` (default 0.05) the flag fires when
+     ``call_p99_s >= (1 - m) * primary_p99_s``. When the primary's P99 is not identified (the
+     slow primaries were cancelled, which is what working hedges do) its lower bound
+     ``max_observed_s`` is used: ``call_p99_s < (1 - m) * bound`` proves the hedges lowered the
+     P99 (no flag); anything else is undecided (no flag, no ``p99_check``). The inputs go to
+     ``Decision.details["p99_check"]`` and from there to the history row's ``details``.
 
 ``applied`` is True when the published value changes (always when nothing was published).
 
@@ -35,44 +56,50 @@ current 2.0 s and a target of 0.9 s with a calm short window publish max(0.9, 2.
 1.5 s, reason ``target,step_down_limited``; next tick 1.125 s, then 0.9 s (``target``), then a
 target of 0.93 s is a 3.3% change and is held (``hysteresis_hold``). If the short window then
 shows 14% of 200 calls hedged and the target is 1.3 s, 1.3 s is published at once
-(``raise_over_budget``).
+(``raise_over_budget``). P99 check: with 40 hedges, a primary KM P99 of 4.0 s and a call-level
+P99 of 3.9 s, the limit is 0.95 * 4.0 = 3.8 s and 3.9 >= 3.8, so ``hedges_did_not_lower_p99`` is
+added; a call-level P99 of 2.5 s is a 37.5% improvement and is not flagged.
 
 Reason codes (``Decision.reason`` is comma-separated, main code first):
 
-======================  =======================================================================
-code                    meaning
-======================  =======================================================================
-disabled                route disabled; the current value (or default) is kept
-pinned                  an operator pinned the value; published as is
-too_few_samples         fewer than ``min_samples`` primary samples (or none), or too few for the
-                        budget's tail with nothing censored: value kept
-censored_raise          the budget quantile is censored: raised by ``1 + max_step_up``
-raise_over_budget       short-window hedge rate above budget and target above current: raised
-over_budget_hold        short-window hedge rate above budget but target below current: held
-target                  moved to the KM target
-hysteresis_hold         relative change under ``hysteresis``: held
-step_down_limited       (modifier) a decrease was cut to ``max_step_down``
-clamped_min/clamped_max (modifier) the value was clamped to the route's bounds
-backups_rarely_win      (flag) enough hedges, and backups win less than ``min_backup_win_rate``
-======================  =======================================================================
+========================  =======================================================================
+code                      meaning
+========================  =======================================================================
+disabled                  route disabled; the current value (or default) is kept
+pinned                    an operator pinned the value; published as is
+too_few_samples           fewer than ``min_samples`` primary samples (or none), or too few for the
+                          budget's tail with nothing censored: value kept
+censored_raise            the budget quantile is censored: raised by ``1 + max_step_up``
+raise_over_budget         short-window hedge rate above budget and target above current: raised
+over_budget_hold          short-window hedge rate above budget but target below current: held
+target                    moved to the KM target
+hysteresis_hold           relative change under ``hysteresis``: held
+step_down_limited         (modifier) a decrease was cut to ``max_step_down``
+clamped_min/clamped_max   (modifier) the value was clamped to the route's bounds
+backups_rarely_win        (flag) enough hedges, and backups win less than ``min_backup_win_rate``
+hedges_did_not_lower_p99  (flag) enough hedges, and the call-level P99 is not
+                          ``min_p99_improvement`` below the primary's KM P99
+config                    (first code; set by ``routes_admin``, not by ``decide``) an operator
+                          changed the route's configuration; the decision's codes follow
+========================  =======================================================================
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hedgerow.controller.estimation import TTFTEstimate
 
 __all__ = [
-    "RouteConfig",
-    "PolicyKnobs",
-    "Observation",
-    "Decision",
-    "decide",
-    "SHORT_WINDOW_MIN_CALLS",
     "REASON_CODES",
+    "SHORT_WINDOW_MIN_CALLS",
+    "Decision",
+    "Observation",
+    "PolicyKnobs",
+    "RouteConfig",
+    "decide",
 ]
 
 #: Fewest calls in the short window before its hedge rate is trusted (at 20 calls and a 10%
@@ -94,6 +121,8 @@ REASON_CODES = frozenset(
         "clamped_min",
         "clamped_max",
         "backups_rarely_win",
+        "hedges_did_not_lower_p99",
+        "config",
     }
 )
 
@@ -171,7 +200,11 @@ class PolicyKnobs:
         max_step_down: largest relative decrease per tick, in [0, 1) (0.25: to 75% at most).
         max_step_up: relative increase per tick when the budget quantile is censored, > 0.
         min_backup_win_rate: below this backup win rate the route is flagged, in [0, 1].
-        min_hedges_for_flag: fewest hedges in the window before the flag can fire.
+        min_hedges_for_flag: fewest hedges in the window before a flag can fire.
+        short_window_min_calls: fewest calls in the short window before its hedge rate is
+            trusted (rule 4), >= 1.
+        min_p99_improvement: fraction by which the call-level P99 TTFT must undercut the
+            primary's KM P99, else ``hedges_did_not_lower_p99``, in [0, 1).
 
     Raises:
         ValueError: a field out of range (named in the message).
@@ -183,6 +216,8 @@ class PolicyKnobs:
     max_step_up: float = 1.0
     min_backup_win_rate: float = 0.2
     min_hedges_for_flag: int = 20
+    short_window_min_calls: int = SHORT_WINDOW_MIN_CALLS
+    min_p99_improvement: float = 0.05
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_samples, int) or isinstance(self.min_samples, bool) or (
@@ -196,6 +231,14 @@ class PolicyKnobs:
             "min_backup_win_rate", self.min_backup_win_rate, low_open=False, high_open=False
         )
         _check_count("min_hedges_for_flag", self.min_hedges_for_flag)
+        _check_count("short_window_min_calls", self.short_window_min_calls)
+        if self.short_window_min_calls < 1:
+            raise ValueError(
+                f"short_window_min_calls must be an integer >= 1, got {self.short_window_min_calls!r}"
+            )
+        _check_fraction(
+            "min_p99_improvement", self.min_p99_improvement, low_open=False, high_open=True
+        )
 
     @classmethod
     def from_settings(cls, settings: Any) -> PolicyKnobs:
@@ -203,8 +246,9 @@ class PolicyKnobs:
 
         Args:
             settings: the settings object; its ``min_samples``, ``hysteresis``,
-                ``max_step_down``, ``max_step_up`` and ``min_backup_win_rate`` are read;
-                ``min_hedges_for_flag`` keeps its default (it has no setting).
+                ``max_step_down``, ``max_step_up``, ``min_backup_win_rate``,
+                ``min_hedges_for_flag``, ``short_window_min_calls`` and ``min_p99_improvement``
+                are read.
 
         Returns:
             The knobs.
@@ -218,6 +262,9 @@ class PolicyKnobs:
             max_step_down=settings.max_step_down,
             max_step_up=settings.max_step_up,
             min_backup_win_rate=settings.min_backup_win_rate,
+            min_hedges_for_flag=settings.min_hedges_for_flag,
+            short_window_min_calls=settings.short_window_min_calls,
+            min_p99_improvement=settings.min_p99_improvement,
         )
 
 
@@ -235,6 +282,15 @@ class Observation:
         hedges: hedged (``ttft_timeout``) calls in the window.
         short_window_calls: calls in the short (5 min) window.
         short_window_hedge_rate: hedged calls / calls in the short window, or ``None``.
+        call_ttft_samples: calls in the window with a call-level TTFT (the first token the app
+            saw, hedged or not; failovers and failed calls excluded).
+        call_p99_s: P99 of those call-level TTFTs, seconds (smallest observed t with empirical
+            CDF >= 0.99), or ``None`` without samples. Compared with ``estimate.p99_s`` (the
+            primary's KM P99, i.e. the P99 without hedging) by the ``hedges_did_not_lower_p99``
+            flag.
+        short_window_target_s: the KM target (same budget and confidence) over the primary
+            samples of the short window alone, seconds, or ``None`` (too few samples for a
+            confident bound, or the budget quantile censored). Used by rule 4 only.
 
     Raises:
         ValueError: a field out of range (named in the message).
@@ -248,6 +304,9 @@ class Observation:
     hedges: int
     short_window_calls: int
     short_window_hedge_rate: float | None
+    call_ttft_samples: int = 0
+    call_p99_s: float | None = None
+    short_window_target_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.estimate is not None and not isinstance(self.estimate, TTFTEstimate):
@@ -256,6 +315,15 @@ class Observation:
         _check_count("calls", self.calls)
         _check_count("hedges", self.hedges)
         _check_count("short_window_calls", self.short_window_calls)
+        _check_count("call_ttft_samples", self.call_ttft_samples)
+        if self.short_window_target_s is not None:
+            _check_positive("short_window_target_s", self.short_window_target_s)
+        if self.call_p99_s is not None and (
+            not _is_number(self.call_p99_s)
+            or not math.isfinite(self.call_p99_s)
+            or self.call_p99_s < 0
+        ):
+            raise ValueError(f"call_p99_s must be a finite number >= 0 or None, got {self.call_p99_s!r}")
         for name in ("observed_hedge_rate", "backup_win_rate", "short_window_hedge_rate"):
             value = getattr(self, name)
             if value is not None:
@@ -272,23 +340,60 @@ class Decision:
             published yet).
         reason: comma-separated codes from ``REASON_CODES``, main one first.
         source: ``"pinned"``, ``"disabled"``, ``"default"`` or ``"controller"``.
+        details: machine-readable inputs of the flags, e.g. ``{"p99_check": {"call_p99_s",
+            "primary_p99_s", "primary_p99_is_lower_bound", "min_p99_improvement", "limit_s",
+            "call_ttft_samples", "hedges", "flagged"}}``; empty when no flag check had enough
+            data or its answer was undecided.
     """
 
     hedge_after_s: float
     applied: bool
     reason: str
     source: str
+    details: dict[str, Any] = field(default_factory=dict)
 
 
-def _flag_codes(observation: Observation, knobs: PolicyKnobs) -> list[str]:
-    """Rule 8: the flags the observation raises (currently only ``backups_rarely_win``)."""
+def _flags(observation: Observation, knobs: PolicyKnobs) -> tuple[list[str], dict[str, Any]]:
+    """Rule 8: the flags the observation raises, and the inputs of the P99 check.
+
+    Returns:
+        ``(codes, details)``: codes among ``backups_rarely_win`` and ``hedges_did_not_lower_p99``;
+        ``details`` holds ``p99_check`` when that check had its inputs (enough hedges, a
+        call-level P99 and an identified primary KM P99), else it is empty.
+    """
+    codes: list[str] = []
+    details: dict[str, Any] = {}
+    enough_hedges = observation.hedges >= knobs.min_hedges_for_flag
     if (
-        observation.hedges >= knobs.min_hedges_for_flag
+        enough_hedges
         and observation.backup_win_rate is not None
         and observation.backup_win_rate < knobs.min_backup_win_rate
     ):
-        return ["backups_rarely_win"]
-    return []
+        codes.append("backups_rarely_win")
+    estimate = observation.estimate
+    if not enough_hedges or observation.call_p99_s is None or estimate is None:
+        return codes, details
+    # The primary's P99 is often censored exactly when hedges work (the slow primaries were
+    # cancelled); its lower bound then still proves an improvement, never its absence.
+    identified = estimate.p99_s is not None
+    primary_p99_s = estimate.p99_s if identified else estimate.max_observed_s
+    limit_s = (1.0 - knobs.min_p99_improvement) * primary_p99_s
+    flagged = observation.call_p99_s >= limit_s
+    if flagged and not identified:
+        return codes, details  # call P99 above a fraction of a lower bound: undecided
+    if flagged:
+        codes.append("hedges_did_not_lower_p99")
+    details["p99_check"] = {
+        "call_p99_s": observation.call_p99_s,
+        "primary_p99_s": primary_p99_s,
+        "primary_p99_is_lower_bound": not identified,
+        "min_p99_improvement": knobs.min_p99_improvement,
+        "limit_s": limit_s,
+        "call_ttft_samples": observation.call_ttft_samples,
+        "hedges": observation.hedges,
+        "flagged": flagged,
+    }
+    return codes, details
 
 
 def _finish(
@@ -300,12 +405,13 @@ def _finish(
     knobs: PolicyKnobs,
 ) -> Decision:
     """Add the flags and build the ``Decision`` (``applied`` from comparing with current)."""
-    codes = codes + _flag_codes(observation, knobs)
+    flag_codes, details = _flags(observation, knobs)
     return Decision(
         hedge_after_s=float(value),
         applied=current is None or value != current,
-        reason=",".join(codes),
+        reason=",".join(codes + flag_codes),
         source=source,
+        details=details,
     )
 
 
@@ -330,15 +436,16 @@ def decide(
         the rules and codes.
 
     Raises:
+        TypeError: ``config``, ``observation`` or ``knobs`` of the wrong type (named).
         ValueError: ``current_hedge_after_s`` not a finite number > 0, or the estimate's budget
             differs from ``config.budget`` (the message names the argument).
     """
     if not isinstance(config, RouteConfig):
-        raise ValueError(f"config must be a RouteConfig, got {type(config).__name__}")
+        raise TypeError(f"config must be a RouteConfig, got {type(config).__name__}")
     if not isinstance(observation, Observation):
-        raise ValueError(f"observation must be an Observation, got {type(observation).__name__}")
+        raise TypeError(f"observation must be an Observation, got {type(observation).__name__}")
     if not isinstance(knobs, PolicyKnobs):
-        raise ValueError(f"knobs must be a PolicyKnobs, got {type(knobs).__name__}")
+        raise TypeError(f"knobs must be a PolicyKnobs, got {type(knobs).__name__}")
     if current_hedge_after_s is not None:
         _check_positive("current_hedge_after_s", current_hedge_after_s)
     current = current_hedge_after_s
@@ -367,7 +474,7 @@ def decide(
         target = estimate.target_s
         short_over = (
             observation.short_window_hedge_rate is not None
-            and observation.short_window_calls >= SHORT_WINDOW_MIN_CALLS
+            and observation.short_window_calls >= knobs.short_window_min_calls
             and observation.short_window_hedge_rate > config.budget
         )
         if target is None and estimate.censored == 0:
@@ -390,10 +497,14 @@ def decide(
                 proposed, codes = floor, ["target", "step_down_limited"]
             else:
                 proposed, codes = target, ["target"]
+        # 4. raise fast on the short window's own target: after a shift the long window's target
+        #    lags by up to window_s; the last minutes' samples show the new tail at once.
+        short_target = observation.short_window_target_s
+        if short_over and short_target is not None and short_target > max(proposed, base):
+            proposed, codes = short_target, ["raise_over_budget"]
         # 6. hysteresis (only against a published value).
-        if current is not None and proposed != base:
-            if abs(proposed - base) / base < knobs.hysteresis:
-                proposed, codes = base, ["hysteresis_hold"]
+        if current is not None and proposed != base and abs(proposed - base) / base < knobs.hysteresis:
+            proposed, codes = base, ["hysteresis_hold"]
 
     # 7. clamp.
     if proposed < config.min_hedge_after_s:

@@ -7,7 +7,10 @@ Shapes (timestamps are ISO 8601 UTC strings with a ``Z``; durations float second
 - route: ``{"route", "model", "enabled", "budget", "default_hedge_after_s", "min_hedge_after_s",
   "max_hedge_after_s", "pinned_hedge_after_s", "created_at", "updated_at", "threshold"}`` where
   ``threshold`` is a threshold dict or None before the first tick.
-- history row: exactly :data:`HISTORY_FIELDS`.
+- history row: exactly :data:`HISTORY_FIELDS`: the DESIGN.md fields, then ``actor`` (the token
+  or name behind a manual change; null for the controller job) and ``details`` (a JSON object or
+  null: ``quantile_lower_bounds_s`` for the quantiles left null, ``target_s``, ``short_window``,
+  ``p99_check``, and for a ``config`` row ``changes``: ``{"field": {"from": x, "to": y}}``).
 """
 
 from __future__ import annotations
@@ -25,21 +28,21 @@ from hedgerow.controller.models import Route, Threshold, ThresholdHistory
 __all__ = [
     "HISTORY_FIELDS",
     "THRESHOLD_FIELDS",
-    "history_row_dict",
-    "threshold_dict",
-    "route_dict",
-    "list_thresholds",
-    "get_threshold",
-    "list_routes",
-    "get_route",
     "get_history",
+    "get_route",
+    "get_threshold",
+    "history_row_dict",
+    "list_routes",
+    "list_thresholds",
+    "route_dict",
+    "threshold_dict",
 ]
 
 #: The keys of a history row, in order (DESIGN.md "controller"; contracts.md).
 HISTORY_FIELDS: tuple[str, ...] = (
     "computed_at", "route", "model", "previous_hedge_after_s", "hedge_after_s", "applied",
     "reason", "source", "window_s", "samples", "censored", "p50_s", "p75_s", "p90_s", "p95_s",
-    "p99_s", "observed_hedge_rate", "backup_win_rate", "budget",
+    "p99_s", "observed_hedge_rate", "backup_win_rate", "budget", "actor", "details",
 )  # fmt: skip
 
 #: The keys of a published threshold, in order.
@@ -70,6 +73,8 @@ def history_row_dict(row: ThresholdHistory, route: Route) -> dict[str, Any]:
         "observed_hedge_rate": row.observed_hedge_rate,
         "backup_win_rate": row.backup_win_rate,
         "budget": row.budget,
+        "actor": row.actor,
+        "details": row.details,
     }
 
 

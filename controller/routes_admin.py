@@ -1,32 +1,261 @@
 """Manual changes of a route's configuration, applied at once and audited in the history.
 
-An operator may change ``enabled``, ``budget``, ``default_hedge_after_s``, the bounds, or pin a
-value (``pinned_hedge_after_s``; None unpins). The new configuration is validated as a
-:class:`~hedgerow.controller.policy.RouteConfig`, stored, and the route is ticked right away so the
-published threshold follows; that history row carries the operator's name in ``actor``.
+An operator may change ``enabled``, ``budget``, ``default_hedge_after_s``, the bounds
+``min_hedge_after_s`` / ``max_hedge_after_s``, or pin a value (``pinned_hedge_after_s``; None
+unpins). Two ways, both in :func:`configure_route`:
+
+- **patch** (``PATCH /v1/routes/{route}?model=``): the given fields change, the others stay;
+  the route must exist (:class:`~hedgerow.controller.errors.UnknownRoute` otherwise);
+- **replace** (``PUT /v1/routes/{route}?model=``): the configuration becomes exactly the given
+  fields, every omitted field taking the server's default for a new route
+  (``HEDGEROW_DEFAULT_BUDGET``, ``HEDGEROW_DEFAULT_HEDGE_AFTER_S``, ..., unpinned, enabled). A
+  missing route is **created** (so a route can be configured, e.g. disabled, before its first
+  call arrives); its changes are then listed ``from`` null.
+
+Validation (:func:`validate_route_config`; :class:`RouteConfigInvalid` names the field):
+``budget`` in (0, 1) (1 would mean "no budget", which the estimator cannot target), every
+``*_hedge_after_s`` a finite number > 0, and ``min_hedge_after_s <= default_hedge_after_s <=
+max_hedge_after_s``. A pinned value may lie outside the bounds: it is published as is.
+
+Audit: a change is one ``threshold_history`` row with reason ``config,<decision codes>``
+(``config`` first; the codes of the decision re-made at once with the new configuration follow,
+e.g. ``config,pinned`` or ``config,disabled``), ``actor`` = who changed it, and
+``details.changes = {"field": {"from": old, "to": new}}`` (plus ``details.created = true`` for
+a route created by a replace). The threshold is re-decided and published in the same call, so a
+pin, a disable or a tighter bound reaches the clients at once, with ``version + 1`` whenever the
+published value or enabled flag changes. A patch or replace that changes nothing writes **no**
+row (and publishes nothing); the answer then says ``changes: {}``.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from hedgerow.controller.errors import UnknownRoute
+from hedgerow.controller.db import dialect_insert
+from hedgerow.controller.errors import ControllerError, UnknownRoute
 from hedgerow.controller.jobs import tick_route
 from hedgerow.controller.models import Route, Threshold, utc_now
 from hedgerow.controller.policy import RouteConfig
 from hedgerow.controller.queries import route_dict
 
-__all__ = ["ROUTE_CONFIG_FIELDS", "update_route"]
+__all__ = [
+    "ROUTE_CONFIG_FIELDS",
+    "RouteChange",
+    "RouteConfigInvalid",
+    "configure_route",
+    "update_route",
+    "validate_route_config",
+]
 
 #: The fields an operator may change.
 ROUTE_CONFIG_FIELDS: tuple[str, ...] = (
     "enabled", "budget", "default_hedge_after_s", "min_hedge_after_s", "max_hedge_after_s",
     "pinned_hedge_after_s",
 )  # fmt: skip
+
+#: The history reason code (first code) of a configuration change.
+CONFIG_REASON = "config"
+
+
+class RouteConfigInvalid(ControllerError, ValueError):
+    """A route configuration value is out of range.
+
+    Args:
+        field: the offending field (one of :data:`ROUTE_CONFIG_FIELDS`, or an unknown name).
+        message: what is wrong with it.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+def _positive_seconds(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
+        value <= 0
+    ):
+        raise RouteConfigInvalid(name, f"must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def validate_route_config(values: dict[str, Any]) -> RouteConfig:
+    """Check a complete route configuration; return it as a :class:`RouteConfig`.
+
+    Args:
+        values: every one of :data:`ROUTE_CONFIG_FIELDS` (seconds for ``*_hedge_after_s``,
+            ``pinned_hedge_after_s`` may be None).
+
+    Returns:
+        The validated configuration.
+
+    Raises:
+        RouteConfigInvalid: an unknown or missing field, a wrong type, ``budget`` outside (0, 1),
+            a duration not > 0, ``min_hedge_after_s > max_hedge_after_s``, or
+            ``default_hedge_after_s`` outside ``[min_hedge_after_s, max_hedge_after_s]``; the
+            error's ``field`` names the field.
+    """
+    unknown = sorted(set(values) - set(ROUTE_CONFIG_FIELDS))
+    if unknown:
+        raise RouteConfigInvalid(unknown[0], f"not a route setting ({', '.join(ROUTE_CONFIG_FIELDS)})")
+    missing = [name for name in ROUTE_CONFIG_FIELDS if name not in values]
+    if missing:
+        raise RouteConfigInvalid(missing[0], "missing")
+    if not isinstance(values["enabled"], bool):
+        raise RouteConfigInvalid("enabled", f"must be true or false, got {values['enabled']!r}")
+    budget = values["budget"]
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < 1:
+        raise RouteConfigInvalid("budget", f"must be a fraction in (0, 1), got {budget!r}")
+    default = _positive_seconds("default_hedge_after_s", values["default_hedge_after_s"])
+    low = _positive_seconds("min_hedge_after_s", values["min_hedge_after_s"])
+    high = _positive_seconds("max_hedge_after_s", values["max_hedge_after_s"])
+    pinned = values["pinned_hedge_after_s"]
+    if pinned is not None:
+        pinned = _positive_seconds("pinned_hedge_after_s", pinned)
+    if low > high:
+        raise RouteConfigInvalid(
+            "min_hedge_after_s", f"{low} s exceeds max_hedge_after_s ({high} s)"
+        )
+    if not low <= default <= high:
+        raise RouteConfigInvalid(
+            "default_hedge_after_s",
+            f"{default} s is outside [min_hedge_after_s, max_hedge_after_s] = [{low}, {high}] s",
+        )
+    return RouteConfig(
+        enabled=values["enabled"],
+        budget=float(budget),
+        default_hedge_after_s=default,
+        min_hedge_after_s=low,
+        max_hedge_after_s=high,
+        pinned_hedge_after_s=pinned,
+    )
+
+
+def _defaults(settings: Any) -> dict[str, Any]:
+    """A new route's configuration from ``hedgerow.settings.Settings``."""
+    return {
+        "enabled": True,
+        "budget": settings.default_budget,
+        "default_hedge_after_s": settings.default_hedge_after_s,
+        "min_hedge_after_s": settings.min_hedge_after_s,
+        "max_hedge_after_s": settings.max_hedge_after_s,
+        "pinned_hedge_after_s": None,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class RouteChange:
+    """What :func:`configure_route` did.
+
+    Attributes:
+        route: the route as the api returns it (configuration and published threshold).
+        history: the history row written (as the api returns it), or None when nothing changed.
+        changes: ``{"field": {"from": old, "to": new}}`` for every field whose value changed.
+        created: True when a replace created the route.
+    """
+
+    route: dict[str, Any]
+    history: dict[str, Any] | None
+    changes: dict[str, dict[str, Any]]
+    created: bool
+
+
+async def configure_route(
+    sessionmaker: async_sessionmaker,
+    settings: Any,
+    route: str,
+    model: str,
+    fields: dict[str, Any],
+    *,
+    replace: bool,
+    actor: str,
+    now: datetime | None = None,
+) -> RouteChange:
+    """Patch or replace a route's configuration, re-decide its threshold at once, audit it.
+
+    Args:
+        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        settings: a ``hedgerow.settings.Settings`` (defaults of a replace, policy knobs).
+        route, model: which route.
+        fields: a subset of :data:`ROUTE_CONFIG_FIELDS` with new values (seconds, fraction).
+        replace: False to patch (only ``fields`` change; the route must exist), True to replace
+            (omitted fields get the defaults; a missing route is created).
+        actor: who makes the change (stored in ``threshold_history.actor``), 1..200 characters.
+        now: the time of the change (aware UTC; default: the clock).
+
+    Returns:
+        A :class:`RouteChange`; ``history`` is None and nothing is written when no field's value
+        changes (and the route existed).
+
+    Raises:
+        UnknownRoute: a patch of a missing (route, model).
+        RouteConfigInvalid: an unknown field or a value out of range (``field`` names it).
+        ValueError: ``route``/``model`` empty or longer than 200 characters, or ``now`` naive.
+    """
+    for name, value in (("route", route), ("model", model)):
+        if not isinstance(value, str) or not 1 <= len(value) <= 200:
+            raise ValueError(f"{name} must be 1 to 200 characters, got {value!r}")
+    unknown = sorted(set(fields) - set(ROUTE_CONFIG_FIELDS))
+    if unknown:
+        raise RouteConfigInvalid(unknown[0], f"not a route setting ({', '.join(ROUTE_CONFIG_FIELDS)})")
+    now = now or utc_now()
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (UTC)")
+    created = False
+    async with sessionmaker() as session, session.begin():
+        if replace:
+            wanted = _defaults(settings) | fields
+            validate_route_config(wanted)
+            inserted = await session.execute(
+                dialect_insert(session, Route)
+                .values(route=route, model=model, created_at=now, updated_at=now, **wanted)
+                .on_conflict_do_nothing(index_elements=["route", "model"])
+                .returning(Route.id)
+            )
+            created = inserted.first() is not None
+        row = await session.scalar(
+            select(Route).where(Route.route == route, Route.model == model).with_for_update()
+        )
+        if row is None:
+            raise UnknownRoute(route, model)
+        if created:
+            changes = {name: {"from": None, "to": wanted[name]} for name in ROUTE_CONFIG_FIELDS}
+        else:
+            old = {name: getattr(row, name) for name in ROUTE_CONFIG_FIELDS}
+            wanted = (_defaults(settings) if replace else old) | fields
+            validate_route_config(wanted)
+            changes = {
+                name: {"from": old[name], "to": wanted[name]}
+                for name in ROUTE_CONFIG_FIELDS
+                if old[name] != wanted[name]
+            }
+            if changes:
+                for name, change in changes.items():
+                    setattr(row, name, change["to"])
+                row.updated_at = now
+    if not changes:
+        async with sessionmaker() as session:
+            threshold = await session.get(Threshold, row.id)
+        return RouteChange(route=route_dict(row, threshold), history=None, changes={}, created=False)
+    async with sessionmaker() as session:
+        threshold = await session.get(Threshold, row.id)
+    current = None if threshold is None else threshold.hedge_after_s
+    extra: dict[str, Any] = {"changes": changes}
+    if created:
+        extra["created"] = True
+    history = await tick_route(
+        sessionmaker, settings, row, current, now=now, actor=actor,
+        reason_prefix=CONFIG_REASON, extra_details=extra,
+    )
+    async with sessionmaker() as session:
+        threshold = await session.get(Threshold, row.id)
+    return RouteChange(route=route_dict(row, threshold), history=history, changes=changes, created=created)
 
 
 async def update_route(
@@ -38,43 +267,18 @@ async def update_route(
     *,
     actor: str,
     now: datetime | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Change a route's configuration, re-decide its threshold at once, audit it in the history.
-
-    Args:
-        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
-        settings: a ``hedgerow.settings.Settings``.
-        route, model: which route.
-        changes: a subset of :data:`ROUTE_CONFIG_FIELDS` with new values.
-        actor: who made the change (stored in ``threshold_history.actor``).
-        now: the time of the change (aware UTC; default: the clock).
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Patch a route's configuration (see :func:`configure_route` with ``replace=False``).
 
     Returns:
-        ``(route, history_row)`` as the api returns them.
+        ``(route, history_row)`` as the api returns them; ``history_row`` is None when nothing
+        changed.
 
     Raises:
         UnknownRoute: no such (route, model).
-        ValueError: an unknown field, or a value out of range (named in the message).
+        RouteConfigInvalid: an unknown field, or a value out of range (named in the message).
     """
-    unknown = sorted(set(changes) - set(ROUTE_CONFIG_FIELDS))
-    if unknown:
-        raise ValueError(f"{unknown[0]}: not a route setting ({', '.join(ROUTE_CONFIG_FIELDS)})")
-    now = now or utc_now()
-    async with sessionmaker() as session, session.begin():
-        row = await session.scalar(
-            select(Route).where(Route.route == route, Route.model == model).with_for_update()
-        )
-        if row is None:
-            raise UnknownRoute(route, model)
-        merged = {name: getattr(row, name) for name in ROUTE_CONFIG_FIELDS} | changes
-        RouteConfig(**merged)  # raises ValueError naming the bad field
-        for name, value in merged.items():
-            setattr(row, name, value)
-        row.updated_at = now
-    async with sessionmaker() as session:
-        threshold = await session.get(Threshold, row.id)
-    current = None if threshold is None else threshold.hedge_after_s
-    history = await tick_route(sessionmaker, settings, row, current, now=now, actor=actor)
-    async with sessionmaker() as session:
-        threshold = await session.get(Threshold, row.id)
-    return route_dict(row, threshold), history
+    result = await configure_route(
+        sessionmaker, settings, route, model, changes, replace=False, actor=actor, now=now
+    )
+    return result.route, result.history

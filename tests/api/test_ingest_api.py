@@ -27,13 +27,13 @@ async def test_ingest_and_repost_is_not_double_counted(make_api, call_factory) -
 
 
 async def test_batch_over_the_limit_is_413(make_api, call_factory) -> None:
-    async with make_api(max_batch_calls=5) as (app, api):
+    async with make_api(max_batch_calls=5) as (_app, api):
         response = await api.post("/v1/calls", json={"calls": [call_factory(f"r{i}").to_dict() for i in range(6)]})
         assert response.status_code == 413
         assert "max_batch_calls=5" in response.json()["detail"]
         ok = await api.post("/v1/calls", json={"calls": [call_factory(f"r{i}").to_dict() for i in range(5)]})
         assert ok.status_code == 202
-    async with make_api() as (app, api):  # the default limit is 1000
+    async with make_api() as (_app, api):  # the default limit is 1000
         minimal = [{"request_id": f"m{i}", "route": "r", "model": "m", "started_at": "2026-11-29T08:00:00Z"}
                    for i in range(1001)]
         assert (await api.post("/v1/calls", json={"calls": minimal})).status_code == 413
@@ -118,7 +118,7 @@ async def test_out_of_range_values_are_422_not_500(make_api, call_factory, patch
 async def test_self_contradicting_records_are_refused(make_api, call_factory, mutate, field):
     raw = call_factory("c-0").to_dict()
     mutate(raw)
-    async with make_api() as (app, api):
+    async with make_api() as (_app, api):
         response = await api.post("/v1/calls", json={"calls": [raw]})
         assert response.status_code == 422, response.text
         assert response.json()["detail"]["field"] == field

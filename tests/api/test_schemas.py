@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from pydantic import ValidationError
@@ -13,7 +13,7 @@ from hedgerow.client.records import CallRecord
 
 
 def test_round_trip_through_schema(call_factory) -> None:
-    started = datetime(2026, 11, 29, 8, 0, 0, 123456, tzinfo=timezone.utc)
+    started = datetime(2026, 11, 29, 8, 0, 0, 123456, tzinfo=UTC)
     for record in (
         call_factory("a", started_at=started),
         call_factory("b", started_at=started, hedge_after_s=1.0, primary_ttft_s=3.0, backup_ttft_s=0.2),

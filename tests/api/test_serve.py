@@ -7,7 +7,7 @@ import re
 import signal
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 from sqlalchemy import func, select
@@ -36,7 +36,7 @@ async def test_serve_subprocess_over_http(database_url: str, call_factory, tmp_p
         match = re.match(r"hedgerow: api listening on (http://127\.0\.0\.1:(\d+)) ", line)
         assert match, f"unexpected first line {line!r}; stderr: {(await process.stderr.read()).decode()[-2000:]}"
         base = match.group(1)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         calls = [call_factory(f"s{i}", route="chat", started_at=now - timedelta(seconds=i),
                               primary_ttft_s=0.2 + 0.01 * (i % 10)).to_dict() for i in range(60)]
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
@@ -63,7 +63,7 @@ async def test_serve_subprocess_over_http(database_url: str, call_factory, tmp_p
             process.send_signal(signal.SIGTERM)
         try:
             code = await asyncio.wait_for(process.wait(), timeout=30)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             process.kill()
             await process.wait()
             raise AssertionError("hedgerow serve did not stop on SIGTERM within 30 s") from None
@@ -86,7 +86,7 @@ async def test_serve_refuses_public_host_without_tokens(tmp_path) -> None:
         "--db", f"sqlite+aiosqlite:///{tmp_path / 'x.db'}",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
     )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    _out, err = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode == 2
     assert err.decode().strip().startswith("hedgerow: refusing to listen on '0.0.0.0' without auth")
     assert "Traceback" not in err.decode()

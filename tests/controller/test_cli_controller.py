@@ -8,7 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from hedgerow.cli import app
-from hedgerow.controller.db import make_engine, make_sessionmaker
+from hedgerow.controller.db import head_revision, make_engine, make_sessionmaker
 from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.settings import Settings
 
@@ -32,7 +32,7 @@ def test_db_upgrade_and_run_once(tmp_path, call_factory) -> None:
     assert not_ready.exit_code == 1 and "run `hedgerow db upgrade`" in not_ready.output
     assert not (tmp_path / "cli.db").exists()  # a missing store is reported, not created empty
     upgraded = runner.invoke(app, ["db", "upgrade", "--db", url])
-    assert upgraded.exit_code == 0 and "revision 0001" in upgraded.output
+    assert upgraded.exit_code == 0 and f"revision {head_revision()}" in upgraded.output
     _seed(url, [call_factory(f"c{i}") for i in range(5)])
     as_json = runner.invoke(app, ["controller", "run-once", "--db", url, "--json"])
     assert as_json.exit_code == 0, as_json.output

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pytest
 from sqlalchemy import func, select
 
 from hedgerow.controller.ingest import ingest_calls, route_defaults
@@ -15,7 +16,7 @@ from hedgerow.controller.models import Threshold, ThresholdHistory
 from hedgerow.controller.queries import HISTORY_FIELDS, get_history, list_thresholds
 from hedgerow.settings import Settings
 
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 async def _store(sessionmaker, records, settings) -> None:
@@ -171,3 +172,181 @@ async def test_a_recent_hedge_burst_holds_the_value_instead_of_lowering_it(sessi
     [row] = await run_tick(sessionmaker, settings, now=NOW)
     assert row["previous_hedge_after_s"] == 1.0
     assert row["reason"].startswith("over_budget_hold") and row["hedge_after_s"] == 1.0
+
+
+def _primary_durations(records) -> list[float]:
+    """Each record's primary sample: its TTFT, or the time it was cancelled at (censored)."""
+    out = []
+    for r in records:
+        a = r.attempts[0]
+        if a.first_token_s is not None:
+            out.append(a.first_token_s - a.start_s)
+        elif a.outcome == "cancelled":
+            out.append(a.end_s - a.start_s)
+    return out
+
+
+async def test_unidentified_quantiles_are_null_with_a_lower_bound_in_details(sessionmaker, call_factory) -> None:
+    # Hedging at 1.0 s with a fast backup (mean 0.1 s) censors almost every primary slower than
+    # ~1.1 s: the KM curve stops near F = 0.67, so P75..P99 are not identified.
+    settings = Settings()
+    rng = random.Random(11)
+    records = []
+    for i in range(400):
+        started = NOW - timedelta(seconds=rng.uniform(1.0, 3000.0))
+        primary = rng.expovariate(1.0)
+        if primary > 1.0:
+            records.append(call_factory(f"u{i}", started_at=started, primary_ttft_s=primary, hedge_after_s=1.0,
+                                        backup_ttft_s=rng.expovariate(10.0)))
+        else:
+            records.append(call_factory(f"u{i}", started_at=started, primary_ttft_s=primary))
+    await _store(sessionmaker, records, settings)
+    [row] = await run_tick(sessionmaker, settings, now=NOW)
+    assert row["p50_s"] is not None and row["p99_s"] is None and row["p95_s"] is None
+    missing = [name for name in ("p50_s", "p75_s", "p90_s", "p95_s", "p99_s") if row[name] is None]
+    bound = max(_primary_durations(records))
+    assert row["details"]["quantile_lower_bounds_s"] == {name: pytest.approx(bound) for name in missing}
+    assert row["details"]["target_s"] is None and row["reason"].startswith("censored_raise")
+    async with sessionmaker() as session:
+        [stored] = await get_history(session, "summarize", "m1")
+    assert stored["details"] == row["details"]  # the JSON column round-trips
+
+
+async def test_identified_quantiles_have_no_lower_bound(sessionmaker, call_factory) -> None:
+    settings = Settings()
+    records = [call_factory(f"i{i}", started_at=NOW - timedelta(seconds=10 + i), primary_ttft_s=0.1 + i / 200)
+               for i in range(200)]
+    await _store(sessionmaker, records, settings)
+    [row] = await run_tick(sessionmaker, settings, now=NOW)
+    assert row["p99_s"] is not None and "quantile_lower_bounds_s" not in row["details"]
+    short = row["details"]["short_window"]
+    assert (short["window_s"], short["calls"], short["hedge_rate"]) == (300.0, 200, 0.0)
+    assert short["target_s"] is not None  # 200 calls in the short window: its own KM target
+    assert row["details"]["target_s"] == pytest.approx(row["p90_s"], rel=0.1)
+    assert row["actor"] is None
+
+
+def _hedged_calls(call_factory, prefix: str, n: int, *, backup_mean_s: float, seed: int, age_s: float = 3000.0):
+    """Primaries ~ Exp(mean 1 s) hedged at 1.0 s; the backup's TTFT ~ Exp(mean ``backup_mean_s``)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        started = NOW - timedelta(seconds=rng.uniform(1.0, age_s))
+        primary = rng.expovariate(1.0)
+        if primary > 1.0:
+            out.append(call_factory(f"{prefix}{i}", started_at=started, primary_ttft_s=primary, hedge_after_s=1.0,
+                                    backup_ttft_s=rng.expovariate(1.0 / backup_mean_s)))
+        else:
+            out.append(call_factory(f"{prefix}{i}", started_at=started, primary_ttft_s=primary))
+    return out
+
+
+async def test_hedges_that_help_lower_p99_and_are_not_flagged(sessionmaker, call_factory) -> None:
+    settings = Settings()
+    records = _hedged_calls(call_factory, "g", 1500, backup_mean_s=0.3, seed=3)
+    await _store(sessionmaker, records, settings)
+    [row] = await run_tick(sessionmaker, settings, now=NOW)
+    check = row["details"]["p99_check"]
+    call_ttfts = sorted(r.ttft_s for r in records)
+    assert check["call_p99_s"] == call_ttfts[math.ceil(0.99 * len(call_ttfts)) - 1]
+    # the slow primaries were cancelled, so the primary's P99 is censored: its lower bound is used
+    assert row["p99_s"] is None and check["primary_p99_is_lower_bound"] is True
+    assert check["primary_p99_s"] == row["details"]["quantile_lower_bounds_s"]["p99_s"]
+    assert check["call_ttft_samples"] == 1500
+    assert check["call_p99_s"] < 0.8 * check["primary_p99_s"] and check["flagged"] is False
+    assert "hedges_did_not_lower_p99" not in row["reason"]
+
+
+async def test_hedges_that_never_win_are_flagged_twice(sessionmaker, call_factory) -> None:
+    # The backup shares the primary's slow queue (mean 30 s): it never wins, the app's P99 is the
+    # primary's P99, so both flags fire.
+    settings = Settings()
+    records = _hedged_calls(call_factory, "s", 1500, backup_mean_s=30.0, seed=4)
+    assert sum(r.winner == "backup" for r in records) <= 25
+    await _store(sessionmaker, records, settings)
+    [row] = await run_tick(sessionmaker, settings, now=NOW)
+    check = row["details"]["p99_check"]
+    assert check["flagged"] is True and check["call_p99_s"] >= 0.95 * check["primary_p99_s"]
+    assert "hedges_did_not_lower_p99" in row["reason"].split(",")
+    assert "backups_rarely_win" in row["reason"].split(",")
+
+
+async def test_counts_use_the_widened_window(sessionmaker, call_factory) -> None:
+    # 60 calls 2.5-3.5 h old, 20 of them hedged: the window widens 1 h -> 2 h -> 4 h, and the hedge
+    # rate, backup win rate and P99 check must be computed over those 4 h, not over the first hour.
+    settings = Settings(min_samples=50, min_hedges_for_flag=5)
+    rng = random.Random(9)
+    records = []
+    for i in range(60):
+        started = NOW - timedelta(hours=rng.uniform(2.5, 3.5))
+        if i % 3 == 0:
+            records.append(call_factory(f"w{i}", started_at=started, primary_ttft_s=3.0, hedge_after_s=1.0,
+                                        backup_ttft_s=0.5 if i % 2 == 0 else 5.0))
+        else:
+            records.append(call_factory(f"w{i}", started_at=started, primary_ttft_s=rng.uniform(0.2, 0.8)))
+    recent = [call_factory(f"r{i}", started_at=NOW - timedelta(seconds=30 + i), primary_ttft_s=0.3)
+              for i in range(5)]  # a few calls in the first hour: too few to stop the widening
+    await _store(sessionmaker, records + recent, settings)
+    [row] = await run_tick(sessionmaker, settings, now=NOW)
+    assert row["window_s"] == 4 * 3600 and row["samples"] == 65
+    hedged = [r for r in records if r.hedged]
+    assert len(hedged) == 20
+    assert row["observed_hedge_rate"] == pytest.approx(20 / 65)
+    assert row["backup_win_rate"] == pytest.approx(sum(r.winner == "backup" for r in hedged) / 20)
+    assert row["details"]["p99_check"]["call_ttft_samples"] == 65
+    assert row["details"]["p99_check"]["hedges"] == 20
+
+
+async def test_worked_number_in_module_docstring(sessionmaker, call_factory) -> None:
+    settings = Settings()
+    rng = random.Random(1)
+    records = []
+    for i in range(2000):
+        started = NOW - timedelta(seconds=rng.uniform(1.0, 3000.0))
+        primary = rng.expovariate(1.0)
+        if primary > 1.5:
+            records.append(call_factory(f"h{i}", started_at=started, primary_ttft_s=primary, hedge_after_s=1.5,
+                                        backup_ttft_s=rng.expovariate(2.0)))
+        else:
+            records.append(call_factory(f"h{i}", started_at=started, primary_ttft_s=primary))
+    await _store(sessionmaker, records, settings)
+    [row] = await run_tick(sessionmaker, settings, now=NOW)
+    assert (row["samples"], row["censored"], row["observed_hedge_rate"]) == (2000, 324, 0.2395)
+    uncensored = [r.attempts[0].first_token_s for r in records if r.attempts[0].first_token_s is not None]
+    assert float(np.quantile(uncensored, 0.9, method="inverted_cdf")) == pytest.approx(1.465, abs=5e-4)
+    assert (round(row["p50_s"], 3), round(row["p90_s"], 3), round(row["p95_s"], 3), row["p99_s"]) == (
+        0.709, 2.402, 2.754, None)
+    assert row["details"]["quantile_lower_bounds_s"]["p99_s"] == pytest.approx(3.542, abs=5e-4)
+    assert row["hedge_after_s"] == pytest.approx(2.535, abs=5e-4) and row["reason"] == "raise_over_budget"
+    assert math.exp(-row["hedge_after_s"]) == pytest.approx(0.079, abs=5e-4)
+    short = row["details"]["short_window"]
+    assert short["calls"] == 199 and short["hedge_rate"] == pytest.approx(0.201, abs=5e-4)
+    assert short["target_s"] is None  # the short window's budget quantile is censored
+    check = row["details"]["p99_check"]
+    assert check["call_p99_s"] == pytest.approx(2.535, abs=5e-4) and check["flagged"] is False
+
+
+async def test_a_slowdown_in_the_short_window_raises_to_its_own_target_at_once(sessionmaker, call_factory) -> None:
+    # 55 minutes of 1,500 fast primaries (0.2-0.6 s) and a published 1.0 s; then, in the last 4 minutes,
+    # 60 primaries take 2.5-3.5 s: every one hedges at 1.0 s (a slow backup, so the primary still
+    # wins and its TTFT is observed). The hour's target lags; the short window's does not.
+    settings = Settings()
+    rng = random.Random(21)
+    old = [call_factory(f"o{i}", started_at=NOW - timedelta(seconds=rng.uniform(400, 3300)),
+                        primary_ttft_s=rng.uniform(0.2, 0.6)) for i in range(1500)]
+    slow = [call_factory(f"s{i}", started_at=NOW - timedelta(seconds=rng.uniform(1, 240)),
+                         primary_ttft_s=rng.uniform(2.5, 3.5), hedge_after_s=1.0, backup_ttft_s=5.0)
+            for i in range(60)]
+    await _store(sessionmaker, old + slow, settings)
+    async with sessionmaker() as session, session.begin():
+        from hedgerow.controller.models import Route, Threshold
+
+        route = await session.scalar(select(Route))
+        session.add(Threshold(route_id=route.id, hedge_after_s=1.0, enabled=True, source="controller",
+                              version=1, updated_at=NOW - timedelta(seconds=600)))
+    [row] = await run_tick(sessionmaker, settings, now=NOW)
+    short = row["details"]["short_window"]
+    assert short["calls"] == 60 and short["hedge_rate"] == 1.0
+    assert row["details"]["target_s"] < 2.5 < short["target_s"] <= 3.5
+    assert row["reason"].split(",")[0] == "raise_over_budget" and row["hedge_after_s"] == short["target_s"]
+    assert "backups_rarely_win" in row["reason"]  # the slow backup never won

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from hedgerow.controller.lease import acquire_lease, release_lease
 
-T0 = datetime(2026, 11, 29, 8, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 
 
 async def test_two_holders_and_expiry(sessionmaker) -> None:

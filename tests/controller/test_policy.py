@@ -299,3 +299,104 @@ def test_no_target_without_censoring_holds_instead_of_raising() -> None:
     assert est.target_s is None and est.censored == 0
     d = decide(dataclasses.replace(CONFIG, budget=0.02), 1.5, observe(est), KNOBS)
     assert (d.hedge_after_s, d.reason, d.applied) == (1.5, "too_few_samples", False)
+
+
+# --- rule 8b: hedges that did not lower the P99 --------------------------------------------
+
+
+def observe_p99(primary_p99_s: float | None, call_p99_s: float | None, *, hedges: int = 40) -> Observation:
+    """An observation whose primary KM P99 and call-level P99 are given."""
+    est = dataclasses.replace(estimate(1.6), p99_s=primary_p99_s)
+    return dataclasses.replace(observe(est, hedges=hedges, backup_win_rate=0.5), call_ttft_samples=900,
+                               call_p99_s=call_p99_s)
+
+
+def test_hedges_that_did_not_lower_p99_are_flagged_with_their_inputs() -> None:
+    # limit = (1 - 0.05) * 4.0 = 3.8 s: a call-level P99 of 3.9 s is not a real improvement
+    d = decide(CONFIG, 2.0, observe_p99(4.0, 3.9), KNOBS)
+    assert codes(d) == ["target", "hedges_did_not_lower_p99"]
+    assert d.details == {"p99_check": {
+        "call_p99_s": 3.9, "primary_p99_s": 4.0, "primary_p99_is_lower_bound": False,
+        "min_p99_improvement": 0.05, "limit_s": pytest.approx(3.8),
+        "call_ttft_samples": 900, "hedges": 40, "flagged": True}}
+    at_limit = decide(CONFIG, 2.0, observe_p99(4.0, 3.8), KNOBS)
+    assert "hedges_did_not_lower_p99" in codes(at_limit)  # >= the limit is flagged
+
+
+def test_hedges_that_lowered_p99_are_not_flagged_but_the_check_is_recorded() -> None:
+    d = decide(CONFIG, 2.0, observe_p99(4.0, 2.5), KNOBS)
+    assert codes(d) == ["target"]
+    assert d.details["p99_check"]["flagged"] is False and d.details["p99_check"]["call_p99_s"] == 2.5
+
+
+def test_p99_check_needs_enough_hedges_and_both_p99s() -> None:
+    few = decide(CONFIG, 2.0, observe_p99(4.0, 4.0, hedges=KNOBS.min_hedges_for_flag - 1), KNOBS)
+    assert codes(few) == ["target"] and few.details == {}
+    # primary P99 not identified: its lower bound (max_observed_s = 3.0 s) proves an improvement
+    # when the call-level P99 is under 0.95 * 3.0 = 2.85 s, and decides nothing above it
+    censored = decide(CONFIG, 2.0, observe_p99(None, 2.9), KNOBS)
+    assert codes(censored) == ["target"] and censored.details == {}
+    helped = decide(CONFIG, 2.0, observe_p99(None, 2.0), KNOBS)
+    assert codes(helped) == ["target"]
+    assert helped.details["p99_check"]["primary_p99_is_lower_bound"] is True
+    assert helped.details["p99_check"]["primary_p99_s"] == 3.0 and not helped.details["p99_check"]["flagged"]
+    no_calls = decide(CONFIG, 2.0, observe_p99(4.0, None), KNOBS)
+    assert codes(no_calls) == ["target"] and no_calls.details == {}
+
+
+def test_p99_flag_on_pinned_and_disabled_routes_too() -> None:
+    pinned = decide(RouteConfig(pinned_hedge_after_s=1.0), 1.0, observe_p99(4.0, 4.2), KNOBS)
+    assert pinned.reason == "pinned,hedges_did_not_lower_p99"
+    margin = dataclasses.replace(KNOBS, min_p99_improvement=0.0)  # any improvement is enough
+    assert "hedges_did_not_lower_p99" not in decide(CONFIG, 2.0, observe_p99(4.0, 3.99), margin).reason
+
+
+def test_every_knob_comes_from_the_environment(monkeypatch) -> None:
+    env = {
+        "HEDGEROW_CONTROLLER_INTERVAL_S": "7.5", "HEDGEROW_LEASE_TTL_S": "22", "HEDGEROW_WINDOW_S": "1800",
+        "HEDGEROW_MAX_WINDOW_S": "7200", "HEDGEROW_SHORT_WINDOW_S": "120", "HEDGEROW_MIN_SAMPLES": "80",
+        "HEDGEROW_CONFIDENCE": "0.9", "HEDGEROW_HYSTERESIS": "0.1", "HEDGEROW_MAX_STEP_DOWN": "0.5",
+        "HEDGEROW_MAX_STEP_UP": "0.25", "HEDGEROW_MIN_BACKUP_WIN_RATE": "0.3",
+        "HEDGEROW_MIN_HEDGES_FOR_FLAG": "5", "HEDGEROW_SHORT_WINDOW_MIN_CALLS": "40",
+        "HEDGEROW_MIN_P99_IMPROVEMENT": "0.1",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings()
+    assert (settings.controller_interval_s, settings.lease_ttl_s, settings.window_s, settings.max_window_s,
+            settings.short_window_s, settings.confidence) == (7.5, 22.0, 1800.0, 7200.0, 120.0, 0.9)
+    assert PolicyKnobs.from_settings(settings) == PolicyKnobs(
+        min_samples=80, hysteresis=0.1, max_step_down=0.5, max_step_up=0.25, min_backup_win_rate=0.3,
+        min_hedges_for_flag=5, short_window_min_calls=40, min_p99_improvement=0.1)
+    doc = Settings.__doc__ or ""
+    for name in env:  # every knob is documented in the settings docstring
+        assert name.removeprefix("HEDGEROW_").lower() in doc, name
+    monkeypatch.setenv("HEDGEROW_MIN_P99_IMPROVEMENT", "1.5")
+    with pytest.raises(ValueError, match="min_p99_improvement"):
+        Settings()
+
+
+def test_short_window_min_calls_knob() -> None:
+    obs = observe(estimate(0.5), short_calls=30, short_rate=0.5)
+    assert decide(CONFIG, 1.0, obs, KNOBS).reason == "over_budget_hold"
+    strict = dataclasses.replace(KNOBS, short_window_min_calls=31)
+    assert codes(decide(CONFIG, 1.0, obs, strict)) == ["target", "step_down_limited"]
+
+
+def test_short_window_target_is_taken_when_over_budget_and_higher() -> None:
+    obs = dataclasses.replace(observe(estimate(1.2), short_calls=60, short_rate=0.5), short_window_target_s=3.1)
+    assert decide(CONFIG, 1.0, obs, KNOBS) == Decision(3.1, True, "raise_over_budget", "controller")
+    # the long target alone would have been held (over budget, lower than current)
+    low = dataclasses.replace(observe(estimate(0.5), short_calls=60, short_rate=0.5), short_window_target_s=2.0)
+    assert decide(CONFIG, 1.0, low, KNOBS) == Decision(2.0, True, "raise_over_budget", "controller")
+    # not over budget: the short window's target is ignored
+    calm = dataclasses.replace(observe(estimate(1.2), short_calls=60, short_rate=0.05), short_window_target_s=3.1)
+    assert decide(CONFIG, 1.0, calm, KNOBS).hedge_after_s == 1.2
+    # lower than what the long window gives: ignored
+    lower = dataclasses.replace(observe(estimate(4.0), short_calls=60, short_rate=0.5), short_window_target_s=3.1)
+    assert decide(CONFIG, 1.0, lower, KNOBS).hedge_after_s == 4.0
+    # still clamped
+    high = dataclasses.replace(observe(estimate(1.2), short_calls=60, short_rate=0.5), short_window_target_s=50.0)
+    assert decide(CONFIG, 1.0, high, KNOBS) == Decision(30.0, True, "raise_over_budget,clamped_max", "controller")
+    with pytest.raises(ValueError, match="short_window_target_s"):
+        dataclasses.replace(obs, short_window_target_s=-1.0)

@@ -1,0 +1,167 @@
+"""Two ``hedgerow serve`` processes on one PostgreSQL database: one tick per period, hand-over.
+
+Each test gets its own database (``hedgerow_lease_<random>``), created through asyncpg on the
+server's ``postgres`` database and dropped afterwards, so it neither sees nor disturbs the shared
+test database that ``tests/conftest.py`` resets. Skipped, with the reason, without
+``HEDGEROW_TEST_DATABASE_URL``.
+
+Timing: the controller ticks every ``INTERVAL_S`` = 2 s and the lease lives ``LEASE_TTL_S`` = 4 s
+(renewed every third of it). While both processes run, the history must show one row per period
+(no two rows closer than half an interval; about ``T / interval`` rows in ``T`` seconds). After the
+holder is killed with SIGKILL (no release), the other process must take the lease and tick within
+two lease periods plus one interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.conftest import PG_ENV, make_call
+from tests.e2e.conftest import ServeProcess
+
+INTERVAL_S = 2.0
+LEASE_TTL_S = 4.0
+ROUTE, MODEL = "lease", "m1"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def fresh_pg_url() -> AsyncIterator[str]:
+    """The SQLAlchemy URL of a new, empty PostgreSQL database, dropped after the test."""
+    base = os.environ.get(PG_ENV)
+    if not base:
+        pytest.skip(f"{PG_ENV} is not set (e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test)")
+    import asyncpg
+
+    url = make_url(base)
+    name = f"hedgerow_lease_{uuid.uuid4().hex[:12]}"
+    admin = {"user": url.username, "password": url.password, "host": url.host or "127.0.0.1",
+             "port": url.port or 5432, "database": "postgres"}
+    connection = await asyncpg.connect(**admin)
+    try:
+        await connection.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await connection.close()
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        connection = await asyncpg.connect(**admin)
+        try:
+            await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await connection.close()
+
+
+def _parse(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp)
+
+
+async def _history(http: httpx.AsyncClient) -> list[datetime]:
+    """The computed_at of every history row of the route, oldest first."""
+    response = await http.get(f"/v1/routes/{ROUTE}/history", params={"model": MODEL, "limit": 10_000})
+    assert response.status_code == 200, response.text
+    return sorted(_parse(row["computed_at"]) for row in response.json()["history"])
+
+
+async def _lease_holder_pid(db_url: str) -> int | None:
+    """The pid in the unexpired controller lease's holder id (``host:pid:random``), or None."""
+    from hedgerow.controller.db import make_engine, make_sessionmaker
+    from hedgerow.controller.lease import CONTROLLER_LEASE
+    from hedgerow.controller.models import Lease
+
+    engine = make_engine(db_url)
+    try:
+        async with make_sessionmaker(engine)() as session:
+            lease = await session.get(Lease, CONTROLLER_LEASE)
+            if lease is None or lease.expires_at < datetime.now(UTC):
+                return None
+            return int(lease.holder.split(":")[-2])
+    finally:
+        await engine.dispose()
+
+
+def _assert_one_tick_per_period(stamps: list[datetime], span_s: float, what: str) -> None:
+    """No two rows within half an interval, and about ``span_s / INTERVAL_S`` rows."""
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(stamps)]
+    assert gaps, f"{what}: fewer than two rows"
+    assert min(gaps) >= 0.5 * INTERVAL_S, f"{what}: rows {min(gaps):.3f} s apart (duplicate tick?): {gaps}"
+    expected = span_s / INTERVAL_S
+    # one process ticks: about `expected` rows; two processes would give about twice as many
+    assert 0.5 * expected <= len(stamps) <= 1.3 * expected + 1, (
+        f"{what}: {len(stamps)} rows in {span_s:.1f} s at one per {INTERVAL_S} s: {gaps}")
+
+
+async def test_two_serve_processes_tick_once_per_period_and_hand_over(fresh_pg_url: str, tmp_path: Path) -> None:
+    env = {"HEDGEROW_CONTROLLER_INTERVAL_S": str(INTERVAL_S), "HEDGEROW_LEASE_TTL_S": str(LEASE_TTL_S)}
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for d in dirs:
+        d.mkdir()
+    # one after the other: the first migrates the new database, the second finds it at head
+    servers = [ServeProcess(fresh_pg_url, dirs[0], env)]
+    try:
+        servers.append(ServeProcess(fresh_pg_url, dirs[1], env))
+        by_pid = {s.proc.pid: s for s in servers}
+        async with httpx.AsyncClient(base_url=servers[0].url, timeout=30) as http:
+            now = datetime.now(UTC)
+            calls = [make_call(f"c{i}", route=ROUTE, model=MODEL, started_at=now - timedelta(seconds=i),
+                               primary_ttft_s=0.2 + i / 100).to_dict() for i in range(30)]
+            posted = await http.post("/v1/calls", json={"calls": calls})
+            assert posted.status_code == 202 and posted.json()["accepted"] == 30
+
+            # wait for the first row, then watch both processes for a while
+            deadline = time.monotonic() + 30
+            while not await _history(http) and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+            assert await _history(http), "no controller tick within 30 s"
+            start = datetime.now(UTC)
+            await asyncio.sleep(7 * INTERVAL_S)
+            end = datetime.now(UTC)
+            both = [t for t in await _history(http) if start <= t <= end]
+            _assert_one_tick_per_period(both, (end - start).total_seconds(), "two processes")
+
+            holder_pid = await _lease_holder_pid(fresh_pg_url)
+            assert holder_pid in by_pid, f"lease holder pid {holder_pid} is neither serve process {list(by_pid)}"
+            holder = by_pid[holder_pid]
+            survivor = next(s for s in servers if s is not holder)
+
+        # kill -9 the holder: no shutdown, no release; its lease must expire and move over
+        os.kill(holder.proc.pid, signal.SIGKILL)
+        holder.proc.wait(10)
+        killed_at = datetime.now(UTC)
+        async with httpx.AsyncClient(base_url=survivor.url, timeout=30) as http:
+            limit_s = 2 * LEASE_TTL_S + INTERVAL_S
+            resumed: datetime | None = None
+            deadline = time.monotonic() + limit_s + 20  # wait longer than allowed, to report the figure
+            while time.monotonic() < deadline:
+                later = [t for t in await _history(http) if t > killed_at]
+                if later:
+                    resumed = later[0]
+                    break
+                await asyncio.sleep(0.2)
+            assert resumed is not None, "no tick after the holder was killed"
+            takeover_s = (resumed - killed_at).total_seconds()
+            assert takeover_s <= limit_s, f"hand-over took {takeover_s:.1f} s > {limit_s} s"
+            assert await _lease_holder_pid(fresh_pg_url) == survivor.proc.pid
+
+            await asyncio.sleep(5 * INTERVAL_S)
+            end = datetime.now(UTC)
+            after = [t for t in await _history(http) if resumed <= t <= end]
+            _assert_one_tick_per_period(after, (end - resumed).total_seconds() + INTERVAL_S, "survivor")
+            print(f"takeover after SIGKILL: {takeover_s:.2f} s (limit {limit_s} s); "
+                  f"rows with two processes: {len(both)}, survivor: {len(after)}")
+    finally:
+        for server in servers:
+            server.stop()
