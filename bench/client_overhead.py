@@ -1,0 +1,302 @@
+"""Benchmark: what the hedging client adds to a streamed call when no hedge fires.
+
+The same N streamed chat completions (default 1,000) go to one local upstream two ways,
+interleaved call by call (alternating which goes first) so that drift in machine load hits
+both alike:
+
+* ``plain``: ``httpx.AsyncClient.stream`` + ``httpx_sse.EventSource``, ``json.loads`` of every
+  chunk, first token = first chunk with a non-empty ``delta.content`` (what an app does by hand);
+* ``hedging``: ``HedgingClient.stream_chat`` with ``hedge_after_s=30`` (never fires) and a second
+  upstream configured but unused: classification, the event queue, the attempt task, the record;
+* ``plain_close``: ``plain`` stopping at ``[DONE]`` without reading the end of the body, which
+  makes httpx close the connection, so each call connects anew. ``HedgingClient`` (as of this
+  writing) stops at ``[DONE]`` too, so "hedging - plain_close" isolates the client's own
+  machinery; "plain_close - plain" is what losing keep-alive costs here (next to nothing on
+  loopback without TLS; a TCP and TLS handshake per call against a remote API).
+
+With ``--sdk`` two more modes show what the drop-in costs an app that uses the openai SDK:
+``sdk`` (``openai.AsyncOpenAI`` straight to the upstream) and ``sdk_transport`` (the same SDK
+over ``HedgingTransport``, which also re-encodes the winner's chunks as SSE for the SDK).
+
+Measured per mode: TTFT (request sent to the first token in the caller's hands; median and P99,
+ms) and CPU time per chunk (``time.process_time`` summed over that mode's calls, divided by the
+chunks it delivered). "Added" is hedging minus plain (of the medians, of the P99s); "ratio" is
+hedging CPU per chunk over plain.
+
+The upstream is a minimal asyncio SSE server in a **separate process** (this script with
+``--serve``), not a simulated replica: the replica's engine, uvicorn and FastAPI add a millisecond
+or more of their own per call and their jitter would hide a client overhead of tens of
+microseconds; and a server in this process would put its CPU time into ``process_time`` and
+compete for the GIL. The server answers each request at once on a keep-alive connection: headers,
+the role chunk and the first token in one write, then the other content chunks, the
+finish chunk, the usage chunk and ``[DONE]`` in a second write.
+
+Run: ``python bench/client_overhead.py [--calls 1000] [--tokens 64] [--json bench/results/client_overhead.json]``.
+Prints a table and writes JSON. Not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource
+
+from hedgerow.client import HedgePolicy, HedgingClient, Upstream
+
+BODY = {"model": "bench", "messages": [{"role": "user", "content": "hello"}]}
+
+
+# -- the upstream (runs in a child process) ----------------------------------------------------------
+
+
+def sse_response(tokens: int) -> tuple[bytes, bytes]:
+    """The two writes of one answer: (headers + role chunk + first token, the rest)."""
+    base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "bench"}
+
+    def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        return b"data: " + json.dumps({**base, "choices": choices, **extra}, separators=(",", ":")).encode() + b"\n\n"
+
+    def content(text: str) -> bytes:
+        return event([{"index": 0, "delta": {"content": text}, "finish_reason": None}])
+
+    first = event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]) + content("t0 ")
+    rest = b"".join(content(f"t{i} ") for i in range(1, tokens))
+    rest += event([{"index": 0, "delta": {}, "finish_reason": "stop"}])
+    rest += event([], usage={"prompt_tokens": 2, "completion_tokens": tokens, "total_tokens": tokens + 2})
+    rest += b"data: [DONE]\n\n"
+    head = (f"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            f"Content-Length: {len(first) + len(rest)}\r\n\r\n").encode()
+    return head + first, rest
+
+
+async def serve(tokens: int) -> None:
+    """Serve the fixed answer on 127.0.0.1 (a free port, printed on stdout) until killed."""
+    first, rest = sse_response(tokens)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                writer.write(first)
+                await writer.drain()
+                writer.write(rest)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+# -- the two clients -----------------------------------------------------------------------------------
+
+
+def _is_token(chunk: dict[str, Any]) -> bool:
+    choices = chunk.get("choices") or []
+    return bool(choices and (choices[0].get("delta") or {}).get("content"))
+
+
+async def plain_call(http: httpx.AsyncClient, url: str, *, reuse: bool = True) -> tuple[float, int]:
+    """One call by hand; returns (TTFT s, chunks).
+
+    With ``reuse`` the body is read to its end after ``[DONE]`` so that httpx keeps the
+    connection for the next call; without it the loop stops at ``[DONE]`` and httpx closes the
+    connection (its HTTP/1.1 message is unfinished), so every call connects anew.
+    """
+    start = time.perf_counter()
+    ttft = None
+    chunks = 0
+    body = {**BODY, "stream": True, "stream_options": {"include_usage": True}}
+    async with http.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
+        response.raise_for_status()
+        async for sse in EventSource(response).aiter_sse():
+            if sse.data == "[DONE]":
+                if not reuse:
+                    break
+                continue  # read on to the end of the body, so the connection is kept alive (as the SDK does)
+            chunk = json.loads(sse.data)
+            chunks += 1
+            if ttft is None and _is_token(chunk):
+                ttft = time.perf_counter() - start
+    assert ttft is not None
+    return ttft, chunks
+
+
+async def sdk_call(sdk: Any) -> tuple[float, int]:
+    """One call through the openai SDK (``sdk`` is an ``openai.AsyncOpenAI``); (TTFT s, chunks)."""
+    start = time.perf_counter()
+    ttft = None
+    chunks = 0
+    stream = await sdk.chat.completions.create(**BODY, stream=True, stream_options={"include_usage": True})
+    async with stream:
+        async for chunk in stream:
+            chunks += 1
+            if ttft is None and chunk.choices and chunk.choices[0].delta.content:
+                ttft = time.perf_counter() - start
+    assert ttft is not None
+    return ttft, chunks
+
+
+async def hedging_call(client: HedgingClient) -> tuple[float, int]:
+    """One call through ``HedgingClient``; returns (TTFT s, chunks)."""
+    start = time.perf_counter()
+    ttft = None
+    chunks = 0
+    async with client.stream_chat(BODY) as stream:
+        async for chunk in stream:
+            chunks += 1
+            if ttft is None and _is_token(chunk):
+                ttft = time.perf_counter() - start
+    assert ttft is not None and stream.record is not None and not stream.record.hedged
+    return ttft, chunks
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The q-quantile (linear interpolation, as numpy's default)."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+#: Pairs (baseline, hedged) whose difference is reported.
+PAIRS = (("plain", "hedging"), ("plain_close", "hedging"), ("sdk", "sdk_transport"))
+
+
+async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dict[str, Any]:
+    """Interleave ``calls`` calls of each mode after ``warmup`` unmeasured ones; summarise."""
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+    upstreams = [Upstream("local", f"http://127.0.0.1:{port}/v1"), Upstream("unused", f"http://127.0.0.1:{port}/v1")]
+    policy = HedgePolicy(hedge_after_s=30.0)
+    async with contextlib.AsyncExitStack() as stack:
+        http = await stack.enter_async_context(
+            httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0), limits=limits))
+        client = await stack.enter_async_context(HedgingClient(upstreams, route="bench", policy=policy))
+        modes = {"plain": lambda: plain_call(http, url), "hedging": lambda: hedging_call(client),
+                 "plain_close": lambda: plain_call(http, url, reuse=False)}
+        if with_sdk:
+            import openai  # the dev extra; only this mode needs it
+
+            from hedgerow.client import HedgingTransport
+
+            direct = openai.AsyncOpenAI(base_url=upstreams[0].base_url, api_key="x", max_retries=0,
+                                        http_client=httpx.AsyncClient(limits=limits))
+            hedged = openai.AsyncOpenAI(
+                base_url="http://hedgerow.invalid/v1", api_key="x", max_retries=0,
+                http_client=httpx.AsyncClient(transport=HedgingTransport(upstreams, route="bench", policy=policy)))
+            for sdk in (direct, hedged):
+                stack.push_async_callback(sdk.close)
+            modes["sdk"] = lambda: sdk_call(direct)
+            modes["sdk_transport"] = lambda: sdk_call(hedged)
+        ttfts: dict[str, list[float]] = {name: [] for name in modes}
+        cpu = dict.fromkeys(modes, 0.0)
+        chunks = dict.fromkeys(modes, 0)
+        names = list(modes)
+        for _ in range(warmup):
+            for call in modes.values():
+                await call()
+        for i in range(calls):
+            shift = i % len(names)  # rotate the order so no mode always runs first
+            for name in names[shift:] + names[:shift]:
+                cpu_start = time.process_time()
+                ttft, n = await modes[name]()
+                cpu[name] += time.process_time() - cpu_start
+                ttfts[name].append(ttft)
+                chunks[name] += n
+    results: dict[str, Any] = {}
+    for name in names:
+        results[name] = {
+            "ttft_ms_median": statistics.median(ttfts[name]) * 1e3,
+            "ttft_ms_p99": _quantile(ttfts[name], 0.99) * 1e3,
+            "cpu_us_per_chunk": cpu[name] / chunks[name] * 1e6,
+            "cpu_s_total": cpu[name],
+            "chunks": chunks[name],
+        }
+    added = {}
+    for base, mode in PAIRS:
+        if mode in results:
+            added[f"{mode} - {base}"] = {
+                "added_ttft_ms_median": results[mode]["ttft_ms_median"] - results[base]["ttft_ms_median"],
+                "added_ttft_ms_p99": results[mode]["ttft_ms_p99"] - results[base]["ttft_ms_p99"],
+                "cpu_per_chunk_ratio": results[mode]["cpu_us_per_chunk"] / results[base]["cpu_us_per_chunk"],
+            }
+    return {"results": results, "added": added}
+
+
+def start_server(tokens: int) -> tuple[subprocess.Popen[str], int]:
+    """Start the upstream in a child process; return it and its port."""
+    child = subprocess.Popen([sys.executable, __file__, "--serve", "--tokens", str(tokens)],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    line = child.stdout.readline().strip()
+    if not line.isdigit():
+        child.kill()
+        raise RuntimeError(f"the benchmark upstream did not start (it printed {line!r})")
+    return child, int(line)
+
+
+def main(calls: int, tokens: int, warmup: int, json_path: Path | None, with_sdk: bool = False) -> dict[str, Any]:
+    """Run the benchmark, print the table, write the JSON; returns the JSON document."""
+    child, port = start_server(tokens)
+    try:
+        summary = asyncio.run(run(port, calls, warmup, with_sdk))
+    finally:
+        child.terminate()
+        child.wait(10)
+    r = summary["results"]
+    print(f"{calls} streamed calls per mode, {tokens} content chunks each (+ role, finish, usage), "
+          f"local SSE server in a child process")
+    print(f"{'mode':<30} {'TTFT median ms':>15} {'TTFT P99 ms':>12} {'CPU us/chunk':>13}")
+    for name in r:
+        print(f"{name:<30} {r[name]['ttft_ms_median']:>15.3f} {r[name]['ttft_ms_p99']:>12.3f} "
+              f"{r[name]['cpu_us_per_chunk']:>13.2f}")
+    for pair, a in summary["added"].items():
+        label = f"{pair} (ratio)"
+        print(f"{label:<30} {a['added_ttft_ms_median']:>+15.3f} {a['added_ttft_ms_p99']:>+12.3f} "
+              f"{'x' + format(a['cpu_per_chunk_ratio'], '.2f'):>13}")
+    document = {"benchmark": "client_overhead", "python": sys.version.split()[0], "httpx": httpx.__version__,
+                "machine": platform.machine(), "calls": calls, "tokens": tokens, "warmup": warmup, **summary}
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(document, indent=2) + "\n")
+        print(f"written to {json_path}")
+    return document
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=1000, help="measured calls per mode (>= 1)")
+    parser.add_argument("--tokens", type=int, default=64, help="content chunks per answer (>= 1)")
+    parser.add_argument("--warmup", type=int, default=20, help="unmeasured calls per mode first (>= 0)")
+    parser.add_argument("--json", type=Path, default=Path("bench/results/client_overhead.json"))
+    parser.add_argument("--sdk", action="store_true", help="also measure the openai SDK direct vs HedgingTransport")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.calls < 1 or args.tokens < 1 or args.warmup < 0:
+        parser.error("--calls and --tokens must be >= 1, --warmup >= 0")
+    if args.serve:
+        asyncio.run(serve(args.tokens))
+    else:
+        main(args.calls, args.tokens, args.warmup, args.json, args.sdk)

@@ -1,0 +1,459 @@
+"""``HedgingTransport``: hedged chat completions behind any httpx-based client (the openai SDK).
+
+Plug it into the SDK and every chat completion is hedged, with no other change to the app::
+
+    transport = HedgingTransport([Upstream("east", "https://east.example/v1", api_key="k1"),
+                                  Upstream("west", "https://west.example/v1", api_key="k2")],
+                                 route="summarize", policy=HedgePolicy(hedge_after_s=1.0))
+    client = openai.AsyncOpenAI(base_url="http://hedgerow/v1", api_key="unused",
+                                http_client=httpx.AsyncClient(transport=transport))
+    stream = await client.chat.completions.create(model="m", messages=[...], stream=True)
+
+What the transport does with one request:
+
+* **Path re-basing.** The request path is split into the caller's base path and a remainder; the
+  remainder is appended to each upstream's ``base_url`` and the query string is kept. The base
+  path is ``base_path`` when given (the request path must start with it, else the answer is a
+  404 naming both); by default it is everything up to and including the first path segment
+  ``v1`` (``/v1/chat/completions`` and ``/proxy/v1/chat/completions`` both give
+  ``/chat/completions``); a path without a ``v1`` segment is all remainder. So the SDK's
+  ``base_url`` host and prefix are never contacted: use any placeholder.
+* **Credentials.** The caller's ``Authorization`` and ``api-key`` headers are dropped; each
+  upstream gets ``Authorization: Bearer <its api_key>`` (when set) and its own ``headers``.
+  Other caller headers (``OpenAI-Organization``, the SDK's ``X-Stainless-*``, ``extra_headers``)
+  are forwarded, except hop-by-hop ones; hedgerow's ``X-Request-ID`` and ``Idempotency-Key``
+  replace the caller's on chat calls.
+* **``POST <base>/chat/completions`` with ``"stream": true``** is one ``HedgingClient`` call
+  (hedge on a late first token, see ``hedgerow.client.hedging``). The response is returned when
+  the winner's first token has arrived, so the app's TTFT is the winner's; it is a real streaming
+  ``httpx.Response`` (status 200, the winner's headers minus framing ones) whose body re-encodes
+  the winner's chunks as SSE (``data: {json}``, one event per chunk, then ``data: [DONE]``; SSE
+  comments and ``event:`` names are not forwarded). If the caller set no ``stream_options``, the
+  client still asks for usage (for the record) and the usage-only chunk (``choices: []`` with a
+  ``usage``) is withheld from the app, which did not ask for it.
+* **``"stream": false``** (or absent) is hedged on the arrival of the whole response
+  (``hedgerow.client.unary``), under route ``unary_route`` (default ``"<route>.unary"``) so
+  whole-response times do not mix with first-token times in the controller's estimates, and
+  with ``unary_policy`` (default: ``policy``) and its own budget.
+* **Every other request** (``GET /v1/models``, embeddings, files, ...) passes through unhedged
+  to the primary (first) upstream (the request body re-sent as read, the response streamed
+  back as it comes), honouring the caller's timeout; it makes no ``CallRecord``.
+* A chat body that is not a JSON object with a string ``model`` is answered 400 (OpenAI error
+  JSON naming the problem) without contacting any upstream.
+
+Every response carries ``X-Hedgerow-Request-Id`` (the call's id, also the upstream
+``Idempotency-Key``), ``X-Hedgerow-Winner`` (the name of the upstream whose response this is;
+empty when no upstream answered) and ``X-Hedgerow-Hedged`` (``true`` when a backup was started).
+
+Outcomes, as the SDK sees them:
+
+=============================================  ===============================================
+what happened                                  what the transport returns or raises
+=============================================  ===============================================
+a winner                                       its 200 response (streamed, or whole)
+non-retryable 4xx (400/401/403/404/422)        that upstream's status and body (SDK raises its
+                                               ``BadRequestError`` etc.); streaming calls carry
+                                               the first 300 characters of the body
+every attempt failed, some with an HTTP        the last such response's status, headers and
+error status (503, 429, ...)                   body (the SDK raises ``APIStatusError``)
+every attempt failed without an HTTP error     ``httpx.ConnectError`` whose message names each
+response (refused, connect timeout, reset, a   attempt's error; ``__cause__`` is the
+200 that was not a stream, an empty stream)    ``AllAttemptsFailed`` (SDK: ``APIConnectionError``)
+``TotalTimeout`` before or after the first     ``httpx.ReadTimeout`` (SDK: ``APITimeoutError``)
+token; ``StallTimeout``
+the winner fails mid-stream (``StreamError``)  ``httpx.ReadError`` from the body stream (SDK:
+                                               ``APIConnectionError``)
+the app closes the stream early                every attempt closed, record status
+(``await stream.close()``, ``async with``)     ``cancelled``; a stream dropped after a bare
+                                               ``break`` is closed only when the garbage
+                                               collector finalizes the SDK's generator
+=============================================  ===============================================
+
+Each hedged call hands exactly one ``CallRecord`` to ``telemetry``. The SDK's own retries
+(``max_retries``, 2 by default) wrap the hedged call: each retry is a new call with its own
+record. Set ``max_retries=0`` to leave failover to hedgerow alone. The SDK's per-request
+``timeout`` applies to pass-through requests only; hedged calls are bounded by the policy's
+``total_timeout_s`` and ``connect_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+
+from hedgerow.client.budget import HedgeBudget
+from hedgerow.client.errors import (
+    AllAttemptsFailed,
+    HedgeError,
+    StallTimeout,
+    TotalTimeout,
+    UpstreamError,
+)
+from hedgerow.client.hedging import (
+    CallStream,
+    HedgingClient,
+    RecordSink,
+    ThresholdSource,
+)
+from hedgerow.client.policy import HedgePolicy, Upstream
+from hedgerow.client.unary import unary_call
+
+__all__ = ["CHAT_COMPLETIONS_PATH", "HedgingTransport", "rebase_path"]
+
+#: The remainder (after the base path) of the requests that are hedged.
+CHAT_COMPLETIONS_PATH = "/chat/completions"
+
+#: Response header names added to every response.
+REQUEST_ID_HEADER = "X-Hedgerow-Request-Id"
+WINNER_HEADER = "X-Hedgerow-Winner"
+HEDGED_HEADER = "X-Hedgerow-Hedged"
+
+_HOP_BY_HOP = frozenset({"host", "connection", "keep-alive", "proxy-connection", "proxy-authorization",
+                         "te", "trailer", "upgrade"})
+# Request headers never forwarded: hop-by-hop, and the caller's credentials (upstreams use their own).
+_DROP_PASSTHROUGH = _HOP_BY_HOP | {"authorization", "api-key"}
+# Pass-through bodies are re-sent whole (httpx sets Host and Content-Length again).
+_DROP_PASSTHROUGH_REQUEST = _DROP_PASSTHROUGH | {"content-length", "transfer-encoding"}
+# For hedged chat calls the body is re-sent and the framing, encoding and ids are hedgerow's.
+_DROP_CHAT = _DROP_PASSTHROUGH | {"content-length", "transfer-encoding", "content-type", "accept",
+                                  "accept-encoding", "x-request-id", "idempotency-key"}
+# Response headers that describe the upstream's framing or encoding, not the body we hand back.
+_DROP_RESPONSE = _HOP_BY_HOP | {"content-length", "content-encoding", "transfer-encoding"}
+
+
+def rebase_path(path: str, base_path: str | None = None) -> str | None:
+    """The part of a request path that is appended to an upstream's ``base_url``.
+
+    Args:
+        path: the request's path, without the query string (``/v1/chat/completions``).
+        base_path: the caller's base path (``/openai/v1``); None = up to and including the first
+            ``v1`` segment, or nothing when there is none.
+
+    Returns:
+        The remainder starting with ``/`` (``/chat/completions``; ``""`` when the path is the
+        base itself), or None when ``base_path`` is given and ``path`` is not under it.
+    """
+    if base_path is not None:
+        base = base_path.rstrip("/")
+        if path == base:
+            return ""
+        if not path.startswith(base + "/"):
+            return None
+        return path[len(base):]
+    segments = path.split("/")
+    if "v1" in segments:
+        cut = segments.index("v1") + 1
+        rest = "/".join(segments[cut:])
+        return "/" + rest if rest else ""
+    return path
+
+
+class HedgingTransport(httpx.AsyncBaseTransport):
+    """An ``httpx.AsyncBaseTransport`` that hedges chat completions (see the module docstring).
+
+    Args:
+        upstreams: the OpenAI-compatible endpoints in preference order (the first is the primary
+            and receives every pass-through request). At least one; names unique.
+        route: the app's logical name for the streamed chat calls (thresholds per (route, model)).
+        policy: the ``HedgePolicy`` of streamed calls.
+        thresholds: optional ``ThresholdSource`` (e.g. a ``ThresholdPoller``).
+        telemetry: optional ``RecordSink`` (e.g. a ``TelemetryExporter``): one record per call.
+        unary_route: route of non-streaming calls (default ``"<route>.unary"``).
+        unary_policy: policy of non-streaming calls (default: ``policy``); it has its own budget.
+        base_path: the caller's base path; None applies the ``v1`` rule of ``rebase_path``.
+        client_tag: the records' ``client`` field (default: the host name).
+        max_connections: size of the connection pool shared by all upstreams.
+
+    Raises:
+        ValueError: for bad upstreams, route, unary_route or base_path (must start with ``/``,
+            no ``?``).
+        TypeError: when ``policy`` or ``unary_policy`` is not a ``HedgePolicy``.
+
+    The pool opens on the first request; ``aclose()`` (called by ``httpx.AsyncClient.aclose``)
+    closes it, after which requests raise RuntimeError.
+    """
+
+    def __init__(
+        self,
+        upstreams: Sequence[Upstream],
+        *,
+        route: str,
+        policy: HedgePolicy,
+        thresholds: ThresholdSource | None = None,
+        telemetry: RecordSink | None = None,
+        unary_route: str | None = None,
+        unary_policy: HedgePolicy | None = None,
+        base_path: str | None = None,
+        client_tag: str | None = None,
+        max_connections: int = 1000,
+    ) -> None:
+        if not isinstance(policy, HedgePolicy):
+            raise TypeError("policy: must be a HedgePolicy")
+        if unary_policy is not None and not isinstance(unary_policy, HedgePolicy):
+            raise TypeError("unary_policy: must be a HedgePolicy or None")
+        if base_path is not None and (not isinstance(base_path, str) or not base_path.startswith("/")
+                                      or "?" in base_path):
+            raise ValueError(f"base_path: must be a path starting with '/' and without a query, got {base_path!r}")
+        if unary_route is not None and (not isinstance(unary_route, str) or not unary_route):
+            raise ValueError("unary_route: must be a non-empty string or None")
+        self._pool = httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=100))
+        self._client = HedgingClient(upstreams, route=route, policy=policy, thresholds=thresholds,
+                                     telemetry=telemetry, client_tag=client_tag, transport=self._pool)
+        self.upstreams: list[Upstream] = self._client.upstreams
+        self.route = route
+        self.policy = policy
+        self.unary_route = unary_route or f"{route}.unary"
+        self.unary_policy = unary_policy or policy
+        self.unary_budget = HedgeBudget(self.unary_policy.budget, self.unary_policy.budget_burst)
+        self.base_path = base_path.rstrip("/") if base_path is not None else None
+        self._http: httpx.AsyncClient | None = None
+        self._closed = False
+        self._lock = asyncio.Lock()
+
+    @property
+    def client(self) -> HedgingClient:
+        """The ``HedgingClient`` behind the streamed calls (its ``budget``, ``telemetry``...)."""
+        return self._client
+
+    async def _open(self) -> httpx.AsyncClient:
+        if self._closed:
+            raise RuntimeError("HedgingTransport is closed")
+        if self._http is None:
+            async with self._lock:
+                if self._http is None:
+                    await self._client.__aenter__()
+                    timeout = httpx.Timeout(None, connect=self.unary_policy.connect_timeout_s)
+                    self._http = httpx.AsyncClient(transport=self._pool, timeout=timeout)
+        return self._http
+
+    async def aclose(self) -> None:
+        """Close the connection pool (idempotent)."""
+        self._closed = True
+        await self._client.aclose()
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+        await self._pool.aclose()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Hedge a chat completion, or pass any other request to the primary upstream.
+
+        Returns:
+            An ``httpx.Response`` (streaming for ``stream: true``) with the hedgerow headers.
+
+        Raises:
+            httpx.ConnectError: every attempt failed without an HTTP response.
+            httpx.ReadTimeout: the call exceeded the policy's ``total_timeout_s``.
+            httpx.TransportError: a pass-through request failed (as httpx raised it).
+            RuntimeError: the transport was closed.
+        """
+        http = await self._open()
+        raw_path = request.url.raw_path.decode("ascii")
+        path, _, query = raw_path.partition("?")
+        remainder = rebase_path(path, self.base_path)
+        if remainder is None:
+            return _error_response(404, f"hedgerow: path {path!r} is not under base_path {self.base_path!r}",
+                                   "not_found_error")
+        if request.method == "POST" and remainder.rstrip("/") == CHAT_COMPLETIONS_PATH:
+            return await self._chat(http, request, query)
+        return await self._passthrough(http, request, remainder, query)
+
+    # -- chat completions -----------------------------------------------------------------------
+
+    async def _chat(self, http: httpx.AsyncClient, request: httpx.Request, query: str) -> httpx.Response:
+        raw = await request.aread()
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            return _error_response(400, f"hedgerow: request body is not valid JSON ({exc})", param="body")
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            return _error_response(400, "hedgerow: request body must be a JSON object with a string 'model'",
+                                   param="model")
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_CHAT}
+        params = httpx.QueryParams(query) if query else None
+        if body.get("stream") is True:
+            return await self._stream(request, body, headers, params)
+        return await self._unary(http, request, raw, body, headers, params)
+
+    async def _stream(self, request: httpx.Request, body: dict[str, Any], headers: dict[str, str],
+                      params: httpx.QueryParams | None) -> httpx.Response:
+        call = self._client.stream_chat(body, headers=headers, params=params)
+        await call.__aenter__()
+        iterator = call.__aiter__()
+        first: dict[str, Any] | None
+        try:
+            first = await iterator.__anext__()
+        except StopAsyncIteration:
+            first = None
+        except BaseException as exc:
+            await call.__aexit__(type(exc), exc, exc.__traceback__)
+            if isinstance(exc, HedgeError):
+                return _failure(request, exc, call.request_id)
+            raise
+        response_headers = _response_headers(call.winner_response_headers, call.request_id,
+                                             call.winner_upstream or "", call.hedged)
+        if "content-type" not in response_headers:
+            response_headers["Content-Type"] = "text/event-stream; charset=utf-8"
+        stream = _ChatByteStream(call, iterator, first, withhold_usage="stream_options" not in body,
+                                 request=request)
+        return httpx.Response(200, headers=response_headers, stream=stream, request=request)
+
+    async def _unary(self, http: httpx.AsyncClient, request: httpx.Request, raw: bytes, body: dict[str, Any],
+                     headers: dict[str, str], params: httpx.QueryParams | None) -> httpx.Response:
+        model = body["model"]
+        hedge_after_s, version, enabled = self.unary_policy.hedge_after_s, None, True
+        if self._client.thresholds is not None:
+            found = self._client.thresholds.lookup(self.unary_route, model)
+            if found is not None:
+                hedge_after_s, version, enabled = found
+        try:
+            result = await unary_call(
+                http, self.upstreams, raw, route=self.unary_route, model=model, policy=self.unary_policy,
+                budget=self.unary_budget, hedge_after_s=hedge_after_s, threshold_version=version,
+                hedging_enabled=enabled, telemetry=self._client.telemetry, client_tag=self._client.client_tag,
+                headers=headers, params=params)
+        except HedgeError as exc:
+            return _failure(request, exc, exc.record.request_id if exc.record else "")
+        response_headers = _response_headers(result.headers, result.record.request_id, result.upstream,
+                                             result.hedged)
+        return httpx.Response(result.status_code, headers=response_headers, content=result.content,
+                              request=request)
+
+    # -- everything else ------------------------------------------------------------------------
+
+    async def _passthrough(self, http: httpx.AsyncClient, request: httpx.Request, remainder: str,
+                           query: str) -> httpx.Response:
+        upstream = self.upstreams[0]
+        url = upstream.base_url.rstrip("/") + remainder + (f"?{query}" if query else "")
+        headers = httpx.Headers([(k, v) for k, v in request.headers.multi_items()
+                                 if k.lower() not in _DROP_PASSTHROUGH_REQUEST])
+        if upstream.api_key:
+            headers["Authorization"] = f"Bearer {upstream.api_key}"
+        if upstream.headers:
+            headers.update(dict(upstream.headers))
+        outgoing = httpx.Request(request.method, url, headers=headers, content=await request.aread(),
+                                 extensions=request.extensions)
+        response = await http.send(outgoing, stream=True)
+        kept = [(k, v) for k, v in response.headers.multi_items()
+                if k.lower() not in _HOP_BY_HOP | {"transfer-encoding"}]
+        out = httpx.Headers(kept)
+        _mark(out, "", upstream.name, False)
+        extensions = {k: v for k, v in response.extensions.items() if k in ("http_version", "reason_phrase")}
+        return httpx.Response(response.status_code, headers=out, stream=response.stream, request=request,
+                              extensions=extensions)
+
+
+class _ChatByteStream(httpx.AsyncByteStream):
+    """The body of a hedged streaming response: the winner's chunks as SSE, then ``[DONE]``.
+
+    Closing it (the response closed by the app or the SDK) ends the call; errors of the call
+    after the first token surface as httpx transport errors (see the module table).
+    """
+
+    def __init__(self, call: CallStream, iterator: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None,
+                 *, withhold_usage: bool, request: httpx.Request) -> None:
+        self._call = call
+        self._iterator = iterator
+        self._first = first
+        self._withhold_usage = withhold_usage
+        self._request = request
+        self._closed = False
+
+    def _encode(self, chunk: dict[str, Any]) -> bytes | None:
+        if self._withhold_usage and chunk.get("choices") == [] and chunk.get("usage") is not None:
+            return None
+        return b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            if self._first is not None:
+                data = self._encode(self._first)
+                if data is not None:
+                    yield data
+            async for chunk in self._iterator:
+                data = self._encode(chunk)
+                if data is not None:
+                    yield data
+            await self._close(None)  # the call ended well: record it before the app sees the end
+            yield b"data: [DONE]\n\n"
+        except (StallTimeout, TotalTimeout) as exc:
+            await self._close(exc)
+            raise httpx.ReadTimeout(str(exc), request=self._request) from exc
+        except HedgeError as exc:
+            await self._close(exc)
+            raise httpx.ReadError(str(exc), request=self._request) from exc
+        except BaseException as exc:
+            await self._close(None if isinstance(exc, GeneratorExit) else exc)
+            raise
+
+    async def _close(self, exc: BaseException | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._call.__aexit__(None if exc is None else type(exc), exc, None)
+
+    async def aclose(self) -> None:
+        """End the call: an unfinished call is recorded ``cancelled`` and every attempt closed."""
+        await self._close(None)
+
+
+def _mark(headers: httpx.Headers, request_id: str, winner: str, hedged: bool) -> None:
+    headers[REQUEST_ID_HEADER] = request_id
+    headers[WINNER_HEADER] = winner
+    headers[HEDGED_HEADER] = "true" if hedged else "false"
+
+
+def _response_headers(upstream_headers: httpx.Headers | None, request_id: str, winner: str,
+                      hedged: bool) -> httpx.Headers:
+    """The upstream's headers minus framing/encoding ones, plus hedgerow's three."""
+    kept = [] if upstream_headers is None else [
+        (k, v) for k, v in upstream_headers.multi_items() if k.lower() not in _DROP_RESPONSE]
+    headers = httpx.Headers(kept)
+    _mark(headers, request_id, winner, hedged)
+    return headers
+
+
+def _error_response(status: int, message: str, type_: str = "invalid_request_error",
+                    param: str | None = None) -> httpx.Response:
+    """An OpenAI-style error answered by hedgerow itself (no upstream contacted)."""
+    body = {"error": {"message": message, "type": type_, "param": param, "code": None}}
+    headers = httpx.Headers({"Content-Type": "application/json"})
+    _mark(headers, "", "", False)
+    return httpx.Response(status, headers=headers, content=json.dumps(body).encode())
+
+
+def _failure(request: httpx.Request, exc: HedgeError, request_id: str) -> httpx.Response:
+    """Map a call that failed before any answer to a response (an upstream's error) or raise."""
+    hedged = bool(exc.record.hedged) if exc.record is not None else False
+    if isinstance(exc, UpstreamError):
+        headers = _response_headers(None, request_id, exc.upstream, hedged)
+        headers["Content-Type"] = _content_type(exc.body_excerpt.encode())
+        return httpx.Response(exc.status_code, headers=headers, content=exc.body_excerpt.encode(), request=request)
+    if isinstance(exc, AllAttemptsFailed):
+        for name, error in reversed(exc.errors):
+            status = getattr(error, "status_code", None)
+            if isinstance(status, int) and status >= 400:
+                content = getattr(error, "content", None)
+                if not isinstance(content, bytes):
+                    content = str(getattr(error, "body_excerpt", "") or "").encode()
+                headers = _response_headers(getattr(error, "headers", None), request_id, name, hedged)
+                if "content-type" not in headers:
+                    headers["Content-Type"] = _content_type(content)
+                return httpx.Response(status, headers=headers, content=content, request=request)
+        raise httpx.ConnectError(str(exc), request=request) from exc
+    if isinstance(exc, (TotalTimeout, StallTimeout)):
+        raise httpx.ReadTimeout(str(exc), request=request) from exc
+    raise httpx.ReadError(str(exc), request=request) from exc
+
+
+def _content_type(content: bytes) -> str:
+    try:
+        json.loads(content)
+    except ValueError:
+        return "text/plain; charset=utf-8"
+    return "application/json"

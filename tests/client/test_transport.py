@@ -1,0 +1,502 @@
+"""``HedgingTransport`` under the real ``openai`` SDK, against real servers on 127.0.0.1.
+
+Hedging races use simulated replicas (``hedgerow.sim``): a sick one (``slowdown=100``: first
+token after ~5 s, whole answer after ~15 s) as primary and a healthy one (first token in ~0.05 s)
+as backup, with ``hedge_after_s=0.5``; the orderings are seconds apart, safe on a loaded machine.
+Headers, paths and failures use the scripted server, which records what it was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import openai
+import pytest
+
+from hedgerow.client import (
+    AllAttemptsFailed,
+    CallRecord,
+    HedgePolicy,
+    HedgingTransport,
+    Upstream,
+)
+from hedgerow.client.transport import rebase_path
+from hedgerow.sim import ReplicaConfig, ReplicaThread
+from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+class Sink:
+    """A telemetry sink keeping every record."""
+
+    def __init__(self) -> None:
+        self.records: list[CallRecord] = []
+
+    def submit(self, record: CallRecord) -> None:
+        self.records.append(record)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sdk(transport: HedgingTransport, base_url: str = "http://hedgerow.invalid/v1") -> openai.AsyncOpenAI:
+    """The app's client: the real SDK, only ``http_client`` differs; no SDK retries."""
+    return openai.AsyncOpenAI(base_url=base_url, api_key="caller-key", max_retries=0,
+                              http_client=httpx.AsyncClient(transport=transport))
+
+
+def answer_script(text_pieces: list[str], first_delay_s: float = 0.0, gap_s: float = 0.01) -> Script:
+    chunks = [chunk(text_pieces[0], role="assistant")] + [chunk(t) for t in text_pieces[1:]]
+    chunks += [chunk(finish="stop"), usage_chunk(3, len(text_pieces))]
+    return Script(pieces=sse(*chunks, first_delay_s=first_delay_s, gap_s=gap_s))
+
+
+def completion_script(text: str, header_delay_s: float = 0.0) -> Script:
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+    return Script(pieces=[(0, json.dumps(body).encode())], content_type="application/json",
+                  header_delay_s=header_delay_s)
+
+
+def error_script(status: int, message: str) -> Script:
+    body = {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+    return Script(status=status, content_type="application/json", pieces=[(0, json.dumps(body).encode())])
+
+
+@pytest.fixture(scope="module")
+def replicas() -> Iterator[tuple[ReplicaThread, ReplicaThread]]:
+    """(slow, fast) simulated replicas, shared by the module's tests."""
+    with ReplicaThread(ReplicaConfig(name="slow", slowdown=100.0)) as slow, \
+            ReplicaThread(ReplicaConfig(name="fast")) as fast:
+        yield slow, fast
+
+
+@pytest.fixture
+async def hedged(replicas) -> AsyncIterator[tuple[openai.AsyncOpenAI, Sink]]:
+    """The SDK over a transport whose primary is the slow replica."""
+    slow, fast = replicas
+    sink = Sink()
+    transport = HedgingTransport([Upstream("slow", slow.base_url, api_key="k-slow"),
+                                  Upstream("fast", fast.base_url, api_key="k-fast")],
+                                 route="chat", policy=HedgePolicy(hedge_after_s=0.5), telemetry=sink)
+    client = sdk(transport)
+    yield client, sink
+    await client.close()
+
+
+# -- sim replicas: hedging through the SDK --------------------------------------------------------
+
+
+async def test_stream_hedges_and_fast_replica_wins(hedged) -> None:
+    client, sink = hedged
+    t0 = time.monotonic()
+    raw = await client.chat.completions.with_raw_response.create(
+        model="m", messages=MESSAGES, stream=True, max_tokens=5)
+    headers_s = time.monotonic() - t0
+    assert raw.headers["x-hedgerow-winner"] == "fast"
+    assert raw.headers["x-hedgerow-hedged"] == "true"
+    assert raw.headers["x-hedgerow-replica"] == "fast"  # the winner's own headers come along
+    request_id = raw.headers["x-hedgerow-request-id"]
+    # The response (headers) arrives with the winner's first token: after the hedge, long
+    # before the sick primary's first token (~5 s).
+    assert 0.45 <= headers_s < 3.0
+    text, finish, chunks = "", None, []
+    async for c in raw.parse():
+        chunks.append(c)
+        if c.choices and c.choices[0].delta.content:
+            text += c.choices[0].delta.content
+        if c.choices and c.choices[0].finish_reason:
+            finish = c.choices[0].finish_reason
+    assert text == "tok " * 5 and finish == "length"
+    # The caller did not ask for usage: the usage-only chunk the client asked for is withheld.
+    assert all(c.choices for c in chunks)
+    assert len(sink.records) == 1
+    record = sink.records[0]
+    assert record.request_id == request_id and record.route == "chat"
+    assert record.hedged and record.hedge_reason == "ttft_timeout" and record.winner == "backup"
+    assert record.status == "ok" and record.completion_tokens == 5
+    primary, backup = record.attempts
+    assert (primary.upstream, primary.outcome, primary.first_token_s) == ("slow", "cancelled", None)
+    assert (backup.upstream, backup.outcome) == ("fast", "won")
+
+
+async def test_stream_without_hedge_passes_usage_when_asked(replicas) -> None:
+    slow, fast = replicas
+    sink = Sink()
+    transport = HedgingTransport([Upstream("fast", fast.base_url), Upstream("slow", slow.base_url)],
+                                 route="chat", policy=HedgePolicy(hedge_after_s=2.0), telemetry=sink)
+    async with sdk(transport) as client:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="m", messages=MESSAGES, stream=True, max_tokens=3, stream_options={"include_usage": True})
+        assert raw.headers["x-hedgerow-hedged"] == "false" and raw.headers["x-hedgerow-winner"] == "fast"
+        chunks = [c async for c in raw.parse()]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 3
+    (record,) = sink.records
+    assert not record.hedged and record.winner == "primary" and record.status == "ok"
+
+
+async def test_non_streaming_call_hedges_on_the_whole_response(hedged) -> None:
+    client, sink = hedged
+    t0 = time.monotonic()
+    raw = await client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, max_tokens=5)
+    elapsed = time.monotonic() - t0
+    completion = raw.parse()
+    assert completion.choices[0].message.content == "tok " * 5
+    assert completion.usage.completion_tokens == 5
+    assert raw.headers["x-hedgerow-winner"] == "fast" and raw.headers["x-hedgerow-hedged"] == "true"
+    assert 0.45 <= elapsed < 5.0  # the sick replica needs ~15 s for the whole answer
+    (record,) = sink.records
+    assert record.route == "chat.unary" and record.request_id == raw.headers["x-hedgerow-request-id"]
+    assert record.hedged and record.hedge_reason == "ttft_timeout" and record.winner == "backup"
+    assert record.status == "ok" and record.ttft_s == record.e2e_s and record.tpot_s is None
+    assert record.completion_tokens == 5 and record.prompt_tokens is not None
+    assert [a.outcome for a in record.attempts] == ["cancelled", "won"]
+
+
+async def test_other_paths_pass_through_to_the_primary(hedged, replicas) -> None:
+    client, sink = hedged
+    raw = await client.models.with_raw_response.list()
+    page = raw.parse()
+    assert [m.id for m in page.data] and raw.headers["x-hedgerow-replica"] == "slow"
+    assert raw.headers["x-hedgerow-winner"] == "slow" and raw.headers["x-hedgerow-hedged"] == "false"
+    assert "x-hedgerow-request-id" in raw.headers
+    assert sink.records == []  # not a chat call: no record
+
+
+# -- scripted servers: what the upstreams see ----------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_path_rebased_key_replaced_headers_forwarded(stream: bool) -> None:
+    script = answer_script(["he", "llo"]) if stream else completion_script("hello")
+    async with ScriptedServer(script) as a, ScriptedServer(script) as b:
+        sink = Sink()
+        transport = HedgingTransport(
+            [Upstream("a", f"http://127.0.0.1:{a.port}/gateway/v1", api_key="key-a", headers={"X-Tenant": "t1"}),
+             Upstream("b", b.base_url, api_key="key-b")],
+            route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+        async with sdk(transport, base_url="http://anything.invalid/some/prefix/v1") as client:
+            raw = await client.chat.completions.with_raw_response.create(
+                model="m", messages=MESSAGES, stream=stream, extra_headers={"X-App": "demo"},
+                extra_query={"api-version": "7"})
+            if stream:
+                text = "".join([c.choices[0].delta.content or "" async for c in raw.parse() if c.choices])
+            else:
+                text = raw.parse().choices[0].message.content
+        assert text == "hello"
+        assert b.requests == []
+        (seen,) = a.requests
+        assert seen.path == "/gateway/v1/chat/completions?api-version=7"
+        assert seen.headers["authorization"] == "Bearer key-a"
+        assert "caller-key" not in json.dumps(seen.headers)
+        assert seen.headers["x-tenant"] == "t1" and seen.headers["x-app"] == "demo"
+        request_id = raw.headers["x-hedgerow-request-id"]
+        assert seen.headers["idempotency-key"] == request_id
+        assert seen.headers["x-request-id"] == f"{request_id}-primary"
+        assert seen.body["messages"] == MESSAGES and seen.body["model"] == "m"
+        if stream:
+            assert seen.body["stream"] is True and seen.body["stream_options"] == {"include_usage": True}
+        else:
+            assert seen.body.get("stream") in (None, False)
+        (record,) = sink.records
+        assert record.request_id == request_id and record.status == "ok" and not record.hedged
+
+
+async def test_explicit_base_path() -> None:
+    async with ScriptedServer(completion_script("ok")) as a:
+        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat",
+                                     policy=HedgePolicy(), base_path="/openai")
+        async with sdk(transport, base_url="http://gw.invalid/openai") as client:
+            done = await client.chat.completions.create(model="m", messages=MESSAGES)
+            assert done.choices[0].message.content == "ok"
+            assert a.requests[0].path == "/v1/chat/completions"
+            with pytest.raises(openai.NotFoundError):  # the SDK's own paths are all under its base
+                await client.get("http://gw.invalid/elsewhere/models", cast_to=object)
+        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat",
+                                     policy=HedgePolicy(), base_path="/openai")
+        async with httpx.AsyncClient(transport=transport) as http:
+            response = await http.get("http://gw.invalid/elsewhere/models")
+        assert response.status_code == 404
+        assert "/elsewhere/models" in response.json()["error"]["message"]
+        assert len(a.requests) == 1
+
+
+@pytest.mark.parametrize(("path", "base_path", "expected"), [
+    ("/v1/chat/completions", None, "/chat/completions"),
+    ("/proxy/v1/chat/completions", None, "/chat/completions"),
+    ("/v1", None, ""),
+    ("/chat/completions", None, "/chat/completions"),
+    ("/a/v1/b/v1/models", None, "/b/v1/models"),
+    ("/openai/chat/completions", "/openai", "/chat/completions"),
+    ("/openai/chat/completions", "/openai/", "/chat/completions"),
+    ("/openaiX/chat/completions", "/openai", None),
+    ("/other/models", "/openai", None),
+])
+def test_rebase_path(path: str, base_path: str | None, expected: str | None) -> None:
+    assert rebase_path(path, base_path) == expected
+
+
+async def aborted_upstream_requests(replica: ReplicaThread, timeout_s: float = 5.0) -> int:
+    """Wait until the replica runs nothing; return how many requests it aborted (disconnects)."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient() as http:
+        while True:
+            stats = (await http.get(f"{replica.url}/stats")).json()
+            if (stats["running"] == 0 and stats["waiting"] == 0) or time.monotonic() > deadline:
+                return stats["aborted"]
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def long_replica() -> Iterator[ReplicaThread]:
+    """A fresh healthy replica (its counters are this test's alone)."""
+    with ReplicaThread(ReplicaConfig(name="long")) as replica:
+        yield replica
+
+
+async def test_closing_the_stream_early_cancels_the_call(long_replica: ReplicaThread) -> None:
+    sink = Sink()
+    transport = HedgingTransport([Upstream("long", long_replica.base_url)], route="chat",
+                                 policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+    async with sdk(transport) as client:
+        # 3,000 tokens take the replica over a minute: only a cancellation ends it early.
+        stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True, max_tokens=3000)
+        got = []
+        async with stream:
+            async for c in stream:
+                if c.choices and c.choices[0].delta.content:
+                    got.append(c.choices[0].delta.content)
+                if len(got) == 2:
+                    break
+        assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("hedgerow-") and not t.done()]
+        assert await aborted_upstream_requests(long_replica) == 1
+    assert got == ["tok ", "tok "]
+    (record,) = sink.records
+    assert record.status == "cancelled" and record.winner == "primary"
+    assert record.completion_tokens is not None and record.completion_tokens < 100
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_all_attempts_failing_with_http_errors_raise_the_sdk_status_error(stream: bool) -> None:
+    async with ScriptedServer(error_script(503, "a is busy")) as a, ScriptedServer(error_script(502, "b is down")) as b:
+        sink = Sink()
+        transport = HedgingTransport([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                                     route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+        async with sdk(transport) as client:
+            with pytest.raises(openai.APIStatusError) as caught:
+                await client.chat.completions.create(model="m", messages=MESSAGES, stream=stream)
+        error = caught.value
+        assert error.status_code == 502 and "b is down" in error.message  # the last upstream's answer
+        assert error.response.headers["x-hedgerow-winner"] == "b"
+        assert error.response.headers["x-hedgerow-hedged"] == "true"
+        assert len(a.requests) == 1 and len(b.requests) == 1
+        (record,) = sink.records
+        assert record.status == "error" and record.hedge_reason == "primary_error" and record.winner is None
+        assert [a.error_type for a in record.attempts] == ["http_503", "http_502"]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_all_attempts_refused_raise_a_connection_error_naming_each(stream: bool) -> None:
+    dead_a, dead_b = f"http://127.0.0.1:{free_port()}/v1", f"http://127.0.0.1:{free_port()}/v1"
+    sink = Sink()
+    transport = HedgingTransport([Upstream("a", dead_a), Upstream("b", dead_b)],
+                                 route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+    async with sdk(transport) as client:
+        with pytest.raises(openai.APIConnectionError) as caught:
+            await client.chat.completions.create(model="m", messages=MESSAGES, stream=stream)
+    cause = caught.value.__cause__
+    assert isinstance(cause, httpx.ConnectError)
+    assert "a: ConnectError" in str(cause) and "b: ConnectError" in str(cause)
+    assert isinstance(cause.__cause__, AllAttemptsFailed)
+    (record,) = sink.records
+    assert record.status == "error" and [x.outcome for x in record.attempts] == ["failed", "failed"]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_non_retryable_4xx_is_returned_without_failover(stream: bool) -> None:
+    async with ScriptedServer(error_script(400, "bad messages")) as a, ScriptedServer(completion_script("x")) as b:
+        sink = Sink()
+        transport = HedgingTransport([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                                     route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+        async with sdk(transport) as client:
+            with pytest.raises(openai.BadRequestError) as caught:
+                await client.chat.completions.create(model="m", messages=MESSAGES, stream=stream)
+        assert "bad messages" in caught.value.message
+        assert caught.value.response.headers["x-hedgerow-hedged"] == "false"
+        assert b.requests == []
+        (record,) = sink.records
+        assert record.status == "error" and not record.hedged and record.attempts[0].status_code == 400
+
+
+async def test_non_streaming_failover_on_503() -> None:
+    async with ScriptedServer(error_script(503, "busy")) as a, ScriptedServer(completion_script("fine")) as b:
+        sink = Sink()
+        transport = HedgingTransport([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                                     route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+        async with sdk(transport) as client:
+            raw = await client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES)
+        assert raw.parse().choices[0].message.content == "fine"
+        assert raw.headers["x-hedgerow-winner"] == "b" and raw.headers["x-hedgerow-hedged"] == "true"
+        (record,) = sink.records
+        assert record.hedge_reason == "primary_error" and record.winner == "backup" and record.status == "ok"
+        assert record.attempts[1].start_s < 2.0  # at once, not after hedge_after_s
+
+
+async def test_mid_stream_truncation_surfaces_as_sdk_connection_error() -> None:
+    pieces = sse(chunk("par", role="assistant"), chunk("tial"), done=False, gap_s=0.05)
+    async with ScriptedServer(Script(pieces=pieces)) as a, ScriptedServer(answer_script(["x"])) as b:
+        sink = Sink()
+        transport = HedgingTransport([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                                     route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+        got = []
+        async with sdk(transport) as client:
+            stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+            with pytest.raises(openai.APIConnectionError) as caught:
+                async for c in stream:
+                    got.append(c.choices[0].delta.content)
+        assert got == ["par", "tial"]
+        assert isinstance(caught.value.__cause__, httpx.ReadError)
+        (record,) = sink.records
+        assert record.status == "error" and record.error_type == "truncated"
+
+
+async def test_stall_after_first_token_surfaces_as_sdk_timeout() -> None:
+    pieces = sse(chunk("a", role="assistant"), chunk("b"), chunk(finish="stop"), gap_s=2.5)
+    async with ScriptedServer(Script(pieces=pieces)) as a:
+        sink = Sink()
+        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat",
+                                     policy=HedgePolicy(hedge_after_s=5.0, stall_timeout_s=0.5), telemetry=sink)
+        async with sdk(transport) as client:
+            stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+            with pytest.raises(openai.APITimeoutError):
+                async for _ in stream:
+                    pass
+        (record,) = sink.records
+        assert record.status == "stalled"
+
+
+async def test_bad_chat_body_is_answered_400_without_contacting_upstreams() -> None:
+    async with ScriptedServer(completion_script("x")) as a:
+        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat", policy=HedgePolicy())
+        async with httpx.AsyncClient(transport=transport) as http:
+            not_json = await http.post("http://gw.invalid/v1/chat/completions", content=b"{nope")
+            no_model = await http.post("http://gw.invalid/v1/chat/completions", json={"messages": []})
+        assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["error"]["message"]
+        assert no_model.status_code == 400 and "'model'" in no_model.json()["error"]["message"]
+        assert "x-hedgerow-request-id" in no_model.headers
+        assert a.requests == []
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="upstreams"):
+        HedgingTransport([], route="chat", policy=HedgePolicy())
+    with pytest.raises(ValueError, match="base_path"):
+        HedgingTransport([Upstream("a", "http://127.0.0.1:1/v1")], route="chat", policy=HedgePolicy(),
+                         base_path="openai")
+    with pytest.raises(TypeError, match="policy"):
+        HedgingTransport([Upstream("a", "http://127.0.0.1:1/v1")], route="chat", policy=2.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_app_cancelling_before_the_answer_closes_every_attempt(stream: bool) -> None:
+    script = answer_script(["late"], first_delay_s=3.0) if stream else completion_script("late", header_delay_s=3.0)
+    async with ScriptedServer(script) as a:
+        sink = Sink()
+        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat",
+                                     policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+        async with sdk(transport) as client:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await client.chat.completions.create(model="m", messages=MESSAGES, stream=stream)
+            assert await a.wait_disconnect(0, timeout_s=2.0) is not None
+            assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("hedgerow-") and not t.done()]
+        (record,) = sink.records
+        assert record.status == "cancelled" and record.attempts[0].outcome == "cancelled"
+
+
+async def test_bare_break_cancels_once_the_stream_is_collected(long_replica: ReplicaThread) -> None:
+    """An app that breaks out of the loop and drops the stream without closing it: the SDK's
+    stream sits in a reference cycle, so the call runs on until the garbage collector finalizes
+    the SDK's generator, whose ``finally`` closes the response, which cancels the call."""
+    sink = Sink()
+    transport = HedgingTransport([Upstream("long", long_replica.base_url)], route="chat",
+                                 policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+    async with sdk(transport) as client:
+
+        async def first_chunks() -> int:
+            got = 0
+            async for _ in await client.chat.completions.create(model="m", messages=MESSAGES, stream=True,
+                                                                max_tokens=3000):
+                got += 1
+                if got == 3:
+                    break
+            return got
+
+        assert await first_chunks() == 3
+        for _ in range(100):  # the loop's own generator is closed by a task first, then the cycle goes
+            gc.collect()
+            await asyncio.sleep(0.05)
+            if sink.records:
+                break
+        assert await aborted_upstream_requests(long_replica) == 1
+    (record,) = sink.records
+    assert record.status == "cancelled"
+
+
+class FixedThresholds:
+    """A threshold source (the ``ThresholdSource`` protocol) with a fixed table."""
+
+    def __init__(self, table: dict[tuple[str, str], tuple[float, int | None, bool]]) -> None:
+        self.table = table
+        self.asked: list[tuple[str, str]] = []
+
+    def lookup(self, route: str, model: str) -> tuple[float, int | None, bool] | None:
+        self.asked.append((route, model))
+        return self.table.get((route, model))
+
+
+async def test_non_streaming_calls_use_the_unary_routes_threshold() -> None:
+    async with ScriptedServer(completion_script("slow", header_delay_s=3.0)) as a, \
+            ScriptedServer(completion_script("fast")) as b:
+        sink = Sink()
+        thresholds = FixedThresholds({("chat.unary", "m"): (0.3, 7, True), ("chat", "m"): (9.0, 3, True)})
+        transport = HedgingTransport([Upstream("a", a.base_url), Upstream("b", b.base_url)], route="chat",
+                                     policy=HedgePolicy(hedge_after_s=5.0), thresholds=thresholds, telemetry=sink)
+        async with sdk(transport) as client:
+            done = await client.chat.completions.create(model="m", messages=MESSAGES)
+        assert done.choices[0].message.content == "fast"
+        assert thresholds.asked == [("chat.unary", "m")]
+        (record,) = sink.records
+        assert record.route == "chat.unary" and record.hedge_after_s == 0.3 and record.threshold_version == 7
+        assert record.hedge_reason == "ttft_timeout" and record.attempts[1].start_s == pytest.approx(0.3, abs=0.25)
+
+
+async def test_concurrent_calls_share_one_transport(replicas) -> None:
+    slow, fast = replicas
+    sink = Sink()
+    transport = HedgingTransport([Upstream("fast", fast.base_url), Upstream("slow", slow.base_url)],
+                                 route="chat", policy=HedgePolicy(hedge_after_s=3.0), telemetry=sink)
+    async with sdk(transport) as client:
+
+        async def one(i: int) -> str:
+            stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True,
+                                                          max_tokens=3 + i)
+            async with stream:
+                return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+        texts = await asyncio.gather(*(one(i) for i in range(6)))
+    assert texts == ["tok " * (3 + i) for i in range(6)]
+    assert len(sink.records) == 6 and len({r.request_id for r in sink.records}) == 6
+    assert all(r.status == "ok" and r.winner == "primary" for r in sink.records)
