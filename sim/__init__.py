@@ -4,6 +4,7 @@
 * ``engine``: one replica's continuous-batching scheduler (prefill head-of-line blocking).
 * ``replica``: the FastAPI app, ``serve_replica`` (uvicorn) and ``ReplicaThread`` (in-process).
 * ``trace``: the Azure LLM inference trace loader and a synthetic look-alike.
+* ``virtual``: a virtual-time (discrete-event) cluster of replicas with hedging clients.
 
 The demo (``hedgerow.sim.demo``) is not imported here.
 """
@@ -24,6 +25,7 @@ from hedgerow.sim.replica import (
     serve_replica,
 )
 from hedgerow.sim.trace import TraceError, TraceRequest, compress, load_azure_trace, synthetic_trace
+from hedgerow.sim.virtual import ClusterConfig, VirtualCall, VirtualResult, simulate
 
 __all__ = [
     "PerfModel",
@@ -45,4 +47,8 @@ __all__ = [
     "load_azure_trace",
     "compress",
     "synthetic_trace",
+    "ClusterConfig",
+    "VirtualCall",
+    "VirtualResult",
+    "simulate",
 ]
