@@ -11,7 +11,7 @@ import math
 
 import httpx
 
-__all__ = ["check_api_url", "check_seconds", "api_client", "cancel_and_wait"]
+__all__ = ["api_client", "cancel_and_wait", "check_api_url", "check_seconds"]
 
 
 def check_api_url(api_url: object) -> str:
@@ -42,7 +42,7 @@ def api_client(token: str | None, timeout_s: float, transport: httpx.AsyncBaseTr
     return httpx.AsyncClient(headers=headers, timeout=timeout_s, transport=transport)
 
 
-async def cancel_and_wait(task: "asyncio.Task[None] | None") -> None:
+async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
     """Cancel ``task`` (if any) and wait until it has ended; its CancelledError is absorbed."""
     if task is None:
         return

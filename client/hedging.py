@@ -48,7 +48,33 @@ answering 401 does not fail a call that the primary completes). Any other non-20
 over like a 5xx. After the first token nothing fails over: tokens already reached the caller.
 Every error raised by a call carries its ``CallRecord`` as ``.record``.
 
-Every attempt carries ``X-Request-ID: {request_id}-{role}`` and ``Idempotency-Key: {request_id}``.
+Request headers of every attempt:
+
+* ``X-Request-ID``: a UUID per attempt, in canonical 8-4-4-4-12 form, derived deterministically
+  from the call's id and the attempt's role (``attempt_request_id``: ``uuid5`` of
+  ``"{request_id}-{role}"`` in ``ATTEMPT_ID_NAMESPACE``). Servers such as llama-cpp-python's reject
+  a non-UUID ``X-Request-ID`` with HTTP 400, so the id itself is not sent there.
+* ``Idempotency-Key: {request_id}``: the same for every attempt of a call.
+* ``X-Hedgerow-Attempt: <role>``: ``primary``, ``backup``, or ``backup2`` for a third attempt.
+
+Connections: a finished stream is read to the end of its HTTP body (at most ``DRAIN_TIMEOUT_S``
+and ``DRAIN_LIMIT_BYTES`` after ``[DONE]``) so that its connection goes back to the pool and the
+next call to that upstream skips the TCP and TLS handshakes. Responses are closed with
+``close_shielded``: a task cancelled while httpx closes a response would otherwise leave the
+connection counted as active in the pool for good (encode/httpcore#1115), and a pool full of
+those makes later calls wait forever. For the same reason a send cancelled just after its
+connection was made closes the connection that httpcore leaves orphaned (``send_streaming``,
+encode/httpcore#1093).
+
+Who runs what: entering the ``async with`` block sends the primary and starts the call's
+*driver* task, which runs everything up to the first token (the hedge timer, failovers, the
+total timeout before a token, the loser's cancellation at the win) whether or not the caller
+is reading yet. Its outcome waits for the reader: the winner's first chunks, or the error
+(``UpstreamError``, ``AllAttemptsFailed``, ``TotalTimeout``) raised at the first read. After the
+first token the winner's chunks are buffered in memory until read, and the stall timeout and
+the total timeout are checked while the caller reads. A caller that leaves the block without
+reading gets no exception; the record says what happened.
+
 Exactly one ``CallRecord`` is built per call, however it ends, and handed to the telemetry sink.
 """
 
@@ -61,13 +87,15 @@ import math
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, Self
 
 import httpx
+from httpx_sse import EventSource, SSEError
+
 from hedgerow.client.budget import HedgeBudget
 from hedgerow.client.chunks import AnswerAssembler, ChunkKind, classify_chunk
 from hedgerow.client.errors import (
@@ -81,15 +109,175 @@ from hedgerow.client.errors import (
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
 from hedgerow.client.records import AttemptRecord, CallRecord
-from httpx_sse import EventSource, SSEError
 
-__all__ = ["CallStream", "ChatResult", "HedgingClient", "RecordSink", "ThresholdSource"]
+__all__ = [
+    "ATTEMPT_ID_NAMESPACE",
+    "CallStream",
+    "ChatResult",
+    "HedgingClient",
+    "RecordSink",
+    "ThresholdSource",
+    "attempt_request_id",
+    "close_shielded",
+    "open_response",
+    "reclaim_orphans",
+    "send_streaming",
+]
 
 log = logging.getLogger("hedgerow.client")
 
 #: HTTP statuses that are the caller's fault: no failover. Every other non-200 status (408, 409,
 #: 429, 5xx, ...) counts as a failure of that upstream and fails over.
 NON_RETRYABLE_STATUSES = frozenset({400, 401, 403, 404, 422})
+
+#: Namespace of the per-attempt ``X-Request-ID`` UUIDs: ``uuid5(NAMESPACE_URL, "urn:hedgerow:attempt")``.
+ATTEMPT_ID_NAMESPACE = uuid.UUID("f7d48826-16ed-57b7-b49b-b1852ac7e596")
+
+#: Header naming the attempt's role (``primary``, ``backup``, ``backup2``) on every attempt.
+ATTEMPT_HEADER = "X-Hedgerow-Attempt"
+
+#: After ``[DONE]``, how long (s) and how much SSE data (bytes) the client reads to reach the end
+#: of the HTTP body, so that the connection can be reused; normally the end comes at once.
+DRAIN_TIMEOUT_S = 0.05
+DRAIN_LIMIT_BYTES = 16384
+
+
+def attempt_request_id(request_id: str, role: str) -> str:
+    """The ``X-Request-ID`` of one attempt: a UUID string in canonical 8-4-4-4-12 form.
+
+    Args:
+        request_id: the call's id (any string; also the ``Idempotency-Key``).
+        role: the attempt's header role (``primary``, ``backup``, ``backup2``).
+
+    Returns:
+        ``str(uuid.uuid5(ATTEMPT_ID_NAMESPACE, f"{request_id}-{role}"))``: the same inputs always
+        give the same id, so upstream logs can be matched to a call's record.
+    """
+    return str(uuid.uuid5(ATTEMPT_ID_NAMESPACE, f"{request_id}-{role}"))
+
+
+async def close_shielded(close: Callable[[], Awaitable[object]]) -> None:
+    """Run ``close()`` to its end even if the calling task is cancelled meanwhile.
+
+    httpx/httpcore leave a connection marked active in the pool forever when the task closing
+    its response is cancelled inside that close (encode/httpcore#1115): enough of them and every
+    later request waits for a free connection that never comes. The close runs in its own task;
+    a cancellation of the caller waits for that task to end and is then re-raised.
+
+    Args:
+        close: a zero-argument coroutine function, e.g. ``response.aclose``.
+
+    Raises:
+        asyncio.CancelledError: when the caller was cancelled (after the close finished).
+        Exception: whatever the close itself raised.
+    """
+    closing = asyncio.ensure_future(close())
+    cancelled: asyncio.CancelledError | None = None
+    while not closing.done():
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        if not closing.cancelled():
+            closing.exception()  # retrieved, so that asyncio does not log it as never retrieved
+        raise cancelled
+    closing.result()
+
+
+class _ShieldedCloseStream(httpx.AsyncByteStream):
+    """A response body whose ``aclose`` runs to its end even when the closing task is cancelled.
+
+    Every close of the response goes through it: httpx's own at the end of the body or on an
+    error, the caller's, ``HedgingTransport``'s pass-through.
+    """
+
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self._inner = inner
+
+    def __aiter__(self) -> AsyncIterator[bytes]:  # the inner iterator itself: no extra generator
+        return self._inner.__aiter__()
+
+    async def aclose(self) -> None:
+        """Close the inner stream with ``close_shielded``."""
+        await close_shielded(self._inner.aclose)
+
+
+async def send_streaming(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    """``http.send(request, stream=True)`` without the connection leaks of a cancellation.
+
+    * The response's body is wrapped so that closing it runs to its end even when the task is
+      cancelled meanwhile (``close_shielded``; otherwise encode/httpcore#1115 leaves the
+      connection counted as active for good). httpx closes a body on its own when it has been
+      read to the end, so this covers that close too.
+    * A task cancelled just after its new connection is established, before httpcore marks it
+      in use, leaves that connection in the pool owned by no request, never reusable and never
+      evicted: it holds a pool slot and a socket for good (encode/httpcore#1093; fixes proposed
+      upstream, not released). On cancellation this closes such orphans (``reclaim_orphans``).
+
+    Raises what ``http.send`` raises.
+    """
+    try:
+        response = await http.send(request, stream=True)
+    except asyncio.CancelledError:
+        await reclaim_orphans(http, request.url)
+        raise
+    if isinstance(response.stream, httpx.AsyncByteStream):
+        response.stream = _ShieldedCloseStream(response.stream)
+    return response
+
+
+async def reclaim_orphans(http: httpx.AsyncClient, url: httpx.URL) -> int:
+    """Close the connections of ``url``'s pool that no request owns and that are neither idle
+    nor closed (orphans of a cancellation, see ``send_streaming``); return how many.
+
+    Works on httpx's default transport (an ``httpcore.AsyncConnectionPool`` behind it); for any
+    other transport, or when httpcore's internals differ, it does nothing and returns 0.
+    """
+    try:
+        transport = http._transport_for_url(url)
+        pool = getattr(transport, "_pool", None)
+        requests = pool._requests  # type: ignore[union-attr]
+        connections = list(pool.connections)  # type: ignore[union-attr]
+        owned = {id(r.connection) for r in requests if getattr(r, "connection", None) is not None}
+        orphans = [c for c in connections
+                   if id(c) not in owned and not c.is_idle() and not c.is_closed() and not c.is_available()]
+    except (AttributeError, TypeError):
+        return 0
+    for connection in orphans:
+        with suppress(Exception):
+            await close_shielded(connection.aclose)
+    return len(orphans)
+
+
+@asynccontextmanager
+async def open_response(http: httpx.AsyncClient, request: httpx.Request) -> AsyncIterator[httpx.Response]:
+    """Send ``request`` as a stream and yield its response; close it with ``close_shielded``.
+
+    The drop-in for ``http.stream(...)`` that leaks no connection when the task is cancelled
+    while the request is sent (``send_streaming``) or while the response is being closed
+    (``close_shielded``). Raises what ``http.send`` raises.
+    """
+    response = await send_streaming(http, request)
+    try:
+        yield response
+    finally:
+        await response.aclose()  # shielded by send_streaming's body wrapper
+
+
+async def _drain(events: AsyncIterator[Any]) -> None:
+    """Read what follows ``[DONE]`` up to the body's end, briefly, so the connection is reusable.
+
+    Bounded by ``DRAIN_TIMEOUT_S`` and ``DRAIN_LIMIT_BYTES`` of SSE data; an error or the bound
+    just ends it (the connection is then closed rather than reused).
+    """
+    received = 0
+    with suppress(TimeoutError, httpx.HTTPError, SSEError):
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            async for event in events:
+                received += len(event.data)
+                if received > DRAIN_LIMIT_BYTES:
+                    break
 
 
 class ThresholdSource(Protocol):
@@ -235,13 +423,17 @@ class HedgingClient:
             primary: name or index of the upstream to use as primary (default: the first).
             request_id: the call's id (default: a random UUID hex).
             headers: extra request headers for every attempt, sent under the client's own
-                (``X-Request-ID``, ``Idempotency-Key``, ``Accept``, ``Authorization``, the
-                upstream's headers), which replace same-named ones (``HedgingTransport`` uses it).
+                (``X-Request-ID``, ``Idempotency-Key``, ``X-Hedgerow-Attempt``, ``Accept``,
+                ``Authorization``, the upstream's headers), which replace same-named ones
+                (``HedgingTransport`` uses it).
             params: query parameters for every attempt, or None.
 
         Returns:
             A ``CallStream``: ``async for chunk in stream`` gives the winner's chunks as dicts;
-            ``stream.record`` is the ``CallRecord`` once the block has ended.
+            ``stream.record`` is the ``CallRecord`` once the block has ended. Entering the block
+            sends the primary and starts the race (hedge, failover, loser cancellation) in a
+            driver task, so it advances even before the caller starts reading; a failure before
+            the first token is raised by the first read.
 
         Raises:
             ValueError: for a body without a string ``model`` or an unknown ``primary``.
@@ -319,6 +511,8 @@ class CallStream:
 
     Iterate it (once) for the winner's chunks; after the ``async with`` block ``record`` holds
     the ``CallRecord``. Leaving the block early closes every attempt and records ``cancelled``.
+    Up to the first token the call is run by a driver task started on entering the block (see
+    the module docstring), independently of the reader.
     """
 
     def __init__(
@@ -362,6 +556,7 @@ class CallStream:
         self._finish_reason: str | None = None
         self._iterated = False
         self._generator: Any = None
+        self._driver: asyncio.Task[list[dict[str, Any]]] | None = None
         self._t0 = 0.0
         self._started_at = datetime.now(UTC)
 
@@ -372,6 +567,7 @@ class CallStream:
         self._started_at = datetime.now(UTC)
         self._client.budget.deposit()
         self._start_attempt("primary")
+        self._driver = asyncio.create_task(self._drive(), name="hedgerow-driver")
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
@@ -414,8 +610,9 @@ class CallStream:
 
     def _headers(self, attempt: _Attempt) -> dict[str, str] | httpx.Headers:
         headers = {
-            "X-Request-ID": f"{self.request_id}-{attempt.header_role}",
+            "X-Request-ID": attempt_request_id(self.request_id, attempt.header_role),
             "Idempotency-Key": self.request_id,
+            ATTEMPT_HEADER: attempt.header_role,
             "Accept": "text/event-stream",
         }
         if attempt.upstream.api_key:
@@ -453,10 +650,12 @@ class CallStream:
         # when the event loop is busy; TTFT and the hedge deadline are measured from here.
         attempt.start = self._now()
         attempt.sent = True
+        done_at: float | None = None
         try:
-            async with self._http.stream(
+            request = self._http.build_request(
                 "POST", attempt.upstream.chat_url, json=self._body, headers=self._headers(attempt), params=self._params
-            ) as response:
+            )
+            async with open_response(self._http, request) as response:
                 attempt.status_code = response.status_code
                 attempt.response_headers = response.headers
                 if response.status_code != 200:
@@ -479,6 +678,7 @@ class CallStream:
                                 raise AttemptError("sse_error", f"SSE error event: {sse.data[:200]}")
                             data = sse.data
                             if data.strip() == "[DONE]":
+                                done_at = at
                                 break
                             if not data.strip():
                                 continue
@@ -491,9 +691,11 @@ class CallStream:
                             if chunk.get("error") is not None:
                                 raise AttemptError("sse_error", f"SSE error payload: {json.dumps(chunk['error'])[:200]}")
                             put(("chunk", attempt, chunk, at))
+                        if done_at is not None:
+                            await _drain(events)
                 except SSEError as exc:
                     raise AttemptError("malformed_stream", f"not an SSE stream: {exc}") from None
-            put(("end", attempt, None, self._now()))
+            put(("end", attempt, None, self._now() if done_at is None else done_at))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure of an attempt becomes an event
@@ -535,13 +737,25 @@ class CallStream:
                 return self._events.get_nowait()
             return None
 
-    async def _run(self) -> AsyncIterator[dict[str, Any]]:
+    async def _drive(self) -> list[dict[str, Any]]:
+        """Phase 1 of the call, in its own task: race to the first token, hedge, cancel the loser.
+
+        Runs from the moment the ``async with`` block is entered, whether or not the caller reads.
+
+        Returns:
+            The winner's chunks up to and including its first token (its non-token chunks from
+            before it first), for the reader to hand out; for an answer without any token, all
+            of its chunks (the call is then over, status ``ok``).
+
+        Raises:
+            UpstreamError, AllAttemptsFailed, TotalTimeout: the call failed before a first token
+            (the reader re-raises it).
+        """
         policy = self._policy
         total_deadline = policy.total_timeout_s
         primary = self._attempts[0]
         hedge_pending = self._hedging_enabled and self._can_add_backup()
         try:
-            # Phase 1: until some attempt yields a first token.
             while self._winner is None:
                 # Recomputed each time: the primary's send time is stamped when its task runs.
                 hedge_at = primary.start + self.hedge_after_s if hedge_pending else math.inf
@@ -580,11 +794,10 @@ class CallStream:
                     for other in self._attempts:
                         if other is not attempt:
                             self._cancel(other, at)
-                    for early in attempt.pending:
-                        yield early
+                    head = [*attempt.pending, payload]
                     attempt.pending.clear()
                     self._on_winner_chunk(attempt, at, info)
-                    yield payload
+                    return head
                 elif kind == "end":
                     finished = [c for c in attempt.pending if classify_chunk(c).finish_reason]
                     if finished:
@@ -595,10 +808,8 @@ class CallStream:
                         for other in self._attempts:
                             if other is not attempt:
                                 self._cancel(other, at)
-                        for early in attempt.pending:
-                            yield early
                         self._set_status("ok", None)
-                        return
+                        return list(attempt.pending)
                     self._fail(attempt, AttemptError("empty_stream", "stream ended before any token"), at)
                     self._after_failure()
                 else:  # error
@@ -608,6 +819,25 @@ class CallStream:
                         self._set_status("error", attempt.error_type)
                         raise payload
                     self._after_failure()
+        except BaseException:
+            if self._status is None:
+                self._status = "cancelled"
+                self._error_type = "caller_cancelled"
+            raise
+        raise AssertionError("unreachable: the loop ends only by returning or raising")
+
+    async def _run(self) -> AsyncIterator[dict[str, Any]]:
+        policy = self._policy
+        total_deadline = policy.total_timeout_s
+        assert self._driver is not None
+        try:
+            # Phase 1 runs in the driver task (``_drive``); a cancellation of the reader here
+            # cancels it too, as leaving the call would.
+            head = await self._driver
+            for early in head:
+                yield early
+            if self._status == "ok":  # an answer without a token: complete already
+                return
 
             # Phase 2: stream the winner.
             winner = self._winner
@@ -711,7 +941,12 @@ class CallStream:
     async def _finish(self) -> None:
         """Close every attempt, build the one record, hand it to telemetry."""
         end = self._now()
-        tasks = []
+        tasks: list[asyncio.Task[Any]] = []
+        driver = self._driver
+        if driver is not None:
+            if not driver.done():
+                driver.cancel()
+            tasks.append(driver)
         for attempt in self._attempts:
             if attempt.alive:
                 self._cancel(attempt, end)

@@ -8,10 +8,10 @@ Durations are float seconds, the budget a fraction of calls.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
-__all__ = ["Upstream", "HedgePolicy"]
+__all__ = ["HedgePolicy", "Upstream"]
 
 
 @dataclass(frozen=True, slots=True)

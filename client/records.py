@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 __all__ = [
-    "AttemptRecord",
-    "CallRecord",
-    "CALL_STATUSES",
-    "HEDGE_REASONS",
     "ATTEMPT_OUTCOMES",
     "ATTEMPT_ROLES",
+    "CALL_STATUSES",
+    "HEDGE_REASONS",
+    "MAX_COUNT",
+    "MAX_NAME_CHARS",
+    "MAX_SECONDS",
+    "AttemptRecord",
+    "CallRecord",
+    "check_consistency",
     "format_timestamp",
     "parse_timestamp",
-    "MAX_NAME_CHARS",
-    "MAX_COUNT",
-    "MAX_SECONDS",
-    "check_consistency",
 ]
 
 CallStatus = Literal["ok", "error", "timeout", "stalled", "cancelled"]
@@ -57,7 +57,7 @@ def format_timestamp(value: datetime) -> str:
     """
     if value.tzinfo is None:
         raise ValueError("timestamp must be timezone-aware (UTC)")
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -70,7 +70,7 @@ def parse_timestamp(text: str) -> datetime:
     if value.tzinfo is None:
         raise ValueError(f"timestamp {text!r} has no timezone")
     try:
-        utc = value.astimezone(timezone.utc)
+        utc = value.astimezone(UTC)
     except OverflowError:
         raise ValueError(f"timestamp {text!r} is out of range") from None
     if not 1970 <= utc.year <= 9000:
@@ -174,7 +174,7 @@ class CallRecord:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CallRecord":
+    def from_dict(cls, data: dict[str, Any]) -> CallRecord:
         """Build a record from its wire-format dict, checking every field.
 
         Raises:

@@ -93,7 +93,7 @@ class TelemetryExporter:
         self.rejected = 0
         self.last_error: str | None = None
 
-    async def __aenter__(self) -> "TelemetryExporter":
+    async def __aenter__(self) -> TelemetryExporter:
         self.start()
         return self
 
@@ -125,7 +125,7 @@ class TelemetryExporter:
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), self.flush_interval_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wake.clear()
             while self._queue:

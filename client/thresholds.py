@@ -64,7 +64,7 @@ class ThresholdPoller:
         self.polls_failed = 0
         self.last_error: str | None = None
 
-    async def __aenter__(self) -> "ThresholdPoller":
+    async def __aenter__(self) -> ThresholdPoller:
         await self.start()
         return self
 

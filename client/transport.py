@@ -21,8 +21,8 @@ What the transport does with one request:
 * **Credentials.** The caller's ``Authorization`` and ``api-key`` headers are dropped; each
   upstream gets ``Authorization: Bearer <its api_key>`` (when set) and its own ``headers``.
   Other caller headers (``OpenAI-Organization``, the SDK's ``X-Stainless-*``, ``extra_headers``)
-  are forwarded, except hop-by-hop ones; hedgerow's ``X-Request-ID`` and ``Idempotency-Key``
-  replace the caller's on chat calls.
+  are forwarded, except hop-by-hop ones; hedgerow's ``X-Request-ID`` (a UUID per attempt),
+  ``Idempotency-Key`` and ``X-Hedgerow-Attempt`` replace the caller's on chat calls.
 * **``POST <base>/chat/completions`` with ``"stream": true``** is one ``HedgingClient`` call
   (hedge on a late first token, see ``hedgerow.client.hedging``). The response is returned when
   the winner's first token has arrived, so the app's TTFT is the winner's; it is a real streaming
@@ -37,7 +37,9 @@ What the transport does with one request:
   with ``unary_policy`` (default: ``policy``) and its own budget.
 * **Every other request** (``GET /v1/models``, embeddings, files, ...) passes through unhedged
   to the primary (first) upstream (the request body re-sent as read, the response streamed
-  back as it comes), honouring the caller's timeout; it makes no ``CallRecord``.
+  back as it comes), honouring the caller's timeout; it makes no ``CallRecord``. It is sent with
+  ``send_streaming``, so an app task cancelled while sending it or closing its response cannot
+  leave the connection stuck in the pool (encode/httpcore#1115, #1093).
 * A chat body that is not a JSON object with a string ``model`` is answered 400 (OpenAI error
   JSON naming the problem) without contacting any upstream.
 
@@ -98,6 +100,7 @@ from hedgerow.client.hedging import (
     HedgingClient,
     RecordSink,
     ThresholdSource,
+    send_streaming,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
 from hedgerow.client.unary import unary_call
@@ -120,7 +123,7 @@ _DROP_PASSTHROUGH = _HOP_BY_HOP | {"authorization", "api-key"}
 _DROP_PASSTHROUGH_REQUEST = _DROP_PASSTHROUGH | {"content-length", "transfer-encoding"}
 # For hedged chat calls the body is re-sent and the framing, encoding and ids are hedgerow's.
 _DROP_CHAT = _DROP_PASSTHROUGH | {"content-length", "transfer-encoding", "content-type", "accept",
-                                  "accept-encoding", "x-request-id", "idempotency-key"}
+                                  "accept-encoding", "x-request-id", "idempotency-key", "x-hedgerow-attempt"}
 # Response headers that describe the upstream's framing or encoding, not the body we hand back.
 _DROP_RESPONSE = _HOP_BY_HOP | {"content-length", "content-encoding", "transfer-encoding"}
 
@@ -338,12 +341,13 @@ class HedgingTransport(httpx.AsyncBaseTransport):
             headers.update(dict(upstream.headers))
         outgoing = httpx.Request(request.method, url, headers=headers, content=await request.aread(),
                                  extensions=request.extensions)
-        response = await http.send(outgoing, stream=True)
+        response = await send_streaming(http, outgoing)
         kept = [(k, v) for k, v in response.headers.multi_items()
                 if k.lower() not in _HOP_BY_HOP | {"transfer-encoding"}]
         out = httpx.Headers(kept)
         _mark(out, "", upstream.name, False)
         extensions = {k: v for k, v in response.extensions.items() if k in ("http_version", "reason_phrase")}
+        # response.stream closes with close_shielded (send_streaming), whoever closes it.
         return httpx.Response(response.status_code, headers=out, stream=response.stream, request=request,
                               extensions=extensions)
 

@@ -23,6 +23,11 @@ The call's ``CallRecord`` has ``ttft_s = ttfo_s = e2e_s`` = the time to the winn
 response (there is no earlier token to see), ``tpot_s`` and ``max_itl_s`` null, token counts from
 the response's ``usage``; a cancelled loser is censored at its cancellation. Exactly one record
 per call, however it ends, goes to the telemetry sink.
+
+Headers and connections are those of the streaming client: each attempt carries a UUID
+``X-Request-ID`` (``attempt_request_id``), ``Idempotency-Key: {request_id}`` and
+``X-Hedgerow-Attempt: <role>``; each response is read whole and closed with ``close_shielded``,
+so a cancelled attempt cannot leave its connection counted as active in the pool.
 """
 
 from __future__ import annotations
@@ -42,7 +47,13 @@ import httpx
 
 from hedgerow.client.budget import HedgeBudget
 from hedgerow.client.errors import AllAttemptsFailed, HedgeError, TotalTimeout
-from hedgerow.client.hedging import NON_RETRYABLE_STATUSES, RecordSink
+from hedgerow.client.hedging import (
+    ATTEMPT_HEADER,
+    NON_RETRYABLE_STATUSES,
+    RecordSink,
+    attempt_request_id,
+    open_response,
+)
 from hedgerow.client.policy import HedgePolicy, Upstream
 from hedgerow.client.records import AttemptRecord, CallRecord
 
@@ -150,7 +161,8 @@ async def unary_call(
         telemetry: optional sink receiving the one ``CallRecord``.
         client_tag: the record's ``client`` field.
         headers: extra request headers sent to every upstream under hedgerow's own
-            (``X-Request-ID``, ``Idempotency-Key``, ``Authorization``, the upstream's headers).
+            (``X-Request-ID``, ``Idempotency-Key``, ``X-Hedgerow-Attempt``, ``Authorization``, the
+            upstream's headers).
         params: query parameters for every attempt (anything httpx accepts), or None.
         request_id: the call's id (default: a random UUID hex).
 
@@ -208,8 +220,9 @@ class _UnaryCall:
 
     def _headers(self, attempt: _Attempt) -> httpx.Headers:
         headers = httpx.Headers(self._extra_headers)
-        headers["X-Request-ID"] = f"{self.request_id}-{attempt.header_role}"
+        headers["X-Request-ID"] = attempt_request_id(self.request_id, attempt.header_role)
         headers["Idempotency-Key"] = self.request_id
+        headers[ATTEMPT_HEADER] = attempt.header_role
         headers["Content-Type"] = "application/json"
         if attempt.upstream.api_key:
             headers["Authorization"] = f"Bearer {attempt.upstream.api_key}"
@@ -230,8 +243,10 @@ class _UnaryCall:
 
     async def _send(self, attempt: _Attempt) -> httpx.Response:
         """One attempt: the whole response, or ``UnaryAttemptFailure``/a transport error."""
-        response = await self._http.post(attempt.upstream.chat_url, content=self._content,
-                                         headers=self._headers(attempt), params=self._params)
+        request = self._http.build_request("POST", attempt.upstream.chat_url, content=self._content,
+                                           headers=self._headers(attempt), params=self._params)
+        async with open_response(self._http, request) as response:
+            await response.aread()
         attempt.status_code = response.status_code
         if response.status_code != 200:
             raise UnaryAttemptFailure(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -21,7 +21,7 @@ def json_script(payload: object, status: int = 200, headers: dict | None = None)
 
 
 def record(i: int) -> CallRecord:
-    return CallRecord(request_id=f"r{i}", route="r", model="m", started_at=datetime.now(timezone.utc))
+    return CallRecord(request_id=f"r{i}", route="r", model="m", started_at=datetime.now(UTC))
 
 
 async def test_poller_uses_etag_and_keeps_the_last_table_on_errors():

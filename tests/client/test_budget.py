@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from hedgerow.client import HedgeBudget, HedgePolicy, HedgingClient, Upstream
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hedgerow.client import HedgeBudget, HedgePolicy, HedgingClient, Upstream
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
 
 

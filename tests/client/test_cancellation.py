@@ -21,9 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 import time
+import uuid
 
+import httpx
 import pytest
+
 from hedgerow.client import (
     AllAttemptsFailed,
     HedgePolicy,
@@ -32,7 +37,7 @@ from hedgerow.client import (
     TotalTimeout,
     Upstream,
 )
-
+from hedgerow.client.hedging import attempt_request_id
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -255,8 +260,13 @@ async def test_max_backups_2_failover_then_hedge():
                 ("c", "backup", "won", None)]
             assert record.hedge_reason == "primary_error" and record.winner == "backup"
             assert record.attempts[1].start_s < 0.4 <= record.attempts[2].start_s
-            assert [s.requests[0].headers["x-request-id"] for s in (a, b, c)] == \
-                ["r1-primary", "r1-backup", "r1-backup2"]
+            seen = [s.requests[0].headers for s in (a, b, c)]
+            assert [h["x-hedgerow-attempt"] for h in seen] == ["primary", "backup", "backup2"]
+            assert [h["x-request-id"] for h in seen] == [
+                attempt_request_id("r1", role) for role in ("primary", "backup", "backup2")]
+            assert len({h["x-request-id"] for h in seen}) == 3
+            assert all(str(uuid.UUID(h["x-request-id"])) == h["x-request-id"] for h in seen)
+            assert [h["idempotency-key"] for h in seen] == ["r1", "r1", "r1"]
             assert await b.wait_disconnect(0) is not None
             assert client.budget.tokens < 1.0  # the hedge spent the budget; the failover did not
 
@@ -274,3 +284,161 @@ async def test_max_backups_2_a_failed_hedge_does_not_fail_over_while_the_primary
         ("a", "won", None), ("b", "failed", "http_503")]
     assert record.hedge_reason == "ttft_timeout" and record.winner == "primary" and c.requests == []
     assert json.loads(json.dumps(record.to_dict()))["attempts"][1]["status_code"] == 503
+
+
+# -- the scripted server itself: a disconnect is seen however the client leaves -----------------
+
+
+async def _raw_request(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Open a raw connection and send one chat request; return once the response headers came."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    payload = json.dumps(BODY).encode()
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    await writer.drain()
+    return reader, writer
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close with SO_LINGER 0: the kernel sends a TCP reset (RST) instead of a clean FIN."""
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+@pytest.mark.parametrize("when", ["during_body", "before_headers"])
+async def test_scripted_server_records_a_reset_as_a_disconnect(when):
+    # Body pieces every 0.2 s for 4 s (or headers only after 30 s); the client resets the
+    # connection after the first piece (or while the server still waits to send headers).
+    header_delay_s = 30.0 if when == "before_headers" else 0.0
+    script = Script(pieces=[(0.2, f"data: {i}\n\n".encode()) for i in range(20)], close=False,
+                    header_delay_s=header_delay_s)
+    async with ScriptedServer(script) as server:
+        reader, writer = await _raw_request(server.port)
+        if when == "during_body":
+            await asyncio.wait_for(reader.readuntil(b"data: 0\n\n"), 5.0)
+        else:
+            for _ in range(500):
+                if server.requests:
+                    break
+                await asyncio.sleep(0.01)
+        reset_at = time.monotonic()
+        _reset(writer)
+        closed_at = await server.wait_disconnect(0, timeout_s=3.0)
+        assert closed_at is not None, "the reset was not recorded"
+        assert closed_at >= reset_at
+        if when == "during_body":
+            await asyncio.sleep(0.5)
+            assert len(server.requests[0].writes) < 5  # the server stopped writing soon after the reset
+
+
+async def test_scripted_server_keep_alive_serves_two_requests_on_one_connection():
+    script = Script(pieces=sse(*stream_chunks(2)), keep_alive=True)
+    async with ScriptedServer(script) as server:
+        async with httpx.AsyncClient() as http:
+            for _ in range(2):
+                response = await http.post(f"{server.base_url}/chat/completions", json=BODY)
+                assert response.status_code == 200 and response.text.endswith("data: [DONE]\n\n")
+            assert server.connections == 1
+            assert [seen.connection for seen in server.requests] == [0, 0]
+            assert [seen.disconnected_at for seen in server.requests] == [None, None]
+        # The client closed its pool: both requests the connection carried are stamped.
+        assert await server.wait_disconnect(1, timeout_s=2.0) is not None
+        assert server.requests[0].disconnected_at == server.requests[1].disconnected_at
+
+
+# -- connections: none left active by a cancellation; reused between calls ------------------------
+
+
+def pool_state(pool: object) -> tuple[int, int]:
+    """``(active, idle)`` connections of an httpcore connection pool (``connections`` is public).
+
+    Active = neither idle nor closed: in use by a request, or (the leak of encode/httpcore#1115)
+    stuck as in use after its response was closed.
+    """
+    connections = pool.connections  # type: ignore[attr-defined]
+    idle = sum(1 for c in connections if c.is_idle())
+    active = sum(1 for c in connections if not c.is_idle() and not c.is_closed())
+    return active, idle
+
+
+def client_pool(client: HedgingClient) -> object:
+    """The httpcore pool behind a ``HedgingClient`` (httpx keeps it as ``transport._pool``)."""
+    assert client._http is not None
+    return client._http._transport._pool  # type: ignore[attr-defined]
+
+
+def whole_answer_at_once(words: int = 40) -> Script:
+    """The whole answer in one write on a keep-alive connection (Content-Length framing)."""
+    return Script(pieces=[(0.0, b"".join(data for _, data in sse(*stream_chunks(words))))], keep_alive=True)
+
+
+async def test_early_exits_leave_no_connection_active_and_a_small_pool_keeps_working():
+    # The app leaves each call at its first token while the upstream has already sent the whole
+    # answer: the winner's task is cancelled while httpx closes the finished response, which used
+    # to leave the connection ACTIVE for good (20 exits: 20 ACTIVE connections). With a pool of
+    # 2, a call after those exits must still complete, not wait forever for a connection.
+    async with ScriptedServer(whole_answer_at_once()) as a, \
+            HedgingClient([Upstream("a", a.base_url)], max_connections=2,
+                          policy=HedgePolicy(hedge_after_s=30.0)) as client:
+        async def exit_early() -> str:
+            async with client.stream_chat(BODY) as stream:
+                async for _ in stream:
+                    break
+            return stream.record.status
+
+        for _ in range(5):  # each bounded: with the leak, the third one waits for a connection forever
+            assert await asyncio.wait_for(exit_early(), 10.0) == "cancelled"
+            assert pool_state(client_pool(client))[0] == 0
+        result = await asyncio.wait_for(client.chat(BODY), 10.0)
+        assert result.record.status == "ok" and result.text == "".join(f"w{i} " for i in range(40))
+        assert pool_state(client_pool(client))[0] == 0
+
+
+async def test_cancelling_the_caller_at_any_moment_leaves_no_connection_active():
+    # The caller's task is cancelled after 0, 1, 2, ... event-loop turns: the cancellation lands
+    # at every stage of a call (connect, headers, body, the close of a finished response).
+    async def call(client: HedgingClient) -> None:
+        async with client.stream_chat(BODY) as stream:
+            async for _ in stream:
+                pass
+
+    async with ScriptedServer(whole_answer_at_once(words=5)) as a, ScriptedServer(whole_answer_at_once(words=5)) as b, \
+            HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)], max_connections=2,
+                          policy=HedgePolicy(hedge_after_s=0.0, budget=1.0, budget_burst=100.0)) as client:
+        for turns in range(60):
+            task = asyncio.create_task(call(client))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            assert pool_state(client_pool(client))[0] == 0, f"a connection left active (cancelled after {turns} turns)"
+        result = await asyncio.wait_for(client.chat(BODY), 10.0)
+        assert result.record.status == "ok"
+
+
+async def test_hedged_losers_leave_no_connection_active():
+    # Each call hedges at 0.2 s; the loser is cancelled before its headers (a) or mid-body (b).
+    scripts = {"before_headers": Script(header_delay_s=30.0, close=False),
+               "mid_body": Script(pieces=sse(*stream_chunks(3), first_delay_s=30.0), keep_alive=True)}
+    for loser in scripts.values():
+        async with ScriptedServer(loser) as a, ScriptedServer(whole_answer_at_once(words=3)) as b, \
+                HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)], max_connections=2,
+                              policy=HedgePolicy(hedge_after_s=0.2, budget=1.0, budget_burst=100.0)) as client:
+            for _ in range(4):
+                result = await asyncio.wait_for(client.chat(BODY), 10.0)
+                assert result.record.winner == "backup"
+                assert pool_state(client_pool(client))[0] == 0
+
+
+async def test_sequential_calls_reuse_one_connection():
+    # The client reads past [DONE] to the end of the body, so the connection goes back to the
+    # pool and the next call to the same upstream reuses it (no new TCP/TLS handshake).
+    async with ScriptedServer(whole_answer_at_once(words=5)) as a, \
+            HedgingClient([Upstream("a", a.base_url)]) as client:
+        for _ in range(3):
+            result = await client.chat(BODY)
+            assert result.record.status == "ok" and result.text == "w0 w1 w2 w3 w4 "
+        assert a.connections == 1
+        assert [seen.connection for seen in a.requests] == [0, 0, 0]
+        assert pool_state(client_pool(client)) == (0, 1)

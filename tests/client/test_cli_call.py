@@ -18,9 +18,9 @@ import subprocess
 import sys
 
 import pytest
+
 from hedgerow.client import CallRecord
 from hedgerow.sim import ReplicaConfig, ReplicaThread
-
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
 
 HEDGEROW = shutil.which("hedgerow", path=os.path.dirname(sys.executable)) or "hedgerow"

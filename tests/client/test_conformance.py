@@ -22,6 +22,9 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from hedgerow.client import (
     AnswerAssembler,
     CallRecord,
@@ -30,9 +33,6 @@ from hedgerow.client import (
     StallTimeout,
     Upstream,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests.client.scripted_server import Script, ScriptedServer
 from tests.client.streams import CASES, CASES_BY_NAME, StreamCase, chunked, split_events
 

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
+
 from hedgerow.client import (
     AllAttemptsFailed,
     AttemptError,
@@ -36,7 +37,6 @@ from hedgerow.client import (
     Upstream,
     UpstreamError,
 )
-
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+import uuid
 
 import pytest
+
 from hedgerow.client import (
     AllAttemptsFailed,
     CallRecord,
@@ -23,7 +25,7 @@ from hedgerow.client import (
     TotalTimeout,
     Upstream,
 )
-
+from hedgerow.client.hedging import ATTEMPT_ID_NAMESPACE, attempt_request_id
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -107,9 +109,11 @@ async def test_first_token_kinds(first, ttfo_expected):
     pieces = sse({"choices": [], "prompt_filter_results": []}, chunk(role="assistant", content=""), done=False)
     pieces += [(0.4, f"data: {__import__('json').dumps(first)}\n\n".encode())]
     pieces += sse(chunk("answer"), chunk(finish="stop"), first_delay_s=0.4)
-    async with ScriptedServer(Script(pieces=pieces)) as a:
-        async with HedgingClient([Upstream("a", a.base_url)]) as client:
-            result = await client.chat(BODY)
+    async with (
+        ScriptedServer(Script(pieces=pieces)) as a,
+        HedgingClient([Upstream("a", a.base_url)]) as client,
+    ):
+        result = await client.chat(BODY)
     record = result.record
     assert 0.3 <= record.ttft_s <= 1.0, record
     if ttfo_expected:
@@ -122,21 +126,30 @@ async def test_first_token_kinds(first, ttfo_expected):
 async def test_role_only_and_empty_choices_do_not_count_as_first_token():
     pieces = sse(chunk(role="assistant"), {"choices": []}, chunk(""), done=False)
     pieces += sse(chunk("x"), chunk(finish="stop"), usage_chunk(3, 1), first_delay_s=0.5)
-    async with ScriptedServer(Script(pieces=pieces)) as a:
-        async with HedgingClient([Upstream("a", a.base_url)]) as client:
-            result = await client.chat(BODY)
+    async with (
+        ScriptedServer(Script(pieces=pieces)) as a,
+        HedgingClient([Upstream("a", a.base_url)]) as client,
+    ):
+        result = await client.chat(BODY)
     assert result.record.ttft_s >= 0.4
     assert result.record.completion_tokens == 1 and result.record.prompt_tokens == 3
 
 
 async def test_usage_chunk_fills_completion_tokens_and_headers_are_sent():
-    async with ScriptedServer(answer(words=5)) as a:
-        async with HedgingClient([Upstream("a", a.base_url, api_key="sk-a")]) as client:
-            result = await client.chat(BODY, request_id="req123")
+    async with (
+        ScriptedServer(answer(words=5)) as a,
+        HedgingClient([Upstream("a", a.base_url, api_key="sk-a")]) as client,
+    ):
+        result = await client.chat(BODY, request_id="req123")
     assert result.record.completion_tokens == 5
     assert result.record.tpot_s is not None and result.record.e2e_s >= result.record.ttft_s
     seen = a.requests[0]
-    assert seen.headers["x-request-id"] == "req123-primary"
+    # X-Request-ID: a canonical UUID, derived from (request_id, role); servers such as
+    # llama-cpp-python's answer 400 to anything else.
+    attempt_id = seen.headers["x-request-id"]
+    assert str(uuid.UUID(attempt_id)) == attempt_id and len(attempt_id) == 36
+    assert attempt_id == str(uuid.uuid5(ATTEMPT_ID_NAMESPACE, "req123-primary")) == attempt_request_id("req123", "primary")
+    assert seen.headers["x-hedgerow-attempt"] == "primary"
     assert seen.headers["idempotency-key"] == "req123"
     assert seen.headers["authorization"] == "Bearer sk-a"
     assert seen.body["stream"] is True and seen.body["stream_options"] == {"include_usage": True}
@@ -170,10 +183,12 @@ async def test_policy_and_upstream_validation_names_the_field():
 
 async def test_a_backup_that_answers_4xx_does_not_fail_a_call_the_primary_finishes():
     bad = Script(status=401, content_type="application/json", pieces=[(0, b'{"error":"bad key"}')])
-    async with ScriptedServer(answer(first_delay_s=1.2)) as a, ScriptedServer(bad) as b:
-        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                                 policy=HedgePolicy(hedge_after_s=0.3)) as client:
-            result = await client.chat(BODY)
+    async with (
+        ScriptedServer(answer(first_delay_s=1.2)) as a, ScriptedServer(bad) as b,
+        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                      policy=HedgePolicy(hedge_after_s=0.3)) as client,
+    ):
+        result = await client.chat(BODY)
     record = result.record
     assert result.text == "w0 w1 w2 " and record.status == "ok" and record.winner == "primary"
     assert record.hedged and record.attempts[1].outcome == "failed" and record.attempts[1].error_type == "http_401"
@@ -233,19 +248,23 @@ async def test_max_backups_bounds_failovers():
 
 
 async def test_max_backups_zero_never_hedges():
-    async with ScriptedServer(answer(first_delay_s=0.5)) as a, ScriptedServer(answer()) as b:
-        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                                 policy=HedgePolicy(hedge_after_s=0.1, max_backups=0)) as client:
-            result = await client.chat(BODY)
+    async with (
+        ScriptedServer(answer(first_delay_s=0.5)) as a, ScriptedServer(answer()) as b,
+        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                      policy=HedgePolicy(hedge_after_s=0.1, max_backups=0)) as client,
+    ):
+        result = await client.chat(BODY)
     assert not result.record.hedged and not result.record.hedge_denied and b.requests == []
 
 
 async def test_steady_tokens_slower_than_the_first_do_not_stall():
     # 8 tokens 0.3 s apart (2.1 s in all) under a 0.5 s stall timeout: no gap exceeds it.
     chunks = [chunk("t ", role="assistant")] + [chunk("t ") for _ in range(7)] + [chunk(finish="stop")]
-    async with ScriptedServer(Script(pieces=sse(*chunks, gap_s=0.3))) as a:
-        async with HedgingClient([Upstream("a", a.base_url)], policy=HedgePolicy(stall_timeout_s=0.5)) as client:
-            result = await client.chat(BODY)
+    async with (
+        ScriptedServer(Script(pieces=sse(*chunks, gap_s=0.3))) as a,
+        HedgingClient([Upstream("a", a.base_url)], policy=HedgePolicy(stall_timeout_s=0.5)) as client,
+    ):
+        result = await client.chat(BODY)
     assert result.record.status == "ok" and result.text == "t " * 8
     assert 0.2 <= result.record.max_itl_s <= 0.5
 
@@ -261,20 +280,24 @@ class FixedThresholds:
 
 
 async def test_a_polled_threshold_is_used_and_recorded():
-    async with ScriptedServer(answer(first_delay_s=1.0)) as a, ScriptedServer(answer()) as b:
-        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                                 policy=HedgePolicy(hedge_after_s=5.0), thresholds=FixedThresholds((0.2, 7, True))) as client:
-            result = await client.chat(BODY)
+    async with (
+        ScriptedServer(answer(first_delay_s=1.0)) as a, ScriptedServer(answer()) as b,
+        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                      policy=HedgePolicy(hedge_after_s=5.0), thresholds=FixedThresholds((0.2, 7, True))) as client,
+    ):
+        result = await client.chat(BODY)
     record = result.record
     assert record.hedged and record.hedge_after_s == 0.2 and record.threshold_version == 7
     assert record.attempts[1].start_s == pytest.approx(0.2, abs=0.15)
 
 
 async def test_a_route_disabled_by_the_api_does_not_hedge():
-    async with ScriptedServer(answer(first_delay_s=0.8)) as a, ScriptedServer(answer()) as b:
-        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                                 policy=HedgePolicy(hedge_after_s=0.1), thresholds=FixedThresholds((0.2, 7, False))) as client:
-            result = await client.chat(BODY)
+    async with (
+        ScriptedServer(answer(first_delay_s=0.8)) as a, ScriptedServer(answer()) as b,
+        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                      policy=HedgePolicy(hedge_after_s=0.1), thresholds=FixedThresholds((0.2, 7, False))) as client,
+    ):
+        result = await client.chat(BODY)
     record = result.record
     assert not record.hedged and b.requests == []
     assert record.threshold_version == 7 and record.hedge_after_s == 0.2
@@ -283,10 +306,55 @@ async def test_a_route_disabled_by_the_api_does_not_hedge():
 async def test_a_5xx_whose_body_never_comes_still_fails_over_at_once():
     # Status line and headers of a 503 announcing a body, then silence.
     stuck = Script(status=503, content_type="text/plain", pieces=[(30.0, b"late")], close=True)
-    async with ScriptedServer(stuck) as a, ScriptedServer(answer()) as b:
-        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                                 policy=HedgePolicy(hedge_after_s=5.0, total_timeout_s=20.0)) as client:
-            result = await client.chat(BODY)
+    async with (
+        ScriptedServer(stuck) as a, ScriptedServer(answer()) as b,
+        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                      policy=HedgePolicy(hedge_after_s=5.0, total_timeout_s=20.0)) as client,
+    ):
+        result = await client.chat(BODY)
     record = result.record
     assert record.hedge_reason == "primary_error" and record.winner == "backup"
     assert record.attempts[0].error_type == "http_503" and record.ttft_s < 3.0
+
+
+async def test_the_call_hedges_and_closes_the_loser_while_the_caller_is_not_reading():
+    # The caller enters the block and then waits 1.5 s before reading. The primary's token is
+    # 30 s away; the hedge is due at 0.3 s and the backup answers at once. The race is run by
+    # the call's own driver task: the hedge goes out and the loser is closed meanwhile, and the
+    # caller then reads the backup's whole answer.
+    async with ScriptedServer(answer(first_delay_s=30.0)) as a, ScriptedServer(answer(words=4)) as b, \
+            HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                          policy=HedgePolicy(hedge_after_s=0.3)) as client:
+        async with client.stream_chat(BODY) as stream:
+            await asyncio.sleep(1.5)
+            reading_at = time.monotonic()
+            assert len(b.requests) == 1, "no hedge was sent while the caller was not reading"
+            closed_at = await a.wait_disconnect(0, timeout_s=0.5)
+            assert closed_at is not None and closed_at < reading_at, "the loser was not closed before reading"
+            received = [piece async for piece in stream]
+        record = stream.record
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in received if c["choices"]) == "w0 w1 w2 w3 "
+    assert record.status == "ok" and record.winner == "backup" and record.hedge_reason == "ttft_timeout"
+    primary, backup = record.attempts
+    assert primary.outcome == "cancelled" and backup.outcome == "won"
+    assert 0.3 <= backup.start_s < 1.0
+    assert primary.end_s == pytest.approx(backup.first_token_s, abs=0.2)  # cancelled at the win
+
+
+async def test_a_failure_before_the_first_token_reaches_a_caller_that_reads_late():
+    # Both upstreams fail at once (503, then 500 after the failover) while the caller waits:
+    # the failure is raised when it reads, with the record; leaving without reading is silent.
+    failing = Script(status=503, content_type="text/plain", pieces=[(0, b"down")])
+    async with ScriptedServer(failing) as a, ScriptedServer(failing) as b, \
+            HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                          policy=HedgePolicy(hedge_after_s=5.0)) as client:
+        with pytest.raises(AllAttemptsFailed) as info:
+            async with client.stream_chat(BODY) as stream:
+                await asyncio.sleep(1.0)
+                assert len(b.requests) == 1  # the failover happened while nobody read
+                async for _ in stream:
+                    pass
+        assert info.value.record.status == "error" and info.value.record.hedge_reason == "primary_error"
+        async with client.stream_chat(BODY) as unread:
+            await asyncio.sleep(1.0)
+        assert unread.record.status == "error" and unread.record.error_type == "all_attempts_failed"

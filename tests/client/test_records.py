@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -12,7 +12,7 @@ from hedgerow.client import AttemptRecord, CallRecord
 def sample() -> CallRecord:
     return CallRecord(
         request_id="r1", route="summarize", model="llama2-70b",
-        started_at=datetime(2026, 11, 29, 8, 0, 0, 123456, tzinfo=timezone.utc), client="t",
+        started_at=datetime(2026, 11, 29, 8, 0, 0, 123456, tzinfo=UTC), client="t",
         hedge_after_s=1.0, threshold_version=7, hedged=True, hedge_reason="ttft_timeout",
         winner="backup", ttft_s=1.21, ttfo_s=1.21, tpot_s=0.021, e2e_s=4.3, max_itl_s=0.2,
         prompt_tokens=120, completion_tokens=150,

@@ -13,6 +13,7 @@ import gc
 import json
 import socket
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -26,6 +27,7 @@ from hedgerow.client import (
     HedgingTransport,
     Upstream,
 )
+from hedgerow.client.hedging import attempt_request_id
 from hedgerow.client.transport import rebase_path
 from hedgerow.sim import ReplicaConfig, ReplicaThread
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
@@ -204,7 +206,9 @@ async def test_path_rebased_key_replaced_headers_forwarded(stream: bool) -> None
         assert seen.headers["x-tenant"] == "t1" and seen.headers["x-app"] == "demo"
         request_id = raw.headers["x-hedgerow-request-id"]
         assert seen.headers["idempotency-key"] == request_id
-        assert seen.headers["x-request-id"] == f"{request_id}-primary"
+        assert seen.headers["x-request-id"] == attempt_request_id(request_id, "primary")
+        assert str(uuid.UUID(seen.headers["x-request-id"])) == seen.headers["x-request-id"]
+        assert seen.headers["x-hedgerow-attempt"] == "primary"
         assert seen.body["messages"] == MESSAGES and seen.body["model"] == "m"
         if stream:
             assert seen.body["stream"] is True and seen.body["stream_options"] == {"include_usage": True}
@@ -500,3 +504,45 @@ async def test_concurrent_calls_share_one_transport(replicas) -> None:
     assert texts == ["tok " * (3 + i) for i in range(6)]
     assert len(sink.records) == 6 and len({r.request_id for r in sink.records}) == 6
     assert all(r.status == "ok" and r.winner == "primary" for r in sink.records)
+
+
+# -- connections: none left stuck in the pool by a cancelled app task ------------------------------
+
+
+def pool_active(transport: HedgingTransport) -> int:
+    """Connections of the transport's httpcore pool that are neither idle nor closed."""
+    pool = transport._pool._pool  # type: ignore[attr-defined]  # httpx keeps httpcore's pool there
+    return sum(1 for c in pool.connections if not c.is_idle() and not c.is_closed())
+
+
+@pytest.mark.parametrize("kind", ["non_streaming", "pass_through"])
+async def test_cancelling_the_app_at_any_moment_leaves_no_connection_active(kind: str) -> None:
+    # The app's task is cancelled after 0, 1, 2, ... event-loop turns, so the cancellation lands
+    # at every stage of the request (connect, send, body, httpx's close at the body's end). The
+    # upstream answers at once, in one write, on a keep-alive connection. With a pool of 2, a
+    # request after all that must still complete.
+    if kind == "non_streaming":
+        body = json.dumps({"id": "c1", "object": "chat.completion", "model": "m", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]})
+        path, method, payload = "/v1/chat/completions", "POST", {"model": "m", "messages": MESSAGES}
+    else:
+        body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
+        path, method, payload = "/v1/models", "GET", None
+    script = Script(pieces=[(0.0, body.encode())], content_type="application/json", keep_alive=True)
+    async with ScriptedServer(script) as a:
+        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat", max_connections=2,
+                                     policy=HedgePolicy(hedge_after_s=30.0))
+        async with httpx.AsyncClient(transport=transport, base_url="http://hedgerow.invalid") as http:
+
+            async def request() -> httpx.Response:
+                return await http.request(method, path, json=payload)
+
+            for turns in range(80):
+                task = asyncio.create_task(request())
+                for _ in range(turns):
+                    await asyncio.sleep(0)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                assert pool_active(transport) == 0, f"a connection left active (cancelled after {turns} turns)"
+            response = await asyncio.wait_for(request(), 10.0)
+            assert response.status_code == 200 and response.json() == json.loads(body)

@@ -30,7 +30,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Self
@@ -39,7 +38,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from hedgerow.client import HedgePolicy, HedgingClient, Upstream, UpstreamError
+from hedgerow.client import HedgePolicy, HedgingClient, Upstream
 from tests.e2e.llama_env import LlamaEnv, LlamaEnvUnavailable, ensure_llama_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -261,23 +260,6 @@ def _hedged_body() -> dict:
     }
 
 
-#: llama-cpp-python's server (starlette-context's RequestIdPlugin) answers HTTP 400 with an empty
-#: body to any ``X-Request-ID`` that is not a UUID, and hedgerow sends ``{request_id}-{role}``
-#: (DESIGN.md, client step 7). Until the client sends a UUID there, the tests that use its default
-#: headers are expected to fail (strict: they flag the fix by passing), and the hedging test
-#: overrides the header per upstream with a UUID (``Upstream.headers`` replaces the client's).
-REQUEST_ID_NOT_UUID = pytest.mark.xfail(
-    strict=True,
-    raises=(UpstreamError, AssertionError),
-    reason="hedgerow's X-Request-ID '{request_id}-{role}' is not a UUID: llama-cpp-python's server answers 400",
-)
-
-
-def _uuid_request_id() -> dict[str, str]:
-    """Per-upstream headers replacing hedgerow's ``X-Request-ID`` with a UUID llama-cpp accepts."""
-    return {"X-Request-ID": str(uuid.uuid4())}
-
-
 @pytest.fixture
 async def busy(servers: tuple[LlamaServer, LlamaServer]) -> AsyncIterator[BusyGeneration]:
     """The busy server generating its long answer (first token already out)."""
@@ -290,8 +272,8 @@ async def test_call_hedges_to_the_idle_llama_server_and_the_backup_wins(
 ):
     busy_server, idle_server = servers
     upstreams = [
-        Upstream("busy", busy_server.base_url, headers=_uuid_request_id()),
-        Upstream("idle", idle_server.base_url, headers=_uuid_request_id()),
+        Upstream("busy", busy_server.base_url),
+        Upstream("idle", idle_server.base_url),
     ]
     policy = HedgePolicy(hedge_after_s=HEDGE_AFTER_S, total_timeout_s=120.0)
     assert _established(busy_server.port, local=False) == 1  # only the busy generation so far
@@ -329,7 +311,6 @@ async def test_call_hedges_to_the_idle_llama_server_and_the_backup_wins(
     assert await _until(lambda: _established(idle_server.port, local=False) == 0, 2.0)
 
 
-@REQUEST_ID_NOT_UUID
 async def test_default_hedgerow_headers_are_accepted_by_llama_server(servers: tuple[LlamaServer, LlamaServer]):
     _, idle_server = servers
     async with HedgingClient([Upstream("idle", idle_server.base_url)], route="e2e-llama") as client:
@@ -337,7 +318,6 @@ async def test_default_hedgerow_headers_are_accepted_by_llama_server(servers: tu
     assert result.record.status == "ok" and result.text.strip()
 
 
-@REQUEST_ID_NOT_UUID
 async def test_hedgerow_call_json_against_the_pair(
     servers: tuple[LlamaServer, LlamaServer], busy: BusyGeneration, tmp_path: Path
 ):
