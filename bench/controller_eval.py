@@ -29,11 +29,14 @@ Ways compared (each replays the same workload with the same seeds):
   (``HEDGEROW_CONTROLLER_INTERVAL_S``, default 60) a tick gathers the records visible so far
   exactly like ``hedgerow.controller.jobs``: the primary TTFT samples of the calls started in
   the window (``HEDGEROW_WINDOW_S``, default 3600, doubled up to ``max_window_s`` while fewer
-  than ``min_samples``), censored at the cancel time when the backup won; the calls, hedges and
-  backup wins of that window and of the short window; the call-level TTFT P99 and the short
-  window's own KM target when the policy's ``Observation`` has those fields; then ``estimate_ttft`` and ``decide`` (with
-  ``PolicyKnobs.from_settings``; every ``HEDGEROW_*`` knob applies) set the value that calls
-  use from the next arrival on (clients are assumed to see a new threshold at once).
+  than ``min_samples``), censored at the cancel time when the backup won, with their calls'
+  arrival times (the order in which the policy replays the client's hedge bucket); the hedges'
+  backup TTFT samples of the same window, from the backup's own send, censored when the primary
+  won; the calls, hedges, wanted hedges (hedged or denied) and backup wins of that window and of
+  the short window; the call-level TTFT P99 and the short window's own KM target; then
+  ``estimate_ttft`` and ``decide`` (with ``PolicyKnobs.from_settings``; every ``HEDGEROW_*``
+  knob applies, e.g. ``HEDGEROW_P99_TOLERANCE``) set the value that calls use from the next
+  arrival on (clients are assumed to see a new threshold at once).
 
 Every hedging way goes through the same token bucket as the real client
 (``hedgerow.client.budget.HedgeBudget``, budget ``--budget``, burst ``--burst`` 10): a hedge the
@@ -111,10 +114,6 @@ RATE_TARGET_FACTOR = 1.25
 P99_TARGET_FACTOR = 1.10
 
 
-#: Fields of ``Observation`` (it may gain optional ones; only those present are filled).
-_OBSERVATION_FIELDS = frozenset(f.name for f in dataclasses.fields(Observation))
-
-
 def _rate(part: int, whole: int) -> float | None:
     return None if whole == 0 else part / whole
 
@@ -145,6 +144,9 @@ class VirtualController:
         self._censored: list[bool] = []
         self._hedged: list[bool] = []
         self._backup_won: list[bool] = []
+        self._denied: list[bool] = []
+        self._backup_duration: list[float] = []  # NaN without a backup
+        self._backup_censored: list[bool] = []
         self._ttft: list[float] = []
 
     def threshold(self, _now: float) -> float:
@@ -159,6 +161,10 @@ class VirtualController:
             self._censored.append(call.primary_censored)
             self._hedged.append(call.hedged)
             self._backup_won.append(call.hedged and call.winner == "backup")
+            self._denied.append(call.hedge_denied)
+            backup_s = call.backup_ttft_s if call.hedged else None
+            self._backup_duration.append(math.nan if backup_s is None else backup_s)
+            self._backup_censored.append(call.backup_censored)
             self._ttft.append(call.ttft_s if call.ttft_s is not None else math.nan)
         self._seen = len(visible)
 
@@ -180,10 +186,13 @@ class VirtualController:
         backup_won = np.asarray(self._backup_won)
         durations = np.asarray(self._duration)[mask]
         censored = np.asarray(self._censored)[mask]
+        wanted = hedged | np.asarray(self._denied, dtype=bool)
         calls, hedges = int(mask.sum()), int(hedged[mask].sum())
         wins = int(backup_won[mask].sum())
         short = in_window(settings.short_window_s)
         short_calls, short_hedges = int(short.sum()), int(hedged[short].sum())
+        backup_duration = np.asarray(self._backup_duration)[mask]
+        has_backup = ~np.isnan(backup_duration)
         estimate = None
         budget = self.config.budget if 0.0 < self.config.budget < 1.0 else None
         if durations.size:
@@ -199,25 +208,34 @@ class VirtualController:
             "hedges": hedges,
             "short_window_calls": short_calls,
             "short_window_hedge_rate": _rate(short_hedges, short_calls),
+            # the same inputs as jobs.observe_route: wanted (hedged or denied) rates and the
+            # primary and backup samples of the window, for the hedge model
+            "wanted_hedge_rate": _rate(int(wanted[mask].sum()), calls),
+            "short_window_wanted_rate": _rate(int(wanted[short].sum()), short_calls),
+            "primary_durations_s": tuple(durations.tolist()),
+            "primary_censored": tuple(censored.tolist()),
+            "primary_started_s": tuple(arrival[mask].tolist()),
+            "backup_durations_s": tuple(backup_duration[has_backup].tolist()),
+            "backup_censored": tuple(np.asarray(self._backup_censored)[mask][has_backup].tolist()),
         }
-        if "call_p99_s" in _OBSERVATION_FIELDS:  # the call-level TTFTs of the window, as jobs.py
-            call_ttft = np.asarray(self._ttft)[mask]
-            fields["call_ttft_samples"] = int(call_ttft.size)
-            fields["call_p99_s"] = (
-                float(np.quantile(call_ttft, 0.99, method="inverted_cdf")) if call_ttft.size else None
+        # the call-level TTFTs of the window, as jobs.py (failed calls have none)
+        call_ttft = np.asarray(self._ttft)[mask]
+        call_ttft = call_ttft[~np.isnan(call_ttft)]
+        fields["call_ttft_samples"] = int(call_ttft.size)
+        fields["call_p99_s"] = (
+            float(np.quantile(call_ttft, 0.99, method="inverted_cdf")) if call_ttft.size else None
+        )
+        # the short window's own KM target
+        short_target_s = None
+        if short_calls >= settings.short_window_min_calls and budget is not None:
+            short_estimate = estimate_ttft(
+                np.asarray(self._duration)[short].tolist(),
+                np.asarray(self._censored)[short].tolist(),
+                budget=budget,
+                confidence=settings.confidence,
             )
-        if "short_window_target_s" in _OBSERVATION_FIELDS:  # the short window's own KM target
-            short_target_s = None
-            min_calls = getattr(settings, "short_window_min_calls", 20)
-            if short_calls >= min_calls and budget is not None:
-                short_estimate = estimate_ttft(
-                    np.asarray(self._duration)[short].tolist(),
-                    np.asarray(self._censored)[short].tolist(),
-                    budget=budget,
-                    confidence=settings.confidence,
-                )
-                short_target_s = short_estimate.target_s
-            fields["short_window_target_s"] = short_target_s
+            short_target_s = short_estimate.target_s
+        fields["short_window_target_s"] = short_target_s
         observation = Observation(**fields)
         decision = decide(self.config, self.current, observation, self.knobs)
         self.current = decision.hedge_after_s
@@ -233,9 +251,10 @@ class VirtualController:
             "target_s": None if estimate is None else estimate.target_s,
             "observed_hedge_rate": observation.observed_hedge_rate,
             "short_window_hedge_rate": observation.short_window_hedge_rate,
-            "short_window_target_s": getattr(observation, "short_window_target_s", None),
+            "short_window_wanted_rate": observation.short_window_wanted_rate,
+            "short_window_target_s": observation.short_window_target_s,
             "backup_win_rate": observation.backup_win_rate,
-            "details": getattr(decision, "details", None) or None,
+            "details": decision.details or None,
         })
 
 

@@ -4,6 +4,7 @@
   (engines, sessions, Alembic migrations), :mod:`~hedgerow.controller.ingest` (call records in),
   :mod:`~hedgerow.controller.queries` (thresholds, routes, history out);
 - estimation: :mod:`~hedgerow.controller.estimation` (Kaplan-Meier TTFT quantiles, scipy);
+  :mod:`~hedgerow.controller.hedge_model` (predicted P99 of hedged calls, the efficient target);
 - policy: :mod:`~hedgerow.controller.policy` (budget, hysteresis, bounded steps);
 - job: :mod:`~hedgerow.controller.jobs` (one tick), :mod:`~hedgerow.controller.lease` (one job
   runner), :mod:`~hedgerow.controller.scheduler` (APScheduler);
@@ -24,6 +25,7 @@ from hedgerow.controller.db import (
 )
 from hedgerow.controller.errors import ControllerError, StoreError, StoreNotReady, UnknownRoute
 from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
+from hedgerow.controller.hedge_model import EfficientChoice, efficient_threshold, km_survival
 from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.jobs import run_once, run_tick, tick_route
 from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, release_lease
@@ -71,7 +73,7 @@ __all__ = [
     "get_route", "get_history", "ROUTE_CONFIG_FIELDS", "update_route", "configure_route",
     "RouteConfigInvalid",
     # estimation and policy
-    "TTFTEstimate", "estimate_ttft",
+    "TTFTEstimate", "estimate_ttft", "EfficientChoice", "efficient_threshold", "km_survival",
     "RouteConfig", "PolicyKnobs", "Observation", "Decision", "decide",
     # job
     "run_tick", "run_once", "tick_route", "CONTROLLER_LEASE", "acquire_lease", "release_lease",

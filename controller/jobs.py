@@ -15,7 +15,10 @@ Per route, each tick (DESIGN.md "controller"):
    ``hedges_did_not_lower_p99`` flag compares it with the primary's KM P99); and the calls and
    hedges of the short window ``(now - short_window_s, now]`` and, once it has
    ``short_window_min_calls`` calls, the KM target of its primary samples alone (rule 4 of the
-   policy);
+   policy); the *wanted* hedges of both windows (hedged, or ``hedge_denied`` by the client's
+   budget bucket); and, for the hedge model of rule 3b, the primary samples with their calls'
+   start times and the hedges' backup TTFT samples (:func:`backup_samples`: from the backup's own
+   send, censored at its cancellation when the primary won, failed backups left out);
 3. estimate the TTFT distribution (Kaplan-Meier, :func:`hedgerow.controller.estimation.estimate_ttft`)
    and :func:`hedgerow.controller.policy.decide`;
 4. publish: a new threshold row gets version 1, a changed value (or enabled flag) version + 1;
@@ -30,10 +33,14 @@ TTFT ~ Exp(mean 1 s) (true P90 = ln 10 = 2.303 s), hedged at 1.5 s with a backup
 primaries are censored. The uncensored TTFTs alone give P90 = 1.465 s (far too low); the KM
 estimate gives P50 0.709 s, P90 2.402 s, P95 2.754 s, and P99 null with
 ``details.quantile_lower_bounds_s.p99_s`` = 3.542 s (the longest duration seen). The target
-(upper 95% bound on S(t) <= 0.10) is 2.535 s, where the true P(TTFT > t) = 7.9%. The short window
-saw 20.1% of 199 calls hedged, above the 10% budget, so the tick raises to 2.535 s at once
-(reason ``raise_over_budget``; the short window's own target is null, its budget quantile being
-censored). The call-level P99 (2.535 s) is under 0.95 x the primary's P99
+(upper 95% bound on S(t) <= 0.10) is 2.535 s, where the true P(TTFT > t) = 7.9%. The hedge model
+(rule 3b; 479 backup samples) predicts a call P99 of 3.299 s when hedging there and 3.362 s
+(+1.9%, inside the 2% tolerance) at 2.599 s, so 2.599 s is the efficient target (true
+P(TTFT > t) = 7.4%); its predicted backup win probability at the current 1.5 s is 0.650 (observed
+324 / 479 = 0.676). The short window saw 20.1% of 199 calls hedged, above the 10% budget, so the
+tick raises to 2.599 s at once (reason ``raise_over_budget``; the short window's own target is
+null, its budget quantile being censored). The call-level P99 (2.535 s) is under 0.95 x the
+primary's P99
 lower bound (3.542 s), so the hedges provably lowered the P99: no flag.
 
 Reads and writes of a route use separate short transactions, the write one starting with an
@@ -71,8 +78,10 @@ from hedgerow.controller.policy import (
 from hedgerow.controller.queries import history_row_dict
 
 __all__ = [
+    "BackupSamples",
     "PrimarySamples",
     "WindowCounts",
+    "backup_samples",
     "call_ttfts",
     "count_calls",
     "gather_samples",
@@ -94,28 +103,50 @@ class PrimarySamples:
         durations_s: TTFT (uncensored) or time until cancelled (censored), seconds, one per call.
         censored: True where the duration is a right-censored lower bound.
         window_s: the window they were gathered over, seconds.
+        started_s: when each sample's call started, seconds before the window's end (so larger
+            is earlier), one per sample; orders the calls for the policy's bucket replay.
     """
 
     durations_s: tuple[float, ...]
     censored: tuple[bool, ...]
     window_s: float
+    started_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BackupSamples:
+    """The backup TTFT samples of the hedges of one window, measured from the backup's send.
+
+    Attributes:
+        durations_s: the backup's TTFT (uncensored) or the time it was cancelled at (censored,
+            the primary won), seconds, one per hedged call; failed backups are left out.
+        censored: True where the duration is a right-censored lower bound.
+    """
+
+    durations_s: tuple[float, ...]
+    censored: tuple[bool, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class WindowCounts:
-    """Call counts of one window: calls, hedged (``ttft_timeout``) calls, hedges won by the backup."""
+    """Call counts of one window: calls, hedged (``ttft_timeout``) calls, hedges won by the
+    backup, and wanted hedges (hedged, or denied by the client's budget bucket)."""
 
     calls: int
     hedges: int
     backup_wins: int
+    wanted: int = 0
 
 
 async def _samples_in(
     session: AsyncSession, route_id: int, since: datetime, until: datetime
-) -> tuple[list[float], list[bool]]:
+) -> tuple[list[float], list[bool], list[float]]:
+    """Primary samples of the calls started in ``(since, until]``: durations, censored flags and
+    start times in seconds before ``until``."""
     rows = await session.execute(
         select(
-            Attempt.call_id, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome
+            Attempt.call_id, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome,
+            Call.started_at,
         )
         .join(Call, Call.id == Attempt.call_id)
         .where(
@@ -128,8 +159,9 @@ async def _samples_in(
     )
     durations: list[float] = []
     censored: list[bool] = []
+    started: list[float] = []
     seen: set[int] = set()
-    for call_id, start_s, first_token_s, end_s, outcome in rows.all():
+    for call_id, start_s, first_token_s, end_s, outcome, started_at in rows.all():
         if call_id in seen:
             continue  # only the call's first primary attempt counts
         seen.add(call_id)
@@ -139,7 +171,55 @@ async def _samples_in(
         elif outcome == "cancelled":
             durations.append(max(0.0, end_s - start_s))
             censored.append(True)
-    return durations, censored
+        else:
+            continue
+        started.append((until - started_at).total_seconds())
+    return durations, censored, started
+
+
+async def backup_samples(
+    session: AsyncSession, route_id: int, since: datetime, until: datetime
+) -> BackupSamples:
+    """The backup TTFT samples of the hedges of calls started in ``(since, until]``.
+
+    Only hedges (``hedge_reason == "ttft_timeout"``) count, one backup per call (its first
+    ``backup`` attempt); the duration is measured from the backup's own send (``start_s``):
+    ``first_token_s - start_s`` when it had a first token, ``end_s - start_s`` (censored) when
+    it was cancelled without one; a failed backup is not a sample.
+
+    Args:
+        session: an open session.
+        route_id: the ``routes.id``.
+        since / until: the window (aware UTC).
+    """
+    rows = await session.execute(
+        select(
+            Attempt.call_id, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome
+        )
+        .join(Call, Call.id == Attempt.call_id)
+        .where(
+            Call.route_id == route_id,
+            Call.started_at > since,
+            Call.started_at <= until,
+            Call.hedge_reason == "ttft_timeout",
+            Attempt.role == "backup",
+        )
+        .order_by(Attempt.call_id, Attempt.attempt_index)
+    )
+    durations: list[float] = []
+    censored: list[bool] = []
+    seen: set[int] = set()
+    for call_id, start_s, first_token_s, end_s, outcome in rows.all():
+        if call_id in seen:
+            continue
+        seen.add(call_id)
+        if first_token_s is not None:
+            durations.append(max(0.0, first_token_s - start_s))
+            censored.append(False)
+        elif outcome == "cancelled":
+            durations.append(max(0.0, end_s - start_s))
+            censored.append(True)
+    return BackupSamples(tuple(durations), tuple(censored))
 
 
 async def gather_samples(
@@ -163,29 +243,32 @@ async def gather_samples(
     """
     window = window_s
     while True:
-        durations, censored = await _samples_in(
+        durations, censored, started = await _samples_in(
             session, route_id, now - timedelta(seconds=window), now
         )
         if len(durations) >= min_samples or window >= max_window_s:
-            return PrimarySamples(tuple(durations), tuple(censored), window)
+            return PrimarySamples(tuple(durations), tuple(censored), window, tuple(started))
         window = min(window * 2, max_window_s)
 
 
 async def count_calls(
     session: AsyncSession, route_id: int, since: datetime, until: datetime
 ) -> WindowCounts:
-    """Count a route's calls started in ``(since, until]``, its hedges and the backup's wins."""
+    """Count a route's calls started in ``(since, until]``, its hedges, the backup's wins and the
+    wanted hedges (hedged, or ``hedge_denied`` by the client's budget bucket)."""
     hedged = Call.hedge_reason == "ttft_timeout"
+    wanted = or_(hedged, Call.hedge_denied.is_(True))
     row = (
         await session.execute(
             select(
                 func.count(),
                 func.coalesce(func.sum(case((hedged, 1), else_=0)), 0),
                 func.coalesce(func.sum(case((and_(hedged, Call.winner == "backup"), 1), else_=0)), 0),
+                func.coalesce(func.sum(case((wanted, 1), else_=0)), 0),
             ).where(Call.route_id == route_id, Call.started_at > since, Call.started_at <= until)
         )
     ).one()
-    return WindowCounts(int(row[0]), int(row[1]), int(row[2]))
+    return WindowCounts(int(row[0]), int(row[1]), int(row[2]), int(row[3]))
 
 
 async def call_ttfts(
@@ -260,9 +343,10 @@ async def observe_route(
             budget=budget,
             confidence=settings.confidence,
         )
+    backups = await backup_samples(session, route.id, since, now)
     short_target_s: float | None = None
     if short.calls >= settings.short_window_min_calls and budget is not None:
-        short_durations, short_censored = await _samples_in(session, route.id, short_since, now)
+        short_durations, short_censored, _ = await _samples_in(session, route.id, short_since, now)
         if short_durations:
             short_estimate = await asyncio.to_thread(
                 estimate_ttft, short_durations, short_censored, budget=budget,
@@ -281,6 +365,14 @@ async def observe_route(
         call_ttft_samples=len(ttfts),
         call_p99_s=_p99(ttfts),
         short_window_target_s=short_target_s,
+        wanted_hedge_rate=_rate(counts.wanted, counts.calls),
+        short_window_wanted_rate=_rate(short.wanted, short.calls),
+        primary_durations_s=samples.durations_s,
+        primary_censored=samples.censored,
+        # seconds before now, negated so that the order is the calls' arrival order
+        primary_started_s=tuple(-s for s in samples.started_s),
+        backup_durations_s=backups.durations_s,
+        backup_censored=backups.censored,
     )
     return observation, samples
 
@@ -307,7 +399,11 @@ def history_details(
       the KM curve never reached its level; the bound is the largest observed duration
       (``TTFTEstimate.max_observed_s``): the quantile is known to lie above it, nothing more;
     - ``target_s``: the KM budget target (null when no observed time qualified);
-    - ``short_window``: ``{"window_s", "calls", "hedge_rate", "target_s"}``, the inputs of rule 4;
+    - ``wanted_hedge_rate``: (hedged + denied) / calls of the window (``observed_hedge_rate``
+      in the row stays the rate of hedges actually sent);
+    - ``short_window``: ``{"window_s", "calls", "hedge_rate", "wanted_rate", "target_s"}``, the
+      inputs of rule 4;
+    - ``efficiency``: the inputs of rule 3b (see ``policy``);
     - ``p99_check``: the inputs of the ``hedges_did_not_lower_p99`` flag (see ``policy``).
     """
     details: dict[str, Any] = {}
@@ -321,10 +417,12 @@ def history_details(
         if bounds:
             details["quantile_lower_bounds_s"] = bounds
         details["target_s"] = estimate.target_s
+    details["wanted_hedge_rate"] = observation.wanted_hedge_rate
     details["short_window"] = {
         "window_s": float(settings.short_window_s),
         "calls": observation.short_window_calls,
         "hedge_rate": observation.short_window_hedge_rate,
+        "wanted_rate": observation.short_window_wanted_rate,
         "target_s": observation.short_window_target_s,
     }
     details.update(decision.details)
@@ -472,7 +570,8 @@ async def tick_route(
     config = _config(route)
     async with sessionmaker() as session:
         observation, _ = await observe_route(session, route, settings, now)
-    decision = decide(config, current_hedge_after_s, observation, knobs)
+    # the hedge model (rule 3b) replays the window's calls: off the event loop
+    decision = await asyncio.to_thread(decide, config, current_hedge_after_s, observation, knobs)
     details = history_details(decision, observation, settings) | (extra_details or {})
     if reason_prefix:
         decision = replace(decision, reason=f"{reason_prefix},{decision.reason}")

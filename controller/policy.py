@@ -17,9 +17,27 @@
    ``current * (1 + max_step_up)``, reason ``censored_raise``. With no censored sample at all a
    missing target only means the samples are too few for the budget's tail: hold
    (``too_few_samples``).
+3b. **Efficiency.** The budget target is a floor, not an aim: a lower threshold is only worth
+   its hedges if they cut the tail. When the observation carries the window's samples (primary,
+   with their start times, and the hedges' backups), ``hedge_model.efficient_threshold``
+   predicts the call-level P99 for thresholds from the budget target up to the primary's KM P99
+   (capped by ``max_hedge_after_s``), with ``P(T > x) = S(x) * G(x - t)`` past the threshold and
+   the client's hedge bucket replayed over the window (``knobs.client_budget_burst``), and takes
+   the **largest** threshold whose predicted P99 is within ``knobs.p99_tolerance`` (2%) of the
+   smallest: the fewest hedges for nearly the same tail. When that is above the budget target it
+   replaces it as the target of rules 4-5 (main code ``efficient_raise`` instead of ``target``).
+   Its inputs (both targets, the predicted P99 and backup win probability at each, the hedge
+   rate each would give) go to ``Decision.details["efficiency"]``. Without samples the rule is
+   skipped; with fewer than ``knobs.min_backup_samples`` backup samples the primary's curve
+   stands in for the backup's.
 4. **Raise fast.** The short window (last ``short_window_s`` = 5 min by default, with
    ``short_window_calls >= knobs.short_window_min_calls``, default 20) saw a hedge rate above the
-   budget: a target above current is taken at once (``raise_over_budget``); a
+   budget (with ``knobs.short_window_counts_denied``, the *wanted* rate: hedges sent plus hedges
+   the client's bucket denied, since a bucket that runs dry hides a threshold that asks for too
+   much; off by default: in ``bench/controller_eval.py`` it fired during the slowdown, raised the
+   threshold when early hedges mattered most and cost 4-6% of P99 in each of three scenarios,
+   while the buckets held the 5-minute hedge rates anyway): a target above current is taken at
+   once (``raise_over_budget``); a
    target below current is not followed (``over_budget_hold``). The short window's own KM target
    (``short_window_target_s``, from its samples alone) is taken too when it is higher, so that a
    sudden slowdown is followed within one tick rather than as the 1 h window fills with slow
@@ -73,6 +91,7 @@ censored_raise            the budget quantile is censored: raised by ``1 + max_s
 raise_over_budget         short-window hedge rate above budget and target above current: raised
 over_budget_hold          short-window hedge rate above budget but target below current: held
 target                    moved to the KM target
+efficient_raise           moved to the efficient target (rule 3b), above the KM target
 hysteresis_hold           relative change under ``hysteresis``: held
 step_down_limited         (modifier) a decrease was cut to ``max_step_down``
 clamped_min/clamped_max   (modifier) the value was clamped to the route's bounds
@@ -90,7 +109,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from hedgerow.controller.estimation import TTFTEstimate
+from hedgerow.controller.hedge_model import (
+    BucketReplay,
+    efficient_threshold,
+    km_survival,
+    win_probability,
+)
 
 __all__ = [
     "REASON_CODES",
@@ -116,6 +143,7 @@ REASON_CODES = frozenset(
         "raise_over_budget",
         "over_budget_hold",
         "target",
+        "efficient_raise",
         "hysteresis_hold",
         "step_down_limited",
         "clamped_min",
@@ -205,9 +233,19 @@ class PolicyKnobs:
             trusted (rule 4), >= 1.
         min_p99_improvement: fraction by which the call-level P99 TTFT must undercut the
             primary's KM P99, else ``hedges_did_not_lower_p99``, in [0, 1).
+        p99_tolerance: rule 3b: relative slack on the predicted call P99 within which a higher
+            (cheaper) threshold than the budget target is preferred, >= 0 (0: only exact ties).
+        min_backup_samples: fewest backup TTFT samples for the backup's own survival curve in
+            rule 3b; with fewer, the primary's curve stands in for it, >= 1.
+        client_budget_burst: capacity (tokens) of the clients' hedge bucket assumed by rule 3b's
+            replay, >= 0; 0 leaves the bucket's denials out of the prediction.
+        short_window_counts_denied: rule 4 tests the short window's *wanted* hedge rate (hedged
+            + denied by the bucket) against the budget, not only the hedges sent (default off:
+            see the module docstring).
 
     Raises:
         ValueError: a field out of range (named in the message).
+        TypeError: ``short_window_counts_denied`` is not a bool.
     """
 
     min_samples: int = 50
@@ -218,6 +256,10 @@ class PolicyKnobs:
     min_hedges_for_flag: int = 20
     short_window_min_calls: int = SHORT_WINDOW_MIN_CALLS
     min_p99_improvement: float = 0.05
+    p99_tolerance: float = 0.02
+    min_backup_samples: int = 20
+    client_budget_burst: float = 10.0
+    short_window_counts_denied: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_samples, int) or isinstance(self.min_samples, bool) or (
@@ -239,6 +281,26 @@ class PolicyKnobs:
         _check_fraction(
             "min_p99_improvement", self.min_p99_improvement, low_open=False, high_open=True
         )
+        if not _is_number(self.p99_tolerance) or not (
+            math.isfinite(self.p99_tolerance) and self.p99_tolerance >= 0
+        ):
+            raise ValueError(f"p99_tolerance must be a finite number >= 0, got {self.p99_tolerance!r}")
+        _check_count("min_backup_samples", self.min_backup_samples)
+        if not isinstance(self.short_window_counts_denied, bool):
+            raise TypeError(
+                "short_window_counts_denied must be a bool, got"
+                f" {self.short_window_counts_denied!r}"
+            )
+        if not _is_number(self.client_budget_burst) or not (
+            math.isfinite(self.client_budget_burst) and self.client_budget_burst >= 0
+        ):
+            raise ValueError(
+                f"client_budget_burst must be a finite number >= 0, got {self.client_budget_burst!r}"
+            )
+        if self.min_backup_samples < 1:
+            raise ValueError(
+                f"min_backup_samples must be an integer >= 1, got {self.min_backup_samples!r}"
+            )
 
     @classmethod
     def from_settings(cls, settings: Any) -> PolicyKnobs:
@@ -247,8 +309,9 @@ class PolicyKnobs:
         Args:
             settings: the settings object; its ``min_samples``, ``hysteresis``,
                 ``max_step_down``, ``max_step_up``, ``min_backup_win_rate``,
-                ``min_hedges_for_flag``, ``short_window_min_calls`` and ``min_p99_improvement``
-                are read.
+                ``min_hedges_for_flag``, ``short_window_min_calls``, ``min_p99_improvement``,
+                ``p99_tolerance``, ``min_backup_samples``, ``client_budget_burst`` and
+                ``short_window_counts_denied`` are read.
 
         Returns:
             The knobs.
@@ -265,6 +328,10 @@ class PolicyKnobs:
             min_hedges_for_flag=settings.min_hedges_for_flag,
             short_window_min_calls=settings.short_window_min_calls,
             min_p99_improvement=settings.min_p99_improvement,
+            p99_tolerance=settings.p99_tolerance,
+            min_backup_samples=settings.min_backup_samples,
+            client_budget_burst=settings.client_budget_burst,
+            short_window_counts_denied=settings.short_window_counts_denied,
         )
 
 
@@ -291,6 +358,20 @@ class Observation:
         short_window_target_s: the KM target (same budget and confidence) over the primary
             samples of the short window alone, seconds, or ``None`` (too few samples for a
             confident bound, or the budget quantile censored). Used by rule 4 only.
+        wanted_hedge_rate: calls whose threshold passed (hedged, or ``hedge_denied`` by the
+            client's budget bucket) / calls in the window, or ``None``.
+        short_window_wanted_rate: the same in the short window, or ``None``. Rule 4 tests the
+            larger of it and ``short_window_hedge_rate`` against the budget: a hedge the bucket
+            denied was still wanted by the threshold.
+        primary_durations_s / primary_censored: the primary TTFT samples behind ``estimate``
+            (seconds; True = censored), shape (n,) each; empty when not supplied (rule 3b is
+            then skipped).
+        primary_started_s: when each primary sample's call started, seconds on any common
+            clock, shape (n,) or empty; with it, rule 3b replays the client's hedge bucket over
+            the calls in that order (hedges it would deny are part of the prediction).
+        backup_durations_s / backup_censored: the hedges' backup TTFT samples of the same window,
+            measured from the backup's own send: its TTFT when it had a first token, else the
+            time it was cancelled at (censored); failed backups are not samples. Shape (m,).
 
     Raises:
         ValueError: a field out of range (named in the message).
@@ -307,6 +388,13 @@ class Observation:
     call_ttft_samples: int = 0
     call_p99_s: float | None = None
     short_window_target_s: float | None = None
+    wanted_hedge_rate: float | None = None
+    short_window_wanted_rate: float | None = None
+    primary_durations_s: tuple[float, ...] = ()
+    primary_censored: tuple[bool, ...] = ()
+    primary_started_s: tuple[float, ...] = ()
+    backup_durations_s: tuple[float, ...] = ()
+    backup_censored: tuple[bool, ...] = ()
 
     def __post_init__(self) -> None:
         if self.estimate is not None and not isinstance(self.estimate, TTFTEstimate):
@@ -324,10 +412,32 @@ class Observation:
             or self.call_p99_s < 0
         ):
             raise ValueError(f"call_p99_s must be a finite number >= 0 or None, got {self.call_p99_s!r}")
-        for name in ("observed_hedge_rate", "backup_win_rate", "short_window_hedge_rate"):
+        for name in (
+            "observed_hedge_rate", "backup_win_rate", "short_window_hedge_rate",
+            "wanted_hedge_rate", "short_window_wanted_rate",
+        ):
             value = getattr(self, name)
             if value is not None:
                 _check_fraction(name, value, low_open=False, high_open=False)
+        for kind in ("primary", "backup"):
+            durations = getattr(self, f"{kind}_durations_s")
+            flags = getattr(self, f"{kind}_censored")
+            if len(durations) != len(flags):
+                raise ValueError(
+                    f"{kind}_durations_s and {kind}_censored differ in length"
+                    f" ({len(durations)} != {len(flags)})"
+                )
+            if kind == "primary" and self.primary_started_s and (
+                len(self.primary_started_s) != len(durations)
+            ):
+                raise ValueError(
+                    "primary_started_s must be empty or as long as primary_durations_s"
+                    f" ({len(self.primary_started_s)} != {len(durations)})"
+                )
+            if durations:
+                values = np.asarray(durations, dtype=float)
+                if not np.all(np.isfinite(values)) or values.min() < 0:
+                    raise ValueError(f"{kind}_durations_s must be finite and >= 0 seconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +506,70 @@ def _flags(observation: Observation, knobs: PolicyKnobs) -> tuple[list[str], dic
     return codes, details
 
 
+def _finite_or_none(value: float | None) -> float | None:
+    """JSON-safe: ``inf``/NaN become None."""
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _efficient_target(
+    config: RouteConfig,
+    current: float,
+    estimate: TTFTEstimate,
+    budget_target_s: float,
+    observation: Observation,
+    knobs: PolicyKnobs,
+) -> tuple[float, dict[str, Any]] | None:
+    """Rule 3b: the largest threshold >= the budget target whose predicted P99 is near the best.
+
+    Returns:
+        ``(efficient_target_s, details)``, or None when the observation carries no primary
+        samples. The search runs from the budget target up to the primary's KM P99 (its lower
+        bound ``max_observed_s`` when not identified), capped by ``max_hedge_after_s``: a
+        threshold past the P99 without hedging cannot lower the P99, and keeping the threshold
+        at or below it keeps the hedges as a guard against a sudden slowdown.
+    """
+    if not observation.primary_durations_s:
+        return None
+    primary = km_survival(observation.primary_durations_s, observation.primary_censored)
+    n_backup = len(observation.backup_durations_s)
+    backup = None
+    if n_backup >= knobs.min_backup_samples and not all(observation.backup_censored):
+        backup = km_survival(observation.backup_durations_s, observation.backup_censored)
+    no_hedge_p99_s = estimate.p99_s if estimate.p99_s is not None else estimate.max_observed_s
+    top_s = min(config.max_hedge_after_s, max(budget_target_s, no_hedge_p99_s))
+    replay = None
+    if knobs.client_budget_burst > 0 and observation.primary_started_s:
+        order = np.argsort(np.asarray(observation.primary_started_s, dtype=float), kind="stable")
+        replay = BucketReplay(
+            durations_s=np.asarray(observation.primary_durations_s, dtype=float)[order],
+            censored=np.asarray(observation.primary_censored, dtype=bool)[order],
+            budget=config.budget,
+            burst=knobs.client_budget_burst,
+        )
+    choice = efficient_threshold(
+        primary, backup, budget_target_s, top_s, tolerance=knobs.p99_tolerance, replay=replay
+    )
+    g = backup if backup is not None else primary
+    details = {
+        "budget_target_s": choice.budget_target_s,
+        "efficient_target_s": choice.hedge_after_s,
+        "search_top_s": top_s,
+        "predicted_p99_at_budget_target_s": _finite_or_none(choice.p99_at_budget_s),
+        "predicted_p99_at_efficient_target_s": _finite_or_none(choice.p99_at_choice_s),
+        "predicted_min_p99_s": _finite_or_none(choice.min_p99_s),
+        "win_probability_at_budget_target": choice.win_probability_at_budget,
+        "win_probability_at_efficient_target": choice.win_probability_at_choice,
+        "win_probability_at_current": win_probability(primary, g, current),
+        "hedge_rate_at_budget_target": float(primary(choice.budget_target_s)),
+        "hedge_rate_at_efficient_target": float(primary(choice.hedge_after_s)),
+        "p99_tolerance": knobs.p99_tolerance,
+        "backup_samples": n_backup,
+        "backup_curve": choice.backup_source,
+        "bucket_replay": replay is not None,
+    }
+    return choice.hedge_after_s, details
+
+
 def _finish(
     value: float,
     current: float | None,
@@ -403,9 +577,11 @@ def _finish(
     source: str,
     observation: Observation,
     knobs: PolicyKnobs,
+    extra: dict[str, Any] | None = None,
 ) -> Decision:
     """Add the flags and build the ``Decision`` (``applied`` from comparing with current)."""
     flag_codes, details = _flags(observation, knobs)
+    details = (extra or {}) | details
     return Decision(
         hedge_after_s=float(value),
         applied=current is None or value != current,
@@ -460,6 +636,7 @@ def decide(
 
     estimate = observation.estimate
     source = "controller"
+    extra: dict[str, Any] = {}
     # 2. too few samples: keep what we have.
     if estimate is None or estimate.samples < knobs.min_samples:
         proposed, codes = base, ["too_few_samples"]
@@ -472,11 +649,28 @@ def decide(
                 f" ({config.budget!r}): the target is only meaningful for the route's budget"
             )
         target = estimate.target_s
+        # Rule 4's signal: the hedges sent in the short window, and with
+        # knobs.short_window_counts_denied also those the client's bucket denied (wanted).
+        short_rates = [
+            r for r in (
+                observation.short_window_hedge_rate,
+                observation.short_window_wanted_rate if knobs.short_window_counts_denied else None,
+            )
+            if r is not None
+        ]
         short_over = (
-            observation.short_window_hedge_rate is not None
+            bool(short_rates)
             and observation.short_window_calls >= knobs.short_window_min_calls
-            and observation.short_window_hedge_rate > config.budget
+            and max(short_rates) > config.budget
         )
+        main = "target"
+        if target is not None:
+            # 3b. efficiency: a cheaper threshold with (nearly) the same predicted P99.
+            efficient = _efficient_target(config, base, estimate, target, observation, knobs)
+            if efficient is not None:
+                extra["efficiency"] = efficient[1]
+                if efficient[0] > target:
+                    target, main = efficient[0], "efficient_raise"
         if target is None and estimate.censored == 0:
             # 3. nothing censored, yet no time is confidently under the budget: the samples are
             #    too few for this budget's tail. Raising would only follow noise; keep the value.
@@ -486,7 +680,7 @@ def decide(
             proposed, codes = base * (1.0 + knobs.max_step_up), ["censored_raise"]
         elif target > base:
             # 4. raise fast.
-            proposed, codes = target, ["raise_over_budget" if short_over else "target"]
+            proposed, codes = target, ["raise_over_budget" if short_over else main]
         elif target < base and short_over:
             # 4. over budget but the estimate says lower: do not lower now.
             proposed, codes = base, ["over_budget_hold"]
@@ -494,9 +688,9 @@ def decide(
             # 5. lower slowly.
             floor = base * (1.0 - knobs.max_step_down)
             if target < floor:
-                proposed, codes = floor, ["target", "step_down_limited"]
+                proposed, codes = floor, [main, "step_down_limited"]
             else:
-                proposed, codes = target, ["target"]
+                proposed, codes = target, [main]
         # 4. raise fast on the short window's own target: after a shift the long window's target
         #    lags by up to window_s; the last minutes' samples show the new tail at once.
         short_target = observation.short_window_target_s
@@ -511,4 +705,4 @@ def decide(
         proposed, codes = config.min_hedge_after_s, codes + ["clamped_min"]
     elif proposed > config.max_hedge_after_s:
         proposed, codes = config.max_hedge_after_s, codes + ["clamped_max"]
-    return _finish(proposed, current, codes, source, observation, knobs)
+    return _finish(proposed, current, codes, source, observation, knobs, extra)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "DEFAULT_DATABASE_URL"]
+__all__ = ["DEFAULT_DATABASE_URL", "Settings"]
 
 #: The embedded default store: a SQLite file in the working directory.
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./hedgerow.db"
@@ -45,6 +45,22 @@ class Settings(BaseSettings):
         min_p99_improvement: fraction by which the call-level P99 TTFT (with hedging) must be
             below the primary's KM P99 (without hedging); otherwise the route is flagged
             ``hedges_did_not_lower_p99`` (default 0.05).
+        p99_tolerance: relative slack on the predicted call-level P99 TTFT within which the
+            controller prefers a higher threshold than the budget target (fewer hedges for
+            nearly the same tail; ``hedgerow.controller.hedge_model``); 0 keeps only exact ties
+            (default 0.02, i.e. 2%).
+        min_backup_samples: fewest backup TTFT samples in the window for the backup's own
+            survival curve in that prediction; with fewer, the primary's curve stands in
+            (default 20).
+        client_budget_burst: capacity, in hedges, of the clients' hedge token bucket
+            (``HedgePolicy.budget_burst``) that this prediction replays over the window's calls
+            to count the hedges a threshold would get denied; 0 leaves denials out (default 10,
+            the client's default).
+        short_window_counts_denied: whether the short window's over-budget test counts the
+            hedges the clients' buckets denied as wanted (hedged + denied > budget raises the
+            threshold at once), so that a threshold that asks for more than the budget is
+            raised even while the buckets hide it (default false: in the controller benchmark
+            it raised the threshold during a slowdown and cost 4-6% of P99).
         lease_ttl_s: lifetime of the job-runner lease; the holder renews it every tick and at
             least every third of the TTL (default 30).
         max_batch_calls: largest batch accepted by ``POST /v1/calls`` (default 1000).
@@ -79,6 +95,10 @@ class Settings(BaseSettings):
     min_hedges_for_flag: int = Field(20, ge=0)
     short_window_min_calls: int = Field(20, ge=1)
     min_p99_improvement: float = Field(0.05, ge=0, lt=1)
+    p99_tolerance: float = Field(0.02, ge=0)
+    min_backup_samples: int = Field(20, ge=1)
+    client_budget_burst: float = Field(10.0, ge=0)
+    short_window_counts_denied: bool = False
     lease_ttl_s: float = Field(30.0, gt=0)
     max_batch_calls: int = Field(1000, ge=1)
     retention_s: float = Field(1_209_600.0, gt=0)

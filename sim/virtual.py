@@ -33,7 +33,8 @@ Calls (the client's semantics, DESIGN.md "client"):
    gives at the call's arrival; ``None`` = no hedging), the call asks the budget; if granted,
    a backup goes to the next replica (``(primary + 1) % n``), else ``hedge_denied`` is set;
 3. the first attempt to produce a first token wins; the other is cancelled at that instant by
-   the client (the primary's TTFT sample is then censored at its elapsed time) and aborted at
+   the client (the loser's TTFT sample, the primary's from the call's arrival and the backup's
+   from its own send, is then censored at its elapsed time) and aborted at
    its replica ``cancel_latency_s`` later. The loser's *wasted completion tokens* are the tokens
    its replica generated before the abort took effect (0 unless it produced a first token within
    the cancel latency); its *wasted prefill tokens* are its prompt tokens when its prefill had
@@ -164,6 +165,10 @@ class VirtualCall:
         primary_ttft_s: the primary's duration as a controller sample: its TTFT when it won,
             else the time it was cancelled at (arrival to the backup's first token).
         primary_censored: True when ``primary_ttft_s`` is a censoring time.
+        backup_ttft_s: the backup's duration as a controller sample, measured from its own send
+            (``arrival_s + hedge_after_s``): its TTFT when it won, else the time it was
+            cancelled at (the primary's first token); None without a backup.
+        backup_censored: True when ``backup_ttft_s`` is a censoring time.
         end_s: when the winner produced its last token (None while in flight).
         visible_s: when the record reached the store (``end_s + export_delay_s``).
         wasted_completion_tokens: tokens the loser generated before its abort took effect.
@@ -174,6 +179,9 @@ class VirtualCall:
         "_attempts",
         "arrival_s",
         "backup",
+        "backup_censored",
+        "backup_start_s",
+        "backup_ttft_s",
         "end_s",
         "hedge_after_s",
         "hedge_denied",
@@ -198,6 +206,9 @@ class VirtualCall:
         self.output_tokens = request.output_tokens
         self.primary = primary
         self.backup: int | None = None
+        self.backup_start_s: float | None = None
+        self.backup_ttft_s: float | None = None
+        self.backup_censored = False
         self.hedge_after_s = hedge_after_s
         self.hedged = False
         self.hedge_denied = False
@@ -417,6 +428,9 @@ class _Sim:
         call.ttft_s = self.now - call.arrival_s
         call.primary_ttft_s = call.ttft_s  # primary won: observed; backup won: censored here
         call.primary_censored = attempt.role == "backup"
+        if call.backup_start_s is not None:  # the backup's sample: observed, or censored here
+            call.backup_ttft_s = self.now - call.backup_start_s
+            call.backup_censored = attempt.role == "primary"
         for other in call._attempts:
             if other is not attempt:
                 if self.config.cancel_latency_s > 0:
@@ -449,6 +463,7 @@ class _Sim:
             return
         call.hedged = True
         call.backup = (call.primary + 1) % self.config.replicas
+        call.backup_start_s = self.now
         attempt = _Attempt(call, "backup", call.backup, self._next_seq())
         call._attempts.append(attempt)
         self.submit(attempt)

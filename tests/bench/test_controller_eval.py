@@ -42,6 +42,12 @@ def test_short_run_writes_json_and_png(tmp_path: Path) -> None:
     assert none["hedge_rate"] == 0 and none["wasted_completion_tokens"] == 0
     assert fixed["hedge_after_s"] == 2.0
     assert results["adaptive_history"], "the controller never ticked"
+    # the bench feeds the policy the production inputs: the hedge model (rule 3b) ran on the
+    # window's primary samples with their arrival order (bucket replay)
+    efficiency = [h["details"]["efficiency"] for h in results["adaptive_history"]
+                  if h["details"] and "efficiency" in h["details"]]
+    assert efficiency and all(e["bucket_replay"] for e in efficiency)
+    assert all(e["efficient_target_s"] >= e["budget_target_s"] for e in efficiency)
     assert set(results["targets"]) == {"window_rate", "p99_vs_best_fixed"}
     png = out / "controller_eval.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from datetime import UTC, datetime, timedelta
@@ -11,7 +12,7 @@ import pytest
 from sqlalchemy import func, select
 
 from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.jobs import run_tick
+from hedgerow.controller.jobs import backup_samples, run_tick
 from hedgerow.controller.models import Threshold, ThresholdHistory
 from hedgerow.controller.queries import HISTORY_FIELDS, get_history, list_thresholds
 from hedgerow.settings import Settings
@@ -317,8 +318,18 @@ async def test_worked_number_in_module_docstring(sessionmaker, call_factory) -> 
     assert (round(row["p50_s"], 3), round(row["p90_s"], 3), round(row["p95_s"], 3), row["p99_s"]) == (
         0.709, 2.402, 2.754, None)
     assert row["details"]["quantile_lower_bounds_s"]["p99_s"] == pytest.approx(3.542, abs=5e-4)
-    assert row["hedge_after_s"] == pytest.approx(2.535, abs=5e-4) and row["reason"] == "raise_over_budget"
-    assert math.exp(-row["hedge_after_s"]) == pytest.approx(0.079, abs=5e-4)
+    assert row["details"]["target_s"] == pytest.approx(2.535, abs=5e-4)
+    assert math.exp(-row["details"]["target_s"]) == pytest.approx(0.079, abs=5e-4)
+    # rule 3b: 2.599 s predicts a P99 within 2% of 2.535 s's for fewer hedges; raised at once
+    eff = row["details"]["efficiency"]
+    assert eff["backup_samples"] == 479 and eff["backup_curve"] == "backup" and eff["bucket_replay"]
+    assert eff["predicted_p99_at_budget_target_s"] == pytest.approx(3.299, abs=5e-4)
+    assert eff["predicted_p99_at_efficient_target_s"] == pytest.approx(3.362, abs=5e-4)
+    assert eff["win_probability_at_current"] == pytest.approx(0.650, abs=5e-4)  # observed: 324/479 = 0.676
+    assert row["hedge_after_s"] == pytest.approx(2.599, abs=5e-4) and row["reason"] == "raise_over_budget"
+    assert row["hedge_after_s"] == eff["efficient_target_s"]
+    assert math.exp(-row["hedge_after_s"]) == pytest.approx(0.074, abs=5e-4)
+    assert row["details"]["wanted_hedge_rate"] == 0.2395
     short = row["details"]["short_window"]
     assert short["calls"] == 199 and short["hedge_rate"] == pytest.approx(0.201, abs=5e-4)
     assert short["target_s"] is None  # the short window's budget quantile is censored
@@ -350,3 +361,35 @@ async def test_a_slowdown_in_the_short_window_raises_to_its_own_target_at_once(s
     assert row["details"]["target_s"] < 2.5 < short["target_s"] <= 3.5
     assert row["reason"].split(",")[0] == "raise_over_budget" and row["hedge_after_s"] == short["target_s"]
     assert "backups_rarely_win" in row["reason"]  # the slow backup never won
+
+
+async def test_backup_samples_and_denied_hedges_reach_the_decision(sessionmaker, call_factory) -> None:
+    settings = Settings()
+    records = _hedged_workload(call_factory, 1500, seed=4, hedge_after_s=1.5)
+    # 60 calls in the last 4 minutes whose hedge the client's bucket denied (primary only, 2 s)
+    denied = [
+        dataclasses.replace(call_factory(f"d{i}", started_at=NOW - timedelta(seconds=5 + 4 * i),
+                                         primary_ttft_s=2.0), hedge_after_s=1.5, hedge_denied=True)
+        for i in range(60)
+    ]
+    await _store(sessionmaker, records + denied, settings)
+    hedged = [r for r in records if r.hedged]
+    expected_backup = sorted(
+        (b.first_token_s if b.first_token_s is not None else b.end_s) - b.start_s
+        for r in hedged for b in r.attempts if b.role == "backup"
+    )
+    async with sessionmaker() as session:
+        backups = await backup_samples(session, 1, NOW - timedelta(hours=1), NOW)
+    assert sorted(backups.durations_s) == pytest.approx(expected_backup)
+    assert sum(backups.censored) == sum(1 for r in hedged if r.winner == "primary")
+
+    [row] = await run_tick(sessionmaker, settings, now=NOW)
+    calls = len(records) + 60
+    assert row["observed_hedge_rate"] == pytest.approx(len(hedged) / calls)  # the real hedge rate
+    assert row["details"]["wanted_hedge_rate"] == pytest.approx((len(hedged) + 60) / calls)
+    short = row["details"]["short_window"]
+    assert short["wanted_rate"] > short["hedge_rate"]
+    eff = row["details"]["efficiency"]
+    assert eff["backup_samples"] == len(hedged) and eff["backup_curve"] == "backup"
+    assert eff["budget_target_s"] == row["details"]["target_s"]
+    assert eff["efficient_target_s"] >= eff["budget_target_s"]

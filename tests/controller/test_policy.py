@@ -358,7 +358,9 @@ def test_every_knob_comes_from_the_environment(monkeypatch) -> None:
         "HEDGEROW_CONFIDENCE": "0.9", "HEDGEROW_HYSTERESIS": "0.1", "HEDGEROW_MAX_STEP_DOWN": "0.5",
         "HEDGEROW_MAX_STEP_UP": "0.25", "HEDGEROW_MIN_BACKUP_WIN_RATE": "0.3",
         "HEDGEROW_MIN_HEDGES_FOR_FLAG": "5", "HEDGEROW_SHORT_WINDOW_MIN_CALLS": "40",
-        "HEDGEROW_MIN_P99_IMPROVEMENT": "0.1",
+        "HEDGEROW_MIN_P99_IMPROVEMENT": "0.1", "HEDGEROW_P99_TOLERANCE": "0.05",
+        "HEDGEROW_MIN_BACKUP_SAMPLES": "40", "HEDGEROW_CLIENT_BUDGET_BURST": "4",
+        "HEDGEROW_SHORT_WINDOW_COUNTS_DENIED": "true",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -367,7 +369,9 @@ def test_every_knob_comes_from_the_environment(monkeypatch) -> None:
             settings.short_window_s, settings.confidence) == (7.5, 22.0, 1800.0, 7200.0, 120.0, 0.9)
     assert PolicyKnobs.from_settings(settings) == PolicyKnobs(
         min_samples=80, hysteresis=0.1, max_step_down=0.5, max_step_up=0.25, min_backup_win_rate=0.3,
-        min_hedges_for_flag=5, short_window_min_calls=40, min_p99_improvement=0.1)
+        min_hedges_for_flag=5, short_window_min_calls=40, min_p99_improvement=0.1,
+        p99_tolerance=0.05, min_backup_samples=40, client_budget_burst=4.0,
+        short_window_counts_denied=True)
     doc = Settings.__doc__ or ""
     for name in env:  # every knob is documented in the settings docstring
         assert name.removeprefix("HEDGEROW_").lower() in doc, name
@@ -400,3 +404,115 @@ def test_short_window_target_is_taken_when_over_budget_and_higher() -> None:
     assert decide(CONFIG, 1.0, high, KNOBS) == Decision(30.0, True, "raise_over_budget,clamped_max", "controller")
     with pytest.raises(ValueError, match="short_window_target_s"):
         dataclasses.replace(obs, short_window_target_s=-1.0)
+
+
+# --- rule 3b: efficiency ---------------------------------------------------------------------
+
+
+def _lump_samples() -> tuple[np.ndarray, np.ndarray]:
+    """The hedge_model worked number: 87% fast, 12% long prompts at 0.45-0.55 s, 1% slow host."""
+    rng = np.random.default_rng(7)
+    n = 10_000
+    kind = rng.choice(3, size=n, p=[0.87, 0.12, 0.01])
+    ttft = np.where(kind == 0, rng.uniform(0.05, 0.3, n),
+                    np.where(kind == 1, rng.uniform(0.45, 0.55, n), rng.uniform(1.0, 5.0, n)))
+    return ttft, np.zeros(n, dtype=bool)
+
+
+def _sampled_observation(ttft: np.ndarray, censored: np.ndarray, **extra) -> Observation:
+    est = estimate_ttft(ttft, censored, budget=0.10)
+    fields = {
+        "estimate": est, "window_s": 3600.0, "calls": ttft.size, "observed_hedge_rate": 0.0,
+        "backup_win_rate": None, "hedges": 0, "short_window_calls": 0,
+        "short_window_hedge_rate": None, "primary_durations_s": tuple(ttft.tolist()),
+        "primary_censored": tuple(censored.tolist()),
+    }
+    fields.update(extra)
+    return Observation(**fields)
+
+
+def test_efficient_raise_above_a_budget_target_whose_hedges_do_not_pay() -> None:
+    ttft, censored = _lump_samples()
+    obs = _sampled_observation(ttft, censored)
+    d = decide(CONFIG, 0.6, obs, KNOBS)
+    assert codes(d) == ["efficient_raise"]
+    eff = d.details["efficiency"]
+    assert eff["budget_target_s"] == pytest.approx(0.483, abs=5e-4)
+    assert d.hedge_after_s == eff["efficient_target_s"] == pytest.approx(0.5494, abs=5e-5)
+    assert eff["search_top_s"] == pytest.approx(obs.estimate.p99_s)
+    assert eff["hedge_rate_at_budget_target"] == pytest.approx(0.094, abs=5e-4)
+    assert eff["hedge_rate_at_efficient_target"] == pytest.approx(0.010, abs=5e-4)
+    assert eff["win_probability_at_budget_target"] < 0.2
+    assert eff["win_probability_at_efficient_target"] > 0.9
+    assert eff["backup_curve"] == "primary" and eff["bucket_replay"] is False
+    # the rest of the rules still apply: from 2.0 s the decrease is step-limited
+    assert codes(decide(CONFIG, 2.0, obs, KNOBS)) == ["efficient_raise", "step_down_limited"]
+
+
+def test_efficiency_keeps_the_budget_target_when_early_hedges_pay() -> None:
+    # memoryless primaries, fast backups: each second of delay adds to the tail, so with no
+    # tolerance the budget target stays (its hedges are the ones that cut the P99)
+    rng = np.random.default_rng(11)
+    ttft = rng.exponential(1.0, 5000)
+    censored = np.zeros(ttft.size, dtype=bool)
+    backups = rng.exponential(0.1, 300)
+    obs = _sampled_observation(ttft, censored, backup_durations_s=tuple(backups.tolist()),
+                               backup_censored=(False,) * 300)
+    strict = dataclasses.replace(KNOBS, p99_tolerance=0.0)
+    d = decide(CONFIG, obs.estimate.target_s, obs, strict)
+    assert d.hedge_after_s == obs.estimate.target_s and codes(d) == ["target"]
+    eff = d.details["efficiency"]
+    assert eff["efficient_target_s"] == eff["budget_target_s"] and eff["backup_curve"] == "backup"
+    # with fewer backup samples than the knob asks for, the primary's curve stands in
+    few = dataclasses.replace(strict, min_backup_samples=301)
+    assert decide(CONFIG, 1.0, obs, few).details["efficiency"]["backup_curve"] == "primary"
+
+
+def test_bucket_replay_is_used_when_start_times_are_given() -> None:
+    ttft, censored = _lump_samples()
+    obs = _sampled_observation(ttft, censored, primary_started_s=tuple(range(ttft.size)))
+    assert decide(CONFIG, 0.6, obs, KNOBS).details["efficiency"]["bucket_replay"] is True
+    off = dataclasses.replace(KNOBS, client_budget_burst=0.0)
+    assert decide(CONFIG, 0.6, obs, off).details["efficiency"]["bucket_replay"] is False
+
+
+def test_denied_hedges_count_as_wanted_in_the_short_window() -> None:
+    # 6% sent, 14% wanted: the bucket hid a threshold that asks for more than the budget
+    obs = dataclasses.replace(observe(estimate(0.5), short_calls=200, short_rate=0.06),
+                              short_window_wanted_rate=0.14)
+    counting = dataclasses.replace(KNOBS, short_window_counts_denied=True)
+    assert decide(CONFIG, 1.0, obs, counting).reason == "over_budget_hold"
+    up = dataclasses.replace(obs, estimate=estimate(1.4))
+    assert decide(CONFIG, 1.0, up, counting).reason == "raise_over_budget"
+    # the default tests the hedges sent only
+    assert KNOBS.short_window_counts_denied is False
+    assert codes(decide(CONFIG, 1.0, obs, KNOBS)) == ["target", "step_down_limited"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "needle"),
+    [
+        ({"primary_durations_s": (0.1, 0.2), "primary_censored": (False,)}, "primary_durations_s"),
+        ({"backup_durations_s": (0.1,), "backup_censored": ()}, "backup_durations_s"),
+        ({"primary_durations_s": (0.1, -0.2), "primary_censored": (False, False)}, "finite and >= 0"),
+        ({"primary_durations_s": (0.1,), "primary_censored": (False,), "primary_started_s": (1.0, 2.0)},
+         "primary_started_s"),
+        ({"wanted_hedge_rate": 1.5}, "wanted_hedge_rate"),
+        ({"short_window_wanted_rate": -0.1}, "short_window_wanted_rate"),
+    ],
+)
+def test_bad_sample_fields_name_the_field(fields: dict, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        dataclasses.replace(observe(estimate(0.5)), **fields)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [({"p99_tolerance": -0.01}, "p99_tolerance"), ({"min_backup_samples": 0}, "min_backup_samples"),
+     ({"client_budget_burst": float("nan")}, "client_budget_burst")],
+)
+def test_bad_efficiency_knobs_name_the_knob(kwargs: dict, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        PolicyKnobs(**kwargs)
+    with pytest.raises(TypeError, match="short_window_counts_denied"):
+        PolicyKnobs(short_window_counts_denied=1)  # type: ignore[arg-type]

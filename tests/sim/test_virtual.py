@@ -160,6 +160,26 @@ def test_hedging_cuts_the_tail_of_a_slow_replica() -> None:
     assert any(c.winner == "backup" for c in hedged.calls)
 
 
+def test_backup_samples_are_measured_from_the_backup_send() -> None:
+    """The backup's sample: its TTFT from its own send when it won, else censored at the
+    primary's first token; calls without a backup have none."""
+    trace = synthetic_trace(3000, rate_per_s=8.0, seed=6)
+    config = ClusterConfig(replicas=3, shift_at_s=0.0, shift_factor=3.0, budget=0.2)
+    calls = simulate(trace, PERF, config, threshold=1.0).calls
+    hedged = [c for c in calls if c.hedged]
+    won = [c for c in hedged if c.winner == "backup"]
+    lost = [c for c in hedged if c.winner == "primary"]
+    assert len(won) > 20 and len(lost) > 20
+    for c in won:  # call TTFT = hedge delay + the backup's own TTFT; the primary is censored
+        assert not c.backup_censored and c.primary_censored
+        assert c.backup_ttft_s == pytest.approx(c.ttft_s - c.hedge_after_s)
+    for c in lost:  # cancelled at the primary's first token, that long after its send
+        assert c.backup_censored and not c.primary_censored
+        assert c.backup_ttft_s == pytest.approx(c.primary_ttft_s - c.hedge_after_s)
+        assert c.backup_ttft_s >= 0
+    assert all(c.backup_ttft_s is None and not c.backup_censored for c in calls if not c.hedged)
+
+
 def test_threshold_source_is_asked_at_each_arrival() -> None:
     trace = [TraceRequest(float(t), 200, 5) for t in range(10)]
     asked: list[float] = []
