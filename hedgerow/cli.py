@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from hedgerow.client import CallRecord, HedgePolicy, Upstream
+    from hedgerow.client import CallRecord, HedgePolicy, HedgingClient, Upstream
     from hedgerow.client.chunks import AnswerAssembler
     from hedgerow.settings import Settings
 
@@ -50,6 +50,32 @@ _CALL_FLAGS = {
     "budget": "--budget",
 }
 
+#: Exit status of ``hedgerow call`` when SIGINT (Ctrl-C) ended it: 128 + SIGINT, as shells report.
+_EXIT_INTERRUPTED = 130
+
+
+def _name_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a name in a call record (route, model, upstream), or None if it can.
+
+    Records hold names of 1 to ``MAX_NAME_CHARS`` (200) characters (client/records.py); a
+    blank name is refused too, as ``Upstream`` and ``HedgingClient`` do.
+    """
+    from hedgerow.client.records import MAX_NAME_CHARS
+
+    if not value.strip():
+        return "must be a non-empty string"
+    if len(value) > MAX_NAME_CHARS:
+        return f"longer than {MAX_NAME_CHARS} characters ({len(value)})"
+    return None
+
+
+def _check_name(flag: str, value: str) -> str:
+    """Return ``value`` if it can be a record name; else exit 2 with one line naming ``flag``."""
+    problem = _name_problem(value)
+    if problem is not None:
+        raise fail(f"{flag}: {problem}", 2)
+    return value
+
 
 def _parse_upstream(text: str) -> Upstream:
     """``NAME=BASE_URL`` -> ``Upstream``; a bad value exits 2 with one line naming ``--upstream``."""
@@ -59,9 +85,13 @@ def _parse_upstream(text: str) -> Upstream:
     if not sep or not name or not url:
         raise fail(f"--upstream: expected NAME=BASE_URL, got {text!r}", 2)
     try:
-        return Upstream(name, url)
+        upstream = Upstream(name, url)
     except ValueError as exc:
         raise fail(f"--upstream: {exc}", 2) from None
+    problem = _name_problem(name)
+    if problem is not None:
+        raise fail(f"--upstream: NAME {problem}", 2)
+    return upstream
 
 
 def _parse_number(flag: str, text: str | None, what: str) -> float | None:
@@ -77,6 +107,76 @@ def _parse_number(flag: str, text: str | None, what: str) -> float | None:
     except ValueError:
         raise fail(f"{flag}: must be {what}, got {text!r}", 2) from None
     return value
+
+
+def _parse_max_tokens(text: str | None) -> int | None:
+    """``--max-tokens`` as an integer > 0 (None stays None); anything else exits 2 naming the flag.
+
+    Checked here because an upstream answers a non-positive ``max_tokens`` with HTTP 400/422,
+    which would otherwise look like a failed call (exit 1) instead of a bad flag.
+    """
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise fail(f"--max-tokens: must be an integer > 0, got {text!r}", 2)
+    return value
+
+
+def _read_body(path: str) -> dict:
+    """The JSON object in the ``--body`` file (``-`` reads stdin); a bad file exits 2 naming it."""
+    import json
+    import sys
+
+    try:
+        if path == "-":
+            payload = json.load(sys.stdin)
+        else:
+            with open(path, encoding="utf-8") as file:
+                payload = json.load(file)
+    except OSError as exc:
+        raise fail(f"--body: cannot read {path}: {exc.strerror or exc}", 2) from None
+    except UnicodeDecodeError:
+        raise fail(f"--body: {path} is not UTF-8 text", 2) from None
+    except ValueError as exc:
+        raise fail(f"--body: not valid JSON ({exc})", 2) from None
+    if not isinstance(payload, dict):
+        raise fail("--body: must hold a JSON object", 2)
+    return payload
+
+
+def _call_payload(model: str | None, prompt: str | None, body: str | None, max_tokens: str | None) -> dict:
+    """The chat-completions body of ``hedgerow call`` from its flags; bad values exit 2.
+
+    ``--model`` (when given) replaces the body's model; the model ends up in the call record, so
+    it must be a non-blank string of at most 200 characters whichever way it came.
+    """
+    if (prompt is None) == (body is None):
+        raise fail("give exactly one of --prompt and --body", 2)
+    if model is not None:
+        _check_name("--model", model)
+    if body is not None:
+        payload = _read_body(body)
+        if model is not None:
+            payload["model"] = model
+        if "model" not in payload:
+            raise fail("--body: needs a 'model' (or give --model)", 2)
+        if not isinstance(payload["model"], str):
+            raise fail("--body: 'model' must be a string", 2)
+        problem = _name_problem(payload["model"])
+        if problem is not None:
+            raise fail(f"--body: 'model' {problem}", 2)
+    else:
+        if model is None:
+            raise fail("--model: required with --prompt", 2)
+        payload = {"model": model, "messages": [{"role": "user", "content": prompt}]}
+    tokens = _parse_max_tokens(max_tokens)
+    if tokens is not None:
+        payload["max_tokens"] = tokens
+    return payload
 
 
 def _call_policy(hedge_after: str, stall_timeout: str | None, total_timeout: str, budget: str) -> HedgePolicy:
@@ -104,6 +204,21 @@ def _call_policy(hedge_after: str, stall_timeout: str | None, total_timeout: str
         raise fail(f"{flag}:{message.split(':', 1)[1]}" if flag else message, 2) from None
 
 
+def _call_client(upstreams: list[Upstream], route: str, policy: HedgePolicy) -> HedgingClient:
+    """The ``HedgingClient`` of ``hedgerow call``; a ValueError of its own exits 2 naming the flag.
+
+    The flags are checked before, so this is the safety net for any rule the library adds later.
+    """
+    from hedgerow.client import HedgingClient
+
+    try:
+        return HedgingClient(upstreams, route=route, policy=policy)
+    except ValueError as exc:
+        field, sep, rest = str(exc).partition(":")
+        flag = {"route": "--route", "upstreams": "--upstream"}.get(field)
+        raise fail(f"{flag}:{rest}" if sep and flag else str(exc), 2) from None
+
+
 def _call_json(answer: AnswerAssembler, record: CallRecord | None, error: str | None) -> str:
     """The ``--json`` output of ``hedgerow call``: one JSON object on one line."""
     import json
@@ -120,62 +235,102 @@ def _call_json(answer: AnswerAssembler, record: CallRecord | None, error: str | 
     return json.dumps(out)
 
 
-@app.command()
-def call(
-    upstream: list[str] = typer.Option(..., "--upstream", help="NAME=BASE_URL (ends in /v1); repeat; the first is the primary."),
-    model: str = typer.Option(None, "--model", help="Model name (required with --prompt)."),
-    prompt: str = typer.Option(None, "--prompt", help="The user message."),
-    body: typer.FileText = typer.Option(None, "--body", help="A chat-completions JSON body file."),
-    route: str = typer.Option("default", "--route", help="Route name recorded with the call."),
-    hedge_after: str = typer.Option("2.0", "--hedge-after", metavar="S", help="Seconds without a first token before hedging."),
-    stall_timeout: str = typer.Option(None, "--stall-timeout", metavar="S", help="After the first token, the largest gap between chunks, seconds (default: none)."),
-    total_timeout: str = typer.Option("120", "--total-timeout", metavar="S", help="Bound on the whole call, seconds."),
-    budget: str = typer.Option("0.10", "--budget", metavar="F", help="Hedge budget, a fraction of calls in [0, 1]; 0 disables hedging (failover stays)."),
-    max_tokens: int = typer.Option(None, "--max-tokens", help="max_tokens of the request."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object {text, reasoning_text, tool_calls, finish_reason, record[, error]}."),
-) -> None:
-    """Stream one hedged chat completion; the text goes to stdout as it arrives.
+class _SigintGuard:
+    """SIGINT (Ctrl-C) handling of ``hedgerow call``: cancel the call, never raise mid-start-up.
 
-    Exits 0 on success, 1 when the call fails (with --json the object is printed anyway, with an
-    "error" line), 2 for bad flags.
+    From ``install()`` to ``restore()`` a SIGINT only sets ``interrupted`` (so it cannot raise
+    ``KeyboardInterrupt`` inside event-loop construction or teardown, which once left an
+    ``Exception ignored in BaseEventLoop.__del__`` on stderr); while the call runs, the loop's
+    own handler (``loop.add_signal_handler``) also cancels the main task, so the stream ends
+    with status ``cancelled`` and its record is kept. Nothing is installed when SIGINT is
+    ignored or has a handler of the embedding program (Python's and asyncio's rule).
+    """
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self._previous: object = None
+        self._active = False
+        self._fallback: tuple[object, object] | None = None  # (loop, task) without add_signal_handler
+
+    def install(self) -> None:
+        """Take SIGINT over (only from Python's default handler); call in the main thread."""
+        import signal
+
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._note)
+            self._active = True
+
+    def restore(self) -> None:
+        """Give SIGINT back to the handler it had before ``install()``."""
+        import signal
+
+        if self._active:
+            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
+            self._active = False
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.interrupted = True
+        if self._fallback is not None:
+            loop, task = self._fallback
+            loop.call_soon_threadsafe(self._cancel, task)  # type: ignore[attr-defined]
+
+    def _cancel(self, task: object) -> None:
+        self.interrupted = True
+        task.cancel()  # type: ignore[attr-defined]
+
+    def attach(self) -> None:
+        """From inside the running loop: let SIGINT also cancel the current (main) task."""
+        import asyncio
+        import signal
+
+        if self._active:
+            loop, task = asyncio.get_running_loop(), asyncio.current_task()
+            try:
+                loop.add_signal_handler(signal.SIGINT, self._cancel, task)
+            except NotImplementedError:  # event loops without it (Windows): wake the loop from _note
+                self._fallback = (loop, task)
+
+    def detach(self) -> None:
+        """From inside the running loop: back to only noting SIGINT (before the loop closes)."""
+        import asyncio
+        import signal
+
+        if self._active and self._fallback is None:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+            signal.signal(signal.SIGINT, self._note)
+        self._fallback = None
+
+
+async def _run_call(
+    client: HedgingClient, payload: dict, as_json: bool, guard: _SigintGuard
+) -> tuple[AnswerAssembler, CallRecord | None, str | None]:
+    """Stream one call through ``client``; returns (answer, record, one-line error or None).
+
+    Args:
+        client: the (not yet entered) ``HedgingClient``; closed on return.
+        payload: the chat-completions body.
+        as_json: when False, the content (or refusal) text goes to stdout as it arrives.
+        guard: the command's ``_SigintGuard``; a SIGINT cancels the call, whose record (status
+            ``cancelled``, None if nothing was sent yet) is still returned, with error
+            ``interrupted``.
+
+    Raises:
+        asyncio.CancelledError: only for a cancellation that was not a SIGINT.
     """
     import asyncio
-    import json
     import sys
 
-    from hedgerow.client import HedgeError, HedgingClient
+    from hedgerow.client import HedgeError
     from hedgerow.client.chunks import AnswerAssembler
 
-    upstreams = [_parse_upstream(u) for u in upstream]
-    if (prompt is None) == (body is None):
-        raise fail("give exactly one of --prompt and --body", 2)
-    if body is not None:
-        try:
-            payload = json.load(body)
-        except ValueError as exc:
-            raise fail(f"--body: not valid JSON ({exc})", 2) from None
-        if not isinstance(payload, dict):
-            raise fail("--body: must hold a JSON object", 2)
-        if model:
-            payload["model"] = model
-    else:
-        if not model:
-            raise fail("--model is required with --prompt", 2)
-        payload = {"model": model, "messages": [{"role": "user", "content": prompt}]}
-    if max_tokens is not None:
-        payload["max_tokens"] = max_tokens
-    if not isinstance(payload.get("model"), str):
-        raise fail("the request needs a string 'model' (--model or in --body)", 2)
-    policy = _call_policy(hedge_after, stall_timeout, total_timeout, budget)
-    names = [u.name for u in upstreams]
-    if len(set(names)) != len(names):
-        raise fail(f"--upstream: names must be unique, got {', '.join(names)}", 2)
-
-    async def run() -> tuple[AnswerAssembler, CallRecord | None, str | None]:
-        answer = AnswerAssembler()
-        error = None
-        record = None
-        async with HedgingClient(upstreams, route=route, policy=policy) as client:
+    answer = AnswerAssembler()
+    error: str | None = None
+    stream = None
+    guard.attach()
+    try:
+        if guard.interrupted:  # Ctrl-C before the loop ran: send nothing
+            return answer, None, "interrupted"
+        async with client:
             stream = client.stream_chat(payload)
             try:
                 async with stream:
@@ -190,19 +345,63 @@ def call(
                                     sys.stdout.flush()
             except HedgeError as exc:
                 error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            record = stream.record
-        return answer, record, error
+    except asyncio.CancelledError:
+        if not guard.interrupted:
+            raise
+    finally:
+        guard.detach()
+    record = stream.record if stream is not None else None
+    if guard.interrupted and (record is None or record.status == "cancelled"):
+        error = "interrupted"
+    return answer, record, error
 
+
+@app.command(epilog="Exit status: 0 when the call succeeded, 1 when the call failed, 2 for bad flags, "
+                    "130 when interrupted (SIGINT, Ctrl-C).")
+def call(
+    upstream: list[str] = typer.Option(..., "--upstream", help="NAME=BASE_URL (ends in /v1); repeat; the first is the primary."),  # noqa: B008 - typer reads options from defaults
+    model: str = typer.Option(None, "--model", help="Model name (required with --prompt; replaces the one in --body)."),
+    prompt: str = typer.Option(None, "--prompt", help="The user message."),
+    body: str = typer.Option(None, "--body", metavar="FILE", help="A chat-completions JSON body file ('-' reads stdin)."),
+    route: str = typer.Option("default", "--route", help="Route name recorded with the call (1 to 200 characters)."),
+    hedge_after: str = typer.Option("2.0", "--hedge-after", metavar="S", help="Seconds without a first token before hedging."),
+    stall_timeout: str = typer.Option(None, "--stall-timeout", metavar="S", help="After the first token, the largest gap between chunks, seconds (default: none)."),
+    total_timeout: str = typer.Option("120", "--total-timeout", metavar="S", help="Bound on the whole call, seconds."),
+    budget: str = typer.Option("0.10", "--budget", metavar="F", help="Hedge budget, a fraction of calls in [0, 1]; 0 disables hedging (failover stays)."),
+    max_tokens: str = typer.Option(None, "--max-tokens", metavar="N", help="max_tokens of the request, an integer > 0."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object {text, reasoning_text, tool_calls, finish_reason, record[, error]}, also when the call fails or is interrupted."),
+) -> None:
+    """Stream one hedged chat completion; the text goes to stdout as it arrives.
+
+    With --json one object is printed at the end instead, also when the call fails or is interrupted (then with "error" and the record so far).
+    """
+    import asyncio
+
+    guard = _SigintGuard()
+    guard.install()
     try:
-        answer, record, error = asyncio.run(run())
-    except KeyboardInterrupt:
-        raise fail("interrupted", 130) from None
-    if as_json:
-        typer.echo(_call_json(answer, record, error))
-    elif answer.text:
-        typer.echo("")
-    if error:
-        raise fail(error, 1)
+        upstreams = [_parse_upstream(u) for u in upstream]
+        names = [u.name for u in upstreams]
+        if len(set(names)) != len(names):
+            raise fail(f"--upstream: names must be unique, got {', '.join(names)}", 2)
+        payload = _call_payload(model, prompt, body, max_tokens)
+        _check_name("--route", route)
+        policy = _call_policy(hedge_after, stall_timeout, total_timeout, budget)
+        client = _call_client(upstreams, route, policy)
+        try:
+            answer, record, error = asyncio.run(_run_call(client, payload, as_json, guard))
+        except KeyboardInterrupt:  # SIGINT with a handler of the embedding program
+            raise fail("interrupted", _EXIT_INTERRUPTED) from None
+        if as_json:
+            typer.echo(_call_json(answer, record, error))
+        elif answer.text:
+            typer.echo("")
+        if error == "interrupted":
+            raise fail(error, _EXIT_INTERRUPTED)
+        if error:
+            raise fail(error, 1)
+    finally:
+        guard.restore()
 
 
 # ---- demo (lead) ----

@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -153,3 +154,169 @@ def test_bad_flags_exit_2_with_one_line_naming_the_flag(args, flag):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"hedgerow: {flag}:"), proc.stderr
     assert proc.stdout == ""
+
+
+LONG_NAME = "r" * 201  # records hold names of at most MAX_NAME_CHARS = 200 characters
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["--route", ""], "--route"),
+    (["--route", "   "], "--route"),
+    (["--route", LONG_NAME], "--route"),
+    (["--model", ""], "--model"),
+    (["--model", "  "], "--model"),
+    (["--model", LONG_NAME], "--model"),
+    (["--upstream", f"{LONG_NAME}=http://127.0.0.1:9/v1"], "--upstream"),
+    (["--max-tokens", "-5"], "--max-tokens"),
+    (["--max-tokens", "0"], "--max-tokens"),
+    (["--max-tokens", "1.5"], "--max-tokens"),
+    (["--max-tokens", "many"], "--max-tokens"),
+])
+def test_names_and_max_tokens_are_checked_before_the_call(args, flag):
+    """Values the library or the records would reject are flag errors (exit 2), sent nowhere."""
+    base = {"--upstream": "a=http://127.0.0.1:9/v1", "--model": "m"}
+    for name, value in base.items():
+        if name not in args:
+            args = [name, value, *args]
+    proc = subprocess.run([HEDGEROW, "call", "--prompt", "hi", *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"hedgerow: {flag}:"), proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ('{"model": "", "messages": []}', "'model'"),
+    (json.dumps({"model": LONG_NAME, "messages": []}), "200"),
+    ("[1, 2]", "JSON object"),
+    (None, "cannot read"),
+])
+def test_bad_body_is_one_line_exit_2(tmp_path, content, words):
+    path = tmp_path / "body.json"
+    if content is not None:
+        path.write_text(content)
+    proc = subprocess.run([HEDGEROW, "call", "--upstream", "a=http://127.0.0.1:9/v1", "--body", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hedgerow: --body:") and words in lines[0], proc.stderr
+    assert proc.stdout == ""
+
+
+async def test_max_tokens_is_sent_upstream():
+    async with ScriptedServer(answer()) as a:
+        code, _, stderr = await run_call("--upstream", f"a={a.base_url}", "--max-tokens", "7")
+    assert code == 0, stderr
+    assert a.requests[0].body["max_tokens"] == 7
+
+
+def test_help_documents_the_exit_codes():
+    proc = subprocess.run([HEDGEROW, "call", "--help"], capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    for phrase in ("0 when the call succeeded", "1 when the call failed", "2 for bad flags", "130 when interrupted"):
+        assert phrase in text, text
+
+
+def _default_sigint() -> None:
+    """In the child: SIGINT back to its default (a non-interactive parent may have it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+async def start_call(*args: str) -> asyncio.subprocess.Process:
+    """Start ``hedgerow call ARGS`` with SIGINT at its default, stdout and stderr piped."""
+    return await asyncio.create_subprocess_exec(
+        HEDGEROW, "call", "--model", "m", "--prompt", "hi", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=_default_sigint)
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+async def test_sigint_during_the_call_exits_130_with_the_cancelled_record(as_json):
+    pieces = sse(chunk("one ", role="assistant"), done=False) + sse(chunk("two "), first_delay_s=60.0)
+    async with ScriptedServer(Script(pieces=pieces, close=False)) as a:
+        proc = await start_call("--upstream", f"a={a.base_url}", *(["--json"] if as_json else []))
+        try:
+            for _ in range(600):  # until the request has arrived and its first token was written
+                if a.requests and a.requests[0].writes:
+                    break
+                await asyncio.sleep(0.05)
+            assert a.requests and a.requests[0].writes, "the call never reached the upstream"
+            await asyncio.sleep(0.3)
+            proc.send_signal(signal.SIGINT)
+            out, err = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert await a.wait_disconnect(0) is not None  # the upstream connection was closed
+    stdout, stderr = out.decode(), err.decode()
+    assert proc.returncode == 130, (proc.returncode, stderr)
+    assert stderr.strip().splitlines() == ["hedgerow: interrupted"], stderr
+    if as_json:
+        result, record = parse(stdout)
+        assert result["error"] == "interrupted" and result["text"] == "one "
+        assert record.status == "cancelled" and record.winner == "primary" and len(record.attempts) == 1
+        assert record.ttft_s is not None
+    else:
+        assert stdout == "one \n"
+
+
+async def test_early_sigint_never_leaves_noise():
+    """SIGINT at several moments from process start to the call; each gives one clean outcome.
+
+    A signal that lands while Python is still importing the console script or typer is still
+    parsing the flags (before ``call`` runs) ends the process the interpreter's or typer's way
+    (``KeyboardInterrupt``, or typer's silent exit 130); every later one, from the start of
+    ``call`` through event-loop start-up to the request, must give exit 130, the one line
+    ``hedgerow: interrupted`` and the ``--json`` object with ``error``. None may leave
+    ``Exception ignored ...`` noise.
+    """
+    async with ScriptedServer(Script(header_delay_s=60.0, close=False)) as a:
+        handled = []
+        for delay_s in (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, None):  # None: once the request arrived
+            proc = await start_call("--upstream", f"a={a.base_url}", "--json")
+            seen = len(a.requests)
+            try:
+                if delay_s is None:
+                    for _ in range(600):
+                        if len(a.requests) > seen:
+                            break
+                        await asyncio.sleep(0.05)
+                else:
+                    await asyncio.sleep(delay_s)
+                proc.send_signal(signal.SIGINT)
+                out, err = await asyncio.wait_for(proc.communicate(), 30)
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+            stderr = err.decode()
+            assert "Exception ignored" not in stderr, (delay_s, stderr)
+            if "hedgerow: interrupted" in stderr:
+                handled.append(delay_s)
+                assert proc.returncode == 130, (delay_s, proc.returncode, stderr)
+                assert stderr.strip().splitlines() == ["hedgerow: interrupted"], (delay_s, stderr)
+                result = json.loads(out.decode())
+                assert result["error"] == "interrupted", (delay_s, out)
+                if result["record"] is not None:
+                    assert CallRecord.from_dict(result["record"]).status == "cancelled"
+            else:  # before ``call`` ran: Python's KeyboardInterrupt or typer's own exit 130
+                assert out == b"", (delay_s, out)
+                assert (proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in stderr) or \
+                    (proc.returncode == 130 and stderr.strip() == ""), (delay_s, proc.returncode, stderr)
+    assert None in handled, handled  # the request was on its way: hedgerow's handler must have run
+
+
+async def test_body_from_stdin_with_model_override():
+    body = json.dumps({"model": "from-body", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    async with ScriptedServer(answer()) as a:
+        proc = await asyncio.create_subprocess_exec(
+            HEDGEROW, "call", "--upstream", f"a={a.base_url}", "--body", "-", "--model", "m2", "--json",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(body), 60)
+    assert proc.returncode == 0, err.decode()
+    _, record = parse(out.decode())
+    assert record.model == "m2" and a.requests[0].body["model"] == "m2"
+    assert a.requests[0].body["messages"] == [{"role": "user", "content": "hi"}]
