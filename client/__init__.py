@@ -12,6 +12,7 @@ from hedgerow.client.chunks import AnswerAssembler, ChunkKind, classify_chunk
 from hedgerow.client.errors import (
     AllAttemptsFailed,
     AttemptError,
+    EventTooLarge,
     HedgeError,
     StallTimeout,
     StreamError,
@@ -34,6 +35,7 @@ __all__ = [
     "CallStream",
     "ChatResult",
     "ChunkKind",
+    "EventTooLarge",
     "HedgeBudget",
     "HedgeError",
     "HedgePolicy",

@@ -6,7 +6,8 @@
     ├── UpstreamError       a non-retryable 4xx (400/401/403/404/422): the caller's fault, no failover
     ├── AllAttemptsFailed   every attempt failed before a first token; ``.errors`` has each one
     ├── AttemptError        one attempt's own failure (HTTP status, SSE error, bad stream); only
-    │                       found inside ``AllAttemptsFailed.errors``, never raised to the caller
+    │   │                   found inside ``AllAttemptsFailed.errors``, never raised to the caller
+    │   └── EventTooLarge   an SSE event or line longer than ``HedgePolicy.max_event_bytes``
     ├── StreamError         the winner failed after its first token (truncated, error payload)
     ├── StallTimeout        after the first token, a gap longer than ``stall_timeout_s``
     └── TotalTimeout        the whole call exceeded ``total_timeout_s``
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AllAttemptsFailed",
     "AttemptError",
+    "EventTooLarge",
     "HedgeError",
     "StallTimeout",
     "StreamError",
@@ -47,13 +49,17 @@ class UpstreamError(HedgeError):
         upstream: the upstream's name.
         status_code: the HTTP status.
         body_excerpt: the first few hundred characters of the response body.
+        hint: an optional sentence on the likely cause, appended to the message (a 404 from an
+            upstream whose ``base_url`` does not end in ``/v1`` says so).
     """
 
-    def __init__(self, upstream: str, status_code: int, body_excerpt: str) -> None:
+    def __init__(self, upstream: str, status_code: int, body_excerpt: str, *, hint: str | None = None) -> None:
         self.upstream = upstream
         self.status_code = status_code
         self.body_excerpt = body_excerpt
-        super().__init__(f"upstream {upstream!r} answered HTTP {status_code}: {body_excerpt}")
+        self.hint = hint
+        message = f"upstream {upstream!r} answered HTTP {status_code}: {body_excerpt}"
+        super().__init__(f"{message} (hint: {hint})" if hint else message)
 
 
 class AllAttemptsFailed(HedgeError):
@@ -102,6 +108,22 @@ class AttemptError(HedgeError):
     def __init__(self, error_type: str, message: str) -> None:
         self.error_type = error_type
         super().__init__(message)
+
+
+class EventTooLarge(AttemptError):
+    """An attempt's SSE event (or one line of it) grew past ``HedgePolicy.max_event_bytes``.
+
+    ``error_type`` is ``event_too_large``; before the first token the call fails over, after it
+    the call raises ``StreamError`` with that ``error_type``.
+
+    Args:
+        limit: the bound that was exceeded, bytes.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__("event_too_large",
+                         f"an SSE event exceeded max_event_bytes={limit} bytes without a blank line")
 
 
 def describe(exc: BaseException) -> str:

@@ -36,6 +36,12 @@ stream ends before any token (empty body, or ``[DONE]``
 connection cut after tokens without a ``finish_reason``       ``StreamError``, status ``error``,
                                                               ``error_type`` ``truncated``
 gap after the first token longer than ``stall_timeout_s``     ``StallTimeout``, status ``stalled``
+                                                              (winner's ``error_type``
+                                                              ``stall_timeout``; ``max_itl_s``
+                                                              includes the gap)
+an SSE event or line over ``max_event_bytes``                 before the first token: failover;
+                                                              after: ``StreamError``
+                                                              (``event_too_large``)
 the caller abandons the stream (break, exception, cancel)     status ``cancelled``, every attempt closed
 every attempt failed (both, with ``max_backups=1``)           ``AllAttemptsFailed`` with each
                                                               attempt's error, status ``error``
@@ -64,7 +70,21 @@ next call to that upstream skips the TCP and TLS handshakes. Responses are close
 connection counted as active in the pool for good (encode/httpcore#1115), and a pool full of
 those makes later calls wait forever. For the same reason a send cancelled just after its
 connection was made closes the connection that httpcore leaves orphaned (``send_streaming``,
-encode/httpcore#1093).
+encode/httpcore#1093). An attempt's task is cancelled at most once (``_cancel_task``) and the
+call waits for its tasks without ``gather`` (``wait_tasks_shielded``): a second cancellation
+reaching a loser that is already unwinding from the first aborts httpcore's own close of its
+connection half-way (anyio's shield does not stop a native ``Task.cancel``), which left the
+loser's socket open and the upstream generating when the caller broke out right at the first
+token. After the attempts ended, ``reclaim_orphans`` closes any connection a cancelled attempt
+still left active (a safety net; it logs a warning when it has anything to do).
+
+Stream size: an SSE event (or line) longer than ``HedgePolicy.max_event_bytes`` (default 8 MiB)
+fails its attempt with ``error_type`` ``event_too_large`` before httpx-sse buffers more of it
+(before the first token: failover; after it: ``StreamError``).
+
+A 404 from an upstream whose ``base_url`` does not end in ``/v1`` raises an ``UpstreamError``
+whose message says so (``not_found_hint``): such base URLs are accepted, since some servers
+mount the API elsewhere.
 
 Who runs what: entering the ``async with`` block sends the primary and starts the call's
 *driver* task, which runs everything up to the first token (the hedge timer, failovers, the
@@ -101,6 +121,7 @@ from hedgerow.client.chunks import AnswerAssembler, ChunkKind, classify_chunk
 from hedgerow.client.errors import (
     AllAttemptsFailed,
     AttemptError,
+    EventTooLarge,
     HedgeError,
     StallTimeout,
     StreamError,
@@ -119,9 +140,11 @@ __all__ = [
     "ThresholdSource",
     "attempt_request_id",
     "close_shielded",
+    "not_found_hint",
     "open_response",
     "reclaim_orphans",
     "send_streaming",
+    "wait_tasks_shielded",
 ]
 
 log = logging.getLogger("hedgerow.client")
@@ -185,6 +208,38 @@ async def close_shielded(close: Callable[[], Awaitable[object]]) -> None:
     closing.result()
 
 
+async def wait_tasks_shielded(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait until every task in ``tasks`` has ended, without ever cancelling any of them.
+
+    ``asyncio.gather`` cancels its children when the waiting task is cancelled: a second
+    ``Task.cancel()`` on an attempt task that is already closing its response after a first one
+    interrupts httpcore's own close of the connection, which anyio's shielding cannot stop (a
+    native ``Task.cancel`` is not an anyio cancel scope). The connection then stays counted as
+    active in the pool, its socket open, for good. This waits instead; a cancellation of the
+    caller is re-raised once every task has ended. Exceptions of the tasks are retrieved and
+    dropped.
+
+    Args:
+        tasks: the tasks (or futures) to wait for; may be empty.
+
+    Raises:
+        asyncio.CancelledError: when the caller was cancelled meanwhile (after the wait).
+    """
+    cancelled: asyncio.CancelledError | None = None
+    pending = [t for t in tasks if not t.done()]
+    while pending:
+        try:
+            await asyncio.wait(pending)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+        pending = [t for t in pending if not t.done()]
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()  # retrieved, so that asyncio does not log it as never retrieved
+    if cancelled is not None:
+        raise cancelled
+
+
 class _ShieldedCloseStream(httpx.AsyncByteStream):
     """A response body whose ``aclose`` runs to its end even when the closing task is cancelled.
 
@@ -201,6 +256,50 @@ class _ShieldedCloseStream(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         """Close the inner stream with ``close_shielded``."""
         await close_shielded(self._inner.aclose)
+
+
+class _EventSizeCap(httpx.AsyncByteStream):
+    """A response body that fails with ``EventTooLarge`` once ``limit`` bytes pass without an SSE
+    event boundary (a blank line), before httpx-sse's decoder buffers them.
+
+    httpx-sse keeps an incomplete line, and the lines of an unfinished event, in memory with no
+    bound; this counts the bytes since the last blank line (two line breaks in a row other than
+    one CRLF: ``\n\n``, ``\r\r``, ``\n\r``, across piece boundaries too), which bounds a line and
+    an event alike. Per piece it costs three ``bytes.rfind`` calls; it adds no generator (it is
+    its own iterator) and closing it closes the inner body.
+    """
+
+    def __init__(self, inner: httpx.AsyncByteStream, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._pieces: AsyncIterator[bytes] | None = None
+        self._since = 0  # bytes since the last event boundary
+        self._last = 0  # last byte of the previous piece (0: none)
+
+    def __aiter__(self) -> Self:
+        self._pieces = self._inner.__aiter__()
+        return self
+
+    async def __anext__(self) -> bytes:
+        assert self._pieces is not None
+        piece = await self._pieces.__anext__()
+        if not piece:
+            return piece
+        cut = max(piece.rfind(b"\n\n"), piece.rfind(b"\r\r"), piece.rfind(b"\n\r"))
+        if cut >= 0:
+            self._since = len(piece) - cut - 2
+        elif self._last in (10, 13) and piece[0] in (10, 13) and not (self._last == 13 and piece[0] == 10):
+            self._since = len(piece) - 1
+        else:
+            self._since += len(piece)
+        self._last = piece[-1]
+        if self._since > self._limit:
+            raise EventTooLarge(self._limit)
+        return piece
+
+    async def aclose(self) -> None:
+        """Close the inner body."""
+        await self._inner.aclose()
 
 
 async def send_streaming(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
@@ -326,6 +425,7 @@ class _Attempt:
     error: BaseException | None = None
     error_type: str | None = None
     sent: bool = False  # the attempt's task has run and stamped ``start`` (the send)
+    cancel_sent: bool = False  # ``task.cancel()`` was called: never call it twice (``_cancel_task``)
     token_chunks: int = 0
     usage_tokens: int | None = None
     pending: list[dict[str, Any]] = field(default_factory=list)
@@ -436,13 +536,14 @@ class HedgingClient:
             the first token is raised by the first read.
 
         Raises:
-            ValueError: for a body without a string ``model`` or an unknown ``primary``.
+            ValueError: before any request is sent, for a body that is not a dict or has no
+                string ``model`` (the message names the field), or an unknown ``primary``. It is
+                a programming error, not a ``HedgeError``, and carries no record.
             RuntimeError: when the client is not open (use ``async with``).
         """
         if self._http is None:
             raise RuntimeError("HedgingClient is not open: use 'async with HedgingClient(...)'")
-        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            raise ValueError("body: must be a dict with a string 'model'")  # noqa: TRY004 - documented
+        _check_body(body)
         order = self._order(primary)
         wire = dict(body)
         wire["stream"] = True
@@ -662,12 +763,15 @@ class CallStream:
                     # The status decides; the body is only an excerpt for the error, read briefly.
                     excerpt = await _body_excerpt(response)
                     if response.status_code in NON_RETRYABLE_STATUSES:
-                        raise UpstreamError(attempt.upstream.name, response.status_code, excerpt)
+                        hint = not_found_hint(attempt.upstream) if response.status_code == 404 else None
+                        raise UpstreamError(attempt.upstream.name, response.status_code, excerpt, hint=hint)
                     failure = AttemptError(f"http_{response.status_code}", f"HTTP {response.status_code}: {excerpt}")
                     # The error response itself, for HedgingTransport to hand back when all fail.
                     failure.status_code, failure.headers, failure.body_excerpt = (  # type: ignore[attr-defined]
                         response.status_code, response.headers, excerpt)
                     raise failure
+                if isinstance(response.stream, httpx.AsyncByteStream):
+                    response.stream = _EventSizeCap(response.stream, self._policy.max_event_bytes)
                 try:
                     # aclosing: leaving the loop early ([DONE], an error) closes the SSE generator
                     # here, instead of leaving it to a finalizer task after the call has ended.
@@ -707,7 +811,21 @@ class CallStream:
             # ``at`` is stamped by another attempt's task and may precede this attempt's start
             # by a hair when the two raced; an attempt never ends before it began.
             attempt.end_at = max(at, attempt.start)
-        if attempt.task is not None and not attempt.task.done():
+        self._cancel_task(attempt)
+
+    @staticmethod
+    def _cancel_task(attempt: _Attempt) -> None:
+        """Cancel the attempt's task, at most once per attempt.
+
+        A second ``cancel()`` reaching a task that is already unwinding from the first one lands
+        inside httpcore's close of the response (its ``except BaseException`` path, "shielded"
+        with anyio, which a native ``Task.cancel`` goes through) and aborts it half-way: the
+        connection stays marked active in the pool and its socket open, the upstream keeps
+        generating. That happened when the caller left right after the first token (the win
+        cancelled the loser, ``_finish`` cancelled it again before it had run).
+        """
+        if attempt.task is not None and not attempt.task.done() and not attempt.cancel_sent:
+            attempt.cancel_sent = True
             attempt.task.cancel()
 
     def _fail(self, attempt: _Attempt, exc: BaseException, at: float) -> None:
@@ -849,11 +967,19 @@ class CallStream:
                 event = await self._next_event(deadline)
                 if event is None or self._now() >= total_deadline:
                     at = self._now()
-                    if at >= total_deadline:
-                        self._set_status("timeout", "total_timeout")
+                    error_type = "total_timeout" if at >= total_deadline else "stall_timeout"
+                    # The gap since the last token, up to giving up, is an inter-token gap too:
+                    # the record must show the stall that ended the call.
+                    gap = None if self._last_token_at is None else at - self._last_token_at
+                    if gap is not None and self._finish_reason is None:
+                        self._max_itl_s = gap if self._max_itl_s is None else max(self._max_itl_s, gap)
+                    winner.error_type = error_type
+                    winner.end_at = at
+                    if error_type == "total_timeout":
+                        self._set_status("timeout", error_type)
                         raise TotalTimeout(policy.total_timeout_s)
-                    self._set_status("stalled", "stall_timeout")
-                    raise StallTimeout(winner.upstream.name, at - self._last_token_at)
+                    self._set_status("stalled", error_type)
+                    raise StallTimeout(winner.upstream.name, gap or 0.0)
                 kind, attempt, payload, at = event
                 if attempt is not winner:
                     self._count_loser_tokens(attempt, kind, payload)
@@ -953,16 +1079,28 @@ class CallStream:
             elif attempt is self._winner and attempt.end_at is None:
                 attempt.end_at = end
             if attempt.task is not None:
-                if not attempt.task.done():
-                    attempt.task.cancel()
+                self._cancel_task(attempt)
                 tasks.append(attempt.task)
-        if tasks:
-            try:
-                await asyncio.gather(*tasks, return_exceptions=True)
-            except asyncio.CancelledError:
-                self._build_record()
-                raise
-        self._build_record()
+        try:
+            # Never gather: a cancellation of the caller would cancel the attempts a second time.
+            await wait_tasks_shielded(tasks)
+            await self._reclaim_cancelled()
+        finally:
+            self._build_record()
+
+    async def _reclaim_cancelled(self) -> None:
+        """Safety net after the attempt tasks ended: close connections that a cancelled attempt
+        left active in the pool and owned by no request (``reclaim_orphans``), should a close
+        have been interrupted all the same. Checks only the URLs of cancelled attempts."""
+        assert self._http is not None
+        seen: set[str] = set()
+        for attempt in self._attempts:
+            if attempt.cancel_sent and attempt.upstream.chat_url not in seen:
+                seen.add(attempt.upstream.chat_url)
+                count = await reclaim_orphans(self._http, httpx.URL(attempt.upstream.chat_url))
+                if count:
+                    log.warning("closed %d connection(s) left open by a cancelled attempt to %s",
+                                count, attempt.upstream.name)
 
     def _build_record(self) -> None:
         if self.record is not None:
@@ -1040,6 +1178,27 @@ async def _body_excerpt(response: httpx.Response, limit: int = 300, wait_s: floa
     except (TimeoutError, httpx.HTTPError):
         pass
     return received[:limit].decode("utf-8", "replace")
+
+
+def _check_body(body: object) -> None:
+    """Raise ``ValueError`` naming the field when ``body`` cannot be a chat-completions request."""
+    if not isinstance(body, dict):
+        raise ValueError(  # noqa: TRY004 - documented: a bad argument, raised before any request
+            f"body: must be a dict (the chat-completions JSON object), got {type(body).__name__}")
+    if "model" not in body:
+        raise ValueError("body['model']: missing; a string model name is required")
+    if not isinstance(body["model"], str):
+        raise ValueError(f"body['model']: must be a string, got {type(body['model']).__name__}")  # noqa: TRY004
+
+
+def not_found_hint(upstream: Upstream) -> str | None:
+    """The hint for an HTTP 404 from ``upstream``: None when its ``base_url`` path ends in ``/v1``,
+    else a sentence saying that it does not (the usual cause of a 404 on every call)."""
+    path = httpx.URL(upstream.base_url).path.rstrip("/")
+    if path.endswith("/v1"):
+        return None
+    return (f"base_url {upstream.base_url!r} does not end in '/v1'; OpenAI-compatible servers usually "
+            f"serve {path}/v1/chat/completions, and this client posts to {upstream.chat_url!r}")
 
 
 def _since(at: float | None, origin: float) -> float | None:

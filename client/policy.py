@@ -11,7 +11,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["HedgePolicy", "Upstream"]
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "HedgePolicy", "Upstream"]
+
+#: Default bound (bytes) on one SSE event of a streamed answer (``HedgePolicy.max_event_bytes``):
+#: 8 MiB, far above any real chunk (a few hundred bytes; a large tool-call argument or an image
+#: in a delta stays well under a megabyte) and small enough that a broken or hostile upstream
+#: sending one endless line cannot grow the client's memory without limit.
+DEFAULT_MAX_EVENT_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,10 @@ class HedgePolicy:
             fails with ``StallTimeout``; None disables the check.
         total_timeout_s: bound on the whole call, seconds. Default 120.
         connect_timeout_s: TCP/TLS connect timeout of each attempt. Default 5.
+        max_event_bytes: the largest SSE event (bytes of the stream between two blank lines, so
+            also the longest line) an attempt may send; a larger one fails the attempt with
+            ``error_type`` ``event_too_large`` (before the first token: failover; after it:
+            ``StreamError``). Default ``DEFAULT_MAX_EVENT_BYTES`` (8 MiB).
 
     Raises:
         ValueError: naming the field, for a negative, NaN or otherwise impossible value.
@@ -75,6 +85,7 @@ class HedgePolicy:
     stall_timeout_s: float | None = None
     total_timeout_s: float = 120.0
     connect_timeout_s: float = 5.0
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
 
     def __post_init__(self) -> None:
         _seconds("hedge_after_s", self.hedge_after_s, allow_zero=True)
@@ -88,6 +99,9 @@ class HedgePolicy:
             _seconds("stall_timeout_s", self.stall_timeout_s)
         _seconds("total_timeout_s", self.total_timeout_s)
         _seconds("connect_timeout_s", self.connect_timeout_s)
+        if (isinstance(self.max_event_bytes, bool) or not isinstance(self.max_event_bytes, int)
+                or self.max_event_bytes < 1):
+            raise ValueError(f"HedgePolicy.max_event_bytes: must be an integer >= 1, got {self.max_event_bytes!r}")
 
 
 def _finite(value: object) -> bool:

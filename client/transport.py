@@ -44,8 +44,12 @@ What the transport does with one request:
   JSON naming the problem) without contacting any upstream.
 
 Every response carries ``X-Hedgerow-Request-Id`` (the call's id, also the upstream
-``Idempotency-Key``), ``X-Hedgerow-Winner`` (the name of the upstream whose response this is;
-empty when no upstream answered) and ``X-Hedgerow-Hedged`` (``true`` when a backup was started).
+``Idempotency-Key``), ``X-Hedgerow-Winner`` and ``X-Hedgerow-Hedged`` (``true`` when a backup
+was started, whatever the outcome). ``X-Hedgerow-Winner`` names the upstream whose answer this
+is: the winner of a hedged call, or the primary for a pass-through request. It is **empty** when
+no attempt won: a call that failed (an upstream's 4xx handed back, the last error response of
+a call whose attempts all failed) and answers of hedgerow itself (a 400 for a bad body); which
+upstream sent an error response is in the call's record.
 
 Outcomes, as the SDK sees them:
 
@@ -162,7 +166,9 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         upstreams: the OpenAI-compatible endpoints in preference order (the first is the primary
             and receives every pass-through request). At least one; names unique.
         route: the app's logical name for the streamed chat calls (thresholds per (route, model)).
-        policy: the ``HedgePolicy`` of streamed calls.
+            Default ``"default"``, as for ``HedgingClient``.
+        policy: the ``HedgePolicy`` of streamed calls. Default ``HedgePolicy()``, as for
+            ``HedgingClient``.
         thresholds: optional ``ThresholdSource`` (e.g. a ``ThresholdPoller``).
         telemetry: optional ``RecordSink`` (e.g. a ``TelemetryExporter``): one record per call.
         unary_route: route of non-streaming calls (default ``"<route>.unary"``).
@@ -184,8 +190,8 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         self,
         upstreams: Sequence[Upstream],
         *,
-        route: str,
-        policy: HedgePolicy,
+        route: str = "default",
+        policy: HedgePolicy | None = None,
         thresholds: ThresholdSource | None = None,
         telemetry: RecordSink | None = None,
         unary_route: str | None = None,
@@ -194,8 +200,10 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         client_tag: str | None = None,
         max_connections: int = 1000,
     ) -> None:
+        if policy is None:
+            policy = HedgePolicy()
         if not isinstance(policy, HedgePolicy):
-            raise TypeError("policy: must be a HedgePolicy")
+            raise TypeError("policy: must be a HedgePolicy or None")
         if unary_policy is not None and not isinstance(unary_policy, HedgePolicy):
             raise TypeError("unary_policy: must be a HedgePolicy or None")
         if base_path is not None and (not isinstance(base_path, str) or not base_path.startswith("/")
@@ -322,8 +330,8 @@ class HedgingTransport(httpx.AsyncBaseTransport):
                 headers=headers, params=params)
         except HedgeError as exc:
             return _failure(request, exc, exc.record.request_id if exc.record else "")
-        response_headers = _response_headers(result.headers, result.record.request_id, result.upstream,
-                                             result.hedged)
+        winner = result.upstream if result.record.winner is not None else ""  # a 4xx handed back: no winner
+        response_headers = _response_headers(result.headers, result.record.request_id, winner, result.hedged)
         return httpx.Response(result.status_code, headers=response_headers, content=result.content,
                               request=request)
 
@@ -434,8 +442,9 @@ def _error_response(status: int, message: str, type_: str = "invalid_request_err
 def _failure(request: httpx.Request, exc: HedgeError, request_id: str) -> httpx.Response:
     """Map a call that failed before any answer to a response (an upstream's error) or raise."""
     hedged = bool(exc.record.hedged) if exc.record is not None else False
+    # No attempt won: the winner header is empty (the failing upstream is in the record).
     if isinstance(exc, UpstreamError):
-        headers = _response_headers(None, request_id, exc.upstream, hedged)
+        headers = _response_headers(None, request_id, "", hedged)
         headers["Content-Type"] = _content_type(exc.body_excerpt.encode())
         return httpx.Response(exc.status_code, headers=headers, content=exc.body_excerpt.encode(), request=request)
     if isinstance(exc, AllAttemptsFailed):
@@ -445,7 +454,7 @@ def _failure(request: httpx.Request, exc: HedgeError, request_id: str) -> httpx.
                 content = getattr(error, "content", None)
                 if not isinstance(content, bytes):
                     content = str(getattr(error, "body_excerpt", "") or "").encode()
-                headers = _response_headers(getattr(error, "headers", None), request_id, name, hedged)
+                headers = _response_headers(getattr(error, "headers", None), request_id, "", hedged)
                 if "content-type" not in headers:
                     headers["Content-Type"] = _content_type(content)
                 return httpx.Response(status, headers=headers, content=content, request=request)

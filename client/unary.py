@@ -52,7 +52,9 @@ from hedgerow.client.hedging import (
     NON_RETRYABLE_STATUSES,
     RecordSink,
     attempt_request_id,
+    not_found_hint,
     open_response,
+    wait_tasks_shielded,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
 from hedgerow.client.records import AttemptRecord, CallRecord
@@ -340,6 +342,9 @@ class _UnaryCall:
             if isinstance(last_error, UnaryAttemptFailure) and last_error.status_code in NON_RETRYABLE_STATUSES:
                 # The caller's fault: answer with the upstream's own response, no failover.
                 self._status, self._error_type = "error", last.error_type
+                hint = not_found_hint(last.upstream) if last_error.status_code == 404 else None
+                if hint:  # the response is the upstream's own: the hint can only be logged
+                    log.warning("upstream %r answered HTTP 404: %s", last.upstream.name, hint)
                 response = httpx.Response(last_error.status_code, headers=last_error.headers,
                                           content=last_error.content)
                 return response, last
@@ -363,8 +368,9 @@ class _UnaryCall:
                     attempt.task.cancel()
                 tasks.append(attempt.task)
         try:
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+            # Not gather: a cancellation of the caller would cancel the attempts a second time,
+            # which can abort httpcore's close of a connection half-way (see wait_tasks_shielded).
+            await wait_tasks_shielded(tasks)
         finally:
             self._build_record()
 

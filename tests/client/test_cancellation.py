@@ -442,3 +442,80 @@ async def test_sequential_calls_reuse_one_connection():
         assert a.connections == 1
         assert [seen.connection for seen in a.requests] == [0, 0, 0]
         assert pool_state(client_pool(client)) == (0, 1)
+
+
+# -- a break right at the first token of a hedged call: the loser is closed all the same ----------
+#
+# The earlier tests read hedged calls to the end (the loser had long finished closing when the
+# call ended) or left early without a hedge (no loser). The leak needed both: the win cancelled
+# the loser, the caller left before the loser's task had run, and the call's end cancelled that
+# task a second time, in the middle of httpcore's own close of the connection.
+
+RECLAIM_WARNING = "left open by a cancelled attempt"
+
+
+def established_to(port: int) -> int:
+    """ESTABLISHED TCP sockets of this machine whose remote end is 127.0.0.1:``port`` (Linux
+    ``/proc/net/tcp``; state ``01``); -1 when that file cannot be read."""
+    try:
+        with open("/proc/net/tcp") as table:
+            rows = table.read().splitlines()[1:]
+    except OSError:
+        return -1
+    want = f"0100007F:{port:04X}"
+    return sum(1 for row in rows if row.split()[2] == want and row.split()[3] == "01")
+
+
+def loser_scripts(loser: str) -> tuple[Script, Script]:
+    """(primary, backup) scripts with hedge_after_s=0.3: the loser sends its headers at once
+    and is mid-body (no token for 30 s, connection held open) when the winner's token comes."""
+    winner_stream = answer(first_delay_s=0.4 if loser == "primary" else 1.0, gap_s=0.05, words=40)
+    return (silent_body(), winner_stream) if loser == "primary" else (winner_stream, silent_body())
+
+
+def silent_body() -> Script:
+    """Headers at once, then a role-only chunk and no token for 30 s; the connection stays open."""
+    return Script(pieces=sse(chunk(role="assistant"), chunk("late"), done=False, gap_s=30.0), close=False)
+
+
+@pytest.mark.parametrize("loser", ["primary", "backup"])
+async def test_break_at_the_first_token_closes_the_loser_at_once(loser, caplog):
+    async with ScriptedServer(loser_scripts(loser)[0]) as a, ScriptedServer(loser_scripts(loser)[1]) as b:
+        servers = {"primary": a, "backup": b}
+        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                                 policy=HedgePolicy(hedge_after_s=0.3, budget=1.0)) as client:
+            async with client.stream_chat(BODY) as stream:
+                async for _ in stream:
+                    break  # no await between the first token and leaving the block
+            left_at = time.monotonic()
+            record = stream.record
+            assert record.status == "cancelled" and record.hedged
+            assert {a.role: a.outcome for a in record.attempts}[loser] == "cancelled"
+            closed_at = await servers[loser].wait_disconnect(0, timeout_s=3.0)
+            assert closed_at is not None, f"the {loser}'s connection is still open"
+            assert closed_at - left_at < 1.0
+            assert pool_state(client_pool(client))[0] == 0
+    assert RECLAIM_WARNING not in caplog.text  # closed by the attempt itself, not the safety net
+
+
+async def test_twenty_breaks_at_the_first_token_leave_nothing_open_and_hedges_keep_working(caplog):
+    # With the leak, each call left one connection to the slow upstream ACTIVE: with a pool of
+    # 10, the 11th call's hedge waited for a connection forever (each call is bounded here).
+    async with ScriptedServer(silent_body()) as slow, \
+            ScriptedServer(answer(first_delay_s=0.3, gap_s=0.05, words=40)) as fast, \
+            HedgingClient([Upstream("slow", slow.base_url), Upstream("fast", fast.base_url)], max_connections=10,
+                          policy=HedgePolicy(hedge_after_s=0.1, budget=1.0, budget_burst=100.0)) as client:
+
+        async def break_at_first_token() -> str | None:
+            async with client.stream_chat(BODY) as stream:
+                async for _ in stream:
+                    break
+            return stream.record.winner
+
+        for _ in range(20):
+            assert await asyncio.wait_for(break_at_first_token(), 10.0) == "backup"
+        for index in range(20):
+            assert await slow.wait_disconnect(index, timeout_s=2.0) is not None, f"call {index} leaked"
+        assert pool_state(client_pool(client))[0] == 0
+        assert established_to(slow.port) in (0, -1)
+    assert RECLAIM_WARNING not in caplog.text

@@ -336,7 +336,10 @@ async def test_stall_after_first_token_raises_stall_timeout():
         assert info.value.upstream == "a" and info.value.gap_s >= 0.6 and info.value.record is record
         assert record.status == "stalled" and record.error_type == "stall_timeout"
         assert record.winner == "primary" and record.completion_tokens == 1
-        assert attempts_of(record) == [("a", "won", None)]
+        # The stall that ended the call is in the record: as the winner's error_type, and as the
+        # largest inter-token gap (the gap up to giving up counts; there was no second token).
+        assert attempts_of(record) == [("a", "won", "stall_timeout")]
+        assert record.max_itl_s is not None and record.max_itl_s >= 0.6
         assert elapsed < 3.0 and b.requests == []
         assert await a.wait_disconnect(0) is not None  # the stalled stream was closed
 
@@ -413,3 +416,117 @@ async def test_every_attempt_failing_raises_all_attempts_failed():
     assert record.hedge_reason == "primary_error" and record.winner is None
     assert attempts_of(record) == [("a", "failed", "ConnectError"), ("b", "failed", "http_503")]
     assert len(b.requests) == 1
+
+
+# -- one enormous SSE event or line ------------------------------------------------------------
+
+#: 20 MB of a JSON string that never ends: no line break, so no SSE event boundary either.
+ENDLESS_LINE = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 20_000_000
+#: 3 MB of short ``data:`` lines with no blank line between them: one endless event.
+ENDLESS_EVENT = b'data: {"x": 1}\n' * 200_000
+CAP = 1024 * 1024
+
+
+@pytest.mark.parametrize("shape", ["line", "event"])
+async def test_event_larger_than_the_cap_before_first_token_fails_over(shape):
+    huge = ENDLESS_LINE if shape == "line" else ENDLESS_EVENT
+    pieces = sse(chunk(role="assistant"), done=False) + [(0.05, huge)]
+    async with ScriptedServer(Script(pieces=pieces, close=False)) as a, ScriptedServer(answer(first_delay_s=0.3)) as b:
+        sink = Sink()
+        async with HedgingClient(two(a, b), policy=HedgePolicy(hedge_after_s=30.0, max_event_bytes=CAP),
+                                 telemetry=sink) as client:
+            result = await asyncio.wait_for(client.chat(BODY), 20.0)
+        record = sink.records[0]
+        assert result.text == "w0 w1 w2 " and record.status == "ok" and record.winner == "backup"
+        assert record.hedge_reason == "primary_error"
+        assert attempts_of(record) == [("a", "failed", "event_too_large"), ("b", "won", None)]
+        assert await a.wait_disconnect(0) is not None
+
+
+async def test_event_larger_than_the_cap_after_first_token_fails_the_call():
+    pieces = sse(chunk("a", role="assistant"), done=False) + [(0.05, ENDLESS_LINE)]
+    async with ScriptedServer(Script(pieces=pieces, close=False)) as a, ScriptedServer(answer()) as b:
+        sink = Sink()
+        async with HedgingClient(two(a, b), policy=HedgePolicy(hedge_after_s=30.0, max_event_bytes=CAP),
+                                 telemetry=sink) as client:
+            with pytest.raises(StreamError) as info:
+                await asyncio.wait_for(client.chat(BODY), 20.0)
+        record = sink.records[0]
+        assert info.value.error_type == "event_too_large" and info.value.record is record
+        assert record.status == "error" and record.error_type == "event_too_large"
+        assert attempts_of(record) == [("a", "won", "event_too_large")]
+        assert b.requests == [] and await a.wait_disconnect(0) is not None
+
+
+async def test_events_just_under_the_cap_pass_in_any_line_ending():
+    # A 900 KB content chunk under a 1 MiB cap, with LF, CRLF and CR endings, split across writes.
+    big = "y" * 900_000
+    body = json.dumps(chunk(big, role="assistant"))
+    for ending in ("\n", "\r\n", "\r"):
+        event = f"data: {body}{ending}{ending}".encode()
+        tail = "".join(f"data: {json.dumps(c)}{ending}{ending}" for c in (chunk(big), chunk(finish="stop")))
+        pieces = [(0.0, event[:500_000]), (0.01, event[500_000:]), (0.01, tail.encode()), (0.01, b"data: [DONE]\n\n")]
+        policy = HedgePolicy(hedge_after_s=30.0, max_event_bytes=CAP)
+        async with ScriptedServer(Script(pieces=pieces)) as a, ScriptedServer(answer()) as b, \
+                HedgingClient(two(a, b), policy=policy) as client:
+            result = await asyncio.wait_for(client.chat(BODY), 20.0)
+        assert result.text == big * 2 and result.record.status == "ok", ending
+        assert b.requests == []
+
+
+def test_max_event_bytes_is_validated():
+    for bad in (0, -1, 1.5, True, None):
+        with pytest.raises(ValueError, match="max_event_bytes"):
+            HedgePolicy(max_event_bytes=bad)
+
+
+async def test_total_timeout_after_first_token_records_the_gap_and_error_type():
+    pieces = sse(chunk("a", role="assistant"), chunk("b"), done=False, gap_s=0.05) + [(30.0, b"data: [DONE]\n\n")]
+    async with ScriptedServer(Script(pieces=pieces, close=False)) as a, ScriptedServer(answer()) as b:
+        sink = Sink()
+        policy = HedgePolicy(hedge_after_s=5.0, total_timeout_s=1.5)
+        async with HedgingClient(two(a, b), policy=policy, telemetry=sink) as client:
+            with pytest.raises(TotalTimeout) as info:
+                await client.chat(BODY)
+        record = sink.records[0]
+        assert info.value.record is record and record.status == "timeout" and record.error_type == "total_timeout"
+        assert attempts_of(record) == [("a", "won", "total_timeout")]
+        assert record.completion_tokens == 2
+        # Tokens at ~0 s and ~0.05 s, then nothing until the 1.5 s bound: a gap of over a second.
+        assert record.max_itl_s is not None and record.max_itl_s >= 1.0
+        assert record.attempts[0].end_s >= 1.4
+
+
+# -- HTTP 404 from an upstream whose base_url lacks /v1 -------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", ["", "/api", "/v1"])
+async def test_404_names_a_base_url_without_v1(suffix):
+    not_found = Script(status=404, content_type="application/json", pieces=[(0, b'{"detail":"Not Found"}')])
+    async with ScriptedServer(not_found) as a:
+        base_url = f"http://127.0.0.1:{a.port}{suffix}"
+        async with HedgingClient([Upstream("a", base_url)], policy=HedgePolicy(hedge_after_s=5.0)) as client:
+            with pytest.raises(UpstreamError) as info:
+                await client.chat(BODY)
+    assert info.value.status_code == 404 and a.requests[0].path == f"{suffix}/chat/completions"
+    if suffix == "/v1":
+        assert info.value.hint is None and "hint" not in str(info.value)
+    else:
+        assert "does not end in '/v1'" in str(info.value) and base_url in str(info.value)
+        assert f"{suffix}/v1/chat/completions" in str(info.value)
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({}, "body['model']: missing"),
+    ({"model": 3, "messages": []}, "body['model']: must be a string, got int"),
+    ([{"model": "m"}], "body: must be a dict"),
+    ("model", "body: must be a dict"),
+])
+async def test_bad_body_raises_value_error_naming_the_field_before_any_request(body, field):
+    async with ScriptedServer(answer()) as a, HedgingClient([Upstream("a", a.base_url)]) as client:
+        with pytest.raises(ValueError) as info:
+            await client.chat(body)
+        assert field in str(info.value)
+        with pytest.raises(ValueError, match=field.replace("[", r"\[").replace("]", r"\]")):
+            client.stream_chat(body)
+    assert a.requests == []

@@ -303,7 +303,7 @@ async def test_all_attempts_failing_with_http_errors_raise_the_sdk_status_error(
                 await client.chat.completions.create(model="m", messages=MESSAGES, stream=stream)
         error = caught.value
         assert error.status_code == 502 and "b is down" in error.message  # the last upstream's answer
-        assert error.response.headers["x-hedgerow-winner"] == "b"
+        assert error.response.headers["x-hedgerow-winner"] == ""  # nobody won; "b" is in the record
         assert error.response.headers["x-hedgerow-hedged"] == "true"
         assert len(a.requests) == 1 and len(b.requests) == 1
         (record,) = sink.records
@@ -339,6 +339,7 @@ async def test_non_retryable_4xx_is_returned_without_failover(stream: bool) -> N
                 await client.chat.completions.create(model="m", messages=MESSAGES, stream=stream)
         assert "bad messages" in caught.value.message
         assert caught.value.response.headers["x-hedgerow-hedged"] == "false"
+        assert caught.value.response.headers["x-hedgerow-winner"] == ""  # a failed call has no winner
         assert b.requests == []
         (record,) = sink.records
         assert record.status == "error" and not record.hedged and record.attempts[0].status_code == 400
@@ -411,6 +412,29 @@ def test_bad_arguments_are_named() -> None:
                          base_path="openai")
     with pytest.raises(TypeError, match="policy"):
         HedgingTransport([Upstream("a", "http://127.0.0.1:1/v1")], route="chat", policy=2.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_defaults_match_hedging_client(stream: bool) -> None:
+    # HedgingTransport(upstreams) alone, like HedgingClient(upstreams): route "default", HedgePolicy().
+    script = answer_script(["hi"]) if stream else completion_script("hi")
+    async with ScriptedServer(script) as a:
+        sink = Sink()
+        transport = HedgingTransport([Upstream("a", a.base_url)], telemetry=sink)
+        assert transport.route == "default" and transport.policy == HedgePolicy()
+        assert transport.unary_route == "default.unary" and transport.client.policy == HedgePolicy()
+        async with sdk(transport) as client:
+            raw = await client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, stream=stream)
+            assert raw.headers["x-hedgerow-winner"] == "a" and raw.headers["x-hedgerow-hedged"] == "false"
+            parsed = raw.parse()
+            if stream:
+                async with parsed:
+                    text = "".join([c.choices[0].delta.content or "" async for c in parsed if c.choices])
+            else:
+                text = parsed.choices[0].message.content
+    assert text == "hi"
+    (record,) = sink.records
+    assert record.route == ("default" if stream else "default.unary") and record.status == "ok"
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -546,3 +570,57 @@ async def test_cancelling_the_app_at_any_moment_leaves_no_connection_active(kind
                 assert pool_active(transport) == 0, f"a connection left active (cancelled after {turns} turns)"
             response = await asyncio.wait_for(request(), 10.0)
             assert response.status_code == 200 and response.json() == json.loads(body)
+
+
+# -- a break right at the first chunk of a hedged call: the loser is closed all the same ----------
+
+
+def held_silent_script() -> Script:
+    """Headers and a role-only chunk at once, then no token for 30 s; the connection stays open."""
+    return Script(pieces=sse(chunk(role="assistant"), chunk("late"), done=False, gap_s=30.0), close=False)
+
+
+def winner_script(first_delay_s: float) -> Script:
+    return answer_script([f"w{i} " for i in range(40)], first_delay_s=first_delay_s, gap_s=0.05)
+
+
+async def sdk_break_at_first_chunk(client: openai.AsyncOpenAI) -> None:
+    stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    async with stream:
+        async for _ in stream:
+            break  # no await between the first chunk and leaving the block
+
+
+@pytest.mark.parametrize("loser", ["primary", "backup"])
+async def test_sdk_break_at_the_first_chunk_closes_the_loser_at_once(loser: str, caplog) -> None:
+    scripts = ((held_silent_script(), winner_script(0.4)) if loser == "primary"
+               else (winner_script(1.0), held_silent_script()))
+    async with ScriptedServer(scripts[0]) as a, ScriptedServer(scripts[1]) as b:
+        sink = Sink()
+        transport = HedgingTransport([Upstream("a", a.base_url), Upstream("b", b.base_url)], route="chat",
+                                     policy=HedgePolicy(hedge_after_s=0.3, budget=1.0), telemetry=sink)
+        async with sdk(transport) as client:
+            await sdk_break_at_first_chunk(client)
+            left_at = time.monotonic()
+            closed_at = await (a if loser == "primary" else b).wait_disconnect(0, timeout_s=3.0)
+            assert closed_at is not None, f"the {loser}'s connection is still open"
+            assert closed_at - left_at < 1.0
+            assert pool_active(transport) == 0
+    (record,) = sink.records
+    assert record.status == "cancelled" and record.hedged
+    assert {x.role: x.outcome for x in record.attempts}[loser] == "cancelled"
+    assert "left open by a cancelled attempt" not in caplog.text  # not the safety net's doing
+
+
+async def test_sdk_twenty_breaks_at_the_first_chunk_leave_no_connection_open(caplog) -> None:
+    async with ScriptedServer(held_silent_script()) as slow, ScriptedServer(winner_script(0.3)) as fast:
+        transport = HedgingTransport([Upstream("slow", slow.base_url), Upstream("fast", fast.base_url)],
+                                     route="chat", max_connections=10,
+                                     policy=HedgePolicy(hedge_after_s=0.1, budget=1.0, budget_burst=100.0))
+        async with sdk(transport) as client:
+            for _ in range(20):  # with the leak, the 11th hedge waits for a pool slot for ever
+                await asyncio.wait_for(sdk_break_at_first_chunk(client), 10.0)
+            for index in range(20):
+                assert await slow.wait_disconnect(index, timeout_s=2.0) is not None, f"call {index} leaked"
+            assert pool_active(transport) == 0
+    assert "left open by a cancelled attempt" not in caplog.text
