@@ -165,6 +165,37 @@ def test_replayed_denials_raise_the_predicted_tail() -> None:
     assert tight[0] > 2.0  # two thirds of the wanted hedges are denied: the slow primaries stay
 
 
+def test_bucket_limited_search_takes_the_smallest_best_threshold() -> None:
+    # 85% fast, 12% at 0.5-0.9 s, 3% slow host at 3-5 s; bucket of 5% per call. At a 0.4 s
+    # threshold 15% of the calls want a hedge, the bucket runs dry and the slow calls go
+    # unhedged (predicted P99 ~3.8 s); past the 0.5-0.9 s lump the wants fit the bucket.
+    rng = np.random.default_rng(12)
+    n = 6000
+    kind = rng.choice(3, size=n, p=[0.85, 0.12, 0.03])
+    durations = np.where(kind == 0, rng.uniform(0.05, 0.3, n),
+                         np.where(kind == 1, rng.uniform(0.5, 0.9, n), rng.uniform(3.0, 5.0, n)))
+    censored = np.zeros(n, dtype=bool)
+    primary = km_survival(durations, censored)
+    backup = km_survival(rng.uniform(0.05, 0.2, 500), np.zeros(500, dtype=bool))
+    replay = BucketReplay(durations, censored, budget=0.05, burst=5.0)
+    choice = efficient_threshold(primary, backup, 0.4, 3.0, tolerance=0.10, replay=replay)
+    grid = np.geomspace(0.4, 3.0, 96)
+    p99 = predicted_quantiles(primary, backup, grid, 0.99, replay)
+    assert choice.bucket_limited is True
+    assert choice.p99_at_budget_s > 3.0 * choice.min_p99_s  # the floor is predicted far worse
+    # the smallest threshold reaching the best predicted P99, not the largest within 10%
+    assert choice.p99_at_choice_s == choice.min_p99_s == p99.min()
+    chosen = int(np.flatnonzero(grid == choice.hedge_after_s)[0])
+    assert np.all(p99[:chosen] > choice.min_p99_s)
+    largest_within = grid[np.flatnonzero(p99 <= 1.10 * p99.min())[-1]]
+    assert largest_within > choice.hedge_after_s > 0.4
+    # without the replay the curve rises with t: not bucket-limited, the tolerance rule applies
+    free = efficient_threshold(primary, backup, 0.4, 3.0, tolerance=0.10)
+    assert free.bucket_limited is False
+    assert free.p99_at_budget_s == free.min_p99_s
+    assert free.hedge_after_s > 0.4 and free.p99_at_choice_s <= 1.10 * free.min_p99_s + 1e-9
+
+
 @pytest.mark.parametrize(
     ("call", "needle"),
     [

@@ -468,6 +468,38 @@ def test_efficiency_keeps_the_budget_target_when_early_hedges_pay() -> None:
     assert decide(CONFIG, 1.0, obs, few).details["efficiency"]["backup_curve"] == "primary"
 
 
+def test_rarely_winning_backups_raise_the_efficient_target_to_the_primary_p99() -> None:
+    # memoryless primaries, fast backups: the model keeps the budget target (~2.3 s, its hedges
+    # cut the P99), but the window's hedges won only 10% of the time (the model's premise
+    # failed): the target goes to the top of the search, the primary's KM P99 (~4.6 s)
+    rng = np.random.default_rng(11)
+    ttft = rng.exponential(1.0, 5000)
+    censored = np.zeros(ttft.size, dtype=bool)
+    backups = rng.exponential(0.1, 300)
+    base = _sampled_observation(ttft, censored, backup_durations_s=tuple(backups.tolist()),
+                                backup_censored=(False,) * 300)
+    strict = dataclasses.replace(KNOBS, p99_tolerance=0.0)
+    target_s, p99_s = base.estimate.target_s, base.estimate.p99_s
+    calm = dataclasses.replace(base, hedges=300, backup_win_rate=0.5)
+    d_calm = decide(CONFIG, target_s, calm, strict)
+    assert d_calm.details["efficiency"]["rarely_win_raise"] is False
+    assert d_calm.hedge_after_s == target_s and codes(d_calm) == ["target"]
+    losing = dataclasses.replace(base, hedges=300, backup_win_rate=0.1)
+    d = decide(CONFIG, target_s, losing, strict)
+    assert codes(d) == ["efficient_raise", "backups_rarely_win"]
+    eff = d.details["efficiency"]
+    assert eff["rarely_win_raise"] is True and eff["model_target_s"] == target_s
+    assert d.hedge_after_s == eff["efficient_target_s"] == eff["search_top_s"] == pytest.approx(p99_s)
+    assert eff["hedge_rate_at_efficient_target"] == pytest.approx(0.01, abs=2e-3)
+    # the prediction at the raised target: later hedges, a longer predicted tail
+    assert eff["predicted_p99_at_efficient_target_s"] > eff["predicted_p99_at_budget_target_s"]
+    # too few hedges to trust the win rate: no raise; the max clamp still caps the search
+    few = dataclasses.replace(losing, hedges=KNOBS.min_hedges_for_flag - 1)
+    assert decide(CONFIG, target_s, few, strict).details["efficiency"]["rarely_win_raise"] is False
+    capped = dataclasses.replace(CONFIG, max_hedge_after_s=3.0)
+    assert decide(capped, target_s, losing, strict).hedge_after_s == pytest.approx(3.0)
+
+
 def test_bucket_replay_is_used_when_start_times_are_given() -> None:
     ttft, censored = _lump_samples()
     obs = _sampled_observation(ttft, censored, primary_started_s=tuple(range(ttft.size)))
