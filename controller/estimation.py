@@ -54,6 +54,18 @@ Outputs
   fraction b of calls with the stated confidence (pointwise). Since the upper bound is never below
   ``S(t)``, ``target_s >= `` the ``1 - b`` quantile whenever both exist. ``None`` when no observed
   time qualifies (too few samples, or the budget quantile lies in the censored region).
+* ``target_all_events_s`` tells those two apart when ``target_s`` is ``None`` and some samples
+  are censored: the same target with every censored sample counted as a first token at its
+  censoring time. ``None`` there too means too few samples for the budget's tail (the policy
+  holds); a value means censoring is what hides the target (the policy may raise).
+  A time only counts there while at least ``n * budget / 2`` samples are at risk (a bound that
+  gets under the budget on the last one or two samples is a sample-size artefact).
+  Example (``tests/controller/test_estimation.py``): 120 lognormal TTFTs with 3 censored at
+  budget 0.05: the all-events bound first gets under 0.05 at the 119th sorted sample, where 2
+  samples are at risk (< 120 * 0.05 / 2 = 3), so both targets are ``None`` (too few samples);
+  1,000 samples censored above 0.85 s at budget 0.10 give ``target_s = None`` but
+  ``target_all_events_s = 0.85`` s (588 at risk): censoring hides the target.
+  ``TTFTEstimate.too_few_for_budget`` is that first case.
 
 Worked number (the code's own output; ``tests/controller/test_estimation.py`` checks it):
 1,000 uncensored draws of a lognormal TTFT (sigma 0.6, median 1.0 s, so true P90 =
@@ -114,6 +126,12 @@ class TTFTEstimate:
         target_s: smallest observed first-token time whose upper confidence bound on
             ``S(t) = P(TTFT > t)`` is ``<= budget``, seconds; ``None`` when no observed time
             qualifies or no budget was given.
+        target_all_events_s: when ``target_s`` is ``None`` and some samples are censored, the
+            target computed with every censored sample counted as a first token at its
+            censoring time (the most favourable reading of the censored primaries), seconds;
+            ``None`` otherwise, or when even that reading qualifies no time: then the samples
+            are too few for the budget's tail and censoring is not what hides the target.
+        max_censored_s: the largest censoring time, seconds; ``None`` without censored samples.
     """
 
     samples: int
@@ -126,6 +144,19 @@ class TTFTEstimate:
     max_observed_s: float
     budget: float | None
     target_s: float | None
+    target_all_events_s: float | None = None
+    max_censored_s: float | None = None
+
+    @property
+    def too_few_for_budget(self) -> bool:
+        """True when a budget was given, no time qualifies as its target, and censoring is not
+        the reason: nothing is censored, or ``target_all_events_s`` is ``None`` too. More
+        samples (a wider window) are what would help, not a higher threshold."""
+        return (
+            self.budget is not None
+            and self.target_s is None
+            and (self.censored == 0 or self.target_all_events_s is None)
+        )
 
     def quantile_lower_bound_s(self, q: float) -> float | None:
         """Return a lower bound in seconds for the TTFT quantile ``q``.
@@ -213,6 +244,33 @@ def _fill_upper_at_zero(
     return upper
 
 
+def _target_all_events(durations: np.ndarray, budget: float, confidence: float) -> float | None:
+    """The budget target with every sample counted as an observed first token, seconds, or None.
+
+    Counting a censored primary as a first token at its censoring time ``c`` (it was at least
+    that slow, so this is the most favourable reading) gives the lowest survival curve and the
+    tightest bound the censored samples could ever allow. A time qualifies when its upper
+    confidence bound is ``<= budget`` **and** at least ``n * budget / 2`` samples are still at
+    risk there (half the expected count beyond the budget quantile): a bound that only gets
+    under the budget on the last one or two samples rests on too few of them to be worth a
+    raise. ``None`` (no time qualifies) means the budget's tail is out of reach for this
+    sample size, whatever the censored primaries would have shown (see ``policy`` rule 3).
+    Example: 120 samples at budget 0.05 need 3 at risk; the all-events bound of the ops
+    review's repro first gets under 0.05 at the 119th sorted sample (2 at risk): ``None``.
+    """
+    result = stats.ecdf(durations)
+    times = result.sf.quantiles
+    sf = result.sf.probabilities
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        interval = result.sf.confidence_interval(confidence_level=confidence, method=CI_METHOD)
+    upper = _fill_upper_at_zero(interval.high.probabilities, sf, times, durations, confidence)
+    at_risk = durations.size - np.searchsorted(np.sort(durations), times, side="left")
+    enough = at_risk >= durations.size * budget / 2.0
+    ok = np.flatnonzero(np.isfinite(upper) & (upper <= budget + _EPS) & enough)
+    return float(times[ok[0]]) if ok.size else None
+
+
 def estimate_ttft(
     durations_s: Sequence[float],
     censored: Sequence[bool],
@@ -275,6 +333,9 @@ def estimate_ttft(
             )
             ok = np.flatnonzero(np.isfinite(upper) & (upper <= budget + _EPS))
             target_s = float(event_times[ok[0]]) if ok.size else None
+    target_all_events_s: float | None = None
+    if budget is not None and target_s is None and n_censored > 0:
+        target_all_events_s = _target_all_events(durations, budget, confidence)
 
     return TTFTEstimate(
         samples=samples,
@@ -287,4 +348,6 @@ def estimate_ttft(
         max_observed_s=max_observed_s,
         budget=None if budget is None else float(budget),
         target_s=target_s,
+        target_all_events_s=target_all_events_s,
+        max_censored_s=float(durations[is_censored].max()) if n_censored else None,
     )

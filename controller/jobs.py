@@ -8,6 +8,8 @@ Per route, each tick (DESIGN.md "controller"):
    ``end_s - start_s``; a failed attempt without a first token is not a sample (fast failures
    would drag the threshold down). While there are fewer than ``min_samples`` samples, the window
    doubles, ``w_k = min(window_s * 2^k, max_window_s)`` (1 h, 2 h, 4 h, ... 24 h by default);
+   it also doubles while the estimate says the samples are too few for the budget's tail
+   (``TTFTEstimate.too_few_for_budget``, policy rule 3: no target, and not for censoring);
 2. count, in **that same (widened) window**, the calls, the hedged calls (``hedge_reason ==
    "ttft_timeout"``; failovers are not hedges) and the hedged calls won by the backup, so
    ``observed_hedge_rate = hedges / calls`` and ``backup_win_rate = backup wins / hedges``; the
@@ -43,8 +45,12 @@ null, its budget quantile being censored). The call-level P99 (2.535 s) is under
 primary's P99
 lower bound (3.542 s), so the hedges provably lowered the P99: no flag.
 
-Reads and writes of a route use separate short transactions, the write one starting with an
-INSERT, so a SQLite writer never has to upgrade a stale read snapshot.
+Reads and writes of a route use separate short transactions, the write one starting with a
+write (:func:`lock_route`), so a SQLite writer never has to upgrade a stale read snapshot. The
+decision is made from values read before that transaction; the publish re-reads them under the
+lock and decides again when they changed (optimistic, :func:`tick_route`), so a configuration
+change that lands between a tick's reads and its write is never overwritten, and every history
+row's ``previous_hedge_after_s`` is the value the row before it published.
 """
 from __future__ import annotations
 
@@ -55,10 +61,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
+from hedgerow.controller.errors import ControllerError
 from hedgerow.controller.estimation import QUANTILE_LEVELS, TTFTEstimate, estimate_ttft
 from hedgerow.controller.models import (
     Attempt,
@@ -78,6 +85,7 @@ from hedgerow.controller.policy import (
 from hedgerow.controller.queries import history_row_dict
 
 __all__ = [
+    "PUBLISH_ATTEMPTS",
     "BackupSamples",
     "PrimarySamples",
     "WindowCounts",
@@ -86,6 +94,7 @@ __all__ = [
     "count_calls",
     "gather_samples",
     "history_details",
+    "lock_route",
     "observe_route",
     "run_once",
     "run_tick",
@@ -93,6 +102,9 @@ __all__ = [
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
+
+#: How many times :func:`tick_route` decides again when the route changed under it.
+PUBLISH_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,14 +340,11 @@ async def observe_route(
         max_window_s=settings.max_window_s,
         min_samples=settings.min_samples,
     )
-    since = now - timedelta(seconds=samples.window_s)  # the widened window, for every count
-    counts = await count_calls(session, route.id, since, now)
-    ttfts = await call_ttfts(session, route.id, since, now)
     short_since = now - timedelta(seconds=settings.short_window_s)
     short = await count_calls(session, route.id, short_since, now)
     budget = route.budget if 0.0 < route.budget < 1.0 else None
     estimate: TTFTEstimate | None = None
-    if samples.durations_s:
+    while samples.durations_s:
         estimate = await asyncio.to_thread(
             estimate_ttft,
             samples.durations_s,
@@ -343,6 +352,20 @@ async def observe_route(
             budget=budget,
             confidence=settings.confidence,
         )
+        if not estimate.too_few_for_budget or samples.window_s >= settings.max_window_s:
+            break
+        # too few samples for the budget's tail (policy rule 3): widen before holding
+        samples = await gather_samples(
+            session,
+            route.id,
+            now,
+            window_s=min(samples.window_s * 2, settings.max_window_s),
+            max_window_s=settings.max_window_s,
+            min_samples=settings.min_samples,
+        )
+    since = now - timedelta(seconds=samples.window_s)  # the widened window, for every count
+    counts = await count_calls(session, route.id, since, now)
+    ttfts = await call_ttfts(session, route.id, since, now)
     backups = await backup_samples(session, route.id, since, now)
     short_target_s: float | None = None
     if short.calls >= settings.short_window_min_calls and budget is not None:
@@ -429,6 +452,69 @@ def history_details(
     return details
 
 
+class _StaleInputs(Exception):
+    """The route's configuration or published value changed between a decision's reads and its
+    publish (e.g. a ``PATCH`` landed in between); carries the values as re-read."""
+
+    def __init__(self, route: Route, current: float | None) -> None:
+        super().__init__(f"route {route.route!r} model {route.model!r} changed while deciding")
+        self.route = route
+        self.current = current
+
+
+def _detached_route(route: Route) -> Route:
+    """A transient copy of a route row (column values only), safe to read after its session
+    rolled back or closed."""
+    return Route(**{column.key: getattr(route, column.key) for column in Route.__table__.columns})
+
+
+async def lock_route(session: AsyncSession, route_id: int) -> tuple[Route, Threshold | None]:
+    """Take a route's publish lock in the session's open transaction; re-read route and threshold.
+
+    Every writer of a route's published threshold (the controller's :func:`tick_route` and
+    ``routes_admin.configure_route``) calls this inside its write transaction **before** it
+    reads the values it decides from, so that read-decide-write is atomic:
+
+    - the first statement is a no-op ``UPDATE routes SET budget = budget WHERE id = ?``: on
+      SQLite it takes the database's write lock at once (a later writer waits on the busy
+      timeout, and nothing can commit between this read and our write); on PostgreSQL it
+      locks the route row (``FOR NO KEY UPDATE`` strength, which conflicts with another
+      publisher's lock and with ``SELECT ... FOR UPDATE`` but not with inserts of calls that
+      reference the route);
+    - then the route and its threshold are re-read (``populate_existing``: objects already in
+      the session are refreshed, not served stale from its identity map), the threshold
+      ``FOR UPDATE`` on PostgreSQL (ignored on SQLite).
+
+    Args:
+        session: a session whose transaction is open (``session.begin()``).
+        route_id: the ``routes.id``.
+
+    Returns:
+        ``(route, threshold)`` as stored now; ``threshold`` is None when nothing was published.
+
+    Raises:
+        LookupError: no route with that id (deleted in the meantime).
+    """
+    await session.execute(
+        update(Route)
+        .where(Route.id == route_id)
+        .values(budget=Route.budget)
+        .execution_options(synchronize_session=False)
+    )
+    route = await session.scalar(
+        select(Route).where(Route.id == route_id).execution_options(populate_existing=True)
+    )
+    if route is None:
+        raise LookupError(f"route id {route_id} no longer exists")
+    threshold = await session.scalar(
+        select(Threshold)
+        .where(Threshold.route_id == route_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    return route, threshold
+
+
 async def _publish(
     sessionmaker: async_sessionmaker,
     route: Route,
@@ -440,40 +526,50 @@ async def _publish(
     details: dict[str, Any],
     actor: str | None = None,
 ) -> dict[str, Any]:
-    """Write the history row and the threshold of one decision (one transaction)."""
+    """Write the history row and the threshold of one decision (one transaction).
+
+    The decision was made from ``route``'s configuration and the published value
+    ``previous``, read earlier in other transactions. Here, under :func:`lock_route`, both are
+    re-read; if either changed in the meantime (an operator's change, another tick), nothing is
+    written and :class:`_StaleInputs` carries the values as re-read so that the caller decides
+    again. Otherwise the history row's ``previous_hedge_after_s`` is the value as re-read, so
+    each history row's ``previous_hedge_after_s`` equals the value the row before it published.
+    """
     estimate = observation.estimate
-    history = ThresholdHistory(
-        route_id=route.id,
-        computed_at=now,
-        previous_hedge_after_s=previous,
-        hedge_after_s=decision.hedge_after_s,
-        applied=decision.applied,
-        reason=decision.reason,
-        source=decision.source,
-        window_s=observation.window_s,
-        samples=0 if estimate is None else estimate.samples,
-        censored=0 if estimate is None else estimate.censored,
-        p50_s=None if estimate is None else estimate.p50_s,
-        p75_s=None if estimate is None else estimate.p75_s,
-        p90_s=None if estimate is None else estimate.p90_s,
-        p95_s=None if estimate is None else estimate.p95_s,
-        p99_s=None if estimate is None else estimate.p99_s,
-        observed_hedge_rate=observation.observed_hedge_rate,
-        backup_win_rate=observation.backup_win_rate,
-        budget=route.budget,
-        actor=actor,
-        details=details or None,
-    )
     async with sessionmaker() as session, session.begin():
+        fresh, threshold = await lock_route(session, route.id)
+        fresh_current = None if threshold is None else threshold.hedge_after_s
+        if _config(fresh) != _config(route) or fresh_current != previous:
+            raise _StaleInputs(_detached_route(fresh), fresh_current)
+        history = ThresholdHistory(
+            route_id=fresh.id,
+            computed_at=now,
+            previous_hedge_after_s=fresh_current,
+            hedge_after_s=decision.hedge_after_s,
+            applied=decision.applied,
+            reason=decision.reason,
+            source=decision.source,
+            window_s=observation.window_s,
+            samples=0 if estimate is None else estimate.samples,
+            censored=0 if estimate is None else estimate.censored,
+            p50_s=None if estimate is None else estimate.p50_s,
+            p75_s=None if estimate is None else estimate.p75_s,
+            p90_s=None if estimate is None else estimate.p90_s,
+            p95_s=None if estimate is None else estimate.p95_s,
+            p99_s=None if estimate is None else estimate.p99_s,
+            observed_hedge_rate=observation.observed_hedge_rate,
+            backup_win_rate=observation.backup_win_rate,
+            budget=fresh.budget,
+            actor=actor,
+            details=details or None,
+        )
         session.add(history)
-        await session.flush()  # the first statement is a write: takes SQLite's write lock now
-        threshold = await session.get(Threshold, route.id, with_for_update=True)
         if threshold is None:
             session.add(
                 Threshold(
-                    route_id=route.id,
+                    route_id=fresh.id,
                     hedge_after_s=decision.hedge_after_s,
-                    enabled=route.enabled,
+                    enabled=fresh.enabled,
                     source=decision.source,
                     version=1,
                     updated_at=now,
@@ -482,16 +578,17 @@ async def _publish(
         else:
             changed = (
                 threshold.hedge_after_s != decision.hedge_after_s
-                or threshold.enabled != route.enabled
+                or threshold.enabled != fresh.enabled
             )
             if changed:
                 threshold.version += 1
             if changed or threshold.source != decision.source:
                 threshold.hedge_after_s = decision.hedge_after_s
-                threshold.enabled = route.enabled
+                threshold.enabled = fresh.enabled
                 threshold.source = decision.source
                 threshold.updated_at = now
-    return history_row_dict(history, route)
+        await session.flush()
+    return history_row_dict(history, fresh)
 
 
 async def run_tick(
@@ -551,6 +648,13 @@ async def tick_route(
 ) -> dict[str, Any]:
     """Observe, decide and publish for one route; returns the history row written.
 
+    The observation and decision are read and computed outside the publishing transaction;
+    the publish (:func:`lock_route`, then the write) re-reads the route's configuration and
+    published value and, when either changed since (an operator's change landed in between),
+    writes nothing and decides again from the values as re-read, up to
+    :data:`PUBLISH_ATTEMPTS` times. So a tick never publishes a decision made from a stale
+    value and never puts back a value that a configuration change replaced.
+
     Args:
         sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
         settings: a ``hedgerow.settings.Settings``.
@@ -565,19 +669,31 @@ async def tick_route(
 
     Raises:
         ValueError: the stored route configuration is out of range (named in the message).
+        ControllerError: the route changed under every one of :data:`PUBLISH_ATTEMPTS` attempts.
+        LookupError: the route was deleted meanwhile.
     """
     knobs = knobs or PolicyKnobs.from_settings(settings)
-    config = _config(route)
-    async with sessionmaker() as session:
-        observation, _ = await observe_route(session, route, settings, now)
-    # the hedge model (rule 3b) replays the window's calls: off the event loop
-    decision = await asyncio.to_thread(decide, config, current_hedge_after_s, observation, knobs)
-    details = history_details(decision, observation, settings) | (extra_details or {})
-    if reason_prefix:
-        decision = replace(decision, reason=f"{reason_prefix},{decision.reason}")
-    return await _publish(
-        sessionmaker, route, current_hedge_after_s, decision, observation, now,
-        details=details, actor=actor,
+    current = current_hedge_after_s
+    for _ in range(PUBLISH_ATTEMPTS):
+        config = _config(route)
+        async with sessionmaker() as session:
+            observation, _samples = await observe_route(session, route, settings, now)
+        # the hedge model (rule 3b) replays the window's calls: off the event loop
+        decision = await asyncio.to_thread(decide, config, current, observation, knobs)
+        details = history_details(decision, observation, settings) | (extra_details or {})
+        if reason_prefix:
+            decision = replace(decision, reason=f"{reason_prefix},{decision.reason}")
+        try:
+            return await _publish(
+                sessionmaker, route, current, decision, observation, now,
+                details=details, actor=actor,
+            )
+        except _StaleInputs as stale:
+            log.info("%s: deciding again from the values as re-read", stale)
+            route, current = stale.route, stale.current
+    raise ControllerError(
+        f"route {route.route!r} model {route.model!r} changed {PUBLISH_ATTEMPTS} times while its"
+        " threshold was being decided; nothing published this tick"
     )
 
 

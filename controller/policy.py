@@ -13,10 +13,26 @@
    time : U(t_i) <= budget}``, ``U`` the upper bound of the pointwise 95% confidence interval on
    ``S(t) = P(TTFT > t)`` (see ``estimation``); a primary threshold there hedges at most
    ``budget`` of the calls with ~97.5% one-sided confidence. ``None`` means the budget quantile lies
-   beyond what the data shows (hedging censored it): raise by one bounded step,
-   ``current * (1 + max_step_up)``, reason ``censored_raise``. With no censored sample at all a
-   missing target only means the samples are too few for the budget's tail: hold
-   (``too_few_samples``).
+   beyond what the data shows: then
+
+   - **too few samples, not censoring** (``estimate.too_few_for_budget``): nothing is censored,
+     or even counting every censored sample as a first token at its censoring time gives no
+     time whose bound is under the budget with at least ``n * budget / 2`` samples at risk
+     (``TTFTEstimate.target_all_events_s`` is None): hold, ``too_few_samples`` (the job widens
+     the window first, as in rule 2). The ops review's repro: 120 calls, 3 primaries censored,
+     budget 0.05: the all-events bound only gets under 0.05 at the 119th of 120 sorted samples
+     (2 at risk, fewer than 120 * 0.05 / 2 = 3): hold. Before this check the route raised
+     2.0 -> 4.0 -> 8.0 -> 16.0 -> 30 s on the same data;
+   - **censoring hides the target** and ``current <= estimate.max_censored_s`` (the current
+     value lies at or below the censored region, so the censoring is what the current value
+     causes): raise by one bounded step, ``current * (1 + max_step_up)``, reason
+     ``censored_raise``; the result is at most ``(1 + max_step_up) * max_censored_s``;
+   - otherwise (current above every censoring time) hold, ``censored_hold``: the window's
+     data cannot inform a value above its own censoring times, so repeated raises on unchanged
+     data stop after one step. Worked number: hedging at 0.8 s with backups cancelling the
+     primaries at up to 0.85 s (1,000 calls, budget 0.10): 0.8 s -> 1.6 s (``censored_raise``);
+     the next tick on the same data holds 1.6 s (1.6 > 0.85, ``censored_hold``); calls hedged
+     at 1.6 s then censor at > 1.6 s and allow the next raise if still needed.
 3b. **Efficiency.** The budget target is a floor, not an aim: a lower threshold is only worth
    its hedges if they cut the tail. When the observation carries the window's samples (primary,
    with their start times, and the hedges' backups), ``hedge_model.efficient_threshold``
@@ -100,7 +116,12 @@ disabled                  route disabled; the current value (or default) is kept
 pinned                    an operator pinned the value; published as is
 too_few_samples           fewer than ``min_samples`` primary samples (or none), or too few for the
                           budget's tail with nothing censored: value kept
-censored_raise            the budget quantile is censored: raised by ``1 + max_step_up``
+too_few_samples           (also) no target, and counting the censored samples as first tokens
+                          would not give one either (``TTFTEstimate.too_few_for_budget``)
+censored_raise            the budget quantile is censored and the current value is at or below
+                          the largest censoring time: raised by ``1 + max_step_up``
+censored_hold             the budget quantile is censored but the current value is already above
+                          every censoring time: held until calls at that value arrive
 raise_over_budget         short-window hedge rate above budget and target above current: raised
 over_budget_hold          short-window hedge rate above budget but target below current: held
 target                    moved to the KM target
@@ -154,6 +175,7 @@ REASON_CODES = frozenset(
         "pinned",
         "too_few_samples",
         "censored_raise",
+        "censored_hold",
         "raise_over_budget",
         "over_budget_hold",
         "target",
@@ -703,13 +725,21 @@ def decide(
                 extra["efficiency"] = efficient[1]
                 if efficient[0] > target:
                     target, main = efficient[0], "efficient_raise"
-        if target is None and estimate.censored == 0:
-            # 3. nothing censored, yet no time is confidently under the budget: the samples are
-            #    too few for this budget's tail. Raising would only follow noise; keep the value.
+        if target is None and estimate.too_few_for_budget:
+            # 3. no time is confidently under the budget, and counting the censored samples as
+            #    first tokens would not change that: the samples are too few for this budget's
+            #    tail. Raising would only follow noise; keep the value.
             proposed, codes = base, ["too_few_samples"]
-        elif target is None:
-            # 3. the budget quantile is censored: raise by a bounded step.
+        elif target is None and (
+            estimate.max_censored_s is not None and base <= estimate.max_censored_s
+        ):
+            # 3. the budget quantile is censored at or above the current value: raise by a
+            #    bounded step (at most (1 + max_step_up) x the largest censoring time).
             proposed, codes = base * (1.0 + knobs.max_step_up), ["censored_raise"]
+        elif target is None:
+            # 3. censored, but the current value is already above every censoring time: the
+            #    data cannot say more until calls at this value arrive; keep it.
+            proposed, codes = base, ["censored_hold"]
         elif target > base:
             # 4. raise fast.
             proposed, codes = target, ["raise_over_budget" if short_over else main]

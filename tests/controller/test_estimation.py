@@ -125,7 +125,8 @@ def test_all_censored_identifies_nothing() -> None:
     est = estimate_ttft([1.0, 2.0, 3.0], [True, True, True], budget=0.10)
     assert est == TTFTEstimate(
         samples=3, censored=3, p50_s=None, p75_s=None, p90_s=None, p95_s=None, p99_s=None,
-        max_observed_s=3.0, budget=0.10, target_s=None,
+        max_observed_s=3.0, budget=0.10, target_s=None, target_all_events_s=None,
+        max_censored_s=3.0,
     )
 
 
@@ -184,3 +185,24 @@ def test_a_few_identical_ttfts_do_not_qualify_at_a_tight_budget():
     # 3 samples: the exact bound 1 - 0.025 ** (1/3) = 0.71 is above a 10% budget.
     estimate = estimate_ttft([0.5] * 3, [False] * 3, budget=0.10)
     assert estimate.target_s is None
+
+
+def test_all_events_target_separates_censoring_from_sample_size() -> None:
+    # Censored at a fixed 0.85 s deadline: the all-events reading qualifies at the deadline,
+    # with most samples still at risk there: censoring, not sample size, hides the target.
+    x = TTFT.rvs(1000, random_state=np.random.default_rng(2))
+    est = estimate_ttft(np.minimum(x, 0.85), x > 0.85, budget=0.10)
+    assert est.target_s is None and est.target_all_events_s == pytest.approx(0.85)
+    assert est.max_censored_s == pytest.approx(0.85) and not est.too_few_for_budget
+    # 120 samples with the 3 largest censored at budget 0.05: the all-events bound gets under
+    # 0.05 only on the last samples (fewer than 120 * 0.05 / 2 = 3 at risk): sample size.
+    y = np.sort(TTFT.rvs(120, random_state=np.random.default_rng(4)))
+    flags = np.zeros(120, dtype=bool)
+    flags[-3:] = True
+    small = estimate_ttft(y, flags, budget=0.05)
+    assert small.target_s is None and small.target_all_events_s is None
+    assert small.too_few_for_budget and small.max_censored_s == pytest.approx(y[-1])
+    # with an identified target neither field matters, and nothing censored: no max_censored_s
+    full = estimate_ttft(x, np.zeros(1000, dtype=bool), budget=0.10)
+    assert full.target_s is not None and full.target_all_events_s is None
+    assert full.max_censored_s is None and not full.too_few_for_budget

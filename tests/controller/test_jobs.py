@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import random
 from datetime import UTC, datetime, timedelta
@@ -207,7 +208,9 @@ async def test_unidentified_quantiles_are_null_with_a_lower_bound_in_details(ses
     missing = [name for name in ("p50_s", "p75_s", "p90_s", "p95_s", "p99_s") if row[name] is None]
     bound = max(_primary_durations(records))
     assert row["details"]["quantile_lower_bounds_s"] == {name: pytest.approx(bound) for name in missing}
-    assert row["details"]["target_s"] is None and row["reason"].startswith("censored_raise")
+    # censored above ~1.1 s, but the default 2.0 s (nothing published yet) is above every
+    # censoring time: the data cannot inform a higher value, so it is held (policy rule 3)
+    assert row["details"]["target_s"] is None and row["reason"].startswith("censored_hold")
     async with sessionmaker() as session:
         [stored] = await get_history(session, "summarize", "m1")
     assert stored["details"] == row["details"]  # the JSON column round-trips
@@ -393,3 +396,106 @@ async def test_backup_samples_and_denied_hedges_reach_the_decision(sessionmaker,
     assert eff["backup_samples"] == len(hedged) and eff["backup_curve"] == "backup"
     assert eff["budget_target_s"] == row["details"]["target_s"]
     assert eff["efficient_target_s"] >= eff["budget_target_s"]
+
+
+async def test_few_calls_with_little_censoring_hold_over_ticks(sessionmaker, call_factory) -> None:
+    # The ops review's repro on the store: 120 calls in the last 10 minutes, lognormal primary
+    # TTFT, hedged at 2.0 s, a few primaries censored, budget 0.05. Before the fix each tick
+    # doubled the threshold on unchanged data (2 -> 4 -> 8 -> 16 -> 30 s).
+    settings = Settings(default_budget=0.05, default_hedge_after_s=2.0)
+    for seed in range(100):
+        rng = random.Random(seed)
+        records = []
+        for i in range(120):
+            started = NOW - timedelta(seconds=rng.uniform(1.0, 600.0))
+            primary, backup = rng.lognormvariate(-0.5, 0.8), rng.lognormvariate(-0.5, 0.8)
+            if primary > 2.0:
+                records.append(call_factory(f"r{i}", started_at=started, primary_ttft_s=primary,
+                                            hedge_after_s=2.0, backup_ttft_s=backup))
+            else:
+                records.append(call_factory(f"r{i}", started_at=started, primary_ttft_s=primary))
+        if sum(r.attempts[0].first_token_s is None for r in records) == 3:
+            break
+    await _store(sessionmaker, records, settings)
+    rows = [(await run_tick(sessionmaker, settings, now=NOW + timedelta(seconds=60 * k)))[0]
+            for k in range(4)]
+    assert [r["hedge_after_s"] for r in rows] == [2.0] * 4
+    assert all(r["reason"].startswith("too_few_samples") for r in rows)
+    assert rows[0]["censored"] == 3 and rows[0]["samples"] == 120 and rows[0]["p95_s"] is not None
+    # the window was widened first (no older calls, so all the way), as for too few samples
+    assert all(r["window_s"] == settings.max_window_s for r in rows)
+
+
+class _ChangeBeforePublish:
+    """A real sessionmaker that, when the ``publish_at``-th session is opened (the publish of
+    :func:`tick_route`: its sessions are observe, then publish), first runs ``change`` (an
+    operator's change that lands after the tick decided and before it publishes)."""
+
+    def __init__(self, sessionmaker, change, publish_at: int = 2) -> None:
+        self._sessionmaker = sessionmaker
+        self._change = change
+        self._publish_at = publish_at
+        self.opened = 0
+
+    def __call__(self):
+        self.opened += 1
+        return _Hooked(self._sessionmaker(), self._change if self.opened == self._publish_at else None)
+
+
+class _Hooked:
+    def __init__(self, session, change) -> None:
+        self._session = session
+        self._change = change
+
+    async def __aenter__(self):
+        if self._change is not None:
+            await self._change()
+        return await self._session.__aenter__()
+
+    async def __aexit__(self, *exc_info):
+        return await self._session.__aexit__(*exc_info)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [({"pinned_hedge_after_s": 7.0}, (7.0, True, "pinned")),
+     ({"enabled": False}, (1.5, False, "disabled"))],
+    ids=["pin", "disable"],
+)
+async def test_a_route_change_between_decide_and_publish_is_not_overwritten(
+    sessionmaker, call_factory, change, expected
+) -> None:
+    from hedgerow.controller.jobs import tick_route
+    from hedgerow.controller.models import Route
+    from hedgerow.controller.routes_admin import configure_route
+
+    settings = Settings(default_hedge_after_s=2.0)
+    records = [call_factory(f"c{i}", started_at=NOW - timedelta(seconds=10 + i), primary_ttft_s=0.1 + i / 500)
+               for i in range(300)]
+    await _store(sessionmaker, records, settings)
+    [first] = await run_tick(sessionmaker, settings, now=NOW)
+    assert first["hedge_after_s"] == 1.5  # 2.0 stepped down by 25%
+    # the tick reads the route and its value, decides (1.5 -> 1.125) ...
+    async with sessionmaker() as session:
+        route = (await session.scalars(select(Route))).one()
+    later = NOW + timedelta(seconds=60)
+
+    async def operator_change() -> None:  # ... an operator's change lands here ...
+        await configure_route(sessionmaker, settings, "summarize", "m1", change, replace=False,
+                              actor="ops", now=later)
+
+    hooked = _ChangeBeforePublish(sessionmaker, operator_change)
+    row = await tick_route(hooked, settings, route, 1.5, now=later + timedelta(seconds=1))
+    value, enabled, source = expected
+    assert (row["hedge_after_s"], row["source"], row["previous_hedge_after_s"]) == (value, source, value)
+    async with sessionmaker() as session:
+        threshold = (await session.scalars(select(Threshold))).one()
+        history = list(reversed(await get_history(session, "summarize", "m1", limit=10)))
+    assert (threshold.hedge_after_s, threshold.enabled, threshold.source) == (value, enabled, source)
+    assert threshold.version == 2  # v1 = 1.5 by the first tick, v2 = the operator's change
+    assert hooked.opened >= 3  # the tick saw the change at publish and decided again
+    assert [h["reason"].split(",")[0] for h in history[1:]] == ["config", source]
+    # the history is a chain: each row's previous value is what the row before published
+    assert history[0]["previous_hedge_after_s"] is None
+    for before, after in itertools.pairwise(history):
+        assert after["previous_hedge_after_s"] == before["hedge_after_s"]

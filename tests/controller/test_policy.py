@@ -24,11 +24,23 @@ CONFIG = RouteConfig()  # budget 0.10, default 2.0 s, bounds 0.05 s .. 30 s
 KNOBS = PolicyKnobs()  # min_samples 50, hysteresis 0.05, step down 0.25, step up 1.0
 
 
-def estimate(target_s: float | None, *, samples: int = 500, budget: float = 0.10) -> TTFTEstimate:
-    """An estimate with a given target (the quantiles are irrelevant to the policy)."""
+def estimate(
+    target_s: float | None,
+    *,
+    samples: int = 500,
+    budget: float = 0.10,
+    all_events_s: float | None = 2.5,
+    max_censored_s: float = 3.0,
+) -> TTFTEstimate:
+    """An estimate with a given target (the quantiles are irrelevant to the policy).
+
+    With ``target_s=None`` the default is a censored budget quantile (the all-events target
+    ``all_events_s`` exists); ``all_events_s=None`` makes it a sample-size problem."""
     return TTFTEstimate(
         samples=samples, censored=samples // 10, p50_s=0.4, p75_s=0.6, p90_s=0.8, p95_s=1.0,
-        p99_s=None, max_observed_s=3.0, budget=budget, target_s=target_s,
+        p99_s=None, max_observed_s=max(3.0, max_censored_s), budget=budget, target_s=target_s,
+        target_all_events_s=all_events_s if target_s is None else None,
+        max_censored_s=max_censored_s,
     )
 
 
@@ -200,7 +212,7 @@ def test_zero_hysteresis_follows_every_change() -> None:
 def test_clamped_to_max() -> None:
     d = decide(CONFIG, 10.0, observe(estimate(50.0)), KNOBS)
     assert d == Decision(30.0, True, "target,clamped_max", "controller")
-    at_max = decide(CONFIG, 30.0, observe(estimate(None)), KNOBS)
+    at_max = decide(CONFIG, 30.0, observe(estimate(None, max_censored_s=40.0)), KNOBS)
     assert at_max == Decision(30.0, False, "censored_raise,clamped_max", "controller")
 
 
@@ -548,3 +560,62 @@ def test_bad_efficiency_knobs_name_the_knob(kwargs: dict, needle: str) -> None:
         PolicyKnobs(**kwargs)
     with pytest.raises(TypeError, match="short_window_counts_denied"):
         PolicyKnobs(short_window_counts_denied=1)  # type: ignore[arg-type]
+
+
+# --- rule 3: censored raise only when censoring is the reason, and bounded -------------------
+
+
+def _ops_review_sample(n: int = 120, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The ops review's repro shape: lognormal primary TTFT (mu -0.5, sigma 0.8), hedged at
+    2.0 s with a backup of the same law; a primary whose backup answers first is censored at
+    that moment. Returns (durations_s, censored)."""
+    rng = np.random.default_rng(seed)
+    primary = rng.lognormal(-0.5, 0.8, n)
+    backup_at = 2.0 + rng.lognormal(-0.5, 0.8, n)
+    censored = (primary > 2.0) & (backup_at < primary)
+    return np.where(censored, backup_at, primary), censored
+
+
+def test_few_samples_with_a_little_censoring_hold_instead_of_raising() -> None:
+    # The ops review: 120 calls, 3 primaries censored, budget 0.05. Before the fix every tick
+    # on the same data doubled the threshold (2 -> 4 -> 8 -> 16 -> 30 s, clamped_max).
+    seed = next(s for s in range(200) if int(_ops_review_sample(seed=s)[1].sum()) == 3)
+    durations, censored = _ops_review_sample(seed=seed)
+    est = estimate_ttft(durations, censored, budget=0.05)
+    assert est.censored == 3 and est.target_s is None and est.p95_s is not None
+    assert est.too_few_for_budget and est.target_all_events_s is None
+    config = RouteConfig(budget=0.05)
+    current = 2.0
+    for _ in range(4):
+        d = decide(config, current, observe(est), KNOBS)
+        assert (d.hedge_after_s, d.reason, d.applied) == (2.0, "too_few_samples", False)
+        current = d.hedge_after_s
+
+
+def test_censored_raise_stops_above_the_censored_region() -> None:
+    # Genuinely censored: every primary slower than 0.85 s was cancelled there. The first tick
+    # raises 0.8 -> 1.6 s; on the same data the next ones hold (1.6 s > 0.85 s, the largest
+    # censoring time): at most one raise of (1 + max_step_up) x 0.85 s per batch of data.
+    x = stats.lognorm(s=0.6).rvs(1000, random_state=np.random.default_rng(2))
+    cut = 0.85
+    est = estimate_ttft(np.minimum(x, cut), x > cut, budget=0.10)
+    assert est.target_s is None and not est.too_few_for_budget
+    assert est.target_all_events_s == pytest.approx(cut) and est.max_censored_s == pytest.approx(cut)
+    values = []
+    current = 0.8
+    for _ in range(4):
+        d = decide(CONFIG, current, observe(est), KNOBS)
+        values.append((d.hedge_after_s, codes(d)[0]))
+        current = d.hedge_after_s
+    assert values == [(1.6, "censored_raise")] + [(1.6, "censored_hold")] * 3
+    assert max(v for v, _ in values) <= (1 + KNOBS.max_step_up) * cut
+    # at exactly the largest censoring time it still raises (the censoring is at the value)
+    at = decide(CONFIG, 3.0, observe(estimate(None, max_censored_s=3.0)), KNOBS)
+    assert (at.hedge_after_s, at.reason) == (6.0, "censored_raise")
+    above = decide(CONFIG, 3.01, observe(estimate(None, max_censored_s=3.0)), KNOBS)
+    assert (above.hedge_after_s, above.reason, above.applied) == (3.01, "censored_hold", False)
+
+
+def test_too_few_for_the_budget_tail_holds_even_with_censoring() -> None:
+    d = decide(CONFIG, 1.5, observe(estimate(None, all_events_s=None)), KNOBS)
+    assert d == Decision(1.5, False, "too_few_samples", "controller")
