@@ -8,4 +8,4 @@ from hedgerow.api.app import create_app
 from hedgerow.api.errors import ApiConfigError, ApiError
 from hedgerow.api.server import serve, serve_async
 
-__all__ = ["create_app", "serve", "serve_async", "ApiError", "ApiConfigError"]
+__all__ = ["ApiConfigError", "ApiError", "create_app", "serve", "serve_async"]

@@ -13,7 +13,8 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from hedgerow import __version__
@@ -30,9 +31,33 @@ from hedgerow.controller.ingest import route_defaults
 from hedgerow.controller.scheduler import ControllerScheduler
 from hedgerow.settings import Settings
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "validation_error_detail"]
 
 log = logging.getLogger(__name__)
+
+
+def validation_error_detail(exc: RequestValidationError) -> dict[str, str]:
+    """The ``detail`` of a 422 for a bad path or query parameter (or a body FastAPI parsed).
+
+    The same shape as the body errors of ``PUT``/``PATCH /v1/routes``: ``{"field": name,
+    "message": text}`` for the first error, the field named without its ``path``/``query``/
+    ``body`` prefix (``limit``, ``since``, ``model``, ``route``).
+
+    Args:
+        exc: the error FastAPI raised while binding the request.
+
+    Returns:
+        ``{"field": ..., "message": ...}``.
+    """
+    errors = exc.errors()
+    if not errors:
+        return {"field": "request", "message": "invalid request"}
+    first = errors[0]
+    loc = [part for part in first.get("loc", ()) if part not in ("path", "query", "body", "header")]
+    field = ".".join(str(part) for part in loc) or "request"
+    message = "field required" if first.get("type") == "missing" else str(first.get("msg", "invalid"))
+    message = message.removeprefix("Value error, ")
+    return {"field": field, "message": message}
 
 
 def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) -> FastAPI:
@@ -89,5 +114,10 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     @app.exception_handler(UnknownRoute)
     async def unknown_route(_request: Request, exc: UnknownRoute) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": validation_error_detail(exc)},
+                            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
     return app

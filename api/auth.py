@@ -17,7 +17,7 @@ from fastapi import HTTPException, Request, status
 
 from hedgerow.api.errors import ApiConfigError
 
-__all__ = ["SCOPES", "parse_tokens", "is_loopback", "check_listen_allowed", "require_scope"]
+__all__ = ["SCOPES", "check_listen_allowed", "is_loopback", "parse_tokens", "require_scope"]
 
 SCOPES: tuple[str, ...] = ("ingest", "read", "admin")
 

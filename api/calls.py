@@ -3,13 +3,14 @@
 - 202 ``{"accepted": n, "duplicates": k}``;
 - 413 when the batch has more than ``max_batch_calls`` records (or its body is too large);
 - 422 ``{"detail": {"index": i, "field": "attempts[0].start_s", "message": "..."}}`` for the first
-  bad record, and nothing of the batch is written.
+  bad record, and nothing of the batch is written (``index`` null for the body as a whole: not
+  JSON, nested too deeply for the parser, not ``{"calls": [...]}``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, status
 from fastapi.responses import JSONResponse
@@ -22,7 +23,7 @@ from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestO
 from hedgerow.client.records import CallRecord
 from hedgerow.controller.ingest import ingest_calls
 
-__all__ = ["router", "MAX_RECORD_BYTES", "field_path", "parse_record"]
+__all__ = ["MAX_RECORD_BYTES", "field_path", "parse_record", "router"]
 
 router = APIRouter()
 
@@ -62,7 +63,7 @@ def parse_record(index: int, raw: Any) -> CallRecord | JSONResponse:
         CallRecordIn.model_validate(raw)
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
-        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
         return _unprocessable(index, field_path(tuple(error["loc"])), message)
     try:
         return CallRecord.from_dict(raw)
@@ -87,8 +88,8 @@ def parse_record(index: int, raw: Any) -> CallRecord | JSONResponse:
 )
 async def post_calls(
     request: Request,
-    session: AsyncSession = Depends(get_session),
-    settings: Any = Depends(get_settings),
+    session: Annotated[AsyncSession, Depends(get_session)],
+    settings: Annotated[Any, Depends(get_settings)],
 ) -> Any:
     """Store a batch of call records; see the module docstring for the answers."""
     limit = settings.max_batch_calls
@@ -102,6 +103,8 @@ async def post_calls(
         payload = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         return _unprocessable(None, "body", f"not valid JSON: {exc}")
+    except RecursionError:
+        return _unprocessable(None, "body", "JSON nested too deeply")
     if not isinstance(payload, dict) or not isinstance(payload.get("calls"), list):
         return _unprocessable(None, "calls", 'body must be {"calls": [record, ...]}')
     extra = sorted(set(payload) - {"calls"})

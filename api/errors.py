@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ApiError", "ApiConfigError"]
+__all__ = ["ApiConfigError", "ApiError"]
 
 
 class ApiError(Exception):

@@ -4,8 +4,16 @@
 the whole configuration; creates a missing route, 201), ``PATCH /v1/routes/{route}?model=`` (change
 some settings); both admin scope, applied at once, and audited as one history row with reason
 ``config,...``, the actor and ``details.changes`` (see :mod:`hedgerow.controller.routes_admin`); and
-``GET /v1/routes/{route}/history?model=&since=&limit=`` (newest first). A bad value is 422
-``{"detail": {"field": ..., "message": ...}}``.
+``GET /v1/routes/{route}/history?model=&since=&limit=`` (newest first). A bad value (in the
+body, the path or the query) is 422 ``{"detail": {"field": ..., "message": ...}}``; a body over
+:data:`MAX_ROUTE_BODY_BYTES` is 413.
+
+Route names may contain ``/`` (``team/summarize``): ``{route}`` is matched with Starlette's
+``path`` converter, so ``/v1/routes/team/summarize?model=m`` (or ``team%2Fsummarize``) names the
+route ``team/summarize``. The history path is matched first, so ``GET
+/v1/routes/a/history?model=m`` is always the history of route ``a``; a route whose own name ends
+in ``/history`` can still be changed with PUT/PATCH and read through ``GET /v1/routes`` and
+``GET /v1/thresholds``, but not through ``GET /v1/routes/{route}``.
 """
 
 from __future__ import annotations
@@ -15,9 +23,9 @@ import json
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, status
+from fastapi import APIRouter, Depends, Path, Query, Request, status
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import AfterValidator, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.api.auth import require_scope
@@ -30,21 +38,28 @@ from hedgerow.api.schemas import (
     RouteOut,
     RoutePatchIn,
     RoutePutIn,
+    no_control_characters,
 )
 from hedgerow.controller.queries import get_history, get_route, list_routes
 from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
-__all__ = ["MAX_HISTORY_LIMIT", "request_actor", "router"]
+__all__ = ["MAX_HISTORY_LIMIT", "MAX_ROUTE_BODY_BYTES", "ModelQuery", "RoutePath", "Session", "request_actor", "router"]
 
 #: Largest ``limit`` of a history query.
 MAX_HISTORY_LIMIT = 10_000
+#: Largest body of a PUT/PATCH of a route, bytes (a full configuration is about 300).
+MAX_ROUTE_BODY_BYTES = 16_384
 
 router = APIRouter()
 
 #: A database session of the request.
 Session = Annotated[AsyncSession, Depends(get_session)]
 #: The ``model`` query parameter naming the route's model.
-ModelQuery = Annotated[str, Query(min_length=1, max_length=200, description="the model of the route")]
+ModelQuery = Annotated[str, Query(min_length=1, max_length=200, description="the model of the route"),
+                      AfterValidator(no_control_characters)]
+#: The ``{route}`` path parameter (may contain ``/``: matched with the ``path`` converter).
+RoutePath = Annotated[str, Path(min_length=1, max_length=200, description="the route's name (may contain /)"),
+                      AfterValidator(no_control_characters)]
 
 
 @router.get("/v1/routes", dependencies=[Depends(require_scope("read"))], response_model=RouteListOut, summary="Every route and its threshold")
@@ -54,30 +69,14 @@ async def get_routes(session: Session) -> Any:
 
 
 @router.get(
-    "/v1/routes/{route}",
-    dependencies=[Depends(require_scope("read"))],
-    response_model=RouteOut,
-    responses={404: {"description": "unknown (route, model)"}},
-    summary="One route and its threshold",
-)
-async def get_one_route(
-    route: str,
-    model: ModelQuery,
-    session: Session,
-) -> Any:
-    """One (route, model) with its configuration and published threshold."""
-    return await get_route(session, route, model)
-
-
-@router.get(
-    "/v1/routes/{route}/history",
+    "/v1/routes/{route:path}/history",
     dependencies=[Depends(require_scope("read"))],
     response_model=HistoryOut,
     responses={404: {"description": "unknown (route, model)"}},
     summary="Threshold decisions of one route, newest first",
 )
 async def get_route_history(
-    route: str,
+    route: RoutePath,
     model: ModelQuery,
     session: Session,
     limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_LIMIT)] = 100,
@@ -89,6 +88,22 @@ async def get_route_history(
         return JSONResponse({"detail": {"field": "since", "message": "must carry a timezone (e.g. Z)"}},
                             status_code=422)
     return {"history": await get_history(session, route, model, limit=limit, since=since)}
+
+
+@router.get(
+    "/v1/routes/{route:path}",
+    dependencies=[Depends(require_scope("read"))],
+    response_model=RouteOut,
+    responses={404: {"description": "unknown (route, model)"}},
+    summary="One route and its threshold",
+)
+async def get_one_route(
+    route: RoutePath,
+    model: ModelQuery,
+    session: Session,
+) -> Any:
+    """One (route, model) with its configuration and published threshold."""
+    return await get_route(session, route, model)
 
 
 def request_actor(request: Request, claimed: str | None) -> str:
@@ -120,20 +135,33 @@ def _unprocessable(field: str, message: str) -> JSONResponse:
                         status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
+def _too_large(size: int) -> JSONResponse:
+    return JSONResponse({"detail": f"body of {size} bytes exceeds {MAX_ROUTE_BODY_BYTES} bytes"},
+                        status_code=status.HTTP_413_CONTENT_TOO_LARGE)
+
+
 async def _configure(request: Request, route: str, model: str, *, replace: bool) -> Any:
     """Parse and validate the body, apply it; see :func:`put_route` and :func:`patch_route`."""
     schema = RoutePutIn if replace else RoutePatchIn
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_ROUTE_BODY_BYTES:
+        return _too_large(int(declared))
+    raw = await request.body()
+    if len(raw) > MAX_ROUTE_BODY_BYTES:
+        return _too_large(len(raw))
     try:
-        payload = json.loads(await request.body() or b"{}")
+        payload = json.loads(raw or b"{}")
     except (ValueError, UnicodeDecodeError) as exc:
         return _unprocessable("body", f"not valid JSON: {exc}")
+    except RecursionError:
+        return _unprocessable("body", "JSON nested too deeply")
     if not isinstance(payload, dict):
         return _unprocessable("body", "must be a JSON object of route settings")
     try:
         body = schema.model_validate(payload)
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
-        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
         return _unprocessable(field_path(tuple(error["loc"])) if error["loc"] else "body", message)
     fields = body.model_dump(exclude_unset=True, exclude={"actor"})
     actor = request_actor(request, body.actor if "actor" in body.model_fields_set else None)
@@ -158,7 +186,7 @@ _CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 @router.put(
-    "/v1/routes/{route}",
+    "/v1/routes/{route:path}",
     dependencies=[Depends(require_scope("admin"))],
     response_model=RouteChangeOut,
     responses={201: {"description": "the route was created", "model": RouteChangeOut},
@@ -167,7 +195,7 @@ _CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
         "schema": RoutePutIn.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
     summary="Replace a route's configuration, creating the route if absent (admin; audited)",
 )
-async def put_route(request: Request, route: str, model: ModelQuery) -> Any:
+async def put_route(request: Request, route: RoutePath, model: ModelQuery) -> Any:
     """Replace the configuration: omitted fields take the defaults of a new route.
 
     A missing (route, model) is created (201). The threshold is re-decided at once; the change
@@ -178,7 +206,7 @@ async def put_route(request: Request, route: str, model: ModelQuery) -> Any:
 
 
 @router.patch(
-    "/v1/routes/{route}",
+    "/v1/routes/{route:path}",
     dependencies=[Depends(require_scope("admin"))],
     response_model=RouteChangeOut,
     responses={404: {"description": "unknown (route, model)"}, **_CHANGE_RESPONSES},
@@ -186,7 +214,7 @@ async def put_route(request: Request, route: str, model: ModelQuery) -> Any:
         "schema": RoutePatchIn.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
     summary="Change some of a route's settings (admin; audited)",
 )
-async def patch_route(request: Request, route: str, model: ModelQuery) -> Any:
+async def patch_route(request: Request, route: RoutePath, model: ModelQuery) -> Any:
     """Change the given settings; the threshold is re-decided at once and the history records it
     (reason ``config,...``, actor, ``details.changes``); a patch that changes nothing writes no row."""
     return await _configure(request, route, model, replace=False)

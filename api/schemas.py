@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -25,6 +26,7 @@ from hedgerow.client.records import (
     MAX_COUNT,
     MAX_NAME_CHARS,
     MAX_SECONDS,
+    control_character_error,
     parse_timestamp,
 )
 
@@ -46,6 +48,7 @@ __all__ = [
     "RoutePutIn",
     "ThresholdOut",
     "ThresholdTableOut",
+    "no_control_characters",
 ]
 
 
@@ -56,14 +59,35 @@ def _timestamp(value: Any) -> datetime:
     return parse_timestamp(value)
 
 
+def no_control_characters(value: str) -> str:
+    """Return ``value`` unchanged, or raise when it holds a control character.
+
+    Raises:
+        ValueError: naming the character and its index
+            (:func:`hedgerow.client.records.control_character_error`).
+    """
+    problem = control_character_error(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+#: Validation of every stored string: no C0 control character nor DEL (see
+#: :func:`hedgerow.client.records.control_character_error`).
+Printable = AfterValidator(no_control_characters)
+
+
 def _none_to(default: Any) -> BeforeValidator:
     return BeforeValidator(lambda value: default if value is None else value)
 
 
 Seconds = Annotated[float, Field(strict=True, ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Count = Annotated[int, Field(strict=True, ge=0, le=MAX_COUNT)]
-Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS)]
-OptionalText = Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS)] | None
+Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS), Printable]
+OptionalText = Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS), Printable] | None
+#: A route setting in seconds: finite, > 0 and at most ``MAX_SECONDS`` (what a call record may
+#: carry, so that records of a route always fit its threshold).
+RouteSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
 HttpStatus = Annotated[int, Field(strict=True, ge=100, le=599)]
 Timestamp = Annotated[datetime, BeforeValidator(_timestamp)]
 
@@ -221,11 +245,11 @@ class RoutePatchIn(BaseModel):
 
     enabled: StrictBool | None = None
     budget: Annotated[float, Field(strict=True, gt=0, lt=1)] | None = None
-    default_hedge_after_s: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = None
-    min_hedge_after_s: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = None
-    max_hedge_after_s: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = None
-    pinned_hedge_after_s: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = None
-    actor: Annotated[StrictStr, Field(min_length=1, max_length=200)] = "api"
+    default_hedge_after_s: RouteSeconds | None = None
+    min_hedge_after_s: RouteSeconds | None = None
+    max_hedge_after_s: RouteSeconds | None = None
+    pinned_hedge_after_s: RouteSeconds | None = None
+    actor: Annotated[StrictStr, Field(min_length=1, max_length=200), Printable] = "api"
 
 
 class RoutePutIn(RoutePatchIn):

@@ -14,7 +14,7 @@ from hedgerow.api.auth import check_listen_allowed, parse_tokens
 from hedgerow.controller.db import make_engine, migrate_engine, safe_url
 from hedgerow.settings import Settings
 
-__all__ = ["serve", "serve_async", "bind_socket"]
+__all__ = ["bind_socket", "serve", "serve_async"]
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

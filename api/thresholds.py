@@ -1,5 +1,8 @@
 """``GET /v1/thresholds`` (the whole table, strong ETag, 304) and ``GET /v1/thresholds/{route}``.
 
+``{route}`` may contain ``/`` (matched with Starlette's ``path`` converter, see
+:mod:`hedgerow.api.routes`).
+
 The table's body is rendered deterministically from the stored rows (``generated_at`` is the
 newest ``updated_at``), so its ETag, a SHA-256 of the body, changes exactly when the table does.
 """
@@ -10,15 +13,14 @@ import hashlib
 import json
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
-from sqlalchemy.ext.asyncio import AsyncSession
+from fastapi import APIRouter, Depends, Request, Response
 
 from hedgerow.api.auth import require_scope
-from hedgerow.api.deps import get_session
+from hedgerow.api.routes import ModelQuery, RoutePath, Session
 from hedgerow.api.schemas import ThresholdOut, ThresholdTableOut
 from hedgerow.controller.queries import get_threshold, list_thresholds
 
-__all__ = ["router", "table_body", "etag_of", "etag_matches"]
+__all__ = ["etag_matches", "etag_of", "router", "table_body"]
 
 router = APIRouter(dependencies=[Depends(require_scope("ingest", "read"))])
 
@@ -51,7 +53,7 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
     responses={304: {"description": "the table is unchanged since the ETag given"}},
     summary="Every published threshold",
 )
-async def get_thresholds(request: Request, session: AsyncSession = Depends(get_session)) -> Response:
+async def get_thresholds(request: Request, session: Session) -> Response:
     """The threshold table with a strong ETag; 304 when ``If-None-Match`` names it."""
     body = table_body(await list_thresholds(session))
     etag = etag_of(body)
@@ -62,15 +64,15 @@ async def get_thresholds(request: Request, session: AsyncSession = Depends(get_s
 
 
 @router.get(
-    "/v1/thresholds/{route}",
+    "/v1/thresholds/{route:path}",
     response_model=ThresholdOut,
     responses={404: {"description": "unknown (route, model), or nothing published yet"}},
     summary="The published threshold of one (route, model)",
 )
 async def get_one_threshold(
-    route: str,
-    model: str = Query(..., min_length=1, description="the model of the route"),
-    session: AsyncSession = Depends(get_session),
+    route: RoutePath,
+    model: ModelQuery,
+    session: Session,
 ) -> Any:
     """One published threshold (404 for an unknown route or before the first tick)."""
     return await get_threshold(session, route, model)

@@ -5,6 +5,11 @@ incoming JSON with a pydantic schema built to match it, and a test round-trips a
 both. Times inside a record are float seconds from ``started_at`` (a timezone-aware UTC datetime,
 ISO 8601 with ``Z`` on the wire).
 
+Every string of a record (names, ids, ``client``, ``error_type``) is 1..200 characters of
+printable text: the C0 control characters U+0000-U+001F and DEL U+007F are refused (PostgreSQL
+cannot store U+0000; the others have no place in a name), by :meth:`CallRecord.from_dict` and by
+the api alike (:func:`control_character_error`).
+
 An attempt's TTFT is ``first_token_s - start_s``. A cancelled attempt with no first token is
 *censored*: all we know is that its TTFT exceeds ``end_s - start_s``.
 """
@@ -12,6 +17,7 @@ An attempt's TTFT is ``first_token_s - start_s``. A cancelled attempt with no fi
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -27,6 +33,7 @@ __all__ = [
     "AttemptRecord",
     "CallRecord",
     "check_consistency",
+    "control_character_error",
     "format_timestamp",
     "parse_timestamp",
 ]
@@ -47,6 +54,31 @@ MAX_NAME_CHARS = 200
 MAX_COUNT = 2**31 - 1
 #: Largest accepted duration, seconds (one day: no call of an LLM API lasts longer).
 MAX_SECONDS = 86_400.0
+#: Characters refused in every stored string: the C0 controls U+0000-U+001F and DEL U+007F.
+#: PostgreSQL cannot store U+0000 in text at all; the others (newline, tab, escape, ...) have no
+#: place in a name or a short error tag and would corrupt log lines and tables that print them.
+_CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f]")
+
+
+def control_character_error(value: str) -> str | None:
+    """Why ``value`` may not be stored, or None when it holds no control character.
+
+    Every string of a call record (and of a route's configuration: route, model, actor) is
+    checked with this one rule, by :meth:`CallRecord.from_dict`, the api's schemas and its path
+    and query parameters, so they all agree.
+
+    Args:
+        value: the text to check.
+
+    Returns:
+        None, or a message naming the first offending character and its position, e.g.
+        ``"must not contain control characters (U+0000-U+001F, U+007F): U+0000 at index 3"``.
+    """
+    found = _CONTROL_CHARACTERS.search(value)
+    if found is None:
+        return None
+    return (f"must not contain control characters (U+0000-U+001F, U+007F): "
+            f"U+{ord(found.group()):04X} at index {found.start()}")
 
 
 def format_timestamp(value: datetime) -> str:
@@ -181,10 +213,10 @@ class CallRecord:
             ValueError: naming the first bad field (``attempts[1].start_s: must be a finite number``).
         """
         if not isinstance(data, dict):
-            raise ValueError("record: must be a JSON object")
+            raise ValueError("record: must be a JSON object")  # noqa: TRY004 - the wire format's errors are ValueErrors
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
-            raise ValueError(f"{sorted(unknown)[0]}: unknown field")
+            raise ValueError(f"{min(unknown)}: unknown field")
         kwargs: dict[str, Any] = {}
         for name in ("request_id", "route", "model"):
             kwargs[name] = _text(data, name, required=True)
@@ -201,7 +233,7 @@ class CallRecord:
         for name in ("hedged", "hedge_denied"):
             value = data.get(name, False)
             if not isinstance(value, bool):
-                raise ValueError(f"{name}: must be true or false")
+                raise ValueError(f"{name}: must be true or false")  # noqa: TRY004 - the wire format's errors are ValueErrors
             kwargs[name] = value
         kwargs["hedge_reason"] = _choice(data, "hedge_reason", HEDGE_REASONS)
         kwargs["winner"] = _choice(data, "winner", ATTEMPT_ROLES)
@@ -209,7 +241,7 @@ class CallRecord:
         kwargs["error_type"] = _text(data, "error_type")
         raw_attempts = data.get("attempts", [])
         if not isinstance(raw_attempts, list):
-            raise ValueError("attempts: must be a list")
+            raise ValueError("attempts: must be a list")  # noqa: TRY004 - the wire format's errors are ValueErrors
         attempts = []
         for i, raw in enumerate(raw_attempts):
             try:
@@ -252,10 +284,10 @@ def check_consistency(record: CallRecord) -> None:
 
 def _attempt_from_dict(data: Any) -> AttemptRecord:
     if not isinstance(data, dict):
-        raise ValueError("attempt: must be a JSON object")
+        raise ValueError("attempt: must be a JSON object")  # noqa: TRY004 - the wire format's errors are ValueErrors
     unknown = set(data) - set(AttemptRecord.__dataclass_fields__)
     if unknown:
-        raise ValueError(f"{sorted(unknown)[0]}: unknown field")
+        raise ValueError(f"{min(unknown)}: unknown field")
     start_s = _seconds(data, "start_s", required=True)
     end_s = _seconds(data, "end_s", required=True)
     first = _seconds(data, "first_token_s")
@@ -282,6 +314,9 @@ def _text(data: dict[str, Any], name: str, required: bool = False) -> Any:
         raise ValueError(f"{name}: must be a non-empty string" if required else f"{name}: must be a string")
     if len(value) > MAX_NAME_CHARS:
         raise ValueError(f"{name}: longer than {MAX_NAME_CHARS} characters")
+    problem = control_character_error(value)
+    if problem is not None:
+        raise ValueError(f"{name}: {problem}")
     return value
 
 

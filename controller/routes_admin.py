@@ -10,11 +10,13 @@ unpins). Two ways, both in :func:`configure_route`:
   fields, every omitted field taking the server's default for a new route
   (``HEDGEROW_DEFAULT_BUDGET``, ``HEDGEROW_DEFAULT_HEDGE_AFTER_S``, ..., unpinned, enabled). A
   missing route is **created** (so a route can be configured, e.g. disabled, before its first
-  call arrives); its changes are then listed ``from`` null.
+  call arrives); its changes are then listed ``from`` null (settings left null, i.e. an unset
+  pin, are not listed: ``changes`` holds only entries whose value moved).
 
 Validation (:func:`validate_route_config`; :class:`RouteConfigInvalid` names the field):
 ``budget`` in (0, 1) (1 would mean "no budget", which the estimator cannot target), every
-``*_hedge_after_s`` a finite number > 0, and ``min_hedge_after_s <= default_hedge_after_s <=
+``*_hedge_after_s`` a finite number in (0, ``MAX_SECONDS``] (86400 s, the longest duration a
+call record may carry, so records of the route are never refused for exceeding its threshold), and ``min_hedge_after_s <= default_hedge_after_s <=
 max_hedge_after_s``. A pinned value may lie outside the bounds: it is published as is.
 
 Audit: a change is one ``threshold_history`` row with reason ``config,<decision codes>``
@@ -23,24 +25,33 @@ e.g. ``config,pinned`` or ``config,disabled``), ``actor`` = who changed it, and
 ``details.changes = {"field": {"from": old, "to": new}}`` (plus ``details.created = true`` for
 a route created by a replace). The threshold is re-decided and published in the same call, so a
 pin, a disable or a tighter bound reaches the clients at once, with ``version + 1`` whenever the
-published value or enabled flag changes. A patch or replace that changes nothing writes **no**
+published value or enabled flag changes. The row's ``applied`` says exactly that: true when the
+published threshold (its value or its enabled flag) changed, or was published for the first time
+(a created route, or one not yet ticked); false when the change left it as it was (e.g. a new
+budget whose re-decision holds the value). A patch or replace that changes nothing writes **no**
 row (and publishes nothing); the answer then says ``changes: {}``.
+
+Atomicity: the configuration, the history row and the published threshold are written in **one**
+transaction (the route row locked ``FOR UPDATE`` on PostgreSQL, SQLite's write lock held), so a
+failure anywhere leaves the route, its threshold and its history as they were.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.client.records import MAX_SECONDS, control_character_error
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import ControllerError, UnknownRoute
 from hedgerow.controller.jobs import tick_route
-from hedgerow.controller.models import Route, Threshold, utc_now
+from hedgerow.controller.models import Route, Threshold, ThresholdHistory, utc_now
 from hedgerow.controller.policy import RouteConfig
 from hedgerow.controller.queries import route_dict
 
@@ -79,9 +90,11 @@ class RouteConfigInvalid(ControllerError, ValueError):
 
 def _positive_seconds(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
-        value <= 0
+        not 0 < value <= MAX_SECONDS
     ):
-        raise RouteConfigInvalid(name, f"must be a finite number of seconds > 0, got {value!r}")
+        raise RouteConfigInvalid(
+            name, f"must be a finite number of seconds in (0, {MAX_SECONDS:g}], got {value!r}"
+        )
     return float(value)
 
 
@@ -198,9 +211,12 @@ async def configure_route(
         RouteConfigInvalid: an unknown field or a value out of range (``field`` names it).
         ValueError: ``route``/``model`` empty or longer than 200 characters, or ``now`` naive.
     """
-    for name, value in (("route", route), ("model", model)):
+    for name, value in (("route", route), ("model", model), ("actor", actor)):
         if not isinstance(value, str) or not 1 <= len(value) <= 200:
             raise ValueError(f"{name} must be 1 to 200 characters, got {value!r}")
+        problem = control_character_error(value)
+        if problem is not None:
+            raise ValueError(f"{name} {problem}")
     unknown = sorted(set(fields) - set(ROUTE_CONFIG_FIELDS))
     if unknown:
         raise RouteConfigInvalid(unknown[0], f"not a route setting ({', '.join(ROUTE_CONFIG_FIELDS)})")
@@ -208,6 +224,7 @@ async def configure_route(
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
     created = False
+    history: dict[str, Any] | None = None
     async with sessionmaker() as session, session.begin():
         if replace:
             wanted = _defaults(settings) | fields
@@ -225,37 +242,83 @@ async def configure_route(
         if row is None:
             raise UnknownRoute(route, model)
         if created:
-            changes = {name: {"from": None, "to": wanted[name]} for name in ROUTE_CONFIG_FIELDS}
+            old: dict[str, Any] = dict.fromkeys(ROUTE_CONFIG_FIELDS)
         else:
             old = {name: getattr(row, name) for name in ROUTE_CONFIG_FIELDS}
             wanted = (_defaults(settings) if replace else old) | fields
             validate_route_config(wanted)
-            changes = {
-                name: {"from": old[name], "to": wanted[name]}
-                for name in ROUTE_CONFIG_FIELDS
-                if old[name] != wanted[name]
-            }
-            if changes:
-                for name, change in changes.items():
-                    setattr(row, name, change["to"])
-                row.updated_at = now
-    if not changes:
-        async with sessionmaker() as session:
+        changes = {
+            name: {"from": old[name], "to": wanted[name]}
+            for name in ROUTE_CONFIG_FIELDS
+            if old[name] != wanted[name]
+        }
+        threshold = await session.get(Threshold, row.id, with_for_update=True)
+        if changes or created:
+            for name in changes:
+                setattr(row, name, wanted[name])
+            row.updated_at = now
+            await session.flush()
+            before = None if threshold is None else (threshold.hedge_after_s, threshold.enabled)
+            current = None if threshold is None else threshold.hedge_after_s
+            extra: dict[str, Any] = {"changes": changes}
+            if created:
+                extra["created"] = True
+            joined = _JoinedSessionmaker(session)
+            history = await tick_route(
+                joined, settings, row, current, now=now, actor=actor,
+                reason_prefix=CONFIG_REASON, extra_details=extra,
+            )
+            await session.flush()
             threshold = await session.get(Threshold, row.id)
-        return RouteChange(route=route_dict(row, threshold), history=None, changes={}, created=False)
-    async with sessionmaker() as session:
-        threshold = await session.get(Threshold, row.id)
-    current = None if threshold is None else threshold.hedge_after_s
-    extra: dict[str, Any] = {"changes": changes}
-    if created:
-        extra["created"] = True
-    history = await tick_route(
-        sessionmaker, settings, row, current, now=now, actor=actor,
-        reason_prefix=CONFIG_REASON, extra_details=extra,
-    )
-    async with sessionmaker() as session:
-        threshold = await session.get(Threshold, row.id)
-    return RouteChange(route=route_dict(row, threshold), history=history, changes=changes, created=created)
+            after = None if threshold is None else (threshold.hedge_after_s, threshold.enabled)
+            applied = after != before
+            for added in joined.added:
+                if isinstance(added, ThresholdHistory):
+                    added.applied = applied
+            history["applied"] = applied
+        answer = route_dict(row, threshold)
+    return RouteChange(route=answer, history=history, changes=changes, created=created)
+
+
+class _JoinedSession:
+    """A session handle that runs "open a session, begin a transaction" code inside the
+    transaction of an already open session (see :class:`_JoinedSessionmaker`)."""
+
+    def __init__(self, session: AsyncSession, added: list[Any]) -> None:
+        self._session = session
+        self._added = added
+
+    def begin(self) -> contextlib.nullcontext[None]:
+        """The enclosing transaction is already begun: nothing to begin, nothing to commit."""
+        return contextlib.nullcontext()
+
+    def add(self, instance: Any) -> None:
+        """Add ``instance`` to the enclosing session and remember it."""
+        self._added.append(instance)
+        self._session.add(instance)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+
+class _JoinedSessionmaker:
+    """Stands in for an ``async_sessionmaker`` so that :func:`tick_route` (which opens its own
+    sessions to observe and to publish) reads and writes in the caller's open transaction:
+    the configuration change, the history row and the threshold then commit or roll back
+    together. ``added`` lists the objects it added (the history row, a new threshold)."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+        self.added: list[Any] = []
+
+    def __call__(self) -> _JoinedSessionmaker:
+        return self
+
+    async def __aenter__(self) -> _JoinedSession:
+        return _JoinedSession(self._session, self.added)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
 
 
 async def update_route(

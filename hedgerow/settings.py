@@ -8,13 +8,19 @@ settings: an app embeds the client and configures it in code (``HedgePolicy``).
 
 from __future__ import annotations
 
+import math
+
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["DEFAULT_DATABASE_URL", "Settings"]
+from hedgerow.client.records import MAX_SECONDS
+
+__all__ = ["DEFAULT_DATABASE_URL", "MAX_RETENTION_S", "Settings"]
 
 #: The embedded default store: a SQLite file in the working directory.
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./hedgerow.db"
+#: Longest raw-call retention, seconds (100 Julian years: the cutoff date stays after 1900).
+MAX_RETENTION_S = 100 * 365.25 * 86_400
 
 
 class Settings(BaseSettings):
@@ -36,7 +42,9 @@ class Settings(BaseSettings):
             (default 1.0, i.e. doubling).
         default_budget: budget of a route created on first ingest (default 0.10).
         default_hedge_after_s / min_hedge_after_s / max_hedge_after_s: a new route's threshold
-            and bounds (defaults 2.0 s, 0.05 s, 30 s).
+            and bounds (defaults 2.0 s, 0.05 s, 30 s); checked at start: min <= default <= max <=
+            86400 s (``MAX_SECONDS``, the longest duration a call record carries), and
+            ``short_window_s <= window_s <= max_window_s``, errors naming the variables.
         min_backup_win_rate: below this backup win rate a route is flagged (default 0.2).
         min_hedges_for_flag: fewest hedged calls in the window before a route can be flagged
             (``backups_rarely_win``, ``hedges_did_not_lower_p99``) (default 20).
@@ -108,10 +116,55 @@ class Settings(BaseSettings):
     port: int = Field(8400, ge=0, le=65535)
     tokens: str = ""
 
+    @field_validator("max_window_s")
+    @classmethod
+    def _check_max_window(cls, value: float, info: ValidationInfo) -> float:
+        """Refuse a widest window narrower than the estimation window."""
+        window_s = info.data.get("window_s")
+        if window_s is not None and value < window_s:
+            raise ValueError(
+                f"HEDGEROW_MAX_WINDOW_S ({value:g} s) must be >= HEDGEROW_WINDOW_S ({window_s:g} s)"
+            )
+        return value
+
+    @field_validator("short_window_s")
+    @classmethod
+    def _check_short_window(cls, value: float, info: ValidationInfo) -> float:
+        """Refuse a short window longer than the estimation window."""
+        window_s = info.data.get("window_s")
+        if window_s is not None and value > window_s:
+            raise ValueError(
+                f"HEDGEROW_SHORT_WINDOW_S ({value:g} s) must be <= HEDGEROW_WINDOW_S ({window_s:g} s)"
+            )
+        return value
+
+    @field_validator("max_hedge_after_s")
+    @classmethod
+    def _check_route_defaults(cls, value: float, info: ValidationInfo) -> float:
+        """Refuse defaults of a new route that a route configuration could not hold:
+        min <= default <= max <= ``MAX_SECONDS`` (the longest duration a call record carries)."""
+        if not value <= MAX_SECONDS:
+            raise ValueError(f"HEDGEROW_MAX_HEDGE_AFTER_S ({value:g} s) must be <= {MAX_SECONDS:g} s")
+        low = info.data.get("min_hedge_after_s")
+        default = info.data.get("default_hedge_after_s")
+        if low is not None and low > value:
+            raise ValueError(
+                f"HEDGEROW_MIN_HEDGE_AFTER_S ({low:g} s) must be <= HEDGEROW_MAX_HEDGE_AFTER_S ({value:g} s)"
+            )
+        if low is not None and default is not None and not low <= default <= value:
+            raise ValueError(
+                f"HEDGEROW_DEFAULT_HEDGE_AFTER_S ({default:g} s) must lie within [HEDGEROW_MIN_HEDGE_AFTER_S, "
+                f"HEDGEROW_MAX_HEDGE_AFTER_S] = [{low:g}, {value:g}] s"
+            )
+        return value
+
     @field_validator("retention_s")
     @classmethod
     def _check_retention(cls, value: float, info: ValidationInfo) -> float:
-        """Refuse a retention shorter than the controller's widest window (it needs raw calls)."""
+        """Refuse a retention shorter than the controller's widest window (it needs raw calls),
+        or not finite / longer than :data:`MAX_RETENTION_S` (its cutoff date must exist)."""
+        if not math.isfinite(value) or value > MAX_RETENTION_S:
+            raise ValueError(f"must be a finite number of seconds <= {MAX_RETENTION_S:g} (100 years), got {value:g}")
         max_window_s = info.data.get("max_window_s")
         if max_window_s is not None and value < max_window_s:
             raise ValueError(

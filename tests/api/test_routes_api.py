@@ -44,7 +44,8 @@ async def test_put_creates_a_missing_route_and_publishes_at_once(make_api) -> No
         assert body["changes"] == {
             "enabled": {"from": None, "to": False}, "budget": {"from": None, "to": 0.05},
             "default_hedge_after_s": {"from": None, "to": 2.0}, "min_hedge_after_s": {"from": None, "to": 0.05},
-            "max_hedge_after_s": {"from": None, "to": 30.0}, "pinned_hedge_after_s": {"from": None, "to": None}}
+            "max_hedge_after_s": {"from": None, "to": 30.0}}  # no no-op entry for the unset pin
+        assert body["history"]["applied"] is True  # first publication of the route's threshold
         history = body["history"]
         assert history["reason"] == "config,disabled" and history["actor"] == "api"
         assert history["details"]["changes"] == body["changes"] and history["details"]["created"] is True

@@ -53,6 +53,16 @@ def _good() -> dict:
                         "outcome": "won"}]}, "attempts[0].start_s"),
         ({"attempts": [{"upstream": "a", "role": "primary", "start_s": 0.0, "end_s": 1.0,
                         "outcome": "won", "extra": 1}]}, "attempts[0].extra"),
+        # control characters (PostgreSQL cannot store NUL; none belongs in a name)
+        ({"route": "a\u0000b"}, "route"),
+        ({"model": "m\n"}, "model"),
+        ({"request_id": "\u0000"}, "request_id"),
+        ({"client": "c\tx"}, "client"),
+        ({"error_type": "e\u007f"}, "error_type"),
+        ({"attempts": [{"upstream": "a\u0000", "role": "primary", "start_s": 0.0, "end_s": 1.0,
+                        "outcome": "won"}]}, "attempts[0].upstream"),
+        ({"attempts": [{"upstream": "a", "role": "primary", "start_s": 0.0, "end_s": 1.0,
+                        "outcome": "failed", "error_type": "x\u001b"}]}, "attempts[0].error_type"),
     ],
 )
 def test_schema_and_from_dict_refuse_the_same_input(change: dict, field: str) -> None:

@@ -10,6 +10,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import pytest
 from sqlalchemy import func, select
 
 from hedgerow.controller.db import make_engine
@@ -117,3 +118,42 @@ async def test_serve_async_embedded_stops_on_event(tmp_path) -> None:
         assert (await client.get("/readyz")).json()["status"] == "ready"
     stop.set()
     await asyncio.wait_for(server, timeout=30)
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({"HEDGEROW_DEFAULT_HEDGE_AFTER_S": "100"}, "HEDGEROW_DEFAULT_HEDGE_AFTER_S"),
+    ({"HEDGEROW_MIN_HEDGE_AFTER_S": "40"}, "HEDGEROW_MIN_HEDGE_AFTER_S"),
+    ({"HEDGEROW_MAX_HEDGE_AFTER_S": "100000", "HEDGEROW_DEFAULT_HEDGE_AFTER_S": "2"}, "HEDGEROW_MAX_HEDGE_AFTER_S"),
+    ({"HEDGEROW_MAX_HEDGE_AFTER_S": "inf"}, "HEDGEROW_MAX_HEDGE_AFTER_S"),
+    ({"HEDGEROW_WINDOW_S": "100000"}, "HEDGEROW_WINDOW_S"),
+    ({"HEDGEROW_SHORT_WINDOW_S": "7200"}, "HEDGEROW_SHORT_WINDOW_S"),
+])
+async def test_serve_refuses_inconsistent_route_and_window_settings(tmp_path, env, named) -> None:
+    import os
+
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hedgerow.cli", "serve", "--port", "0",
+        "--db", f"sqlite+aiosqlite:///{tmp_path / 's.db'}",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
+        env={**os.environ, **env},
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        pytest.fail(f"serve started with {env} instead of refusing the settings")
+    assert process.returncode == 2, (out, err)
+    text = err.decode().strip()
+    assert named in text and "Traceback" not in text
+    assert len(text.splitlines()) == 1, text
+    assert not (tmp_path / "s.db").exists()  # refused before anything started
+
+
+def test_settings_accept_consistent_bounds() -> None:
+    from hedgerow.client.records import MAX_SECONDS
+    from hedgerow.settings import Settings
+
+    settings = Settings(default_hedge_after_s=5, min_hedge_after_s=5, max_hedge_after_s=MAX_SECONDS,
+                        window_s=600, short_window_s=600, max_window_s=600)
+    assert (settings.max_hedge_after_s, settings.short_window_s) == (MAX_SECONDS, 600)

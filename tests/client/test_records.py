@@ -54,3 +54,31 @@ def test_bad_attempt_field_is_named_with_its_index():
     wire["attempts"][1]["start_s"] = float("nan")
     with pytest.raises(ValueError, match=r"attempts\[1\]\.start_s"):
         CallRecord.from_dict(wire)
+
+
+@pytest.mark.parametrize("bad", ["a\u0000b", "\u0000", "line\nbreak", "tab\t", "esc\u001b[0m", "del\u007f"])
+@pytest.mark.parametrize("field", ["request_id", "route", "model", "client", "error_type",
+                                   "attempts[0].upstream", "attempts[1].error_type"])
+def test_from_dict_refuses_control_characters_naming_the_field(field: str, bad: str) -> None:
+    wire = sample().to_dict()
+    if field.startswith("attempts["):
+        index, name = int(field[9]), field.split(".", 1)[1]
+        wire["attempts"][index][name] = bad
+    else:
+        wire[field] = bad
+    with pytest.raises(ValueError, match="control characters") as caught:
+        CallRecord.from_dict(wire)
+    assert str(caught.value).startswith(f"{field}: ")
+
+
+def test_from_dict_accepts_printable_unicode() -> None:
+    wire = sample().to_dict() | {"route": "équipe/résumé ✓", "model": "模型-70b", "client": "host 1"}
+    assert CallRecord.from_dict(wire).route == "équipe/résumé ✓"
+
+
+def test_control_character_error_names_the_character_and_index() -> None:
+    from hedgerow.client.records import control_character_error
+
+    assert control_character_error("plain text é") is None
+    assert control_character_error("ab\u0000") == (
+        "must not contain control characters (U+0000-U+001F, U+007F): U+0000 at index 2")

@@ -7,6 +7,11 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pydantic import ValidationError
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from hedgerow.cli import app
 from hedgerow.controller.db import make_engine, make_sessionmaker
 from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.models import Attempt, Call, HourlyRollup, utc_now
@@ -18,11 +23,6 @@ from hedgerow.controller.rollups import (
     merge_rollups,
 )
 from hedgerow.controller.scheduler import ControllerScheduler
-from pydantic import ValidationError
-from sqlalchemy import func, select
-from typer.testing import CliRunner
-
-from hedgerow.cli import app
 from hedgerow.settings import Settings
 from tests.controller.rollup_workload import direct_figures, workload
 
@@ -242,3 +242,14 @@ async def test_scheduled_job_runs_on_the_lease_holder_only(sessionmaker) -> None
     assert first.rollups >= 2 and second.rollups == 0
     assert await _count(sessionmaker, Call) == 10
     assert first.last_rollup is not None and first.last_rollup.deleted == []  # later runs: nothing left
+
+
+@pytest.mark.parametrize("value", ["inf", "1e12", "nan", "0", "-5", "-inf"])
+def test_cli_retention_out_of_range_is_one_line_exit_2(tmp_path, value) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
+    result = runner.invoke(app, ["db", "retention", "--db", url, f"--retention={value}"])
+    assert result.exit_code == 2, (value, result.output, result.exception)
+    assert "retention_s" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
