@@ -50,7 +50,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from hedgerow.client.records import MAX_SECONDS, control_character_error
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import ControllerError, UnknownRoute
-from hedgerow.controller.jobs import tick_route
+from hedgerow.controller.jobs import lock_route, tick_route
 from hedgerow.controller.models import Route, Threshold, ThresholdHistory, utc_now
 from hedgerow.controller.policy import RouteConfig
 from hedgerow.controller.queries import route_dict
@@ -241,6 +241,9 @@ async def configure_route(
         )
         if row is None:
             raise UnknownRoute(route, model)
+        # Take the route's publish lock before reading what the change is decided from, so a
+        # controller tick cannot publish in between (see jobs.lock_route).
+        row, threshold = await lock_route(session, row.id)
         if created:
             old: dict[str, Any] = dict.fromkeys(ROUTE_CONFIG_FIELDS)
         else:
@@ -252,7 +255,6 @@ async def configure_route(
             for name in ROUTE_CONFIG_FIELDS
             if old[name] != wanted[name]
         }
-        threshold = await session.get(Threshold, row.id, with_for_update=True)
         if changes or created:
             for name in changes:
                 setattr(row, name, wanted[name])
