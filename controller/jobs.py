@@ -177,16 +177,29 @@ async def _samples_in(
         if call_id in seen:
             continue  # only the call's first primary attempt counts
         seen.add(call_id)
-        if first_token_s is not None:
-            durations.append(max(0.0, first_token_s - start_s))
-            censored.append(False)
-        elif outcome == "cancelled":
-            durations.append(max(0.0, end_s - start_s))
-            censored.append(True)
-        else:
+        sample = _ttft_sample(start_s, first_token_s, end_s, outcome)
+        if sample is None:
             continue
+        durations.append(sample[0])
+        censored.append(sample[1])
         started.append((until - started_at).total_seconds())
     return durations, censored, started
+
+
+def _ttft_sample(
+    start_s: float, first_token_s: float | None, end_s: float, outcome: str
+) -> tuple[float, bool] | None:
+    """One attempt as a TTFT sample measured from its own send: ``(duration_s, censored)``.
+
+    A first token gives an observed duration; an attempt cancelled before its first token is
+    right-censored at its elapsed time; a failed attempt is no sample (None), since fast failures
+    would drag the estimate down.
+    """
+    if first_token_s is not None:
+        return max(0.0, first_token_s - start_s), False
+    if outcome == "cancelled":
+        return max(0.0, end_s - start_s), True
+    return None
 
 
 async def backup_samples(
@@ -225,12 +238,10 @@ async def backup_samples(
         if call_id in seen:
             continue
         seen.add(call_id)
-        if first_token_s is not None:
-            durations.append(max(0.0, first_token_s - start_s))
-            censored.append(False)
-        elif outcome == "cancelled":
-            durations.append(max(0.0, end_s - start_s))
-            censored.append(True)
+        sample = _ttft_sample(start_s, first_token_s, end_s, outcome)
+        if sample is not None:
+            durations.append(sample[0])
+            censored.append(sample[1])
     return BackupSamples(tuple(durations), tuple(censored))
 
 

@@ -40,6 +40,7 @@ from httpx_sse import aconnect_sse
 
 from hedgerow.client import HedgePolicy, HedgingClient, Upstream
 from tests.e2e.llama_env import LlamaEnv, LlamaEnvUnavailable, ensure_llama_env
+from tests.e2e.processes import stop_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -123,13 +124,7 @@ class LlamaServer:
 
     def stop(self) -> None:
         """Terminate the process (kill after 15 s)."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 @pytest.fixture(scope="module")
