@@ -117,7 +117,6 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": validation_error_detail(exc)},
-                            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+        return JSONResponse({"detail": validation_error_detail(exc)}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
     return app

@@ -35,8 +35,7 @@ def parse_tokens(text: str) -> dict[str, frozenset[str]]:
         token, sep, scopes_text = entry.rpartition(":")
         if not sep or not token:
             raise ApiConfigError(
-                f"tokens entry {position + 1}: expected token:scope[+scope...] "
-                f"with scopes from {', '.join(SCOPES)}"
+                f"tokens entry {position + 1}: expected token:scope[+scope...] with scopes from {', '.join(SCOPES)}"
             )
         scopes = frozenset(s.strip() for s in scopes_text.split("+") if s.strip())
         unknown = sorted(scopes - set(SCOPES))

@@ -80,8 +80,11 @@ def parse_record(index: int, raw: Any) -> CallRecord | JSONResponse:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": CallBatchIn.model_json_schema(
-                ref_template="#/components/schemas/{model}")}},
+            "content": {
+                "application/json": {
+                    "schema": CallBatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
+                }
+            },
         }
     },
     summary="Ingest a batch of call records",
@@ -120,8 +123,5 @@ async def post_calls(
             return parsed
         records.append(parsed)
     async with session.begin():
-        accepted, duplicates = await ingest_calls(
-            session, records, defaults=request.app.state.route_defaults
-        )
+        accepted, duplicates = await ingest_calls(session, records, defaults=request.app.state.route_defaults)
     return IngestOut(accepted=accepted, duplicates=duplicates)
-

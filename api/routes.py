@@ -55,14 +55,25 @@ router = APIRouter()
 #: A database session of the request.
 Session = Annotated[AsyncSession, Depends(get_session)]
 #: The ``model`` query parameter naming the route's model.
-ModelQuery = Annotated[str, Query(min_length=1, max_length=200, description="the model of the route"),
-                      AfterValidator(no_control_characters)]
+ModelQuery = Annotated[
+    str,
+    Query(min_length=1, max_length=200, description="the model of the route"),
+    AfterValidator(no_control_characters),
+]
 #: The ``{route}`` path parameter (may contain ``/``: matched with the ``path`` converter).
-RoutePath = Annotated[str, Path(min_length=1, max_length=200, description="the route's name (may contain /)"),
-                      AfterValidator(no_control_characters)]
+RoutePath = Annotated[
+    str,
+    Path(min_length=1, max_length=200, description="the route's name (may contain /)"),
+    AfterValidator(no_control_characters),
+]
 
 
-@router.get("/v1/routes", dependencies=[Depends(require_scope("read"))], response_model=RouteListOut, summary="Every route and its threshold")
+@router.get(
+    "/v1/routes",
+    dependencies=[Depends(require_scope("read"))],
+    response_model=RouteListOut,
+    summary="Every route and its threshold",
+)
 async def get_routes(session: Session) -> Any:
     """Every (route, model) with its configuration and published threshold."""
     return {"routes": await list_routes(session)}
@@ -80,13 +91,15 @@ async def get_route_history(
     model: ModelQuery,
     session: Session,
     limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_LIMIT)] = 100,
-    since: Annotated[datetime | None, Query(
-        description="Only decisions at or after this ISO 8601 time (with a zone).")] = None,
+    since: Annotated[
+        datetime | None, Query(description="Only decisions at or after this ISO 8601 time (with a zone).")
+    ] = None,
 ) -> Any:
     """The newest ``limit`` decisions (applied or held) for (route, model), newest first."""
     if since is not None and since.tzinfo is None:
-        return JSONResponse({"detail": {"field": "since", "message": "must carry a timezone (e.g. Z)"}},
-                            status_code=422)
+        return JSONResponse(
+            {"detail": {"field": "since", "message": "must carry a timezone (e.g. Z)"}}, status_code=422
+        )
     return {"history": await get_history(session, route, model, limit=limit, since=since)}
 
 
@@ -131,13 +144,16 @@ def request_actor(request: Request, claimed: str | None) -> str:
 
 
 def _unprocessable(field: str, message: str) -> JSONResponse:
-    return JSONResponse({"detail": {"field": field, "message": message}},
-                        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+    return JSONResponse(
+        {"detail": {"field": field, "message": message}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
+    )
 
 
 def _too_large(size: int) -> JSONResponse:
-    return JSONResponse({"detail": f"body of {size} bytes exceeds {MAX_ROUTE_BODY_BYTES} bytes"},
-                        status_code=status.HTTP_413_CONTENT_TOO_LARGE)
+    return JSONResponse(
+        {"detail": f"body of {size} bytes exceeds {MAX_ROUTE_BODY_BYTES} bytes"},
+        status_code=status.HTTP_413_CONTENT_TOO_LARGE,
+    )
 
 
 async def _configure(request: Request, route: str, model: str, *, replace: bool) -> Any:
@@ -167,17 +183,22 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
     actor = request_actor(request, body.actor if "actor" in body.model_fields_set else None)
     try:
         result = await configure_route(
-            request.app.state.sessionmaker, request.app.state.settings, route, model, fields,
-            replace=replace, actor=actor,
+            request.app.state.sessionmaker,
+            request.app.state.settings,
+            route,
+            model,
+            fields,
+            replace=replace,
+            actor=actor,
         )
     except RouteConfigInvalid as exc:
         return _unprocessable(exc.field, exc.message)
     except ValueError as exc:
         return _unprocessable("route", str(exc))
-    answer = RouteChangeOut(route=result.route, changes=result.changes, created=result.created,
-                            history=result.history)
-    return JSONResponse(answer.model_dump(mode="json"),
-                        status_code=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)
+    answer = RouteChangeOut(route=result.route, changes=result.changes, created=result.created, history=result.history)
+    return JSONResponse(
+        answer.model_dump(mode="json"), status_code=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+    )
 
 
 _CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -189,10 +210,17 @@ _CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
     "/v1/routes/{route:path}",
     dependencies=[Depends(require_scope("admin"))],
     response_model=RouteChangeOut,
-    responses={201: {"description": "the route was created", "model": RouteChangeOut},
-               **_CHANGE_RESPONSES},
-    openapi_extra={"requestBody": {"required": False, "content": {"application/json": {
-        "schema": RoutePutIn.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
+    responses={201: {"description": "the route was created", "model": RouteChangeOut}, **_CHANGE_RESPONSES},
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {
+                "application/json": {
+                    "schema": RoutePutIn.model_json_schema(ref_template="#/components/schemas/{model}")
+                }
+            },
+        }
+    },
     summary="Replace a route's configuration, creating the route if absent (admin; audited)",
 )
 async def put_route(request: Request, route: RoutePath, model: ModelQuery) -> Any:
@@ -210,8 +238,16 @@ async def put_route(request: Request, route: RoutePath, model: ModelQuery) -> An
     dependencies=[Depends(require_scope("admin"))],
     response_model=RouteChangeOut,
     responses={404: {"description": "unknown (route, model)"}, **_CHANGE_RESPONSES},
-    openapi_extra={"requestBody": {"required": False, "content": {"application/json": {
-        "schema": RoutePatchIn.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {
+                "application/json": {
+                    "schema": RoutePatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
+                }
+            },
+        }
+    },
     summary="Change some of a route's settings (admin; audited)",
 )
 async def patch_route(request: Request, route: RoutePath, model: ModelQuery) -> Any:

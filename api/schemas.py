@@ -55,7 +55,7 @@ __all__ = [
 def _timestamp(value: Any) -> datetime:
     if not isinstance(value, str):
         # pydantic turns a ValueError (not a TypeError) into a field error
-        raise ValueError("must be an ISO 8601 timestamp string with a timezone")  # noqa: TRY004
+        raise ValueError("must be an ISO 8601 timestamp string with a timezone")
     return parse_timestamp(value)
 
 

@@ -36,9 +36,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve_async(
-    settings: Settings, *, announce: Any = None, stop: asyncio.Event | None = None
-) -> None:
+async def serve_async(settings: Settings, *, announce: Any = None, stop: asyncio.Event | None = None) -> None:
     """Serve until the process is interrupted (SIGINT/SIGTERM) or ``stop`` is set; shut down cleanly.
 
     Args:

@@ -75,8 +75,10 @@ def sse_response(tokens: int) -> tuple[bytes, bytes]:
     rest += event([{"index": 0, "delta": {}, "finish_reason": "stop"}])
     rest += event([], usage={"prompt_tokens": 2, "completion_tokens": tokens, "total_tokens": tokens + 2})
     rest += b"data: [DONE]\n\n"
-    head = (f"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-            f"Content-Length: {len(first) + len(rest)}\r\n\r\n").encode()
+    head = (
+        f"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        f"Content-Length: {len(first) + len(rest)}\r\n\r\n"
+    ).encode()
     return head + first, rest
 
 
@@ -192,20 +194,28 @@ async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dic
     policy = HedgePolicy(hedge_after_s=30.0)
     async with contextlib.AsyncExitStack() as stack:
         http = await stack.enter_async_context(
-            httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0), limits=limits))
+            httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0), limits=limits)
+        )
         client = await stack.enter_async_context(HedgingClient(upstreams, route="bench", policy=policy))
-        modes = {"plain": lambda: plain_call(http, url), "hedging": lambda: hedging_call(client),
-                 "plain_close": lambda: plain_call(http, url, reuse=False)}
+        modes = {
+            "plain": lambda: plain_call(http, url),
+            "hedging": lambda: hedging_call(client),
+            "plain_close": lambda: plain_call(http, url, reuse=False),
+        }
         if with_sdk:
             import openai  # the dev extra; only this mode needs it
 
             from hedgerow.client import HedgingTransport
 
-            direct = openai.AsyncOpenAI(base_url=upstreams[0].base_url, api_key="x", max_retries=0,
-                                        http_client=httpx.AsyncClient(limits=limits))
+            direct = openai.AsyncOpenAI(
+                base_url=upstreams[0].base_url, api_key="x", max_retries=0, http_client=httpx.AsyncClient(limits=limits)
+            )
             hedged = openai.AsyncOpenAI(
-                base_url="http://hedgerow.invalid/v1", api_key="x", max_retries=0,
-                http_client=httpx.AsyncClient(transport=HedgingTransport(upstreams, route="bench", policy=policy)))
+                base_url="http://hedgerow.invalid/v1",
+                api_key="x",
+                max_retries=0,
+                http_client=httpx.AsyncClient(transport=HedgingTransport(upstreams, route="bench", policy=policy)),
+            )
             for sdk in (direct, hedged):
                 stack.push_async_callback(sdk.close)
             modes["sdk"] = lambda: sdk_call(direct)
@@ -247,8 +257,9 @@ async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dic
 
 def start_server(tokens: int) -> tuple[subprocess.Popen[str], int]:
     """Start the upstream in a child process; return it and its port."""
-    child = subprocess.Popen([sys.executable, __file__, "--serve", "--tokens", str(tokens)],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve", "--tokens", str(tokens)], stdout=subprocess.PIPE, text=True
+    )
     assert child.stdout is not None
     line = child.stdout.readline().strip()
     if not line.isdigit():
@@ -266,18 +277,32 @@ def main(calls: int, tokens: int, warmup: int, json_path: Path | None, with_sdk:
         child.terminate()
         child.wait(10)
     r = summary["results"]
-    print(f"{calls} streamed calls per mode, {tokens} content chunks each (+ role, finish, usage), "
-          f"local SSE server in a child process")
+    print(
+        f"{calls} streamed calls per mode, {tokens} content chunks each (+ role, finish, usage), "
+        f"local SSE server in a child process"
+    )
     print(f"{'mode':<30} {'TTFT median ms':>15} {'TTFT P99 ms':>12} {'CPU us/chunk':>13}")
     for name in r:
-        print(f"{name:<30} {r[name]['ttft_ms_median']:>15.3f} {r[name]['ttft_ms_p99']:>12.3f} "
-              f"{r[name]['cpu_us_per_chunk']:>13.2f}")
+        print(
+            f"{name:<30} {r[name]['ttft_ms_median']:>15.3f} {r[name]['ttft_ms_p99']:>12.3f} "
+            f"{r[name]['cpu_us_per_chunk']:>13.2f}"
+        )
     for pair, a in summary["added"].items():
         label = f"{pair} (ratio)"
-        print(f"{label:<30} {a['added_ttft_ms_median']:>+15.3f} {a['added_ttft_ms_p99']:>+12.3f} "
-              f"{'x' + format(a['cpu_per_chunk_ratio'], '.2f'):>13}")
-    document = {"benchmark": "client_overhead", "python": sys.version.split()[0], "httpx": httpx.__version__,
-                "machine": platform.machine(), "calls": calls, "tokens": tokens, "warmup": warmup, **summary}
+        print(
+            f"{label:<30} {a['added_ttft_ms_median']:>+15.3f} {a['added_ttft_ms_p99']:>+12.3f} "
+            f"{'x' + format(a['cpu_per_chunk_ratio'], '.2f'):>13}"
+        )
+    document = {
+        "benchmark": "client_overhead",
+        "python": sys.version.split()[0],
+        "httpx": httpx.__version__,
+        "machine": platform.machine(),
+        "calls": calls,
+        "tokens": tokens,
+        "warmup": warmup,
+        **summary,
+    }
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(document, indent=2) + "\n")

@@ -154,7 +154,7 @@ class VirtualController:
         return self.config.default_hedge_after_s if self.current is None else self.current
 
     def _absorb(self, visible: Sequence[VirtualCall]) -> None:
-        for call in visible[self._seen:]:
+        for call in visible[self._seen :]:
             assert call.primary_ttft_s is not None
             self._arrival.append(call.arrival_s)
             self._duration.append(call.primary_ttft_s)
@@ -222,9 +222,7 @@ class VirtualController:
         call_ttft = np.asarray(self._ttft)[mask]
         call_ttft = call_ttft[~np.isnan(call_ttft)]
         fields["call_ttft_samples"] = int(call_ttft.size)
-        fields["call_p99_s"] = (
-            float(np.quantile(call_ttft, 0.99, method="inverted_cdf")) if call_ttft.size else None
-        )
+        fields["call_p99_s"] = float(np.quantile(call_ttft, 0.99, method="inverted_cdf")) if call_ttft.size else None
         # the short window's own KM target
         short_target_s = None
         if short_calls >= settings.short_window_min_calls and budget is not None:
@@ -239,23 +237,25 @@ class VirtualController:
         observation = Observation(**fields)
         decision = decide(self.config, self.current, observation, self.knobs)
         self.current = decision.hedge_after_s
-        self.history.append({
-            "t_s": now,
-            "hedge_after_s": decision.hedge_after_s,
-            "reason": decision.reason,
-            "samples": 0 if estimate is None else estimate.samples,
-            "censored": 0 if estimate is None else estimate.censored,
-            "window_s": window,
-            "p90_s": None if estimate is None else estimate.p90_s,
-            "p99_s": None if estimate is None else estimate.p99_s,
-            "target_s": None if estimate is None else estimate.target_s,
-            "observed_hedge_rate": observation.observed_hedge_rate,
-            "short_window_hedge_rate": observation.short_window_hedge_rate,
-            "short_window_wanted_rate": observation.short_window_wanted_rate,
-            "short_window_target_s": observation.short_window_target_s,
-            "backup_win_rate": observation.backup_win_rate,
-            "details": decision.details or None,
-        })
+        self.history.append(
+            {
+                "t_s": now,
+                "hedge_after_s": decision.hedge_after_s,
+                "reason": decision.reason,
+                "samples": 0 if estimate is None else estimate.samples,
+                "censored": 0 if estimate is None else estimate.censored,
+                "window_s": window,
+                "p90_s": None if estimate is None else estimate.p90_s,
+                "p99_s": None if estimate is None else estimate.p99_s,
+                "target_s": None if estimate is None else estimate.target_s,
+                "observed_hedge_rate": observation.observed_hedge_rate,
+                "short_window_hedge_rate": observation.short_window_hedge_rate,
+                "short_window_wanted_rate": observation.short_window_wanted_rate,
+                "short_window_target_s": observation.short_window_target_s,
+                "backup_win_rate": observation.backup_win_rate,
+                "details": decision.details or None,
+            }
+        )
 
 
 @dataclass(slots=True)
@@ -311,8 +311,11 @@ def load_workload(path: Path, duration_s: float | None, rate_per_s: float | None
 
 
 def trailing_rates(
-    calls: Sequence[VirtualCall], start_s: float, end_s: float,
-    window_s: float = RATE_WINDOW_S, step_s: float = RATE_STEP_S,
+    calls: Sequence[VirtualCall],
+    start_s: float,
+    end_s: float,
+    window_s: float = RATE_WINDOW_S,
+    step_s: float = RATE_STEP_S,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Hedge rates of trailing windows of calls (by arrival), evaluated every ``step_s``.
 
@@ -344,9 +347,7 @@ def trailing_rates(
     return ends, (cum_h[hi] - cum_h[lo]) / n, (cum_w[hi] - cum_w[lo]) / n
 
 
-def summarize_way(
-    runs: Sequence[Sequence[VirtualCall]], warmup_s: float, end_s: float
-) -> dict[str, Any]:
+def summarize_way(runs: Sequence[Sequence[VirtualCall]], warmup_s: float, end_s: float) -> dict[str, Any]:
     """The figures of one way over the calls arriving at or after ``warmup_s``, pooled over runs.
 
     Args:
@@ -452,8 +453,13 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
         max_hedge_after_s=settings.max_hedge_after_s,
     )
     cluster = ClusterConfig(
-        replicas=args.replicas, max_batch=args.max_batch, shift_at_s=shift_at_s,
-        shift_factor=args.shift_factor, budget=args.budget, budget_burst=args.burst, seed=args.seed,
+        replicas=args.replicas,
+        max_batch=args.max_batch,
+        shift_at_s=shift_at_s,
+        shift_factor=args.shift_factor,
+        budget=args.budget,
+        budget_burst=args.burst,
+        seed=args.seed,
     )
     perf = load_perf_model()
 
@@ -491,10 +497,7 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
     i = grid_values.index(best.hedge_after_s)
     low = grid_values[max(i - 1, 0)]
     high = grid_values[min(i + 1, len(grid_values) - 1)]
-    refined = sorted(
-        {round(float(v), 4) for v in np.geomspace(low, high, args.refine + 2)[1:-1]}
-        - set(grid_values)
-    )
+    refined = sorted({round(float(v), 4) for v in np.geomspace(low, high, args.refine + 2)[1:-1]} - set(grid_values))
     if refined:
         say(f"refined around {best.hedge_after_s:g} s: {', '.join(f'{v:g}' for v in refined)}")
         try_values(refined)
@@ -505,12 +508,17 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
     runs, histories = [], []
     for seed in seeds:
         controller = VirtualController(route, settings)
-        result = simulate(workload, perf, cluster_for(seed), threshold=controller.threshold,
-                          tick=controller.tick, tick_interval_s=settings.controller_interval_s)
+        result = simulate(
+            workload,
+            perf,
+            cluster_for(seed),
+            threshold=controller.threshold,
+            tick=controller.tick,
+            tick_interval_s=settings.controller_interval_s,
+        )
         runs.append(result.calls)
         histories.append(controller.history)
-    adaptive = WayResult("adaptive", None, summarize_way(runs, warmup_s, span_s), runs,
-                         histories[0])
+    adaptive = WayResult("adaptive", None, summarize_way(runs, warmup_s, span_s), runs, histories[0])
     ways = [none, fixed, best_fixed, adaptive]
 
     budget = args.budget
@@ -523,8 +531,7 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
             "limit": RATE_TARGET_FACTOR * budget,
         },
         "p99_vs_best_fixed": {
-            "met": a["ttft_p99_s"] <= P99_TARGET_FACTOR * b["ttft_p99_s"]
-            and a["hedge_rate"] <= b["hedge_rate"],
+            "met": a["ttft_p99_s"] <= P99_TARGET_FACTOR * b["ttft_p99_s"] and a["hedge_rate"] <= b["hedge_rate"],
             "adaptive_p99_s": a["ttft_p99_s"],
             "limit_p99_s": P99_TARGET_FACTOR * b["ttft_p99_s"],
             "adaptive_hedge_rate": a["hedge_rate"],
@@ -540,15 +547,26 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
         "adaptive_final_hedge_after_s": [h[-1]["hedge_after_s"] if h else None for h in histories],
         "adaptive_history": adaptive.history,
         "config": {
-            "trace": str(args.trace), "requests": len(workload), "span_s": span_s,
-            "rate_per_s": (len(workload) - 1) / span_s, "shift_at_s": shift_at_s,
-            "shift_factor": args.shift_factor, "warmup_s": warmup_s, "replicas": args.replicas,
-            "max_batch": args.max_batch, "budget_burst": args.burst, "seeds": seeds,
-            "fixed_s": args.fixed_s, "balance": cluster.balance,
-            "cancel_latency_s": cluster.cancel_latency_s, "export_delay_s": cluster.export_delay_s,
+            "trace": str(args.trace),
+            "requests": len(workload),
+            "span_s": span_s,
+            "rate_per_s": (len(workload) - 1) / span_s,
+            "shift_at_s": shift_at_s,
+            "shift_factor": args.shift_factor,
+            "warmup_s": warmup_s,
+            "replicas": args.replicas,
+            "max_batch": args.max_batch,
+            "budget_burst": args.burst,
+            "seeds": seeds,
+            "fixed_s": args.fixed_s,
+            "balance": cluster.balance,
+            "cancel_latency_s": cluster.cancel_latency_s,
+            "export_delay_s": cluster.export_delay_s,
             "controller_interval_s": settings.controller_interval_s,
-            "window_s": settings.window_s, "short_window_s": settings.short_window_s,
-            "min_samples": settings.min_samples, "perf_model": perf.describe(),
+            "window_s": settings.window_s,
+            "short_window_s": settings.short_window_s,
+            "min_samples": settings.min_samples,
+            "perf_model": perf.describe(),
         },
         "_ways": ways,  # removed before writing JSON; used by the plot
     }
@@ -577,10 +595,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.step(t, v, where="post", color=colors["adaptive"], label="adaptive hedge_after_s")
         p90 = [(h["t_s"] / 60, h["p90_s"]) for h in history if h["p90_s"] is not None]
         if p90:
-            ax.plot(*zip(*p90), ".", ms=3, color="tab:purple", label="KM P90 of the window")
+            ax.plot(*zip(*p90, strict=False), ".", ms=3, color="tab:purple", label="KM P90 of the window")
     for w in ways[1:3]:
-        ax.axhline(w.hedge_after_s, color=colors[w.way], ls="--", lw=1,
-                   label=f"{w.way} {w.hedge_after_s:g} s")
+        ax.axhline(w.hedge_after_s, color=colors[w.way], ls="--", lw=1, label=f"{w.way} {w.hedge_after_s:g} s")
     ax.set_yscale("log")
     ax.set_ylabel("hedge_after_s (s)")
     ax.set_title("adaptive threshold (published every controller tick)")
@@ -588,14 +605,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax = axes[1]
     for w in ways[1:]:
         t, rate, wanted = trailing_rates(w.runs[0], 0.0, span_s)
-        ax.plot(t / 60, rate, color=colors[w.way], lw=1.5 if w.way == "adaptive" else 1,
-                label=f"{w.way} hedge rate")
+        ax.plot(t / 60, rate, color=colors[w.way], lw=1.5 if w.way == "adaptive" else 1, label=f"{w.way} hedge rate")
         if w.way == "adaptive":
-            ax.plot(t / 60, wanted, color=colors[w.way], lw=0.8, ls=":",
-                    label="adaptive wanted (hedged + denied)")
+            ax.plot(t / 60, wanted, color=colors[w.way], lw=0.8, ls=":", label="adaptive wanted (hedged + denied)")
     ax.axhline(budget, color="black", lw=1, label=f"budget {budget:g}")
-    ax.axhline(RATE_TARGET_FACTOR * budget, color="red", lw=1, ls="--",
-               label=f"target {RATE_TARGET_FACTOR:g} x budget")
+    ax.axhline(RATE_TARGET_FACTOR * budget, color="red", lw=1, ls="--", label=f"target {RATE_TARGET_FACTOR:g} x budget")
     ax.set_ylabel("hedge rate, trailing 5 min")
     ax.set_title("hedge rate of the calls that arrived in the last 5 minutes")
 
@@ -621,14 +635,29 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.axvspan(0, warmup_s / 60, color="0.9", zorder=0)
         ax.legend(fontsize=7, loc="upper right")
         ax.grid(alpha=0.3)
-    axes[0].annotate(f"replica slows {config['shift_factor']:g}x", (shift_min, 1), xycoords=("data", "axes fraction"),
-                     xytext=(4, -12), textcoords="offset points", color="red", fontsize=8)
-    axes[0].annotate("warm-up", (0, 1), xycoords="axes fraction", xytext=(4, -12),
-                     textcoords="offset points", color="0.4", fontsize=8)
+    axes[0].annotate(
+        f"replica slows {config['shift_factor']:g}x",
+        (shift_min, 1),
+        xycoords=("data", "axes fraction"),
+        xytext=(4, -12),
+        textcoords="offset points",
+        color="red",
+        fontsize=8,
+    )
+    axes[0].annotate(
+        "warm-up",
+        (0, 1),
+        xycoords="axes fraction",
+        xytext=(4, -12),
+        textcoords="offset points",
+        color="0.4",
+        fontsize=8,
+    )
     fig.suptitle(
         f"controller evaluation: {config['requests']} requests of the Azure conv trace, "
         f"{config['replicas']} replicas, budget {budget:g} (run of seed {config['seeds'][0]})",
-        fontsize=10)
+        fontsize=10,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -645,68 +674,115 @@ def print_table(results: dict[str, Any], wall_s: float) -> None:
     from rich.table import Table
 
     console = Console() if sys.stdout.isatty() else Console(width=170)
-    table = Table(title=f"controller evaluation (after warm-up of {results['config']['warmup_s']:.0f} s; "
-                        f"budget {results['budget']:g})")
-    for name in ("way", "hedge_after_s", "TTFT P50 s", "P99 s", "P99.9 s", "hedge rate",
-                 "worst 5-min", "wanted rate", "worst 5-min wanted", "wasted compl. tokens",
-                 "wasted prefill tokens"):
+    table = Table(
+        title=f"controller evaluation (after warm-up of {results['config']['warmup_s']:.0f} s; "
+        f"budget {results['budget']:g})"
+    )
+    for name in (
+        "way",
+        "hedge_after_s",
+        "TTFT P50 s",
+        "P99 s",
+        "P99.9 s",
+        "hedge rate",
+        "worst 5-min",
+        "wanted rate",
+        "worst 5-min wanted",
+        "wasted compl. tokens",
+        "wasted prefill tokens",
+    ):
         table.add_column(name, justify="left" if name == "way" else "right")
     for w in results["ways"]:
         table.add_row(
-            w["way"], "adaptive" if w["way"] == "adaptive" else _fmt(w["hedge_after_s"], 3),
-            _fmt(w["ttft_p50_s"]), _fmt(w["ttft_p99_s"]), _fmt(w["ttft_p999_s"]),
-            _fmt(w["hedge_rate"], 4), _fmt(w["worst_window_hedge_rate"], 4),
-            _fmt(w["wanted_hedge_rate"], 4), _fmt(w["worst_window_wanted_hedge_rate"], 4),
-            str(w["wasted_completion_tokens"]), str(w["wasted_prefill_tokens"]),
+            w["way"],
+            "adaptive" if w["way"] == "adaptive" else _fmt(w["hedge_after_s"], 3),
+            _fmt(w["ttft_p50_s"]),
+            _fmt(w["ttft_p99_s"]),
+            _fmt(w["ttft_p999_s"]),
+            _fmt(w["hedge_rate"], 4),
+            _fmt(w["worst_window_hedge_rate"], 4),
+            _fmt(w["wanted_hedge_rate"], 4),
+            _fmt(w["worst_window_wanted_hedge_rate"], 4),
+            str(w["wasted_completion_tokens"]),
+            str(w["wasted_prefill_tokens"]),
         )
     console.print(table)
     t = results["targets"]
     w, p = t["window_rate"], t["p99_vs_best_fixed"]
     console.print(
         f"target 1 (every post-warm-up 5-min hedge rate <= {w['limit']:.4f}): "
-        f"{'MET' if w['met'] else 'NOT MET'} (worst {_fmt(w['worst_window_hedge_rate'], 4)})")
+        f"{'MET' if w['met'] else 'NOT MET'} (worst {_fmt(w['worst_window_hedge_rate'], 4)})"
+    )
     console.print(
         f"target 2 (P99 <= {p['limit_p99_s']:.3f} s and hedge rate <= best fixed's "
         f"{p['best_fixed_hedge_rate']:.4f}): {'MET' if p['met'] else 'NOT MET'} "
-        f"(adaptive P99 {p['adaptive_p99_s']:.3f} s, hedge rate {p['adaptive_hedge_rate']:.4f})")
+        f"(adaptive P99 {p['adaptive_p99_s']:.3f} s, hedge rate {p['adaptive_hedge_rate']:.4f})"
+    )
     console.print(f"wall time {wall_s:.1f} s")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description="Virtual-time evaluation of the hedgerow controller on the Azure conv trace.")
+        description="Virtual-time evaluation of the hedgerow controller on the Azure conv trace."
+    )
     root = Path(__file__).resolve().parents[1]
     default_trace = DEFAULT_TRACE if DEFAULT_TRACE.is_file() else (root / DEFAULT_TRACE).resolve()
     parser.add_argument("--trace", type=Path, default=default_trace, help="Azure trace CSV")
-    parser.add_argument("--duration", type=float, default=None,
-                        help="virtual seconds of the workload to replay (default: all of it)")
-    parser.add_argument("--rate", type=float, default=None,
-                        help="re-time the trace to this mean rate, requests/s (default: as recorded)")
+    parser.add_argument(
+        "--duration", type=float, default=None, help="virtual seconds of the workload to replay (default: all of it)"
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="re-time the trace to this mean rate, requests/s (default: as recorded)",
+    )
     parser.add_argument("--budget", type=float, default=0.10, help="hedge budget (fraction)")
     parser.add_argument("--burst", type=float, default=10.0, help="token-bucket burst (hedges)")
     parser.add_argument("--seed", type=int, default=0, help="first seed of the primary choice")
-    parser.add_argument("--seeds", type=int, default=3,
-                        help="runs per way, seeds SEED..SEED+N-1; figures are pooled over them")
+    parser.add_argument(
+        "--seeds", type=int, default=3, help="runs per way, seeds SEED..SEED+N-1; figures are pooled over them"
+    )
     parser.add_argument("--replicas", type=int, default=5, help="number of replicas")
     parser.add_argument("--max-batch", type=int, default=64, help="batch bound of each replica")
-    parser.add_argument("--shift-factor", type=float, default=3.0,
-                        help="service-time factor of the replica that slows down half way")
-    parser.add_argument("--shift-at-s", type=float, default=None,
-                        help="virtual time of the shift (default: half of the workload's span)")
+    parser.add_argument(
+        "--shift-factor", type=float, default=3.0, help="service-time factor of the replica that slows down half way"
+    )
+    parser.add_argument(
+        "--shift-at-s",
+        type=float,
+        default=None,
+        help="virtual time of the shift (default: half of the workload's span)",
+    )
     parser.add_argument("--fixed-s", type=float, default=2.0, help="hedge_after_s of the fixed way")
     parser.add_argument("--grid", type=int, default=16, help="fixed values tried for best_fixed")
-    parser.add_argument("--refine", type=int, default=4,
-                        help="extra values tried between the best grid value's neighbours")
-    parser.add_argument("--warmup-s", type=float, default=None,
-                        help="leading seconds left out of the figures (default min(600, 20%% of span))")
-    parser.add_argument("--interval-s", type=float, default=None,
-                        help="controller interval (default HEDGEROW_CONTROLLER_INTERVAL_S or 60)")
-    parser.add_argument("--window-s", type=float, default=None,
-                        help="controller window (default HEDGEROW_WINDOW_S or 3600)")
-    parser.add_argument("--out-dir", type=Path, default=Path("bench/results"),
-                        help="folder of the PNG (and of the JSON unless --json is given)")
-    parser.add_argument("--json", type=Path, default=None,
-                        help="JSON results file (default OUT_DIR/controller_eval.json)")
+    parser.add_argument(
+        "--refine", type=int, default=4, help="extra values tried between the best grid value's neighbours"
+    )
+    parser.add_argument(
+        "--warmup-s",
+        type=float,
+        default=None,
+        help="leading seconds left out of the figures (default min(600, 20%% of span))",
+    )
+    parser.add_argument(
+        "--interval-s",
+        type=float,
+        default=None,
+        help="controller interval (default HEDGEROW_CONTROLLER_INTERVAL_S or 60)",
+    )
+    parser.add_argument(
+        "--window-s", type=float, default=None, help="controller window (default HEDGEROW_WINDOW_S or 3600)"
+    )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path("bench/results"),
+        help="folder of the PNG (and of the JSON unless --json is given)",
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="JSON results file (default OUT_DIR/controller_eval.json)"
+    )
     return parser
 
 
@@ -714,13 +790,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (0 ok, 2 trace absent or bad option)."""
     args = _parser().parse_args(argv)
     if not args.trace.is_file():
-        print(f"controller_eval: trace not found: {args.trace} (the Azure conversation trace, "
-              f"AzureLLMInferenceTrace_conv.csv; pass --trace FILE). Skipped.", file=sys.stderr)
+        print(
+            f"controller_eval: trace not found: {args.trace} (the Azure conversation trace, "
+            f"AzureLLMInferenceTrace_conv.csv; pass --trace FILE). Skipped.",
+            file=sys.stderr,
+        )
         return 2
     for name, low in (("replicas", 2), ("max_batch", 1), ("grid", 2), ("seeds", 1), ("refine", 0)):
         if getattr(args, name) < low:
-            print(f"controller_eval: --{name.replace('_', '-')} is too small: {getattr(args, name)}",
-                  file=sys.stderr)
+            print(f"controller_eval: --{name.replace('_', '-')} is too small: {getattr(args, name)}", file=sys.stderr)
             return 2
     start = time.perf_counter()
     try:

@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -54,19 +54,32 @@ def synthetic_records(n: int, now: datetime, seed: int = 0) -> list[CallRecord]:
             b_first = 1.0 + float(backup[i])
             first = min(p, b_first)
             if p <= b_first:
-                attempts = (AttemptRecord("a", "primary", 0.0, p, p + 2.0, "won", 200, None, 50),
-                            AttemptRecord("b", "backup", 1.0, None, p, "cancelled", 200, None, 0))
+                attempts = (
+                    AttemptRecord("a", "primary", 0.0, p, p + 2.0, "won", 200, None, 50),
+                    AttemptRecord("b", "backup", 1.0, None, p, "cancelled", 200, None, 0),
+                )
                 fields = dict(winner="primary")
             else:
-                attempts = (AttemptRecord("a", "primary", 0.0, None, b_first, "cancelled", 200, None, 0),
-                            AttemptRecord("b", "backup", 1.0, b_first, b_first + 2.0, "won", 200, None, 50))
+                attempts = (
+                    AttemptRecord("a", "primary", 0.0, None, b_first, "cancelled", 200, None, 0),
+                    AttemptRecord("b", "backup", 1.0, b_first, b_first + 2.0, "won", 200, None, 50),
+                )
                 fields = dict(winner="backup")
             fields.update(hedged=True, hedge_reason="ttft_timeout")
-        records.append(CallRecord(
-            request_id=f"bench-{seed}-{i}", route="bench", model="m", started_at=started,
-            hedge_after_s=1.0, ttft_s=round(first, 6), e2e_s=round(first + 2.0, 6), completion_tokens=50,
-            attempts=attempts, **fields,
-        ))
+        records.append(
+            CallRecord(
+                request_id=f"bench-{seed}-{i}",
+                route="bench",
+                model="m",
+                started_at=started,
+                hedge_after_s=1.0,
+                ttft_s=round(first, 6),
+                e2e_s=round(first + 2.0, 6),
+                completion_tokens=50,
+                attempts=attempts,
+                **fields,
+            )
+        )
     return records
 
 
@@ -76,13 +89,13 @@ async def measure(url: str, size: int) -> dict:
     engine = make_engine(url)
     sessionmaker = make_sessionmaker(engine)
     settings = Settings(database_url=url, window_s=3600)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     records = synthetic_records(size, now)
     defaults = route_defaults(settings)
     start = time.perf_counter()
     for i in range(0, size, 1000):
         async with sessionmaker() as session, session.begin():
-            await ingest_calls(session, records[i:i + 1000], defaults=defaults)
+            await ingest_calls(session, records[i : i + 1000], defaults=defaults)
     ingest_s = time.perf_counter() - start
     ticks = []
     for _ in range(3):
@@ -91,8 +104,14 @@ async def measure(url: str, size: int) -> dict:
         ticks.append(time.perf_counter() - start)
     await engine.dispose()
     row = rows[0]
-    return {"calls": size, "ingest_calls_per_s": size / ingest_s, "tick_s_median": float(np.median(ticks)),
-            "samples": row["samples"], "censored": row["censored"], "hedge_after_s": row["hedge_after_s"]}
+    return {
+        "calls": size,
+        "ingest_calls_per_s": size / ingest_s,
+        "tick_s_median": float(np.median(ticks)),
+        "samples": row["samples"],
+        "censored": row["censored"],
+        "hedge_after_s": row["hedge_after_s"],
+    }
 
 
 async def reset_postgres(url: str) -> None:
@@ -114,15 +133,21 @@ async def main(sizes: list[int], json_path: Path | None) -> None:
         if pg:
             await reset_postgres(pg)
             results.append({"store": "postgresql", **await measure(pg, size)})
-    print(f"{'store':<11} {'calls':>8} {'ingest calls/s':>15} {'tick s (median of 3)':>21} {'samples':>8} "
-          f"{'censored':>9} {'hedge_after_s':>14}")
+    print(
+        f"{'store':<11} {'calls':>8} {'ingest calls/s':>15} {'tick s (median of 3)':>21} {'samples':>8} "
+        f"{'censored':>9} {'hedge_after_s':>14}"
+    )
     for r in results:
-        print(f"{r['store']:<11} {r['calls']:>8} {r['ingest_calls_per_s']:>15.0f} {r['tick_s_median']:>21.3f} "
-              f"{r['samples']:>8} {r['censored']:>9} {r['hedge_after_s']:>14.3f}")
+        print(
+            f"{r['store']:<11} {r['calls']:>8} {r['ingest_calls_per_s']:>15.0f} {r['tick_s_median']:>21.3f} "
+            f"{r['samples']:>8} {r['censored']:>9} {r['hedge_after_s']:>14.3f}"
+        )
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps({"benchmark": "controller_tick", "python": sys.version.split()[0],
-                                         "results": results}, indent=2) + "\n")
+        json_path.write_text(
+            json.dumps({"benchmark": "controller_tick", "python": sys.version.split()[0], "results": results}, indent=2)
+            + "\n"
+        )
         print(f"written to {json_path}")
 
 

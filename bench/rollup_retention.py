@@ -35,7 +35,6 @@ from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.models import utc_now
 from hedgerow.controller.retention import delete_folded_raw
 from hedgerow.controller.rollups import Rollup, floor_hour, fold_hours, merge_rollups
-
 from hedgerow.settings import Settings
 from tests.controller.rollup_workload import workload
 

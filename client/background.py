@@ -7,6 +7,7 @@ must stop cleanly. Kept here once so that both validate and shut down the same w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 
 import httpx
@@ -47,7 +48,5 @@ async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
     if task is None:
         return
     task.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await task
-    except asyncio.CancelledError:
-        pass

@@ -122,8 +122,7 @@ class EventTooLarge(AttemptError):
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        super().__init__("event_too_large",
-                         f"an SSE event exceeded max_event_bytes={limit} bytes without a blank line")
+        super().__init__("event_too_large", f"an SSE event exceeded max_event_bytes={limit} bytes without a blank line")
 
 
 def describe(exc: BaseException) -> str:

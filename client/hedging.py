@@ -339,8 +339,11 @@ async def reclaim_orphans(http: httpx.AsyncClient, url: httpx.URL) -> int:
         requests = pool._requests  # type: ignore[union-attr]
         connections = list(pool.connections)  # type: ignore[union-attr]
         owned = {id(r.connection) for r in requests if getattr(r, "connection", None) is not None}
-        orphans = [c for c in connections
-                   if id(c) not in owned and not c.is_idle() and not c.is_closed() and not c.is_available()]
+        orphans = [
+            c
+            for c in connections
+            if id(c) not in owned and not c.is_idle() and not c.is_closed() and not c.is_available()
+        ]
     except (AttributeError, TypeError):
         return 0
     for connection in orphans:
@@ -768,7 +771,10 @@ class CallStream:
                     failure = AttemptError(f"http_{response.status_code}", f"HTTP {response.status_code}: {excerpt}")
                     # The error response itself, for HedgingTransport to hand back when all fail.
                     failure.status_code, failure.headers, failure.body_excerpt = (  # type: ignore[attr-defined]
-                        response.status_code, response.headers, excerpt)
+                        response.status_code,
+                        response.headers,
+                        excerpt,
+                    )
                     raise failure
                 if isinstance(response.stream, httpx.AsyncByteStream):
                     response.stream = _EventSizeCap(response.stream, self._policy.max_event_bytes)
@@ -793,7 +799,9 @@ class CallStream:
                             if not isinstance(chunk, dict):
                                 raise AttemptError("malformed_stream", f"chunk is not a JSON object: {data[:120]!r}")
                             if chunk.get("error") is not None:
-                                raise AttemptError("sse_error", f"SSE error payload: {json.dumps(chunk['error'])[:200]}")
+                                raise AttemptError(
+                                    "sse_error", f"SSE error payload: {json.dumps(chunk['error'])[:200]}"
+                                )
                             put(("chunk", attempt, chunk, at))
                         if done_at is not None:
                             await _drain(events)
@@ -802,7 +810,7 @@ class CallStream:
             put(("end", attempt, None, self._now() if done_at is None else done_at))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - every failure of an attempt becomes an event
+        except Exception as exc:
             put(("error", attempt, exc, self._now()))
 
     def _cancel(self, attempt: _Attempt, at: float) -> None:
@@ -1099,8 +1107,9 @@ class CallStream:
                 seen.add(attempt.upstream.chat_url)
                 count = await reclaim_orphans(self._http, httpx.URL(attempt.upstream.chat_url))
                 if count:
-                    log.warning("closed %d connection(s) left open by a cancelled attempt to %s",
-                                count, attempt.upstream.name)
+                    log.warning(
+                        "closed %d connection(s) left open by a cancelled attempt to %s", count, attempt.upstream.name
+                    )
 
     def _build_record(self) -> None:
         if self.record is not None:
@@ -1183,12 +1192,11 @@ async def _body_excerpt(response: httpx.Response, limit: int = 300, wait_s: floa
 def _check_body(body: object) -> None:
     """Raise ``ValueError`` naming the field when ``body`` cannot be a chat-completions request."""
     if not isinstance(body, dict):
-        raise ValueError(  # noqa: TRY004 - documented: a bad argument, raised before any request
-            f"body: must be a dict (the chat-completions JSON object), got {type(body).__name__}")
+        raise ValueError(f"body: must be a dict (the chat-completions JSON object), got {type(body).__name__}")
     if "model" not in body:
         raise ValueError("body['model']: missing; a string model name is required")
     if not isinstance(body["model"], str):
-        raise ValueError(f"body['model']: must be a string, got {type(body['model']).__name__}")  # noqa: TRY004
+        raise ValueError(f"body['model']: must be a string, got {type(body['model']).__name__}")
 
 
 def not_found_hint(upstream: Upstream) -> str | None:
@@ -1197,8 +1205,10 @@ def not_found_hint(upstream: Upstream) -> str | None:
     path = httpx.URL(upstream.base_url).path.rstrip("/")
     if path.endswith("/v1"):
         return None
-    return (f"base_url {upstream.base_url!r} does not end in '/v1'; OpenAI-compatible servers usually "
-            f"serve {path}/v1/chat/completions, and this client posts to {upstream.chat_url!r}")
+    return (
+        f"base_url {upstream.base_url!r} does not end in '/v1'; OpenAI-compatible servers usually "
+        f"serve {path}/v1/chat/completions, and this client posts to {upstream.chat_url!r}"
+    )
 
 
 def _since(at: float | None, origin: float) -> float | None:

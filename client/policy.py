@@ -99,8 +99,11 @@ class HedgePolicy:
             _seconds("stall_timeout_s", self.stall_timeout_s)
         _seconds("total_timeout_s", self.total_timeout_s)
         _seconds("connect_timeout_s", self.connect_timeout_s)
-        if (isinstance(self.max_event_bytes, bool) or not isinstance(self.max_event_bytes, int)
-                or self.max_event_bytes < 1):
+        if (
+            isinstance(self.max_event_bytes, bool)
+            or not isinstance(self.max_event_bytes, int)
+            or self.max_event_bytes < 1
+        ):
             raise ValueError(f"HedgePolicy.max_event_bytes: must be an integer >= 1, got {self.max_event_bytes!r}")
 
 

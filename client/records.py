@@ -77,8 +77,10 @@ def control_character_error(value: str) -> str | None:
     found = _CONTROL_CHARACTERS.search(value)
     if found is None:
         return None
-    return (f"must not contain control characters (U+0000-U+001F, U+007F): "
-            f"U+{ord(found.group()):04X} at index {found.start()}")
+    return (
+        f"must not contain control characters (U+0000-U+001F, U+007F): "
+        f"U+{ord(found.group()):04X} at index {found.start()}"
+    )
 
 
 def format_timestamp(value: datetime) -> str:
@@ -213,7 +215,7 @@ class CallRecord:
             ValueError: naming the first bad field (``attempts[1].start_s: must be a finite number``).
         """
         if not isinstance(data, dict):
-            raise ValueError("record: must be a JSON object")  # noqa: TRY004 - the wire format's errors are ValueErrors
+            raise ValueError("record: must be a JSON object")
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"{min(unknown)}: unknown field")
@@ -233,7 +235,7 @@ class CallRecord:
         for name in ("hedged", "hedge_denied"):
             value = data.get(name, False)
             if not isinstance(value, bool):
-                raise ValueError(f"{name}: must be true or false")  # noqa: TRY004 - the wire format's errors are ValueErrors
+                raise ValueError(f"{name}: must be true or false")
             kwargs[name] = value
         kwargs["hedge_reason"] = _choice(data, "hedge_reason", HEDGE_REASONS)
         kwargs["winner"] = _choice(data, "winner", ATTEMPT_ROLES)
@@ -241,7 +243,7 @@ class CallRecord:
         kwargs["error_type"] = _text(data, "error_type")
         raw_attempts = data.get("attempts", [])
         if not isinstance(raw_attempts, list):
-            raise ValueError("attempts: must be a list")  # noqa: TRY004 - the wire format's errors are ValueErrors
+            raise ValueError("attempts: must be a list")
         attempts = []
         for i, raw in enumerate(raw_attempts):
             try:
@@ -270,9 +272,7 @@ def check_consistency(record: CallRecord) -> None:
         first = attempt.first_token_s
         if first is not None and not attempt.start_s <= first <= attempt.end_s:
             raise ValueError(f"attempts[{i}].first_token_s: must lie between start_s and end_s")
-    if record.winner is not None and not any(
-        a.role == record.winner and a.outcome == "won" for a in record.attempts
-    ):
+    if record.winner is not None and not any(a.role == record.winner and a.outcome == "won" for a in record.attempts):
         raise ValueError(f"winner: no {record.winner} attempt with outcome won")
     if record.hedged and not any(a.role == "backup" for a in record.attempts):
         raise ValueError("hedged: true but there is no backup attempt")
@@ -284,7 +284,7 @@ def check_consistency(record: CallRecord) -> None:
 
 def _attempt_from_dict(data: Any) -> AttemptRecord:
     if not isinstance(data, dict):
-        raise ValueError("attempt: must be a JSON object")  # noqa: TRY004 - the wire format's errors are ValueErrors
+        raise ValueError("attempt: must be a JSON object")
     unknown = set(data) - set(AttemptRecord.__dataclass_fields__)
     if unknown:
         raise ValueError(f"{min(unknown)}: unknown field")

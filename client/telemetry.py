@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 from typing import Any
 
@@ -123,10 +124,8 @@ class TelemetryExporter:
 
     async def _loop(self) -> None:
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.flush_interval_s)
-            except TimeoutError:
-                pass
             self._wake.clear()
             while self._queue:
                 if not await self._send_batch():
@@ -212,7 +211,6 @@ class TelemetryExporter:
         """Flush (bounded by ``timeout_s``), stop the sender and close the connection pool."""
         await cancel_and_wait(self._task)
         self._task = None
-        if self._queue:
-            if not await self.flush(timeout_s):
-                log.warning("telemetry closed with %d unsent record(s)", len(self._queue))
+        if self._queue and not await self.flush(timeout_s):
+            log.warning("telemetry closed with %d unsent record(s)", len(self._queue))
         await self._http.aclose()

@@ -119,15 +119,24 @@ REQUEST_ID_HEADER = "X-Hedgerow-Request-Id"
 WINNER_HEADER = "X-Hedgerow-Winner"
 HEDGED_HEADER = "X-Hedgerow-Hedged"
 
-_HOP_BY_HOP = frozenset({"host", "connection", "keep-alive", "proxy-connection", "proxy-authorization",
-                         "te", "trailer", "upgrade"})
+_HOP_BY_HOP = frozenset(
+    {"host", "connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "upgrade"}
+)
 # Request headers never forwarded: hop-by-hop, and the caller's credentials (upstreams use their own).
 _DROP_PASSTHROUGH = _HOP_BY_HOP | {"authorization", "api-key"}
 # Pass-through bodies are re-sent whole (httpx sets Host and Content-Length again).
 _DROP_PASSTHROUGH_REQUEST = _DROP_PASSTHROUGH | {"content-length", "transfer-encoding"}
 # For hedged chat calls the body is re-sent and the framing, encoding and ids are hedgerow's.
-_DROP_CHAT = _DROP_PASSTHROUGH | {"content-length", "transfer-encoding", "content-type", "accept",
-                                  "accept-encoding", "x-request-id", "idempotency-key", "x-hedgerow-attempt"}
+_DROP_CHAT = _DROP_PASSTHROUGH | {
+    "content-length",
+    "transfer-encoding",
+    "content-type",
+    "accept",
+    "accept-encoding",
+    "x-request-id",
+    "idempotency-key",
+    "x-hedgerow-attempt",
+}
 # Response headers that describe the upstream's framing or encoding, not the body we hand back.
 _DROP_RESPONSE = _HOP_BY_HOP | {"content-length", "content-encoding", "transfer-encoding"}
 
@@ -150,7 +159,7 @@ def rebase_path(path: str, base_path: str | None = None) -> str | None:
             return ""
         if not path.startswith(base + "/"):
             return None
-        return path[len(base):]
+        return path[len(base) :]
     segments = path.split("/")
     if "v1" in segments:
         cut = segments.index("v1") + 1
@@ -206,15 +215,24 @@ class HedgingTransport(httpx.AsyncBaseTransport):
             raise TypeError("policy: must be a HedgePolicy or None")
         if unary_policy is not None and not isinstance(unary_policy, HedgePolicy):
             raise TypeError("unary_policy: must be a HedgePolicy or None")
-        if base_path is not None and (not isinstance(base_path, str) or not base_path.startswith("/")
-                                      or "?" in base_path):
+        if base_path is not None and (
+            not isinstance(base_path, str) or not base_path.startswith("/") or "?" in base_path
+        ):
             raise ValueError(f"base_path: must be a path starting with '/' and without a query, got {base_path!r}")
         if unary_route is not None and (not isinstance(unary_route, str) or not unary_route):
             raise ValueError("unary_route: must be a non-empty string or None")
         self._pool = httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=100))
-        self._client = HedgingClient(upstreams, route=route, policy=policy, thresholds=thresholds,
-                                     telemetry=telemetry, client_tag=client_tag, transport=self._pool)
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=100)
+        )
+        self._client = HedgingClient(
+            upstreams,
+            route=route,
+            policy=policy,
+            thresholds=thresholds,
+            telemetry=telemetry,
+            client_tag=client_tag,
+            transport=self._pool,
+        )
         self.upstreams: list[Upstream] = self._client.upstreams
         self.route = route
         self.policy = policy
@@ -268,8 +286,9 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         path, _, query = raw_path.partition("?")
         remainder = rebase_path(path, self.base_path)
         if remainder is None:
-            return _error_response(404, f"hedgerow: path {path!r} is not under base_path {self.base_path!r}",
-                                   "not_found_error")
+            return _error_response(
+                404, f"hedgerow: path {path!r} is not under base_path {self.base_path!r}", "not_found_error"
+            )
         if request.method == "POST" and remainder.rstrip("/") == CHAT_COMPLETIONS_PATH:
             return await self._chat(http, request, query)
         return await self._passthrough(http, request, remainder, query)
@@ -283,16 +302,18 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         except ValueError as exc:
             return _error_response(400, f"hedgerow: request body is not valid JSON ({exc})", param="body")
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            return _error_response(400, "hedgerow: request body must be a JSON object with a string 'model'",
-                                   param="model")
+            return _error_response(
+                400, "hedgerow: request body must be a JSON object with a string 'model'", param="model"
+            )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_CHAT}
         params = httpx.QueryParams(query) if query else None
         if body.get("stream") is True:
             return await self._stream(request, body, headers, params)
         return await self._unary(http, request, raw, body, headers, params)
 
-    async def _stream(self, request: httpx.Request, body: dict[str, Any], headers: dict[str, str],
-                      params: httpx.QueryParams | None) -> httpx.Response:
+    async def _stream(
+        self, request: httpx.Request, body: dict[str, Any], headers: dict[str, str], params: httpx.QueryParams | None
+    ) -> httpx.Response:
         call = self._client.stream_chat(body, headers=headers, params=params)
         await call.__aenter__()
         iterator = call.__aiter__()
@@ -306,16 +327,23 @@ class HedgingTransport(httpx.AsyncBaseTransport):
             if isinstance(exc, HedgeError):
                 return _failure(request, exc, call.request_id)
             raise
-        response_headers = _response_headers(call.winner_response_headers, call.request_id,
-                                             call.winner_upstream or "", call.hedged)
+        response_headers = _response_headers(
+            call.winner_response_headers, call.request_id, call.winner_upstream or "", call.hedged
+        )
         if "content-type" not in response_headers:
             response_headers["Content-Type"] = "text/event-stream; charset=utf-8"
-        stream = _ChatByteStream(call, iterator, first, withhold_usage="stream_options" not in body,
-                                 request=request)
+        stream = _ChatByteStream(call, iterator, first, withhold_usage="stream_options" not in body, request=request)
         return httpx.Response(200, headers=response_headers, stream=stream, request=request)
 
-    async def _unary(self, http: httpx.AsyncClient, request: httpx.Request, raw: bytes, body: dict[str, Any],
-                     headers: dict[str, str], params: httpx.QueryParams | None) -> httpx.Response:
+    async def _unary(
+        self,
+        http: httpx.AsyncClient,
+        request: httpx.Request,
+        raw: bytes,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        params: httpx.QueryParams | None,
+    ) -> httpx.Response:
         model = body["model"]
         hedge_after_s, version, enabled = self.unary_policy.hedge_after_s, None, True
         if self._client.thresholds is not None:
@@ -324,40 +352,55 @@ class HedgingTransport(httpx.AsyncBaseTransport):
                 hedge_after_s, version, enabled = found
         try:
             result = await unary_call(
-                http, self.upstreams, raw, route=self.unary_route, model=model, policy=self.unary_policy,
-                budget=self.unary_budget, hedge_after_s=hedge_after_s, threshold_version=version,
-                hedging_enabled=enabled, telemetry=self._client.telemetry, client_tag=self._client.client_tag,
-                headers=headers, params=params)
+                http,
+                self.upstreams,
+                raw,
+                route=self.unary_route,
+                model=model,
+                policy=self.unary_policy,
+                budget=self.unary_budget,
+                hedge_after_s=hedge_after_s,
+                threshold_version=version,
+                hedging_enabled=enabled,
+                telemetry=self._client.telemetry,
+                client_tag=self._client.client_tag,
+                headers=headers,
+                params=params,
+            )
         except HedgeError as exc:
             return _failure(request, exc, exc.record.request_id if exc.record else "")
         winner = result.upstream if result.record.winner is not None else ""  # a 4xx handed back: no winner
         response_headers = _response_headers(result.headers, result.record.request_id, winner, result.hedged)
-        return httpx.Response(result.status_code, headers=response_headers, content=result.content,
-                              request=request)
+        return httpx.Response(result.status_code, headers=response_headers, content=result.content, request=request)
 
     # -- everything else ------------------------------------------------------------------------
 
-    async def _passthrough(self, http: httpx.AsyncClient, request: httpx.Request, remainder: str,
-                           query: str) -> httpx.Response:
+    async def _passthrough(
+        self, http: httpx.AsyncClient, request: httpx.Request, remainder: str, query: str
+    ) -> httpx.Response:
         upstream = self.upstreams[0]
         url = upstream.base_url.rstrip("/") + remainder + (f"?{query}" if query else "")
-        headers = httpx.Headers([(k, v) for k, v in request.headers.multi_items()
-                                 if k.lower() not in _DROP_PASSTHROUGH_REQUEST])
+        headers = httpx.Headers(
+            [(k, v) for k, v in request.headers.multi_items() if k.lower() not in _DROP_PASSTHROUGH_REQUEST]
+        )
         if upstream.api_key:
             headers["Authorization"] = f"Bearer {upstream.api_key}"
         if upstream.headers:
             headers.update(dict(upstream.headers))
-        outgoing = httpx.Request(request.method, url, headers=headers, content=await request.aread(),
-                                 extensions=request.extensions)
+        outgoing = httpx.Request(
+            request.method, url, headers=headers, content=await request.aread(), extensions=request.extensions
+        )
         response = await send_streaming(http, outgoing)
-        kept = [(k, v) for k, v in response.headers.multi_items()
-                if k.lower() not in _HOP_BY_HOP | {"transfer-encoding"}]
+        kept = [
+            (k, v) for k, v in response.headers.multi_items() if k.lower() not in _HOP_BY_HOP | {"transfer-encoding"}
+        ]
         out = httpx.Headers(kept)
         _mark(out, "", upstream.name, False)
         extensions = {k: v for k, v in response.extensions.items() if k in ("http_version", "reason_phrase")}
         # response.stream closes with close_shielded (send_streaming), whoever closes it.
-        return httpx.Response(response.status_code, headers=out, stream=response.stream, request=request,
-                              extensions=extensions)
+        return httpx.Response(
+            response.status_code, headers=out, stream=response.stream, request=request, extensions=extensions
+        )
 
 
 class _ChatByteStream(httpx.AsyncByteStream):
@@ -367,8 +410,15 @@ class _ChatByteStream(httpx.AsyncByteStream):
     after the first token surface as httpx transport errors (see the module table).
     """
 
-    def __init__(self, call: CallStream, iterator: AsyncIterator[dict[str, Any]], first: dict[str, Any] | None,
-                 *, withhold_usage: bool, request: httpx.Request) -> None:
+    def __init__(
+        self,
+        call: CallStream,
+        iterator: AsyncIterator[dict[str, Any]],
+        first: dict[str, Any] | None,
+        *,
+        withhold_usage: bool,
+        request: httpx.Request,
+    ) -> None:
         self._call = call
         self._iterator = iterator
         self._first = first
@@ -420,18 +470,23 @@ def _mark(headers: httpx.Headers, request_id: str, winner: str, hedged: bool) ->
     headers[HEDGED_HEADER] = "true" if hedged else "false"
 
 
-def _response_headers(upstream_headers: httpx.Headers | None, request_id: str, winner: str,
-                      hedged: bool) -> httpx.Headers:
+def _response_headers(
+    upstream_headers: httpx.Headers | None, request_id: str, winner: str, hedged: bool
+) -> httpx.Headers:
     """The upstream's headers minus framing/encoding ones, plus hedgerow's three."""
-    kept = [] if upstream_headers is None else [
-        (k, v) for k, v in upstream_headers.multi_items() if k.lower() not in _DROP_RESPONSE]
+    kept = (
+        []
+        if upstream_headers is None
+        else [(k, v) for k, v in upstream_headers.multi_items() if k.lower() not in _DROP_RESPONSE]
+    )
     headers = httpx.Headers(kept)
     _mark(headers, request_id, winner, hedged)
     return headers
 
 
-def _error_response(status: int, message: str, type_: str = "invalid_request_error",
-                    param: str | None = None) -> httpx.Response:
+def _error_response(
+    status: int, message: str, type_: str = "invalid_request_error", param: str | None = None
+) -> httpx.Response:
     """An OpenAI-style error answered by hedgerow itself (no upstream contacted)."""
     body = {"error": {"message": message, "type": type_, "param": param, "code": None}}
     headers = httpx.Headers({"Content-Type": "application/json"})
@@ -448,7 +503,7 @@ def _failure(request: httpx.Request, exc: HedgeError, request_id: str) -> httpx.
         headers["Content-Type"] = _content_type(exc.body_excerpt.encode())
         return httpx.Response(exc.status_code, headers=headers, content=exc.body_excerpt.encode(), request=request)
     if isinstance(exc, AllAttemptsFailed):
-        for name, error in reversed(exc.errors):
+        for _name, error in reversed(exc.errors):
             status = getattr(error, "status_code", None)
             if isinstance(status, int) and status >= 400:
                 content = getattr(error, "content", None)

@@ -177,20 +177,45 @@ async def unary_call(
         TotalTimeout: no answer within ``policy.total_timeout_s``. Its ``record`` is set.
     """
     call = _UnaryCall(
-        http, list(upstreams), content, route=route, model=model, policy=policy, budget=budget,
-        hedge_after_s=hedge_after_s, threshold_version=threshold_version,
-        hedging_enabled=hedging_enabled, telemetry=telemetry, client_tag=client_tag,
-        headers=headers, params=params, request_id=request_id or uuid.uuid4().hex,
+        http,
+        list(upstreams),
+        content,
+        route=route,
+        model=model,
+        policy=policy,
+        budget=budget,
+        hedge_after_s=hedge_after_s,
+        threshold_version=threshold_version,
+        hedging_enabled=hedging_enabled,
+        telemetry=telemetry,
+        client_tag=client_tag,
+        headers=headers,
+        params=params,
+        request_id=request_id or uuid.uuid4().hex,
     )
     return await call.run()
 
 
 class _UnaryCall:
-    def __init__(self, http: httpx.AsyncClient, order: list[Upstream], content: bytes, *, route: str,
-                 model: str, policy: HedgePolicy, budget: HedgeBudget, hedge_after_s: float,
-                 threshold_version: int | None, hedging_enabled: bool, telemetry: RecordSink | None,
-                 client_tag: str | None, headers: Mapping[str, str] | None, params: Any,
-                 request_id: str) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        order: list[Upstream],
+        content: bytes,
+        *,
+        route: str,
+        model: str,
+        policy: HedgePolicy,
+        budget: HedgeBudget,
+        hedge_after_s: float,
+        threshold_version: int | None,
+        hedging_enabled: bool,
+        telemetry: RecordSink | None,
+        client_tag: str | None,
+        headers: Mapping[str, str] | None,
+        params: Any,
+        request_id: str,
+    ) -> None:
         self._http = http
         self._order = order
         self._content = content
@@ -245,25 +270,44 @@ class _UnaryCall:
 
     async def _send(self, attempt: _Attempt) -> httpx.Response:
         """One attempt: the whole response, or ``UnaryAttemptFailure``/a transport error."""
-        request = self._http.build_request("POST", attempt.upstream.chat_url, content=self._content,
-                                           headers=self._headers(attempt), params=self._params)
+        request = self._http.build_request(
+            "POST",
+            attempt.upstream.chat_url,
+            content=self._content,
+            headers=self._headers(attempt),
+            params=self._params,
+        )
         async with open_response(self._http, request) as response:
             await response.aread()
         attempt.status_code = response.status_code
         if response.status_code != 200:
             raise UnaryAttemptFailure(
-                f"http_{response.status_code}", f"HTTP {response.status_code}: {response.text[:300]}",
-                status_code=response.status_code, headers=response.headers, content=response.content)
+                f"http_{response.status_code}",
+                f"HTTP {response.status_code}: {response.text[:300]}",
+                status_code=response.status_code,
+                headers=response.headers,
+                content=response.content,
+            )
         try:
             body = json.loads(response.content)
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            raise UnaryAttemptFailure("malformed_body", f"HTTP 200 body is not a JSON object: {response.text[:120]!r}",
-                                      status_code=200, headers=response.headers, content=response.content)
+            raise UnaryAttemptFailure(
+                "malformed_body",
+                f"HTTP 200 body is not a JSON object: {response.text[:120]!r}",
+                status_code=200,
+                headers=response.headers,
+                content=response.content,
+            )
         if body.get("error") is not None:
-            raise UnaryAttemptFailure("error_payload", f"HTTP 200 with an error payload: {response.text[:200]}",
-                                      status_code=200, headers=response.headers, content=response.content)
+            raise UnaryAttemptFailure(
+                "error_payload",
+                f"HTTP 200 with an error payload: {response.text[:200]}",
+                status_code=200,
+                headers=response.headers,
+                content=response.content,
+            )
         usage = body.get("usage")
         if isinstance(usage, dict):
             completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
@@ -292,8 +336,14 @@ class _UnaryCall:
             raise
         await self._finish()
         response, attempt = result
-        return UnaryResult(status_code=response.status_code, headers=response.headers, content=response.content,
-                           upstream=attempt.upstream.name, hedged=len(self._attempts) > 1, record=self._record)
+        return UnaryResult(
+            status_code=response.status_code,
+            headers=response.headers,
+            content=response.content,
+            upstream=attempt.upstream.name,
+            hedged=len(self._attempts) > 1,
+            record=self._record,
+        )
 
     async def _race(self) -> tuple[httpx.Response, _Attempt]:
         policy = self._policy
@@ -345,8 +395,9 @@ class _UnaryCall:
                 hint = not_found_hint(last.upstream) if last_error.status_code == 404 else None
                 if hint:  # the response is the upstream's own: the hint can only be logged
                     log.warning("upstream %r answered HTTP 404: %s", last.upstream.name, hint)
-                response = httpx.Response(last_error.status_code, headers=last_error.headers,
-                                          content=last_error.content)
+                response = httpx.Response(
+                    last_error.status_code, headers=last_error.headers, content=last_error.content
+                )
                 return response, last
             if self._can_add_backup():
                 self._hedge_reason = self._hedge_reason or "primary_error"

@@ -18,8 +18,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event, text
-from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
@@ -32,20 +32,20 @@ from sqlalchemy.ext.asyncio import (
 from hedgerow.controller.errors import StoreError, StoreNotReady
 
 __all__ = [
-    "dialect_insert",
     "SQLITE_BUSY_TIMEOUT_S",
+    "alembic_config",
     "check_database_url",
+    "check_ready",
+    "current_revision",
+    "dialect_insert",
+    "downgrade_database",
+    "head_revision",
     "make_engine",
     "make_sessionmaker",
-    "alembic_config",
-    "upgrade_database",
-    "downgrade_database",
-    "upgrade_connection",
     "migrate_engine",
     "safe_url",
-    "head_revision",
-    "current_revision",
-    "check_ready",
+    "upgrade_connection",
+    "upgrade_database",
 ]
 
 #: How long a SQLite writer waits for the lock held by another writer before failing.
@@ -142,7 +142,7 @@ def _run_outside_loop(fn: Any, *args: Any) -> None:
     def target() -> None:
         try:
             fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+        except BaseException as exc:
             errors.append(exc)
 
     worker = threading.Thread(target=target, name="hedgerow-migrate")
@@ -213,7 +213,7 @@ async def migrate_engine(engine: AsyncEngine, revision: str = "head") -> None:
             await upgrade_connection(connection, revision)
     except StoreError:
         raise
-    except Exception as exc:  # noqa: BLE001 - driver errors differ by database
+    except Exception as exc:
         first_line = (str(exc).strip().splitlines() or [""])[0]
         raise StoreNotReady(
             f"cannot migrate database {engine.url.render_as_string(hide_password=True)}: "
@@ -224,9 +224,7 @@ async def migrate_engine(engine: AsyncEngine, revision: str = "head") -> None:
 async def current_revision(engine: AsyncEngine) -> str | None:
     """The revision the database is at (None for an empty database)."""
     async with engine.connect() as connection:
-        return await connection.run_sync(
-            lambda sync: MigrationContext.configure(sync).get_current_revision()
-        )
+        return await connection.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
 
 
 async def check_ready(engine: AsyncEngine) -> str:
@@ -237,13 +235,12 @@ async def check_ready(engine: AsyncEngine) -> str:
     """
     try:
         current = await current_revision(engine)
-    except Exception as exc:  # noqa: BLE001 - any driver error means "not reachable"
+    except Exception as exc:
         raise StoreNotReady(f"database not reachable: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
     head = head_revision()
     if current != head:
         raise StoreNotReady(
-            f"database is at revision {current or 'none (empty)'}, migrations head is {head}: "
-            "run `hedgerow db upgrade`"
+            f"database is at revision {current or 'none (empty)'}, migrations head is {head}: run `hedgerow db upgrade`"
         )
     return current
 

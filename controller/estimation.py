@@ -191,9 +191,7 @@ def _validate(
     if n_durations == 0:
         raise ValueError("durations_s is empty: at least one TTFT sample is needed")
     if n_durations != n_censored:
-        raise ValueError(
-            f"durations_s and censored differ in length ({n_durations} != {n_censored})"
-        )
+        raise ValueError(f"durations_s and censored differ in length ({n_durations} != {n_censored})")
     try:
         durations = np.asarray(durations_s, dtype=float)
     except (TypeError, ValueError) as exc:
@@ -204,21 +202,16 @@ def _validate(
     if bad.size:
         i = int(bad[0])
         raise ValueError(
-            f"durations_s[{i}] = {durations[i]!r}: durations must be finite and >= 0 seconds"
-            f" ({bad.size} bad value(s))"
+            f"durations_s[{i}] = {durations[i]!r}: durations must be finite and >= 0 seconds ({bad.size} bad value(s))"
         )
     flags = []
     for i, flag in enumerate(censored):
         if not isinstance(flag, (bool, np.bool_)) and flag not in (0, 1):
             raise ValueError(f"censored[{i}] = {flag!r}: must be a bool")
         flags.append(bool(flag))
-    if budget is not None and (
-        isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < 1
-    ):
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < 1):
         raise ValueError(f"budget must be a fraction in (0, 1) or None, got {budget!r}")
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
-        0 < confidence < 1
-    ):
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (0 < confidence < 1):
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     return durations, np.asarray(flags, dtype=bool)
 
@@ -308,9 +301,7 @@ def estimate_ttft(
     quantiles: dict[str, float | None] = dict.fromkeys(QUANTILE_LEVELS)
     target_s: float | None = None
     if n_censored < samples:  # at least one first token: the KM curve has a step
-        data = stats.CensoredData(
-            uncensored=durations[~is_censored], right=durations[is_censored]
-        )
+        data = stats.CensoredData(uncensored=durations[~is_censored], right=durations[is_censored])
         result = stats.ecdf(data)
         times = result.sf.quantiles  # sorted distinct durations, censoring times included
         sf = result.sf.probabilities
@@ -325,9 +316,7 @@ def estimate_ttft(
             with warnings.catch_warnings():
                 # scipy warns where the interval is undefined (S = 0 or 1); NaN is handled below.
                 warnings.simplefilter("ignore", RuntimeWarning)
-                interval = result.sf.confidence_interval(
-                    confidence_level=confidence, method=CI_METHOD
-                )
+                interval = result.sf.confidence_interval(confidence_level=confidence, method=CI_METHOD)
             upper = _fill_upper_at_zero(
                 interval.high.probabilities[events], sf[events], event_times, durations, confidence
             )

@@ -124,14 +124,10 @@ class SurvivalCurve:
         times = np.asarray(self.times_s, dtype=float)
         values = np.asarray(self.values, dtype=float)
         if times.ndim != 1 or times.shape != values.shape:
-            raise ValueError(
-                f"times_s and values must be 1-D of one shape, got {times.shape} and {values.shape}"
-            )
+            raise ValueError(f"times_s and values must be 1-D of one shape, got {times.shape} and {values.shape}")
         if times.size and (np.any(np.diff(times) <= 0) or not np.all(np.isfinite(times))):
             raise ValueError("times_s must be finite and strictly ascending")
-        if values.size and (
-            np.any(np.diff(values) > 1e-12) or values.min() < 0 or values.max() > 1 + 1e-12
-        ):
+        if values.size and (np.any(np.diff(values) > 1e-12) or values.min() < 0 or values.max() > 1 + 1e-12):
             raise ValueError("values must be non-increasing and in [0, 1]")
         object.__setattr__(self, "times_s", times)
         object.__setattr__(self, "values", values)
@@ -169,9 +165,7 @@ def km_survival(durations_s: Sequence[float], censored: Sequence[bool]) -> Survi
     if durations.ndim != 1 or durations.size == 0:
         raise ValueError("durations_s must be a non-empty 1-D sequence of seconds")
     if flags.shape != durations.shape:
-        raise ValueError(
-            f"durations_s and censored differ in length ({durations.size} != {flags.size})"
-        )
+        raise ValueError(f"durations_s and censored differ in length ({durations.size} != {flags.size})")
     if not np.all(np.isfinite(durations)) or durations.min() < 0:
         raise ValueError("durations_s must be finite and >= 0 seconds")
     if flags.all():
@@ -252,9 +246,7 @@ def _replay_active(
     return index, denied
 
 
-def denial_probabilities(
-    primary: SurvivalCurve, replay: BucketReplay, thresholds_s: np.ndarray
-) -> np.ndarray:
+def denial_probabilities(primary: SurvivalCurve, replay: BucketReplay, thresholds_s: np.ndarray) -> np.ndarray:
     """Replay the token bucket over the window's calls for each candidate threshold.
 
     Call ``i`` wants a hedge at ``t`` with probability ``w_i(t)``: 1 if its primary had no first
@@ -451,9 +443,7 @@ def efficient_threshold(
     source = "backup" if backup is not None else "primary"
     g = backup if backup is not None else primary
     top = max(max_hedge_after_s, budget_target_s)
-    grid = np.geomspace(budget_target_s, top, grid_points) if top > budget_target_s else np.array(
-        [budget_target_s]
-    )
+    grid = np.geomspace(budget_target_s, top, grid_points) if top > budget_target_s else np.array([budget_target_s])
     p99 = predicted_quantiles(primary, g, grid, q, replay)
     best = float(p99.min())
     bucket_limited = False

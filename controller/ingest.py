@@ -21,7 +21,7 @@ from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.models import Attempt, Call, Route, utc_now
 from hedgerow.controller.policy import RouteConfig
 
-__all__ = ["ingest_calls", "route_defaults", "ensure_routes"]
+__all__ = ["ensure_routes", "ingest_calls", "route_defaults"]
 
 #: Rows per INSERT statement (keeps SQLite under its bound-parameter limit).
 _CHUNK_ROWS = 200
@@ -79,9 +79,7 @@ async def ensure_routes(
     for start in range(0, len(wanted), _CHUNK_ROWS):
         chunk = wanted[start : start + _CHUNK_ROWS]
         result = await session.execute(
-            select(Route.route, Route.model, Route.id).where(
-                tuple_(Route.route, Route.model).in_(chunk)
-            )
+            select(Route.route, Route.model, Route.id).where(tuple_(Route.route, Route.model).in_(chunk))
         )
         ids.update({(r, m): i for r, m, i in result.all()})
     return ids
@@ -113,9 +111,7 @@ def _call_row(record: CallRecord, route_id: int, received_at: Any) -> dict[str, 
     }
 
 
-async def ingest_calls(
-    session: AsyncSession, records: list[CallRecord], *, defaults: RouteConfig
-) -> tuple[int, int]:
+async def ingest_calls(session: AsyncSession, records: list[CallRecord], *, defaults: RouteConfig) -> tuple[int, int]:
     """Write a batch of call records (and their attempts) into the store.
 
     Everything happens inside the session's transaction; the caller commits (or rolls back), so

@@ -52,6 +52,7 @@ lock and decides again when they changed (optimistic, :func:`tick_route`), so a 
 change that lands between a tick's reads and its write is never overwritten, and every history
 row's ``previous_hedge_after_s`` is the value the row before it published.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -157,7 +158,11 @@ async def _samples_in(
     start times in seconds before ``until``."""
     rows = await session.execute(
         select(
-            Attempt.call_id, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome,
+            Attempt.call_id,
+            Attempt.start_s,
+            Attempt.first_token_s,
+            Attempt.end_s,
+            Attempt.outcome,
             Call.started_at,
         )
         .join(Call, Call.id == Attempt.call_id)
@@ -186,9 +191,7 @@ async def _samples_in(
     return durations, censored, started
 
 
-def _ttft_sample(
-    start_s: float, first_token_s: float | None, end_s: float, outcome: str
-) -> tuple[float, bool] | None:
+def _ttft_sample(start_s: float, first_token_s: float | None, end_s: float, outcome: str) -> tuple[float, bool] | None:
     """One attempt as a TTFT sample measured from its own send: ``(duration_s, censored)``.
 
     A first token gives an observed duration; an attempt cancelled before its first token is
@@ -202,9 +205,7 @@ def _ttft_sample(
     return None
 
 
-async def backup_samples(
-    session: AsyncSession, route_id: int, since: datetime, until: datetime
-) -> BackupSamples:
+async def backup_samples(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> BackupSamples:
     """The backup TTFT samples of the hedges of calls started in ``(since, until]``.
 
     Only hedges (``hedge_reason == "ttft_timeout"``) count, one backup per call (its first
@@ -218,9 +219,7 @@ async def backup_samples(
         since / until: the window (aware UTC).
     """
     rows = await session.execute(
-        select(
-            Attempt.call_id, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome
-        )
+        select(Attempt.call_id, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome)
         .join(Call, Call.id == Attempt.call_id)
         .where(
             Call.route_id == route_id,
@@ -266,17 +265,13 @@ async def gather_samples(
     """
     window = window_s
     while True:
-        durations, censored, started = await _samples_in(
-            session, route_id, now - timedelta(seconds=window), now
-        )
+        durations, censored, started = await _samples_in(session, route_id, now - timedelta(seconds=window), now)
         if len(durations) >= min_samples or window >= max_window_s:
             return PrimarySamples(tuple(durations), tuple(censored), window, tuple(started))
         window = min(window * 2, max_window_s)
 
 
-async def count_calls(
-    session: AsyncSession, route_id: int, since: datetime, until: datetime
-) -> WindowCounts:
+async def count_calls(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> WindowCounts:
     """Count a route's calls started in ``(since, until]``, its hedges, the backup's wins and the
     wanted hedges (hedged, or ``hedge_denied`` by the client's budget bucket)."""
     hedged = Call.hedge_reason == "ttft_timeout"
@@ -294,9 +289,7 @@ async def count_calls(
     return WindowCounts(int(row[0]), int(row[1]), int(row[2]), int(row[3]))
 
 
-async def call_ttfts(
-    session: AsyncSession, route_id: int, since: datetime, until: datetime
-) -> list[float]:
+async def call_ttfts(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> list[float]:
     """The call-level TTFTs (what the app saw, hedged or not) of calls started in ``(since, until]``.
 
     Calls without a first token (failed, cancelled by the caller) and failovers
@@ -383,7 +376,10 @@ async def observe_route(
         short_durations, short_censored, _ = await _samples_in(session, route.id, short_since, now)
         if short_durations:
             short_estimate = await asyncio.to_thread(
-                estimate_ttft, short_durations, short_censored, budget=budget,
+                estimate_ttft,
+                short_durations,
+                short_censored,
+                budget=budget,
                 confidence=settings.confidence,
             )
             short_target_s = short_estimate.target_s
@@ -422,9 +418,7 @@ def _config(route: Route) -> RouteConfig:
     )
 
 
-def history_details(
-    decision: Decision, observation: Observation, settings: Any
-) -> dict[str, Any]:
+def history_details(decision: Decision, observation: Observation, settings: Any) -> dict[str, Any]:
     """The ``threshold_history.details`` JSON of one decision.
 
     Keys (each only when it applies):
@@ -512,9 +506,7 @@ async def lock_route(session: AsyncSession, route_id: int) -> tuple[Route, Thres
         .values(budget=Route.budget)
         .execution_options(synchronize_session=False)
     )
-    route = await session.scalar(
-        select(Route).where(Route.id == route_id).execution_options(populate_existing=True)
-    )
+    route = await session.scalar(select(Route).where(Route.id == route_id).execution_options(populate_existing=True))
     if route is None:
         raise LookupError(f"route id {route_id} no longer exists")
     threshold = await session.scalar(
@@ -587,10 +579,7 @@ async def _publish(
                 )
             )
         else:
-            changed = (
-                threshold.hedge_after_s != decision.hedge_after_s
-                or threshold.enabled != fresh.enabled
-            )
+            changed = threshold.hedge_after_s != decision.hedge_after_s or threshold.enabled != fresh.enabled
             if changed:
                 threshold.version += 1
             if changed or threshold.source != decision.source:
@@ -696,8 +685,14 @@ async def tick_route(
             decision = replace(decision, reason=f"{reason_prefix},{decision.reason}")
         try:
             return await _publish(
-                sessionmaker, route, current, decision, observation, now,
-                details=details, actor=actor,
+                sessionmaker,
+                route,
+                current,
+                decision,
+                observation,
+                now,
+                details=details,
+                actor=actor,
             )
         except _StaleInputs as stale:
             log.info("%s: deciding again from the values as re-read", stale)

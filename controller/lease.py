@@ -32,6 +32,7 @@ tick (e.g. a stopped VM) may finish that tick after another replica took over, w
 one extra history row per route for that period; the published threshold stays consistent
 because every write of a threshold is its own transaction with a row lock.
 """
+
 from __future__ import annotations
 
 import os

@@ -20,10 +20,11 @@ number of seconds with the unit in the column name. Constraint names follow
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, ClassVar
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Boolean,
     DateTime,
@@ -31,7 +32,6 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
-    JSON,
     MetaData,
     String,
     UniqueConstraint,
@@ -42,15 +42,15 @@ from sqlalchemy.types import TypeDecorator
 
 __all__ = [
     "NAMING_CONVENTION",
-    "UTCDateTime",
-    "Base",
-    "Route",
-    "Call",
     "Attempt",
+    "Base",
+    "Call",
+    "HourlyRollup",
+    "Lease",
+    "Route",
     "Threshold",
     "ThresholdHistory",
-    "Lease",
-    "HourlyRollup",
+    "UTCDateTime",
     "utc_now",
 ]
 
@@ -69,7 +69,7 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 def utc_now() -> datetime:
     """The current time as a timezone-aware UTC datetime."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -91,7 +91,7 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         if value.tzinfo is None:
             raise ValueError("timestamps must be timezone-aware (UTC); got a naive datetime")
-        value = value.astimezone(timezone.utc)
+        value = value.astimezone(UTC)
         if dialect.name == "sqlite":
             return value.replace(tzinfo=None)
         return value
@@ -101,15 +101,15 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
     """Declarative base of every hedgerow table (shares :data:`NAMING_CONVENTION`)."""
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map: dict[Any, Any] = {datetime: UTCDateTime()}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UTCDateTime()}
 
 
 class Route(Base):
@@ -139,7 +139,7 @@ class Route(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
-    threshold: Mapped["Threshold | None"] = relationship(back_populates="route_row", lazy="raise")
+    threshold: Mapped[Threshold | None] = relationship(back_populates="route_row", lazy="raise")
 
 
 class Call(Base):
@@ -208,9 +208,7 @@ class Threshold(Base):
 
     __tablename__ = "thresholds"
 
-    route_id: Mapped[int] = mapped_column(
-        BigId, ForeignKey("routes.id", ondelete="CASCADE"), primary_key=True
-    )
+    route_id: Mapped[int] = mapped_column(BigId, ForeignKey("routes.id", ondelete="CASCADE"), primary_key=True)
     hedge_after_s: Mapped[float] = mapped_column(Float)
     enabled: Mapped[bool] = mapped_column(Boolean)
     source: Mapped[str] = mapped_column(String(32))

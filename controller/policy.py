@@ -247,8 +247,7 @@ class RouteConfig:
         _check_positive("max_hedge_after_s", self.max_hedge_after_s)
         if self.min_hedge_after_s > self.max_hedge_after_s:
             raise ValueError(
-                f"min_hedge_after_s ({self.min_hedge_after_s}) exceeds max_hedge_after_s"
-                f" ({self.max_hedge_after_s})"
+                f"min_hedge_after_s ({self.min_hedge_after_s}) exceeds max_hedge_after_s ({self.max_hedge_after_s})"
             )
         if self.pinned_hedge_after_s is not None:
             _check_positive("pinned_hedge_after_s", self.pinned_hedge_after_s)
@@ -298,45 +297,28 @@ class PolicyKnobs:
     short_window_counts_denied: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.min_samples, int) or isinstance(self.min_samples, bool) or (
-            self.min_samples < 1
-        ):
+        if not isinstance(self.min_samples, int) or isinstance(self.min_samples, bool) or (self.min_samples < 1):
             raise ValueError(f"min_samples must be an integer >= 1, got {self.min_samples!r}")
         _check_fraction("hysteresis", self.hysteresis, low_open=False, high_open=True)
         _check_fraction("max_step_down", self.max_step_down, low_open=False, high_open=True)
         _check_positive("max_step_up", self.max_step_up)
-        _check_fraction(
-            "min_backup_win_rate", self.min_backup_win_rate, low_open=False, high_open=False
-        )
+        _check_fraction("min_backup_win_rate", self.min_backup_win_rate, low_open=False, high_open=False)
         _check_count("min_hedges_for_flag", self.min_hedges_for_flag)
         _check_count("short_window_min_calls", self.short_window_min_calls)
         if self.short_window_min_calls < 1:
-            raise ValueError(
-                f"short_window_min_calls must be an integer >= 1, got {self.short_window_min_calls!r}"
-            )
-        _check_fraction(
-            "min_p99_improvement", self.min_p99_improvement, low_open=False, high_open=True
-        )
-        if not _is_number(self.p99_tolerance) or not (
-            math.isfinite(self.p99_tolerance) and self.p99_tolerance >= 0
-        ):
+            raise ValueError(f"short_window_min_calls must be an integer >= 1, got {self.short_window_min_calls!r}")
+        _check_fraction("min_p99_improvement", self.min_p99_improvement, low_open=False, high_open=True)
+        if not _is_number(self.p99_tolerance) or not (math.isfinite(self.p99_tolerance) and self.p99_tolerance >= 0):
             raise ValueError(f"p99_tolerance must be a finite number >= 0, got {self.p99_tolerance!r}")
         _check_count("min_backup_samples", self.min_backup_samples)
         if not isinstance(self.short_window_counts_denied, bool):
-            raise TypeError(
-                "short_window_counts_denied must be a bool, got"
-                f" {self.short_window_counts_denied!r}"
-            )
+            raise TypeError(f"short_window_counts_denied must be a bool, got {self.short_window_counts_denied!r}")
         if not _is_number(self.client_budget_burst) or not (
             math.isfinite(self.client_budget_burst) and self.client_budget_burst >= 0
         ):
-            raise ValueError(
-                f"client_budget_burst must be a finite number >= 0, got {self.client_budget_burst!r}"
-            )
+            raise ValueError(f"client_budget_burst must be a finite number >= 0, got {self.client_budget_burst!r}")
         if self.min_backup_samples < 1:
-            raise ValueError(
-                f"min_backup_samples must be an integer >= 1, got {self.min_backup_samples!r}"
-            )
+            raise ValueError(f"min_backup_samples must be an integer >= 1, got {self.min_backup_samples!r}")
 
     @classmethod
     def from_settings(cls, settings: Any) -> PolicyKnobs:
@@ -443,14 +425,15 @@ class Observation:
         if self.short_window_target_s is not None:
             _check_positive("short_window_target_s", self.short_window_target_s)
         if self.call_p99_s is not None and (
-            not _is_number(self.call_p99_s)
-            or not math.isfinite(self.call_p99_s)
-            or self.call_p99_s < 0
+            not _is_number(self.call_p99_s) or not math.isfinite(self.call_p99_s) or self.call_p99_s < 0
         ):
             raise ValueError(f"call_p99_s must be a finite number >= 0 or None, got {self.call_p99_s!r}")
         for name in (
-            "observed_hedge_rate", "backup_win_rate", "short_window_hedge_rate",
-            "wanted_hedge_rate", "short_window_wanted_rate",
+            "observed_hedge_rate",
+            "backup_win_rate",
+            "short_window_hedge_rate",
+            "wanted_hedge_rate",
+            "short_window_wanted_rate",
         ):
             value = getattr(self, name)
             if value is not None:
@@ -460,12 +443,9 @@ class Observation:
             flags = getattr(self, f"{kind}_censored")
             if len(durations) != len(flags):
                 raise ValueError(
-                    f"{kind}_durations_s and {kind}_censored differ in length"
-                    f" ({len(durations)} != {len(flags)})"
+                    f"{kind}_durations_s and {kind}_censored differ in length ({len(durations)} != {len(flags)})"
                 )
-            if kind == "primary" and self.primary_started_s and (
-                len(self.primary_started_s) != len(durations)
-            ):
+            if kind == "primary" and self.primary_started_s and (len(self.primary_started_s) != len(durations)):
                 raise ValueError(
                     "primary_started_s must be empty or as long as primary_durations_s"
                     f" ({len(self.primary_started_s)} != {len(durations)})"
@@ -585,9 +565,7 @@ def _efficient_target(
             budget=config.budget,
             burst=knobs.client_budget_burst,
         )
-    choice = efficient_threshold(
-        primary, backup, budget_target_s, top_s, tolerance=knobs.p99_tolerance, replay=replay
-    )
+    choice = efficient_threshold(primary, backup, budget_target_s, top_s, tolerance=knobs.p99_tolerance, replay=replay)
     g = backup if backup is not None else primary
     efficient_s = choice.hedge_after_s
     rarely_win = (
@@ -706,7 +684,8 @@ def decide(
         # Rule 4's signal: the hedges sent in the short window, and with
         # knobs.short_window_counts_denied also those the client's bucket denied (wanted).
         short_rates = [
-            r for r in (
+            r
+            for r in (
                 observation.short_window_hedge_rate,
                 observation.short_window_wanted_rate if knobs.short_window_counts_denied else None,
             )
@@ -730,9 +709,7 @@ def decide(
             #    first tokens would not change that: the samples are too few for this budget's
             #    tail. Raising would only follow noise; keep the value.
             proposed, codes = base, ["too_few_samples"]
-        elif target is None and (
-            estimate.max_censored_s is not None and base <= estimate.max_censored_s
-        ):
+        elif target is None and (estimate.max_censored_s is not None and base <= estimate.max_censored_s):
             # 3. the budget quantile is censored at or above the current value: raise by a
             #    bounded step (at most (1 + max_step_up) x the largest censoring time).
             proposed, codes = base * (1.0 + knobs.max_step_up), ["censored_raise"]
@@ -764,7 +741,7 @@ def decide(
 
     # 7. clamp.
     if proposed < config.min_hedge_after_s:
-        proposed, codes = config.min_hedge_after_s, codes + ["clamped_min"]
+        proposed, codes = config.min_hedge_after_s, [*codes, "clamped_min"]
     elif proposed > config.max_hedge_after_s:
-        proposed, codes = config.max_hedge_after_s, codes + ["clamped_max"]
+        proposed, codes = config.max_hedge_after_s, [*codes, "clamped_max"]
     return _finish(proposed, current, codes, source, observation, knobs, extra)

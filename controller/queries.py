@@ -112,9 +112,7 @@ def route_dict(route: Route, threshold: Threshold | None) -> dict[str, Any]:
 async def list_thresholds(session: AsyncSession) -> list[dict[str, Any]]:
     """Every published threshold, ordered by (route, model)."""
     result = await session.execute(
-        select(Threshold, Route)
-        .join(Route, Route.id == Threshold.route_id)
-        .order_by(Route.route, Route.model)
+        select(Threshold, Route).join(Route, Route.id == Threshold.route_id).order_by(Route.route, Route.model)
     )
     return [threshold_dict(t, r) for t, r in result.all()]
 
@@ -140,8 +138,12 @@ async def get_threshold(session: AsyncSession, route: str, model: str) -> dict[s
     found = result.first()
     if found is None:
         if await session.scalar(select(Route.id).where(Route.route == route, Route.model == model)) is not None:
-            raise UnknownRoute(route, model, f"route {route!r} with model {model!r} has no threshold yet: "
-                                             "the controller publishes one at its next tick")
+            raise UnknownRoute(
+                route,
+                model,
+                f"route {route!r} with model {model!r} has no threshold yet: "
+                "the controller publishes one at its next tick",
+            )
         raise UnknownRoute(route, model)
     return threshold_dict(*found)
 
@@ -149,9 +151,7 @@ async def get_threshold(session: AsyncSession, route: str, model: str) -> dict[s
 async def list_routes(session: AsyncSession) -> list[dict[str, Any]]:
     """Every route with its configuration and published threshold, ordered by (route, model)."""
     result = await session.execute(
-        select(Route, Threshold)
-        .outerjoin(Threshold, Threshold.route_id == Route.id)
-        .order_by(Route.route, Route.model)
+        select(Route, Threshold).outerjoin(Threshold, Threshold.route_id == Route.id).order_by(Route.route, Route.model)
     )
     return [route_dict(r, t) for r, t in result.all()]
 

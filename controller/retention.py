@@ -36,6 +36,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
 from hedgerow.controller.models import Attempt, Call, HourlyRollup, Route, utc_now
 from hedgerow.controller.rollups import (
@@ -45,8 +48,6 @@ from hedgerow.controller.rollups import (
     fold_hours,
     scan_raw_hours,
 )
-from sqlalchemy import delete, func, select, update
-from sqlalchemy.ext.asyncio import async_sessionmaker
 
 __all__ = ["DeletedHour", "RetentionReport", "delete_folded_raw", "run_retention", "run_retention_once"]
 

@@ -60,6 +60,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy import BigInteger, Integer, and_, cast, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.sql.elements import ColumnElement
+
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import StoreError
 from hedgerow.controller.models import Attempt, Call, HourlyRollup, Route, utc_now
@@ -72,9 +76,6 @@ from hedgerow.controller.ttft_histogram import (
     km_quantile,
     merge_counts,
 )
-from sqlalchemy import BigInteger, Integer, and_, cast, func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.sql.elements import ColumnElement
 
 __all__ = [
     "CALL_STATUSES",
@@ -229,9 +230,7 @@ class Rollup:
             primary_q = self.primary_ttft_quantile(q)
             out[f"ttft_{name}_s"] = None if call_q is None else call_q.value_s
             out[f"primary_ttft_{name}_s"] = None if primary_q is None else primary_q.value_s
-            out[f"primary_ttft_{name}_bounds_s"] = (
-                None if primary_q is None else [primary_q.low_s, primary_q.high_s]
-            )
+            out[f"primary_ttft_{name}_bounds_s"] = None if primary_q is None else [primary_q.low_s, primary_q.high_s]
         return out
 
 
@@ -304,9 +303,7 @@ def _hour_of_index(index: int) -> datetime:
     return datetime.fromtimestamp(int(index) * HOUR_S, tz=UTC)
 
 
-def fold_rows(
-    call_rows: Iterable[Sequence[Any]], primary_rows: Iterable[Sequence[Any]]
-) -> tuple[Rollup, int | None]:
+def fold_rows(call_rows: Iterable[Sequence[Any]], primary_rows: Iterable[Sequence[Any]]) -> tuple[Rollup, int | None]:
     """Fold raw rows into a :class:`Rollup` (pure; no database).
 
     Args:
@@ -388,10 +385,7 @@ async def scan_raw_hours(
     if route_id is not None:
         query = query.where(Call.route_id == route_id)
     rows = await session.execute(query)
-    return {
-        (int(rid), _hour_of_index(index)): (int(count), int(max_id))
-        for rid, index, count, max_id in rows.all()
-    }
+    return {(int(rid), _hour_of_index(index)): (int(count), int(max_id)) for rid, index, count, max_id in rows.all()}
 
 
 async def aggregate_hour(

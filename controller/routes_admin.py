@@ -16,8 +16,9 @@ unpins). Two ways, both in :func:`configure_route`:
 Validation (:func:`validate_route_config`; :class:`RouteConfigInvalid` names the field):
 ``budget`` in (0, 1) (1 would mean "no budget", which the estimator cannot target), every
 ``*_hedge_after_s`` a finite number in (0, ``MAX_SECONDS``] (86400 s, the longest duration a
-call record may carry, so records of the route are never refused for exceeding its threshold), and ``min_hedge_after_s <= default_hedge_after_s <=
-max_hedge_after_s``. A pinned value may lie outside the bounds: it is published as is.
+call record may carry, so records of the route are never refused for exceeding its threshold),
+and ``min_hedge_after_s <= default_hedge_after_s <= max_hedge_after_s``.
+A pinned value may lie outside the bounds: it is published as is.
 
 Audit: a change is one ``threshold_history`` row with reason ``config,<decision codes>``
 (``config`` first; the codes of the decision re-made at once with the new configuration follow,
@@ -89,12 +90,13 @@ class RouteConfigInvalid(ControllerError, ValueError):
 
 
 def _positive_seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
-        not 0 < value <= MAX_SECONDS
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or (not 0 < value <= MAX_SECONDS)
     ):
-        raise RouteConfigInvalid(
-            name, f"must be a finite number of seconds in (0, {MAX_SECONDS:g}], got {value!r}"
-        )
+        raise RouteConfigInvalid(name, f"must be a finite number of seconds in (0, {MAX_SECONDS:g}], got {value!r}")
     return float(value)
 
 
@@ -132,9 +134,7 @@ def validate_route_config(values: dict[str, Any]) -> RouteConfig:
     if pinned is not None:
         pinned = _positive_seconds("pinned_hedge_after_s", pinned)
     if low > high:
-        raise RouteConfigInvalid(
-            "min_hedge_after_s", f"{low} s exceeds max_hedge_after_s ({high} s)"
-        )
+        raise RouteConfigInvalid("min_hedge_after_s", f"{low} s exceeds max_hedge_after_s ({high} s)")
     if not low <= default <= high:
         raise RouteConfigInvalid(
             "default_hedge_after_s",
@@ -236,9 +236,7 @@ async def configure_route(
                 .returning(Route.id)
             )
             created = inserted.first() is not None
-        row = await session.scalar(
-            select(Route).where(Route.route == route, Route.model == model).with_for_update()
-        )
+        row = await session.scalar(select(Route).where(Route.route == route, Route.model == model).with_for_update())
         if row is None:
             raise UnknownRoute(route, model)
         # Take the route's publish lock before reading what the change is decided from, so a
@@ -251,9 +249,7 @@ async def configure_route(
             wanted = (_defaults(settings) if replace else old) | fields
             validate_route_config(wanted)
         changes = {
-            name: {"from": old[name], "to": wanted[name]}
-            for name in ROUTE_CONFIG_FIELDS
-            if old[name] != wanted[name]
+            name: {"from": old[name], "to": wanted[name]} for name in ROUTE_CONFIG_FIELDS if old[name] != wanted[name]
         }
         if changes or created:
             for name in changes:
@@ -267,8 +263,14 @@ async def configure_route(
                 extra["created"] = True
             joined = _JoinedSessionmaker(session)
             history = await tick_route(
-                joined, settings, row, current, now=now, actor=actor,
-                reason_prefix=CONFIG_REASON, extra_details=extra,
+                joined,
+                settings,
+                row,
+                current,
+                now=now,
+                actor=actor,
+                reason_prefix=CONFIG_REASON,
+                extra_details=extra,
             )
             await session.flush()
             threshold = await session.get(Threshold, row.id)
@@ -343,7 +345,5 @@ async def update_route(
         UnknownRoute: no such (route, model).
         RouteConfigInvalid: an unknown field, or a value out of range (named in the message).
     """
-    result = await configure_route(
-        sessionmaker, settings, route, model, changes, replace=False, actor=actor, now=now
-    )
+    result = await configure_route(sessionmaker, settings, route, model, changes, replace=False, actor=actor, now=now)
     return result.route, result.history

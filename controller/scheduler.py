@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta, timezone
+from datetime import UTC, timedelta
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -50,9 +50,7 @@ class ControllerScheduler:
         last_rollup: the report of the last one (None before the first).
     """
 
-    def __init__(
-        self, sessionmaker: async_sessionmaker, settings: Any, *, holder: str | None = None
-    ) -> None:
+    def __init__(self, sessionmaker: async_sessionmaker, settings: Any, *, holder: str | None = None) -> None:
         self.sessionmaker = sessionmaker
         self.settings = settings
         self.holder = holder or make_holder_id()
@@ -72,7 +70,7 @@ class ControllerScheduler:
             self.holding = await acquire_lease(
                 self.sessionmaker, CONTROLLER_LEASE, self.holder, self.settings.lease_ttl_s
             )
-        except Exception:  # noqa: BLE001 - a database hiccup must not kill the scheduler
+        except Exception:
             log.exception("could not renew the controller lease")
             self.holding = False
         return self.holding
@@ -111,7 +109,7 @@ class ControllerScheduler:
             self._running.add(task)
         try:
             await fn()
-        except Exception:  # noqa: BLE001 - logged, next run tries again
+        except Exception:
             log.exception("scheduled controller job failed")
         finally:
             if task is not None:
@@ -128,7 +126,7 @@ class ControllerScheduler:
 
     def start(self) -> None:
         """Start the scheduler on the running event loop (takes the lease at once)."""
-        scheduler = AsyncIOScheduler(timezone=timezone.utc)
+        scheduler = AsyncIOScheduler(timezone=UTC)
         scheduler.add_job(
             self._renew_job,
             "interval",
@@ -167,7 +165,7 @@ class ControllerScheduler:
             self._scheduler = None
         running = [t for t in self._running if t is not asyncio.current_task()]
         if running:
-            done, pending = await asyncio.wait(running, timeout=timeout_s)
+            _done, pending = await asyncio.wait(running, timeout=timeout_s)
             for task in pending:
                 task.cancel()
             if pending:
@@ -175,6 +173,6 @@ class ControllerScheduler:
         if self.holding:
             try:
                 await release_lease(self.sessionmaker, CONTROLLER_LEASE, self.holder)
-            except Exception:  # noqa: BLE001 - the lease expires by itself anyway
+            except Exception:
                 log.exception("could not release the controller lease")
             self.holding = False

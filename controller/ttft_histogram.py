@@ -274,9 +274,7 @@ def _first_reaching(cdf: np.ndarray, mask: np.ndarray, q: float) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def km_quantile(
-    events: Mapping[int, int], censored: Mapping[int, int] | None, q: float
-) -> BucketQuantile | None:
+def km_quantile(events: Mapping[int, int], censored: Mapping[int, int] | None, q: float) -> BucketQuantile | None:
     """Kaplan-Meier quantile of right-censored TTFTs given as bucket counts.
 
     Args:

@@ -5,7 +5,7 @@ The package root re-exports the client facade (``hedgerow.client``) so that an a
 their own subpackages (``hedgerow.controller``, ``hedgerow.api``, ``hedgerow.sim``).
 """
 
-from hedgerow.client import *  # noqa: F401,F403
+from hedgerow.client import *  # noqa: F403
 from hedgerow.client import __all__ as _client_all
 
 __version__ = "0.1.0"

@@ -32,7 +32,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(controller_app, name="controller")
 
 
-def fail(message: str, code: int = 1) -> "typer.Exit":
+def fail(message: str, code: int = 1) -> typer.Exit:
     """Print ``message`` as one line on stderr and return the Exit to raise (status ``code``)."""
     typer.echo(f"hedgerow: {message}", err=True)
     return typer.Exit(code)
@@ -356,24 +356,52 @@ async def _run_call(
     return answer, record, error
 
 
-@app.command(epilog="Exit status: 0 when the call succeeded, 1 when the call failed, 2 for bad flags, "
-                    "130 when interrupted (SIGINT, Ctrl-C).")
+@app.command(
+    epilog="Exit status: 0 when the call succeeded, 1 when the call failed, 2 for bad flags, "
+    "130 when interrupted (SIGINT, Ctrl-C)."
+)
 def call(
-    upstream: list[str] = typer.Option(..., "--upstream", help="NAME=BASE_URL (ends in /v1); repeat; the first is the primary."),  # noqa: B008 - typer reads options from defaults
+    upstream: list[str] = typer.Option(
+        ..., "--upstream", help="NAME=BASE_URL (ends in /v1); repeat; the first is the primary."
+    ),
     model: str = typer.Option(None, "--model", help="Model name (required with --prompt; replaces the one in --body)."),
     prompt: str = typer.Option(None, "--prompt", help="The user message."),
-    body: str = typer.Option(None, "--body", metavar="FILE", help="A chat-completions JSON body file ('-' reads stdin)."),
+    body: str = typer.Option(
+        None, "--body", metavar="FILE", help="A chat-completions JSON body file ('-' reads stdin)."
+    ),
     route: str = typer.Option("default", "--route", help="Route name recorded with the call (1 to 200 characters)."),
-    hedge_after: str = typer.Option("2.0", "--hedge-after", metavar="S", help="Seconds without a first token before hedging."),
-    stall_timeout: str = typer.Option(None, "--stall-timeout", metavar="S", help="After the first token, the largest gap between chunks, seconds (default: none)."),
+    hedge_after: str = typer.Option(
+        "2.0", "--hedge-after", metavar="S", help="Seconds without a first token before hedging."
+    ),
+    stall_timeout: str = typer.Option(
+        None,
+        "--stall-timeout",
+        metavar="S",
+        help="After the first token, the largest gap between chunks, seconds (default: none).",
+    ),
     total_timeout: str = typer.Option("120", "--total-timeout", metavar="S", help="Bound on the whole call, seconds."),
-    budget: str = typer.Option("0.10", "--budget", metavar="F", help="Hedge budget, a fraction of calls in [0, 1]; 0 disables hedging (failover stays)."),
-    max_tokens: str = typer.Option(None, "--max-tokens", metavar="N", help="max_tokens of the request, an integer > 0."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object {text, reasoning_text, tool_calls, finish_reason, record[, error]}, also when the call fails or is interrupted."),
+    budget: str = typer.Option(
+        "0.10",
+        "--budget",
+        metavar="F",
+        help="Hedge budget, a fraction of calls in [0, 1]; 0 disables hedging (failover stays).",
+    ),
+    max_tokens: str = typer.Option(
+        None, "--max-tokens", metavar="N", help="max_tokens of the request, an integer > 0."
+    ),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help=(
+            "Print one JSON object {text, reasoning_text, tool_calls, finish_reason, record[, error]}, "
+            "also when the call fails or is interrupted."
+        ),
+    ),
 ) -> None:
     """Stream one hedged chat completion; the text goes to stdout as it arrives.
 
-    With --json one object is printed at the end instead, also when the call fails or is interrupted (then with "error" and the record so far).
+    With --json one object is printed at the end instead, also when the call fails or is interrupted
+    (then with "error" and the record so far).
     """
     import asyncio
 
@@ -409,24 +437,27 @@ def call(
 
 @app.command()
 def demo(
-    trace: Path = typer.Option(None, "--trace", help="Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)."),
+    trace: Path = typer.Option(
+        None, "--trace", help="Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)."
+    ),
     duration: float = typer.Option(None, "--duration", help="Seconds of load per way (default 120, 28 with --quick)."),
     quick: bool = typer.Option(False, "--quick", help="A short run: under two minutes in all."),
     json_path: Path = typer.Option(None, "--json", help="Write the results as JSON to this file."),
     rate: float = typer.Option(None, "--rate", help="Arrival rate, requests per second (default 12)."),
-    fixed_hedge_after: float = typer.Option(None, "--fixed-hedge-after", help="Threshold of the fixed way, seconds (default 2.0)."),
+    fixed_hedge_after: float = typer.Option(
+        None, "--fixed-hedge-after", help="Threshold of the fixed way, seconds (default 2.0)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the built-in workload generator."),
 ) -> None:
     """Run api, controller, three replicas (one degraded) and hedging clients; compare three ways."""
     import asyncio
+    import math
     import os
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hedgerow.sim.demo import DemoConfig, DemoError, results_table, run_demo, write_json
-
-    import math
 
     overrides: dict = {"trace_path": trace, "json_path": json_path, "seed": seed}
     if duration is not None:
@@ -457,8 +488,14 @@ def demo(
         f"3 replicas (one {config.degraded_slowdown:g}x slower), budget {config.budget:.0%}, "
         f"fixed hedge_after_s {config.fixed_hedge_after_s:g}"
     )
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
         try:
             results = asyncio.run(run_demo(config, progress))
         except DemoError as exc:
@@ -483,7 +520,9 @@ def demo(
 def replica(
     port: int = typer.Option(..., "--port", help="TCP port to listen on (0 = pick a free one)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind."),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="Factor on every service time (0.1 = 10x faster than the GPU)."),
+    time_scale: float = typer.Option(
+        1.0, "--time-scale", help="Factor on every service time (0.1 = 10x faster than the GPU)."
+    ),
     slowdown: float = typer.Option(1.0, "--slowdown", help="Degradation factor on every service time."),
     max_batch: int = typer.Option(64, "--max-batch", help="Largest running batch."),
     tokens_per_chunk: int = typer.Option(1, "--tokens-per-chunk", help="Tokens per SSE chunk after the first."),
@@ -492,7 +531,14 @@ def replica(
     stall_rate: float = typer.Option(0.0, "--stall-rate", help="Fraction of requests that stall once mid-stream."),
     stall_s: float = typer.Option(0.0, "--stall-s", help="Length of such a stall, wall seconds."),
     seed: int = typer.Option(None, "--seed", help="Seed of the random choices."),
-    perf_model: str = typer.Option(None, "--perf-model", help="Splitwise perf_model.csv (default: ../shared/data/traces/splitwise_perf_model.csv, else an embedded table)."),
+    perf_model: str = typer.Option(
+        None,
+        "--perf-model",
+        help=(
+            "Splitwise perf_model.csv (default: ../shared/data/traces/splitwise_perf_model.csv, "
+            "else an embedded table)."
+        ),
+    ),
 ) -> None:
     """Serve one simulated OpenAI-compatible LLM replica (continuous batching, Splitwise timings)."""
     from pathlib import Path
@@ -505,10 +551,18 @@ def replica(
     if perf_model is not None and not Path(perf_model).is_file():
         raise fail(f"--perf-model: file not found: {perf_model}", 2)
     try:
-        config = ReplicaConfig(name=name, time_scale=time_scale, slowdown=slowdown, max_batch=max_batch,
-                               tokens_per_chunk=tokens_per_chunk, error_rate=error_rate,
-                               stall_rate=stall_rate, stall_s=stall_s, seed=seed,
-                               perf_model_path=perf_model)
+        config = ReplicaConfig(
+            name=name,
+            time_scale=time_scale,
+            slowdown=slowdown,
+            max_batch=max_batch,
+            tokens_per_chunk=tokens_per_chunk,
+            error_rate=error_rate,
+            stall_rate=stall_rate,
+            stall_s=stall_s,
+            seed=seed,
+            perf_model_path=perf_model,
+        )
     except ValueError as exc:
         raise fail(f"--{str(exc).split(' ', 1)[0].replace('_', '-')}: {str(exc).split(' ', 1)[1]}", 2) from None
     try:
@@ -526,7 +580,7 @@ def replica(
 # ---- serve, db upgrade, controller run-once (controller+api helper) ----
 
 
-def _server_settings(db: str | None, **overrides: object) -> "Settings":
+def _server_settings(db: str | None, **overrides: object) -> Settings:
     """Settings from the environment with the command's flags on top (bad values exit 2)."""
     from pydantic import ValidationError
 
@@ -554,13 +608,21 @@ def _require_existing_sqlite_file(url: str) -> None:
         return  # the store reports a malformed URL itself
     database = parsed.database
     if parsed.get_backend_name() == "sqlite" and database and database != ":memory:" and not Path(database).exists():
-        raise fail(f"no database file at {database}: run `hedgerow db upgrade` (with --db) or `hedgerow serve` first", 1)
+        raise fail(
+            f"no database file at {database}: run `hedgerow db upgrade` (with --db) or `hedgerow serve` first", 1
+        )
 
 
 @app.command()
 def serve(
-    db: str = typer.Option(None, "--db", help="Database URL (default HEDGEROW_DATABASE_URL, else sqlite+aiosqlite:///./hedgerow.db); migrated on start."),
-    host: str = typer.Option(None, "--host", help="Interface to listen on (default 127.0.0.1; non-loopback needs HEDGEROW_TOKENS)."),
+    db: str = typer.Option(
+        None,
+        "--db",
+        help="Database URL (default HEDGEROW_DATABASE_URL, else sqlite+aiosqlite:///./hedgerow.db); migrated on start.",
+    ),
+    host: str = typer.Option(
+        None, "--host", help="Interface to listen on (default 127.0.0.1; non-loopback needs HEDGEROW_TOKENS)."
+    ),
     port: int = typer.Option(None, "--port", help="TCP port (default 8400; 0 picks a free one)."),
     interval: float = typer.Option(None, "--interval", help="Seconds between controller ticks (default 60)."),
 ) -> None:
@@ -594,7 +656,7 @@ def db_upgrade(
         upgrade_database(settings.database_url, revision)
     except StoreError as exc:
         raise fail(str(exc), 2) from None
-    except Exception as exc:  # noqa: BLE001 - driver errors: unreachable database, bad revision
+    except Exception as exc:
         raise fail(f"migration failed: {type(exc).__name__}: {str(exc).splitlines()[0]}", 1) from None
     target = head_revision() if revision == "head" else revision
     typer.echo(f"hedgerow: database migrated to revision {target}")
@@ -632,15 +694,42 @@ def controller_run_once(
         return "-" if value is None else f"{value:.1%}"
 
     table = Table(title=f"controller tick: {len(rows)} route(s)")
-    for column in ("route", "model", "previous_s", "hedge_after_s", "applied", "reason", "source",
-                   "samples", "censored", "p50_s", "p90_s", "p99_s", "hedge rate", "backup wins", "budget"):
+    for column in (
+        "route",
+        "model",
+        "previous_s",
+        "hedge_after_s",
+        "applied",
+        "reason",
+        "source",
+        "samples",
+        "censored",
+        "p50_s",
+        "p90_s",
+        "p99_s",
+        "hedge rate",
+        "backup wins",
+        "budget",
+    ):
         table.add_column(column, justify="right" if column not in ("route", "model", "reason", "source") else "left")
     for row in rows:
-        table.add_row(row["route"], row["model"], seconds(row["previous_hedge_after_s"]),
-                      seconds(row["hedge_after_s"]), "yes" if row["applied"] else "held", row["reason"],
-                      row["source"], str(row["samples"]), str(row["censored"]), seconds(row["p50_s"]),
-                      seconds(row["p90_s"]), seconds(row["p99_s"]), fraction(row["observed_hedge_rate"]),
-                      fraction(row["backup_win_rate"]), fraction(row["budget"]))
+        table.add_row(
+            row["route"],
+            row["model"],
+            seconds(row["previous_hedge_after_s"]),
+            seconds(row["hedge_after_s"]),
+            "yes" if row["applied"] else "held",
+            row["reason"],
+            row["source"],
+            str(row["samples"]),
+            str(row["censored"]),
+            seconds(row["p50_s"]),
+            seconds(row["p90_s"]),
+            seconds(row["p99_s"]),
+            fraction(row["observed_hedge_rate"]),
+            fraction(row["backup_win_rate"]),
+            fraction(row["budget"]),
+        )
     Console(width=200).print(table)
 
 
@@ -652,7 +741,11 @@ def controller_run_once(
 @db_app.command("retention")
 def db_retention(
     db: str = typer.Option(None, "--db", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."),
-    retention: float = typer.Option(None, "--retention", help="Delete raw calls older than this many seconds (default HEDGEROW_RETENTION_S, 14 days)."),
+    retention: float = typer.Option(
+        None,
+        "--retention",
+        help="Delete raw calls older than this many seconds (default HEDGEROW_RETENTION_S, 14 days).",
+    ),
     fold_only: bool = typer.Option(False, "--fold-only", help="Fold hourly rollups but delete nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print what was folded and deleted as JSON."),
 ) -> None:

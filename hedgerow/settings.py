@@ -122,9 +122,7 @@ class Settings(BaseSettings):
         """Refuse a widest window narrower than the estimation window."""
         window_s = info.data.get("window_s")
         if window_s is not None and value < window_s:
-            raise ValueError(
-                f"HEDGEROW_MAX_WINDOW_S ({value:g} s) must be >= HEDGEROW_WINDOW_S ({window_s:g} s)"
-            )
+            raise ValueError(f"HEDGEROW_MAX_WINDOW_S ({value:g} s) must be >= HEDGEROW_WINDOW_S ({window_s:g} s)")
         return value
 
     @field_validator("short_window_s")
@@ -133,9 +131,7 @@ class Settings(BaseSettings):
         """Refuse a short window longer than the estimation window."""
         window_s = info.data.get("window_s")
         if window_s is not None and value > window_s:
-            raise ValueError(
-                f"HEDGEROW_SHORT_WINDOW_S ({value:g} s) must be <= HEDGEROW_WINDOW_S ({window_s:g} s)"
-            )
+            raise ValueError(f"HEDGEROW_SHORT_WINDOW_S ({value:g} s) must be <= HEDGEROW_WINDOW_S ({window_s:g} s)")
         return value
 
     @field_validator("max_hedge_after_s")

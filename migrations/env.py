@@ -31,9 +31,7 @@ def _url() -> str:
     url = config.attributes.get("url") or os.environ.get("HEDGEROW_DATABASE_URL")
     url = url or config.get_main_option("sqlalchemy.url")
     if not url:
-        raise RuntimeError(
-            "no database url: pass one, set HEDGEROW_DATABASE_URL or sqlalchemy.url in alembic.ini"
-        )
+        raise RuntimeError("no database url: pass one, set HEDGEROW_DATABASE_URL or sqlalchemy.url in alembic.ini")
     return url
 
 

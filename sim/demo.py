@@ -34,17 +34,26 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import httpx
 import numpy as np
 
-from hedgerow.client import CallRecord, HedgeError, HedgePolicy, HedgingClient, TelemetryExporter, ThresholdPoller, Upstream
+from hedgerow.client import (
+    CallRecord,
+    HedgeError,
+    HedgePolicy,
+    HedgingClient,
+    TelemetryExporter,
+    ThresholdPoller,
+    Upstream,
+)
 from hedgerow.sim.trace import TraceRequest, compress, load_azure_trace, synthetic_trace
 
-__all__ = ["DemoConfig", "ModeResult", "DemoError", "run_demo", "summarize", "MODES"]
+__all__ = ["MODES", "DemoConfig", "DemoError", "ModeResult", "run_demo", "summarize"]
 
 MODES = ("none", "fixed", "adaptive")
 MODEL = "llama2-70b"
@@ -93,7 +102,7 @@ class DemoConfig:
     json_path: Path | None = None
 
     @classmethod
-    def quick(cls, **overrides: Any) -> "DemoConfig":
+    def quick(cls, **overrides: Any) -> DemoConfig:
         """The ``--quick`` preset: about 30 s of load per way, under two minutes in all."""
         base = dict(duration_s=22.0, controller_interval_s=2.0)
         base.update(overrides)
@@ -137,7 +146,7 @@ def summarize(mode: str, records: Sequence[CallRecord], warmup_fraction: float =
     rate = hedged calls won by the backup / hedged calls.
     """
     ordered = sorted(records, key=lambda r: r.started_at)
-    kept = ordered[int(len(ordered) * warmup_fraction):]
+    kept = ordered[int(len(ordered) * warmup_fraction) :]
     ttfts = np.array([r.ttft_s for r in kept if r.ttft_s is not None], dtype=float)
     hedged = [r for r in kept if r.hedge_reason == "ttft_timeout"]
 
@@ -166,13 +175,18 @@ class _Processes:
         self.procs: list[tuple[str, asyncio.subprocess.Process]] = []
 
     async def start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        log = open(self.workdir / f"{name}.log", "wb")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "hedgerow.cli", *args,
-            stdout=log, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
-            env={**os.environ, **(env or {})}, cwd=self.workdir,
-        )
-        log.close()
+        with open(self.workdir / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "hedgerow.cli",
+                *args,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                cwd=self.workdir,
+            )
         self.procs.append((name, proc))
 
     def tail(self, name: str, lines: int = 5) -> str:
@@ -187,7 +201,7 @@ class _Processes:
         for _, proc in self.procs:
             try:
                 await asyncio.wait_for(proc.wait(), 10)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 proc.kill()
                 await proc.wait()
 
@@ -225,7 +239,7 @@ def build_workload(config: DemoConfig) -> list[TraceRequest]:
     Raises:
         DemoError: when the trace cannot be read.
     """
-    n = max(10, int(round(config.rate_per_s * config.duration_s)))
+    n = max(10, round(config.rate_per_s * config.duration_s))
     if config.trace_path is not None:
         try:
             trace = load_azure_trace(config.trace_path, limit=n)
@@ -256,8 +270,9 @@ async def _replay(
     if mode == "none":
         policy = HedgePolicy(hedge_after_s=config.fixed_hedge_after_s, max_backups=0, total_timeout_s=300)
     else:
-        policy = HedgePolicy(hedge_after_s=config.fixed_hedge_after_s, budget=config.budget,
-                             budget_burst=10, total_timeout_s=300)
+        policy = HedgePolicy(
+            hedge_after_s=config.fixed_hedge_after_s, budget=config.budget, budget_burst=10, total_timeout_s=300
+        )
     route = f"demo-{mode}"
     poller = ThresholdPoller(api_url, interval_s=1.0, max_stale_s=30.0) if mode == "adaptive" else None
     exporter = TelemetryExporter(api_url, batch_size=200, flush_interval_s=1.0)
@@ -267,14 +282,16 @@ async def _replay(
         await poller.start()
     final: float | None = None
     try:
-        async with HedgingClient(upstreams, route=route, policy=policy, thresholds=poller,
-                                 telemetry=recorder, client_tag=f"demo-{mode}") as client:
+        async with HedgingClient(
+            upstreams, route=route, policy=policy, thresholds=poller, telemetry=recorder, client_tag=f"demo-{mode}"
+        ) as client:
 
             async def one(i: int, req: TraceRequest) -> None:
                 body = {
                     "model": MODEL,
                     "messages": [{"role": "user", "content": f"request {i}"}],
-                    "max_tokens": req.output_tokens if config.max_output_tokens is None
+                    "max_tokens": req.output_tokens
+                    if config.max_output_tokens is None
                     else min(req.output_tokens, config.max_output_tokens),
                     "hedgerow_prompt_tokens": req.prompt_tokens,
                 }
@@ -356,12 +373,26 @@ async def run_demo(config: DemoConfig, progress: Any = None) -> list[ModeResult]
                     port = _free_port()
                     name = f"replica-{chr(ord('a') + i)}"
                     slowdown = config.degraded_slowdown if i == 2 else 1.0
-                    await procs.start(name, [
-                        "replica", "--port", str(port), "--name", name,
-                        "--time-scale", str(config.time_scale), "--slowdown", str(slowdown),
-                        "--max-batch", str(config.max_batch), "--tokens-per-chunk", str(config.tokens_per_chunk),
-                        "--seed", str(config.seed + i),
-                    ])
+                    await procs.start(
+                        name,
+                        [
+                            "replica",
+                            "--port",
+                            str(port),
+                            "--name",
+                            name,
+                            "--time-scale",
+                            str(config.time_scale),
+                            "--slowdown",
+                            str(slowdown),
+                            "--max-batch",
+                            str(config.max_batch),
+                            "--tokens-per-chunk",
+                            str(config.tokens_per_chunk),
+                            "--seed",
+                            str(config.seed + i),
+                        ],
+                    )
                     upstreams.append(Upstream(name, f"http://127.0.0.1:{port}/v1"))
                 await _wait_ready(http, f"{api_url}/healthz", procs, "api")
                 for upstream in upstreams:
@@ -425,13 +456,32 @@ def results_table(results: Sequence[ModeResult]) -> Any:
         return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
     table = Table(title="hedgerow demo: TTFT by way (seconds, after warm-up)")
-    for column in ("way", "calls", "P50 s", "P90 s", "P99 s", "max s", "hedged", "backup wins", "wasted tok",
-                   "errors", "last hedge_after_s"):
+    for column in (
+        "way",
+        "calls",
+        "P50 s",
+        "P90 s",
+        "P99 s",
+        "max s",
+        "hedged",
+        "backup wins",
+        "wasted tok",
+        "errors",
+        "last hedge_after_s",
+    ):
         table.add_column(column, justify="right")
     for r in results:
         table.add_row(
-            r.mode, str(r.calls), s(r.ttft_p50_s), s(r.ttft_p90_s), s(r.ttft_p99_s), s(r.ttft_max_s),
-            f"{r.hedge_rate:.1%}", "-" if r.backup_win_rate is None else f"{r.backup_win_rate:.0%}",
-            str(r.wasted_completion_tokens), str(r.errors), s(r.final_hedge_after_s),
+            r.mode,
+            str(r.calls),
+            s(r.ttft_p50_s),
+            s(r.ttft_p90_s),
+            s(r.ttft_p99_s),
+            s(r.ttft_max_s),
+            f"{r.hedge_rate:.1%}",
+            "-" if r.backup_win_rate is None else f"{r.backup_win_rate:.0%}",
+            str(r.wasted_completion_tokens),
+            str(r.errors),
+            s(r.final_hedge_after_s),
         )
     return table

@@ -27,6 +27,7 @@ keep their average rate despite the event loop's timer granularity.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 from collections import deque
@@ -35,7 +36,7 @@ from typing import Any
 
 from hedgerow.sim.perf_model import PerfModel
 
-__all__ = ["ReplicaEngine", "EngineRequest", "TokenChunk", "EngineClosed"]
+__all__ = ["EngineClosed", "EngineRequest", "ReplicaEngine", "TokenChunk"]
 
 #: Largest lateness (s) the deadline clock tries to catch up on before it resets.
 _MAX_LAG_S = 0.1
@@ -74,12 +75,30 @@ class EngineRequest:
         submitted_at / first_token_at / finished_at: event-loop times (s) or None.
     """
 
-    __slots__ = ("request_id", "prompt_tokens", "output_tokens", "generated", "state", "chunks",
-                 "submitted_at", "first_token_at", "finished_at", "_pending", "_stall_at",
-                 "_stall_s")
+    __slots__ = (
+        "_pending",
+        "_stall_at",
+        "_stall_s",
+        "chunks",
+        "finished_at",
+        "first_token_at",
+        "generated",
+        "output_tokens",
+        "prompt_tokens",
+        "request_id",
+        "state",
+        "submitted_at",
+    )
 
-    def __init__(self, request_id: str, prompt_tokens: int, output_tokens: int, submitted_at: float,
-                 stall_at: int | None, stall_s: float) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        prompt_tokens: int,
+        output_tokens: int,
+        submitted_at: float,
+        stall_at: int | None,
+        stall_s: float,
+    ) -> None:
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
@@ -94,8 +113,10 @@ class EngineRequest:
         self._stall_s = stall_s
 
     def __repr__(self) -> str:
-        return (f"EngineRequest({self.request_id!r}, prompt={self.prompt_tokens}, "
-                f"output={self.output_tokens}, generated={self.generated}, state={self.state})")
+        return (
+            f"EngineRequest({self.request_id!r}, prompt={self.prompt_tokens}, "
+            f"output={self.output_tokens}, generated={self.generated}, state={self.state})"
+        )
 
 
 class ReplicaEngine:
@@ -119,9 +140,18 @@ class ReplicaEngine:
         ValueError: a knob out of range (the message names it).
     """
 
-    def __init__(self, perf: PerfModel, *, max_batch: int = 64, time_scale: float = 1.0,
-                 slowdown: float = 1.0, tokens_per_chunk: int = 1, stall_rate: float = 0.0,
-                 stall_s: float = 0.0, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        perf: PerfModel,
+        *,
+        max_batch: int = 64,
+        time_scale: float = 1.0,
+        slowdown: float = 1.0,
+        tokens_per_chunk: int = 1,
+        stall_rate: float = 0.0,
+        stall_s: float = 0.0,
+        seed: int | None = None,
+    ) -> None:
         if not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an integer >= 1, got {max_batch!r}")
         if not time_scale > 0:
@@ -147,9 +177,17 @@ class ReplicaEngine:
         self._batch: dict[int, EngineRequest] = {}  # id(request) -> request, admission order
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._counters = dict(submitted=0, admitted=0, finished=0, aborted_waiting=0,
-                              aborted_running=0, prefills=0, decode_steps=0, tokens_generated=0,
-                              stalls=0)
+        self._counters = dict(
+            submitted=0,
+            admitted=0,
+            finished=0,
+            aborted_waiting=0,
+            aborted_running=0,
+            prefills=0,
+            decode_steps=0,
+            tokens_generated=0,
+            stalls=0,
+        )
         self._busy_s = 0.0
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -164,10 +202,8 @@ class ReplicaEngine:
         """Stop the loop; every request still in flight receives ``EngineClosed``."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         for req in [*self._waiting, *self._batch.values()]:
             req.state = "aborted"
@@ -175,7 +211,7 @@ class ReplicaEngine:
         self._waiting.clear()
         self._batch.clear()
 
-    async def __aenter__(self) -> "ReplicaEngine":
+    async def __aenter__(self) -> ReplicaEngine:
         await self.start()
         return self
 
@@ -205,8 +241,14 @@ class ReplicaEngine:
         stall_at = None
         if output_tokens >= 2 and self.stall_s > 0 and self._rng.random() < self.stall_rate:
             stall_at = self._rng.randint(2, output_tokens)
-        req = EngineRequest(request_id or f"req-{next(self._ids)}", prompt_tokens, output_tokens,
-                            asyncio.get_running_loop().time(), stall_at, self.stall_s)
+        req = EngineRequest(
+            request_id or f"req-{next(self._ids)}",
+            prompt_tokens,
+            output_tokens,
+            asyncio.get_running_loop().time(),
+            stall_at,
+            self.stall_s,
+        )
         self._waiting.append(req)
         self._counters["submitted"] += 1
         self._wake.set()
@@ -220,10 +262,8 @@ class ReplicaEngine:
             finished or been aborted.
         """
         if req.state == "waiting":
-            try:
+            with contextlib.suppress(ValueError):
                 self._waiting.remove(req)
-            except ValueError:
-                pass
             self._counters["aborted_waiting"] += 1
         elif req.state in ("prefill", "running"):
             self._batch.pop(id(req), None)
@@ -244,9 +284,15 @@ class ReplicaEngine:
         """
         c = dict(self._counters)
         c["aborted"] = c["aborted_waiting"] + c["aborted_running"]
-        c.update(waiting=len(self._waiting), running=len(self._batch), max_batch=self.max_batch,
-                 busy_s=round(self._busy_s, 6), time_scale=self.time_scale,
-                 slowdown=self.slowdown, tokens_per_chunk=self.tokens_per_chunk)
+        c.update(
+            waiting=len(self._waiting),
+            running=len(self._batch),
+            max_batch=self.max_batch,
+            busy_s=round(self._busy_s, 6),
+            time_scale=self.time_scale,
+            slowdown=self.slowdown,
+            tokens_per_chunk=self.tokens_per_chunk,
+        )
         return c
 
     # --- the loop -------------------------------------------------------------------------------

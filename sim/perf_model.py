@@ -41,14 +41,14 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
+    "DEFAULT_HARDWARE",
+    "DEFAULT_MODEL",
+    "DEFAULT_TENSOR_PARALLEL",
     "PerfModel",
     "PerfModelError",
-    "DEFAULT_MODEL",
-    "DEFAULT_HARDWARE",
-    "DEFAULT_TENSOR_PARALLEL",
+    "available_configs",
     "default_perf_model_path",
     "load_perf_model",
-    "available_configs",
 ]
 
 DEFAULT_MODEL = "llama2-70b"
@@ -116,8 +116,7 @@ def _read_rows(path: Path) -> list[dict[str, str]]:
     try:
         with path.open(newline="") as fh:
             reader = csv.DictReader(fh)
-            need = {"model", "hardware", "tensor_parallel", "prompt_size", "batch_size",
-                    "prompt_time", "token_time"}
+            need = {"model", "hardware", "tensor_parallel", "prompt_size", "batch_size", "prompt_time", "token_time"}
             missing = need - set(reader.fieldnames or [])
             if missing:
                 raise PerfModelError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
@@ -272,13 +271,22 @@ def load_perf_model(
         found = default_perf_model_path()
         if found is None:
             if not allow_embedded:
-                raise PerfModelError("no perf model file found (looked for ../shared/data/traces/splitwise_perf_model.csv)")
+                raise PerfModelError(
+                    "no perf model file found (looked for ../shared/data/traces/splitwise_perf_model.csv)"
+                )
             if (model, hardware, tensor_parallel) != (DEFAULT_MODEL, DEFAULT_HARDWARE, DEFAULT_TENSOR_PARALLEL):
                 raise PerfModelError(
                     f"no perf model file found and the embedded table only covers "
-                    f"{DEFAULT_MODEL}/{DEFAULT_HARDWARE}/TP{DEFAULT_TENSOR_PARALLEL}")
-            return PerfModel(model, hardware, tensor_parallel, _EMBEDDED_SOURCE,
-                             dict(_EMBEDDED_PREFILL_MS), dict(_EMBEDDED_DECODE_MS))
+                    f"{DEFAULT_MODEL}/{DEFAULT_HARDWARE}/TP{DEFAULT_TENSOR_PARALLEL}"
+                )
+            return PerfModel(
+                model,
+                hardware,
+                tensor_parallel,
+                _EMBEDDED_SOURCE,
+                dict(_EMBEDDED_PREFILL_MS),
+                dict(_EMBEDDED_DECODE_MS),
+            )
         path = found
     path = Path(path)
     if not path.is_file():
@@ -302,10 +310,12 @@ def load_perf_model(
         decode[b].append(tt)
     if not prefill:
         combos = ", ".join(f"{m}/{h}/TP{t}" for m, h, t in available_configs(path))
-        raise PerfModelError(
-            f"{path} has no rows for {model}/{hardware}/TP{tensor_parallel}; available: {combos}")
+        raise PerfModelError(f"{path} has no rows for {model}/{hardware}/TP{tensor_parallel}; available: {combos}")
     return PerfModel(
-        model, hardware, tensor_parallel, str(path),
+        model,
+        hardware,
+        tensor_parallel,
+        str(path),
         {k: float(np.mean(v)) for k, v in prefill.items()},
         {k: float(np.mean(v)) for k, v in decode.items()},
     )

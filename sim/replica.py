@@ -55,7 +55,7 @@ from hedgerow.sim.perf_model import (
     load_perf_model,
 )
 
-__all__ = ["ReplicaConfig", "create_replica_app", "serve_replica", "ReplicaThread", "estimate_prompt_tokens"]
+__all__ = ["ReplicaConfig", "ReplicaThread", "create_replica_app", "estimate_prompt_tokens", "serve_replica"]
 
 #: Largest output length a request may ask for.
 MAX_OUTPUT_TOKENS = 1_000_000
@@ -127,8 +127,12 @@ class ReplicaConfig:
 
     def load_perf(self) -> PerfModel:
         """Load the perf model this config names (see ``hedgerow.sim.perf_model.load_perf_model``)."""
-        return load_perf_model(self.perf_model_path, model=self.perf_model_name,
-                               hardware=self.hardware, tensor_parallel=self.tensor_parallel)
+        return load_perf_model(
+            self.perf_model_path,
+            model=self.perf_model_name,
+            hardware=self.hardware,
+            tensor_parallel=self.tensor_parallel,
+        )
 
 
 class _BadRequest(Exception):
@@ -138,8 +142,9 @@ class _BadRequest(Exception):
 
 
 def _error(status: int, message: str, *, type_: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": type_, "param": param, "code": None}},
-                        status_code=status)
+    return JSONResponse(
+        {"error": {"message": message, "type": type_, "param": param, "code": None}}, status_code=status
+    )
 
 
 def _is_int(v: Any) -> bool:
@@ -298,16 +303,23 @@ def create_replica_app(config: ReplicaConfig, perf: PerfModel | None = None) -> 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = ReplicaEngine(perf, max_batch=config.max_batch, time_scale=config.time_scale,
-                               slowdown=config.slowdown, tokens_per_chunk=config.tokens_per_chunk,
-                               stall_rate=config.stall_rate, stall_s=config.stall_s,
-                               seed=None if config.seed is None else config.seed + 1)
+        engine = ReplicaEngine(
+            perf,
+            max_batch=config.max_batch,
+            time_scale=config.time_scale,
+            slowdown=config.slowdown,
+            tokens_per_chunk=config.tokens_per_chunk,
+            stall_rate=config.stall_rate,
+            stall_s=config.stall_s,
+            seed=None if config.seed is None else config.seed + 1,
+        )
         app.state.engine = engine
         async with engine:
             yield
 
-    app = FastAPI(title=f"hedgerow replica {config.name}", lifespan=lifespan, docs_url=None,
-                  redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title=f"hedgerow replica {config.name}", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.config = config
     app.state.perf = perf
 
@@ -317,13 +329,14 @@ def create_replica_app(config: ReplicaConfig, perf: PerfModel | None = None) -> 
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": perf.model, "object": "model", "created": 0,
-                                            "owned_by": "hedgerow-sim"}]}
+        return {
+            "object": "list",
+            "data": [{"id": perf.model, "object": "model", "created": 0, "owned_by": "hedgerow-sim"}],
+        }
 
     @app.get("/stats")
     async def stats(request: Request) -> dict[str, Any]:
-        return {"name": config.name, **counters, **request.app.state.engine.stats(),
-                "perf_model": perf.describe()}
+        return {"name": config.name, **counters, **request.app.state.engine.stats(), "perf_model": perf.describe()}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
@@ -340,8 +353,7 @@ def create_replica_app(config: ReplicaConfig, perf: PerfModel | None = None) -> 
             return _error(422, str(exc), type_="invalid_request_error", param=exc.param)
         if config.error_rate > 0 and rng.random() < config.error_rate:
             counters["rejected"] += 1
-            return _error(503, f"replica {config.name} is overloaded (simulated error)",
-                          type_="server_error")
+            return _error(503, f"replica {config.name} is overloaded (simulated error)", type_="server_error")
         engine: ReplicaEngine = request.app.state.engine
         rid = request.headers.get("x-request-id")
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
@@ -350,15 +362,17 @@ def create_replica_app(config: ReplicaConfig, perf: PerfModel | None = None) -> 
             return StreamingResponse(
                 _stream(engine, chat, rid, completion_id, created),
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
         return await _complete(request, engine, chat, rid, completion_id, created)
 
     app.add_middleware(_RequestIdMiddleware, replica_name=config.name)
     return app
 
 
-async def _stream(engine: ReplicaEngine, chat: _ChatRequest, rid: str | None, completion_id: str,
-                  created: int) -> AsyncIterator[str]:
+async def _stream(
+    engine: ReplicaEngine, chat: _ChatRequest, rid: str | None, completion_id: str, created: int
+) -> AsyncIterator[str]:
     """SSE body of one streamed completion; aborts the engine request however it ends."""
     base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": chat.model}
     req: EngineRequest | None = None
@@ -371,19 +385,33 @@ async def _stream(engine: ReplicaEngine, chat: _ChatRequest, rid: str | None, co
                 return  # stream ends without [DONE]: the client sees a truncated stream
             if item.stall_before_s > 0:
                 await asyncio.sleep(item.stall_before_s)
-            content = {**base, "choices": [{"index": 0, "delta": {"content": "tok " * item.tokens},
-                                            "logprobs": None, "finish_reason": None}]}
+            content = {
+                **base,
+                "choices": [
+                    {"index": 0, "delta": {"content": "tok " * item.tokens}, "logprobs": None, "finish_reason": None}
+                ],
+            }
             if first:
-                role = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                             "logprobs": None, "finish_reason": None}]}
+                role = {
+                    **base,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ],
+                }
                 yield _sse(role) + _sse(content)
                 first = False
             else:
                 yield _sse(content)
             if item.finished:
                 break
-        yield _sse({**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
-                                         "finish_reason": chat.finish_reason}]})
+        yield _sse(
+            {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": chat.finish_reason}]}
+        )
         if chat.include_usage:
             yield _sse({**base, "choices": [], "usage": _usage(chat.prompt_tokens, req.generated)})
         yield "data: [DONE]\n\n"
@@ -393,12 +421,16 @@ async def _stream(engine: ReplicaEngine, chat: _ChatRequest, rid: str | None, co
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
-async def _complete(request: Request, engine: ReplicaEngine, chat: _ChatRequest, rid: str | None,
-                    completion_id: str, created: int) -> Any:
+async def _complete(
+    request: Request, engine: ReplicaEngine, chat: _ChatRequest, rid: str | None, completion_id: str, created: int
+) -> Any:
     """Non-streaming completion: wait for every token, aborting if the client goes away."""
     req = engine.submit(chat.prompt_tokens, chat.output_tokens, rid)
 
@@ -421,16 +453,32 @@ async def _complete(request: Request, engine: ReplicaEngine, chat: _ChatRequest,
     if not collector.done() or collector.cancelled() or not collector.result():
         return _error(503, "request aborted (client disconnected or replica stopping)", type_="server_error")
     return {
-        "id": completion_id, "object": "chat.completion", "created": created, "model": chat.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "tok " * req.generated},
-                     "logprobs": None, "finish_reason": chat.finish_reason}],
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": chat.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "tok " * req.generated},
+                "logprobs": None,
+                "finish_reason": chat.finish_reason,
+            }
+        ],
         "usage": _usage(chat.prompt_tokens, req.generated),
     }
 
 
 def _uvicorn_config(app: FastAPI, host: str, port: int, graceful_s: float) -> uvicorn.Config:
-    return uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
-                          timeout_graceful_shutdown=graceful_s, access_log=False)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=graceful_s,
+        access_log=False,
+    )
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -443,7 +491,8 @@ def _bind(host: str, port: int) -> socket.socket:
     sock = None
     try:
         family, type_, proto, _, addr = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)[0]
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )[0]
         sock = socket.socket(family, type_, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
@@ -456,8 +505,7 @@ def _bind(host: str, port: int) -> socket.socket:
         raise OSError(f"cannot listen on {host}:{port}: {reason}") from None
 
 
-def serve_replica(config: ReplicaConfig, host: str = "127.0.0.1", port: int = 8000, *,
-                  announce: bool = True) -> None:
+def serve_replica(config: ReplicaConfig, host: str = "127.0.0.1", port: int = 8000, *, announce: bool = True) -> None:
     """Run one replica with uvicorn until interrupted (blocking; log level warning).
 
     Args:
@@ -479,8 +527,11 @@ def serve_replica(config: ReplicaConfig, host: str = "127.0.0.1", port: int = 80
         while not server.started and not task.done():
             await asyncio.sleep(0.02)
         if server.started and announce:
-            print(f"replica {config.name} listening on http://{host}:{sock.getsockname()[1]}/v1 "
-                  f"({app.state.perf.describe()})", flush=True)
+            print(
+                f"replica {config.name} listening on http://{host}:{sock.getsockname()[1]}/v1 "
+                f"({app.state.perf.describe()})",
+                flush=True,
+            )
         await task
 
     try:
@@ -505,8 +556,9 @@ class ReplicaThread:
         RuntimeError: the server did not start within ``start_timeout_s`` (from ``start``).
     """
 
-    def __init__(self, config: ReplicaConfig, host: str = "127.0.0.1", port: int = 0,
-                 perf: PerfModel | None = None) -> None:
+    def __init__(
+        self, config: ReplicaConfig, host: str = "127.0.0.1", port: int = 0, perf: PerfModel | None = None
+    ) -> None:
         self.config = config
         self.app = create_replica_app(config, perf)
         self.server = uvicorn.Server(_uvicorn_config(self.app, host, port, 1.0))
@@ -520,10 +572,10 @@ class ReplicaThread:
     def _run(self) -> None:
         try:
             asyncio.run(self.server.serve(sockets=[self._sock]))
-        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+        except BaseException as exc:
             self._error = exc
 
-    def start(self, start_timeout_s: float = 10.0) -> "ReplicaThread":
+    def start(self, start_timeout_s: float = 10.0) -> ReplicaThread:
         """Bind, start the server and wait until it listens; returns self.
 
         Raises:
@@ -548,8 +600,7 @@ class ReplicaThread:
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
-                print(f"warning: replica {self.config.name} thread did not stop in {timeout_s}s",
-                      file=sys.stderr)
+                print(f"warning: replica {self.config.name} thread did not stop in {timeout_s}s", file=sys.stderr)
             self._thread = None
         if self._sock is not None:
             self._sock.close()
@@ -565,7 +616,7 @@ class ReplicaThread:
         """OpenAI base URL (``.../v1``) for ``hedgerow.client.Upstream``."""
         return f"{self.url}/v1"
 
-    def __enter__(self) -> "ReplicaThread":
+    def __enter__(self) -> ReplicaThread:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -12,21 +12,21 @@ import csv
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 __all__ = [
-    "TraceRequest",
-    "TraceError",
-    "load_azure_trace",
-    "compress",
-    "synthetic_trace",
     "CONV_INPUT_QUANTILES",
+    "CONV_INTERARRIVAL_CV",
     "CONV_OUTPUT_QUANTILES",
     "CONV_RATE_PER_S",
-    "CONV_INTERARRIVAL_CV",
+    "TraceError",
+    "TraceRequest",
+    "compress",
+    "load_azure_trace",
+    "synthetic_trace",
 ]
 
 
@@ -58,7 +58,7 @@ def _parse_timestamp(text: str) -> float:
     if m is None:
         raise ValueError(f"{text!r} is not a timestamp like 2023-11-16 18:15:46.6805900")
     y, mo, d, h, mi, s, frac = m.groups()
-    whole = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=timezone.utc)
+    whole = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=UTC)
     return whole.timestamp() + (float("0." + frac) if frac else 0.0)
 
 
@@ -101,7 +101,9 @@ def load_azure_trace(path: str | Path, limit: int | None = None) -> list[TraceRe
         try:
             header = [h.strip() for h in next(reader)]
         except StopIteration:
-            raise TraceError(f"{path}: empty file (expected a header TIMESTAMP,ContextTokens,GeneratedTokens)") from None
+            raise TraceError(
+                f"{path}: empty file (expected a header TIMESTAMP,ContextTokens,GeneratedTokens)"
+            ) from None
         columns = {}
         for name in ("TIMESTAMP", "ContextTokens", "GeneratedTokens"):
             if name not in header:
@@ -114,9 +116,11 @@ def load_azure_trace(path: str | Path, limit: int | None = None) -> list[TraceRe
             if not row or all(not cell.strip() for cell in row):
                 continue
             parsed = []
-            for name, parse in (("TIMESTAMP", _parse_timestamp),
-                                ("ContextTokens", lambda t: _parse_count(t, 0)),
-                                ("GeneratedTokens", lambda t: _parse_count(t, 1))):
+            for name, parse in (
+                ("TIMESTAMP", _parse_timestamp),
+                ("ContextTokens", lambda t: _parse_count(t, 0)),
+                ("GeneratedTokens", lambda t: _parse_count(t, 1)),
+            ):
                 idx = columns[name]
                 if idx >= len(row):
                     raise TraceError(f"{path}: line {line}: column {name}: missing value")
@@ -170,8 +174,9 @@ CONV_RATE_PER_S = 5.53
 CONV_INTERARRIVAL_CV = 1.094
 
 
-def synthetic_trace(n: int, rate_per_s: float = CONV_RATE_PER_S, seed: int | None = 0, *,
-                    interarrival_cv: float = CONV_INTERARRIVAL_CV) -> list[TraceRequest]:
+def synthetic_trace(
+    n: int, rate_per_s: float = CONV_RATE_PER_S, seed: int | None = 0, *, interarrival_cv: float = CONV_INTERARRIVAL_CV
+) -> list[TraceRequest]:
     """Generate a workload whose lengths and arrivals follow the Azure conv trace.
 
     Figures (Azure LLM inference trace, conversation service, 2023-11-16, 19,366 requests over
@@ -215,5 +220,6 @@ def synthetic_trace(n: int, rate_per_s: float = CONV_RATE_PER_S, seed: int | Non
     levels = np.asarray(_QUANTILE_LEVELS)
     prompts = np.interp(rng.uniform(0.0, 100.0, size=n), levels, CONV_INPUT_QUANTILES)
     outputs = np.interp(rng.uniform(0.0, 100.0, size=n), levels, CONV_OUTPUT_QUANTILES)
-    return [TraceRequest(float(a), int(round(p)), max(1, int(round(o))))
-            for a, p, o in zip(arrivals, prompts, outputs)]
+    return [
+        TraceRequest(float(a), round(p), max(1, round(o))) for a, p, o in zip(arrivals, prompts, outputs, strict=False)
+    ]

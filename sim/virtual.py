@@ -130,9 +130,7 @@ class ClusterConfig:
             raise ValueError(f"max_batch must be an integer >= 1, got {self.max_batch!r}")
         if self.shift_at_s is not None:
             _positive("shift_at_s", self.shift_at_s, allow_zero=True)
-        if not isinstance(self.shift_replica, int) or not (
-            -self.replicas <= self.shift_replica < self.replicas
-        ):
+        if not isinstance(self.shift_replica, int) or not (-self.replicas <= self.shift_replica < self.replicas):
             raise ValueError(
                 f"shift_replica must be an index into {self.replicas} replicas, got {self.shift_replica!r}"
             )
@@ -223,8 +221,10 @@ class VirtualCall:
         self._attempts: list[_Attempt] = []
 
     def __repr__(self) -> str:
-        return (f"VirtualCall({self.index}, arrival_s={self.arrival_s:.3f}, winner={self.winner},"
-                f" ttft_s={self.ttft_s}, hedged={self.hedged})")
+        return (
+            f"VirtualCall({self.index}, arrival_s={self.arrival_s:.3f}, winner={self.winner},"
+            f" ttft_s={self.ttft_s}, hedged={self.hedged})"
+        )
 
 
 class _Attempt:
@@ -275,8 +275,14 @@ class VirtualResult:
 class _Sim:
     """The event loop and the replicas of one run (see the module docstring)."""
 
-    def __init__(self, perf: PerfModel, config: ClusterConfig, threshold: ThresholdSource,
-                 tick: TickCallback | None, tick_interval_s: float) -> None:
+    def __init__(
+        self,
+        perf: PerfModel,
+        config: ClusterConfig,
+        threshold: ThresholdSource,
+        tick: TickCallback | None,
+        tick_interval_s: float,
+    ) -> None:
         self.config = config
         self.perf = perf
         self.threshold = threshold
@@ -364,8 +370,7 @@ class _Sim:
             else:
                 self.running[r][attempt.seq] = attempt
                 # tokens = 1 + steps - base_step reaches output_tokens at this step:
-                heapq.heappush(self.finish_heap[r],
-                               (attempt.base_step + call.output_tokens - 1, attempt.seq, attempt))
+                heapq.heappush(self.finish_heap[r], (attempt.base_step + call.output_tokens - 1, attempt.seq, attempt))
                 self._first_token(attempt)
         self._start_step(r)
 
@@ -488,7 +493,7 @@ def simulate(
     perf: PerfModel,
     config: ClusterConfig = ClusterConfig(),
     *,
-    threshold: float | None | ThresholdSource = None,
+    threshold: float | ThresholdSource | None = None,
     tick: TickCallback | None = None,
     tick_interval_s: float = 60.0,
 ) -> VirtualResult:
@@ -537,10 +542,7 @@ def simulate(
     previous = 0.0
     for i, request in enumerate(trace):
         if not (math.isfinite(request.arrival_s) and request.arrival_s >= previous):
-            raise ValueError(
-                f"trace[{i}].arrival_s = {request.arrival_s!r}: arrivals must be finite, >= 0"
-                " and sorted"
-            )
+            raise ValueError(f"trace[{i}].arrival_s = {request.arrival_s!r}: arrivals must be finite, >= 0 and sorted")
         previous = request.arrival_s
         calls.append(VirtualCall(i, request, int(primaries[i]), None))
     sim.arrivals_left = len(calls)
@@ -568,8 +570,15 @@ def simulate(
     for call in calls:
         call._attempts = []  # the attempts are done with; keep results light
     stats = [
-        {"submitted": s.submitted, "prefills": s.prefills, "decode_steps": s.decode_steps, "busy_s": s.busy_s,
-         "admitted": s.admitted, "finished": s.finished, "aborted": s.aborted}
+        {
+            "submitted": s.submitted,
+            "prefills": s.prefills,
+            "decode_steps": s.decode_steps,
+            "busy_s": s.busy_s,
+            "admitted": s.admitted,
+            "finished": s.finished,
+            "aborted": s.aborted,
+        }
         for s in sim.stats
     ]
     return VirtualResult(calls=calls, replica_stats=stats, end_s=sim.now, events=sim.events)

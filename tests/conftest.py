@@ -1,28 +1,118 @@
 """Shared fixtures: ``database_url`` runs a store test on SQLite and on PostgreSQL.
 
 - ``sqlite``: a fresh file in the test's tmp dir.
-- ``postgresql``: the database of ``HEDGEROW_TEST_DATABASE_URL`` (e.g.
-  ``postgresql+asyncpg://postgres@127.0.0.1:5432/test``); everything in its ``public`` schema is
-  dropped before each test, so tests are isolated (run them serially: they share the database).
-  Skipped, with the reason, when the variable is unset.
+- ``postgresql``: a database of its own for each pytest process (each xdist worker), created on
+  the server of ``HEDGEROW_TEST_DATABASE_URL`` (e.g.
+  ``postgresql+asyncpg://postgres@127.0.0.1:5432/test``) when the process first needs it and
+  dropped when it ends; everything in its ``public`` schema is dropped before each test. Two
+  workers, or two runs on one machine, never share a database. Skipped, with the reason, when
+  the variable is unset.
+
+``fresh_pg_database`` gives a test a whole database of its own (for tests that start several
+``serve`` processes on one store).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import AsyncIterator
-from datetime import datetime
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 if TYPE_CHECKING:
     from hedgerow.client.records import CallRecord
 
 PG_ENV = "HEDGEROW_TEST_DATABASE_URL"
+T = TypeVar("T")
+PG_SKIP = f"{PG_ENV} is not set (e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test)"
+
+
+def _admin_params(url: str) -> dict[str, object]:
+    """asyncpg connection arguments for the maintenance database of the server at ``url``."""
+    parsed = make_url(url)
+    return {
+        "user": parsed.username,
+        "password": parsed.password,
+        "host": parsed.host or "127.0.0.1",
+        "port": parsed.port or 5432,
+        "database": "postgres",
+    }
+
+
+async def create_pg_database(base_url: str, prefix: str) -> str:
+    """Create an empty database named ``<prefix>_<random>`` on the server of ``base_url``.
+
+    Returns:
+        Its SQLAlchemy async URL (``base_url`` with the database replaced).
+    """
+    import asyncpg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    connection = await asyncpg.connect(**_admin_params(base_url))
+    try:
+        await connection.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await connection.close()
+    return make_url(base_url).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_pg_database(url: str) -> None:
+    """Drop the database of ``url`` (closing its open connections)."""
+    import asyncpg
+
+    name = make_url(url).database
+    connection = await asyncpg.connect(**_admin_params(url))
+    try:
+        await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await connection.close()
+
+
+@asynccontextmanager
+async def fresh_pg_database(prefix: str = "hedgerow_t") -> AsyncIterator[str]:
+    """A new, empty PostgreSQL database for the block (dropped after it); skips without the server."""
+    base = os.environ.get(PG_ENV)
+    if not base:
+        pytest.skip(PG_SKIP)
+    url = await create_pg_database(base, prefix)
+    try:
+        yield url
+    finally:
+        await drop_pg_database(url)
+
+
+def _run_in_thread(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion on a loop of its own in another thread (callable from a running loop)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+@pytest.fixture(scope="session")
+def worker_pg_url(worker_id: str) -> Iterator[str | None]:
+    """This pytest process's own PostgreSQL database (None without the server variable).
+
+    Named after the xdist worker (``gw0``, ``master`` without xdist) plus a random suffix, created
+    at the first test that needs it, dropped when the process ends.
+    """
+    base = os.environ.get(PG_ENV)
+    if not base:
+        yield None
+        return
+    url = _run_in_thread(create_pg_database(base, f"hedgerow_{worker_id}"))
+    try:
+        yield url
+    finally:
+        _run_in_thread(drop_pg_database(url))
 
 
 async def reset_postgres(url: str) -> None:
@@ -38,13 +128,13 @@ async def reset_postgres(url: str) -> None:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """An empty database's SQLAlchemy async URL (SQLite file, or the PostgreSQL test database)."""
+    """An empty database's SQLAlchemy async URL (SQLite file, or this worker's PostgreSQL database)."""
     if request.param == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'hedgerow.db'}"
         return
-    url = os.environ.get(PG_ENV)
+    url = request.getfixturevalue("worker_pg_url")
     if not url:
-        pytest.skip(f"{PG_ENV} is not set (e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test)")
+        pytest.skip(PG_SKIP)
     await reset_postgres(url)
     yield url
 
@@ -97,25 +187,46 @@ def make_call(
     the first of the two first tokens wins and the other attempt is cancelled at that moment
     (a primary cancelled before its first token is censored).
     """
-    from datetime import timezone
 
     from hedgerow.client.records import AttemptRecord, CallRecord
 
-    started_at = started_at or datetime.now(timezone.utc)
+    started_at = started_at or datetime.now(UTC)
     attempts: list[AttemptRecord] = []
     if hedge_after_s is None:
         if primary_ttft_s is None:
             end = primary_end_s if primary_end_s is not None else 0.01
-            attempts.append(AttemptRecord("a", "primary", 0.0, None, end, primary_outcome or "failed",
-                                          503, "http_503", 0))
-            return CallRecord(request_id, route, model, started_at, client="test", status="error",
-                              error_type="http_503", attempts=tuple(attempts))
+            attempts.append(
+                AttemptRecord("a", "primary", 0.0, None, end, primary_outcome or "failed", 503, "http_503", 0)
+            )
+            return CallRecord(
+                request_id,
+                route,
+                model,
+                started_at,
+                client="test",
+                status="error",
+                error_type="http_503",
+                attempts=tuple(attempts),
+            )
         end = primary_ttft_s + 1.0
         attempts.append(AttemptRecord("a", "primary", 0.0, primary_ttft_s, end, "won", 200, None, 20))
-        return CallRecord(request_id, route, model, started_at, client="test", hedge_after_s=None,
-                          winner="primary", ttft_s=primary_ttft_s, ttfo_s=primary_ttft_s,
-                          tpot_s=0.05, e2e_s=end, max_itl_s=0.1, prompt_tokens=100,
-                          completion_tokens=20, attempts=tuple(attempts))
+        return CallRecord(
+            request_id,
+            route,
+            model,
+            started_at,
+            client="test",
+            hedge_after_s=None,
+            winner="primary",
+            ttft_s=primary_ttft_s,
+            ttfo_s=primary_ttft_s,
+            tpot_s=0.05,
+            e2e_s=end,
+            max_itl_s=0.1,
+            prompt_tokens=100,
+            completion_tokens=20,
+            attempts=tuple(attempts),
+        )
     assert backup_ttft_s is not None and primary_ttft_s is not None
     backup_first = hedge_after_s + backup_ttft_s
     if primary_ttft_s <= backup_first:
@@ -128,10 +239,26 @@ def make_call(
         attempts.append(AttemptRecord("a", "primary", 0.0, None, first, "cancelled", 200, None, 0))
         attempts.append(AttemptRecord("b", "backup", hedge_after_s, first, first + 1.0, "won", 200, None, 20))
         winner = "backup"
-    return CallRecord(request_id, route, model, started_at, client="test", hedge_after_s=hedge_after_s,
-                      threshold_version=1, hedged=True, hedge_reason="ttft_timeout", winner=winner,
-                      ttft_s=first, ttfo_s=first, tpot_s=0.05, e2e_s=first + 1.0, max_itl_s=0.1,
-                      prompt_tokens=100, completion_tokens=20, attempts=tuple(attempts))
+    return CallRecord(
+        request_id,
+        route,
+        model,
+        started_at,
+        client="test",
+        hedge_after_s=hedge_after_s,
+        threshold_version=1,
+        hedged=True,
+        hedge_reason="ttft_timeout",
+        winner=winner,
+        ttft_s=first,
+        ttfo_s=first,
+        tpot_s=0.05,
+        e2e_s=first + 1.0,
+        max_itl_s=0.1,
+        prompt_tokens=100,
+        completion_tokens=20,
+        attempts=tuple(attempts),
+    )
 
 
 @pytest.fixture

@@ -77,9 +77,7 @@ def upgrade() -> None:
         sa.Column("prompt_tokens", sa.Integer(), nullable=True),
         sa.Column("completion_tokens", sa.Integer(), nullable=True),
         sa.Column("wasted_completion_tokens", sa.Integer(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["route_id"], ["routes.id"], name=op.f("fk_calls_route_id_routes"), ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["route_id"], ["routes.id"], name=op.f("fk_calls_route_id_routes"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_calls")),
         sa.UniqueConstraint("request_id", name=op.f("uq_calls_request_id")),
     )
@@ -98,13 +96,9 @@ def upgrade() -> None:
         sa.Column("status_code", sa.Integer(), nullable=True),
         sa.Column("error_type", sa.String(length=200), nullable=True),
         sa.Column("completion_tokens", sa.Integer(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["call_id"], ["calls.id"], name=op.f("fk_attempts_call_id_calls"), ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["call_id"], ["calls.id"], name=op.f("fk_attempts_call_id_calls"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_attempts")),
-        sa.UniqueConstraint(
-            "call_id", "attempt_index", name=op.f("uq_attempts_call_id_attempt_index")
-        ),
+        sa.UniqueConstraint("call_id", "attempt_index", name=op.f("uq_attempts_call_id_attempt_index")),
     )
     op.create_table(
         "thresholds",

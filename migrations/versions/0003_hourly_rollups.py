@@ -50,7 +50,9 @@ def upgrade() -> None:
         sa.Column("histogram_scheme", sa.String(length=64), nullable=False),
         *(sa.Column(name, sa.JSON(), nullable=False) for name in _HISTOGRAMS),
         sa.ForeignKeyConstraint(
-            ["route_id"], ["routes.id"], name=op.f("fk_hourly_rollups_route_id_routes"),
+            ["route_id"],
+            ["routes.id"],
+            name=op.f("fk_hourly_rollups_route_id_routes"),
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_hourly_rollups")),

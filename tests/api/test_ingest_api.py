@@ -18,12 +18,13 @@ async def test_ingest_and_repost_is_not_double_counted(make_api, call_factory) -
     async with make_api() as (app, api):
         first = await api.post("/v1/calls", json={"calls": batch})
         assert first.status_code == 202 and first.json() == {"accepted": 20, "duplicates": 0}
-        again = await api.post("/v1/calls", json={"calls": batch[:5] + [call_factory("new").to_dict()]})
+        again = await api.post("/v1/calls", json={"calls": [*batch[:5], call_factory("new").to_dict()]})
         assert again.status_code == 202 and again.json() == {"accepted": 1, "duplicates": 5}
         assert await _calls_stored(app) == 21
         routes = (await api.get("/v1/routes")).json()["routes"]
         assert [(r["route"], r["model"], r["budget"], r["threshold"]) for r in routes] == [
-            ("summarize", "m1", 0.10, None)]
+            ("summarize", "m1", 0.10, None)
+        ]
 
 
 async def test_batch_over_the_limit_is_413(make_api, call_factory) -> None:
@@ -34,11 +35,15 @@ async def test_batch_over_the_limit_is_413(make_api, call_factory) -> None:
         ok = await api.post("/v1/calls", json={"calls": [call_factory(f"r{i}").to_dict() for i in range(5)]})
         assert ok.status_code == 202
     async with make_api() as (_app, api):  # the default limit is 1000
-        minimal = [{"request_id": f"m{i}", "route": "r", "model": "m", "started_at": "2026-11-29T08:00:00Z"}
-                   for i in range(1001)]
+        minimal = [
+            {"request_id": f"m{i}", "route": "r", "model": "m", "started_at": "2026-11-29T08:00:00Z"}
+            for i in range(1001)
+        ]
         assert (await api.post("/v1/calls", json={"calls": minimal})).status_code == 413
         assert (await api.post("/v1/calls", json={"calls": minimal[:1000]})).json() == {
-            "accepted": 1000, "duplicates": 0}
+            "accepted": 1000,
+            "duplicates": 0,
+        }
 
 
 async def test_bad_record_is_422_naming_index_and_field_and_nothing_is_written(make_api, call_factory) -> None:
@@ -66,7 +71,7 @@ async def test_concurrent_posts_of_overlapping_batches(make_api, call_factory) -
     import asyncio
 
     records = [call_factory(f"c{i}", route=f"r{i % 4}").to_dict() for i in range(120)]
-    batches = [records[i:i + 40] for i in range(0, 100, 20)]  # overlapping windows
+    batches = [records[i : i + 40] for i in range(0, 100, 20)]  # overlapping windows
     async with make_api() as (app, api):
         answers = await asyncio.gather(*(api.post("/v1/calls", json={"calls": b}) for b in batches))
         assert all(a.status_code == 202 for a in answers)
@@ -112,8 +117,7 @@ async def test_out_of_range_values_are_422_not_500(make_api, call_factory, patch
         (lambda r: r.update(winner="backup"), "winner"),
         (lambda r: r["attempts"][0].update(status_code=10**12), "attempts[0].status_code"),
     ],
-    ids=["end_before_start", "first_token_after_end", "hedged_without_backup", "winner_without_attempt",
-         "status_code"],
+    ids=["end_before_start", "first_token_after_end", "hedged_without_backup", "winner_without_attempt", "status_code"],
 )
 async def test_self_contradicting_records_are_refused(make_api, call_factory, mutate, field):
     raw = call_factory("c-0").to_dict()

@@ -27,13 +27,16 @@ async def _count(app, table) -> int:
 # ---- 1. route durations are bounded by the call record's MAX_SECONDS ----
 
 
-@pytest.mark.parametrize(("method", "body", "field"), [
-    ("put", {"pinned_hedge_after_s": 100_000}, "pinned_hedge_after_s"),
-    ("patch", {"pinned_hedge_after_s": 1e308}, "pinned_hedge_after_s"),
-    ("patch", {"max_hedge_after_s": MAX_SECONDS + 1}, "max_hedge_after_s"),
-    ("put", {"default_hedge_after_s": 90_000, "max_hedge_after_s": 100_000}, "default_hedge_after_s"),
-    ("patch", {"min_hedge_after_s": 1e300}, "min_hedge_after_s"),
-])
+@pytest.mark.parametrize(
+    ("method", "body", "field"),
+    [
+        ("put", {"pinned_hedge_after_s": 100_000}, "pinned_hedge_after_s"),
+        ("patch", {"pinned_hedge_after_s": 1e308}, "pinned_hedge_after_s"),
+        ("patch", {"max_hedge_after_s": MAX_SECONDS + 1}, "max_hedge_after_s"),
+        ("put", {"default_hedge_after_s": 90_000, "max_hedge_after_s": 100_000}, "default_hedge_after_s"),
+        ("patch", {"min_hedge_after_s": 1e300}, "min_hedge_after_s"),
+    ],
+)
 async def test_route_durations_above_max_seconds_are_422_and_change_nothing(make_api, method, body, field) -> None:
     async with make_api() as (app, api):
         assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
@@ -58,8 +61,14 @@ async def test_a_pin_of_max_seconds_still_accepts_the_routes_records(make_api, c
 def test_route_config_validation_uses_the_record_limit() -> None:
     from hedgerow.controller.routes_admin import RouteConfigInvalid, validate_route_config
 
-    config = {"enabled": True, "budget": 0.1, "default_hedge_after_s": 2.0, "min_hedge_after_s": 0.05,
-              "max_hedge_after_s": MAX_SECONDS, "pinned_hedge_after_s": MAX_SECONDS}
+    config = {
+        "enabled": True,
+        "budget": 0.1,
+        "default_hedge_after_s": 2.0,
+        "min_hedge_after_s": 0.05,
+        "max_hedge_after_s": MAX_SECONDS,
+        "pinned_hedge_after_s": MAX_SECONDS,
+    }
     assert validate_route_config(config).max_hedge_after_s == MAX_SECONDS
     for field in ("max_hedge_after_s", "pinned_hedge_after_s"):
         with pytest.raises(RouteConfigInvalid) as info:
@@ -128,35 +137,61 @@ async def _refuse_history_inserts(app) -> None:
     """Make the store itself refuse any new history row (a real database error, no mock)."""
     async with app.state.engine.begin() as connection:
         if connection.dialect.name == "sqlite":
-            await connection.execute(text(
-                "CREATE TRIGGER refuse_history BEFORE INSERT ON threshold_history "
-                "BEGIN SELECT RAISE(ABORT, 'history refused by test'); END"))
+            await connection.execute(
+                text(
+                    "CREATE TRIGGER refuse_history BEFORE INSERT ON threshold_history "
+                    "BEGIN SELECT RAISE(ABORT, 'history refused by test'); END"
+                )
+            )
         else:
-            await connection.execute(text(
-                "CREATE FUNCTION refuse_history() RETURNS trigger LANGUAGE plpgsql AS "
-                "$$ BEGIN RAISE EXCEPTION 'history refused by test'; END $$"))
-            await connection.execute(text(
-                "CREATE TRIGGER refuse_history BEFORE INSERT ON threshold_history "
-                "FOR EACH ROW EXECUTE FUNCTION refuse_history()"))
+            await connection.execute(
+                text(
+                    "CREATE FUNCTION refuse_history() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$ BEGIN RAISE EXCEPTION 'history refused by test'; END $$"
+                )
+            )
+            await connection.execute(
+                text(
+                    "CREATE TRIGGER refuse_history BEFORE INSERT ON threshold_history "
+                    "FOR EACH ROW EXECUTE FUNCTION refuse_history()"
+                )
+            )
 
 
 async def _snapshot(app) -> tuple:
     async with app.state.sessionmaker() as session:
-        routes = [tuple(getattr(r, c) for c in ("route", "model", "enabled", "budget", "pinned_hedge_after_s",
-                                                "max_hedge_after_s", "updated_at"))
-                  for r in (await session.scalars(select(Route).order_by(Route.route))).all()]
-        thresholds = [(t.route_id, t.hedge_after_s, t.enabled, t.version, t.updated_at)
-                      for t in (await session.scalars(select(Threshold).order_by(Threshold.route_id))).all()]
+        routes = [
+            tuple(
+                getattr(r, c)
+                for c in (
+                    "route",
+                    "model",
+                    "enabled",
+                    "budget",
+                    "pinned_hedge_after_s",
+                    "max_hedge_after_s",
+                    "updated_at",
+                )
+            )
+            for r in (await session.scalars(select(Route).order_by(Route.route))).all()
+        ]
+        thresholds = [
+            (t.route_id, t.hedge_after_s, t.enabled, t.version, t.updated_at)
+            for t in (await session.scalars(select(Threshold).order_by(Threshold.route_id))).all()
+        ]
         history = await session.scalar(select(func.count()).select_from(ThresholdHistory))
     return routes, thresholds, history
 
 
-@pytest.mark.parametrize("change", [
-    ("patch", "/v1/routes/r", {"pinned_hedge_after_s": 0.7}),
-    ("patch", "/v1/routes/r", {"enabled": False}),
-    ("put", "/v1/routes/r", {"max_hedge_after_s": 10.0}),
-    ("put", "/v1/routes/new", {"enabled": False}),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("patch", "/v1/routes/r", {"pinned_hedge_after_s": 0.7}),
+        ("patch", "/v1/routes/r", {"enabled": False}),
+        ("put", "/v1/routes/r", {"max_hedge_after_s": 10.0}),
+        ("put", "/v1/routes/new", {"enabled": False}),
+    ],
+)
 async def test_a_change_whose_audit_fails_leaves_nothing_changed(make_api, change) -> None:
     from httpx import ASGITransport, AsyncClient
 
@@ -166,8 +201,9 @@ async def test_a_change_whose_audit_fails_leaves_nothing_changed(make_api, chang
         await _refuse_history_inserts(app)
         method, url, body = change
         # the app's 500 is raised through the ASGI transport unless told otherwise
-        async with AsyncClient(transport=ASGITransport(app=app, raise_app_exceptions=False),
-                               base_url="http://hedgerow.test") as client:
+        async with AsyncClient(
+            transport=ASGITransport(app=app, raise_app_exceptions=False), base_url="http://hedgerow.test"
+        ) as client:
             response = await client.request(method.upper(), url, params=M, json=body)
         assert response.status_code == 500
         assert await _snapshot(app) == before
@@ -183,8 +219,9 @@ async def test_configure_route_rolls_back_when_the_store_refuses_the_history(mak
         before = await _snapshot(app)
         await _refuse_history_inserts(app)
         with pytest.raises(DBAPIError, match="history refused by test"):
-            await configure_route(app.state.sessionmaker, app.state.settings, "r", "m1",
-                                  {"enabled": False}, replace=False, actor="ops")
+            await configure_route(
+                app.state.sessionmaker, app.state.settings, "r", "m1", {"enabled": False}, replace=False, actor="ops"
+            )
         assert await _snapshot(app) == before
 
 
@@ -234,14 +271,16 @@ async def test_history_path_is_the_history_of_the_prefix(make_api) -> None:
 async def test_deeply_nested_json_is_422_not_500(make_api, depth) -> None:
     async with make_api(max_batch_calls=1000) as (_app, api):
         nested = "[" * depth + "]" * depth
-        response = await api.post("/v1/calls", content='{"calls": ' + nested + "}",
-                                  headers={"content-type": "application/json"})
+        response = await api.post(
+            "/v1/calls", content='{"calls": ' + nested + "}", headers={"content-type": "application/json"}
+        )
         assert response.status_code == 422, response.text[:200]
         assert response.json()["detail"] == {"index": None, "field": "body", "message": "JSON nested too deeply"}
         if depth * 2 < 16_000:
             for method in ("put", "patch"):
-                response = await api.request(method.upper(), "/v1/routes/r", params=M,
-                                             content='{"budget": ' + nested + "}")
+                response = await api.request(
+                    method.upper(), "/v1/routes/r", params=M, content='{"budget": ' + nested + "}"
+                )
                 assert response.status_code == 422, response.text[:200]
                 assert response.json()["detail"] == {"field": "body", "message": "JSON nested too deeply"}
 
@@ -268,8 +307,13 @@ async def test_applied_means_the_published_threshold_changed(make_api) -> None:
         created = (await api.put("/v1/routes/r", params=M, json={})).json()
         assert created["history"]["applied"] is True  # first publication
         assert "pinned_hedge_after_s" not in created["changes"]
-        assert set(created["changes"]) == {"enabled", "budget", "default_hedge_after_s", "min_hedge_after_s",
-                                           "max_hedge_after_s"}
+        assert set(created["changes"]) == {
+            "enabled",
+            "budget",
+            "default_hedge_after_s",
+            "min_hedge_after_s",
+            "max_hedge_after_s",
+        }
         version = created["route"]["threshold"]["version"]
 
         disabled = (await api.patch("/v1/routes/r", params=M, json={"enabled": False})).json()

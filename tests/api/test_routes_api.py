@@ -20,8 +20,14 @@ M = {"model": "m1"}
 def _calls(call_factory, prefix: str, n: int, ttft_s: float) -> list[dict]:
     rng = random.Random(prefix)
     now = datetime.now(UTC)
-    return [call_factory(f"{prefix}{i}", started_at=now - timedelta(seconds=rng.uniform(1, 600)),
-                         primary_ttft_s=ttft_s * rng.uniform(0.5, 1.5)).to_dict() for i in range(n)]
+    return [
+        call_factory(
+            f"{prefix}{i}",
+            started_at=now - timedelta(seconds=rng.uniform(1, 600)),
+            primary_ttft_s=ttft_s * rng.uniform(0.5, 1.5),
+        ).to_dict()
+        for i in range(n)
+    ]
 
 
 async def _rows(app) -> int:
@@ -39,12 +45,19 @@ async def test_put_creates_a_missing_route_and_publishes_at_once(make_api) -> No
         route = body["route"]
         assert (route["route"], route["model"], route["enabled"], route["budget"]) == ("new-route", "m1", False, 0.05)
         # omitted fields take the defaults of a new route
-        assert (route["default_hedge_after_s"], route["min_hedge_after_s"], route["max_hedge_after_s"],
-                route["pinned_hedge_after_s"]) == (2.0, 0.05, 30.0, None)
+        assert (
+            route["default_hedge_after_s"],
+            route["min_hedge_after_s"],
+            route["max_hedge_after_s"],
+            route["pinned_hedge_after_s"],
+        ) == (2.0, 0.05, 30.0, None)
         assert body["changes"] == {
-            "enabled": {"from": None, "to": False}, "budget": {"from": None, "to": 0.05},
-            "default_hedge_after_s": {"from": None, "to": 2.0}, "min_hedge_after_s": {"from": None, "to": 0.05},
-            "max_hedge_after_s": {"from": None, "to": 30.0}}  # no no-op entry for the unset pin
+            "enabled": {"from": None, "to": False},
+            "budget": {"from": None, "to": 0.05},
+            "default_hedge_after_s": {"from": None, "to": 2.0},
+            "min_hedge_after_s": {"from": None, "to": 0.05},
+            "max_hedge_after_s": {"from": None, "to": 30.0},
+        }  # no no-op entry for the unset pin
         assert body["history"]["applied"] is True  # first publication of the route's threshold
         history = body["history"]
         assert history["reason"] == "config,disabled" and history["actor"] == "api"
@@ -60,19 +73,24 @@ async def test_put_creates_a_missing_route_and_publishes_at_once(make_api) -> No
 async def test_put_replaces_every_field_and_patch_only_the_given_ones(make_api, call_factory) -> None:
     async with make_api() as (_app, api):
         await api.post("/v1/calls", json={"calls": _calls(call_factory, "r", 5, 0.3)})
-        patched = await api.patch("/v1/routes/summarize", params=M,
-                                  json={"budget": 0.05, "pinned_hedge_after_s": 0.7, "actor": "alice"})
+        patched = await api.patch(
+            "/v1/routes/summarize", params=M, json={"budget": 0.05, "pinned_hedge_after_s": 0.7, "actor": "alice"}
+        )
         assert patched.status_code == 200 and patched.json()["created"] is False
-        assert patched.json()["changes"] == {"budget": {"from": 0.10, "to": 0.05},
-                                             "pinned_hedge_after_s": {"from": None, "to": 0.7}}
+        assert patched.json()["changes"] == {
+            "budget": {"from": 0.10, "to": 0.05},
+            "pinned_hedge_after_s": {"from": None, "to": 0.7},
+        }
         assert patched.json()["route"]["max_hedge_after_s"] == 30.0  # untouched
         replaced = await api.put("/v1/routes/summarize", params=M, json={"max_hedge_after_s": 10.0, "actor": "bob"})
         assert replaced.status_code == 200, replaced.text
         body = replaced.json()
         # budget and pin were omitted: back to the defaults (0.10, unpinned)
-        assert body["changes"] == {"budget": {"from": 0.05, "to": 0.10},
-                                   "max_hedge_after_s": {"from": 30.0, "to": 10.0},
-                                   "pinned_hedge_after_s": {"from": 0.7, "to": None}}
+        assert body["changes"] == {
+            "budget": {"from": 0.05, "to": 0.10},
+            "max_hedge_after_s": {"from": 30.0, "to": 10.0},
+            "pinned_hedge_after_s": {"from": 0.7, "to": None},
+        }
         assert body["history"]["reason"].startswith("config,") and body["history"]["actor"] == "bob"
         assert body["route"]["threshold"]["source"] in ("default", "controller")
         history = (await api.get("/v1/routes/summarize/history", params=M)).json()["history"]
@@ -85,8 +103,13 @@ async def test_a_change_of_nothing_writes_no_row(make_api, call_factory) -> None
         await api.post("/v1/calls", json={"calls": _calls(call_factory, "n", 5, 0.3)})
         await api.post("/v1/controller/run")
         before = await _rows(app)
-        for method, body in (("patch", {}), ("patch", {"budget": 0.10}), ("patch", {"enabled": True, "actor": "x"}),
-                             ("put", {}), ("put", {"budget": 0.1, "default_hedge_after_s": 2.0})):
+        for method, body in (
+            ("patch", {}),
+            ("patch", {"budget": 0.10}),
+            ("patch", {"enabled": True, "actor": "x"}),
+            ("put", {}),
+            ("put", {"budget": 0.1, "default_hedge_after_s": 2.0}),
+        ):
             response = await getattr(api, method)("/v1/routes/summarize", params=M, json=body)
             assert response.status_code == 200, (method, body, response.text)
             assert response.json()["changes"] == {} and response.json()["history"] is None, (method, body)
@@ -112,8 +135,9 @@ async def test_changes_that_move_the_published_value_bump_the_version(make_api, 
         await api.patch("/v1/routes/summarize", params=M, json={"enabled": True, "pinned_hedge_after_s": None})
         assert (await published())[1:3] == (True, 4)
         # a max bound under the current value clamps it at once
-        clamp = await api.patch("/v1/routes/summarize", params=M,
-                                json={"max_hedge_after_s": 0.5, "default_hedge_after_s": 0.5})
+        clamp = await api.patch(
+            "/v1/routes/summarize", params=M, json={"max_hedge_after_s": 0.5, "default_hedge_after_s": 0.5}
+        )
         assert clamp.status_code == 200, clamp.text
         assert "clamped_max" in clamp.json()["history"]["reason"].split(",")
         assert await published() == (0.5, True, 5, "controller")
@@ -164,8 +188,9 @@ async def test_actor_is_the_token_fingerprint(make_api) -> None:
     async with make_api(tokens="s3cret-admin:admin,r3ad:read") as (app, api):
         admin = {"Authorization": "Bearer s3cret-admin"}
         fingerprint = "token:" + hashlib.sha256(b"s3cret-admin").hexdigest()[:12]
-        assert (await api.put("/v1/routes/a", params=M, json={}, headers={"Authorization": "Bearer r3ad"})
-                ).status_code == 403
+        assert (
+            await api.put("/v1/routes/a", params=M, json={}, headers={"Authorization": "Bearer r3ad"})
+        ).status_code == 403
         first = await api.put("/v1/routes/a", params=M, json={"budget": 0.2}, headers=admin)
         assert first.status_code == 201 and first.json()["history"]["actor"] == fingerprint
         named = await api.patch("/v1/routes/a", params=M, json={"budget": 0.3, "actor": "alice"}, headers=admin)

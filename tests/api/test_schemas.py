@@ -28,9 +28,13 @@ def test_round_trip_through_schema(call_factory) -> None:
 
 def _good() -> dict:
     return {
-        "request_id": "x", "route": "r", "model": "m", "started_at": "2026-11-29T08:00:00Z",
-        "attempts": [{"upstream": "a", "role": "primary", "start_s": 0.0, "first_token_s": 0.5,
-                      "end_s": 1.0, "outcome": "won"}],
+        "request_id": "x",
+        "route": "r",
+        "model": "m",
+        "started_at": "2026-11-29T08:00:00Z",
+        "attempts": [
+            {"upstream": "a", "role": "primary", "start_s": 0.0, "first_token_s": 0.5, "end_s": 1.0, "outcome": "won"}
+        ],
     }
 
 
@@ -49,20 +53,43 @@ def _good() -> dict:
         ({"hedge_reason": "slow"}, "hedge_reason"),
         ({"surprise": 1}, "surprise"),
         ({"attempts": None}, "attempts"),
-        ({"attempts": [{"upstream": "a", "role": "primary", "start_s": "0", "end_s": 1.0,
-                        "outcome": "won"}]}, "attempts[0].start_s"),
-        ({"attempts": [{"upstream": "a", "role": "primary", "start_s": 0.0, "end_s": 1.0,
-                        "outcome": "won", "extra": 1}]}, "attempts[0].extra"),
+        (
+            {"attempts": [{"upstream": "a", "role": "primary", "start_s": "0", "end_s": 1.0, "outcome": "won"}]},
+            "attempts[0].start_s",
+        ),
+        (
+            {
+                "attempts": [
+                    {"upstream": "a", "role": "primary", "start_s": 0.0, "end_s": 1.0, "outcome": "won", "extra": 1}
+                ]
+            },
+            "attempts[0].extra",
+        ),
         # control characters (PostgreSQL cannot store NUL; none belongs in a name)
         ({"route": "a\u0000b"}, "route"),
         ({"model": "m\n"}, "model"),
         ({"request_id": "\u0000"}, "request_id"),
         ({"client": "c\tx"}, "client"),
         ({"error_type": "e\u007f"}, "error_type"),
-        ({"attempts": [{"upstream": "a\u0000", "role": "primary", "start_s": 0.0, "end_s": 1.0,
-                        "outcome": "won"}]}, "attempts[0].upstream"),
-        ({"attempts": [{"upstream": "a", "role": "primary", "start_s": 0.0, "end_s": 1.0,
-                        "outcome": "failed", "error_type": "x\u001b"}]}, "attempts[0].error_type"),
+        (
+            {"attempts": [{"upstream": "a\u0000", "role": "primary", "start_s": 0.0, "end_s": 1.0, "outcome": "won"}]},
+            "attempts[0].upstream",
+        ),
+        (
+            {
+                "attempts": [
+                    {
+                        "upstream": "a",
+                        "role": "primary",
+                        "start_s": 0.0,
+                        "end_s": 1.0,
+                        "outcome": "failed",
+                        "error_type": "x\u001b",
+                    }
+                ]
+            },
+            "attempts[0].error_type",
+        ),
     ],
 )
 def test_schema_and_from_dict_refuse_the_same_input(change: dict, field: str) -> None:

@@ -28,9 +28,19 @@ async def _wait_for(predicate, timeout_s: float) -> bool:
 
 async def test_serve_subprocess_over_http(database_url: str, call_factory, tmp_path) -> None:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hedgerow.cli", "serve", "--db", database_url, "--port", "0",
-        "--interval", "1",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
+        sys.executable,
+        "-m",
+        "hedgerow.cli",
+        "serve",
+        "--db",
+        database_url,
+        "--port",
+        "0",
+        "--interval",
+        "1",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,
     )
     try:
         line = (await asyncio.wait_for(process.stdout.readline(), timeout=60)).decode()
@@ -38,8 +48,12 @@ async def test_serve_subprocess_over_http(database_url: str, call_factory, tmp_p
         assert match, f"unexpected first line {line!r}; stderr: {(await process.stderr.read()).decode()[-2000:]}"
         base = match.group(1)
         now = datetime.now(UTC)
-        calls = [call_factory(f"s{i}", route="chat", started_at=now - timedelta(seconds=i),
-                              primary_ttft_s=0.2 + 0.01 * (i % 10)).to_dict() for i in range(60)]
+        calls = [
+            call_factory(
+                f"s{i}", route="chat", started_at=now - timedelta(seconds=i), primary_ttft_s=0.2 + 0.01 * (i % 10)
+            ).to_dict()
+            for i in range(60)
+        ]
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             assert (await client.get("/healthz")).json() == {"status": "ok"}
             assert (await client.get("/readyz")).status_code == 200
@@ -83,9 +97,19 @@ async def test_serve_subprocess_over_http(database_url: str, call_factory, tmp_p
 
 async def test_serve_refuses_public_host_without_tokens(tmp_path) -> None:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hedgerow.cli", "serve", "--host", "0.0.0.0", "--port", "0",
-        "--db", f"sqlite+aiosqlite:///{tmp_path / 'x.db'}",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
+        sys.executable,
+        "-m",
+        "hedgerow.cli",
+        "serve",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "0",
+        "--db",
+        f"sqlite+aiosqlite:///{tmp_path / 'x.db'}",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,
     )
     _out, err = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode == 2
@@ -110,8 +134,7 @@ async def test_serve_async_embedded_stops_on_event(tmp_path) -> None:
 
     urls: list[str] = []
     stop = asyncio.Event()
-    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'e.db'}", port=0,
-                        controller_interval_s=3600)
+    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'e.db'}", port=0, controller_interval_s=3600)
     server = asyncio.create_task(serve_async(settings, announce=urls.append, stop=stop))
     assert await _wait_for(lambda: asyncio.sleep(0, result=bool(urls)), 60)
     async with httpx.AsyncClient(base_url=urls[0]) as client:
@@ -120,21 +143,32 @@ async def test_serve_async_embedded_stops_on_event(tmp_path) -> None:
     await asyncio.wait_for(server, timeout=30)
 
 
-@pytest.mark.parametrize(("env", "named"), [
-    ({"HEDGEROW_DEFAULT_HEDGE_AFTER_S": "100"}, "HEDGEROW_DEFAULT_HEDGE_AFTER_S"),
-    ({"HEDGEROW_MIN_HEDGE_AFTER_S": "40"}, "HEDGEROW_MIN_HEDGE_AFTER_S"),
-    ({"HEDGEROW_MAX_HEDGE_AFTER_S": "100000", "HEDGEROW_DEFAULT_HEDGE_AFTER_S": "2"}, "HEDGEROW_MAX_HEDGE_AFTER_S"),
-    ({"HEDGEROW_MAX_HEDGE_AFTER_S": "inf"}, "HEDGEROW_MAX_HEDGE_AFTER_S"),
-    ({"HEDGEROW_WINDOW_S": "100000"}, "HEDGEROW_WINDOW_S"),
-    ({"HEDGEROW_SHORT_WINDOW_S": "7200"}, "HEDGEROW_SHORT_WINDOW_S"),
-])
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"HEDGEROW_DEFAULT_HEDGE_AFTER_S": "100"}, "HEDGEROW_DEFAULT_HEDGE_AFTER_S"),
+        ({"HEDGEROW_MIN_HEDGE_AFTER_S": "40"}, "HEDGEROW_MIN_HEDGE_AFTER_S"),
+        ({"HEDGEROW_MAX_HEDGE_AFTER_S": "100000", "HEDGEROW_DEFAULT_HEDGE_AFTER_S": "2"}, "HEDGEROW_MAX_HEDGE_AFTER_S"),
+        ({"HEDGEROW_MAX_HEDGE_AFTER_S": "inf"}, "HEDGEROW_MAX_HEDGE_AFTER_S"),
+        ({"HEDGEROW_WINDOW_S": "100000"}, "HEDGEROW_WINDOW_S"),
+        ({"HEDGEROW_SHORT_WINDOW_S": "7200"}, "HEDGEROW_SHORT_WINDOW_S"),
+    ],
+)
 async def test_serve_refuses_inconsistent_route_and_window_settings(tmp_path, env, named) -> None:
     import os
 
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hedgerow.cli", "serve", "--port", "0",
-        "--db", f"sqlite+aiosqlite:///{tmp_path / 's.db'}",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
+        sys.executable,
+        "-m",
+        "hedgerow.cli",
+        "serve",
+        "--port",
+        "0",
+        "--db",
+        f"sqlite+aiosqlite:///{tmp_path / 's.db'}",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,
         env={**os.environ, **env},
     )
     try:
@@ -154,6 +188,12 @@ def test_settings_accept_consistent_bounds() -> None:
     from hedgerow.client.records import MAX_SECONDS
     from hedgerow.settings import Settings
 
-    settings = Settings(default_hedge_after_s=5, min_hedge_after_s=5, max_hedge_after_s=MAX_SECONDS,
-                        window_s=600, short_window_s=600, max_window_s=600)
+    settings = Settings(
+        default_hedge_after_s=5,
+        min_hedge_after_s=5,
+        max_hedge_after_s=MAX_SECONDS,
+        window_s=600,
+        short_window_s=600,
+        max_window_s=600,
+    )
     assert (settings.max_hedge_after_s, settings.short_window_s) == (MAX_SECONDS, 600)

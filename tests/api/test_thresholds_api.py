@@ -17,13 +17,22 @@ from hedgerow.settings import Settings
 def _fast_calls(call_factory, prefix: str, n: int, ttft_s: float, route: str = "summarize"):
     rng = random.Random(prefix)
     now = datetime.now(UTC)
-    return [call_factory(f"{prefix}{i}", route=route, started_at=now - timedelta(seconds=rng.uniform(1, 600)),
-                         primary_ttft_s=ttft_s * rng.uniform(0.5, 1.5)).to_dict() for i in range(n)]
+    return [
+        call_factory(
+            f"{prefix}{i}",
+            route=route,
+            started_at=now - timedelta(seconds=rng.uniform(1, 600)),
+            primary_ttft_s=ttft_s * rng.uniform(0.5, 1.5),
+        ).to_dict()
+        for i in range(n)
+    ]
 
 
 async def test_thresholds_etag_304_and_history(make_api, call_factory) -> None:
     async with make_api() as (_app, api):
-        assert (await api.post("/v1/calls", json={"calls": _fast_calls(call_factory, "a", 100, 0.4)})).status_code == 202
+        assert (
+            await api.post("/v1/calls", json={"calls": _fast_calls(call_factory, "a", 100, 0.4)})
+        ).status_code == 202
         run = await api.post("/v1/controller/run")
         assert run.status_code == 200 and run.json()["ran"] is True
         table = await api.get("/v1/thresholds")
@@ -61,8 +70,7 @@ async def test_thresholds_etag_304_and_history(make_api, call_factory) -> None:
         limited = await api.get("/v1/routes/summarize/history", params={"model": "m1", "limit": 1})
         assert limited.json()["history"] == rows[:1]
         assert (await api.get("/v1/routes/nope/history", params={"model": "m1"})).status_code == 404
-        since = await api.get("/v1/routes/summarize/history",
-                              params={"model": "m1", "since": rows[0]["computed_at"]})
+        since = await api.get("/v1/routes/summarize/history", params={"model": "m1", "since": rows[0]["computed_at"]})
         assert since.json()["history"] == rows[:1]
         for bad in ("notadate", "2026-11-29T08:00:00"):  # not a time / no zone
             response = await api.get("/v1/routes/summarize/history", params={"model": "m1", "since": bad})
@@ -93,14 +101,18 @@ async def test_bearer_tokens_and_scopes(make_api, call_factory) -> None:
         assert (await api.post("/v1/controller/run", headers={"Authorization": "Bearer r3ad"})).status_code == 403
         assert (await api.post("/v1/controller/run", headers={"Authorization": "Bearer adm1n"})).status_code == 200
         patch = {"params": {"model": "m1"}, "json": {"budget": 0.05}}
-        assert (await api.patch("/v1/routes/summarize", headers={"Authorization": "Bearer r3ad"}, **patch)).status_code == 403
-        assert (await api.patch("/v1/routes/summarize", headers={"Authorization": "Bearer adm1n"}, **patch)).status_code == 200
+        assert (
+            await api.patch("/v1/routes/summarize", headers={"Authorization": "Bearer r3ad"}, **patch)
+        ).status_code == 403
+        assert (
+            await api.patch("/v1/routes/summarize", headers={"Authorization": "Bearer adm1n"}, **patch)
+        ).status_code == 200
         assert (await api.get("/healthz")).status_code == 200
 
 
 def test_refuses_non_loopback_without_tokens(tmp_path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
-    with pytest.raises(ApiConfigError, match="refusing to listen on '0.0.0.0' without auth"):
+    with pytest.raises(ApiConfigError, match=r"refusing to listen on '0\.0\.0\.0' without auth"):
         create_app(Settings(database_url=url, host="0.0.0.0"))
     create_app(Settings(database_url=url, host="0.0.0.0", tokens="abc:read"))
     create_app(Settings(database_url=url, host="::1"))
@@ -115,8 +127,9 @@ async def test_patch_route_is_applied_at_once_and_audited(make_api, call_factory
 
     async with make_api() as (app, api):
         await api.post("/v1/calls", json={"calls": _fast_calls(call_factory, "p", 5, 0.3)})
-        pinned = await api.patch("/v1/routes/summarize", params={"model": "m1"},
-                                 json={"pinned_hedge_after_s": 0.7, "actor": "alice"})
+        pinned = await api.patch(
+            "/v1/routes/summarize", params={"model": "m1"}, json={"pinned_hedge_after_s": 0.7, "actor": "alice"}
+        )
         assert pinned.status_code == 200, pinned.text
         body = pinned.json()
         assert body["route"]["pinned_hedge_after_s"] == 0.7
@@ -125,11 +138,13 @@ async def test_patch_route_is_applied_at_once_and_audited(make_api, call_factory
         assert body["history"]["details"]["changes"] == {"pinned_hedge_after_s": {"from": None, "to": 0.7}}
         table = (await api.get("/v1/thresholds")).json()["thresholds"]
         assert [(t["hedge_after_s"], t["source"]) for t in table] == [(0.7, "pinned")]
-        unpinned = await api.patch("/v1/routes/summarize", params={"model": "m1"},
-                                   json={"pinned_hedge_after_s": None, "enabled": False})
+        unpinned = await api.patch(
+            "/v1/routes/summarize", params={"model": "m1"}, json={"pinned_hedge_after_s": None, "enabled": False}
+        )
         assert unpinned.json()["route"]["threshold"]["enabled"] is False
-        bad = await api.patch("/v1/routes/summarize", params={"model": "m1"},
-                              json={"min_hedge_after_s": 5.0, "max_hedge_after_s": 1.0})
+        bad = await api.patch(
+            "/v1/routes/summarize", params={"model": "m1"}, json={"min_hedge_after_s": 5.0, "max_hedge_after_s": 1.0}
+        )
         assert bad.status_code == 422 and bad.json()["detail"]["field"] == "min_hedge_after_s"
         assert (await api.patch("/v1/routes/nope", params={"model": "m1"}, json={})).status_code == 404
         async with app.state.sessionmaker() as session:

@@ -17,7 +17,11 @@ def test_client_overhead_smoke(tmp_path: Path) -> None:
     out = tmp_path / "overhead.json"
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--calls", "20", "--warmup", "2", "--tokens", "8", "--sdk", "--json", str(out)],
-        capture_output=True, text=True, timeout=240, check=False)
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "hedging - plain " in done.stdout and "sdk_transport - sdk" in done.stdout
     document = json.loads(out.read_text())
@@ -32,6 +36,7 @@ def test_client_overhead_smoke(tmp_path: Path) -> None:
 
 
 def test_client_overhead_rejects_bad_arguments() -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--calls", "0"], capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--calls", "0"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 2 and "--calls" in done.stderr

@@ -46,7 +46,9 @@ class Script:
     keep_alive: bool = False
 
 
-def sse(*chunks: dict | str, done: bool = True, gap_s: float = 0.0, first_delay_s: float = 0.0) -> list[tuple[float, bytes]]:
+def sse(
+    *chunks: dict | str, done: bool = True, gap_s: float = 0.0, first_delay_s: float = 0.0
+) -> list[tuple[float, bytes]]:
     """Pieces for SSE ``data:`` events (dicts are JSON-encoded); ``[DONE]`` at the end if asked."""
     pieces = []
     for i, chunk in enumerate(chunks):

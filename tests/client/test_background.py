@@ -11,13 +11,29 @@ import pytest
 from hedgerow.client import CallRecord, TelemetryExporter, ThresholdPoller
 from tests.client.scripted_server import Script, ScriptedServer
 
-TABLE = {"thresholds": [{"route": "r", "model": "m", "hedge_after_s": 0.7, "enabled": True, "source": "controller",
-                         "version": 3, "budget": 0.1, "updated_at": "2026-11-29T08:00:00Z"}]}
+TABLE = {
+    "thresholds": [
+        {
+            "route": "r",
+            "model": "m",
+            "hedge_after_s": 0.7,
+            "enabled": True,
+            "source": "controller",
+            "version": 3,
+            "budget": 0.1,
+            "updated_at": "2026-11-29T08:00:00Z",
+        }
+    ]
+}
 
 
 def json_script(payload: object, status: int = 200, headers: dict | None = None) -> Script:
-    return Script(status=status, content_type="application/json", headers=headers or {},
-                  pieces=[(0.0, json.dumps(payload).encode())])
+    return Script(
+        status=status,
+        content_type="application/json",
+        headers=headers or {},
+        pieces=[(0.0, json.dumps(payload).encode())],
+    )
 
 
 def record(i: int) -> CallRecord:
@@ -118,8 +134,14 @@ async def test_exporter_drops_a_batch_refused_as_a_whole():
         await exporter.aclose()
 
 
-@pytest.mark.parametrize("kwargs, field", [({"batch_size": 0}, "batch_size"), ({"flush_interval_s": -1}, "flush_interval_s"),
-                                           ({"api_url": "nope"}, "api_url")])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"flush_interval_s": -1}, "flush_interval_s"),
+        ({"api_url": "nope"}, "api_url"),
+    ],
+)
 def test_exporter_validation_names_the_field(kwargs, field):
     args = {"api_url": "http://127.0.0.1:1", **kwargs}
     with pytest.raises(ValueError, match=field):
@@ -134,8 +156,7 @@ async def test_records_submitted_while_a_post_is_in_flight_are_neither_lost_nor_
         return Script(status=202, content_type="application/json", header_delay_s=0.5, pieces=[(0.0, body)])
 
     async with ScriptedServer(script) as api:
-        exporter = TelemetryExporter(api.base_url.removesuffix("/v1"), batch_size=5, max_queue=5,
-                                     flush_interval_s=0.05)
+        exporter = TelemetryExporter(api.base_url.removesuffix("/v1"), batch_size=5, max_queue=5, flush_interval_s=0.05)
         async with exporter:
             for i in range(5):
                 exporter.submit(record(i))

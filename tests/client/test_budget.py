@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from hedgerow.client import HedgeBudget, HedgePolicy, HedgingClient, Upstream
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
+from tests.helpers import BODY
 
 
 def test_each_call_refills_budget_tokens_up_to_the_burst():
@@ -59,8 +60,15 @@ def test_ten_calls_at_budget_one_tenth_earn_exactly_one_hedge():
 
 @pytest.mark.parametrize(
     "budget, burst, field",
-    [(-0.1, 1, "budget"), (1.5, 1, "budget"), (float("nan"), 1, "budget"), (True, 1, "budget"),
-     (0.1, -1, "burst"), (0.1, float("inf"), "burst"), (0.1, "10", "burst")],
+    [
+        (-0.1, 1, "budget"),
+        (1.5, 1, "budget"),
+        (float("nan"), 1, "budget"),
+        (True, 1, "budget"),
+        (0.1, -1, "burst"),
+        (0.1, float("inf"), "burst"),
+        (0.1, "10", "burst"),
+    ],
 )
 def test_bad_budget_arguments_name_the_field(budget, burst, field):
     with pytest.raises(ValueError, match=f"HedgeBudget.{field}"):
@@ -99,8 +107,6 @@ def test_every_call_wanting_a_hedge_gets_the_whole_budget(budget, burst, calls):
 
 
 # -- through HedgingClient against slow scripted upstreams ---------------------------------------
-
-BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 def answer(first_delay_s: float) -> Script:
@@ -164,12 +170,15 @@ async def test_only_hedges_spend_the_budget_not_fast_calls_or_failovers():
 
     async with ScriptedServer(primary_script) as primary, ScriptedServer(answer(first_delay_s=0.0)) as backup:
         policy = HedgePolicy(hedge_after_s=0.4, budget=0.0, budget_burst=1)
-        async with HedgingClient([Upstream("a", primary.base_url), Upstream("b", backup.base_url)],
-                                 policy=policy) as client:
+        async with HedgingClient(
+            [Upstream("a", primary.base_url), Upstream("b", backup.base_url)], policy=policy
+        ) as client:
             records = [(await client.chat(BODY)).record for _ in range(5)]
             left = client.budget.tokens
     assert [(r.hedged, r.hedge_reason, r.hedge_denied) for r in records] == [
-        (False, None, False), (False, None, False), (False, None, False),
+        (False, None, False),
+        (False, None, False),
+        (False, None, False),
         (True, "primary_error", False),  # failover: free
         (True, "ttft_timeout", False),  # the hedge takes the token
     ]

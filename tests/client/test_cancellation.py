@@ -38,9 +38,9 @@ from hedgerow.client import (
     Upstream,
 )
 from hedgerow.client.hedging import attempt_request_id
+from tests import helpers
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
-
-BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+from tests.helpers import BODY
 
 #: The issue's bound on loser cancellation.
 CANCEL_WITHIN_S = 0.100
@@ -49,12 +49,12 @@ CANCEL_WITHIN_S = 0.100
 def stream_chunks(words: int) -> list[dict]:
     """A full answer: role + first word, more words, finish, usage."""
     chunks = [chunk("w0 ", role="assistant")] + [chunk(f"w{i} ") for i in range(1, words)]
-    return chunks + [chunk(finish="stop"), usage_chunk(5, words)]
+    return [*chunks, chunk(finish="stop"), usage_chunk(5, words)]
 
 
 def answer(first_delay_s: float = 0.0, gap_s: float = 0.01, words: int = 3) -> Script:
-    """A normal stream that keeps its connection open until the client closes it."""
-    return Script(pieces=sse(*stream_chunks(words), gap_s=gap_s, first_delay_s=first_delay_s), close=False)
+    """A normal stream (``stream_chunks(words)``) that keeps its connection open until the client closes it."""
+    return helpers.answer(first_delay_s, gap_s, words, close=False, prompt_tokens=5)
 
 
 def silent() -> Script:
@@ -64,8 +64,11 @@ def silent() -> Script:
 
 def client_tasks() -> set[asyncio.Task]:
     """The running tasks that are not the test servers' own."""
-    return {t for t in asyncio.all_tasks()
-            if "ScriptedServer" not in getattr(t.get_coro(), "__qualname__", repr(t.get_coro()))}
+    return {
+        t
+        for t in asyncio.all_tasks()
+        if "ScriptedServer" not in getattr(t.get_coro(), "__qualname__", repr(t.get_coro()))
+    }
 
 
 async def assert_tasks_back_to(baseline: set[asyncio.Task]) -> None:
@@ -102,8 +105,9 @@ async def test_loser_closed_within_100ms_of_winners_first_token_and_winner_untou
         scripts = (answer(first_delay_s=1.0, gap_s=0.02, words=words), answer(first_delay_s=30.0))
     async with ScriptedServer(scripts[0]) as a, ScriptedServer(scripts[1]) as b:
         servers = {"primary": a, "backup": b}
-        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                                 policy=HedgePolicy(hedge_after_s=0.3)) as client:
+        async with HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=HedgePolicy(hedge_after_s=0.3)
+        ) as client:
             received = []
             t_enter = time.monotonic()
             async with client.stream_chat(BODY) as stream:
@@ -122,7 +126,7 @@ async def test_loser_closed_within_100ms_of_winners_first_token_and_winner_untou
         client_first_token_at = t_enter + win.first_token_s
         server_first_token_at = winner_seen.writes[0]  # the first piece carries the first token
         assert closed_at >= server_first_token_at
-        assert closed_at - client_first_token_at <= CANCEL_WITHIN_S, (closed_at - client_first_token_at)
+        assert closed_at - client_first_token_at <= CANCEL_WITHIN_S, closed_at - client_first_token_at
         assert loser_seen.writes == []  # the loser never wrote a body byte
 
         # The winner: every chunk arrived, in order, and its connection was not closed early.
@@ -162,8 +166,9 @@ def _expect(error: type[Exception], status: str):
 
 
 def _failing(status: int, header_delay_s: float, close: bool = False) -> Script:
-    return Script(status=status, header_delay_s=header_delay_s, content_type="text/plain",
-                  pieces=[(0, b"down")], close=close)
+    return Script(
+        status=status, header_delay_s=header_delay_s, content_type="text/plain", pieces=[(0, b"down")], close=close
+    )
 
 
 def _stalling() -> Script:
@@ -176,8 +181,12 @@ def _stalling() -> Script:
 LEAK_SCENARIOS = {
     "success": (answer(first_delay_s=1.0), answer(first_delay_s=30.0), {}, _succeed),
     "failure": (_failing(503, 0.8), _failing(502, 0.2), {}, _expect(AllAttemptsFailed, "error")),
-    "stall": (Script(pieces=[(0.6, b"")] + _stalling().pieces, close=False), silent(),
-              {"stall_timeout_s": 0.5}, _expect(StallTimeout, "stalled")),
+    "stall": (
+        Script(pieces=[(0.6, b""), *_stalling().pieces], close=False),
+        silent(),
+        {"stall_timeout_s": 0.5},
+        _expect(StallTimeout, "stalled"),
+    ),
     "total_timeout": (silent(), silent(), {"total_timeout_s": 1.0}, _expect(TotalTimeout, "timeout")),
     "caller_abandon": (answer(first_delay_s=0.6, gap_s=1.0, words=10), silent(), {}, _abandon),
     "caller_exception": (answer(first_delay_s=0.6, gap_s=1.0, words=10), silent(), {}, _raise_in_loop),
@@ -190,8 +199,9 @@ async def test_nothing_left_open_after_a_call(scenario):
     async with (
         ScriptedServer(primary) as a,
         ScriptedServer(backup) as b,
-        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                      policy=HedgePolicy(hedge_after_s=0.3, **extra)) as client,
+        HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=HedgePolicy(hedge_after_s=0.3, **extra)
+        ) as client,
     ):
         baseline = client_tasks()
         await act(client)
@@ -211,8 +221,9 @@ async def test_hedge_after_is_measured_from_the_primary_send(shape):
     async with (
         ScriptedServer(primary) as a,
         ScriptedServer(answer()) as b,
-        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                      policy=HedgePolicy(hedge_after_s=0.5)) as client,
+        HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=HedgePolicy(hedge_after_s=0.5)
+        ) as client,
     ):
         result = await client.chat(BODY)
     record = result.record
@@ -229,11 +240,12 @@ async def test_ttft_and_hedge_are_measured_from_a_late_primary_send():
     async with (
         ScriptedServer(answer(first_delay_s=3.0)) as a,
         ScriptedServer(answer(first_delay_s=0.2)) as b,
-        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                      policy=HedgePolicy(hedge_after_s=0.3)) as client,
+        HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=HedgePolicy(hedge_after_s=0.3)
+        ) as client,
         client.stream_chat(BODY) as stream,
     ):
-        time.sleep(0.4)  # noqa: ASYNC251 - blocking on purpose
+        time.sleep(0.4)
         async for _ in stream:
             pass
     record = stream.record
@@ -248,22 +260,28 @@ async def test_ttft_and_hedge_are_measured_from_a_late_primary_send():
 
 async def test_max_backups_2_failover_then_hedge():
     # a: 503 at once -> failover to b (no token for 30 s) -> at hedge_after_s a hedge to c, which wins.
-    async with ScriptedServer(_failing(503, 0.0, close=True)) as a, ScriptedServer(answer(first_delay_s=30.0)) as b, \
-            ScriptedServer(answer(first_delay_s=0.1)) as c:
+    async with (
+        ScriptedServer(_failing(503, 0.0, close=True)) as a,
+        ScriptedServer(answer(first_delay_s=30.0)) as b,
+        ScriptedServer(answer(first_delay_s=0.1)) as c,
+    ):
         upstreams = [Upstream("a", a.base_url), Upstream("b", b.base_url), Upstream("c", c.base_url)]
         policy = HedgePolicy(hedge_after_s=0.5, max_backups=2, budget=0.5, budget_burst=1.5)
         async with HedgingClient(upstreams, policy=policy) as client:
             result = await client.chat(BODY, request_id="r1")
             record = result.record
             assert [(x.upstream, x.role, x.outcome, x.error_type) for x in record.attempts] == [
-                ("a", "primary", "failed", "http_503"), ("b", "backup", "cancelled", None),
-                ("c", "backup", "won", None)]
+                ("a", "primary", "failed", "http_503"),
+                ("b", "backup", "cancelled", None),
+                ("c", "backup", "won", None),
+            ]
             assert record.hedge_reason == "primary_error" and record.winner == "backup"
             assert record.attempts[1].start_s < 0.4 <= record.attempts[2].start_s
             seen = [s.requests[0].headers for s in (a, b, c)]
             assert [h["x-hedgerow-attempt"] for h in seen] == ["primary", "backup", "backup2"]
             assert [h["x-request-id"] for h in seen] == [
-                attempt_request_id("r1", role) for role in ("primary", "backup", "backup2")]
+                attempt_request_id("r1", role) for role in ("primary", "backup", "backup2")
+            ]
             assert len({h["x-request-id"] for h in seen}) == 3
             assert all(str(uuid.UUID(h["x-request-id"])) == h["x-request-id"] for h in seen)
             assert [h["idempotency-key"] for h in seen] == ["r1", "r1", "r1"]
@@ -274,14 +292,19 @@ async def test_max_backups_2_failover_then_hedge():
 async def test_max_backups_2_a_failed_hedge_does_not_fail_over_while_the_primary_runs():
     # a: token at 1.2 s. Hedge at 0.3 s to b, which answers 503: a is still running, so no
     # failover to c; a wins.
-    async with ScriptedServer(answer(first_delay_s=1.2)) as a, ScriptedServer(_failing(503, 0.0)) as b, \
-            ScriptedServer(answer()) as c:
+    async with (
+        ScriptedServer(answer(first_delay_s=1.2)) as a,
+        ScriptedServer(_failing(503, 0.0)) as b,
+        ScriptedServer(answer()) as c,
+    ):
         upstreams = [Upstream("a", a.base_url), Upstream("b", b.base_url), Upstream("c", c.base_url)]
         async with HedgingClient(upstreams, policy=HedgePolicy(hedge_after_s=0.3, max_backups=2)) as client:
             result = await client.chat(BODY)
     record = result.record
     assert [(x.upstream, x.outcome, x.error_type) for x in record.attempts] == [
-        ("a", "won", None), ("b", "failed", "http_503")]
+        ("a", "won", None),
+        ("b", "failed", "http_503"),
+    ]
     assert record.hedge_reason == "ttft_timeout" and record.winner == "primary" and c.requests == []
     assert json.loads(json.dumps(record.to_dict()))["attempts"][1]["status_code"] == 503
 
@@ -293,8 +316,10 @@ async def _raw_request(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamW
     """Open a raw connection and send one chat request; return once the response headers came."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     payload = json.dumps(BODY).encode()
-    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload
+    )
     await writer.drain()
     return reader, writer
 
@@ -311,8 +336,9 @@ async def test_scripted_server_records_a_reset_as_a_disconnect(when):
     # Body pieces every 0.2 s for 4 s (or headers only after 30 s); the client resets the
     # connection after the first piece (or while the server still waits to send headers).
     header_delay_s = 30.0 if when == "before_headers" else 0.0
-    script = Script(pieces=[(0.2, f"data: {i}\n\n".encode()) for i in range(20)], close=False,
-                    header_delay_s=header_delay_s)
+    script = Script(
+        pieces=[(0.2, f"data: {i}\n\n".encode()) for i in range(20)], close=False, header_delay_s=header_delay_s
+    )
     async with ScriptedServer(script) as server:
         reader, writer = await _raw_request(server.port)
         if when == "during_body":
@@ -378,9 +404,11 @@ async def test_early_exits_leave_no_connection_active_and_a_small_pool_keeps_wor
     # answer: the winner's task is cancelled while httpx closes the finished response, which used
     # to leave the connection ACTIVE for good (20 exits: 20 ACTIVE connections). With a pool of
     # 2, a call after those exits must still complete, not wait forever for a connection.
-    async with ScriptedServer(whole_answer_at_once()) as a, \
-            HedgingClient([Upstream("a", a.base_url)], max_connections=2,
-                          policy=HedgePolicy(hedge_after_s=30.0)) as client:
+    async with (
+        ScriptedServer(whole_answer_at_once()) as a,
+        HedgingClient([Upstream("a", a.base_url)], max_connections=2, policy=HedgePolicy(hedge_after_s=30.0)) as client,
+    ):
+
         async def exit_early() -> str:
             async with client.stream_chat(BODY) as stream:
                 async for _ in stream:
@@ -403,9 +431,15 @@ async def test_cancelling_the_caller_at_any_moment_leaves_no_connection_active()
             async for _ in stream:
                 pass
 
-    async with ScriptedServer(whole_answer_at_once(words=5)) as a, ScriptedServer(whole_answer_at_once(words=5)) as b, \
-            HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)], max_connections=2,
-                          policy=HedgePolicy(hedge_after_s=0.0, budget=1.0, budget_burst=100.0)) as client:
+    async with (
+        ScriptedServer(whole_answer_at_once(words=5)) as a,
+        ScriptedServer(whole_answer_at_once(words=5)) as b,
+        HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)],
+            max_connections=2,
+            policy=HedgePolicy(hedge_after_s=0.0, budget=1.0, budget_burst=100.0),
+        ) as client,
+    ):
         for turns in range(60):
             task = asyncio.create_task(call(client))
             for _ in range(turns):
@@ -419,12 +453,20 @@ async def test_cancelling_the_caller_at_any_moment_leaves_no_connection_active()
 
 async def test_hedged_losers_leave_no_connection_active():
     # Each call hedges at 0.2 s; the loser is cancelled before its headers (a) or mid-body (b).
-    scripts = {"before_headers": Script(header_delay_s=30.0, close=False),
-               "mid_body": Script(pieces=sse(*stream_chunks(3), first_delay_s=30.0), keep_alive=True)}
+    scripts = {
+        "before_headers": Script(header_delay_s=30.0, close=False),
+        "mid_body": Script(pieces=sse(*stream_chunks(3), first_delay_s=30.0), keep_alive=True),
+    }
     for loser in scripts.values():
-        async with ScriptedServer(loser) as a, ScriptedServer(whole_answer_at_once(words=3)) as b, \
-                HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)], max_connections=2,
-                              policy=HedgePolicy(hedge_after_s=0.2, budget=1.0, budget_burst=100.0)) as client:
+        async with (
+            ScriptedServer(loser) as a,
+            ScriptedServer(whole_answer_at_once(words=3)) as b,
+            HedgingClient(
+                [Upstream("a", a.base_url), Upstream("b", b.base_url)],
+                max_connections=2,
+                policy=HedgePolicy(hedge_after_s=0.2, budget=1.0, budget_burst=100.0),
+            ) as client,
+        ):
             for _ in range(4):
                 result = await asyncio.wait_for(client.chat(BODY), 10.0)
                 assert result.record.winner == "backup"
@@ -434,8 +476,7 @@ async def test_hedged_losers_leave_no_connection_active():
 async def test_sequential_calls_reuse_one_connection():
     # The client reads past [DONE] to the end of the body, so the connection goes back to the
     # pool and the next call to the same upstream reuses it (no new TCP/TLS handshake).
-    async with ScriptedServer(whole_answer_at_once(words=5)) as a, \
-            HedgingClient([Upstream("a", a.base_url)]) as client:
+    async with ScriptedServer(whole_answer_at_once(words=5)) as a, HedgingClient([Upstream("a", a.base_url)]) as client:
         for _ in range(3):
             result = await client.chat(BODY)
             assert result.record.status == "ok" and result.text == "w0 w1 w2 w3 w4 "
@@ -482,8 +523,9 @@ def silent_body() -> Script:
 async def test_break_at_the_first_token_closes_the_loser_at_once(loser, caplog):
     async with ScriptedServer(loser_scripts(loser)[0]) as a, ScriptedServer(loser_scripts(loser)[1]) as b:
         servers = {"primary": a, "backup": b}
-        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                                 policy=HedgePolicy(hedge_after_s=0.3, budget=1.0)) as client:
+        async with HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=HedgePolicy(hedge_after_s=0.3, budget=1.0)
+        ) as client:
             async with client.stream_chat(BODY) as stream:
                 async for _ in stream:
                     break  # no await between the first token and leaving the block
@@ -501,10 +543,15 @@ async def test_break_at_the_first_token_closes_the_loser_at_once(loser, caplog):
 async def test_twenty_breaks_at_the_first_token_leave_nothing_open_and_hedges_keep_working(caplog):
     # With the leak, each call left one connection to the slow upstream ACTIVE: with a pool of
     # 10, the 11th call's hedge waited for a connection forever (each call is bounded here).
-    async with ScriptedServer(silent_body()) as slow, \
-            ScriptedServer(answer(first_delay_s=0.3, gap_s=0.05, words=40)) as fast, \
-            HedgingClient([Upstream("slow", slow.base_url), Upstream("fast", fast.base_url)], max_connections=10,
-                          policy=HedgePolicy(hedge_after_s=0.1, budget=1.0, budget_burst=100.0)) as client:
+    async with (
+        ScriptedServer(silent_body()) as slow,
+        ScriptedServer(answer(first_delay_s=0.3, gap_s=0.05, words=40)) as fast,
+        HedgingClient(
+            [Upstream("slow", slow.base_url), Upstream("fast", fast.base_url)],
+            max_connections=10,
+            policy=HedgePolicy(hedge_after_s=0.1, budget=1.0, budget_burst=100.0),
+        ) as client,
+    ):
 
         async def break_at_first_token() -> str | None:
             async with client.stream_chat(BODY) as stream:

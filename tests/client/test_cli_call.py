@@ -38,8 +38,16 @@ def answer(first_delay_s: float = 0.0, words: int = 3) -> Script:
 async def run_call(*args: str, timeout_s: float = 60.0) -> tuple[int, str, str]:
     """Run ``hedgerow call ARGS`` without blocking the event loop; returns (code, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
-        HEDGEROW, "call", "--model", "m", "--prompt", "hi", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        HEDGEROW,
+        "call",
+        "--model",
+        "m",
+        "--prompt",
+        "hi",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
@@ -50,7 +58,7 @@ def parse(stdout: str) -> tuple[dict, CallRecord]:
     lines = stdout.strip().splitlines()
     assert len(lines) == 1, stdout
     out = json.loads(lines[0])
-    assert KEYS <= set(out), out
+    assert set(out) >= KEYS, out
     return out, CallRecord.from_dict(out["record"])
 
 
@@ -58,8 +66,18 @@ async def test_json_success_against_a_sim_replica():
     replica = ReplicaThread(ReplicaConfig(name="r1", time_scale=0.01, seed=1), port=0).start()
     try:
         code, stdout, stderr = await run_call(
-            "--upstream", f"r1={replica.base_url}", "--max-tokens", "5", "--json",
-            "--stall-timeout", "5", "--total-timeout", "30", "--budget", "0.2")
+            "--upstream",
+            f"r1={replica.base_url}",
+            "--max-tokens",
+            "5",
+            "--json",
+            "--stall-timeout",
+            "5",
+            "--total-timeout",
+            "30",
+            "--budget",
+            "0.2",
+        )
     finally:
         replica.stop()
     assert code == 0, stderr
@@ -72,7 +90,8 @@ async def test_json_success_against_a_sim_replica():
 async def test_json_hedged_call_reports_reasoning_and_the_hedge():
     async with ScriptedServer(answer(first_delay_s=5.0)) as a, ScriptedServer(answer()) as b:
         code, stdout, stderr = await run_call(
-            "--upstream", f"a={a.base_url}", "--upstream", f"b={b.base_url}", "--hedge-after", "0.3", "--json")
+            "--upstream", f"a={a.base_url}", "--upstream", f"b={b.base_url}", "--hedge-after", "0.3", "--json"
+        )
     assert code == 0, stderr
     out, record = parse(stdout)
     assert out["text"] == "w0 w1 w2 " and out["reasoning_text"] == "think " and out["finish_reason"] == "stop"
@@ -83,8 +102,16 @@ async def test_json_hedged_call_reports_reasoning_and_the_hedge():
 async def test_budget_zero_never_hedges():
     async with ScriptedServer(answer(first_delay_s=1.0)) as a, ScriptedServer(answer()) as b:
         code, stdout, stderr = await run_call(
-            "--upstream", f"a={a.base_url}", "--upstream", f"b={b.base_url}",
-            "--hedge-after", "0.2", "--budget", "0", "--json")
+            "--upstream",
+            f"a={a.base_url}",
+            "--upstream",
+            f"b={b.base_url}",
+            "--hedge-after",
+            "0.2",
+            "--budget",
+            "0",
+            "--json",
+        )
     assert code == 0, stderr
     _, record = parse(stdout)
     assert record.hedge_denied and not record.hedged and record.winner == "primary"
@@ -134,22 +161,30 @@ async def test_plain_output_streams_the_text_and_a_failure_is_one_line():
     assert len(lines) == 1 and "truncated" in lines[0]
 
 
-@pytest.mark.parametrize(("args", "flag"), [
-    (["--stall-timeout", "0"], "--stall-timeout"),
-    (["--stall-timeout", "soon"], "--stall-timeout"),
-    (["--total-timeout", "-1"], "--total-timeout"),
-    (["--total-timeout", "inf"], "--total-timeout"),
-    (["--budget", "1.5"], "--budget"),
-    (["--budget", "nan"], "--budget"),
-    (["--budget", "ten percent"], "--budget"),
-    (["--hedge-after", "-0.5"], "--hedge-after"),
-    (["--upstream", "no-equals-sign"], "--upstream"),
-])
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--stall-timeout", "0"], "--stall-timeout"),
+        (["--stall-timeout", "soon"], "--stall-timeout"),
+        (["--total-timeout", "-1"], "--total-timeout"),
+        (["--total-timeout", "inf"], "--total-timeout"),
+        (["--budget", "1.5"], "--budget"),
+        (["--budget", "nan"], "--budget"),
+        (["--budget", "ten percent"], "--budget"),
+        (["--hedge-after", "-0.5"], "--hedge-after"),
+        (["--upstream", "no-equals-sign"], "--upstream"),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line_naming_the_flag(args, flag):
     if "--upstream" not in args:
         args = ["--upstream", "a=http://127.0.0.1:9/v1", *args]
-    proc = subprocess.run([HEDGEROW, "call", "--model", "m", "--prompt", "hi", *args],
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [HEDGEROW, "call", "--model", "m", "--prompt", "hi", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"hedgerow: {flag}:"), proc.stderr
@@ -159,45 +194,57 @@ def test_bad_flags_exit_2_with_one_line_naming_the_flag(args, flag):
 LONG_NAME = "r" * 201  # records hold names of at most MAX_NAME_CHARS = 200 characters
 
 
-@pytest.mark.parametrize(("args", "flag"), [
-    (["--route", ""], "--route"),
-    (["--route", "   "], "--route"),
-    (["--route", LONG_NAME], "--route"),
-    (["--model", ""], "--model"),
-    (["--model", "  "], "--model"),
-    (["--model", LONG_NAME], "--model"),
-    (["--upstream", f"{LONG_NAME}=http://127.0.0.1:9/v1"], "--upstream"),
-    (["--max-tokens", "-5"], "--max-tokens"),
-    (["--max-tokens", "0"], "--max-tokens"),
-    (["--max-tokens", "1.5"], "--max-tokens"),
-    (["--max-tokens", "many"], "--max-tokens"),
-])
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--route", ""], "--route"),
+        (["--route", "   "], "--route"),
+        (["--route", LONG_NAME], "--route"),
+        (["--model", ""], "--model"),
+        (["--model", "  "], "--model"),
+        (["--model", LONG_NAME], "--model"),
+        (["--upstream", f"{LONG_NAME}=http://127.0.0.1:9/v1"], "--upstream"),
+        (["--max-tokens", "-5"], "--max-tokens"),
+        (["--max-tokens", "0"], "--max-tokens"),
+        (["--max-tokens", "1.5"], "--max-tokens"),
+        (["--max-tokens", "many"], "--max-tokens"),
+    ],
+)
 def test_names_and_max_tokens_are_checked_before_the_call(args, flag):
     """Values the library or the records would reject are flag errors (exit 2), sent nowhere."""
     base = {"--upstream": "a=http://127.0.0.1:9/v1", "--model": "m"}
     for name, value in base.items():
         if name not in args:
             args = [name, value, *args]
-    proc = subprocess.run([HEDGEROW, "call", "--prompt", "hi", *args],
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [HEDGEROW, "call", "--prompt", "hi", *args], capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"hedgerow: {flag}:"), proc.stderr
     assert proc.stdout == ""
 
 
-@pytest.mark.parametrize(("content", "words"), [
-    ('{"model": "", "messages": []}', "'model'"),
-    (json.dumps({"model": LONG_NAME, "messages": []}), "200"),
-    ("[1, 2]", "JSON object"),
-    (None, "cannot read"),
-])
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ('{"model": "", "messages": []}', "'model'"),
+        (json.dumps({"model": LONG_NAME, "messages": []}), "200"),
+        ("[1, 2]", "JSON object"),
+        (None, "cannot read"),
+    ],
+)
 def test_bad_body_is_one_line_exit_2(tmp_path, content, words):
     path = tmp_path / "body.json"
     if content is not None:
         path.write_text(content)
-    proc = subprocess.run([HEDGEROW, "call", "--upstream", "a=http://127.0.0.1:9/v1", "--body", str(path)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [HEDGEROW, "call", "--upstream", "a=http://127.0.0.1:9/v1", "--body", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hedgerow: --body:") and words in lines[0], proc.stderr
@@ -212,8 +259,14 @@ async def test_max_tokens_is_sent_upstream():
 
 
 def test_help_documents_the_exit_codes():
-    proc = subprocess.run([HEDGEROW, "call", "--help"], capture_output=True, text=True, timeout=60, check=False,
-                          env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [HEDGEROW, "call", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     for phrase in ("0 when the call succeeded", "1 when the call failed", "2 for bad flags", "130 when interrupted"):
@@ -228,8 +281,17 @@ def _default_sigint() -> None:
 async def start_call(*args: str) -> asyncio.subprocess.Process:
     """Start ``hedgerow call ARGS`` with SIGINT at its default, stdout and stderr piped."""
     return await asyncio.create_subprocess_exec(
-        HEDGEROW, "call", "--model", "m", "--prompt", "hi", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=_default_sigint)
+        HEDGEROW,
+        "call",
+        "--model",
+        "m",
+        "--prompt",
+        "hi",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        preexec_fn=_default_sigint,
+    )
 
 
 @pytest.mark.parametrize("as_json", [True, False])
@@ -304,8 +366,9 @@ async def test_early_sigint_never_leaves_noise():
                     assert CallRecord.from_dict(result["record"]).status == "cancelled"
             else:  # before ``call`` ran: Python's KeyboardInterrupt or typer's own exit 130
                 assert out == b"", (delay_s, out)
-                assert (proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in stderr) or \
-                    (proc.returncode == 130 and stderr.strip() == ""), (delay_s, proc.returncode, stderr)
+                assert (proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in stderr) or (
+                    proc.returncode == 130 and stderr.strip() == ""
+                ), (delay_s, proc.returncode, stderr)
     assert None in handled, handled  # the request was on its way: hedgerow's handler must have run
 
 
@@ -313,8 +376,19 @@ async def test_body_from_stdin_with_model_override():
     body = json.dumps({"model": "from-body", "messages": [{"role": "user", "content": "hi"}]}).encode()
     async with ScriptedServer(answer()) as a:
         proc = await asyncio.create_subprocess_exec(
-            HEDGEROW, "call", "--upstream", f"a={a.base_url}", "--body", "-", "--model", "m2", "--json",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            HEDGEROW,
+            "call",
+            "--upstream",
+            f"a={a.base_url}",
+            "--body",
+            "-",
+            "--model",
+            "m2",
+            "--json",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(proc.communicate(body), 60)
     assert proc.returncode == 0, err.decode()
     _, record = parse(out.decode())

@@ -35,8 +35,8 @@ from hedgerow.client import (
 )
 from tests.client.scripted_server import Script, ScriptedServer
 from tests.client.streams import CASES, CASES_BY_NAME, StreamCase, chunked, split_events
+from tests.helpers import BODY
 
-BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 #: How late an event may be observed after its scripted arrival on a loaded machine.
 LATE_S = 0.45
 #: Clock skew allowed the other way (the client's clock starts before the server's).
@@ -58,8 +58,9 @@ def outcome(record: CallRecord) -> dict[str, Any]:
         "completion_tokens": record.completion_tokens,
         "wasted_completion_tokens": record.wasted_completion_tokens,
         "ttfo_is_ttft": record.ttfo_s == record.ttft_s,
-        "attempts": [(a.upstream, a.role, a.outcome, a.status_code, a.error_type, a.completion_tokens)
-                     for a in record.attempts],
+        "attempts": [
+            (a.upstream, a.role, a.outcome, a.status_code, a.error_type, a.completion_tokens) for a in record.attempts
+        ],
     }
 
 
@@ -161,7 +162,10 @@ FAST_BACKUP = CASES_BY_NAME["openai"]
 async def test_events_that_are_not_tokens_do_not_hold_off_a_hedge(case: StreamCase):
     # The primary's timeline at double length: its non-token events arrive in the first 0.4 s,
     # its first token at 1.2 s. The hedge is due at 0.5 s; the backup answers at once.
-    async with ScriptedServer(case.script(scale=2.0)) as primary, ScriptedServer(FAST_BACKUP.script(scale=0.0)) as backup:
+    async with (
+        ScriptedServer(case.script(scale=2.0)) as primary,
+        ScriptedServer(FAST_BACKUP.script(scale=0.0)) as backup,
+    ):
         upstreams = [Upstream("a", primary.base_url), Upstream("b", backup.base_url)]
         async with HedgingClient(upstreams, policy=HedgePolicy(hedge_after_s=0.5)) as client:
             result = await client.chat(BODY)
@@ -237,8 +241,12 @@ def split_streams(draw: st.DrawFn) -> tuple[StreamCase, list[int], bool]:
     return case, sorted(set(cuts)), draw(st.booleans())
 
 
-@settings(max_examples=100, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=100,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(split=split_streams())
 async def test_any_split_of_a_stream_gives_the_same_answer_and_record(split):
     case, cuts, use_chunked = split
@@ -258,7 +266,10 @@ async def test_any_split_of_a_stream_gives_the_same_answer_and_record(split):
                 answer.add(chunk)
     assert received == case.chunks()
     assert (answer.text, answer.reasoning_text, answer.tool_calls, answer.finish_reason) == (
-        case.text, case.reasoning_text, list(case.tool_calls), case.finish_reason)
+        case.text,
+        case.reasoning_text,
+        list(case.tool_calls),
+        case.finish_reason,
+    )
     assert stream.record is not None and outcome(stream.record) == expected_outcome(case)
     assert len(split_events(raw)) == len(case.events())
-

@@ -20,7 +20,7 @@ import select
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import httpx
 import pytest
@@ -37,33 +37,8 @@ from hedgerow.client import (
     Upstream,
     UpstreamError,
 )
-from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
-
-BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-
-
-class Sink:
-    """A telemetry sink that keeps every record it is given."""
-
-    def __init__(self) -> None:
-        self.records: list[CallRecord] = []
-
-    def submit(self, record: CallRecord) -> None:
-        self.records.append(record)
-
-
-def answer(first_delay_s: float = 0.0, gap_s: float = 0.01, words: int = 3, close: bool = True) -> Script:
-    """A normal stream: ``words`` tokens ("w0 w1 ..."), finish ``stop``, usage, ``[DONE]``."""
-    chunks = [chunk("w0 ", role="assistant")] + [chunk(f"w{i} ") for i in range(1, words)]
-    chunks += [chunk(finish="stop"), usage_chunk(7, words)]
-    return Script(pieces=sse(*chunks, gap_s=gap_s, first_delay_s=first_delay_s), close=close)
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 with nothing listening (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.client.scripted_server import Script, ScriptedServer, chunk, sse
+from tests.helpers import BODY, Sink, answer, free_port
 
 
 @contextmanager
@@ -83,10 +58,8 @@ def full_backlog_listener() -> Iterator[int]:
             filler = socket.socket()
             filler.setblocking(False)
             fillers.append(filler)
-            try:
+            with suppress(BlockingIOError):
                 filler.connect(("127.0.0.1", port))
-            except BlockingIOError:
-                pass
             _, writable, _ = select.select([], [filler], [], 0.3)
             if not writable:
                 break
@@ -220,19 +193,30 @@ async def test_http_400_401_403_404_422_raise_upstream_error(status):
 
 NON_SSE_BODIES = {
     "html": ("text/html; charset=utf-8", b"<!doctype html><html><body><h1>502 Bad Gateway</h1></body></html>"),
-    "json": ("application/json", json.dumps({
-        "id": "chatcmpl-x", "object": "chat.completion", "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
-    }).encode()),
+    "json": (
+        "application/json",
+        json.dumps(
+            {
+                "id": "chatcmpl-x",
+                "object": "chat.completion",
+                "model": "m",
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}
+                ],
+            }
+        ).encode(),
+    ),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(NON_SSE_BODIES))
 async def test_http_200_non_sse_body_fails_over(kind):
     content_type, payload = NON_SSE_BODIES[kind]
-    async with ScriptedServer(Script(content_type=content_type, pieces=[(0, payload)])) as a, \
-            ScriptedServer(answer()) as b, \
-            HedgingClient(two(a, b), policy=HedgePolicy(hedge_after_s=5.0)) as client:
+    async with (
+        ScriptedServer(Script(content_type=content_type, pieces=[(0, payload)])) as a,
+        ScriptedServer(answer()) as b,
+        HedgingClient(two(a, b), policy=HedgePolicy(hedge_after_s=5.0)) as client,
+    ):
         result = await client.chat(BODY)
     record = result.record
     assert record.status == "ok" and result.text == "w0 w1 w2 "  # nothing of the bad body leaked
@@ -249,9 +233,12 @@ SSE_ERRORS = {
 
 @pytest.mark.parametrize("kind", sorted(SSE_ERRORS))
 async def test_sse_error_payload_before_first_token_fails_over(kind):
-    pieces = sse(chunk(role="assistant", content=""), done=False) + [(0.05, SSE_ERRORS[kind])]
-    async with ScriptedServer(Script(pieces=pieces)) as a, ScriptedServer(answer()) as b, \
-            HedgingClient(two(a, b), policy=HedgePolicy(hedge_after_s=5.0)) as client:
+    pieces = [*sse(chunk(role="assistant", content=""), done=False), (0.05, SSE_ERRORS[kind])]
+    async with (
+        ScriptedServer(Script(pieces=pieces)) as a,
+        ScriptedServer(answer()) as b,
+        HedgingClient(two(a, b), policy=HedgePolicy(hedge_after_s=5.0)) as client,
+    ):
         result = await client.chat(BODY)
     record = result.record
     assert record.status == "ok" and result.text == "w0 w1 w2 "
@@ -262,7 +249,7 @@ async def test_sse_error_payload_before_first_token_fails_over(kind):
 
 @pytest.mark.parametrize("kind", sorted(SSE_ERRORS))
 async def test_sse_error_payload_after_first_token_fails_the_call(kind):
-    pieces = sse(chunk("one ", role="assistant"), chunk("two "), done=False) + [(0.05, SSE_ERRORS[kind])]
+    pieces = [*sse(chunk("one ", role="assistant"), chunk("two "), done=False), (0.05, SSE_ERRORS[kind])]
     async with ScriptedServer(Script(pieces=pieces)) as a, ScriptedServer(answer()) as b:
         sink = Sink()
         async with HedgingClient(two(a, b), policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink) as client:
@@ -288,8 +275,11 @@ EMPTY_STREAMS = {
 
 @pytest.mark.parametrize("kind", sorted(EMPTY_STREAMS))
 async def test_stream_ending_before_any_token_fails_over(kind):
-    async with ScriptedServer(Script(pieces=EMPTY_STREAMS[kind])) as a, ScriptedServer(answer()) as b, \
-            HedgingClient(two(a, b), policy=HedgePolicy(hedge_after_s=5.0)) as client:
+    async with (
+        ScriptedServer(Script(pieces=EMPTY_STREAMS[kind])) as a,
+        ScriptedServer(answer()) as b,
+        HedgingClient(two(a, b), policy=HedgePolicy(hedge_after_s=5.0)) as client,
+    ):
         result = await client.chat(BODY)
     record = result.record
     assert record.status == "ok" and result.text == "w0 w1 w2 "
@@ -382,8 +372,10 @@ async def test_caller_abandoning_the_stream_closes_every_attempt(how):
                 await consume()
         record = sink.records[0]
         assert record.status == "cancelled"
-        assert record.error_type == {"break": "caller_cancelled", "exception": "Boom",
-                                     "task_cancelled": "caller_cancelled"}[how]
+        assert (
+            record.error_type
+            == {"break": "caller_cancelled", "exception": "Boom", "task_cancelled": "caller_cancelled"}[how]
+        )
         assert record.hedged and len(a.requests) == 1 and len(b.requests) == 1
         if how == "task_cancelled":
             assert attempts_of(record) == [("a", "cancelled", None), ("b", "cancelled", None)]
@@ -430,11 +422,12 @@ CAP = 1024 * 1024
 @pytest.mark.parametrize("shape", ["line", "event"])
 async def test_event_larger_than_the_cap_before_first_token_fails_over(shape):
     huge = ENDLESS_LINE if shape == "line" else ENDLESS_EVENT
-    pieces = sse(chunk(role="assistant"), done=False) + [(0.05, huge)]
+    pieces = [*sse(chunk(role="assistant"), done=False), (0.05, huge)]
     async with ScriptedServer(Script(pieces=pieces, close=False)) as a, ScriptedServer(answer(first_delay_s=0.3)) as b:
         sink = Sink()
-        async with HedgingClient(two(a, b), policy=HedgePolicy(hedge_after_s=30.0, max_event_bytes=CAP),
-                                 telemetry=sink) as client:
+        async with HedgingClient(
+            two(a, b), policy=HedgePolicy(hedge_after_s=30.0, max_event_bytes=CAP), telemetry=sink
+        ) as client:
             result = await asyncio.wait_for(client.chat(BODY), 20.0)
         record = sink.records[0]
         assert result.text == "w0 w1 w2 " and record.status == "ok" and record.winner == "backup"
@@ -444,11 +437,12 @@ async def test_event_larger_than_the_cap_before_first_token_fails_over(shape):
 
 
 async def test_event_larger_than_the_cap_after_first_token_fails_the_call():
-    pieces = sse(chunk("a", role="assistant"), done=False) + [(0.05, ENDLESS_LINE)]
+    pieces = [*sse(chunk("a", role="assistant"), done=False), (0.05, ENDLESS_LINE)]
     async with ScriptedServer(Script(pieces=pieces, close=False)) as a, ScriptedServer(answer()) as b:
         sink = Sink()
-        async with HedgingClient(two(a, b), policy=HedgePolicy(hedge_after_s=30.0, max_event_bytes=CAP),
-                                 telemetry=sink) as client:
+        async with HedgingClient(
+            two(a, b), policy=HedgePolicy(hedge_after_s=30.0, max_event_bytes=CAP), telemetry=sink
+        ) as client:
             with pytest.raises(StreamError) as info:
                 await asyncio.wait_for(client.chat(BODY), 20.0)
         record = sink.records[0]
@@ -467,8 +461,11 @@ async def test_events_just_under_the_cap_pass_in_any_line_ending():
         tail = "".join(f"data: {json.dumps(c)}{ending}{ending}" for c in (chunk(big), chunk(finish="stop")))
         pieces = [(0.0, event[:500_000]), (0.01, event[500_000:]), (0.01, tail.encode()), (0.01, b"data: [DONE]\n\n")]
         policy = HedgePolicy(hedge_after_s=30.0, max_event_bytes=CAP)
-        async with ScriptedServer(Script(pieces=pieces)) as a, ScriptedServer(answer()) as b, \
-                HedgingClient(two(a, b), policy=policy) as client:
+        async with (
+            ScriptedServer(Script(pieces=pieces)) as a,
+            ScriptedServer(answer()) as b,
+            HedgingClient(two(a, b), policy=policy) as client,
+        ):
             result = await asyncio.wait_for(client.chat(BODY), 20.0)
         assert result.text == big * 2 and result.record.status == "ok", ending
         assert b.requests == []
@@ -481,7 +478,7 @@ def test_max_event_bytes_is_validated():
 
 
 async def test_total_timeout_after_first_token_records_the_gap_and_error_type():
-    pieces = sse(chunk("a", role="assistant"), chunk("b"), done=False, gap_s=0.05) + [(30.0, b"data: [DONE]\n\n")]
+    pieces = [*sse(chunk("a", role="assistant"), chunk("b"), done=False, gap_s=0.05), (30.0, b"data: [DONE]\n\n")]
     async with ScriptedServer(Script(pieces=pieces, close=False)) as a, ScriptedServer(answer()) as b:
         sink = Sink()
         policy = HedgePolicy(hedge_after_s=5.0, total_timeout_s=1.5)
@@ -516,12 +513,15 @@ async def test_404_names_a_base_url_without_v1(suffix):
         assert f"{suffix}/v1/chat/completions" in str(info.value)
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({}, "body['model']: missing"),
-    ({"model": 3, "messages": []}, "body['model']: must be a string, got int"),
-    ([{"model": "m"}], "body: must be a dict"),
-    ("model", "body: must be a dict"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "body['model']: missing"),
+        ({"model": 3, "messages": []}, "body['model']: must be a string, got int"),
+        ([{"model": "m"}], "body: must be a dict"),
+        ("model", "body: must be a dict"),
+    ],
+)
 async def test_bad_body_raises_value_error_naming_the_field_before_any_request(body, field):
     async with ScriptedServer(answer()) as a, HedgingClient([Upstream("a", a.base_url)]) as client:
         with pytest.raises(ValueError) as info:

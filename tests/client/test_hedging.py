@@ -10,7 +10,6 @@ milliseconds between events), and timing assertions use wide margins.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import uuid
 
@@ -27,30 +26,7 @@ from hedgerow.client import (
 )
 from hedgerow.client.hedging import ATTEMPT_ID_NAMESPACE, attempt_request_id
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
-
-BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-
-
-def answer(first_delay_s: float = 0.0, gap_s: float = 0.01, words: int = 3) -> Script:
-    """A normal OpenAI-style stream: role chunk with the first token, words, finish, usage."""
-    chunks = [chunk("w0 ", role="assistant")]
-    chunks += [chunk(f"w{i} ") for i in range(1, words)]
-    chunks += [chunk(finish="stop"), usage_chunk(7, words)]
-    return Script(pieces=sse(*chunks, gap_s=gap_s, first_delay_s=first_delay_s))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.records = []
-
-    def submit(self, record) -> None:
-        self.records.append(record)
+from tests.helpers import BODY, Sink, answer
 
 
 async def test_slow_primary_hedges_and_backup_wins_with_loser_closed():
@@ -84,8 +60,9 @@ async def test_slow_primary_hedges_and_backup_wins_with_loser_closed():
 
 async def test_fast_primary_never_hedges():
     async with ScriptedServer(answer(first_delay_s=0.05)) as a, ScriptedServer(answer()) as b:
-        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                                 policy=HedgePolicy(hedge_after_s=1.0)) as client:
+        async with HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=HedgePolicy(hedge_after_s=1.0)
+        ) as client:
             result = await client.chat(BODY)
         assert not result.record.hedged and result.record.winner == "primary"
         assert len(result.record.attempts) == 1
@@ -97,8 +74,13 @@ async def test_fast_primary_never_hedges():
     [
         (chunk(role="assistant", reasoning_content="thinking"), False),
         (chunk(role="assistant", reasoning="thinking"), False),
-        (chunk(role="assistant", tool_calls=[{"index": 0, "id": "c1", "type": "function",
-                                             "function": {"name": "f", "arguments": ""}}]), True),
+        (
+            chunk(
+                role="assistant",
+                tool_calls=[{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}],
+            ),
+            True,
+        ),
         (chunk(role="assistant", refusal="no"), True),
     ],
     ids=["reasoning_content", "reasoning", "tool_calls", "refusal"],
@@ -148,7 +130,9 @@ async def test_usage_chunk_fills_completion_tokens_and_headers_are_sent():
     # llama-cpp-python's answer 400 to anything else.
     attempt_id = seen.headers["x-request-id"]
     assert str(uuid.UUID(attempt_id)) == attempt_id and len(attempt_id) == 36
-    assert attempt_id == str(uuid.uuid5(ATTEMPT_ID_NAMESPACE, "req123-primary")) == attempt_request_id("req123", "primary")
+    assert (
+        attempt_id == str(uuid.uuid5(ATTEMPT_ID_NAMESPACE, "req123-primary")) == attempt_request_id("req123", "primary")
+    )
     assert seen.headers["x-hedgerow-attempt"] == "primary"
     assert seen.headers["idempotency-key"] == "req123"
     assert seen.headers["authorization"] == "Bearer sk-a"
@@ -184,9 +168,11 @@ async def test_policy_and_upstream_validation_names_the_field():
 async def test_a_backup_that_answers_4xx_does_not_fail_a_call_the_primary_finishes():
     bad = Script(status=401, content_type="application/json", pieces=[(0, b'{"error":"bad key"}')])
     async with (
-        ScriptedServer(answer(first_delay_s=1.2)) as a, ScriptedServer(bad) as b,
-        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                      policy=HedgePolicy(hedge_after_s=0.3)) as client,
+        ScriptedServer(answer(first_delay_s=1.2)) as a,
+        ScriptedServer(bad) as b,
+        HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=HedgePolicy(hedge_after_s=0.3)
+        ) as client,
     ):
         result = await client.chat(BODY)
     record = result.record
@@ -201,8 +187,9 @@ async def test_empty_chunks_do_not_hide_a_stall_between_tokens():
     pieces += sse(chunk("b"), chunk(finish="stop"))
     async with ScriptedServer(Script(pieces=pieces)) as a:
         sink = Sink()
-        async with HedgingClient([Upstream("a", a.base_url)], policy=HedgePolicy(stall_timeout_s=0.8),
-                                 telemetry=sink) as client:
+        async with HedgingClient(
+            [Upstream("a", a.base_url)], policy=HedgePolicy(stall_timeout_s=0.8), telemetry=sink
+        ) as client:
             with pytest.raises(StallTimeout) as info:
                 await client.chat(BODY)
     assert info.value.gap_s >= 0.8
@@ -215,8 +202,9 @@ async def test_records_stay_consistent_when_the_first_token_races_the_hedge_time
     async with ScriptedServer(answer(first_delay_s=0.297)) as a, ScriptedServer(answer(first_delay_s=0.0)) as b:
         sink = Sink()
         policy = HedgePolicy(hedge_after_s=0.3, budget=1.0, budget_burst=100)
-        async with HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=policy,
-                                 telemetry=sink) as client:
+        async with HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=policy, telemetry=sink
+        ) as client:
             await asyncio.gather(*(client.chat(BODY) for _ in range(100)))
     assert len(sink.records) == 100
     for record in sink.records:
@@ -249,9 +237,11 @@ async def test_max_backups_bounds_failovers():
 
 async def test_max_backups_zero_never_hedges():
     async with (
-        ScriptedServer(answer(first_delay_s=0.5)) as a, ScriptedServer(answer()) as b,
-        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                      policy=HedgePolicy(hedge_after_s=0.1, max_backups=0)) as client,
+        ScriptedServer(answer(first_delay_s=0.5)) as a,
+        ScriptedServer(answer()) as b,
+        HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=HedgePolicy(hedge_after_s=0.1, max_backups=0)
+        ) as client,
     ):
         result = await client.chat(BODY)
     assert not result.record.hedged and not result.record.hedge_denied and b.requests == []
@@ -281,9 +271,13 @@ class FixedThresholds:
 
 async def test_a_polled_threshold_is_used_and_recorded():
     async with (
-        ScriptedServer(answer(first_delay_s=1.0)) as a, ScriptedServer(answer()) as b,
-        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                      policy=HedgePolicy(hedge_after_s=5.0), thresholds=FixedThresholds((0.2, 7, True))) as client,
+        ScriptedServer(answer(first_delay_s=1.0)) as a,
+        ScriptedServer(answer()) as b,
+        HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)],
+            policy=HedgePolicy(hedge_after_s=5.0),
+            thresholds=FixedThresholds((0.2, 7, True)),
+        ) as client,
     ):
         result = await client.chat(BODY)
     record = result.record
@@ -293,9 +287,13 @@ async def test_a_polled_threshold_is_used_and_recorded():
 
 async def test_a_route_disabled_by_the_api_does_not_hedge():
     async with (
-        ScriptedServer(answer(first_delay_s=0.8)) as a, ScriptedServer(answer()) as b,
-        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                      policy=HedgePolicy(hedge_after_s=0.1), thresholds=FixedThresholds((0.2, 7, False))) as client,
+        ScriptedServer(answer(first_delay_s=0.8)) as a,
+        ScriptedServer(answer()) as b,
+        HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)],
+            policy=HedgePolicy(hedge_after_s=0.1),
+            thresholds=FixedThresholds((0.2, 7, False)),
+        ) as client,
     ):
         result = await client.chat(BODY)
     record = result.record
@@ -307,9 +305,12 @@ async def test_a_5xx_whose_body_never_comes_still_fails_over_at_once():
     # Status line and headers of a 503 announcing a body, then silence.
     stuck = Script(status=503, content_type="text/plain", pieces=[(30.0, b"late")], close=True)
     async with (
-        ScriptedServer(stuck) as a, ScriptedServer(answer()) as b,
-        HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                      policy=HedgePolicy(hedge_after_s=5.0, total_timeout_s=20.0)) as client,
+        ScriptedServer(stuck) as a,
+        ScriptedServer(answer()) as b,
+        HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)],
+            policy=HedgePolicy(hedge_after_s=5.0, total_timeout_s=20.0),
+        ) as client,
     ):
         result = await client.chat(BODY)
     record = result.record
@@ -322,9 +323,13 @@ async def test_the_call_hedges_and_closes_the_loser_while_the_caller_is_not_read
     # 30 s away; the hedge is due at 0.3 s and the backup answers at once. The race is run by
     # the call's own driver task: the hedge goes out and the loser is closed meanwhile, and the
     # caller then reads the backup's whole answer.
-    async with ScriptedServer(answer(first_delay_s=30.0)) as a, ScriptedServer(answer(words=4)) as b, \
-            HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                          policy=HedgePolicy(hedge_after_s=0.3)) as client:
+    async with (
+        ScriptedServer(answer(first_delay_s=30.0)) as a,
+        ScriptedServer(answer(words=4)) as b,
+        HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=HedgePolicy(hedge_after_s=0.3)
+        ) as client,
+    ):
         async with client.stream_chat(BODY) as stream:
             await asyncio.sleep(1.5)
             reading_at = time.monotonic()
@@ -345,9 +350,13 @@ async def test_a_failure_before_the_first_token_reaches_a_caller_that_reads_late
     # Both upstreams fail at once (503, then 500 after the failover) while the caller waits:
     # the failure is raised when it reads, with the record; leaving without reading is silent.
     failing = Script(status=503, content_type="text/plain", pieces=[(0, b"down")])
-    async with ScriptedServer(failing) as a, ScriptedServer(failing) as b, \
-            HedgingClient([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                          policy=HedgePolicy(hedge_after_s=5.0)) as client:
+    async with (
+        ScriptedServer(failing) as a,
+        ScriptedServer(failing) as b,
+        HedgingClient(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=HedgePolicy(hedge_after_s=5.0)
+        ) as client,
+    ):
         with pytest.raises(AllAttemptsFailed) as info:
             async with client.stream_chat(BODY) as stream:
                 await asyncio.sleep(1.0)

@@ -11,11 +11,23 @@ from hedgerow.client import AttemptRecord, CallRecord
 
 def sample() -> CallRecord:
     return CallRecord(
-        request_id="r1", route="summarize", model="llama2-70b",
-        started_at=datetime(2026, 11, 29, 8, 0, 0, 123456, tzinfo=UTC), client="t",
-        hedge_after_s=1.0, threshold_version=7, hedged=True, hedge_reason="ttft_timeout",
-        winner="backup", ttft_s=1.21, ttfo_s=1.21, tpot_s=0.021, e2e_s=4.3, max_itl_s=0.2,
-        prompt_tokens=120, completion_tokens=150,
+        request_id="r1",
+        route="summarize",
+        model="llama2-70b",
+        started_at=datetime(2026, 11, 29, 8, 0, 0, 123456, tzinfo=UTC),
+        client="t",
+        hedge_after_s=1.0,
+        threshold_version=7,
+        hedged=True,
+        hedge_reason="ttft_timeout",
+        winner="backup",
+        ttft_s=1.21,
+        ttfo_s=1.21,
+        tpot_s=0.021,
+        e2e_s=4.3,
+        max_itl_s=0.2,
+        prompt_tokens=120,
+        completion_tokens=150,
         attempts=(
             AttemptRecord("a", "primary", 0.0, None, 1.21, "cancelled", 200),
             AttemptRecord("b", "backup", 1.0, 1.21, 4.3, "won", 200, None, 150),
@@ -57,8 +69,9 @@ def test_bad_attempt_field_is_named_with_its_index():
 
 
 @pytest.mark.parametrize("bad", ["a\u0000b", "\u0000", "line\nbreak", "tab\t", "esc\u001b[0m", "del\u007f"])
-@pytest.mark.parametrize("field", ["request_id", "route", "model", "client", "error_type",
-                                   "attempts[0].upstream", "attempts[1].error_type"])
+@pytest.mark.parametrize(
+    "field", ["request_id", "route", "model", "client", "error_type", "attempts[0].upstream", "attempts[1].error_type"]
+)
 def test_from_dict_refuses_control_characters_naming_the_field(field: str, bad: str) -> None:
     wire = sample().to_dict()
     if field.startswith("attempts["):
@@ -81,4 +94,5 @@ def test_control_character_error_names_the_character_and_index() -> None:
 
     assert control_character_error("plain text é") is None
     assert control_character_error("ab\u0000") == (
-        "must not contain control characters (U+0000-U+001F, U+007F): U+0000 at index 2")
+        "must not contain control characters (U+0000-U+001F, U+007F): U+0000 at index 2"
+    )

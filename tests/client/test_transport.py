@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +21,6 @@ import pytest
 
 from hedgerow.client import (
     AllAttemptsFailed,
-    CallRecord,
     HedgePolicy,
     HedgingTransport,
     Upstream,
@@ -31,30 +29,16 @@ from hedgerow.client.hedging import attempt_request_id
 from hedgerow.client.transport import rebase_path
 from hedgerow.sim import ReplicaConfig, ReplicaThread
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
+from tests.helpers import Sink, free_port
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
-class Sink:
-    """A telemetry sink keeping every record."""
-
-    def __init__(self) -> None:
-        self.records: list[CallRecord] = []
-
-    def submit(self, record: CallRecord) -> None:
-        self.records.append(record)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def sdk(transport: HedgingTransport, base_url: str = "http://hedgerow.invalid/v1") -> openai.AsyncOpenAI:
     """The app's client: the real SDK, only ``http_client`` differs; no SDK retries."""
-    return openai.AsyncOpenAI(base_url=base_url, api_key="caller-key", max_retries=0,
-                              http_client=httpx.AsyncClient(transport=transport))
+    return openai.AsyncOpenAI(
+        base_url=base_url, api_key="caller-key", max_retries=0, http_client=httpx.AsyncClient(transport=transport)
+    )
 
 
 def answer_script(text_pieces: list[str], first_delay_s: float = 0.0, gap_s: float = 0.01) -> Script:
@@ -64,12 +48,17 @@ def answer_script(text_pieces: list[str], first_delay_s: float = 0.0, gap_s: flo
 
 
 def completion_script(text: str, header_delay_s: float = 0.0) -> Script:
-    body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
-    return Script(pieces=[(0, json.dumps(body).encode())], content_type="application/json",
-                  header_delay_s=header_delay_s)
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+    return Script(
+        pieces=[(0, json.dumps(body).encode())], content_type="application/json", header_delay_s=header_delay_s
+    )
 
 
 def error_script(status: int, message: str) -> Script:
@@ -80,8 +69,10 @@ def error_script(status: int, message: str) -> Script:
 @pytest.fixture(scope="module")
 def replicas() -> Iterator[tuple[ReplicaThread, ReplicaThread]]:
     """(slow, fast) simulated replicas, shared by the module's tests."""
-    with ReplicaThread(ReplicaConfig(name="slow", slowdown=100.0)) as slow, \
-            ReplicaThread(ReplicaConfig(name="fast")) as fast:
+    with (
+        ReplicaThread(ReplicaConfig(name="slow", slowdown=100.0)) as slow,
+        ReplicaThread(ReplicaConfig(name="fast")) as fast,
+    ):
         yield slow, fast
 
 
@@ -90,9 +81,12 @@ async def hedged(replicas) -> AsyncIterator[tuple[openai.AsyncOpenAI, Sink]]:
     """The SDK over a transport whose primary is the slow replica."""
     slow, fast = replicas
     sink = Sink()
-    transport = HedgingTransport([Upstream("slow", slow.base_url, api_key="k-slow"),
-                                  Upstream("fast", fast.base_url, api_key="k-fast")],
-                                 route="chat", policy=HedgePolicy(hedge_after_s=0.5), telemetry=sink)
+    transport = HedgingTransport(
+        [Upstream("slow", slow.base_url, api_key="k-slow"), Upstream("fast", fast.base_url, api_key="k-fast")],
+        route="chat",
+        policy=HedgePolicy(hedge_after_s=0.5),
+        telemetry=sink,
+    )
     client = sdk(transport)
     yield client, sink
     await client.close()
@@ -105,7 +99,8 @@ async def test_stream_hedges_and_fast_replica_wins(hedged) -> None:
     client, sink = hedged
     t0 = time.monotonic()
     raw = await client.chat.completions.with_raw_response.create(
-        model="m", messages=MESSAGES, stream=True, max_tokens=5)
+        model="m", messages=MESSAGES, stream=True, max_tokens=5
+    )
     headers_s = time.monotonic() - t0
     assert raw.headers["x-hedgerow-winner"] == "fast"
     assert raw.headers["x-hedgerow-hedged"] == "true"
@@ -137,11 +132,16 @@ async def test_stream_hedges_and_fast_replica_wins(hedged) -> None:
 async def test_stream_without_hedge_passes_usage_when_asked(replicas) -> None:
     slow, fast = replicas
     sink = Sink()
-    transport = HedgingTransport([Upstream("fast", fast.base_url), Upstream("slow", slow.base_url)],
-                                 route="chat", policy=HedgePolicy(hedge_after_s=2.0), telemetry=sink)
+    transport = HedgingTransport(
+        [Upstream("fast", fast.base_url), Upstream("slow", slow.base_url)],
+        route="chat",
+        policy=HedgePolicy(hedge_after_s=2.0),
+        telemetry=sink,
+    )
     async with sdk(transport) as client:
         raw = await client.chat.completions.with_raw_response.create(
-            model="m", messages=MESSAGES, stream=True, max_tokens=3, stream_options={"include_usage": True})
+            model="m", messages=MESSAGES, stream=True, max_tokens=3, stream_options={"include_usage": True}
+        )
         assert raw.headers["x-hedgerow-hedged"] == "false" and raw.headers["x-hedgerow-winner"] == "fast"
         chunks = [c async for c in raw.parse()]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 3
@@ -186,13 +186,22 @@ async def test_path_rebased_key_replaced_headers_forwarded(stream: bool) -> None
     async with ScriptedServer(script) as a, ScriptedServer(script) as b:
         sink = Sink()
         transport = HedgingTransport(
-            [Upstream("a", f"http://127.0.0.1:{a.port}/gateway/v1", api_key="key-a", headers={"X-Tenant": "t1"}),
-             Upstream("b", b.base_url, api_key="key-b")],
-            route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+            [
+                Upstream("a", f"http://127.0.0.1:{a.port}/gateway/v1", api_key="key-a", headers={"X-Tenant": "t1"}),
+                Upstream("b", b.base_url, api_key="key-b"),
+            ],
+            route="chat",
+            policy=HedgePolicy(hedge_after_s=5.0),
+            telemetry=sink,
+        )
         async with sdk(transport, base_url="http://anything.invalid/some/prefix/v1") as client:
             raw = await client.chat.completions.with_raw_response.create(
-                model="m", messages=MESSAGES, stream=stream, extra_headers={"X-App": "demo"},
-                extra_query={"api-version": "7"})
+                model="m",
+                messages=MESSAGES,
+                stream=stream,
+                extra_headers={"X-App": "demo"},
+                extra_query={"api-version": "7"},
+            )
             if stream:
                 text = "".join([c.choices[0].delta.content or "" async for c in raw.parse() if c.choices])
             else:
@@ -220,16 +229,18 @@ async def test_path_rebased_key_replaced_headers_forwarded(stream: bool) -> None
 
 async def test_explicit_base_path() -> None:
     async with ScriptedServer(completion_script("ok")) as a:
-        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat",
-                                     policy=HedgePolicy(), base_path="/openai")
+        transport = HedgingTransport(
+            [Upstream("a", a.base_url)], route="chat", policy=HedgePolicy(), base_path="/openai"
+        )
         async with sdk(transport, base_url="http://gw.invalid/openai") as client:
             done = await client.chat.completions.create(model="m", messages=MESSAGES)
             assert done.choices[0].message.content == "ok"
             assert a.requests[0].path == "/v1/chat/completions"
             with pytest.raises(openai.NotFoundError):  # the SDK's own paths are all under its base
                 await client.get("http://gw.invalid/elsewhere/models", cast_to=object)
-        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat",
-                                     policy=HedgePolicy(), base_path="/openai")
+        transport = HedgingTransport(
+            [Upstream("a", a.base_url)], route="chat", policy=HedgePolicy(), base_path="/openai"
+        )
         async with httpx.AsyncClient(transport=transport) as http:
             response = await http.get("http://gw.invalid/elsewhere/models")
         assert response.status_code == 404
@@ -237,17 +248,20 @@ async def test_explicit_base_path() -> None:
         assert len(a.requests) == 1
 
 
-@pytest.mark.parametrize(("path", "base_path", "expected"), [
-    ("/v1/chat/completions", None, "/chat/completions"),
-    ("/proxy/v1/chat/completions", None, "/chat/completions"),
-    ("/v1", None, ""),
-    ("/chat/completions", None, "/chat/completions"),
-    ("/a/v1/b/v1/models", None, "/b/v1/models"),
-    ("/openai/chat/completions", "/openai", "/chat/completions"),
-    ("/openai/chat/completions", "/openai/", "/chat/completions"),
-    ("/openaiX/chat/completions", "/openai", None),
-    ("/other/models", "/openai", None),
-])
+@pytest.mark.parametrize(
+    ("path", "base_path", "expected"),
+    [
+        ("/v1/chat/completions", None, "/chat/completions"),
+        ("/proxy/v1/chat/completions", None, "/chat/completions"),
+        ("/v1", None, ""),
+        ("/chat/completions", None, "/chat/completions"),
+        ("/a/v1/b/v1/models", None, "/b/v1/models"),
+        ("/openai/chat/completions", "/openai", "/chat/completions"),
+        ("/openai/chat/completions", "/openai/", "/chat/completions"),
+        ("/openaiX/chat/completions", "/openai", None),
+        ("/other/models", "/openai", None),
+    ],
+)
 def test_rebase_path(path: str, base_path: str | None, expected: str | None) -> None:
     assert rebase_path(path, base_path) == expected
 
@@ -272,8 +286,9 @@ def long_replica() -> Iterator[ReplicaThread]:
 
 async def test_closing_the_stream_early_cancels_the_call(long_replica: ReplicaThread) -> None:
     sink = Sink()
-    transport = HedgingTransport([Upstream("long", long_replica.base_url)], route="chat",
-                                 policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+    transport = HedgingTransport(
+        [Upstream("long", long_replica.base_url)], route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink
+    )
     async with sdk(transport) as client:
         # 3,000 tokens take the replica over a minute: only a cancellation ends it early.
         stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True, max_tokens=3000)
@@ -296,8 +311,12 @@ async def test_closing_the_stream_early_cancels_the_call(long_replica: ReplicaTh
 async def test_all_attempts_failing_with_http_errors_raise_the_sdk_status_error(stream: bool) -> None:
     async with ScriptedServer(error_script(503, "a is busy")) as a, ScriptedServer(error_script(502, "b is down")) as b:
         sink = Sink()
-        transport = HedgingTransport([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                                     route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+        transport = HedgingTransport(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)],
+            route="chat",
+            policy=HedgePolicy(hedge_after_s=5.0),
+            telemetry=sink,
+        )
         async with sdk(transport) as client:
             with pytest.raises(openai.APIStatusError) as caught:
                 await client.chat.completions.create(model="m", messages=MESSAGES, stream=stream)
@@ -315,8 +334,12 @@ async def test_all_attempts_failing_with_http_errors_raise_the_sdk_status_error(
 async def test_all_attempts_refused_raise_a_connection_error_naming_each(stream: bool) -> None:
     dead_a, dead_b = f"http://127.0.0.1:{free_port()}/v1", f"http://127.0.0.1:{free_port()}/v1"
     sink = Sink()
-    transport = HedgingTransport([Upstream("a", dead_a), Upstream("b", dead_b)],
-                                 route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+    transport = HedgingTransport(
+        [Upstream("a", dead_a), Upstream("b", dead_b)],
+        route="chat",
+        policy=HedgePolicy(hedge_after_s=5.0),
+        telemetry=sink,
+    )
     async with sdk(transport) as client:
         with pytest.raises(openai.APIConnectionError) as caught:
             await client.chat.completions.create(model="m", messages=MESSAGES, stream=stream)
@@ -332,8 +355,12 @@ async def test_all_attempts_refused_raise_a_connection_error_naming_each(stream:
 async def test_non_retryable_4xx_is_returned_without_failover(stream: bool) -> None:
     async with ScriptedServer(error_script(400, "bad messages")) as a, ScriptedServer(completion_script("x")) as b:
         sink = Sink()
-        transport = HedgingTransport([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                                     route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+        transport = HedgingTransport(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)],
+            route="chat",
+            policy=HedgePolicy(hedge_after_s=5.0),
+            telemetry=sink,
+        )
         async with sdk(transport) as client:
             with pytest.raises(openai.BadRequestError) as caught:
                 await client.chat.completions.create(model="m", messages=MESSAGES, stream=stream)
@@ -348,8 +375,12 @@ async def test_non_retryable_4xx_is_returned_without_failover(stream: bool) -> N
 async def test_non_streaming_failover_on_503() -> None:
     async with ScriptedServer(error_script(503, "busy")) as a, ScriptedServer(completion_script("fine")) as b:
         sink = Sink()
-        transport = HedgingTransport([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                                     route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+        transport = HedgingTransport(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)],
+            route="chat",
+            policy=HedgePolicy(hedge_after_s=5.0),
+            telemetry=sink,
+        )
         async with sdk(transport) as client:
             raw = await client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES)
         assert raw.parse().choices[0].message.content == "fine"
@@ -363,8 +394,12 @@ async def test_mid_stream_truncation_surfaces_as_sdk_connection_error() -> None:
     pieces = sse(chunk("par", role="assistant"), chunk("tial"), done=False, gap_s=0.05)
     async with ScriptedServer(Script(pieces=pieces)) as a, ScriptedServer(answer_script(["x"])) as b:
         sink = Sink()
-        transport = HedgingTransport([Upstream("a", a.base_url), Upstream("b", b.base_url)],
-                                     route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+        transport = HedgingTransport(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)],
+            route="chat",
+            policy=HedgePolicy(hedge_after_s=5.0),
+            telemetry=sink,
+        )
         got = []
         async with sdk(transport) as client:
             stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
@@ -381,8 +416,12 @@ async def test_stall_after_first_token_surfaces_as_sdk_timeout() -> None:
     pieces = sse(chunk("a", role="assistant"), chunk("b"), chunk(finish="stop"), gap_s=2.5)
     async with ScriptedServer(Script(pieces=pieces)) as a:
         sink = Sink()
-        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat",
-                                     policy=HedgePolicy(hedge_after_s=5.0, stall_timeout_s=0.5), telemetry=sink)
+        transport = HedgingTransport(
+            [Upstream("a", a.base_url)],
+            route="chat",
+            policy=HedgePolicy(hedge_after_s=5.0, stall_timeout_s=0.5),
+            telemetry=sink,
+        )
         async with sdk(transport) as client:
             stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
             with pytest.raises(openai.APITimeoutError):
@@ -408,8 +447,9 @@ def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match="upstreams"):
         HedgingTransport([], route="chat", policy=HedgePolicy())
     with pytest.raises(ValueError, match="base_path"):
-        HedgingTransport([Upstream("a", "http://127.0.0.1:1/v1")], route="chat", policy=HedgePolicy(),
-                         base_path="openai")
+        HedgingTransport(
+            [Upstream("a", "http://127.0.0.1:1/v1")], route="chat", policy=HedgePolicy(), base_path="openai"
+        )
     with pytest.raises(TypeError, match="policy"):
         HedgingTransport([Upstream("a", "http://127.0.0.1:1/v1")], route="chat", policy=2.0)  # type: ignore[arg-type]
 
@@ -442,8 +482,9 @@ async def test_app_cancelling_before_the_answer_closes_every_attempt(stream: boo
     script = answer_script(["late"], first_delay_s=3.0) if stream else completion_script("late", header_delay_s=3.0)
     async with ScriptedServer(script) as a:
         sink = Sink()
-        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat",
-                                     policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+        transport = HedgingTransport(
+            [Upstream("a", a.base_url)], route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink
+        )
         async with sdk(transport) as client:
             with pytest.raises(TimeoutError):
                 async with asyncio.timeout(0.5):
@@ -459,14 +500,16 @@ async def test_bare_break_cancels_once_the_stream_is_collected(long_replica: Rep
     stream sits in a reference cycle, so the call runs on until the garbage collector finalizes
     the SDK's generator, whose ``finally`` closes the response, which cancels the call."""
     sink = Sink()
-    transport = HedgingTransport([Upstream("long", long_replica.base_url)], route="chat",
-                                 policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink)
+    transport = HedgingTransport(
+        [Upstream("long", long_replica.base_url)], route="chat", policy=HedgePolicy(hedge_after_s=5.0), telemetry=sink
+    )
     async with sdk(transport) as client:
 
         async def first_chunks() -> int:
             got = 0
-            async for _ in await client.chat.completions.create(model="m", messages=MESSAGES, stream=True,
-                                                                max_tokens=3000):
+            async for _ in await client.chat.completions.create(
+                model="m", messages=MESSAGES, stream=True, max_tokens=3000
+            ):
                 got += 1
                 if got == 3:
                     break
@@ -496,12 +539,19 @@ class FixedThresholds:
 
 
 async def test_non_streaming_calls_use_the_unary_routes_threshold() -> None:
-    async with ScriptedServer(completion_script("slow", header_delay_s=3.0)) as a, \
-            ScriptedServer(completion_script("fast")) as b:
+    async with (
+        ScriptedServer(completion_script("slow", header_delay_s=3.0)) as a,
+        ScriptedServer(completion_script("fast")) as b,
+    ):
         sink = Sink()
         thresholds = FixedThresholds({("chat.unary", "m"): (0.3, 7, True), ("chat", "m"): (9.0, 3, True)})
-        transport = HedgingTransport([Upstream("a", a.base_url), Upstream("b", b.base_url)], route="chat",
-                                     policy=HedgePolicy(hedge_after_s=5.0), thresholds=thresholds, telemetry=sink)
+        transport = HedgingTransport(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)],
+            route="chat",
+            policy=HedgePolicy(hedge_after_s=5.0),
+            thresholds=thresholds,
+            telemetry=sink,
+        )
         async with sdk(transport) as client:
             done = await client.chat.completions.create(model="m", messages=MESSAGES)
         assert done.choices[0].message.content == "fast"
@@ -514,13 +564,16 @@ async def test_non_streaming_calls_use_the_unary_routes_threshold() -> None:
 async def test_concurrent_calls_share_one_transport(replicas) -> None:
     slow, fast = replicas
     sink = Sink()
-    transport = HedgingTransport([Upstream("fast", fast.base_url), Upstream("slow", slow.base_url)],
-                                 route="chat", policy=HedgePolicy(hedge_after_s=3.0), telemetry=sink)
+    transport = HedgingTransport(
+        [Upstream("fast", fast.base_url), Upstream("slow", slow.base_url)],
+        route="chat",
+        policy=HedgePolicy(hedge_after_s=3.0),
+        telemetry=sink,
+    )
     async with sdk(transport) as client:
 
         async def one(i: int) -> str:
-            stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True,
-                                                          max_tokens=3 + i)
+            stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True, max_tokens=3 + i)
             async with stream:
                 return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
 
@@ -546,16 +599,23 @@ async def test_cancelling_the_app_at_any_moment_leaves_no_connection_active(kind
     # upstream answers at once, in one write, on a keep-alive connection. With a pool of 2, a
     # request after all that must still complete.
     if kind == "non_streaming":
-        body = json.dumps({"id": "c1", "object": "chat.completion", "model": "m", "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]})
+        body = json.dumps(
+            {
+                "id": "c1",
+                "object": "chat.completion",
+                "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            }
+        )
         path, method, payload = "/v1/chat/completions", "POST", {"model": "m", "messages": MESSAGES}
     else:
         body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
         path, method, payload = "/v1/models", "GET", None
     script = Script(pieces=[(0.0, body.encode())], content_type="application/json", keep_alive=True)
     async with ScriptedServer(script) as a:
-        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat", max_connections=2,
-                                     policy=HedgePolicy(hedge_after_s=30.0))
+        transport = HedgingTransport(
+            [Upstream("a", a.base_url)], route="chat", max_connections=2, policy=HedgePolicy(hedge_after_s=30.0)
+        )
         async with httpx.AsyncClient(transport=transport, base_url="http://hedgerow.invalid") as http:
 
             async def request() -> httpx.Response:
@@ -593,12 +653,17 @@ async def sdk_break_at_first_chunk(client: openai.AsyncOpenAI) -> None:
 
 @pytest.mark.parametrize("loser", ["primary", "backup"])
 async def test_sdk_break_at_the_first_chunk_closes_the_loser_at_once(loser: str, caplog) -> None:
-    scripts = ((held_silent_script(), winner_script(0.4)) if loser == "primary"
-               else (winner_script(1.0), held_silent_script()))
+    scripts = (
+        (held_silent_script(), winner_script(0.4)) if loser == "primary" else (winner_script(1.0), held_silent_script())
+    )
     async with ScriptedServer(scripts[0]) as a, ScriptedServer(scripts[1]) as b:
         sink = Sink()
-        transport = HedgingTransport([Upstream("a", a.base_url), Upstream("b", b.base_url)], route="chat",
-                                     policy=HedgePolicy(hedge_after_s=0.3, budget=1.0), telemetry=sink)
+        transport = HedgingTransport(
+            [Upstream("a", a.base_url), Upstream("b", b.base_url)],
+            route="chat",
+            policy=HedgePolicy(hedge_after_s=0.3, budget=1.0),
+            telemetry=sink,
+        )
         async with sdk(transport) as client:
             await sdk_break_at_first_chunk(client)
             left_at = time.monotonic()
@@ -614,9 +679,12 @@ async def test_sdk_break_at_the_first_chunk_closes_the_loser_at_once(loser: str,
 
 async def test_sdk_twenty_breaks_at_the_first_chunk_leave_no_connection_open(caplog) -> None:
     async with ScriptedServer(held_silent_script()) as slow, ScriptedServer(winner_script(0.3)) as fast:
-        transport = HedgingTransport([Upstream("slow", slow.base_url), Upstream("fast", fast.base_url)],
-                                     route="chat", max_connections=10,
-                                     policy=HedgePolicy(hedge_after_s=0.1, budget=1.0, budget_burst=100.0))
+        transport = HedgingTransport(
+            [Upstream("slow", slow.base_url), Upstream("fast", fast.base_url)],
+            route="chat",
+            max_connections=10,
+            policy=HedgePolicy(hedge_after_s=0.1, budget=1.0, budget_burst=100.0),
+        )
         async with sdk(transport) as client:
             for _ in range(20):  # with the leak, the 11th hedge waits for a pool slot for ever
                 await asyncio.wait_for(sdk_break_at_first_chunk(client), 10.0)

@@ -22,24 +22,40 @@ def make_record(rng: random.Random, request_id: str, started_at: datetime, pair:
     route, model = pair
     prompt = rng.choice([None, rng.randint(50, 500)])
     completion = rng.randint(10, 300)
-    base = {"request_id": request_id, "route": route, "model": model, "started_at": started_at,
-            "client": "test", "hedge_after_s": HEDGE_AFTER_S, "prompt_tokens": prompt,
-            "completion_tokens": completion}
+    base = {
+        "request_id": request_id,
+        "route": route,
+        "model": model,
+        "started_at": started_at,
+        "client": "test",
+        "hedge_after_s": HEDGE_AFTER_S,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+    }
     u = rng.random()
     primary = _primary_ttft(rng)
     if u < 0.05:  # failover: the primary fails fast, the backup answers
         fail_at = rng.uniform(0.01, 0.3)
         first = fail_at + rng.expovariate(2.0)
-        attempts = (AttemptRecord("a", "primary", 0.0, None, fail_at, "failed", 503, "http_503", 0),
-                    AttemptRecord("b", "backup", fail_at, first, first + 2.0, "won", 200, None, completion))
-        return CallRecord(**base, hedged=True, hedge_reason="primary_error", winner="backup", ttft_s=first,
-                          ttfo_s=first, e2e_s=first + 2.0, attempts=attempts)
+        attempts = (
+            AttemptRecord("a", "primary", 0.0, None, fail_at, "failed", 503, "http_503", 0),
+            AttemptRecord("b", "backup", fail_at, first, first + 2.0, "won", 200, None, completion),
+        )
+        return CallRecord(
+            **base,
+            hedged=True,
+            hedge_reason="primary_error",
+            winner="backup",
+            ttft_s=first,
+            ttfo_s=first,
+            e2e_s=first + 2.0,
+            attempts=attempts,
+        )
     if u < 0.09:  # the primary fails and nothing saves it
         status = rng.choice(["error", "timeout"])
         end = rng.uniform(0.05, 3.0)
         attempts = (AttemptRecord("a", "primary", 0.0, None, end, "failed", 500, "http_500", 0),)
-        return CallRecord(**{**base, "completion_tokens": 0}, status=status, error_type="http_500",
-                          attempts=attempts)
+        return CallRecord(**{**base, "completion_tokens": 0}, status=status, error_type="http_500", attempts=attempts)
     if u < 0.11:  # the caller walked away before any token: the primary is censored
         end = rng.uniform(0.1, 1.4)
         attempts = (AttemptRecord("a", "primary", 0.0, None, end, "cancelled", 200, None, 0),)
@@ -48,26 +64,47 @@ def make_record(rng: random.Random, request_id: str, started_at: datetime, pair:
     if primary <= HEDGE_AFTER_S or u < 0.2:  # no hedge, or the budget refused it
         denied = primary > HEDGE_AFTER_S
         attempts = (AttemptRecord("a", "primary", 0.0, primary, primary + 2.0, "won", 200, None, completion),)
-        return CallRecord(**base, hedge_denied=denied, winner="primary", status=status, ttft_s=primary,
-                          ttfo_s=primary, e2e_s=primary + 2.0, attempts=attempts)
+        return CallRecord(
+            **base,
+            hedge_denied=denied,
+            winner="primary",
+            status=status,
+            ttft_s=primary,
+            ttfo_s=primary,
+            e2e_s=primary + 2.0,
+            attempts=attempts,
+        )
     backup_first = HEDGE_AFTER_S + rng.expovariate(1.0 / 0.4)
     wasted = rng.randint(0, 5)
     if primary <= backup_first:
         first, winner = primary, "primary"
-        attempts = (AttemptRecord("a", "primary", 0.0, primary, primary + 2.0, "won", 200, None, completion),
-                    AttemptRecord("b", "backup", HEDGE_AFTER_S, None, primary, "cancelled", 200, None, wasted))
+        attempts = (
+            AttemptRecord("a", "primary", 0.0, primary, primary + 2.0, "won", 200, None, completion),
+            AttemptRecord("b", "backup", HEDGE_AFTER_S, None, primary, "cancelled", 200, None, wasted),
+        )
     else:
         first, winner = backup_first, "backup"
-        attempts = (AttemptRecord("a", "primary", 0.0, None, backup_first, "cancelled", 200, None, wasted),
-                    AttemptRecord("b", "backup", HEDGE_AFTER_S, backup_first, backup_first + 2.0, "won", 200,
-                                  None, completion))
-    return CallRecord(**base, hedged=True, hedge_reason="ttft_timeout", winner=winner, status=status,
-                      ttft_s=first, ttfo_s=first, e2e_s=first + 2.0, wasted_completion_tokens=wasted,
-                      attempts=attempts)
+        attempts = (
+            AttemptRecord("a", "primary", 0.0, None, backup_first, "cancelled", 200, None, wasted),
+            AttemptRecord("b", "backup", HEDGE_AFTER_S, backup_first, backup_first + 2.0, "won", 200, None, completion),
+        )
+    return CallRecord(
+        **base,
+        hedged=True,
+        hedge_reason="ttft_timeout",
+        winner=winner,
+        status=status,
+        ttft_s=first,
+        ttfo_s=first,
+        e2e_s=first + 2.0,
+        wasted_completion_tokens=wasted,
+        attempts=attempts,
+    )
 
 
-def workload(n: int, *, seed: int, start: datetime, span_s: float, prefix: str = "c",
-             pairs: Sequence[tuple[str, str]] = PAIRS) -> list[CallRecord]:
+def workload(
+    n: int, *, seed: int, start: datetime, span_s: float, prefix: str = "c", pairs: Sequence[tuple[str, str]] = PAIRS
+) -> list[CallRecord]:
     """``n`` records started uniformly in ``[start, start + span_s)``."""
     rng = random.Random(seed)
     return [make_record(rng, f"{prefix}{seed}-{i}", start + timedelta(seconds=rng.uniform(0, span_s)),
@@ -77,9 +114,24 @@ def workload(n: int, *, seed: int, start: datetime, span_s: float, prefix: str =
 
 def direct_figures(records: Sequence[CallRecord]) -> dict:
     """Counters, token sums and TTFT samples computed straight from the records."""
-    out = {name: 0 for name in ("calls", "ok_calls", "error_calls", "timeout_calls", "stalled_calls",
-                                "cancelled_calls", "hedges", "hedge_denied", "backup_wins", "failovers",
-                                "prompt_tokens", "completion_tokens", "wasted_completion_tokens")}
+    out = {
+        name: 0
+        for name in (
+            "calls",
+            "ok_calls",
+            "error_calls",
+            "timeout_calls",
+            "stalled_calls",
+            "cancelled_calls",
+            "hedges",
+            "hedge_denied",
+            "backup_wins",
+            "failovers",
+            "prompt_tokens",
+            "completion_tokens",
+            "wasted_completion_tokens",
+        )
+    }
     observed: list[float] = []
     censored: list[float] = []
     call_ttft: list[float] = []

@@ -16,9 +16,21 @@ from hedgerow.controller.models import Attempt, Lease
 async def test_foreign_keys_are_enforced(sessionmaker) -> None:
     with pytest.raises(IntegrityError):
         async with sessionmaker() as session, session.begin():
-            session.add(Attempt(call_id=12345, attempt_index=0, upstream="a", role="primary", start_s=0.0,
-                                first_token_s=None, end_s=1.0, outcome="failed", status_code=None,
-                                error_type=None, completion_tokens=0))
+            session.add(
+                Attempt(
+                    call_id=12345,
+                    attempt_index=0,
+                    upstream="a",
+                    role="primary",
+                    start_s=0.0,
+                    first_token_s=None,
+                    end_s=1.0,
+                    outcome="failed",
+                    status_code=None,
+                    error_type=None,
+                    completion_tokens=0,
+                )
+            )
 
 
 async def test_timestamps_read_back_as_aware_utc(sessionmaker) -> None:

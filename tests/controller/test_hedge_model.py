@@ -30,7 +30,8 @@ def test_km_survival_without_censoring_is_the_empirical_survival() -> None:
     assert s.samples == 5
     assert list(s.times_s) == [0.1, 0.2, 0.3, 0.5]
     assert s([0.0, 0.1, 0.15, 0.2, 0.3, 0.49, 0.5, 9.0]).tolist() == pytest.approx(
-        [1.0, 0.8, 0.8, 0.4, 0.2, 0.2, 0.0, 0.0])
+        [1.0, 0.8, 0.8, 0.4, 0.2, 0.2, 0.0, 0.0]
+    )
 
 
 def test_km_survival_keeps_its_last_value_beyond_the_data() -> None:
@@ -72,9 +73,7 @@ def test_the_model_recovers_the_hedged_p99_from_censored_records() -> None:
     backup_first = hedged & (t + backup_ttft < primary_ttft)
     call_ttft = np.where(backup_first, t + backup_ttft, primary_ttft)
     primary = km_survival(np.where(backup_first, t + backup_ttft, primary_ttft), backup_first)
-    backup = km_survival(
-        np.where(backup_first, backup_ttft, primary_ttft - t)[hedged], ~backup_first[hedged]
-    )
+    backup = km_survival(np.where(backup_first, backup_ttft, primary_ttft - t)[hedged], ~backup_first[hedged])
     predicted = float(predicted_quantiles(primary, backup, np.array([t]))[0])
     assert predicted == pytest.approx(float(np.quantile(call_ttft, 0.99)), rel=0.05)
     # the win probability matches the observed backup win rate
@@ -102,8 +101,9 @@ def test_worked_number_in_module_docstring() -> None:
     rng = np.random.default_rng(7)
     n = 10_000
     kind = rng.choice(3, size=n, p=[0.87, 0.12, 0.01])
-    ttft = np.where(kind == 0, rng.uniform(0.05, 0.3, n),
-                    np.where(kind == 1, rng.uniform(0.45, 0.55, n), rng.uniform(1.0, 5.0, n)))
+    ttft = np.where(
+        kind == 0, rng.uniform(0.05, 0.3, n), np.where(kind == 1, rng.uniform(0.45, 0.55, n), rng.uniform(1.0, 5.0, n))
+    )
     censored = np.zeros(n, dtype=bool)
     estimate = estimate_ttft(ttft, censored, budget=0.10)
     primary = km_survival(ttft, censored)
@@ -172,8 +172,9 @@ def test_bucket_limited_search_takes_the_smallest_best_threshold() -> None:
     rng = np.random.default_rng(12)
     n = 6000
     kind = rng.choice(3, size=n, p=[0.85, 0.12, 0.03])
-    durations = np.where(kind == 0, rng.uniform(0.05, 0.3, n),
-                         np.where(kind == 1, rng.uniform(0.5, 0.9, n), rng.uniform(3.0, 5.0, n)))
+    durations = np.where(
+        kind == 0, rng.uniform(0.05, 0.3, n), np.where(kind == 1, rng.uniform(0.5, 0.9, n), rng.uniform(3.0, 5.0, n))
+    )
     censored = np.zeros(n, dtype=bool)
     primary = km_survival(durations, censored)
     backup = km_survival(rng.uniform(0.05, 0.2, 500), np.zeros(500, dtype=bool))
@@ -205,12 +206,14 @@ def test_bucket_limited_search_takes_the_smallest_best_threshold() -> None:
         (lambda: km_survival([0.1, float("nan")], [False, False]), "finite and >= 0"),
         (lambda: SurvivalCurve(np.array([2.0, 1.0]), np.array([0.5, 0.1]), 2), "ascending"),
         (lambda: SurvivalCurve(np.array([1.0, 2.0]), np.array([0.1, 0.5]), 2), "non-increasing"),
-        (lambda: predicted_quantiles(km_survival([1.0], [False]), km_survival([1.0], [False]),
-                                     np.array([1.0]), q=1.0), "q must be"),
-        (lambda: efficient_threshold(km_survival([1.0], [False]), None, 0.0, 1.0, tolerance=0.1),
-         "budget_target_s"),
-        (lambda: efficient_threshold(km_survival([1.0], [False]), None, 1.0, 2.0, tolerance=-0.1),
-         "tolerance"),
+        (
+            lambda: predicted_quantiles(
+                km_survival([1.0], [False]), km_survival([1.0], [False]), np.array([1.0]), q=1.0
+            ),
+            "q must be",
+        ),
+        (lambda: efficient_threshold(km_survival([1.0], [False]), None, 0.0, 1.0, tolerance=0.1), "budget_target_s"),
+        (lambda: efficient_threshold(km_survival([1.0], [False]), None, 1.0, 2.0, tolerance=-0.1), "tolerance"),
     ],
 )
 def test_bad_input_is_a_clear_error(call, needle: str) -> None:

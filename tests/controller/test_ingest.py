@@ -23,8 +23,7 @@ async def _ingest(sessionmaker, records, defaults):
 
 async def test_ingest_is_idempotent(sessionmaker, call_factory) -> None:
     defaults = route_defaults(Settings(default_budget=0.2, default_hedge_after_s=1.5))
-    batch = [call_factory(f"r{i}", hedge_after_s=1.0, primary_ttft_s=3.0, backup_ttft_s=0.5)
-             for i in range(5)]
+    batch = [call_factory(f"r{i}", hedge_after_s=1.0, primary_ttft_s=3.0, backup_ttft_s=0.5) for i in range(5)]
     batch += [call_factory(f"p{i}", model="m2") for i in range(3)]
     assert await _ingest(sessionmaker, batch, defaults) == (8, 0)
     assert await _ingest(sessionmaker, batch, defaults) == (0, 8)
@@ -58,19 +57,20 @@ async def test_round_trip_of_stored_fields(sessionmaker, call_factory) -> None:
     await _ingest(sessionmaker, [record], route_defaults(Settings()))
     async with sessionmaker() as session:
         call = await session.scalar(select(Call).where(Call.request_id == "x1"))
-        attempts = (await session.scalars(
-            select(Attempt).where(Attempt.call_id == call.id).order_by(Attempt.attempt_index)
-        )).all()
+        attempts = (
+            await session.scalars(select(Attempt).where(Attempt.call_id == call.id).order_by(Attempt.attempt_index))
+        ).all()
     assert call.started_at == record.started_at
     assert (call.hedged, call.hedge_reason, call.winner, call.ttft_s) == (True, "ttft_timeout", "backup", 1.25)
     assert [(a.role, a.outcome, a.first_token_s, a.end_s) for a in attempts] == [
-        ("primary", "cancelled", None, 1.25), ("backup", "won", 1.25, 2.25)]
+        ("primary", "cancelled", None, 1.25),
+        ("backup", "won", 1.25, 2.25),
+    ]
 
 
 async def test_concurrent_batches_count_each_call_once(sessionmaker, call_factory) -> None:
     defaults = route_defaults(Settings())
-    batches = [[call_factory(f"c{j}", route=f"route{j % 3}") for j in range(i, i + 30)]
-               for i in range(0, 60, 10)]
+    batches = [[call_factory(f"c{j}", route=f"route{j % 3}") for j in range(i, i + 30)] for i in range(0, 60, 10)]
     results = await asyncio.gather(*(_ingest(sessionmaker, b, defaults) for b in batches))
     assert sum(accepted for accepted, _ in results) == 60 + 20  # ids c0..c79 overlap
     assert sum(accepted + dup for accepted, dup in results) == 6 * 30

@@ -34,8 +34,15 @@ def _hedged_workload(call_factory, n: int, *, seed: int, hedge_after_s: float, a
         started = NOW - timedelta(seconds=rng.uniform(1.0, age_s))
         primary = rng.expovariate(1.0)
         if primary > hedge_after_s:
-            records.append(call_factory(f"h{seed}-{i}", started_at=started, primary_ttft_s=primary,
-                                        hedge_after_s=hedge_after_s, backup_ttft_s=rng.expovariate(2.0)))
+            records.append(
+                call_factory(
+                    f"h{seed}-{i}",
+                    started_at=started,
+                    primary_ttft_s=primary,
+                    hedge_after_s=hedge_after_s,
+                    backup_ttft_s=rng.expovariate(2.0),
+                )
+            )
         else:
             records.append(call_factory(f"h{seed}-{i}", started_at=started, primary_ttft_s=primary))
     return records
@@ -44,8 +51,9 @@ def _hedged_workload(call_factory, n: int, *, seed: int, hedge_after_s: float, a
 async def test_tick_with_censored_primaries_finds_the_budget_quantile(sessionmaker, call_factory) -> None:
     settings = Settings()
     records = _hedged_workload(call_factory, 3000, seed=1, hedge_after_s=1.5)
-    failed = [call_factory(f"f{i}", started_at=NOW - timedelta(seconds=60 + i), primary_ttft_s=None)
-              for i in range(300)]
+    failed = [
+        call_factory(f"f{i}", started_at=NOW - timedelta(seconds=60 + i), primary_ttft_s=None) for i in range(300)
+    ]
     await _store(sessionmaker, records + failed, settings)
     censored_primaries = sum(1 for r in records if r.attempts[0].first_token_s is None)
     uncensored = [r.attempts[0].ttft_s for r in records if r.attempts[0].first_token_s is not None]
@@ -75,8 +83,9 @@ async def test_tick_with_censored_primaries_finds_the_budget_quantile(sessionmak
 
 async def test_too_few_samples_publishes_default_and_history_always_written(sessionmaker, call_factory) -> None:
     settings = Settings(default_hedge_after_s=2.0)
-    await _store(sessionmaker, [call_factory(f"x{i}", started_at=NOW - timedelta(seconds=10 + i))
-                                for i in range(10)], settings)
+    await _store(
+        sessionmaker, [call_factory(f"x{i}", started_at=NOW - timedelta(seconds=10 + i)) for i in range(10)], settings
+    )
     first = await run_tick(sessionmaker, settings, now=NOW)
     second = await run_tick(sessionmaker, settings, now=NOW + timedelta(seconds=60))
     assert [r["hedge_after_s"] for r in first + second] == [2.0, 2.0]
@@ -91,15 +100,21 @@ async def test_too_few_samples_publishes_default_and_history_always_written(sess
         history = await get_history(session, "summarize", "m1", limit=10)
     assert threshold.version == 1  # value unchanged: same version
     assert [h["computed_at"] for h in history] == [
-        "2026-11-29T12:01:00.000000Z", "2026-11-29T12:00:00.000000Z"]  # newest first
+        "2026-11-29T12:01:00.000000Z",
+        "2026-11-29T12:00:00.000000Z",
+    ]  # newest first
 
 
 async def test_window_widens_to_old_calls_and_version_increments(sessionmaker, call_factory) -> None:
     settings = Settings(min_samples=50, window_s=3600, max_window_s=86400)
     rng = random.Random(7)
     # 80 calls 2.5 to 3.5 hours old: the window must double twice (1 h -> 2 h -> 4 h)
-    old = [call_factory(f"o{i}", started_at=NOW - timedelta(hours=rng.uniform(2.5, 3.5)),
-                        primary_ttft_s=rng.uniform(0.1, 0.5)) for i in range(80)]
+    old = [
+        call_factory(
+            f"o{i}", started_at=NOW - timedelta(hours=rng.uniform(2.5, 3.5)), primary_ttft_s=rng.uniform(0.1, 0.5)
+        )
+        for i in range(80)
+    ]
     await _store(sessionmaker, old, settings)
     [row] = await run_tick(sessionmaker, settings, now=NOW)
     assert row["window_s"] == 4 * 3600 and row["samples"] == 80
@@ -115,14 +130,21 @@ async def test_window_widens_to_old_calls_and_version_increments(sessionmaker, c
 
 async def test_calls_after_now_are_ignored_and_each_route_is_separate(sessionmaker, call_factory) -> None:
     settings = Settings()
-    await _store(sessionmaker, [
-        call_factory("late", started_at=NOW + timedelta(seconds=5)),
-        call_factory("a1", route="a", started_at=NOW - timedelta(seconds=5)),
-        call_factory("b1", route="b", model="x", started_at=NOW - timedelta(seconds=5)),
-    ], settings)
+    await _store(
+        sessionmaker,
+        [
+            call_factory("late", started_at=NOW + timedelta(seconds=5)),
+            call_factory("a1", route="a", started_at=NOW - timedelta(seconds=5)),
+            call_factory("b1", route="b", model="x", started_at=NOW - timedelta(seconds=5)),
+        ],
+        settings,
+    )
     rows = await run_tick(sessionmaker, settings, now=NOW)
     assert [(r["route"], r["model"], r["samples"]) for r in rows] == [
-        ("a", "m1", 1), ("b", "x", 1), ("summarize", "m1", 0)]
+        ("a", "m1", 1),
+        ("b", "x", 1),
+        ("summarize", "m1", 0),
+    ]
     assert rows[2]["p50_s"] is None and rows[2]["observed_hedge_rate"] is None
 
 
@@ -131,17 +153,31 @@ def _failover(call_factory, request_id: str, started_at: datetime):
     from hedgerow.client.records import AttemptRecord, CallRecord
 
     return CallRecord(
-        request_id, "summarize", "m1", started_at, client="test", hedged=True, hedge_reason="primary_error",
-        winner="backup", ttft_s=0.4, ttfo_s=0.4, e2e_s=1.4, completion_tokens=20,
-        attempts=(AttemptRecord("a", "primary", 0.0, None, 0.01, "failed", 503, "http_503", 0),
-                  AttemptRecord("b", "backup", 0.01, 0.4, 1.4, "won", 200, None, 20)),
+        request_id,
+        "summarize",
+        "m1",
+        started_at,
+        client="test",
+        hedged=True,
+        hedge_reason="primary_error",
+        winner="backup",
+        ttft_s=0.4,
+        ttfo_s=0.4,
+        e2e_s=1.4,
+        completion_tokens=20,
+        attempts=(
+            AttemptRecord("a", "primary", 0.0, None, 0.01, "failed", 503, "http_503", 0),
+            AttemptRecord("b", "backup", 0.01, 0.4, 1.4, "won", 200, None, 20),
+        ),
     )
 
 
 async def test_failovers_are_not_hedges_in_the_observed_rate(sessionmaker, call_factory) -> None:
     settings = Settings()
-    normal = [call_factory(f"n{i}", started_at=NOW - timedelta(seconds=30 + i), primary_ttft_s=0.3 + i / 100)
-              for i in range(80)]
+    normal = [
+        call_factory(f"n{i}", started_at=NOW - timedelta(seconds=30 + i), primary_ttft_s=0.3 + i / 100)
+        for i in range(80)
+    ]
     failovers = [_failover(call_factory, f"f{i}", NOW - timedelta(seconds=20 + i)) for i in range(20)]
     await _store(sessionmaker, normal + failovers, settings)
     [row] = await run_tick(sessionmaker, settings, now=NOW)
@@ -154,14 +190,17 @@ async def test_a_recent_hedge_burst_holds_the_value_instead_of_lowering_it(sessi
     # An hour-old calm period (fast primaries, so the target is low) and, in the last two minutes,
     # 30 calls of which 30% hedged: over the 10% budget in the short window, so no lowering now.
     settings = Settings(short_window_s=300.0, min_samples=50)
-    old = [call_factory(f"o{i}", started_at=NOW - timedelta(seconds=3000 - i), primary_ttft_s=0.2 + i / 1000)
-           for i in range(100)]
+    old = [
+        call_factory(f"o{i}", started_at=NOW - timedelta(seconds=3000 - i), primary_ttft_s=0.2 + i / 1000)
+        for i in range(100)
+    ]
     recent = []
     for i in range(30):
         started = NOW - timedelta(seconds=100 - i)
         if i % 10 < 3:
-            recent.append(call_factory(f"r{i}", started_at=started, primary_ttft_s=0.9, hedge_after_s=0.5,
-                                       backup_ttft_s=0.6))
+            recent.append(
+                call_factory(f"r{i}", started_at=started, primary_ttft_s=0.9, hedge_after_s=0.5, backup_ttft_s=0.6)
+            )
         else:
             recent.append(call_factory(f"r{i}", started_at=started, primary_ttft_s=0.25))
     await _store(sessionmaker, old + recent, settings)
@@ -169,8 +208,16 @@ async def test_a_recent_hedge_burst_holds_the_value_instead_of_lowering_it(sessi
         from hedgerow.controller.models import Route, Threshold
 
         route = await session.scalar(select(Route))
-        session.add(Threshold(route_id=route.id, hedge_after_s=1.0, enabled=True, source="controller",
-                              version=1, updated_at=NOW - timedelta(seconds=600)))
+        session.add(
+            Threshold(
+                route_id=route.id,
+                hedge_after_s=1.0,
+                enabled=True,
+                source="controller",
+                version=1,
+                updated_at=NOW - timedelta(seconds=600),
+            )
+        )
     [row] = await run_tick(sessionmaker, settings, now=NOW)
     assert row["previous_hedge_after_s"] == 1.0
     assert row["reason"].startswith("over_budget_hold") and row["hedge_after_s"] == 1.0
@@ -198,8 +245,15 @@ async def test_unidentified_quantiles_are_null_with_a_lower_bound_in_details(ses
         started = NOW - timedelta(seconds=rng.uniform(1.0, 3000.0))
         primary = rng.expovariate(1.0)
         if primary > 1.0:
-            records.append(call_factory(f"u{i}", started_at=started, primary_ttft_s=primary, hedge_after_s=1.0,
-                                        backup_ttft_s=rng.expovariate(10.0)))
+            records.append(
+                call_factory(
+                    f"u{i}",
+                    started_at=started,
+                    primary_ttft_s=primary,
+                    hedge_after_s=1.0,
+                    backup_ttft_s=rng.expovariate(10.0),
+                )
+            )
         else:
             records.append(call_factory(f"u{i}", started_at=started, primary_ttft_s=primary))
     await _store(sessionmaker, records, settings)
@@ -218,8 +272,10 @@ async def test_unidentified_quantiles_are_null_with_a_lower_bound_in_details(ses
 
 async def test_identified_quantiles_have_no_lower_bound(sessionmaker, call_factory) -> None:
     settings = Settings()
-    records = [call_factory(f"i{i}", started_at=NOW - timedelta(seconds=10 + i), primary_ttft_s=0.1 + i / 200)
-               for i in range(200)]
+    records = [
+        call_factory(f"i{i}", started_at=NOW - timedelta(seconds=10 + i), primary_ttft_s=0.1 + i / 200)
+        for i in range(200)
+    ]
     await _store(sessionmaker, records, settings)
     [row] = await run_tick(sessionmaker, settings, now=NOW)
     assert row["p99_s"] is not None and "quantile_lower_bounds_s" not in row["details"]
@@ -238,8 +294,15 @@ def _hedged_calls(call_factory, prefix: str, n: int, *, backup_mean_s: float, se
         started = NOW - timedelta(seconds=rng.uniform(1.0, age_s))
         primary = rng.expovariate(1.0)
         if primary > 1.0:
-            out.append(call_factory(f"{prefix}{i}", started_at=started, primary_ttft_s=primary, hedge_after_s=1.0,
-                                    backup_ttft_s=rng.expovariate(1.0 / backup_mean_s)))
+            out.append(
+                call_factory(
+                    f"{prefix}{i}",
+                    started_at=started,
+                    primary_ttft_s=primary,
+                    hedge_after_s=1.0,
+                    backup_ttft_s=rng.expovariate(1.0 / backup_mean_s),
+                )
+            )
         else:
             out.append(call_factory(f"{prefix}{i}", started_at=started, primary_ttft_s=primary))
     return out
@@ -284,12 +347,20 @@ async def test_counts_use_the_widened_window(sessionmaker, call_factory) -> None
     for i in range(60):
         started = NOW - timedelta(hours=rng.uniform(2.5, 3.5))
         if i % 3 == 0:
-            records.append(call_factory(f"w{i}", started_at=started, primary_ttft_s=3.0, hedge_after_s=1.0,
-                                        backup_ttft_s=0.5 if i % 2 == 0 else 5.0))
+            records.append(
+                call_factory(
+                    f"w{i}",
+                    started_at=started,
+                    primary_ttft_s=3.0,
+                    hedge_after_s=1.0,
+                    backup_ttft_s=0.5 if i % 2 == 0 else 5.0,
+                )
+            )
         else:
             records.append(call_factory(f"w{i}", started_at=started, primary_ttft_s=rng.uniform(0.2, 0.8)))
-    recent = [call_factory(f"r{i}", started_at=NOW - timedelta(seconds=30 + i), primary_ttft_s=0.3)
-              for i in range(5)]  # a few calls in the first hour: too few to stop the widening
+    recent = [
+        call_factory(f"r{i}", started_at=NOW - timedelta(seconds=30 + i), primary_ttft_s=0.3) for i in range(5)
+    ]  # a few calls in the first hour: too few to stop the widening
     await _store(sessionmaker, records + recent, settings)
     [row] = await run_tick(sessionmaker, settings, now=NOW)
     assert row["window_s"] == 4 * 3600 and row["samples"] == 65
@@ -309,8 +380,15 @@ async def test_worked_number_in_module_docstring(sessionmaker, call_factory) -> 
         started = NOW - timedelta(seconds=rng.uniform(1.0, 3000.0))
         primary = rng.expovariate(1.0)
         if primary > 1.5:
-            records.append(call_factory(f"h{i}", started_at=started, primary_ttft_s=primary, hedge_after_s=1.5,
-                                        backup_ttft_s=rng.expovariate(2.0)))
+            records.append(
+                call_factory(
+                    f"h{i}",
+                    started_at=started,
+                    primary_ttft_s=primary,
+                    hedge_after_s=1.5,
+                    backup_ttft_s=rng.expovariate(2.0),
+                )
+            )
         else:
             records.append(call_factory(f"h{i}", started_at=started, primary_ttft_s=primary))
     await _store(sessionmaker, records, settings)
@@ -319,7 +397,11 @@ async def test_worked_number_in_module_docstring(sessionmaker, call_factory) -> 
     uncensored = [r.attempts[0].first_token_s for r in records if r.attempts[0].first_token_s is not None]
     assert float(np.quantile(uncensored, 0.9, method="inverted_cdf")) == pytest.approx(1.465, abs=5e-4)
     assert (round(row["p50_s"], 3), round(row["p90_s"], 3), round(row["p95_s"], 3), row["p99_s"]) == (
-        0.709, 2.402, 2.754, None)
+        0.709,
+        2.402,
+        2.754,
+        None,
+    )
     assert row["details"]["quantile_lower_bounds_s"]["p99_s"] == pytest.approx(3.542, abs=5e-4)
     assert row["details"]["target_s"] == pytest.approx(2.535, abs=5e-4)
     assert math.exp(-row["details"]["target_s"]) == pytest.approx(0.079, abs=5e-4)
@@ -346,18 +428,37 @@ async def test_a_slowdown_in_the_short_window_raises_to_its_own_target_at_once(s
     # wins and its TTFT is observed). The hour's target lags; the short window's does not.
     settings = Settings()
     rng = random.Random(21)
-    old = [call_factory(f"o{i}", started_at=NOW - timedelta(seconds=rng.uniform(400, 3300)),
-                        primary_ttft_s=rng.uniform(0.2, 0.6)) for i in range(1500)]
-    slow = [call_factory(f"s{i}", started_at=NOW - timedelta(seconds=rng.uniform(1, 240)),
-                         primary_ttft_s=rng.uniform(2.5, 3.5), hedge_after_s=1.0, backup_ttft_s=5.0)
-            for i in range(60)]
+    old = [
+        call_factory(
+            f"o{i}", started_at=NOW - timedelta(seconds=rng.uniform(400, 3300)), primary_ttft_s=rng.uniform(0.2, 0.6)
+        )
+        for i in range(1500)
+    ]
+    slow = [
+        call_factory(
+            f"s{i}",
+            started_at=NOW - timedelta(seconds=rng.uniform(1, 240)),
+            primary_ttft_s=rng.uniform(2.5, 3.5),
+            hedge_after_s=1.0,
+            backup_ttft_s=5.0,
+        )
+        for i in range(60)
+    ]
     await _store(sessionmaker, old + slow, settings)
     async with sessionmaker() as session, session.begin():
         from hedgerow.controller.models import Route, Threshold
 
         route = await session.scalar(select(Route))
-        session.add(Threshold(route_id=route.id, hedge_after_s=1.0, enabled=True, source="controller",
-                              version=1, updated_at=NOW - timedelta(seconds=600)))
+        session.add(
+            Threshold(
+                route_id=route.id,
+                hedge_after_s=1.0,
+                enabled=True,
+                source="controller",
+                version=1,
+                updated_at=NOW - timedelta(seconds=600),
+            )
+        )
     [row] = await run_tick(sessionmaker, settings, now=NOW)
     short = row["details"]["short_window"]
     assert short["calls"] == 60 and short["hedge_rate"] == 1.0
@@ -371,15 +472,20 @@ async def test_backup_samples_and_denied_hedges_reach_the_decision(sessionmaker,
     records = _hedged_workload(call_factory, 1500, seed=4, hedge_after_s=1.5)
     # 60 calls in the last 4 minutes whose hedge the client's bucket denied (primary only, 2 s)
     denied = [
-        dataclasses.replace(call_factory(f"d{i}", started_at=NOW - timedelta(seconds=5 + 4 * i),
-                                         primary_ttft_s=2.0), hedge_after_s=1.5, hedge_denied=True)
+        dataclasses.replace(
+            call_factory(f"d{i}", started_at=NOW - timedelta(seconds=5 + 4 * i), primary_ttft_s=2.0),
+            hedge_after_s=1.5,
+            hedge_denied=True,
+        )
         for i in range(60)
     ]
     await _store(sessionmaker, records + denied, settings)
     hedged = [r for r in records if r.hedged]
     expected_backup = sorted(
         (b.first_token_s if b.first_token_s is not None else b.end_s) - b.start_s
-        for r in hedged for b in r.attempts if b.role == "backup"
+        for r in hedged
+        for b in r.attempts
+        if b.role == "backup"
     )
     async with sessionmaker() as session:
         backups = await backup_samples(session, 1, NOW - timedelta(hours=1), NOW)
@@ -410,15 +516,17 @@ async def test_few_calls_with_little_censoring_hold_over_ticks(sessionmaker, cal
             started = NOW - timedelta(seconds=rng.uniform(1.0, 600.0))
             primary, backup = rng.lognormvariate(-0.5, 0.8), rng.lognormvariate(-0.5, 0.8)
             if primary > 2.0:
-                records.append(call_factory(f"r{i}", started_at=started, primary_ttft_s=primary,
-                                            hedge_after_s=2.0, backup_ttft_s=backup))
+                records.append(
+                    call_factory(
+                        f"r{i}", started_at=started, primary_ttft_s=primary, hedge_after_s=2.0, backup_ttft_s=backup
+                    )
+                )
             else:
                 records.append(call_factory(f"r{i}", started_at=started, primary_ttft_s=primary))
         if sum(r.attempts[0].first_token_s is None for r in records) == 3:
             break
     await _store(sessionmaker, records, settings)
-    rows = [(await run_tick(sessionmaker, settings, now=NOW + timedelta(seconds=60 * k)))[0]
-            for k in range(4)]
+    rows = [(await run_tick(sessionmaker, settings, now=NOW + timedelta(seconds=60 * k)))[0] for k in range(4)]
     assert [r["hedge_after_s"] for r in rows] == [2.0] * 4
     assert all(r["reason"].startswith("too_few_samples") for r in rows)
     assert rows[0]["censored"] == 3 and rows[0]["samples"] == 120 and rows[0]["p95_s"] is not None
@@ -458,8 +566,7 @@ class _Hooked:
 
 @pytest.mark.parametrize(
     ("change", "expected"),
-    [({"pinned_hedge_after_s": 7.0}, (7.0, True, "pinned")),
-     ({"enabled": False}, (1.5, False, "disabled"))],
+    [({"pinned_hedge_after_s": 7.0}, (7.0, True, "pinned")), ({"enabled": False}, (1.5, False, "disabled"))],
     ids=["pin", "disable"],
 )
 async def test_a_route_change_between_decide_and_publish_is_not_overwritten(
@@ -470,8 +577,10 @@ async def test_a_route_change_between_decide_and_publish_is_not_overwritten(
     from hedgerow.controller.routes_admin import configure_route
 
     settings = Settings(default_hedge_after_s=2.0)
-    records = [call_factory(f"c{i}", started_at=NOW - timedelta(seconds=10 + i), primary_ttft_s=0.1 + i / 500)
-               for i in range(300)]
+    records = [
+        call_factory(f"c{i}", started_at=NOW - timedelta(seconds=10 + i), primary_ttft_s=0.1 + i / 500)
+        for i in range(300)
+    ]
     await _store(sessionmaker, records, settings)
     [first] = await run_tick(sessionmaker, settings, now=NOW)
     assert first["hedge_after_s"] == 1.5  # 2.0 stepped down by 25%
@@ -481,8 +590,7 @@ async def test_a_route_change_between_decide_and_publish_is_not_overwritten(
     later = NOW + timedelta(seconds=60)
 
     async def operator_change() -> None:  # ... an operator's change lands here ...
-        await configure_route(sessionmaker, settings, "summarize", "m1", change, replace=False,
-                              actor="ops", now=later)
+        await configure_route(sessionmaker, settings, "summarize", "m1", change, replace=False, actor="ops", now=later)
 
     hooked = _ChangeBeforePublish(sessionmaker, operator_change)
     row = await tick_route(hooked, settings, route, 1.5, now=later + timedelta(seconds=1))

@@ -32,7 +32,5 @@ async def test_release_hands_over_at_once(sessionmaker) -> None:
 async def test_race_for_a_free_lease_has_one_winner(sessionmaker) -> None:
     for round_ in range(3):
         name = f"race{round_}"
-        wins = await asyncio.gather(
-            *(acquire_lease(sessionmaker, name, f"h{i}", 30, now=T0) for i in range(4))
-        )
+        wins = await asyncio.gather(*(acquire_lease(sessionmaker, name, f"h{i}", 30, now=T0) for i in range(4)))
         assert sum(wins) == 1

@@ -37,8 +37,16 @@ def estimate(
     With ``target_s=None`` the default is a censored budget quantile (the all-events target
     ``all_events_s`` exists); ``all_events_s=None`` makes it a sample-size problem."""
     return TTFTEstimate(
-        samples=samples, censored=samples // 10, p50_s=0.4, p75_s=0.6, p90_s=0.8, p95_s=1.0,
-        p99_s=None, max_observed_s=max(3.0, max_censored_s), budget=budget, target_s=target_s,
+        samples=samples,
+        censored=samples // 10,
+        p50_s=0.4,
+        p75_s=0.6,
+        p90_s=0.8,
+        p95_s=1.0,
+        p99_s=None,
+        max_observed_s=max(3.0, max_censored_s),
+        budget=budget,
+        target_s=target_s,
         target_all_events_s=all_events_s if target_s is None else None,
         max_censored_s=max_censored_s,
     )
@@ -54,8 +62,13 @@ def observe(
 ) -> Observation:
     """An observation over one hour with the given short-window and hedge figures."""
     return Observation(
-        estimate=est, window_s=3600.0, calls=1000, observed_hedge_rate=0.08,
-        backup_win_rate=backup_win_rate, hedges=hedges, short_window_calls=short_calls,
+        estimate=est,
+        window_s=3600.0,
+        calls=1000,
+        observed_hedge_rate=0.08,
+        backup_win_rate=backup_win_rate,
+        hedges=hedges,
+        short_window_calls=short_calls,
         short_window_hedge_rate=short_rate,
     )
 
@@ -252,18 +265,25 @@ def test_backups_rarely_win_flag() -> None:
 
 def test_knobs_from_settings() -> None:
     settings = Settings(
-        min_samples=80, hysteresis=0.1, max_step_down=0.5, max_step_up=0.25,
+        min_samples=80,
+        hysteresis=0.1,
+        max_step_down=0.5,
+        max_step_up=0.25,
         min_backup_win_rate=0.3,
     )
     assert PolicyKnobs.from_settings(settings) == PolicyKnobs(
-        min_samples=80, hysteresis=0.1, max_step_down=0.5, max_step_up=0.25,
-        min_backup_win_rate=0.3, min_hedges_for_flag=20,
+        min_samples=80,
+        hysteresis=0.1,
+        max_step_down=0.5,
+        max_step_up=0.25,
+        min_backup_win_rate=0.3,
+        min_hedges_for_flag=20,
     )
     assert PolicyKnobs.from_settings(Settings()) == PolicyKnobs()
 
 
 def test_estimate_budget_must_match_route_budget() -> None:
-    with pytest.raises(ValueError, match="observation.estimate.budget"):
+    with pytest.raises(ValueError, match=r"observation\.estimate\.budget"):
         decide(CONFIG, 1.0, observe(estimate(1.0, budget=0.05)), KNOBS)
 
 
@@ -319,18 +339,27 @@ def test_no_target_without_censoring_holds_instead_of_raising() -> None:
 def observe_p99(primary_p99_s: float | None, call_p99_s: float | None, *, hedges: int = 40) -> Observation:
     """An observation whose primary KM P99 and call-level P99 are given."""
     est = dataclasses.replace(estimate(1.6), p99_s=primary_p99_s)
-    return dataclasses.replace(observe(est, hedges=hedges, backup_win_rate=0.5), call_ttft_samples=900,
-                               call_p99_s=call_p99_s)
+    return dataclasses.replace(
+        observe(est, hedges=hedges, backup_win_rate=0.5), call_ttft_samples=900, call_p99_s=call_p99_s
+    )
 
 
 def test_hedges_that_did_not_lower_p99_are_flagged_with_their_inputs() -> None:
     # limit = (1 - 0.05) * 4.0 = 3.8 s: a call-level P99 of 3.9 s is not a real improvement
     d = decide(CONFIG, 2.0, observe_p99(4.0, 3.9), KNOBS)
     assert codes(d) == ["target", "hedges_did_not_lower_p99"]
-    assert d.details == {"p99_check": {
-        "call_p99_s": 3.9, "primary_p99_s": 4.0, "primary_p99_is_lower_bound": False,
-        "min_p99_improvement": 0.05, "limit_s": pytest.approx(3.8),
-        "call_ttft_samples": 900, "hedges": 40, "flagged": True}}
+    assert d.details == {
+        "p99_check": {
+            "call_p99_s": 3.9,
+            "primary_p99_s": 4.0,
+            "primary_p99_is_lower_bound": False,
+            "min_p99_improvement": 0.05,
+            "limit_s": pytest.approx(3.8),
+            "call_ttft_samples": 900,
+            "hedges": 40,
+            "flagged": True,
+        }
+    }
     at_limit = decide(CONFIG, 2.0, observe_p99(4.0, 3.8), KNOBS)
     assert "hedges_did_not_lower_p99" in codes(at_limit)  # >= the limit is flagged
 
@@ -365,25 +394,50 @@ def test_p99_flag_on_pinned_and_disabled_routes_too() -> None:
 
 def test_every_knob_comes_from_the_environment(monkeypatch) -> None:
     env = {
-        "HEDGEROW_CONTROLLER_INTERVAL_S": "7.5", "HEDGEROW_LEASE_TTL_S": "22", "HEDGEROW_WINDOW_S": "1800",
-        "HEDGEROW_MAX_WINDOW_S": "7200", "HEDGEROW_SHORT_WINDOW_S": "120", "HEDGEROW_MIN_SAMPLES": "80",
-        "HEDGEROW_CONFIDENCE": "0.9", "HEDGEROW_HYSTERESIS": "0.1", "HEDGEROW_MAX_STEP_DOWN": "0.5",
-        "HEDGEROW_MAX_STEP_UP": "0.25", "HEDGEROW_MIN_BACKUP_WIN_RATE": "0.3",
-        "HEDGEROW_MIN_HEDGES_FOR_FLAG": "5", "HEDGEROW_SHORT_WINDOW_MIN_CALLS": "40",
-        "HEDGEROW_MIN_P99_IMPROVEMENT": "0.1", "HEDGEROW_P99_TOLERANCE": "0.05",
-        "HEDGEROW_MIN_BACKUP_SAMPLES": "40", "HEDGEROW_CLIENT_BUDGET_BURST": "4",
+        "HEDGEROW_CONTROLLER_INTERVAL_S": "7.5",
+        "HEDGEROW_LEASE_TTL_S": "22",
+        "HEDGEROW_WINDOW_S": "1800",
+        "HEDGEROW_MAX_WINDOW_S": "7200",
+        "HEDGEROW_SHORT_WINDOW_S": "120",
+        "HEDGEROW_MIN_SAMPLES": "80",
+        "HEDGEROW_CONFIDENCE": "0.9",
+        "HEDGEROW_HYSTERESIS": "0.1",
+        "HEDGEROW_MAX_STEP_DOWN": "0.5",
+        "HEDGEROW_MAX_STEP_UP": "0.25",
+        "HEDGEROW_MIN_BACKUP_WIN_RATE": "0.3",
+        "HEDGEROW_MIN_HEDGES_FOR_FLAG": "5",
+        "HEDGEROW_SHORT_WINDOW_MIN_CALLS": "40",
+        "HEDGEROW_MIN_P99_IMPROVEMENT": "0.1",
+        "HEDGEROW_P99_TOLERANCE": "0.05",
+        "HEDGEROW_MIN_BACKUP_SAMPLES": "40",
+        "HEDGEROW_CLIENT_BUDGET_BURST": "4",
         "HEDGEROW_SHORT_WINDOW_COUNTS_DENIED": "true",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     settings = Settings()
-    assert (settings.controller_interval_s, settings.lease_ttl_s, settings.window_s, settings.max_window_s,
-            settings.short_window_s, settings.confidence) == (7.5, 22.0, 1800.0, 7200.0, 120.0, 0.9)
+    assert (
+        settings.controller_interval_s,
+        settings.lease_ttl_s,
+        settings.window_s,
+        settings.max_window_s,
+        settings.short_window_s,
+        settings.confidence,
+    ) == (7.5, 22.0, 1800.0, 7200.0, 120.0, 0.9)
     assert PolicyKnobs.from_settings(settings) == PolicyKnobs(
-        min_samples=80, hysteresis=0.1, max_step_down=0.5, max_step_up=0.25, min_backup_win_rate=0.3,
-        min_hedges_for_flag=5, short_window_min_calls=40, min_p99_improvement=0.1,
-        p99_tolerance=0.05, min_backup_samples=40, client_budget_burst=4.0,
-        short_window_counts_denied=True)
+        min_samples=80,
+        hysteresis=0.1,
+        max_step_down=0.5,
+        max_step_up=0.25,
+        min_backup_win_rate=0.3,
+        min_hedges_for_flag=5,
+        short_window_min_calls=40,
+        min_p99_improvement=0.1,
+        p99_tolerance=0.05,
+        min_backup_samples=40,
+        client_budget_burst=4.0,
+        short_window_counts_denied=True,
+    )
     doc = Settings.__doc__ or ""
     for name in env:  # every knob is documented in the settings docstring
         assert name.removeprefix("HEDGEROW_").lower() in doc, name
@@ -426,17 +480,24 @@ def _lump_samples() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(7)
     n = 10_000
     kind = rng.choice(3, size=n, p=[0.87, 0.12, 0.01])
-    ttft = np.where(kind == 0, rng.uniform(0.05, 0.3, n),
-                    np.where(kind == 1, rng.uniform(0.45, 0.55, n), rng.uniform(1.0, 5.0, n)))
+    ttft = np.where(
+        kind == 0, rng.uniform(0.05, 0.3, n), np.where(kind == 1, rng.uniform(0.45, 0.55, n), rng.uniform(1.0, 5.0, n))
+    )
     return ttft, np.zeros(n, dtype=bool)
 
 
 def _sampled_observation(ttft: np.ndarray, censored: np.ndarray, **extra) -> Observation:
     est = estimate_ttft(ttft, censored, budget=0.10)
     fields = {
-        "estimate": est, "window_s": 3600.0, "calls": ttft.size, "observed_hedge_rate": 0.0,
-        "backup_win_rate": None, "hedges": 0, "short_window_calls": 0,
-        "short_window_hedge_rate": None, "primary_durations_s": tuple(ttft.tolist()),
+        "estimate": est,
+        "window_s": 3600.0,
+        "calls": ttft.size,
+        "observed_hedge_rate": 0.0,
+        "backup_win_rate": None,
+        "hedges": 0,
+        "short_window_calls": 0,
+        "short_window_hedge_rate": None,
+        "primary_durations_s": tuple(ttft.tolist()),
         "primary_censored": tuple(censored.tolist()),
     }
     fields.update(extra)
@@ -468,8 +529,9 @@ def test_efficiency_keeps_the_budget_target_when_early_hedges_pay() -> None:
     ttft = rng.exponential(1.0, 5000)
     censored = np.zeros(ttft.size, dtype=bool)
     backups = rng.exponential(0.1, 300)
-    obs = _sampled_observation(ttft, censored, backup_durations_s=tuple(backups.tolist()),
-                               backup_censored=(False,) * 300)
+    obs = _sampled_observation(
+        ttft, censored, backup_durations_s=tuple(backups.tolist()), backup_censored=(False,) * 300
+    )
     strict = dataclasses.replace(KNOBS, p99_tolerance=0.0)
     d = decide(CONFIG, obs.estimate.target_s, obs, strict)
     assert d.hedge_after_s == obs.estimate.target_s and codes(d) == ["target"]
@@ -488,8 +550,9 @@ def test_rarely_winning_backups_raise_the_efficient_target_to_the_primary_p99() 
     ttft = rng.exponential(1.0, 5000)
     censored = np.zeros(ttft.size, dtype=bool)
     backups = rng.exponential(0.1, 300)
-    base = _sampled_observation(ttft, censored, backup_durations_s=tuple(backups.tolist()),
-                                backup_censored=(False,) * 300)
+    base = _sampled_observation(
+        ttft, censored, backup_durations_s=tuple(backups.tolist()), backup_censored=(False,) * 300
+    )
     strict = dataclasses.replace(KNOBS, p99_tolerance=0.0)
     target_s, p99_s = base.estimate.target_s, base.estimate.p99_s
     calm = dataclasses.replace(base, hedges=300, backup_win_rate=0.5)
@@ -522,8 +585,7 @@ def test_bucket_replay_is_used_when_start_times_are_given() -> None:
 
 def test_denied_hedges_count_as_wanted_in_the_short_window() -> None:
     # 6% sent, 14% wanted: the bucket hid a threshold that asks for more than the budget
-    obs = dataclasses.replace(observe(estimate(0.5), short_calls=200, short_rate=0.06),
-                              short_window_wanted_rate=0.14)
+    obs = dataclasses.replace(observe(estimate(0.5), short_calls=200, short_rate=0.06), short_window_wanted_rate=0.14)
     counting = dataclasses.replace(KNOBS, short_window_counts_denied=True)
     assert decide(CONFIG, 1.0, obs, counting).reason == "over_budget_hold"
     up = dataclasses.replace(obs, estimate=estimate(1.4))
@@ -539,8 +601,10 @@ def test_denied_hedges_count_as_wanted_in_the_short_window() -> None:
         ({"primary_durations_s": (0.1, 0.2), "primary_censored": (False,)}, "primary_durations_s"),
         ({"backup_durations_s": (0.1,), "backup_censored": ()}, "backup_durations_s"),
         ({"primary_durations_s": (0.1, -0.2), "primary_censored": (False, False)}, "finite and >= 0"),
-        ({"primary_durations_s": (0.1,), "primary_censored": (False,), "primary_started_s": (1.0, 2.0)},
-         "primary_started_s"),
+        (
+            {"primary_durations_s": (0.1,), "primary_censored": (False,), "primary_started_s": (1.0, 2.0)},
+            "primary_started_s",
+        ),
         ({"wanted_hedge_rate": 1.5}, "wanted_hedge_rate"),
         ({"short_window_wanted_rate": -0.1}, "short_window_wanted_rate"),
     ],
@@ -552,8 +616,11 @@ def test_bad_sample_fields_name_the_field(fields: dict, needle: str) -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
-    [({"p99_tolerance": -0.01}, "p99_tolerance"), ({"min_backup_samples": 0}, "min_backup_samples"),
-     ({"client_budget_burst": float("nan")}, "client_budget_burst")],
+    [
+        ({"p99_tolerance": -0.01}, "p99_tolerance"),
+        ({"min_backup_samples": 0}, "min_backup_samples"),
+        ({"client_budget_burst": float("nan")}, "client_budget_burst"),
+    ],
 )
 def test_bad_efficiency_knobs_name_the_knob(kwargs: dict, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):

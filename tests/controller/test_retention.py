@@ -130,8 +130,9 @@ async def test_a_call_arriving_late_in_a_sealed_hour_is_counted_then_deleted(ses
 async def test_unfolded_or_stale_hours_are_never_deleted(sessionmaker) -> None:
     hour = floor_hour(NOW - 20 * DAY)
     newest = workload(1, seed=63, start=NOW - DAY, span_s=60, prefix="new", pairs=[("chat", "m1")])
-    await _store(sessionmaker, workload(20, seed=61, start=hour, span_s=3599, prefix="s", pairs=[("chat", "m1")]),
-                 newest)
+    await _store(
+        sessionmaker, workload(20, seed=61, start=hour, span_s=3599, prefix="s", pairs=[("chat", "m1")]), newest
+    )
     cutoff = floor_hour(NOW - 14 * DAY)
     # no rollup yet: retention alone deletes nothing
     [kept] = await delete_folded_raw(sessionmaker, cutoff=cutoff, batch_rows=5, now=NOW)

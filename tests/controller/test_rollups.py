@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from sqlalchemy import func, select
+
 from hedgerow.controller.estimation import estimate_ttft
 from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.models import HourlyRollup, Route
@@ -34,8 +36,6 @@ from hedgerow.controller.ttft_histogram import (
     km_quantile,
     merge_counts,
 )
-from sqlalchemy import func, select
-
 from hedgerow.settings import Settings
 from tests.controller.rollup_workload import direct_figures, make_record, workload
 
@@ -64,7 +64,9 @@ def test_bucket_edges_and_relative_error() -> None:
     assert low == MIN_S and math.isclose(high / low, BUCKET_RATIO)
     assert bucket_index(high) == 2  # half-open [low, high)
     assert bucket_index(3600.0) == N_BUCKETS - 2 and bucket_index(4000.0) == N_BUCKETS - 1
-    assert bucket_bounds(N_BUCKETS - 1)[1] is None and math.isclose(bucket_bounds(N_BUCKETS - 1)[0], 3630.78, rel_tol=1e-5)
+    assert bucket_bounds(N_BUCKETS - 1)[1] is None and math.isclose(
+        bucket_bounds(N_BUCKETS - 1)[0], 3630.78, rel_tol=1e-5
+    )
     rng = np.random.default_rng(3)
     values = np.exp(rng.uniform(math.log(MIN_S), math.log(3600.0), 20_000))
     errors = [abs(bucket_value_s(bucket_index(v)) - v) / v for v in values]
@@ -246,7 +248,9 @@ async def test_weekly_figures_from_rollups_equal_figures_from_raw(sessionmaker) 
         expected = direct_figures([r for r in week if (r.route, r.model) == (merged.route, merged.model)])
         for name in COUNTER_FIELDS:
             assert getattr(merged.rollup, name) == expected[name], name
-        assert merged.hours == len({floor_hour(r.started_at) for r in week if (r.route, r.model) == (merged.route, merged.model)})
+        assert merged.hours == len(
+            {floor_hour(r.started_at) for r in week if (r.route, r.model) == (merged.route, merged.model)}
+        )
     total = Rollup().merged(*(r.rollup for r in per_route))
     expected = direct_figures(week)
     figures = total.figures((0.5, 0.9, 0.99))
@@ -257,9 +261,13 @@ async def test_weekly_figures_from_rollups_equal_figures_from_raw(sessionmaker) 
     for q, name in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
         exact_call = _exact_quantile(expected["call_ttft"], q)
         assert abs(figures[f"ttft_{name}_s"] - exact_call) / exact_call <= MAX_RELATIVE_ERROR + 1e-12
-        km = getattr(estimate_ttft(expected["observed"] + expected["censored"],
-                                   [False] * len(expected["observed"]) + [True] * len(expected["censored"])),
-                     f"{name}_s")
+        km = getattr(
+            estimate_ttft(
+                expected["observed"] + expected["censored"],
+                [False] * len(expected["observed"]) + [True] * len(expected["censored"]),
+            ),
+            f"{name}_s",
+        )
         low, high = figures[f"primary_ttft_{name}_bounds_s"]
         assert low <= km < high and figures[f"primary_ttft_{name}_s"] is not None
     assert figures["primary_samples"] == len(expected["observed"]) + len(expected["censored"])

@@ -19,16 +19,14 @@ import itertools
 import os
 import signal
 import time
-import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy.engine import make_url
 
-from tests.conftest import PG_ENV, make_call
+from tests.conftest import fresh_pg_database, make_call
 from tests.e2e.conftest import ServeProcess
 
 INTERVAL_S = 2.0
@@ -41,28 +39,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 async def fresh_pg_url() -> AsyncIterator[str]:
     """The SQLAlchemy URL of a new, empty PostgreSQL database, dropped after the test."""
-    base = os.environ.get(PG_ENV)
-    if not base:
-        pytest.skip(f"{PG_ENV} is not set (e.g. postgresql+asyncpg://postgres@127.0.0.1:5432/test)")
-    import asyncpg
-
-    url = make_url(base)
-    name = f"hedgerow_lease_{uuid.uuid4().hex[:12]}"
-    admin = {"user": url.username, "password": url.password, "host": url.host or "127.0.0.1",
-             "port": url.port or 5432, "database": "postgres"}
-    connection = await asyncpg.connect(**admin)
-    try:
-        await connection.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await connection.close()
-    try:
-        yield url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        connection = await asyncpg.connect(**admin)
-        try:
-            await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await connection.close()
+    async with fresh_pg_database("hedgerow_lease") as url:
+        yield url
 
 
 def _parse(stamp: str) -> datetime:
@@ -101,7 +79,8 @@ def _assert_one_tick_per_period(stamps: list[datetime], span_s: float, what: str
     expected = span_s / INTERVAL_S
     # one process ticks: about `expected` rows; two processes would give about twice as many
     assert 0.5 * expected <= len(stamps) <= 1.3 * expected + 1, (
-        f"{what}: {len(stamps)} rows in {span_s:.1f} s at one per {INTERVAL_S} s: {gaps}")
+        f"{what}: {len(stamps)} rows in {span_s:.1f} s at one per {INTERVAL_S} s: {gaps}"
+    )
 
 
 async def test_two_serve_processes_tick_once_per_period_and_hand_over(fresh_pg_url: str, tmp_path: Path) -> None:
@@ -116,8 +95,16 @@ async def test_two_serve_processes_tick_once_per_period_and_hand_over(fresh_pg_u
         by_pid = {s.proc.pid: s for s in servers}
         async with httpx.AsyncClient(base_url=servers[0].url, timeout=30) as http:
             now = datetime.now(UTC)
-            calls = [make_call(f"c{i}", route=ROUTE, model=MODEL, started_at=now - timedelta(seconds=i),
-                               primary_ttft_s=0.2 + i / 100).to_dict() for i in range(30)]
+            calls = [
+                make_call(
+                    f"c{i}",
+                    route=ROUTE,
+                    model=MODEL,
+                    started_at=now - timedelta(seconds=i),
+                    primary_ttft_s=0.2 + i / 100,
+                ).to_dict()
+                for i in range(30)
+            ]
             posted = await http.post("/v1/calls", json={"calls": calls})
             assert posted.status_code == 202 and posted.json()["accepted"] == 30
 
@@ -160,8 +147,10 @@ async def test_two_serve_processes_tick_once_per_period_and_hand_over(fresh_pg_u
             end = datetime.now(UTC)
             after = [t for t in await _history(http) if resumed <= t <= end]
             _assert_one_tick_per_period(after, (end - resumed).total_seconds() + INTERVAL_S, "survivor")
-            print(f"takeover after SIGKILL: {takeover_s:.2f} s (limit {limit_s} s); "
-                  f"rows with two processes: {len(both)}, survivor: {len(after)}")
+            print(
+                f"takeover after SIGKILL: {takeover_s:.2f} s (limit {limit_s} s); "
+                f"rows with two processes: {len(both)}, survivor: {len(after)}"
+            )
     finally:
         for server in servers:
             server.stop()

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ from httpx_sse import aconnect_sse
 from hedgerow.client import HedgePolicy, HedgingClient, Upstream
 from tests.e2e.llama_env import LlamaEnv, LlamaEnvUnavailable, ensure_llama_env
 from tests.e2e.processes import stop_process
+from tests.helpers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -65,13 +65,7 @@ def llama_env() -> LlamaEnv:
     try:
         return ensure_llama_env()
     except LlamaEnvUnavailable as exc:
-        pytest.skip(f"llama-cpp-python environment unavailable: {exc}")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        pytest.skip(f"llama-cpp-python environment unavailable: {str(exc).splitlines()[0]}")
 
 
 class LlamaServer:
@@ -86,15 +80,31 @@ class LlamaServer:
 
     def __init__(self, env: LlamaEnv, name: str, workdir: Path) -> None:
         self.name = name
-        self.port = _free_port()
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.log = workdir / f"llama-{name}.log"
         args = [
-            str(env.python), "-m", "llama_cpp.server",
-            "--model", str(env.model_path), "--model_alias", MODEL,
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--n_ctx", str(N_CTX), "--n_threads", "1", "--n_threads_batch", "1",
-            "--chat_format", "gemma", "--interrupt_requests", "False",
+            str(env.python),
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(env.model_path),
+            "--model_alias",
+            MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(N_CTX),
+            "--n_threads",
+            "1",
+            "--n_threads_batch",
+            "1",
+            "--chat_format",
+            "gemma",
+            "--interrupt_requests",
+            "False",
         ]
         env_vars = {**os.environ, "OMP_NUM_THREADS": "1"}
         with open(self.log, "wb") as out:
@@ -282,8 +292,10 @@ async def test_call_hedges_to_the_idle_llama_server_and_the_backup_wins(
     assert busy.running, f"the busy generation ended too early ({busy.tokens} tokens)"
 
     record = result.record
-    print(f"\nhedged call: {record.to_dict()}\nbusy generation: first token {busy.first_token_s:.2f} s, "
-          f"{busy.tokens} tokens by the call's end")
+    print(
+        f"\nhedged call: {record.to_dict()}\nbusy generation: first token {busy.first_token_s:.2f} s, "
+        f"{busy.tokens} tokens by the call's end"
+    )
     assert record.status == "ok" and record.error_type is None
     assert record.hedged is True and record.hedge_reason == "ttft_timeout" and record.hedge_denied is False
     assert record.winner == "backup"
@@ -320,9 +332,19 @@ async def test_hedgerow_call_json_against_the_pair(
     body_file = tmp_path / "body.json"
     body_file.write_text(json.dumps(_hedged_body()))
     args = [
-        sys.executable, "-m", "hedgerow.cli", "call", "--json",
-        "--upstream", f"busy={busy_server.base_url}", "--upstream", f"idle={idle_server.base_url}",
-        "--body", str(body_file), "--hedge-after", str(HEDGE_AFTER_S),
+        sys.executable,
+        "-m",
+        "hedgerow.cli",
+        "call",
+        "--json",
+        "--upstream",
+        f"busy={busy_server.base_url}",
+        "--upstream",
+        f"idle={idle_server.base_url}",
+        "--body",
+        str(body_file),
+        "--hedge-after",
+        str(HEDGE_AFTER_S),
     ]
     done = await asyncio.to_thread(subprocess.run, args, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -22,43 +22,56 @@ ROUTE, MODEL = "e2e", "llama2-70b"
 
 async def test_records_reach_the_store_and_the_controller_publishes_a_threshold(serve):
     fast = ReplicaThread(ReplicaConfig(name="fast", time_scale=0.05, max_batch=32, tokens_per_chunk=4)).start()
-    slow = ReplicaThread(ReplicaConfig(name="slow", time_scale=0.05, slowdown=20.0, max_batch=32,
-                                       tokens_per_chunk=4)).start()
+    slow = ReplicaThread(
+        ReplicaConfig(name="slow", time_scale=0.05, slowdown=20.0, max_batch=32, tokens_per_chunk=4)
+    ).start()
     try:
         upstreams = [Upstream("slow", slow.base_url), Upstream("fast", fast.base_url)]
         policy = HedgePolicy(hedge_after_s=0.5, budget=0.5, budget_burst=5)
-        async with ThresholdPoller(serve.url, interval_s=0.5) as poller, \
-                TelemetryExporter(serve.url, batch_size=20, flush_interval_s=0.5) as exporter:
-            async with HedgingClient(upstreams, route=ROUTE, policy=policy, thresholds=poller,
-                                     telemetry=exporter) as client:
+        async with (
+            ThresholdPoller(serve.url, interval_s=0.5) as poller,
+            TelemetryExporter(serve.url, batch_size=20, flush_interval_s=0.5) as exporter,
+            HedgingClient(upstreams, route=ROUTE, policy=policy, thresholds=poller, telemetry=exporter) as client,
+        ):
 
-                async def one(i: int) -> None:
-                    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                            "max_tokens": 8, "hedgerow_prompt_tokens": 500}
-                    await client.chat(body, primary=i % 2)
+            async def one(i: int) -> None:
+                body = {
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 8,
+                    "hedgerow_prompt_tokens": 500,
+                }
+                await client.chat(body, primary=i % 2)
 
-                await asyncio.gather(*(one(i) for i in range(60)))
-                assert await exporter.flush()
-                assert exporter.sent == 60 and exporter.dropped == 0 and exporter.rejected == 0
+            await asyncio.gather(*(one(i) for i in range(60)))
+            assert await exporter.flush()
+            assert exporter.sent == 60 and exporter.dropped == 0 and exporter.rejected == 0
 
-                # The controller job (every second) publishes a measured threshold for the route.
-                found = None
-                for _ in range(100):
-                    await poller.refresh()
-                    found = poller.lookup(ROUTE, MODEL)
-                    if found is not None and found[1] is not None and found[0] != 0.5:
-                        break
-                    await asyncio.sleep(0.2)
-                assert found is not None, "no threshold published for the route"
-                hedge_after_s, version, enabled = found
-                assert enabled and version >= 1
-                assert 0.05 <= hedge_after_s <= 30.0
+            # The controller job (every second) publishes a measured threshold for the route.
+            found = None
+            for _ in range(100):
+                await poller.refresh()
+                found = poller.lookup(ROUTE, MODEL)
+                if found is not None and found[1] is not None and found[0] != 0.5:
+                    break
+                await asyncio.sleep(0.2)
+            assert found is not None, "no threshold published for the route"
+            hedge_after_s, version, enabled = found
+            assert enabled and version >= 1
+            assert 0.05 <= hedge_after_s <= 30.0
 
-                # A call made now carries the polled threshold and its version.
-                result = await client.chat({"model": MODEL, "messages": [{"role": "user", "content": "x"}],
-                                            "max_tokens": 4, "hedgerow_prompt_tokens": 100}, primary="fast")
-                assert result.record.threshold_version == version
-                assert result.record.hedge_after_s == hedge_after_s
+            # A call made now carries the polled threshold and its version.
+            result = await client.chat(
+                {
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": "x"}],
+                    "max_tokens": 4,
+                    "hedgerow_prompt_tokens": 100,
+                },
+                primary="fast",
+            )
+            assert result.record.threshold_version == version
+            assert result.record.hedge_after_s == hedge_after_s
     finally:
         fast.stop()
         slow.stop()
@@ -72,8 +85,12 @@ async def test_records_reach_the_store_and_the_controller_publishes_a_threshold(
         assert newest["censored"] >= 1  # hedged primaries were cancelled before their first token
 
     # One more tick from the CLI against the same store, while the server runs.
-    out = subprocess.run([sys.executable, "-m", "hedgerow.cli", "controller", "run-once", "--db", serve.db_url,
-                          "--json"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "hedgerow.cli", "controller", "run-once", "--db", serve.db_url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     decisions = json.loads(out.stdout)["history"]
     assert any(d["route"] == ROUTE and d["model"] == MODEL for d in decisions)

@@ -16,8 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _alembic(*args: str, url: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HEDGEROW_DATABASE_URL": url}
-    return subprocess.run([sys.executable, "-m", "alembic", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "alembic", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_alembic_cli_upgrade_check_downgrade(tmp_path) -> None:

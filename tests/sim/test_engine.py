@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import httpx
@@ -121,8 +122,7 @@ async def test_non_streaming_disconnect_frees_slot(start_replica) -> None:
     rep = start_replica(time_scale=1.0)
     async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=0.5)) as client:
         try:
-            await client.post(f"{rep.base_url}/chat/completions",
-                              json={**BODY, "stream": False, "max_tokens": 5000})
+            await client.post(f"{rep.base_url}/chat/completions", json={**BODY, "stream": False, "max_tokens": 5000})
         except httpx.ReadTimeout:
             pass
         else:
@@ -146,6 +146,6 @@ async def test_prefill_of_a_new_prompt_pauses_the_decoding_of_the_batch() -> Non
             arrivals.append(time.monotonic())
             if chunk.finished or len(arrivals) > 40:
                 break
-    gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
     assert max(gaps[:2]) < 0.3  # decoding alone: steps of ~15 ms
     assert max(gaps) > 0.7, gaps  # one gap spans the long prefill

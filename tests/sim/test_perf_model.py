@@ -74,7 +74,7 @@ def test_embedded_fallback_when_no_file(tmp_path, monkeypatch) -> None:
 @needs_csv
 def test_unknown_configuration_lists_the_available_ones() -> None:
     assert ("llama2-70b", "h100-80gb", 4) in available_configs(PERF_CSV)
-    with pytest.raises(PerfModelError, match="available: .*llama2-70b/h100-80gb/TP4"):
+    with pytest.raises(PerfModelError, match=r"available: .*llama2-70b/h100-80gb/TP4"):
         load_perf_model(PERF_CSV, model="gpt-9")
 
 
@@ -85,8 +85,10 @@ def test_bad_files(tmp_path) -> None:
     bad.write_text("model,hardware\nx,y\n")
     with pytest.raises(PerfModelError, match="missing column"):
         load_perf_model(bad)
-    bad.write_text("model,hardware,tensor_parallel,prompt_size,batch_size,prompt_time,token_time\n"
-                   "llama2-70b,h100-80gb,4,128,1,abc,3\n")
+    bad.write_text(
+        "model,hardware,tensor_parallel,prompt_size,batch_size,prompt_time,token_time\n"
+        "llama2-70b,h100-80gb,4,128,1,abc,3\n"
+    )
     with pytest.raises(PerfModelError, match="line 2"):
         load_perf_model(bad)
 

@@ -26,16 +26,22 @@ def parse_sse(raw: str) -> list[str]:
 @pytest.mark.parametrize("tokens_per_chunk", [1, 4])
 async def test_stream_chunk_sequence(start_replica, tokens_per_chunk: int) -> None:
     rep = start_replica(name="r1", time_scale=0.02, tokens_per_chunk=tokens_per_chunk)
-    body = {**BODY, "stream": True, "max_tokens": 11, "hedgerow_prompt_tokens": 300,
-            "stream_options": {"include_usage": True}}
-    async with httpx.AsyncClient(timeout=10) as client:
-        async with client.stream("POST", f"{rep.base_url}/chat/completions", json=body,
-                                 headers={"X-Request-ID": "rid-1"}) as resp:
-            assert resp.status_code == 200
-            assert resp.headers["content-type"].startswith("text/event-stream")
-            assert resp.headers["x-request-id"] == "rid-1"
-            assert resp.headers["x-hedgerow-replica"] == "r1"
-            writes = [piece async for piece in resp.aiter_text()]
+    body = {
+        **BODY,
+        "stream": True,
+        "max_tokens": 11,
+        "hedgerow_prompt_tokens": 300,
+        "stream_options": {"include_usage": True},
+    }
+    async with (
+        httpx.AsyncClient(timeout=10) as client,
+        client.stream("POST", f"{rep.base_url}/chat/completions", json=body, headers={"X-Request-ID": "rid-1"}) as resp,
+    ):
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        assert resp.headers["x-request-id"] == "rid-1"
+        assert resp.headers["x-hedgerow-replica"] == "r1"
+        writes = [piece async for piece in resp.aiter_text()]
     raw = "".join(writes)
     # The role chunk travels in the same write as the first token's chunk, not before it.
     assert writes[0].count("data:") >= 2
@@ -120,8 +126,9 @@ async def test_bad_body_is_422_naming_the_field(start_replica, body, field: str)
 async def test_invalid_json_is_422(start_replica) -> None:
     rep = start_replica()
     async with httpx.AsyncClient(timeout=10) as client:
-        resp = await client.post(f"{rep.base_url}/chat/completions", content=b"{not json",
-                                 headers={"content-type": "application/json"})
+        resp = await client.post(
+            f"{rep.base_url}/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+        )
     assert resp.status_code == 422 and resp.json()["error"]["param"] == "body"
 
 

@@ -28,18 +28,23 @@ def test_real_conv_trace() -> None:
 
 def test_small_file_and_bad_rows(tmp_path) -> None:
     good = tmp_path / "t.csv"
-    good.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                    "2023-11-16 18:15:46.6805900,374,44\n"
-                    "2023-11-16 18:15:47.0000000,10,1\n"
-                    "\n"
-                    "2023-11-16 18:15:48,0,7\n")
+    good.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:47.0000000,10,1\n"
+        "\n"
+        "2023-11-16 18:15:48,0,7\n"
+    )
     trace = load_azure_trace(good)
-    assert trace == [TraceRequest(0.0, 374, 44), TraceRequest(pytest.approx(0.31941), 10, 1),
-                     TraceRequest(pytest.approx(1.31941), 0, 7)]
+    assert trace == [
+        TraceRequest(0.0, 374, 44),
+        TraceRequest(pytest.approx(0.31941), 10, 1),
+        TraceRequest(pytest.approx(1.31941), 0, 7),
+    ]
     bad = tmp_path / "bad.csv"
-    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                   "2023-11-16 18:15:46.6805900,374,44\n"
-                   "2023-11-16 18:15:47.1,12x,44\n")
+    bad.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:47.1,12x,44\n"
+    )
     with pytest.raises(TraceError, match=r"line 3: column ContextTokens: '12x'"):
         load_azure_trace(bad)
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n16/11/2023 18:15,3,4\n")

@@ -21,8 +21,19 @@ PERF = load_perf_model()
 
 def _fingerprint(calls: list[VirtualCall]) -> list[tuple]:
     return [
-        (c.primary, c.backup, c.hedged, c.hedge_denied, c.winner, c.ttft_s, c.end_s,
-         c.primary_ttft_s, c.primary_censored, c.wasted_completion_tokens, c.wasted_prefill_tokens)
+        (
+            c.primary,
+            c.backup,
+            c.hedged,
+            c.hedge_denied,
+            c.winner,
+            c.ttft_s,
+            c.end_s,
+            c.primary_ttft_s,
+            c.primary_censored,
+            c.wasted_completion_tokens,
+            c.wasted_prefill_tokens,
+        )
         for c in calls
     ]
 
@@ -62,15 +73,13 @@ def test_deterministic_for_a_seed_and_seed_matters() -> None:
     second = simulate(trace, PERF, config, threshold=0.4)
     assert _fingerprint(first.calls) == _fingerprint(second.calls)
     assert first.replica_stats == second.replica_stats
-    other = simulate(trace, PERF, ClusterConfig(replicas=3, max_batch=16, shift_at_s=90.0, seed=8),
-                     threshold=0.4)
+    other = simulate(trace, PERF, ClusterConfig(replicas=3, max_batch=16, shift_at_s=90.0, seed=8), threshold=0.4)
     assert [c.primary for c in other.calls] != [c.primary for c in first.calls]
 
 
 def test_every_request_finishes_exactly_once() -> None:
     trace = synthetic_trace(2000, rate_per_s=10.0, seed=1)
-    config = ClusterConfig(replicas=3, max_batch=16, shift_at_s=100.0, cancel_latency_s=0.05,
-                           export_delay_s=0.5)
+    config = ClusterConfig(replicas=3, max_batch=16, shift_at_s=100.0, cancel_latency_s=0.05, export_delay_s=0.5)
     seen: list[int] = []
     last: list[float] = []
 
@@ -104,13 +113,11 @@ def test_every_request_finishes_exactly_once() -> None:
 def test_tiny_threshold_hedges_everything_the_budget_allows() -> None:
     trace = synthetic_trace(1000, rate_per_s=5.0, seed=2)
     # budget 1.0: every call deposits a whole token, so every call may hedge
-    result = simulate(trace, PERF, ClusterConfig(replicas=3, budget=1.0, budget_burst=1.0),
-                      threshold=0.0)
+    result = simulate(trace, PERF, ClusterConfig(replicas=3, budget=1.0, budget_burst=1.0), threshold=0.0)
     assert all(c.hedged for c in result.calls)
     assert all(c.backup == (c.primary + 1) % 3 for c in result.calls)
     # budget 0.1, burst 10: every call wants a hedge, the bucket grants 0.1 per call + the burst
-    result = simulate(trace, PERF, ClusterConfig(replicas=3, budget=0.1, budget_burst=10.0),
-                      threshold=0.001)
+    result = simulate(trace, PERF, ClusterConfig(replicas=3, budget=0.1, budget_burst=10.0), threshold=0.001)
     hedged = sum(c.hedged for c in result.calls)
     denied = sum(c.hedge_denied for c in result.calls)
     assert hedged + denied == len(trace)
@@ -139,8 +146,9 @@ def test_cancel_latency_makes_losers_waste_tokens() -> None:
 def test_threefold_slowdown_raises_ttft() -> None:
     trace = synthetic_trace(3000, rate_per_s=8.0, seed=6)
     base = simulate(trace, PERF, ClusterConfig(replicas=3, balance="round_robin"))
-    shifted = simulate(trace, PERF, ClusterConfig(replicas=3, balance="round_robin",
-                                                  shift_at_s=0.0, shift_replica=2, shift_factor=3.0))
+    shifted = simulate(
+        trace, PERF, ClusterConfig(replicas=3, balance="round_robin", shift_at_s=0.0, shift_replica=2, shift_factor=3.0)
+    )
     slow = [c for c in shifted.calls if c.primary == 2]
     same = [c for c in base.calls if c.primary == 2]
     assert np.median(_ttfts(slow)) > 2.0 * np.median(_ttfts(same))

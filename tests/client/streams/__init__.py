@@ -183,7 +183,7 @@ class StreamCase:
         """The events as ``(delay after the previous write, bytes)``, times multiplied by ``scale``."""
         pieces = []
         previous = 0.0
-        for at, data in zip(self.schedule_s(), self.events()):
+        for at, data in zip(self.schedule_s(), self.events(), strict=False):
             pieces.append((max(0.0, (at - previous) * scale), data))
             previous = at
         return pieces
@@ -199,65 +199,198 @@ T_ANSWER = 1.2  # the first answer token of a reasoning model
 CASES: tuple[StreamCase, ...] = (
     # Role chunk {"role":"assistant","content":"","refusal":null} at 0 s; "usage": null on every
     # chunk; multi-byte UTF-8 (ü, ß, 世界, 🌿); a choices: [] usage chunk, late (1.3 s); [DONE].
-    StreamCase("openai", at_s={1: T_FIRST, 7: 1.3}, ttft_event=1, ttfo_event=1, last_token_event=5,
-               text="Grüße, 世界 🌿!", prompt_tokens=14, completion_tokens=5),
+    StreamCase(
+        "openai",
+        at_s={1: T_FIRST, 7: 1.3},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=5,
+        text="Grüße, 世界 🌿!",
+        prompt_tokens=14,
+        completion_tokens=5,
+    ),
     # A role-only first chunk, without any content key.
-    StreamCase("role_only", at_s={1: T_FIRST}, ttft_event=1, ttfo_event=1, last_token_event=3,
-               text="Hello there.", prompt_tokens=9, completion_tokens=3),
+    StreamCase(
+        "role_only",
+        at_s={1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=3,
+        text="Hello there.",
+        prompt_tokens=9,
+        completion_tokens=3,
+    ),
     # "content": "" in the role chunk and in three more chunks before the first real content.
-    StreamCase("empty_contents", at_s={4: T_FIRST}, ttft_event=4, ttfo_event=4, last_token_event=5,
-               text="Okay", prompt_tokens=8, completion_tokens=2),
+    StreamCase(
+        "empty_contents",
+        at_s={4: T_FIRST},
+        ttft_event=4,
+        ttfo_event=4,
+        last_token_event=5,
+        text="Okay",
+        prompt_tokens=8,
+        completion_tokens=2,
+    ),
     # No usage anywhere: completion tokens are the four counted content chunks.
-    StreamCase("no_usage", at_s={1: T_FIRST}, ttft_event=1, ttfo_event=1, last_token_event=4,
-               text="One two three four", prompt_tokens=None, completion_tokens=4, finish_reason="length"),
+    StreamCase(
+        "no_usage",
+        at_s={1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=4,
+        text="One two three four",
+        prompt_tokens=None,
+        completion_tokens=4,
+        finish_reason="length",
+    ),
     # [DONE] missing: the body ends right after the finish_reason chunk.
-    StreamCase("no_done", at_s={1: T_FIRST}, ttft_event=1, ttfo_event=1, last_token_event=2,
-               text="Done soon", prompt_tokens=None, completion_tokens=2),
+    StreamCase(
+        "no_done",
+        at_s={1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=2,
+        text="Done soon",
+        prompt_tokens=None,
+        completion_tokens=2,
+    ),
     # Only tool calls: two parallel calls, each from a header fragment and argument fragments.
-    StreamCase("tool_calls", at_s={0: T_FIRST}, ttft_event=0, ttfo_event=0, last_token_event=6,
-               text="", prompt_tokens=60, completion_tokens=31, finish_reason="tool_calls",
-               tool_calls=(
-                   {"id": "call_Wq1bX", "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Zürich"}'}},
-                   {"id": "call_Zr7pK", "type": "function",
-                    "function": {"name": "get_time", "arguments": '{"tz": "CET"}'}},
-               )),
+    StreamCase(
+        "tool_calls",
+        at_s={0: T_FIRST},
+        ttft_event=0,
+        ttfo_event=0,
+        last_token_event=6,
+        text="",
+        prompt_tokens=60,
+        completion_tokens=31,
+        finish_reason="tool_calls",
+        tool_calls=(
+            {
+                "id": "call_Wq1bX",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Zürich"}'},
+            },
+            {"id": "call_Zr7pK", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "CET"}'}},
+        ),
+    ),
     # A refusal streamed in delta.refusal (answer tokens; the answer text joins them).
-    StreamCase("refusal", at_s={1: T_FIRST}, ttft_event=1, ttfo_event=1, last_token_event=3,
-               text="I'm sorry, I can't help with that.", prompt_tokens=20, completion_tokens=10),
+    StreamCase(
+        "refusal",
+        at_s={1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=3,
+        text="I'm sorry, I can't help with that.",
+        prompt_tokens=20,
+        completion_tokens=10,
+    ),
     # ": ping" at 0, 0.1, 0.2 s, the first token at 0.6 s, a ping at 0.9 s, the next token at 1.2 s:
     # the gap between the tokens is 0.6 s (0.3 s if a ping were taken for a token).
-    StreamCase("keepalive", at_s={1: 0.1, 2: 0.2, 3: T_FIRST, 4: 0.9, 5: 1.2}, ttft_event=3, ttfo_event=3,
-               last_token_event=5, text="Pong!", prompt_tokens=None, completion_tokens=2, min_max_itl_s=0.45),
+    StreamCase(
+        "keepalive",
+        at_s={1: 0.1, 2: 0.2, 3: T_FIRST, 4: 0.9, 5: 1.2},
+        ttft_event=3,
+        ttfo_event=3,
+        last_token_event=5,
+        text="Pong!",
+        prompt_tokens=None,
+        completion_tokens=2,
+        min_max_itl_s=0.45,
+    ),
     # CRLF line endings everywhere.
-    StreamCase("crlf", at_s={1: T_FIRST}, ttft_event=1, ttfo_event=1, last_token_event=2,
-               text="Überstraße", prompt_tokens=5, completion_tokens=2),
+    StreamCase(
+        "crlf",
+        at_s={1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=2,
+        text="Überstraße",
+        prompt_tokens=5,
+        completion_tokens=2,
+    ),
     # "data:{...}" without the space after the colon.
-    StreamCase("data_nospace", at_s={1: T_FIRST}, ttft_event=1, ttfo_event=1, last_token_event=2,
-               text="No space", prompt_tokens=4, completion_tokens=2),
+    StreamCase(
+        "data_nospace",
+        at_s={1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=2,
+        text="No space",
+        prompt_tokens=4,
+        completion_tokens=2,
+    ),
     # Azure: choices: [] with prompt_filter_results first; a content_filter_offsets chunk without
     # delta last (late, at 1.3 s, as the asynchronous content filter sends it); no usage.
-    StreamCase("azure", at_s={2: T_FIRST, 6: 1.3}, ttft_event=2, ttfo_event=2, last_token_event=4,
-               text="Hallo Welt.", prompt_tokens=None, completion_tokens=3),
+    StreamCase(
+        "azure",
+        at_s={2: T_FIRST, 6: 1.3},
+        ttft_event=2,
+        ttfo_event=2,
+        last_token_event=4,
+        text="Hallo Welt.",
+        prompt_tokens=None,
+        completion_tokens=3,
+    ),
     # DeepSeek: two ": keep-alive", the role chunk, reasoning_content from 0.6 s, content from 1.2 s,
     # usage on the finish chunk.
-    StreamCase("reasoning_content", at_s={3: T_FIRST, 6: T_ANSWER}, ttft_event=3, ttfo_event=6,
-               last_token_event=7, text="4.", reasoning_text="Hmm, 2+2 is 4.", prompt_tokens=11,
-               completion_tokens=9),
+    StreamCase(
+        "reasoning_content",
+        at_s={3: T_FIRST, 6: T_ANSWER},
+        ttft_event=3,
+        ttfo_event=6,
+        last_token_event=7,
+        text="4.",
+        reasoning_text="Hmm, 2+2 is 4.",
+        prompt_tokens=11,
+        completion_tokens=9,
+    ),
     # OpenRouter: two ": OPENROUTER PROCESSING", reasoning from 0.6 s (with the role), content at 1.2 s.
-    StreamCase("reasoning", at_s={2: T_FIRST, 5: T_ANSWER}, ttft_event=2, ttfo_event=5, last_token_event=6,
-               text="Hi!", reasoning_text="The user greets me.", prompt_tokens=10, completion_tokens=12),
+    StreamCase(
+        "reasoning",
+        at_s={2: T_FIRST, 5: T_ANSWER},
+        ttft_event=2,
+        ttfo_event=5,
+        last_token_event=6,
+        text="Hi!",
+        reasoning_text="The user greets me.",
+        prompt_tokens=10,
+        completion_tokens=12,
+    ),
     # llama-cpp-python: the role-only chunk written together with the first token, a ping, no usage.
-    StreamCase("llama_cpp_python", at_s={0: T_FIRST, 1: T_FIRST, 4: 0.8, 5: 0.9}, ttft_event=1,
-               ttfo_event=1, last_token_event=5, text="Bonjour à tous 👋", prompt_tokens=None,
-               completion_tokens=4),
+    StreamCase(
+        "llama_cpp_python",
+        at_s={0: T_FIRST, 1: T_FIRST, 4: 0.8, 5: 0.9},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=5,
+        text="Bonjour à tous 👋",
+        prompt_tokens=None,
+        completion_tokens=4,
+    ),
     # llama-server: role chunk (content: null) together with the first token; usage with timings.
-    StreamCase("llama_server", at_s={0: T_FIRST, 1: T_FIRST}, ttft_event=1, ttfo_event=1, last_token_event=4,
-               text="Hola mundo¡!", prompt_tokens=13, completion_tokens=4),
+    StreamCase(
+        "llama_server",
+        at_s={0: T_FIRST, 1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=4,
+        text="Hola mundo¡!",
+        prompt_tokens=13,
+        completion_tokens=4,
+    ),
     # vLLM: role chunk (content "") together with the first token; a finish chunk with content ""
     # and stop_reason; a choices: [] usage chunk.
-    StreamCase("vllm", at_s={0: T_FIRST, 1: T_FIRST}, ttft_event=1, ttfo_event=1, last_token_event=4,
-               text="Ciao, mondo ☀️", prompt_tokens=21, completion_tokens=5),
+    StreamCase(
+        "vllm",
+        at_s={0: T_FIRST, 1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=4,
+        text="Ciao, mondo ☀️",
+        prompt_tokens=21,
+        completion_tokens=5,
+    ),
 )
 
 CASES_BY_NAME: dict[str, StreamCase] = {case.name: case for case in CASES}

@@ -1,0 +1,61 @@
+"""Helpers shared by several test modules: free ports, a telemetry sink, a normal answer stream.
+
+Fixtures live in the ``conftest.py`` files; plain functions and classes that more than one test
+module needs live here, once.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from hedgerow.client import CallRecord
+from tests.client.scripted_server import Script, chunk, sse, usage_chunk
+
+__all__ = ["BODY", "Sink", "answer", "free_port"]
+
+#: The smallest chat-completions body the client accepts.
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released).
+
+    Nothing listens on it afterwards, so it also serves as a "connection refused" upstream.
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Sink:
+    """A telemetry sink that keeps every record it is given (``records``, in submission order)."""
+
+    def __init__(self) -> None:
+        self.records: list[CallRecord] = []
+
+    def submit(self, record: CallRecord) -> None:
+        """Keep ``record``."""
+        self.records.append(record)
+
+
+def answer(
+    first_delay_s: float = 0.0,
+    gap_s: float = 0.01,
+    words: int = 3,
+    *,
+    close: bool = True,
+    prompt_tokens: int = 7,
+) -> Script:
+    """A normal OpenAI-style stream: ``words`` tokens ``"w0 w1 ..."``, finish ``stop``, usage, ``[DONE]``.
+
+    Args:
+        first_delay_s: seconds before the first token (the role chunk carries it).
+        gap_s: seconds between consecutive chunks.
+        words: completion tokens (one word each).
+        close: close the connection after ``[DONE]`` (False: keep it open until the client closes).
+        prompt_tokens: the usage chunk's ``prompt_tokens``.
+    """
+    chunks = [chunk("w0 ", role="assistant")] + [chunk(f"w{i} ") for i in range(1, words)]
+    chunks += [chunk(finish="stop"), usage_chunk(prompt_tokens, words)]
+    return Script(pieces=sse(*chunks, gap_s=gap_s, first_delay_s=first_delay_s), close=close)
