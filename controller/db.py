@@ -17,7 +17,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import event, text
+from sqlalchemy import CursorResult, Result, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError
@@ -105,7 +105,7 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
     return create_async_engine(url, **kwargs)
 
 
-def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker:
+def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     """An ``async_sessionmaker`` bound to ``engine`` (objects stay usable after commit)."""
     return async_sessionmaker(engine, expire_on_commit=False)
 
@@ -242,6 +242,7 @@ async def check_ready(engine: AsyncEngine) -> str:
         raise StoreNotReady(
             f"database is at revision {current or 'none (empty)'}, migrations head is {head}: run `hedgerow db upgrade`"
         )
+    assert current is not None, "the shipped migrations have a head"
     return current
 
 
@@ -257,3 +258,13 @@ def dialect_insert(session: AsyncSession, table: Any) -> Any:
     if name == "sqlite":
         return sqlite.insert(table)
     raise StoreError(f"unsupported database dialect {name!r}: use SQLite or PostgreSQL")
+
+
+def rowcount(result: Result[Any]) -> int:
+    """The number of rows an UPDATE or DELETE statement matched.
+
+    ``AsyncSession.execute`` is typed to return a plain ``Result``; for DML statements it is a
+    ``CursorResult``, which carries ``rowcount``.
+    """
+    assert isinstance(result, CursorResult), f"not the result of a DML statement: {type(result).__name__}"
+    return int(result.rowcount)

@@ -308,7 +308,7 @@ async def call_ttfts(session: AsyncSession, route_id: int, since: datetime, unti
             or_(Call.hedge_reason.is_(None), Call.hedge_reason != "primary_error"),
         )
     )
-    return [float(x) for x in rows.all()]
+    return [float(x) for x in rows.all() if x is not None]
 
 
 def _p99(values: list[float]) -> float | None:
@@ -519,7 +519,7 @@ async def lock_route(session: AsyncSession, route_id: int) -> tuple[Route, Thres
 
 
 async def _publish(
-    sessionmaker: async_sessionmaker,
+    sessionmaker: async_sessionmaker[AsyncSession],
     route: Route,
     previous: float | None,
     decision: Decision,
@@ -592,7 +592,7 @@ async def _publish(
 
 
 async def run_tick(
-    sessionmaker: async_sessionmaker, settings: Any, *, now: datetime | None = None
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Any, *, now: datetime | None = None
 ) -> list[dict[str, Any]]:
     """One controller tick over every (route, model).
 
@@ -635,7 +635,7 @@ async def run_tick(
 
 
 async def tick_route(
-    sessionmaker: async_sessionmaker,
+    sessionmaker: async_sessionmaker[AsyncSession],
     settings: Any,
     route: Route,
     current_hedge_after_s: float | None,

@@ -64,7 +64,7 @@ from sqlalchemy import BigInteger, Integer, and_, cast, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
-from hedgerow.controller.db import dialect_insert
+from hedgerow.controller.db import dialect_insert, rowcount
 from hedgerow.controller.errors import StoreError
 from hedgerow.controller.models import Attempt, Call, HourlyRollup, Route, utc_now
 from hedgerow.controller.ttft_histogram import (
@@ -426,14 +426,15 @@ def rollup_from_row(row: HourlyRollup) -> Rollup:
             f"reads {HISTOGRAM_SCHEME!r} only"
         )
     try:
-        histograms = {
+        histograms: dict[str, Any] = {
             "primary_ttft": counts_from_json(row.primary_ttft_hist, name="primary_ttft_hist"),
             "primary_censored": counts_from_json(row.primary_censored_hist, name="primary_censored_hist"),
             "call_ttft": counts_from_json(row.call_ttft_hist, name="call_ttft_hist"),
         }
     except (TypeError, ValueError) as exc:
         raise StoreError(f"hourly rollup {row.id}: {exc}") from None
-    return Rollup(**{name: getattr(row, name) for name in COUNTER_FIELDS}, **histograms)
+    fields: dict[str, Any] = {name: getattr(row, name) for name in COUNTER_FIELDS}
+    return Rollup(**fields, **histograms)
 
 
 def _row_values(rollup: Rollup) -> dict[str, Any]:
@@ -449,7 +450,7 @@ def _row_values(rollup: Rollup) -> dict[str, Any]:
 
 
 async def _upsert(
-    sessionmaker: async_sessionmaker, route_id: int, hour_start: datetime, rollup: Rollup,
+    sessionmaker: async_sessionmaker[AsyncSession], route_id: int, hour_start: datetime, rollup: Rollup,
     max_call_id: int, now: datetime,
 ) -> None:  # fmt: skip
     """Insert the rollup of an hour, or overwrite it unless it is sealed (one write transaction)."""
@@ -467,7 +468,7 @@ async def _upsert(
 
 
 async def _add_late(
-    sessionmaker: async_sessionmaker, row: HourlyRollup, late: Rollup, max_call_id: int, now: datetime
+    sessionmaker: async_sessionmaker[AsyncSession], row: HourlyRollup, late: Rollup, max_call_id: int, now: datetime
 ) -> bool:
     """Add late calls to a sealed rollup, unless another run already did; True when added."""
     total = rollup_from_row(row).merged(late)
@@ -478,11 +479,11 @@ async def _add_late(
             .values(folded_at=now, max_call_id=max_call_id, **_row_values(total))
             .execution_options(synchronize_session=False)
         )
-    return result.rowcount == 1
+    return rowcount(result) == 1
 
 
 async def fold_hours(
-    sessionmaker: async_sessionmaker, *, now: datetime | None = None, route_id: int | None = None
+    sessionmaker: async_sessionmaker[AsyncSession], *, now: datetime | None = None, route_id: int | None = None
 ) -> list[FoldedHour]:
     """Fold every complete hour whose raw calls are not (or no longer) matched by its rollup.
 

@@ -43,7 +43,7 @@ import contextlib
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -180,7 +180,7 @@ class RouteChange:
 
 
 async def configure_route(
-    sessionmaker: async_sessionmaker,
+    sessionmaker: async_sessionmaker[AsyncSession],
     settings: Any,
     route: str,
     model: str,
@@ -263,7 +263,7 @@ async def configure_route(
                 extra["created"] = True
             joined = _JoinedSessionmaker(session)
             history = await tick_route(
-                joined,
+                cast("async_sessionmaker[AsyncSession]", joined),  # duck-typed: one open transaction
                 settings,
                 row,
                 current,
@@ -326,7 +326,7 @@ class _JoinedSessionmaker:
 
 
 async def update_route(
-    sessionmaker: async_sessionmaker,
+    sessionmaker: async_sessionmaker[AsyncSession],
     settings: Any,
     route: str,
     model: str,

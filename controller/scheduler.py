@@ -21,7 +21,7 @@ from datetime import UTC, timedelta
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, make_holder_id, release_lease
@@ -50,7 +50,9 @@ class ControllerScheduler:
         last_rollup: the report of the last one (None before the first).
     """
 
-    def __init__(self, sessionmaker: async_sessionmaker, settings: Any, *, holder: str | None = None) -> None:
+    def __init__(
+        self, sessionmaker: async_sessionmaker[AsyncSession], settings: Any, *, holder: str | None = None
+    ) -> None:
         self.sessionmaker = sessionmaker
         self.settings = settings
         self.holder = holder or make_holder_id()
@@ -63,6 +65,7 @@ class ControllerScheduler:
         self.rollups = 0
         self.last_rollup: RetentionReport | None = None
         self._rollup_lock = asyncio.Lock()
+        self._stopping = False
 
     async def renew(self) -> bool:
         """Take or renew the lease now; returns whether this process holds it."""
@@ -104,6 +107,10 @@ class ControllerScheduler:
             return report
 
     async def _job(self, fn: Any) -> None:
+        """Run one scheduled job: failures are logged; at shutdown it does not start, and a
+        cancellation by the stopping process ends it quietly (the lease is released after it)."""
+        if self._stopping:
+            return
         task = asyncio.current_task()
         if task is not None:
             self._running.add(task)
@@ -111,6 +118,10 @@ class ControllerScheduler:
             await fn()
         except Exception:
             log.exception("scheduled controller job failed")
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+            log.info("scheduled controller job cancelled at shutdown")
         finally:
             if task is not None:
                 self._running.discard(task)
@@ -160,9 +171,11 @@ class ControllerScheduler:
 
     async def shutdown(self, timeout_s: float = 30.0) -> None:
         """Stop the jobs, wait (up to ``timeout_s``) for a running one, and release the lease."""
+        self._stopping = True
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        await asyncio.sleep(0)  # a job task created just before starts, sees the flag and ends
         running = [t for t in self._running if t is not asyncio.current_task()]
         if running:
             _done, pending = await asyncio.wait(running, timeout=timeout_s)

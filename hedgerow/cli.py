@@ -10,7 +10,7 @@ are printed as one line and exit with status 1 or 2, never as a traceback.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -126,7 +126,7 @@ def _parse_max_tokens(text: str | None) -> int | None:
     return value
 
 
-def _read_body(path: str) -> dict:
+def _read_body(path: str) -> dict[str, Any]:
     """The JSON object in the ``--body`` file (``-`` reads stdin); a bad file exits 2 naming it."""
     import json
     import sys
@@ -148,7 +148,7 @@ def _read_body(path: str) -> dict:
     return payload
 
 
-def _call_payload(model: str | None, prompt: str | None, body: str | None, max_tokens: str | None) -> dict:
+def _call_payload(model: str | None, prompt: str | None, body: str | None, max_tokens: str | None) -> dict[str, Any]:
     """The chat-completions body of ``hedgerow call`` from its flags; bad values exit 2.
 
     ``--model`` (when given) replaces the body's model; the model ends up in the call record, so
@@ -302,7 +302,7 @@ class _SigintGuard:
 
 
 async def _run_call(
-    client: HedgingClient, payload: dict, as_json: bool, guard: _SigintGuard
+    client: HedgingClient, payload: dict[str, Any], as_json: bool, guard: _SigintGuard
 ) -> tuple[AnswerAssembler, CallRecord | None, str | None]:
     """Stream one call through ``client``; returns (answer, record, one-line error or None).
 
@@ -459,7 +459,7 @@ def demo(
 
     from hedgerow.sim.demo import DemoConfig, DemoError, results_table, run_demo, write_json
 
-    overrides: dict = {"trace_path": trace, "json_path": json_path, "seed": seed}
+    overrides: dict[str, Any] = {"trace_path": trace, "json_path": json_path, "seed": seed}
     if duration is not None:
         if not math.isfinite(duration) or not 0 < duration <= 86_400:
             raise fail("--duration: must be a number of seconds in (0, 86400]", 2)
@@ -580,13 +580,13 @@ def replica(
 # ---- serve, db upgrade, controller run-once (controller+api helper) ----
 
 
-def _server_settings(db: str | None, **overrides: object) -> Settings:
+def _server_settings(db: str | None, **overrides: Any) -> Settings:
     """Settings from the environment with the command's flags on top (bad values exit 2)."""
     from pydantic import ValidationError
 
     from hedgerow.settings import Settings
 
-    values = {k: v for k, v in overrides.items() if v is not None}
+    values: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
     if db is not None:
         values["database_url"] = db
     try:

@@ -104,7 +104,7 @@ class DemoConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> DemoConfig:
         """The ``--quick`` preset: about 30 s of load per way, under two minutes in all."""
-        base = dict(duration_s=22.0, controller_interval_s=2.0)
+        base: dict[str, Any] = {"duration_s": 22.0, "controller_interval_s": 2.0}
         base.update(overrides)
         return cls(**base)
 
@@ -135,7 +135,8 @@ class ModeResult:
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def summarize(mode: str, records: Sequence[CallRecord], warmup_fraction: float = 0.0) -> ModeResult:
