@@ -362,6 +362,9 @@ class HourlyRollup(Base):
 class Price(Base):
     """A price of a model's tokens, in force from ``effective_from`` until the next row's.
 
+    Rows are only ever added: a correction for the same ``effective_from`` is a newer row (the
+    newest ``created_at`` wins), so the table is the audit trail of every price set.
+
     Attributes:
         model: the model (as in ``routes.model``).
         upstream: the upstream it applies to, or ``""`` for every upstream without a price of
@@ -376,7 +379,7 @@ class Price(Base):
     """
 
     __tablename__ = "prices"
-    __table_args__ = (UniqueConstraint("model", "upstream", "effective_from"),)
+    __table_args__ = (Index(None, "model", "upstream", "effective_from"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     model: Mapped[str] = mapped_column(String(200))

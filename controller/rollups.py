@@ -101,6 +101,8 @@ __all__ = [
     "floor_hour",
     "fold_hours",
     "fold_rows",
+    "hour_index_sql",
+    "hour_of_index",
     "merge_rollups",
     "merge_upstream_tokens",
     "rollup_from_row",
@@ -347,7 +349,8 @@ def floor_hour(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def _hour_of_index(index: int) -> datetime:
+def hour_of_index(index: int) -> datetime:
+    """The start (aware UTC) of the hour numbered ``index`` (hours since the epoch, :func:`hour_index_sql`)."""
     return datetime.fromtimestamp(int(index) * HOUR_S, tz=UTC)
 
 
@@ -455,7 +458,7 @@ def fold_rows(call_rows: Iterable[Sequence[Any]], attempt_rows: Iterable[Sequenc
     return rollup, max_id
 
 
-def _hour_index(dialect_name: str) -> ColumnElement[int]:
+def hour_index_sql(dialect_name: str) -> ColumnElement[int]:
     """SQL for ``floor(epoch seconds of calls.started_at / 3600)`` on SQLite or PostgreSQL."""
     if dialect_name == "sqlite":  # naive UTC text; strftime('%s') reads it as UTC
         return cast(func.strftime("%s", Call.started_at), Integer) // HOUR_S
@@ -475,7 +478,7 @@ async def scan_raw_hours(
     Returns:
         ``{(route_id, hour_start): (calls, largest calls.id)}``.
     """
-    hour = _hour_index(session.get_bind().dialect.name).label("hour")
+    hour = hour_index_sql(session.get_bind().dialect.name).label("hour")
     query = (
         select(Call.route_id, hour, func.count(), func.max(Call.id))
         .where(Call.started_at < before)
@@ -484,7 +487,7 @@ async def scan_raw_hours(
     if route_id is not None:
         query = query.where(Call.route_id == route_id)
     rows = await session.execute(query)
-    return {(int(rid), _hour_of_index(index)): (int(count), int(max_id)) for rid, index, count, max_id in rows.all()}
+    return {(int(rid), hour_of_index(index)): (int(count), int(max_id)) for rid, index, count, max_id in rows.all()}
 
 
 async def aggregate_hour(
@@ -597,7 +600,7 @@ async def _add_late(
             .values(folded_at=now, max_call_id=max_call_id, **_row_values(total))
             .execution_options(synchronize_session=False)
         )
-    return bool(result.rowcount == 1)
+    return bool(getattr(result, "rowcount", 0) == 1)  # a CursorResult for an UPDATE
 
 
 async def fold_hours(

@@ -6,8 +6,8 @@
   recomputes the unsealed ones), prompt and completion tokens per role and of the extra
   (losing) attempts, cached and estimated prompt tokens (0), TPOT and e2e histograms and tokens
   per upstream (NULL: not known for rows folded before);
-- ``prices``: USD per million tokens per model (optionally per upstream) from a whole UTC hour,
-  unique (model, upstream, effective_from);
+- ``prices``: USD per million tokens per model (optionally per upstream) from a whole UTC hour;
+  rows are only added (the audit trail), indexed by (model, upstream, effective_from);
 - ``report_deliveries``: one row per (kind, period) claimed by the process that sends it.
 
 Revision ID: 0004
@@ -88,6 +88,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     """Drop ``report_deliveries``, ``prices`` and the added columns (their values are lost)."""
     op.drop_table("report_deliveries")
+    op.drop_index(op.f("ix_prices_model_upstream_effective_from"), table_name="prices")
     op.drop_table("prices")
     with op.batch_alter_table("hourly_rollups") as batch:
         for name in (*_ROLLUP_JSON, *reversed(_ROLLUP_TOKENS), "fold_version"):
