@@ -29,6 +29,7 @@ Price file (JSON, or TOML when the name ends in ``.toml``)::
 from __future__ import annotations
 
 import json
+import logging
 import math
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,11 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.client.records import MAX_NAME_CHARS, control_character_error, parse_timestamp
 from hedgerow.controller.models import Price as PriceRow
 from hedgerow.controller.models import utc_now
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_USD_PER_MTOK",
@@ -57,6 +60,7 @@ __all__ = [
     "parse_price",
     "read_price_file",
     "set_price",
+    "store_price_file",
 ]
 
 #: Largest accepted price, USD per million tokens (far above any listed price; catches unit slips).
@@ -408,3 +412,18 @@ async def load_price_file(session: AsyncSession, path: str | Path) -> list[tuple
     for spec in specs:
         out.append(await set_price(session, spec, source="file", actor=spec.actor or f"file:{Path(path).name}"))
     return out
+
+
+async def store_price_file(
+    sessionmaker: async_sessionmaker[AsyncSession], path: str | Path
+) -> list[tuple[Price, bool]]:
+    """:func:`load_price_file` in a transaction of its own (what the api does at start); logs what it added.
+
+    Raises:
+        PriceInvalid: as :func:`read_price_file`; nothing is stored then.
+    """
+    async with sessionmaker() as session, session.begin():
+        loaded = await load_price_file(session, path)
+    added = sum(1 for _, was_added in loaded if was_added)
+    log.info("price file %s: %d price(s), %d added", path, len(loaded), added)
+    return loaded
