@@ -82,11 +82,12 @@ class Settings(BaseSettings):
         price_file: a price file (JSON, or TOML by its suffix; see
             :mod:`hedgerow.controller.prices`) loaded into the store when the api starts;
             empty: none (default). Re-loading the same file adds nothing.
-        report_enabled: run the weekly report job on the lease holder (default true).
-        report_cron: when it runs, a crontab line in UTC (default ``10 0 * * mon``: Monday
-            00:10 UTC); it reports the ISO week that just ended.
-        report_dir: directory the job writes ``hedgerow-weekly-<week>.<format>`` into (default
-            ``reports``, created when missing).
+        report_cron: when the weekly report job runs on the lease holder, a crontab line in UTC
+            (default ``10 0 * * mon``: Monday 00:10 UTC; it also runs once soon after start); it
+            reports the ISO week that just ended (:mod:`hedgerow.controller.report_job`). The job
+            runs only when ``report_dir`` or ``report_webhook_url`` is set.
+        report_dir: directory the job writes ``hedgerow-weekly-<week>.<format>`` into (created
+            when missing; empty: no files, the default).
         report_formats: comma-separated formats the job writes (default ``html,json``; any of
             json, csv, html, md).
         report_webhook_url: where the job posts the report (empty: nowhere, the default).
@@ -128,9 +129,8 @@ class Settings(BaseSettings):
     rollup_interval_s: float = Field(3600.0, gt=0)
     retention_batch_rows: int = Field(2000, ge=1, le=10_000)
     price_file: str = ""
-    report_enabled: bool = True
     report_cron: str = "10 0 * * mon"
-    report_dir: str = "reports"
+    report_dir: str = ""
     report_formats: str = "html,json"
     report_webhook_url: str = ""
     report_webhook_format: str = "slack"
