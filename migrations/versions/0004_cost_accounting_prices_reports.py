@@ -64,10 +64,8 @@ def upgrade() -> None:
         sa.Column("actor", sa.String(length=400), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_prices")),
-        sa.UniqueConstraint(
-            "model", "upstream", "effective_from", name=op.f("uq_prices_model_upstream_effective_from")
-        ),
     )
+    op.create_index(op.f("ix_prices_model_upstream_effective_from"), "prices", ["model", "upstream", "effective_from"])
     op.create_table(
         "report_deliveries",
         sa.Column("id", _id(), autoincrement=True, nullable=False),
