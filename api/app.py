@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from hedgerow import __version__
-from hedgerow.api import calls, controller, health, routes, thresholds
+from hedgerow.api import calls, controller, health, prices, reports, routes, thresholds
 from hedgerow.api.auth import check_listen_allowed, parse_tokens
 from hedgerow.controller.db import (
     check_database_url,
@@ -28,6 +28,7 @@ from hedgerow.controller.db import (
 )
 from hedgerow.controller.errors import UnknownRoute
 from hedgerow.controller.ingest import route_defaults
+from hedgerow.controller.prices import read_price_file, store_price_file
 from hedgerow.controller.scheduler import ControllerScheduler
 from hedgerow.settings import Settings
 
@@ -75,12 +76,14 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         ApiConfigError: malformed ``tokens``, or no tokens while ``settings.host`` is not loopback.
         StoreError: an unsupported database url.
         ValueError: route defaults out of range (named in the message).
+        PriceInvalid: the price file (``settings.price_file``) cannot be read or holds a bad price.
     """
     settings = settings or Settings()
     tokens = parse_tokens(settings.tokens)
     check_listen_allowed(settings.host, tokens)
     defaults = route_defaults(settings)
     check_database_url(settings.database_url)
+    price_specs = read_price_file(settings.price_file) if settings.price_file else []
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -89,6 +92,8 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         scheduler = ControllerScheduler(sessionmaker, settings)
         try:
             await migrate_engine(engine)
+            if price_specs:
+                await store_price_file(sessionmaker, settings.price_file)
             app.state.engine = engine
             app.state.sessionmaker = sessionmaker
             app.state.scheduler = scheduler
@@ -108,7 +113,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     app.state.settings = settings
     app.state.tokens = tokens
     app.state.route_defaults = defaults
-    for module in (calls, thresholds, routes, controller, health):
+    for module in (calls, thresholds, routes, controller, health, prices, reports):
         app.include_router(module.router)
 
     @app.exception_handler(UnknownRoute)

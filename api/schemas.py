@@ -106,6 +106,9 @@ class AttemptIn(BaseModel):
     status_code: HttpStatus | None = None
     error_type: OptionalText = None
     completion_tokens: Annotated[Count, _none_to(0)] = 0
+    prompt_tokens: Count | None = None
+    prompt_tokens_estimated: Annotated[StrictBool, _none_to(False)] = False
+    cached_prompt_tokens: Count | None = None
 
 
 class CallRecordIn(BaseModel):
@@ -135,6 +138,8 @@ class CallRecordIn(BaseModel):
     completion_tokens: Count | None = None
     wasted_completion_tokens: Annotated[Count, _none_to(0)] = 0
     attempts: list[AttemptIn] = Field(default_factory=list)
+    #: Wire format version (``hedgerow.client.records.RECORD_VERSION``); absent means 1.
+    record_version: Literal[1, 2] = 1
 
 
 class CallBatchIn(BaseModel):

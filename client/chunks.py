@@ -13,9 +13,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AnswerAssembler", "ChunkKind", "classify_chunk"]
+__all__ = ["AnswerAssembler", "ChunkKind", "cached_prompt_tokens", "classify_chunk"]
 
 _REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+def cached_prompt_tokens(usage: dict[str, Any]) -> int | None:
+    """The prompt tokens an upstream read from its prompt cache, from a ``usage`` object.
+
+    OpenAI, Azure OpenAI and vLLM report ``usage.prompt_tokens_details.cached_tokens``;
+    DeepSeek reports ``usage.prompt_cache_hit_tokens``. Returns None when neither is present
+    (or not a non-negative integer).
+    """
+    details = usage.get("prompt_tokens_details")
+    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    if value is None:
+        value = usage.get("prompt_cache_hit_tokens")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,7 +117,7 @@ import httpx
 from httpx_sse import EventSource, SSEError
 
 from hedgerow.client.budget import HedgeBudget
-from hedgerow.client.chunks import AnswerAssembler, ChunkKind, classify_chunk
+from hedgerow.client.chunks import AnswerAssembler, ChunkKind, cached_prompt_tokens, classify_chunk
 from hedgerow.client.errors import (
     AllAttemptsFailed,
     AttemptError,
@@ -129,7 +129,7 @@ from hedgerow.client.errors import (
     UpstreamError,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
-from hedgerow.client.records import AttemptRecord, CallRecord
+from hedgerow.client.records import AttemptRecord, CallRecord, with_prompt_estimates
 
 __all__ = [
     "ATTEMPT_ID_NAMESPACE",
@@ -431,6 +431,8 @@ class _Attempt:
     cancel_sent: bool = False  # ``task.cancel()`` was called: never call it twice (``_cancel_task``)
     token_chunks: int = 0
     usage_tokens: int | None = None
+    usage_prompt_tokens: int | None = None
+    usage_cached_prompt_tokens: int | None = None
     pending: list[dict[str, Any]] = field(default_factory=list)
     response_headers: httpx.Headers | None = None
 
@@ -1049,8 +1051,11 @@ class CallStream:
         if isinstance(completion, int) and completion >= 0:
             attempt.usage_tokens = completion
         prompt = usage.get("prompt_tokens")
-        if attempt is self._winner and isinstance(prompt, int) and prompt >= 0:
-            self._prompt_tokens = prompt
+        if isinstance(prompt, int) and prompt >= 0:
+            attempt.usage_prompt_tokens = prompt
+            if attempt is self._winner:
+                self._prompt_tokens = prompt
+        attempt.usage_cached_prompt_tokens = cached_prompt_tokens(usage)
 
     def _on_winner_chunk(self, winner: _Attempt, at: float, info: ChunkKind) -> None:
         if info.usage is not None:
@@ -1128,6 +1133,8 @@ class CallStream:
                 status_code=a.status_code,
                 error_type=a.error_type,
                 completion_tokens=a.tokens(),
+                prompt_tokens=a.usage_prompt_tokens,
+                cached_prompt_tokens=a.usage_cached_prompt_tokens,
             )
             for a in self._attempts
         )
@@ -1166,6 +1173,7 @@ class CallStream:
             wasted_completion_tokens=wasted,
             attempts=attempts,
         )
+        self.record = with_prompt_estimates(self.record)
         if self._client.telemetry is not None:
             try:
                 self._client.telemetry.submit(self.record)

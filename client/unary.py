@@ -46,6 +46,7 @@ from typing import Any
 import httpx
 
 from hedgerow.client.budget import HedgeBudget
+from hedgerow.client.chunks import cached_prompt_tokens
 from hedgerow.client.errors import AllAttemptsFailed, HedgeError, TotalTimeout
 from hedgerow.client.hedging import (
     ATTEMPT_HEADER,
@@ -57,7 +58,7 @@ from hedgerow.client.hedging import (
     wait_tasks_shielded,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
-from hedgerow.client.records import AttemptRecord, CallRecord
+from hedgerow.client.records import AttemptRecord, CallRecord, with_prompt_estimates
 
 __all__ = ["UnaryAttemptFailure", "UnaryResult", "unary_call"]
 
@@ -315,6 +316,7 @@ class _UnaryCall:
                 attempt.completion_tokens = completion
             if isinstance(prompt, int) and prompt >= 0:
                 attempt.extra["prompt_tokens"] = prompt
+            attempt.extra["cached_prompt_tokens"] = cached_prompt_tokens(usage)
         return response
 
     async def run(self) -> UnaryResult:
@@ -441,6 +443,8 @@ class _UnaryCall:
                 status_code=a.status_code,
                 error_type=a.error_type,
                 completion_tokens=a.completion_tokens,
+                prompt_tokens=a.extra.get("prompt_tokens"),
+                cached_prompt_tokens=a.extra.get("cached_prompt_tokens"),
             )
             for a in self._attempts
         )
@@ -467,6 +471,7 @@ class _UnaryCall:
             wasted_completion_tokens=0,
             attempts=attempts,
         )
+        self._record = with_prompt_estimates(self._record)
         if self._telemetry is not None:
             try:
                 self._telemetry.submit(self._record)

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from hedgerow.client.records import CallRecord
+from hedgerow.client.records import CallRecord, with_prompt_estimates
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.models import Attempt, Call, Route, utc_now
 from hedgerow.controller.policy import RouteConfig
@@ -133,7 +133,8 @@ async def ingest_calls(session: AsyncSession, records: list[CallRecord], *, defa
     duplicates = len(records) - len(unique)
     if not unique:
         return 0, duplicates
-    batch = [unique[key] for key in sorted(unique)]
+    # version 1 records carry no per-attempt prompt tokens: the one estimate rule fills them
+    batch = [with_prompt_estimates(unique[key]) for key in sorted(unique)]
     route_ids = await ensure_routes(session, [(r.route, r.model) for r in batch], defaults)
     received_at = utc_now()
     call_ids: dict[str, int] = {}
@@ -160,6 +161,9 @@ async def ingest_calls(session: AsyncSession, records: list[CallRecord], *, defa
             "status_code": attempt.status_code,
             "error_type": attempt.error_type,
             "completion_tokens": attempt.completion_tokens,
+            "prompt_tokens": attempt.prompt_tokens,
+            "prompt_tokens_estimated": attempt.prompt_tokens_estimated,
+            "cached_prompt_tokens": attempt.cached_prompt_tokens,
         }
         for record in batch
         if record.request_id in call_ids

@@ -12,6 +12,12 @@ Tables (DESIGN.md "controller"):
 - ``leases``: which process runs the scheduled jobs (see :mod:`hedgerow.controller.lease`).
 - ``hourly_rollups``: one row per (route, model) and UTC hour of calls, folded from the raw rows
   so weekly figures survive their deletion (see :mod:`hedgerow.controller.rollups`).
+- ``prices``: USD per million tokens of a model (optionally of one upstream), in force from a
+  whole UTC hour; rows are never overwritten, so they are also the audit trail of price changes
+  (see :mod:`hedgerow.controller.prices`).
+- ``report_deliveries``: one row per (report kind, week) claimed by the job that sends it, so a
+  weekly report is delivered once however many processes run (see
+  :mod:`hedgerow.controller.report_job`).
 
 Every timestamp is a timezone-aware UTC datetime (:class:`UTCDateTime`), every duration a float
 number of seconds with the unit in the column name. Constraint names follow
@@ -47,6 +53,8 @@ __all__ = [
     "Call",
     "HourlyRollup",
     "Lease",
+    "Price",
+    "ReportDelivery",
     "Route",
     "Threshold",
     "ThresholdHistory",
@@ -193,6 +201,11 @@ class Attempt(Base):
     status_code: Mapped[int | None] = mapped_column(Integer)
     error_type: Mapped[str | None] = mapped_column(String(200))
     completion_tokens: Mapped[int] = mapped_column(Integer)
+    #: Prompt tokens the attempt cost (its own usage, else the call's: ``prompt_tokens_estimated``).
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    prompt_tokens_estimated: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Of ``prompt_tokens``, those read from the upstream's prompt cache (when it reports them).
+    cached_prompt_tokens: Mapped[int | None] = mapped_column(Integer)
 
 
 class Threshold(Base):
@@ -291,6 +304,17 @@ class HourlyRollup(Base):
         primary_ttft_hist: sparse ``{"bucket": count}`` of the primary's observed TTFTs.
         primary_censored_hist: the same of censored primaries (at their elapsed time).
         call_ttft_hist: the same of the call's TTFT as the app saw it (with hedging).
+        fold_version: the fold rules the row was computed with
+            (:data:`hedgerow.controller.rollups.FOLD_VERSION`); an unsealed row of an older
+            version is recomputed by the next fold (rows folded before migration 0004 are 1).
+        primary_prompt_tokens .. extra_completion_tokens: prompt and completion tokens of the
+            primary attempts, of the backup attempts, and of the extra attempts (every attempt
+            that did not win, in a call with more than one attempt: what hedging cost).
+        cached_prompt_tokens, estimated_prompt_tokens: of all attempts' prompt tokens, those
+            read from a prompt cache, and those estimated from the call's prompt tokens.
+        tpot_hist, e2e_hist: sparse histograms of the calls' TPOT and e2e.
+        upstream_tokens: ``{upstream: {"prompt": n, "cached": n, "completion": n,
+            "extra_prompt": n, "extra_cached": n, "extra_completion": n}}``, what prices apply to.
     """
 
     __tablename__ = "hourly_rollups"
@@ -321,3 +345,75 @@ class HourlyRollup(Base):
     primary_ttft_hist: Mapped[dict[str, int]] = mapped_column(JSON)
     primary_censored_hist: Mapped[dict[str, int]] = mapped_column(JSON)
     call_ttft_hist: Mapped[dict[str, int]] = mapped_column(JSON)
+    fold_version: Mapped[int] = mapped_column(Integer, default=1)
+    primary_prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    primary_completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    backup_prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    backup_completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    extra_prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    extra_completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    estimated_prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    tpot_hist: Mapped[dict[str, int] | None] = mapped_column(JSON)
+    e2e_hist: Mapped[dict[str, int] | None] = mapped_column(JSON)
+    upstream_tokens: Mapped[dict[str, dict[str, int]] | None] = mapped_column(JSON)
+
+
+class Price(Base):
+    """A price of a model's tokens, in force from ``effective_from`` until the next row's.
+
+    Rows are only ever added: a correction for the same ``effective_from`` is a newer row (the
+    newest ``created_at`` wins), so the table is the audit trail of every price set.
+
+    Attributes:
+        model: the model (as in ``routes.model``).
+        upstream: the upstream it applies to, or ``""`` for every upstream without a price of
+            its own (an empty string rather than NULL, so the unique key works everywhere).
+        effective_from: the whole UTC hour from which it applies.
+        input_usd_per_mtok / output_usd_per_mtok: USD per million prompt / completion tokens.
+        cached_input_usd_per_mtok: USD per million prompt tokens read from a prompt cache, or
+            NULL (they cost the input price).
+        source: ``api`` or ``file`` (the price file loaded at start).
+        actor: who set it (the api caller, or the file's path).
+        created_at: when it was set.
+    """
+
+    __tablename__ = "prices"
+    __table_args__ = (Index(None, "model", "upstream", "effective_from"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    model: Mapped[str] = mapped_column(String(200))
+    upstream: Mapped[str] = mapped_column(String(200))
+    effective_from: Mapped[datetime]
+    input_usd_per_mtok: Mapped[float] = mapped_column(Float)
+    output_usd_per_mtok: Mapped[float] = mapped_column(Float)
+    cached_input_usd_per_mtok: Mapped[float | None] = mapped_column(Float)
+    source: Mapped[str] = mapped_column(String(32))
+    actor: Mapped[str] = mapped_column(String(400))
+    created_at: Mapped[datetime]
+
+
+class ReportDelivery(Base):
+    """One scheduled delivery of a report, claimed before it is sent (never sent twice).
+
+    Attributes:
+        kind: ``weekly``; period: the ISO week (``2026-W48``).
+        claimed_by: the holder id of the process that claimed it; claimed_at: when.
+        status: ``sending``, ``sent`` or ``failed``; attempts: webhook attempts made.
+        files: JSON list of the files written; error: the last error (or NULL).
+        finished_at: when it was sent or given up (NULL while sending).
+    """
+
+    __tablename__ = "report_deliveries"
+    __table_args__ = (UniqueConstraint("kind", "period"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    period: Mapped[str] = mapped_column(String(32))
+    claimed_by: Mapped[str] = mapped_column(String(200))
+    claimed_at: Mapped[datetime]
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer)
+    files: Mapped[list[str] | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(String(1000))
+    finished_at: Mapped[datetime | None]

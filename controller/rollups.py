@@ -14,6 +14,14 @@ and wasted completion tokens, and three sparse log-bucketed TTFT histograms
   ``end_s - start_s``; a failed attempt is no sample;
 * ``call_ttft_hist``: the call's ``ttft_s``, what the app saw with hedging (calls with a TTFT).
 
+Since revision 0004 (``FOLD_VERSION`` 2) a rollup also holds the cost of its attempts: prompt and
+completion tokens of the primary attempts, of the backup attempts and of the *extra* attempts
+(every attempt that did not win, in a call with more than one attempt: what hedging and
+failover spent on losers), cached and estimated prompt tokens, the same per upstream
+(``upstream_tokens``, what prices apply to), and histograms of the calls' TPOT and e2e (same
+bucket scheme; TPOT under 1 ms falls in the underflow bucket, an absolute error < 1 ms). An
+attempt's prompt tokens follow :func:`hedgerow.client.records.estimate_prompt_tokens`.
+
 Every field is a sum over calls, so the rollup of any set of hours and routes is the element-wise
 sum of theirs (:meth:`Rollup.merged`), and weekly figures need no raw data.
 
@@ -64,6 +72,7 @@ from sqlalchemy import BigInteger, Integer, and_, cast, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
+from hedgerow.client.records import estimate_prompt_tokens
 from hedgerow.controller.db import dialect_insert, rowcount
 from hedgerow.controller.errors import StoreError
 from hedgerow.controller.models import Attempt, Call, HourlyRollup, Route, utc_now
@@ -78,9 +87,13 @@ from hedgerow.controller.ttft_histogram import (
 )
 
 __all__ = [
+    "ATTEMPT_TOKEN_FIELDS",
     "CALL_STATUSES",
     "COUNTER_FIELDS",
+    "FOLD_VERSION",
+    "HISTOGRAM_COLUMNS",
     "HOUR_S",
+    "UPSTREAM_TOKEN_KEYS",
     "FoldedHour",
     "Rollup",
     "RouteRollup",
@@ -88,7 +101,10 @@ __all__ = [
     "floor_hour",
     "fold_hours",
     "fold_rows",
+    "hour_index_sql",
+    "hour_of_index",
     "merge_rollups",
+    "merge_upstream_tokens",
     "rollup_from_row",
     "scan_raw_hours",
 ]
@@ -105,6 +121,23 @@ COUNTER_FIELDS = (
     "hedges", "hedge_denied", "backup_wins", "failovers",
     "prompt_tokens", "completion_tokens", "wasted_completion_tokens",
 )  # fmt: skip
+#: Token sums over attempts (all additive; revision 0004).
+ATTEMPT_TOKEN_FIELDS = (
+    "primary_prompt_tokens", "primary_completion_tokens", "backup_prompt_tokens", "backup_completion_tokens",
+    "extra_prompt_tokens", "extra_completion_tokens", "cached_prompt_tokens", "estimated_prompt_tokens",
+)  # fmt: skip
+#: Keys of one upstream's entry in ``upstream_tokens``.
+UPSTREAM_TOKEN_KEYS = ("prompt", "cached", "completion", "extra_prompt", "extra_cached", "extra_completion")
+#: Version of the fold rules; an unsealed rollup of an older version is recomputed by the next fold.
+FOLD_VERSION = 2
+#: The histograms of a rollup: ``Rollup`` attribute -> ``hourly_rollups`` column.
+HISTOGRAM_COLUMNS = {
+    "primary_ttft": "primary_ttft_hist",
+    "primary_censored": "primary_censored_hist",
+    "call_ttft": "call_ttft_hist",
+    "tpot": "tpot_hist",
+    "e2e": "e2e_hist",
+}
 
 
 def _rate(part: int, whole: int) -> float | None:
@@ -131,6 +164,10 @@ class Rollup:
         primary_ttft: sparse histogram ``{bucket: count}`` of observed primary TTFTs.
         primary_censored: the same of censored primaries (durations until cancelled).
         call_ttft: the same of the calls' TTFT with hedging.
+        primary_prompt_tokens .. estimated_prompt_tokens: token sums over attempts
+            (:data:`ATTEMPT_TOKEN_FIELDS`; see the module docstring).
+        tpot, e2e: sparse histograms of the calls' TPOT and e2e.
+        upstream_tokens: ``{upstream: {key: tokens}}`` with :data:`UPSTREAM_TOKEN_KEYS`.
     """
 
     calls: int = 0
@@ -149,6 +186,17 @@ class Rollup:
     primary_ttft: Mapping[int, int] = field(default_factory=dict)
     primary_censored: Mapping[int, int] = field(default_factory=dict)
     call_ttft: Mapping[int, int] = field(default_factory=dict)
+    primary_prompt_tokens: int = 0
+    primary_completion_tokens: int = 0
+    backup_prompt_tokens: int = 0
+    backup_completion_tokens: int = 0
+    extra_prompt_tokens: int = 0
+    extra_completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    estimated_prompt_tokens: int = 0
+    tpot: Mapping[int, int] = field(default_factory=dict)
+    e2e: Mapping[int, int] = field(default_factory=dict)
+    upstream_tokens: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def primary_samples(self) -> int:
@@ -178,10 +226,12 @@ class Rollup:
     def merged(self, *others: Rollup) -> Rollup:
         """The sum of this rollup and ``others`` (counters added, histograms summed per bucket)."""
         values: dict[str, Any] = {
-            name: getattr(self, name) + sum(getattr(o, name) for o in others) for name in COUNTER_FIELDS
+            name: getattr(self, name) + sum(getattr(o, name) for o in others)
+            for name in (*COUNTER_FIELDS, *ATTEMPT_TOKEN_FIELDS)
         }
-        for name in ("primary_ttft", "primary_censored", "call_ttft"):
+        for name in HISTOGRAM_COLUMNS:
             values[name] = merge_counts(getattr(self, name), *(getattr(o, name) for o in others))
+        values["upstream_tokens"] = merge_upstream_tokens(self.upstream_tokens, *(o.upstream_tokens for o in others))
         return Rollup(**values)
 
     def call_ttft_quantile(self, q: float) -> BucketQuantile | None:
@@ -299,28 +349,48 @@ def floor_hour(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def _hour_of_index(index: int) -> datetime:
+def hour_of_index(index: int) -> datetime:
+    """The start (aware UTC) of the hour numbered ``index`` (hours since the epoch, :func:`hour_index_sql`)."""
     return datetime.fromtimestamp(int(index) * HOUR_S, tz=UTC)
 
 
-def fold_rows(call_rows: Iterable[Sequence[Any]], primary_rows: Iterable[Sequence[Any]]) -> tuple[Rollup, int | None]:
+def merge_upstream_tokens(*tallies: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """Sum ``{upstream: {key: tokens}}`` tallies key by key (exact and associative)."""
+    total: dict[str, dict[str, int]] = {}
+    for tally in tallies:
+        for upstream, counts in tally.items():
+            entry = total.setdefault(upstream, dict.fromkeys(UPSTREAM_TOKEN_KEYS, 0))
+            for key, value in counts.items():
+                entry[key] = entry.get(key, 0) + int(value)
+    return {name: total[name] for name in sorted(total)}
+
+
+def fold_rows(call_rows: Iterable[Sequence[Any]], attempt_rows: Iterable[Sequence[Any]]) -> tuple[Rollup, int | None]:
     """Fold raw rows into a :class:`Rollup` (pure; no database).
 
     Args:
         call_rows: one per call: ``(id, status, hedge_reason, hedge_denied, winner, ttft_s,
-            prompt_tokens, completion_tokens, wasted_completion_tokens)``; tokens may be None.
-        primary_rows: the calls' ``primary`` attempts ordered by (call id, attempt index):
-            ``(call_id, start_s, first_token_s, end_s, outcome)``; only a call's first counts.
+            prompt_tokens, completion_tokens, wasted_completion_tokens, tpot_s, e2e_s)``;
+            tokens and latencies may be None.
+        attempt_rows: the calls' attempts ordered by (call id, attempt index): ``(call_id, role,
+            upstream, start_s, first_token_s, end_s, outcome, status_code, completion_tokens,
+            prompt_tokens, prompt_tokens_estimated, cached_prompt_tokens)``. The TTFT sample is a
+            call's first ``primary`` attempt; prompt tokens left None (rows stored before
+            revision 0004) follow :func:`hedgerow.client.records.estimate_prompt_tokens`.
 
     Returns:
         The rollup, and the largest call id (None without calls).
     """
-    counts = dict.fromkeys(COUNTER_FIELDS, 0)
+    counts = dict.fromkeys((*COUNTER_FIELDS, *ATTEMPT_TOKEN_FIELDS), 0)
     call_ttfts: list[float] = []
+    tpots: list[float] = []
+    e2es: list[float] = []
+    call_prompt: dict[int, int | None] = {}
     max_id: int | None = None
     for (call_id, status, hedge_reason, hedge_denied, winner, ttft_s, prompt, completion,
-         wasted) in call_rows:  # fmt: skip
+         wasted, tpot_s, e2e_s) in call_rows:  # fmt: skip
         max_id = call_id if max_id is None else max(max_id, call_id)
+        call_prompt[call_id] = prompt
         counts["calls"] += 1
         key = f"{status}_calls" if status in CALL_STATUSES else "error_calls"
         counts[key] += 1
@@ -336,27 +406,59 @@ def fold_rows(call_rows: Iterable[Sequence[Any]], primary_rows: Iterable[Sequenc
         counts["wasted_completion_tokens"] += wasted or 0
         if ttft_s is not None:
             call_ttfts.append(max(0.0, ttft_s))
+        if tpot_s is not None:
+            tpots.append(max(0.0, tpot_s))
+        if e2e_s is not None:
+            e2es.append(max(0.0, e2e_s))
+    by_call: dict[int, list[Sequence[Any]]] = {}
+    for row in attempt_rows:
+        by_call.setdefault(row[0], []).append(row)
     observed: list[float] = []
     censored: list[float] = []
-    seen: set[int] = set()
-    for call_id, start_s, first_token_s, end_s, outcome in primary_rows:
-        if call_id in seen:
-            continue  # only the call's first primary attempt is a sample
-        seen.add(call_id)
-        if first_token_s is not None:
-            observed.append(max(0.0, first_token_s - start_s))
-        elif outcome == "cancelled":
-            censored.append(max(0.0, end_s - start_s))
+    upstreams: dict[str, dict[str, int]] = {}
+    for call_id, attempts in by_call.items():
+        sampled = False
+        for (_cid, role, upstream, start_s, first_token_s, end_s, outcome, status_code, completion,
+             prompt, estimated, cached) in attempts:  # fmt: skip
+            if role == "primary" and not sampled:
+                sampled = True  # only the call's first primary attempt is a TTFT sample
+                if first_token_s is not None:
+                    observed.append(max(0.0, first_token_s - start_s))
+                elif outcome == "cancelled":
+                    censored.append(max(0.0, end_s - start_s))
+            prompt_tokens, is_estimate = estimate_prompt_tokens(
+                prompt, bool(estimated), status_code, call_prompt.get(call_id)
+            )
+            completion = completion or 0
+            cached = min(cached or 0, prompt_tokens)
+            side = "backup" if role == "backup" else "primary"
+            counts[f"{side}_prompt_tokens"] += prompt_tokens
+            counts[f"{side}_completion_tokens"] += completion
+            counts["cached_prompt_tokens"] += cached
+            counts["estimated_prompt_tokens"] += prompt_tokens if is_estimate else 0
+            entry = upstreams.setdefault(upstream, dict.fromkeys(UPSTREAM_TOKEN_KEYS, 0))
+            entry["prompt"] += prompt_tokens
+            entry["cached"] += cached
+            entry["completion"] += completion
+            if len(attempts) > 1 and outcome != "won":
+                counts["extra_prompt_tokens"] += prompt_tokens
+                counts["extra_completion_tokens"] += completion
+                entry["extra_prompt"] += prompt_tokens
+                entry["extra_cached"] += cached
+                entry["extra_completion"] += completion
     rollup = Rollup(
         **counts,
         primary_ttft=histogram_of(observed),
         primary_censored=histogram_of(censored),
         call_ttft=histogram_of(call_ttfts),
+        tpot=histogram_of(tpots),
+        e2e=histogram_of(e2es),
+        upstream_tokens=merge_upstream_tokens(upstreams),
     )
     return rollup, max_id
 
 
-def _hour_index(dialect_name: str) -> ColumnElement[int]:
+def hour_index_sql(dialect_name: str) -> ColumnElement[int]:
     """SQL for ``floor(epoch seconds of calls.started_at / 3600)`` on SQLite or PostgreSQL."""
     if dialect_name == "sqlite":  # naive UTC text; strftime('%s') reads it as UTC
         return cast(func.strftime("%s", Call.started_at), Integer) // HOUR_S
@@ -376,7 +478,7 @@ async def scan_raw_hours(
     Returns:
         ``{(route_id, hour_start): (calls, largest calls.id)}``.
     """
-    hour = _hour_index(session.get_bind().dialect.name).label("hour")
+    hour = hour_index_sql(session.get_bind().dialect.name).label("hour")
     query = (
         select(Call.route_id, hour, func.count(), func.max(Call.id))
         .where(Call.started_at < before)
@@ -385,7 +487,7 @@ async def scan_raw_hours(
     if route_id is not None:
         query = query.where(Call.route_id == route_id)
     rows = await session.execute(query)
-    return {(int(rid), _hour_of_index(index)): (int(count), int(max_id)) for rid, index, count, max_id in rows.all()}
+    return {(int(rid), hour_of_index(index)): (int(count), int(max_id)) for rid, index, count, max_id in rows.all()}
 
 
 async def aggregate_hour(
@@ -402,16 +504,18 @@ async def aggregate_hour(
         where.append(Call.id > after_call_id)
     call_rows = await session.execute(
         select(Call.id, Call.status, Call.hedge_reason, Call.hedge_denied, Call.winner, Call.ttft_s,
-               Call.prompt_tokens, Call.completion_tokens, Call.wasted_completion_tokens)
+               Call.prompt_tokens, Call.completion_tokens, Call.wasted_completion_tokens, Call.tpot_s, Call.e2e_s)
         .where(*where)
     )  # fmt: skip
-    primary_rows = await session.execute(
-        select(Attempt.call_id, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome)
+    attempt_rows = await session.execute(
+        select(Attempt.call_id, Attempt.role, Attempt.upstream, Attempt.start_s, Attempt.first_token_s,
+               Attempt.end_s, Attempt.outcome, Attempt.status_code, Attempt.completion_tokens,
+               Attempt.prompt_tokens, Attempt.prompt_tokens_estimated, Attempt.cached_prompt_tokens)
         .join(Call, Call.id == Attempt.call_id)
-        .where(*where, Attempt.role == "primary")
+        .where(*where)
         .order_by(Attempt.call_id, Attempt.attempt_index)
-    )
-    return fold_rows(call_rows.all(), primary_rows.all())
+    )  # fmt: skip
+    return fold_rows(call_rows.all(), attempt_rows.all())
 
 
 def rollup_from_row(row: HourlyRollup) -> Rollup:
@@ -426,26 +530,43 @@ def rollup_from_row(row: HourlyRollup) -> Rollup:
             f"reads {HISTOGRAM_SCHEME!r} only"
         )
     try:
-        histograms: dict[str, Any] = {
-            "primary_ttft": counts_from_json(row.primary_ttft_hist, name="primary_ttft_hist"),
-            "primary_censored": counts_from_json(row.primary_censored_hist, name="primary_censored_hist"),
-            "call_ttft": counts_from_json(row.call_ttft_hist, name="call_ttft_hist"),
+        values: dict[str, Any] = {
+            name: counts_from_json(getattr(row, column), name=column) for name, column in HISTOGRAM_COLUMNS.items()
         }
+        values["upstream_tokens"] = _upstream_tokens_from_json(row.upstream_tokens)
     except (TypeError, ValueError) as exc:
         raise StoreError(f"hourly rollup {row.id}: {exc}") from None
-    fields: dict[str, Any] = {name: getattr(row, name) for name in COUNTER_FIELDS}
-    return Rollup(**fields, **histograms)
+    values.update({name: getattr(row, name) or 0 for name in (*COUNTER_FIELDS, *ATTEMPT_TOKEN_FIELDS)})
+    return Rollup(**values)
+
+
+def _upstream_tokens_from_json(value: Any) -> dict[str, dict[str, int]]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"upstream_tokens must be a JSON object, got {type(value).__name__}")
+    out: dict[str, dict[str, int]] = {}
+    for upstream, counts in value.items():
+        if not isinstance(counts, Mapping):
+            raise TypeError(f"upstream_tokens[{upstream!r}] must be a JSON object")
+        entry = dict.fromkeys(UPSTREAM_TOKEN_KEYS, 0)
+        for key, count in counts.items():
+            if key not in UPSTREAM_TOKEN_KEYS or isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"upstream_tokens[{upstream!r}][{key!r}] = {count!r} is not a token count")
+            entry[key] = count
+        out[str(upstream)] = entry
+    return out
 
 
 def _row_values(rollup: Rollup) -> dict[str, Any]:
     return {
-        **{name: getattr(rollup, name) for name in COUNTER_FIELDS},
+        **{name: getattr(rollup, name) for name in (*COUNTER_FIELDS, *ATTEMPT_TOKEN_FIELDS)},
         "primary_samples": rollup.primary_samples,
         "primary_censored": rollup.primary_censored_count,
         "histogram_scheme": HISTOGRAM_SCHEME,
-        "primary_ttft_hist": counts_to_json(rollup.primary_ttft),
-        "primary_censored_hist": counts_to_json(rollup.primary_censored),
-        "call_ttft_hist": counts_to_json(rollup.call_ttft),
+        **{column: counts_to_json(getattr(rollup, name)) for name, column in HISTOGRAM_COLUMNS.items()},
+        "upstream_tokens": {name: dict(counts) for name, counts in rollup.upstream_tokens.items()},
+        "fold_version": FOLD_VERSION,
     }
 
 
@@ -528,7 +649,7 @@ async def fold_hours(
             if late_max is not None and await _add_late(sessionmaker, row, late, late_max, now):
                 written.append(FoldedHour(route, model, hour, "late", row.calls + late.calls))
             continue
-        if row is not None and (row.calls, row.max_call_id) == (count, max_id):
+        if row is not None and (row.calls, row.max_call_id, row.fold_version) == (count, max_id, FOLD_VERSION):
             continue  # up to date
         async with sessionmaker() as session:
             rollup, folded_max = await aggregate_hour(session, rid, hour)

@@ -7,7 +7,11 @@ Two interval jobs run on the caller's event loop:
   :func:`hedgerow.controller.jobs.run_tick`;
 - ``rollup``: every ``rollup_interval_s`` (first run ``min(60 s, rollup_interval_s)`` after start),
   renew the lease and, while holding it, fold hourly rollups and delete raw calls older than
-  ``retention_s`` (:func:`hedgerow.controller.retention.run_retention`).
+  ``retention_s`` (:func:`hedgerow.controller.retention.run_retention`);
+- ``weekly_report``: at ``report_cron`` (a cron trigger, UTC) and once :data:`REPORT_START_DELAY_S`
+  after start, renew the lease and, while holding it, deliver the weekly report of the week that
+  ended (:func:`hedgerow.controller.report_job.deliver_weekly_report`, once per week whatever
+  the number of processes); only when ``report_dir`` or ``report_webhook_url`` is set.
 
 So of several api replicas sharing one database, only the lease holder ticks; when it stops (or
 dies), another takes over within one TTL.
@@ -21,14 +25,19 @@ from datetime import UTC, timedelta
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, make_holder_id, release_lease
 from hedgerow.controller.models import utc_now
+from hedgerow.controller.report_job import DeliveryResult, deliver_weekly_report, report_job_enabled
 from hedgerow.controller.retention import RetentionReport, run_retention
 
-__all__ = ["ControllerScheduler"]
+__all__ = ["REPORT_START_DELAY_S", "ControllerScheduler"]
+
+#: Seconds after start before the weekly report job's catch-up run (the lease is taken by then).
+REPORT_START_DELAY_S = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +75,8 @@ class ControllerScheduler:
         self.last_rollup: RetentionReport | None = None
         self._rollup_lock = asyncio.Lock()
         self._stopping = False
+        self.last_report: DeliveryResult | None = None
+        self._report_lock = asyncio.Lock()
 
     async def renew(self) -> bool:
         """Take or renew the lease now; returns whether this process holds it."""
@@ -105,6 +116,21 @@ class ControllerScheduler:
             self.rollups += 1
             self.last_rollup = report
             return report
+
+    async def report(self) -> DeliveryResult | None:
+        """Renew the lease and, when held, deliver the weekly report of the week that ended.
+
+        Returns:
+            What the delivery did, or None when another process holds the lease.
+        """
+        async with self._report_lock:
+            if not await self.renew():
+                return None
+            self.last_report = await deliver_weekly_report(self.sessionmaker, self.settings, self.holder)
+            return self.last_report
+
+    async def _report_job(self) -> None:
+        await self._job(self.report)
 
     async def _job(self, fn: Any) -> None:
         """Run one scheduled job: failures are logged; at shutdown it does not start, and a
@@ -166,6 +192,15 @@ class ControllerScheduler:
             coalesce=True,
             misfire_grace_time=None,
         )
+        if report_job_enabled(self.settings):
+            trigger = CronTrigger.from_crontab(self.settings.report_cron, timezone=UTC)
+            scheduler.add_job(self._report_job, trigger, id="weekly_report", max_instances=1, coalesce=True)
+            scheduler.add_job(
+                self._report_job,
+                "date",
+                run_date=utc_now() + timedelta(seconds=REPORT_START_DELAY_S),
+                id="weekly_report_at_start",
+            )
         scheduler.start()
         self._scheduler = scheduler
 

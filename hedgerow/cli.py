@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from hedgerow.cli_report import report_app
+
 if TYPE_CHECKING:
     from hedgerow.client import CallRecord, HedgePolicy, HedgingClient, Upstream
     from hedgerow.client.chunks import AnswerAssembler
@@ -30,6 +32,7 @@ db_app = typer.Typer(help="The SQL store.", no_args_is_help=True)
 controller_app = typer.Typer(help="The threshold controller.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(controller_app, name="controller")
+app.add_typer(report_app, name="report")  # hedgerow/cli_report.py
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

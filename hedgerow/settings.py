@@ -79,6 +79,22 @@ class Settings(BaseSettings):
             lease holder (default 3600; the first run is 60 s after start, or sooner).
         retention_batch_rows: most calls (with their attempts) deleted per transaction
             (default 2000, at most 10000).
+        price_file: a price file (JSON, or TOML by its suffix; see
+            :mod:`hedgerow.controller.prices`) loaded into the store when the api starts;
+            empty: none (default). Re-loading the same file adds nothing.
+        report_cron: when the weekly report job runs on the lease holder, a crontab line in UTC
+            (default ``10 0 * * mon``: Monday 00:10 UTC; it also runs once soon after start); it
+            reports the ISO week that just ended (:mod:`hedgerow.controller.report_job`). The job
+            runs only when ``report_dir`` or ``report_webhook_url`` is set.
+        report_dir: directory the job writes ``hedgerow-weekly-<week>.<format>`` into (created
+            when missing; empty: no files, the default).
+        report_formats: comma-separated formats the job writes (default ``html,json``; any of
+            json, csv, html, md).
+        report_webhook_url: where the job posts the report (empty: nowhere, the default).
+        report_webhook_format: ``slack`` (``{"text": summary}``, default) or ``json`` (the report).
+        report_webhook_attempts: attempts of the post before the delivery is marked failed
+            (default 5); report_webhook_backoff_s: the wait before the second attempt, doubled
+            for each further one (default 2 s); report_webhook_timeout_s: per attempt (10 s).
         host / port: where ``hedgerow serve`` listens (defaults 127.0.0.1:8400).
         tokens: bearer tokens, ``token:scope1+scope2`` comma-separated (empty = no auth, loopback only).
     """
@@ -112,9 +128,51 @@ class Settings(BaseSettings):
     retention_s: float = Field(1_209_600.0, gt=0)
     rollup_interval_s: float = Field(3600.0, gt=0)
     retention_batch_rows: int = Field(2000, ge=1, le=10_000)
+    price_file: str = ""
+    report_cron: str = "10 0 * * mon"
+    report_dir: str = ""
+    report_formats: str = "html,json"
+    report_webhook_url: str = ""
+    report_webhook_format: str = "slack"
+    report_webhook_attempts: int = Field(5, ge=1, le=20)
+    report_webhook_backoff_s: float = Field(2.0, ge=0, le=3600)
+    report_webhook_timeout_s: float = Field(10.0, gt=0, le=600)
     host: str = "127.0.0.1"
     port: int = Field(8400, ge=0, le=65535)
     tokens: str = ""
+
+    @field_validator("report_cron")
+    @classmethod
+    def _check_report_cron(cls, value: str) -> str:
+        """Refuse a crontab line APScheduler cannot read."""
+        from apscheduler.triggers.cron import CronTrigger
+
+        try:
+            CronTrigger.from_crontab(value, timezone="UTC")
+        except ValueError as exc:
+            raise ValueError(
+                f"HEDGEROW_REPORT_CRON {value!r} is not a crontab line (minute hour day month weekday): {exc}"
+            ) from None
+        return value
+
+    @field_validator("report_formats")
+    @classmethod
+    def _check_report_formats(cls, value: str) -> str:
+        """Refuse an unknown report format."""
+        known = ("json", "csv", "html", "md")
+        formats = [part.strip() for part in value.split(",") if part.strip()]
+        bad = [part for part in formats if part not in known]
+        if bad or not formats:
+            raise ValueError(f"HEDGEROW_REPORT_FORMATS must list formats out of {', '.join(known)}, got {value!r}")
+        return ",".join(formats)
+
+    @field_validator("report_webhook_format")
+    @classmethod
+    def _check_webhook_format(cls, value: str) -> str:
+        """Refuse a webhook format other than slack or json."""
+        if value not in ("slack", "json"):
+            raise ValueError(f"HEDGEROW_REPORT_WEBHOOK_FORMAT must be slack or json, got {value!r}")
+        return value
 
     @field_validator("max_window_s")
     @classmethod

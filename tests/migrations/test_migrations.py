@@ -15,7 +15,10 @@ from hedgerow.controller.db import (
 )
 from hedgerow.controller.models import Base
 
-TABLES = {"routes", "calls", "attempts", "thresholds", "threshold_history", "leases", "hourly_rollups"}
+TABLES = {
+    "routes", "calls", "attempts", "thresholds", "threshold_history", "leases", "hourly_rollups", "prices",
+    "report_deliveries",
+}  # fmt: skip
 
 
 async def _tables(url: str) -> set[str]:

@@ -1,0 +1,58 @@
+"""``GET /v1/reports/weekly?week=2026-W48&format=json|csv|html|md`` (read scope): the weekly report.
+
+``week`` defaults to the current ISO week (partial), ``format`` to ``json`` (schema
+``hedgerow.weekly_report/1``, :mod:`hedgerow.controller.report`). The figures are those of
+``hedgerow report weekly`` and of the scheduled job: all three call
+:func:`hedgerow.controller.report_store.weekly_report`. A bad ``week`` or ``format`` is 422
+``{"detail": {"field": ..., "message": ...}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+
+from hedgerow.api.auth import require_scope
+from hedgerow.controller.report import IsoWeek
+from hedgerow.controller.report_render import FORMATS, MEDIA_TYPES, render
+from hedgerow.controller.report_store import weekly_report
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.get(
+    "/v1/reports/weekly",
+    dependencies=[Depends(require_scope("read"))],
+    summary="The weekly cost/latency report",
+    responses={
+        200: {"content": {media: {} for media in MEDIA_TYPES.values()}},
+        422: {"description": '{"detail": {"field": "week"|"format", "message": ...}}'},
+    },
+)
+async def get_weekly_report(request: Request, week: str | None = None, format: str = "json") -> Any:
+    """The report of ``week`` (default: the current one) in ``format`` (default json)."""
+    if format not in FORMATS:
+        return JSONResponse(
+            {"detail": {"field": "format", "message": f"must be one of {', '.join(FORMATS)}"}},
+            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+        )
+    parsed = None
+    if week is not None:
+        try:
+            parsed = IsoWeek.parse(week)
+        except ValueError as exc:
+            return JSONResponse(
+                {"detail": {"field": "week", "message": str(exc)}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
+            )
+    report = await weekly_report(request.app.state.sessionmaker, parsed)
+    if format == "json":
+        return JSONResponse(report)
+    body = await run_in_threadpool(render, report, format)
+    name = f"hedgerow-weekly-{report['week']}.{format}"
+    disposition = "inline" if format == "html" else f'attachment; filename="{name}"'
+    return Response(body, media_type=MEDIA_TYPES[format], headers={"Content-Disposition": disposition})

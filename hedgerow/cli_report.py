@@ -1,0 +1,75 @@
+"""``hedgerow report weekly``: the weekly cost/latency report of a store, in any format.
+
+Registered in :mod:`hedgerow.cli` as the ``report`` sub-command. The figures are those of
+``GET /v1/reports/weekly`` and of the scheduled job (all call
+:func:`hedgerow.controller.report_store.weekly_report`); the store is only read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+__all__ = ["report_app"]
+
+report_app = typer.Typer(help="Reports of what hedging cost and what it bought.", no_args_is_help=True)
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    typer.echo(f"hedgerow: {message}", err=True)
+    return typer.Exit(code)
+
+
+@report_app.command("weekly")
+def weekly(
+    week: str = typer.Option(None, "--week", help="ISO week, e.g. 2026-W48 (default: the current week, partial)."),
+    db: str = typer.Option(None, "--db", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."),
+    fmt: str = typer.Option("json", "--format", help="json, csv, html or md."),
+    output: Path = typer.Option(None, "-o", "--output", help="Write to this file instead of stdout."),
+) -> None:
+    """Print (or write with -o) the weekly report of an ISO week (UTC), per route and model and in total.
+
+    Exit status: 0 written, 1 the store cannot be read, 2 a bad option.
+    """
+    import asyncio
+
+    from hedgerow.cli import _require_existing_sqlite_file, _server_settings
+    from hedgerow.controller.db import make_engine, make_sessionmaker
+    from hedgerow.controller.errors import StoreError
+    from hedgerow.controller.report import IsoWeek
+    from hedgerow.controller.report_render import FORMATS, render
+    from hedgerow.controller.report_store import weekly_report
+
+    if fmt not in FORMATS:
+        raise _fail(f"--format: must be one of {', '.join(FORMATS)}, got {fmt!r}", 2)
+    try:
+        parsed = None if week is None else IsoWeek.parse(week)
+    except ValueError as exc:
+        raise _fail(f"--week: {exc}", 2) from None
+    settings = _server_settings(db)
+    _require_existing_sqlite_file(settings.database_url)
+
+    async def build() -> dict[str, Any]:
+        engine = make_engine(settings.database_url)
+        try:
+            return await weekly_report(make_sessionmaker(engine), parsed)
+        finally:
+            await engine.dispose()
+
+    try:
+        report = asyncio.run(build())
+    except StoreError as exc:
+        raise _fail(str(exc), 1) from None
+    except Exception as exc:  # a store that is not migrated, unreachable, ...
+        raise _fail(f"cannot read the store: {type(exc).__name__}: {str(exc).splitlines()[0]}", 1) from None
+    text = render(report, fmt)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise _fail(f"-o: cannot write {output}: {exc}", 1) from None
+    typer.echo(f"hedgerow: wrote the {fmt} report of {report['week']} to {output}", err=True)

@@ -1,0 +1,175 @@
+"""The weekly report's figures equal those computed straight from the raw records (SQLite and PostgreSQL).
+
+The week spans folded hours (the rollup job ran on Thursday noon) and hours not folded yet, a
+price change on Wednesday noon, an upstream with a price of its own, and a route without a price.
+Counts and token sums must be exact, money equal to rounding, quantiles within the histogram's
+stated error (delivered, TPOT, e2e: 2.33 %; the primary's Kaplan-Meier quantile: inside the
+reported ``[low_s, high_s)`` interval).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from hedgerow.controller.estimation import estimate_ttft
+from hedgerow.controller.ingest import ingest_calls, route_defaults
+from hedgerow.controller.prices import PriceBook, list_prices, parse_price, set_price
+from hedgerow.controller.report import IsoWeek
+from hedgerow.controller.report_store import weekly_report
+from hedgerow.controller.rollups import fold_hours
+from hedgerow.controller.ttft_histogram import MAX_RELATIVE_ERROR
+from hedgerow.settings import Settings
+from tests.controller.report_workload import (
+    EDGE_CALLS,
+    MONDAY,
+    PRICES,
+    direct_figures,
+    exact_quantile,
+    week_records,
+)
+
+#: Reports are made "on Tuesday 2026-12-01 06:00 UTC": the week is complete.
+NOW = datetime(2026, 12, 1, 6, tzinfo=UTC)
+#: The rollup job last ran on Thursday noon: every hour before is folded, none after.
+FOLDED_UNTIL = datetime(2026, 11, 26, 12, tzinfo=UTC)
+
+
+async def _store(sessionmaker, records) -> None:
+    async with sessionmaker() as session, session.begin():
+        await ingest_calls(session, records, defaults=route_defaults(Settings()))
+        for price in PRICES:
+            spec = parse_price(
+                {
+                    "upstream": price.upstream or None,
+                    "effective_from": price.since.isoformat(),
+                    "input_usd_per_mtok": price.input_usd,
+                    "output_usd_per_mtok": price.output_usd,
+                    "cached_input_usd_per_mtok": price.cached_usd,
+                },
+                model="m-priced",
+            )
+            await set_price(session, spec, source="api", actor="test")
+
+
+def _in_week(records):
+    return [r for r in records if MONDAY <= r.started_at < MONDAY + timedelta(days=7)]
+
+
+def _close(a: float, b: float, rel: float) -> bool:
+    return abs(a - b) <= rel * abs(b) + 1e-12
+
+
+def _check_section(section, records) -> None:
+    expected = direct_figures(records)
+    assert section["calls"] == expected["calls"]
+    assert section["calls_by_status"]["ok"] == expected["ok"]
+    assert section["calls_by_status"]["error"] == expected["error"]
+    assert section["hedges"] == expected["hedges"]
+    assert section["hedge_denied"] == expected["denied"]
+    assert section["backup_wins"] == expected["backup_wins"]
+    assert section["failovers"] == expected["failovers"]
+    tokens = section["tokens"]
+    assert tokens["prompt"] == expected["prompt"]
+    assert tokens["completion"] == expected["completion"]
+    assert tokens["extra_prompt"] == expected["extra_prompt"]
+    assert tokens["extra_completion"] == expected["extra_completion"]
+    assert tokens["extra_prompt"] > 0  # a backup re-sends the prompt: the real price of a hedge
+    for level, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999)):
+        assert _close(section["ttft_s"][level], exact_quantile(expected["ttfts"], q), MAX_RELATIVE_ERROR), level
+    assert _close(section["tpot_s"]["p90"], exact_quantile(expected["tpots"], 0.9), MAX_RELATIVE_ERROR)
+    assert _close(section["e2e_s"]["p99"], exact_quantile(expected["e2es"], 0.99), MAX_RELATIVE_ERROR)
+    km = estimate_ttft(expected["primary"], expected["censored"])
+    for level, name in (("p50", "p50_s"), ("p90", "p90_s"), ("p99", "p99_s")):
+        exact = getattr(km, name)
+        reported = section["primary_ttft_s"][level]
+        if exact is None:  # censoring hides it from the exact KM curve: no bound above either
+            assert reported["high_s"] is None and reported["low_s"] <= km.max_observed_s, level
+            continue
+        assert reported["low_s"] <= exact, level
+        assert reported["high_s"] is None or exact < reported["high_s"], level
+    assert section["primary_censored"] == sum(expected["censored"])
+
+
+@pytest.mark.slow
+async def test_report_figures_equal_the_raw_records(sessionmaker) -> None:
+    records = week_records()
+    await _store(sessionmaker, records)
+    before_fold = await weekly_report(sessionmaker, "2026-W48", now=NOW)
+    folded = await fold_hours(sessionmaker, now=FOLDED_UNTIL)
+    assert folded  # some hours of the week are folded, the rest are read from raw calls
+    report = await weekly_report(sessionmaker, "2026-W48", now=NOW)
+    assert report == before_fold  # the same figures whether or not the job ran
+    assert report["partial"] is False and report["week"] == "2026-W48"
+
+    week = _in_week(records)
+    by_route = {(s["route"], s["model"]): s for s in report["routes"]}
+    assert set(by_route) == {("batch", "m-free"), ("chat", "m-priced")}
+    for (route, model), section in by_route.items():
+        _check_section(section, [r for r in week if (r.route, r.model) == (route, model)])
+    _check_section(report["total"], week)
+
+    # money: the priced route at the prices of each hour (the change on Wednesday noon included)
+    priced = by_route[("chat", "m-priced")]["cost"]
+    expected = direct_figures([r for r in week if r.route == "chat"])
+    assert priced["price_status"] == "priced"
+    assert math.isclose(priced["spend_usd"], expected["spend_usd"], rel_tol=1e-9)
+    assert math.isclose(priced["overhead_usd"], expected["overhead_usd"], rel_tol=1e-9)
+    assert math.isclose(priced["overhead_share"], expected["overhead_usd"] / expected["spend_usd"], rel_tol=1e-9)
+    # a route without a price says so and invents nothing; the total covers the priced tokens
+    free = by_route[("batch", "m-free")]["cost"]
+    assert free["price_status"] == "no price" and free["spend_usd"] is None and free["overhead_usd"] is None
+    assert free["unpriced_tokens"] == direct_figures([r for r in week if r.route == "batch"])["unpriced"]
+    assert report["total"]["cost"]["price_status"] == "partial"
+    assert math.isclose(report["total"]["cost"]["spend_usd"], priced["spend_usd"], rel_tol=1e-9)
+
+    # the previous week is compared
+    change = by_route[("chat", "m-priced")]["change"]
+    previous = direct_figures(
+        [r for r in records if r.request_id.startswith("prev-") or r.request_id == "edge-previous-week"]
+    )
+    assert change["calls"]["previous"] == previous["calls"]
+    assert change["calls"]["delta"] == by_route[("chat", "m-priced")]["calls"] - previous["calls"]
+    assert report["moved_most"]["p99"][0]["route"] == "chat"
+
+
+@pytest.mark.parametrize("when", [edge for edge in EDGE_CALLS])
+async def test_iso_week_edges(sessionmaker, when) -> None:
+    request_id, at, in_week = when
+    records = [r for r in week_records(per_route=5) if r.request_id == request_id]
+    await _store(sessionmaker, records)
+    report = await weekly_report(sessionmaker, "2026-W48", now=NOW)
+    assert report["total"]["calls"] == (1 if in_week else 0)
+    other = IsoWeek.of(at)
+    assert (str(other) == "2026-W48") is in_week
+    assert (await weekly_report(sessionmaker, other, now=NOW))["total"]["calls"] == 1
+
+
+async def test_a_week_in_progress_is_partial_and_not_empty_before_any_fold(sessionmaker) -> None:
+    now = datetime(2026, 11, 25, 10, 30, tzinfo=UTC)
+    records = [r for r in week_records(per_route=200) if MONDAY <= r.started_at < now]
+    await _store(sessionmaker, records)
+    report = await weekly_report(sessionmaker, None, now=now)
+    assert report["week"] == "2026-W48" and report["partial"] is True
+    assert report["total"]["calls"] == len(records) > 0  # the current hour included
+
+
+async def test_price_rows_are_an_audit_trail_and_reloading_adds_nothing(sessionmaker) -> None:
+    async with sessionmaker() as session, session.begin():
+        spec = parse_price(
+            {"input_usd_per_mtok": 1, "output_usd_per_mtok": 2, "effective_from": "2026-11-23"}, model="m"
+        )
+        _, added = await set_price(session, spec, source="file", actor="file:p.json")
+        _, again = await set_price(session, spec, source="file", actor="file:p.json")
+        corrected = parse_price(
+            {"input_usd_per_mtok": 1.5, "output_usd_per_mtok": 2, "effective_from": "2026-11-23"}, model="m"
+        )
+        await set_price(session, corrected, source="api", actor="alice")
+    assert added and not again
+    async with sessionmaker() as session:
+        prices = await list_prices(session)
+    assert [(p.input_usd_per_mtok, p.actor) for p in prices] == [(1.0, "file:p.json"), (1.5, "alice")]
+    assert PriceBook(prices).lookup("m", "any", MONDAY).input_usd_per_mtok == 1.5  # the newest correction
+    assert PriceBook(prices).lookup("m", "any", MONDAY - timedelta(hours=1)) is None
