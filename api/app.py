@@ -26,7 +26,7 @@ from hedgerow.controller.db import (
     make_sessionmaker,
     migrate_engine,
 )
-from hedgerow.controller.errors import UnknownRoute
+from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
 from hedgerow.controller.ingest import route_defaults
 from hedgerow.controller.scheduler import ControllerScheduler
 from hedgerow.settings import Settings
@@ -114,6 +114,12 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     @app.exception_handler(UnknownRoute)
     async def unknown_route(_request: Request, exc: UnknownRoute) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(AmbiguousModel)
+    async def ambiguous_model(_request: Request, exc: AmbiguousModel) -> JSONResponse:
+        return JSONResponse(
+            {"detail": {"field": "model", "message": str(exc)}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
+        )
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -10,7 +10,9 @@ Shapes (timestamps are ISO 8601 UTC strings with a ``Z``; durations float second
 - history row: exactly :data:`HISTORY_FIELDS`: the DESIGN.md fields, then ``actor`` (the token
   or name behind a manual change; null for the controller job) and ``details`` (a JSON object or
   null: ``quantile_lower_bounds_s`` for the quantiles left null, ``target_s``, ``short_window``,
-  ``p99_check``, and for a ``config`` row ``changes``: ``{"field": {"from": x, "to": y}}``).
+  ``p99_check``, and for a ``config`` row ``changes``: ``{"field": {"from": x, "to": y}}``), then
+  ``repeats`` (ticks the row stands for: identical holds are merged into one row) and ``last_at``
+  (the latest of those ticks).
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, true
+from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.client.records import format_timestamp
-from hedgerow.controller.errors import UnknownRoute
+from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
 from hedgerow.controller.models import Route, Threshold, ThresholdHistory
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "history_row_dict",
     "list_routes",
     "list_thresholds",
+    "resolve_model",
     "route_dict",
     "threshold_dict",
 ]
@@ -42,7 +45,7 @@ __all__ = [
 HISTORY_FIELDS: tuple[str, ...] = (
     "computed_at", "route", "model", "previous_hedge_after_s", "hedge_after_s", "applied",
     "reason", "source", "window_s", "samples", "censored", "p50_s", "p75_s", "p90_s", "p95_s",
-    "p99_s", "observed_hedge_rate", "backup_win_rate", "budget", "actor", "details",
+    "p99_s", "observed_hedge_rate", "backup_win_rate", "budget", "actor", "details", "repeats", "last_at",
 )  # fmt: skip
 
 #: The keys of a published threshold, in order.
@@ -75,6 +78,8 @@ def history_row_dict(row: ThresholdHistory, route: Route) -> dict[str, Any]:
         "budget": row.budget,
         "actor": row.actor,
         "details": row.details,
+        "repeats": row.repeats,
+        "last_at": format_timestamp(row.last_at),
     }
 
 
@@ -167,26 +172,79 @@ async def get_route(session: AsyncSession, route: str, model: str) -> dict[str, 
     return route_dict(row, threshold)
 
 
-async def get_history(
-    session: AsyncSession, route: str, model: str, *, limit: int = 100, since: datetime | None = None
-) -> list[dict[str, Any]]:
-    """The newest ``limit`` history rows of (route, model), newest first.
+async def resolve_model(session: AsyncSession, route: str, model: str | None) -> str:
+    """The model of ``route`` to use when the caller may leave it out.
 
     Args:
-        since: when given (aware), only rows computed at or after it.
+        route: the route's name.
+        model: the model the caller named, or None.
+
+    Returns:
+        ``model`` when given; else the route's only model.
+
+    Raises:
+        UnknownRoute: no such route (with any model, when ``model`` is None).
+        AmbiguousModel: ``model`` is None and the route has several models (listed).
+    """
+    if model is not None:
+        return model
+    models = list(await session.scalars(select(Route.model).where(Route.route == route).order_by(Route.model)))
+    if not models:
+        raise UnknownRoute(route, "", f"no route {route!r}")
+    if len(models) > 1:
+        raise AmbiguousModel(route, models)
+    return models[0]
+
+
+async def get_history(
+    session: AsyncSession,
+    route: str,
+    model: str,
+    *,
+    limit: int = 100,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    applied: bool | None = None,
+    reason: str | None = None,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    """History rows of (route, model), newest first, ``offset`` rows skipped, at most ``limit``.
+
+    Args:
+        limit: most rows returned, >= 1.
+        since: when given (aware), only rows whose latest tick (``last_at``) is at or after it.
+        until: when given (aware), only rows first computed (``computed_at``) at or before it.
+        applied: when given, only rows whose ``applied`` equals it.
+        reason: when given, only rows with this reason code among their comma-separated codes.
+        offset: rows skipped first (paging), >= 0.
 
     Raises:
         UnknownRoute: no such (route, model).
-        ValueError: ``limit`` below 1.
+        ValueError: ``limit`` below 1 or ``offset`` below 0.
     """
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
     row = await _route(session, route, model)
+    query = select(ThresholdHistory).where(ThresholdHistory.route_id == row.id)
+    if since is not None:
+        query = query.where(ThresholdHistory.last_at >= since)
+    if until is not None:
+        query = query.where(ThresholdHistory.computed_at <= until)
+    if applied is not None:
+        query = query.where(ThresholdHistory.applied == applied)
+    if reason is not None:
+        codes = ThresholdHistory.reason
+        query = query.where(
+            or_(
+                codes == reason,
+                codes.startswith(f"{reason},", autoescape=True),
+                codes.endswith(f",{reason}", autoescape=True),
+                codes.contains(f",{reason},", autoescape=True),
+            )
+        )
     result = await session.scalars(
-        select(ThresholdHistory)
-        .where(ThresholdHistory.route_id == row.id)
-        .where(ThresholdHistory.computed_at >= since if since is not None else true())
-        .order_by(ThresholdHistory.computed_at.desc(), ThresholdHistory.id.desc())
-        .limit(limit)
+        query.order_by(ThresholdHistory.computed_at.desc(), ThresholdHistory.id.desc()).offset(offset).limit(limit)
     )
     return [history_row_dict(h, row) for h in result.all()]
