@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 
 from hedgerow import __version__
 from hedgerow.api import calls, controller, health, routes, thresholds
-from hedgerow.api.auth import check_listen_allowed, parse_tokens
+from hedgerow.api.auth import check_listen_allowed, parse_token_names, parse_tokens
 from hedgerow.controller.db import (
     check_database_url,
     make_engine,
@@ -107,6 +107,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     )
     app.state.settings = settings
     app.state.tokens = tokens
+    app.state.token_names = parse_token_names(settings.tokens)
     app.state.route_defaults = defaults
     for module in (calls, thresholds, routes, controller, health):
         app.include_router(module.router)

@@ -19,7 +19,6 @@ in ``/history`` can still be changed with PUT/PATCH and read through ``GET /v1/r
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import datetime
 from typing import Annotated, Any
@@ -29,7 +28,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from hedgerow.api.auth import require_scope
+from hedgerow.api.auth import bearer_token, require_scope, token_actor
 from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
 from hedgerow.api.schemas import (
@@ -153,10 +152,11 @@ async def get_one_route(
 def request_actor(request: Request, claimed: str | None) -> str:
     """Who makes a configuration change, for the audit trail (``threshold_history.actor``).
 
-    With bearer tokens configured the caller is identified by its token's fingerprint,
-    ``token:<first 12 hex digits of SHA-256(token)>`` (the token itself is never stored); a name
-    given in the body is kept in front of it: ``alice (token:3f2a...)``. Without tokens
-    (loopback only) the name given in the body, or ``api``.
+    With bearer tokens configured the caller is identified by its token: the token's name
+    (``HEDGEROW_TOKENS`` entry ``name=token:scopes``), else its fingerprint ``token:<first 12
+    hex digits of SHA-256(token)>`` (the token itself is never stored). A name given in the body
+    cannot replace that identity: it is kept after it as a note, ``alice (note: bob)``. Without
+    tokens (loopback only) the name given in the body, or ``api``.
 
     Args:
         request: the request (its ``Authorization`` header has passed ``require_scope``).
@@ -167,11 +167,10 @@ def request_actor(request: Request, claimed: str | None) -> str:
     """
     if not request.app.state.tokens:
         return claimed or "api"
-    _scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    fingerprint = "token:" + hashlib.sha256(given.strip().encode()).hexdigest()[:12]
-    if not claimed:
-        return fingerprint
-    return f"{claimed[: 200 - len(fingerprint) - 3]} ({fingerprint})"
+    identity = token_actor(request.app.state.token_names, bearer_token(request) or "")
+    if not claimed or claimed == identity:
+        return identity
+    return f"{identity} (note: {claimed})"[:200]
 
 
 def _unprocessable(field: str, message: str) -> JSONResponse:

@@ -37,6 +37,7 @@ __all__ = [
     "list_routes",
     "list_thresholds",
     "resolve_model",
+    "route_row",
     "route_dict",
     "threshold_dict",
 ]
@@ -127,6 +128,15 @@ async def _route(session: AsyncSession, route: str, model: str) -> Route:
     if row is None:
         raise UnknownRoute(route, model)
     return row
+
+
+async def route_row(session: AsyncSession, route: str, model: str) -> Route:
+    """The ``routes`` row of (route, model).
+
+    Raises:
+        UnknownRoute: no such (route, model).
+    """
+    return await _route(session, route, model)
 
 
 async def get_threshold(session: AsyncSession, route: str, model: str) -> dict[str, Any]:
