@@ -20,6 +20,8 @@ from fastapi.responses import JSONResponse
 from hedgerow import __version__
 from hedgerow.api import calls, controller, health, routes, thresholds
 from hedgerow.api.auth import check_listen_allowed, parse_token_names, parse_tokens
+from hedgerow.api.docs import install_docs
+from hedgerow.api.pages import install_pages
 from hedgerow.controller.db import (
     check_database_url,
     make_engine,
@@ -104,6 +106,8 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         version=__version__,
         description="Ingest of call records, measured hedge thresholds, threshold history.",
         lifespan=lifespan,
+        docs_url=None,  # served from local files by install_docs (FastAPI's loads from a CDN)
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.tokens = tokens
@@ -111,6 +115,8 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     app.state.route_defaults = defaults
     for module in (calls, thresholds, routes, controller, health):
         app.include_router(module.router)
+    install_docs(app)
+    install_pages(app)
 
     @app.exception_handler(UnknownRoute)
     async def unknown_route(_request: Request, exc: UnknownRoute) -> JSONResponse:

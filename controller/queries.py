@@ -37,8 +37,8 @@ __all__ = [
     "list_routes",
     "list_thresholds",
     "resolve_model",
-    "route_row",
     "route_dict",
+    "route_row",
     "threshold_dict",
 ]
 
