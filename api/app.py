@@ -19,8 +19,10 @@ from fastapi.responses import JSONResponse
 
 from hedgerow import __version__
 from hedgerow.api import calls, controller, health, routes, thresholds
+from hedgerow.api import metrics as metrics_api
 from hedgerow.api.auth import check_listen_allowed, parse_token_names, parse_tokens
 from hedgerow.api.docs import install_docs
+from hedgerow.api.metrics import Metrics
 from hedgerow.api.pages import install_pages
 from hedgerow.controller.db import (
     check_database_url,
@@ -83,12 +85,15 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     check_listen_allowed(settings.host, tokens)
     defaults = route_defaults(settings)
     check_database_url(settings.database_url)
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url)
         sessionmaker = make_sessionmaker(engine)
         scheduler = ControllerScheduler(sessionmaker, settings)
+        scheduler.on_tick = metrics.observe_tick
+        scheduler.on_lease = metrics.set_lease
         try:
             await migrate_engine(engine)
             app.state.engine = engine
@@ -113,7 +118,8 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     app.state.tokens = tokens
     app.state.token_names = parse_token_names(settings.tokens)
     app.state.route_defaults = defaults
-    for module in (calls, thresholds, routes, controller, health):
+    app.state.metrics = metrics
+    for module in (calls, thresholds, routes, controller, health, metrics_api):
         app.include_router(module.router)
     install_docs(app)
     install_pages(app)

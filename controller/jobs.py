@@ -68,6 +68,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
 from hedgerow.controller.errors import ControllerError
 from hedgerow.controller.estimation import QUANTILE_LEVELS, TTFTEstimate, estimate_ttft
+from hedgerow.controller.events import log_threshold_change
 from hedgerow.controller.models import (
     Attempt,
     Call,
@@ -675,6 +676,9 @@ async def run_tick(
         now: the tick's time (aware UTC; default: the current time). Calls started after it are
             ignored.
 
+    Each applied change is logged as one ``threshold_changed`` line
+    (:func:`hedgerow.controller.events.log_threshold_change`).
+
     Returns:
         The history rows written, one per route, as the api returns them
         (:func:`hedgerow.controller.queries.history_row_dict`), ordered by (route, model).
@@ -698,7 +702,10 @@ async def run_tick(
     written: list[dict[str, Any]] = []
     for route, current in routes:
         try:
-            written.append(await tick_route(sessionmaker, settings, route, current, now=now, knobs=knobs))
+            row = await tick_route(sessionmaker, settings, route, current, now=now, knobs=knobs)
+            written.append(row)
+            if row["applied"]:
+                log_threshold_change(row)
         except Exception:
             log.exception("controller tick failed for route %r model %r", route.route, route.model)
     return written

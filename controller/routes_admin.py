@@ -52,6 +52,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from hedgerow.client.records import MAX_SECONDS, control_character_error
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import ControllerError, UnknownRoute
+from hedgerow.controller.events import log_threshold_change
 from hedgerow.controller.jobs import lock_route, tick_route
 from hedgerow.controller.models import Route, Threshold, ThresholdHistory, utc_now
 from hedgerow.controller.policy import RouteConfig
@@ -288,6 +289,8 @@ async def configure_route(
                     added.applied = applied
             history["applied"] = applied
         answer = route_dict(row, threshold)
+    if history is not None and history["applied"]:
+        log_threshold_change(history)  # committed: the change is published
     return RouteChange(route=answer, history=history, changes=changes, created=created)
 
 
