@@ -2,7 +2,8 @@
 
 Commands: ``call`` (one hedged chat completion), ``serve`` (api + controller job), ``db upgrade``,
 ``db retention`` (hourly rollups, then deletion of old raw calls),
-``controller run-once``, ``replica`` (a simulated LLM replica) and ``demo`` (the main job).
+``controller run-once``, ``routes list|show|history|set`` (the ops CLI, :mod:`hedgerow.cli_routes`),
+``replica`` (a simulated LLM replica) and ``demo`` (the main job).
 Each command parses its flags here and hands over to the part that does the work; user errors
 are printed as one line and exit with status 1 or 2, never as a traceback.
 """
@@ -13,6 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+
+from hedgerow import __version__
+from hedgerow.cli_routes import routes_app
 
 if TYPE_CHECKING:
     from hedgerow.client import CallRecord, HedgePolicy, HedgingClient, Upstream
@@ -26,11 +30,28 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: flags without type metavars, nothing truncated
+    context_settings={"max_content_width": 120, "terminal_width": 120},
 )
 db_app = typer.Typer(help="The SQL store.", no_args_is_help=True, rich_markup_mode=None)
 controller_app = typer.Typer(help="The threshold controller.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(db_app, name="db")
 app.add_typer(controller_app, name="controller")
+app.add_typer(routes_app, name="routes")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"hedgerow {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """First-token hedged requests for LLM APIs, with thresholds set by measurement."""
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
