@@ -224,7 +224,9 @@ async def _route_page(
     form_values: dict[str, str] | None = None,
 ) -> HTMLResponse:
     q = request.query_params
-    range_key = q.get("range") if q.get("range") in RANGES else "24h"
+    range_key = q.get("range") or "24h"
+    if range_key not in RANGES:
+        range_key = "24h"
     applied_text = q.get("applied", "")
     applied = {"true": True, "false": False}.get(applied_text)
     reason = q.get("reason", "").strip() or None

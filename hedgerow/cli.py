@@ -11,7 +11,7 @@ are printed as one line and exit with status 1 or 2, never as a traceback.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -628,7 +628,7 @@ def _server_settings(db: str | None, **overrides: object) -> Settings:
     from hedgerow.controller.errors import StoreError
     from hedgerow.settings import Settings
 
-    values = {k: v for k, v in overrides.items() if v is not None}
+    values: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
     if db is not None:
         values["database_url"] = db
     try:

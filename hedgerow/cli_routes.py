@@ -77,7 +77,7 @@ def _error_text(response: Any) -> str:
     try:
         detail = response.json().get("detail")
     except ValueError:
-        return response.text.splitlines()[0][:300] if response.text else response.reason_phrase
+        return str(response.text.splitlines()[0][:300] if response.text else response.reason_phrase)
     if isinstance(detail, dict):
         return f"{detail.get('field', '')}: {detail.get('message', '')}".strip(": ")
     return str(detail)
