@@ -10,7 +10,7 @@ the engine.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, status
@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from hedgerow import __version__
 from hedgerow.api import calls, controller, health, routes, thresholds
 from hedgerow.api.auth import check_listen_allowed, parse_tokens
+from hedgerow.api.limits import DEFAULT_BODY_LIMIT_BYTES, BodyLimitMiddleware
 from hedgerow.controller.db import (
     check_database_url,
     make_engine,
@@ -31,7 +32,7 @@ from hedgerow.controller.ingest import route_defaults
 from hedgerow.controller.scheduler import ControllerScheduler
 from hedgerow.settings import Settings
 
-__all__ = ["create_app", "validation_error_detail"]
+__all__ = ["body_limit_for", "create_app", "validation_error_detail"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,26 @@ def validation_error_detail(exc: RequestValidationError) -> dict[str, str]:
     message = "field required" if first.get("type") == "missing" else str(first.get("msg", "invalid"))
     message = message.removeprefix("Value error, ")
     return {"field": field, "message": message}
+
+
+def body_limit_for(settings: Settings) -> Callable[[str, str], int]:
+    """The body limit, in bytes, of each endpoint: ``(method, path) -> bytes``.
+
+    ``POST /v1/calls``: the smaller of ``settings.max_body_bytes`` and ``max_batch_calls`` x
+    :data:`~hedgerow.api.calls.MAX_RECORD_BYTES`; ``PUT``/``PATCH /v1/routes/...``:
+    :data:`~hedgerow.api.routes.MAX_ROUTE_BODY_BYTES`; any other request:
+    :data:`~hedgerow.api.limits.DEFAULT_BODY_LIMIT_BYTES`.
+    """
+    calls_bytes = min(settings.max_body_bytes, settings.max_batch_calls * calls.MAX_RECORD_BYTES)
+
+    def limit_for(method: str, path: str) -> int:
+        if method == "POST" and path == "/v1/calls":
+            return calls_bytes
+        if method in ("PUT", "PATCH") and path.startswith("/v1/routes/"):
+            return routes.MAX_ROUTE_BODY_BYTES
+        return DEFAULT_BODY_LIMIT_BYTES
+
+    return limit_for
 
 
 def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) -> FastAPI:
@@ -104,6 +125,11 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         version=__version__,
         description="Ingest of call records, measured hedge thresholds, threshold history.",
         lifespan=lifespan,
+    )
+    app.add_middleware(
+        BodyLimitMiddleware,
+        limit_for=body_limit_for(settings),
+        body_read_timeout_s=settings.body_read_timeout_s,
     )
     app.state.settings = settings
     app.state.tokens = tokens
