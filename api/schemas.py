@@ -123,6 +123,7 @@ class CallRecordIn(BaseModel):
     hedged: StrictBool = False
     hedge_reason: Literal["ttft_timeout", "primary_error"] | None = None
     hedge_denied: StrictBool = False
+    failover_denied: StrictBool = False
     winner: Literal["primary", "backup"] | None = None
     status: Annotated[Literal["ok", "error", "timeout", "stalled", "cancelled"], _none_to("ok")] = "ok"
     error_type: OptionalText = None
