@@ -4,7 +4,11 @@
 - 413 when the batch has more than ``max_batch_calls`` records (or its body is too large);
 - 422 ``{"detail": {"index": i, "field": "attempts[0].start_s", "message": "..."}}`` for the first
   bad record, and nothing of the batch is written (``index`` null for the body as a whole: not
-  JSON, nested too deeply for the parser, not ``{"calls": [...]}``).
+  JSON, nested too deeply for the parser, not ``{"calls": [...]}``);
+- 422 also for the first record whose new route would pass ``max_routes`` (field ``route``) or
+  ``max_models_per_route`` (field ``model``), nothing written: the routes a store holds are
+  bounded, and no client can create more (an operator raises the settings); records of routes
+  that exist are never refused by these bounds.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from hedgerow.api.auth import require_scope
 from hedgerow.api.deps import get_session, get_settings
 from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
 from hedgerow.client.records import CallRecord
+from hedgerow.controller.errors import RouteLimitExceeded
 from hedgerow.controller.ingest import ingest_calls
 
 __all__ = ["MAX_RECORD_BYTES", "field_path", "parse_record", "router"]
@@ -122,6 +127,16 @@ async def post_calls(
         if isinstance(parsed, JSONResponse):
             return parsed
         records.append(parsed)
-    async with session.begin():
-        accepted, duplicates = await ingest_calls(session, records, defaults=request.app.state.route_defaults)
+    try:
+        async with session.begin():
+            accepted, duplicates = await ingest_calls(
+                session,
+                records,
+                defaults=request.app.state.route_defaults,
+                max_routes=settings.max_routes,
+                max_models_per_route=settings.max_models_per_route,
+            )
+    except RouteLimitExceeded as exc:
+        index = next(i for i, r in enumerate(records) if (r.route, r.model) == (exc.route, exc.model))
+        return _unprocessable(index, exc.field, str(exc))
     return IngestOut(accepted=accepted, duplicates=duplicates)

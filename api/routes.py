@@ -40,6 +40,7 @@ from hedgerow.api.schemas import (
     RoutePutIn,
     no_control_characters,
 )
+from hedgerow.controller.errors import RouteLimitExceeded
 from hedgerow.controller.queries import get_history, get_route, list_routes
 from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
@@ -193,6 +194,8 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
         )
     except RouteConfigInvalid as exc:
         return _unprocessable(exc.field, exc.message)
+    except RouteLimitExceeded as exc:
+        return _unprocessable(exc.field, str(exc))
     except ValueError as exc:
         return _unprocessable("route", str(exc))
     answer = RouteChangeOut(route=result.route, changes=result.changes, created=result.created, history=result.history)
