@@ -21,6 +21,7 @@ from hedgerow import __version__
 from hedgerow.api import calls, controller, health, routes, thresholds
 from hedgerow.api.auth import check_listen_allowed, parse_tokens
 from hedgerow.api.limits import DEFAULT_BODY_LIMIT_BYTES, BodyLimitMiddleware
+from hedgerow.api.openapi import build_openapi
 from hedgerow.controller.db import (
     check_database_url,
     make_engine,
@@ -136,6 +137,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     app.state.route_defaults = defaults
     for module in (calls, thresholds, routes, controller, health):
         app.include_router(module.router)
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
 
     @app.exception_handler(UnknownRoute)
     async def unknown_route(_request: Request, exc: UnknownRoute) -> JSONResponse:

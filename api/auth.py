@@ -11,15 +11,27 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import HTTPException, Request, status
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from hedgerow.api.errors import ApiConfigError
 
-__all__ = ["SCOPES", "check_listen_allowed", "is_loopback", "parse_tokens", "require_scope"]
+__all__ = ["BEARER_SCHEME", "SCOPES", "check_listen_allowed", "is_loopback", "parse_tokens", "require_scope"]
 
 SCOPES: tuple[str, ...] = ("ingest", "read", "admin")
+
+#: The bearer scheme, declared on every protected operation of the OpenAPI document (the header
+#: itself is checked by :func:`require_scope`; ``auto_error=False``: a missing token is its 401).
+BEARER_SCHEME = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description=(
+        "A token of HEDGEROW_TOKENS (token:scope+scope,...); scopes ingest, read and admin (admin is "
+        "accepted everywhere). Without configured tokens (loopback only) no token is needed."
+    ),
+)
 
 
 def parse_tokens(text: str) -> dict[str, frozenset[str]]:
@@ -71,7 +83,7 @@ def check_listen_allowed(host: str, tokens: dict[str, frozenset[str]]) -> None:
         )
 
 
-def require_scope(*accepted: str) -> Callable[[Request], Any]:
+def require_scope(*accepted: str) -> Callable[..., Any]:
     """A FastAPI dependency allowing a request whose token has any of the ``accepted`` scopes.
 
     ``admin`` is always accepted. Answers 401 without a valid bearer token, 403 when its scopes
@@ -79,7 +91,10 @@ def require_scope(*accepted: str) -> Callable[[Request], Any]:
     """
     wanted = set(accepted) | {"admin"}
 
-    async def dependency(request: Request) -> str | None:
+    async def dependency(
+        request: Request,
+        _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER_SCHEME)],
+    ) -> str | None:
         tokens: dict[str, frozenset[str]] = request.app.state.tokens
         if not tokens:
             return None

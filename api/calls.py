@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, status
@@ -32,6 +33,8 @@ __all__ = ["MAX_RECORD_BYTES", "field_path", "parse_record", "router"]
 
 router = APIRouter()
 
+#: Latest ``started_at`` accepted, seconds after the server's clock (generous clock skew).
+MAX_FUTURE_S = 86_400.0
 #: Body bytes allowed per record of the batch limit (a generous bound on one record's JSON).
 MAX_RECORD_BYTES = 16_384
 
@@ -71,10 +74,16 @@ def parse_record(index: int, raw: Any) -> CallRecord | JSONResponse:
         message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
         return _unprocessable(index, field_path(tuple(error["loc"])), message)
     try:
-        return CallRecord.from_dict(raw)
+        record = CallRecord.from_dict(raw)
     except ValueError as exc:
         field, _, message = str(exc).partition(": ")
         return _unprocessable(index, field, message or str(exc))
+    latest = datetime.now(UTC) + timedelta(seconds=MAX_FUTURE_S)
+    if record.started_at > latest:
+        return _unprocessable(index, "started_at", f"more than {MAX_FUTURE_S:g} s after the server's clock")
+    if record.route.endswith("/history"):
+        return _unprocessable(index, "route", "must not end in '/history' (that path reads a route's history)")
+    return record
 
 
 @router.post(

@@ -11,9 +11,9 @@ body, the path or the query) is 422 ``{"detail": {"field": ..., "message": ...}}
 Route names may contain ``/`` (``team/summarize``): ``{route}`` is matched with Starlette's
 ``path`` converter, so ``/v1/routes/team/summarize?model=m`` (or ``team%2Fsummarize``) names the
 route ``team/summarize``. The history path is matched first, so ``GET
-/v1/routes/a/history?model=m`` is always the history of route ``a``; a route whose own name ends
-in ``/history`` can still be changed with PUT/PATCH and read through ``GET /v1/routes`` and
-``GET /v1/thresholds``, but not through ``GET /v1/routes/{route}``.
+/v1/routes/a/history?model=m`` is always the history of route ``a``, and any other method on it
+is 405 (the history is read-only); a route name may therefore not end in ``/history`` (422 from
+ingest and from a route change).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from hedgerow.api.auth import require_scope
 from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
 from hedgerow.api.schemas import (
+    PRINTABLE_PATTERN,
     HistoryOut,
     RouteChangeOut,
     RouteListOut,
@@ -46,6 +47,8 @@ from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
 __all__ = ["MAX_HISTORY_LIMIT", "MAX_ROUTE_BODY_BYTES", "ModelQuery", "RoutePath", "Session", "request_actor", "router"]
 
+#: Route names may not end in this: ``/v1/routes/{route}/history`` is the history of ``route``.
+HISTORY_SUFFIX = "/history"
 #: Largest ``limit`` of a history query.
 MAX_HISTORY_LIMIT = 10_000
 #: Largest body of a PUT/PATCH of a route, bytes (a full configuration is about 300).
@@ -58,13 +61,23 @@ Session = Annotated[AsyncSession, Depends(get_session)]
 #: The ``model`` query parameter naming the route's model.
 ModelQuery = Annotated[
     str,
-    Query(min_length=1, max_length=200, description="the model of the route"),
+    Query(
+        min_length=1,
+        max_length=200,
+        description="the model of the route (no control characters)",
+        json_schema_extra={"pattern": PRINTABLE_PATTERN},
+    ),
     AfterValidator(no_control_characters),
 ]
 #: The ``{route}`` path parameter (may contain ``/``: matched with the ``path`` converter).
 RoutePath = Annotated[
     str,
-    Path(min_length=1, max_length=200, description="the route's name (may contain /)"),
+    Path(
+        min_length=1,
+        max_length=200,
+        description="the route's name (may contain /, not end in /history; no control characters)",
+        json_schema_extra={"pattern": PRINTABLE_PATTERN},
+    ),
     AfterValidator(no_control_characters),
 ]
 
@@ -102,6 +115,19 @@ async def get_route_history(
             {"detail": {"field": "since", "message": "must carry a timezone (e.g. Z)"}}, status_code=422
         )
     return {"history": await get_history(session, route, model, limit=limit, since=since)}
+
+
+@router.api_route(
+    "/v1/routes/{route:path}/history", methods=["PUT", "PATCH", "POST", "DELETE"], include_in_schema=False
+)
+async def history_is_read_only() -> JSONResponse:
+    """405: the history is read-only (without this, ``PUT /v1/routes/a/history`` would change a
+    route named ``a/history``)."""
+    return JSONResponse(
+        {"detail": "the threshold history is read-only"},
+        status_code=status.HTTP_405_METHOD_NOT_ALLOWED,
+        headers={"Allow": "GET"},
+    )
 
 
 @router.get(
@@ -160,6 +186,8 @@ def _too_large(size: int) -> JSONResponse:
 async def _configure(request: Request, route: str, model: str, *, replace: bool) -> Any:
     """Parse and validate the body, apply it; see :func:`put_route` and :func:`patch_route`."""
     schema = RoutePutIn if replace else RoutePatchIn
+    if route.endswith(HISTORY_SUFFIX):
+        return _unprocessable("route", f"must not end in {HISTORY_SUFFIX!r} (that path reads a route's history)")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_ROUTE_BODY_BYTES:
         return _too_large(int(declared))
