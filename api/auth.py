@@ -18,7 +18,15 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from hedgerow.api.errors import ApiConfigError
 
-__all__ = ["BEARER_SCHEME", "SCOPES", "check_listen_allowed", "is_loopback", "parse_tokens", "require_scope"]
+__all__ = [
+    "BEARER_SCHEME",
+    "MIN_TOKEN_CHARS",
+    "SCOPES",
+    "check_listen_allowed",
+    "is_loopback",
+    "parse_tokens",
+    "require_scope",
+]
 
 SCOPES: tuple[str, ...] = ("ingest", "read", "admin")
 
@@ -70,17 +78,31 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: Shortest token accepted on a host other than loopback (16 characters: ~95 bits when random
+#: over letters and digits; a guessable token would make the auth decorative).
+MIN_TOKEN_CHARS = 16
+
+
 def check_listen_allowed(host: str, tokens: dict[str, frozenset[str]]) -> None:
-    """Refuse to serve without tokens on a non-loopback host.
+    """Refuse to serve without tokens, or with a short token, on a non-loopback host.
 
     Raises:
-        ApiConfigError: no tokens configured and ``host`` is not loopback.
+        ApiConfigError: no tokens configured and ``host`` is not loopback, or a token shorter
+            than :data:`MIN_TOKEN_CHARS` on such a host (named by its position, not its value).
     """
-    if not tokens and not is_loopback(host):
+    if is_loopback(host):
+        return
+    if not tokens:
         raise ApiConfigError(
             f"refusing to listen on {host!r} without auth: set HEDGEROW_TOKENS "
             "(token:ingest+read+admin,...) or listen on 127.0.0.1"
         )
+    for position, token in enumerate(tokens, start=1):
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ApiConfigError(
+                f"refusing to listen on {host!r}: token {position} of HEDGEROW_TOKENS has {len(token)} "
+                f"characters, fewer than {MIN_TOKEN_CHARS}"
+            )
 
 
 def require_scope(*accepted: str) -> Callable[..., Any]:

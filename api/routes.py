@@ -19,6 +19,7 @@ ingest and from a route change).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from datetime import datetime
 from typing import Annotated, Any
@@ -150,7 +151,10 @@ def request_actor(request: Request, claimed: str | None) -> str:
     """Who makes a configuration change, for the audit trail (``threshold_history.actor``).
 
     With bearer tokens configured the caller is identified by its token's fingerprint,
-    ``token:<first 12 hex digits of SHA-256(token)>`` (the token itself is never stored); a name
+    ``token:<first 12 hex digits of HMAC-SHA256(key, token)>`` whose key is every configured token
+    (sorted, joined): the token itself is never stored, and a reader of the history (a ``read``
+    token) cannot test guesses of another token against it, since that needs every token. The
+    fingerprint stays the same while ``HEDGEROW_TOKENS`` does; a name
     given in the body is kept in front of it: ``alice (token:3f2a...)``. Without tokens
     (loopback only) the name given in the body, or ``api``.
 
@@ -164,7 +168,8 @@ def request_actor(request: Request, claimed: str | None) -> str:
     if not request.app.state.tokens:
         return claimed or "api"
     _scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    fingerprint = "token:" + hashlib.sha256(given.strip().encode()).hexdigest()[:12]
+    key = "\n".join(sorted(request.app.state.tokens)).encode()
+    fingerprint = "token:" + hmac.new(key, given.strip().encode(), hashlib.sha256).hexdigest()[:12]
     if not claimed:
         return fingerprint
     return f"{claimed[: 200 - len(fingerprint) - 3]} ({fingerprint})"
