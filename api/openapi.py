@@ -118,6 +118,8 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 if description == "Validation Error":
                     description = "a bad value, named"
                 responses["422"] = _error(description, shape)
+            if any(p.get("in") == "path" for p in operation.get("parameters", [])) and "404" not in responses:
+                responses["404"] = _error("no such path (a route name with a control character matches no path)")
             if "requestBody" in operation:
                 responses["413"] = _error("the body is over its limit (refused while it streams)")
                 responses["408"] = _error("the body did not arrive within HEDGEROW_BODY_READ_TIMEOUT_S")

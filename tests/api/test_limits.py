@@ -238,7 +238,14 @@ async def test_keep_alive_requests_with_a_body_answer_without_nagle_delay(tmp_pa
                     response = await request()
                     times_s.append(time.perf_counter() - begun)
                     assert response.status_code < 300 and response.content
-                figures[name] = statistics.median(times_s)
-        print("\nkeep-alive median latency: " + ", ".join(f"{k} {v * 1000:.2f} ms" for k, v in figures.items()))
-        for name, median_s in figures.items():
-            assert median_s < 0.020, f"{name}: median {median_s * 1000:.1f} ms on a kept-alive connection"
+                quartiles = statistics.quantiles(times_s, n=4)
+                figures[name] = (quartiles[0], statistics.median(times_s))
+        print(
+            "\nkeep-alive latency (lower quartile / median): "
+            + ", ".join(f"{k} {q * 1000:.2f} / {m * 1000:.2f} ms" for k, (q, m) in figures.items())
+        )
+        # Nagle's delay holds back every response with a body by the peer's delayed ACK (~40 ms),
+        # so with it even the fastest quarter of the requests takes >= 40 ms; a loaded machine
+        # slows the median, not that floor.
+        for name, (lower_quartile_s, _median_s) in figures.items():
+            assert lower_quartile_s < 0.020, f"{name}: lower quartile {lower_quartile_s * 1000:.1f} ms"
