@@ -64,7 +64,8 @@ def _schemathesis(url: str, token: str, report: Path) -> subprocess.CompletedPro
         "--report-junit-path",
         str(report),
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=MAX_TIME_S, check=False)
+    # cwd: schemathesis keeps its example database in ./.schemathesis/
+    return subprocess.run(command, capture_output=True, text=True, timeout=MAX_TIME_S, check=False, cwd=report.parent)
 
 
 @pytest.mark.slow
