@@ -10,7 +10,7 @@ the engine.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, status
@@ -22,7 +22,9 @@ from hedgerow.api import calls, controller, health, prices, reports, routes, thr
 from hedgerow.api import metrics as metrics_api
 from hedgerow.api.auth import check_listen_allowed, parse_token_names, parse_tokens
 from hedgerow.api.docs import install_docs
+from hedgerow.api.limits import DEFAULT_BODY_LIMIT_BYTES, BodyLimitMiddleware
 from hedgerow.api.metrics import Metrics
+from hedgerow.api.openapi import build_openapi
 from hedgerow.api.pages import install_pages
 from hedgerow.controller.db import (
     check_database_url,
@@ -36,7 +38,7 @@ from hedgerow.controller.prices import read_price_file, store_price_file
 from hedgerow.controller.scheduler import ControllerScheduler
 from hedgerow.settings import Settings
 
-__all__ = ["create_app", "validation_error_detail"]
+__all__ = ["body_limit_for", "create_app", "validation_error_detail"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,26 @@ def validation_error_detail(exc: RequestValidationError) -> dict[str, str]:
     message = "field required" if first.get("type") == "missing" else str(first.get("msg", "invalid"))
     message = message.removeprefix("Value error, ")
     return {"field": field, "message": message}
+
+
+def body_limit_for(settings: Settings) -> Callable[[str, str], int]:
+    """The body limit, in bytes, of each endpoint: ``(method, path) -> bytes``.
+
+    ``POST /v1/calls``: the smaller of ``settings.max_body_bytes`` and ``max_batch_calls`` x
+    :data:`~hedgerow.api.calls.MAX_RECORD_BYTES`; ``PUT``/``PATCH /v1/routes/...``:
+    :data:`~hedgerow.api.routes.MAX_ROUTE_BODY_BYTES`; any other request:
+    :data:`~hedgerow.api.limits.DEFAULT_BODY_LIMIT_BYTES`.
+    """
+    calls_bytes = min(settings.max_body_bytes, settings.max_batch_calls * calls.MAX_RECORD_BYTES)
+
+    def limit_for(method: str, path: str) -> int:
+        if method == "POST" and path == "/v1/calls":
+            return calls_bytes
+        if method in ("PUT", "PATCH") and path.startswith("/v1/routes/"):
+            return routes.MAX_ROUTE_BODY_BYTES
+        return DEFAULT_BODY_LIMIT_BYTES
+
+    return limit_for
 
 
 def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) -> FastAPI:
@@ -119,6 +141,11 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         docs_url=None,  # served from local files by install_docs (FastAPI's loads from a CDN)
         redoc_url=None,
     )
+    app.add_middleware(
+        BodyLimitMiddleware,
+        limit_for=body_limit_for(settings),
+        body_read_timeout_s=settings.body_read_timeout_s,
+    )
     app.state.settings = settings
     app.state.tokens = tokens
     app.state.token_names = parse_token_names(settings.tokens)
@@ -128,6 +155,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         app.include_router(module.router)
     install_docs(app)
     install_pages(app)
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
 
     @app.exception_handler(UnknownRoute)
     async def unknown_route(_request: Request, exc: UnknownRoute) -> JSONResponse:

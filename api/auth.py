@@ -19,14 +19,17 @@ import hashlib
 import hmac
 import ipaddress
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
 
-from fastapi import HTTPException, Request, status
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from hedgerow.api.errors import ApiConfigError
 
 __all__ = [
+    "BEARER_SCHEME",
+    "MIN_TOKEN_CHARS",
     "SCOPES",
     "TOKEN_COOKIE",
     "bearer_token",
@@ -43,6 +46,17 @@ SCOPES: tuple[str, ...] = ("ingest", "read", "admin")
 #: The cookie holding the token of the pages' login (HttpOnly, SameSite=Strict, path /ui).
 TOKEN_COOKIE = "hedgerow_token"
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+
+#: The bearer scheme, declared on every protected operation of the OpenAPI document (the header
+#: itself is checked by :func:`require_scope`; ``auto_error=False``: a missing token is its 401).
+BEARER_SCHEME = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description=(
+        "A token of HEDGEROW_TOKENS (token:scope+scope,...); scopes ingest, read and admin (admin is "
+        "accepted everywhere). Without configured tokens (loopback only) no token is needed."
+    ),
+)
 
 
 def _entries(text: str) -> list[tuple[str | None, str, frozenset[str]]]:
@@ -105,17 +119,31 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: Shortest token accepted on a host other than loopback (16 characters: ~95 bits when random
+#: over letters and digits; a guessable token would make the auth decorative).
+MIN_TOKEN_CHARS = 16
+
+
 def check_listen_allowed(host: str, tokens: dict[str, frozenset[str]]) -> None:
-    """Refuse to serve without tokens on a non-loopback host.
+    """Refuse to serve without tokens, or with a short token, on a non-loopback host.
 
     Raises:
-        ApiConfigError: no tokens configured and ``host`` is not loopback.
+        ApiConfigError: no tokens configured and ``host`` is not loopback, or a token shorter
+            than :data:`MIN_TOKEN_CHARS` on such a host (named by its position, not its value).
     """
-    if not tokens and not is_loopback(host):
+    if is_loopback(host):
+        return
+    if not tokens:
         raise ApiConfigError(
             f"refusing to listen on {host!r} without auth: set HEDGEROW_TOKENS "
             "(token:ingest+read+admin,...) or listen on 127.0.0.1"
         )
+    for position, token in enumerate(tokens, start=1):
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ApiConfigError(
+                f"refusing to listen on {host!r}: token {position} of HEDGEROW_TOKENS has {len(token)} "
+                f"characters, fewer than {MIN_TOKEN_CHARS}"
+            )
 
 
 def bearer_token(request: Request) -> str | None:
@@ -136,13 +164,24 @@ def token_scopes(tokens: dict[str, frozenset[str]], given: str | None) -> frozen
     return found
 
 
-def token_actor(names: dict[str, str], given: str) -> str:
-    """Who a token stands for in the audit trail: its name, else ``token:<12 hex digits of SHA-256>``
-    (the token itself is never stored)."""
+def token_actor(tokens: Mapping[str, object], names: Mapping[str, str], given: str) -> str:
+    """Who a token stands for in the audit trail: its name, else its fingerprint.
+
+    The fingerprint is ``token:<first 12 hex digits of HMAC-SHA256(key, token)>`` whose key is
+    every configured token (sorted, joined): the token itself is never stored, and a reader of the
+    history (a ``read`` token) cannot test guesses of another token against it, since that needs
+    every token. It stays the same while ``HEDGEROW_TOKENS`` does.
+
+    Args:
+        tokens: the configured tokens (``{token: scopes}``).
+        names: ``{token: name}`` of the named entries.
+        given: the caller's token.
+    """
     for token, name in names.items():
         if hmac.compare_digest(token.encode(), given.encode()):
             return name
-    return "token:" + hashlib.sha256(given.encode()).hexdigest()[:12]
+    key = "\n".join(sorted(tokens)).encode()
+    return "token:" + hmac.new(key, given.encode(), hashlib.sha256).hexdigest()[:12]
 
 
 def _auth_error(code: int, message: str) -> HTTPException:
@@ -150,7 +189,7 @@ def _auth_error(code: int, message: str) -> HTTPException:
     return HTTPException(code, detail={"field": "authorization", "message": message}, headers=headers)
 
 
-def require_scope(*accepted: str) -> Callable[[Request], Any]:
+def require_scope(*accepted: str) -> Callable[..., Any]:
     """A FastAPI dependency allowing a request whose token has any of the ``accepted`` scopes.
 
     ``admin`` is always accepted. Answers 401 without a valid bearer token, 403 when its scopes
@@ -158,7 +197,10 @@ def require_scope(*accepted: str) -> Callable[[Request], Any]:
     """
     wanted = set(accepted) | {"admin"}
 
-    async def dependency(request: Request) -> str | None:
+    async def dependency(
+        request: Request,
+        _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER_SCHEME)],
+    ) -> str | None:
         tokens: dict[str, frozenset[str]] = request.app.state.tokens
         if not tokens:
             return None

@@ -4,12 +4,17 @@
 - 413 when the batch has more than ``max_batch_calls`` records (or its body is too large);
 - 422 ``{"detail": {"index": i, "field": "attempts[0].start_s", "message": "..."}}`` for the first
   bad record, and nothing of the batch is written (``index`` null for the body as a whole: not
-  JSON, nested too deeply for the parser, not ``{"calls": [...]}``).
+  JSON, nested too deeply for the parser, not ``{"calls": [...]}``);
+- 422 also for the first record whose new route would pass ``max_routes`` (field ``route``) or
+  ``max_models_per_route`` (field ``model``), nothing written: the routes a store holds are
+  bounded, and no client can create more (an operator raises the settings); records of routes
+  that exist are never refused by these bounds.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, status
@@ -21,6 +26,7 @@ from hedgerow.api.auth import require_scope
 from hedgerow.api.deps import get_session, get_settings
 from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
 from hedgerow.client.records import CallRecord
+from hedgerow.controller.errors import RouteLimitExceeded
 from hedgerow.controller.events import log_rejected_batch
 from hedgerow.controller.ingest import ingest_calls
 
@@ -28,6 +34,8 @@ __all__ = ["MAX_RECORD_BYTES", "field_path", "parse_record", "router"]
 
 router = APIRouter()
 
+#: Latest ``started_at`` accepted, seconds after the server's clock (generous clock skew).
+MAX_FUTURE_S = 86_400.0
 #: Body bytes allowed per record of the batch limit (a generous bound on one record's JSON).
 MAX_RECORD_BYTES = 16_384
 
@@ -67,10 +75,16 @@ def parse_record(index: int, raw: Any) -> CallRecord | JSONResponse:
         message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
         return _unprocessable(index, field_path(tuple(error["loc"])), message)
     try:
-        return CallRecord.from_dict(raw)
+        record = CallRecord.from_dict(raw)
     except ValueError as exc:
         field, _, message = str(exc).partition(": ")
         return _unprocessable(index, field, message or str(exc))
+    latest = datetime.now(UTC) + timedelta(seconds=MAX_FUTURE_S)
+    if record.started_at > latest:
+        return _unprocessable(index, "started_at", f"more than {MAX_FUTURE_S:g} s after the server's clock")
+    if record.route.endswith("/history"):
+        return _unprocessable(index, "route", "must not end in '/history' (that path reads a route's history)")
+    return record
 
 
 @router.post(
@@ -127,10 +141,19 @@ async def post_calls(
             return parsed
         records.append(parsed)
     stored: list[CallRecord] = []
-    async with session.begin():
-        accepted, duplicates = await ingest_calls(
-            session, records, defaults=request.app.state.route_defaults, stored=stored
-        )
+    try:
+        async with session.begin():
+            accepted, duplicates = await ingest_calls(
+                session,
+                records,
+                defaults=request.app.state.route_defaults,
+                max_routes=settings.max_routes,
+                max_models_per_route=settings.max_models_per_route,
+                stored=stored,
+            )
+    except RouteLimitExceeded as exc:
+        index = next(i for i, r in enumerate(records) if (r.route, r.model) == (exc.route, exc.model))
+        return _unprocessable(index, exc.field, str(exc))
     metrics = request.app.state.metrics
     metrics.observe_records(stored)
     metrics.records_accepted.inc(accepted)

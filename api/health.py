@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
@@ -12,6 +14,11 @@ from hedgerow.controller.errors import StoreNotReady
 __all__ = ["router"]
 
 router = APIRouter()
+
+log = logging.getLogger(__name__)
+
+#: The reason ``/readyz`` gives (it needs no token: the database's own error text stays in the log).
+NOT_READY_REASON = "database unreachable or not migrated to the newest revision (details in the server log)"
 
 
 @router.get("/healthz", response_model=HealthOut, summary="Liveness")
@@ -27,9 +34,11 @@ async def healthz() -> dict[str, str]:
     summary="Readiness",
 )
 async def readyz(request: Request) -> JSONResponse:
-    """200 ``{"status": "ready", "revision": ...}``, or 503 with the reason."""
+    """200 ``{"status": "ready", "revision": ...}``, or 503 with a generic reason (the database's
+    error, which may name hosts and users, is logged, not answered: this endpoint needs no token)."""
     try:
         revision = await check_ready(request.app.state.engine)
     except StoreNotReady as exc:
-        return JSONResponse({"status": "not ready", "reason": str(exc)}, status_code=503)
+        log.warning("not ready: %s", exc)
+        return JSONResponse({"status": "not ready", "reason": NOT_READY_REASON}, status_code=503)
     return JSONResponse({"status": "ready", "revision": revision})

@@ -354,7 +354,9 @@ async def change_route(request: Request, route: str, model: str | None = None) -
     form = {k: v[-1] for k, v in parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True).items()}
     if not model:
         return _error_page(request, user, 422, "model: required")
-    actor = "ui" if user.token is None else token_actor(request.app.state.token_names, user.token)
+    actor = (
+        "ui" if user.token is None else token_actor(request.app.state.tokens, request.app.state.token_names, user.token)
+    )
     try:
         fields = _form_fields(form)
         result = await configure_route(

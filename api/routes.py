@@ -12,9 +12,9 @@ body, the path or the query) is 422 ``{"detail": {"field": ..., "message": ...}}
 Route names may contain ``/`` (``team/summarize``): ``{route}`` is matched with Starlette's
 ``path`` converter, so ``/v1/routes/team/summarize?model=m`` (or ``team%2Fsummarize``) names the
 route ``team/summarize``. The history path is matched first, so ``GET
-/v1/routes/a/history?model=m`` is always the history of route ``a``; a route whose own name ends
-in ``/history`` can still be changed with PUT/PATCH and read through ``GET /v1/routes`` and
-``GET /v1/thresholds``, but not through ``GET /v1/routes/{route}``.
+/v1/routes/a/history?model=m`` is always the history of route ``a``, and any other method on it
+is 405 (the history is read-only); a route name may therefore not end in ``/history`` (422 from
+ingest and from a route change).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from hedgerow.api.auth import bearer_token, require_scope, token_actor
 from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
 from hedgerow.api.schemas import (
+    PRINTABLE_PATTERN,
     HistoryOut,
     RouteChangeOut,
     RouteListOut,
@@ -40,6 +41,7 @@ from hedgerow.api.schemas import (
     RoutePutIn,
     no_control_characters,
 )
+from hedgerow.controller.errors import RouteLimitExceeded
 from hedgerow.controller.queries import get_history, get_route, list_routes, resolve_model
 from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
@@ -54,6 +56,8 @@ __all__ = [
     "router",
 ]
 
+#: Route names may not end in this: ``/v1/routes/{route}/history`` is the history of ``route``.
+HISTORY_SUFFIX = "/history"
 #: Largest ``limit`` of a history query.
 MAX_HISTORY_LIMIT = 10_000
 #: Largest body of a PUT/PATCH of a route, bytes (a full configuration is about 300).
@@ -66,7 +70,12 @@ Session = Annotated[AsyncSession, Depends(get_session)]
 #: The ``model`` query parameter naming the route's model.
 ModelQuery = Annotated[
     str,
-    Query(min_length=1, max_length=200, description="the model of the route"),
+    Query(
+        min_length=1,
+        max_length=200,
+        description="the model of the route (no control characters)",
+        json_schema_extra={"pattern": PRINTABLE_PATTERN},
+    ),
     AfterValidator(no_control_characters),
 ]
 #: The ``model`` query parameter where it may be left out (the route's only model).
@@ -78,7 +87,12 @@ OptionalModelQuery = Annotated[
 #: The ``{route}`` path parameter (may contain ``/``: matched with the ``path`` converter).
 RoutePath = Annotated[
     str,
-    Path(min_length=1, max_length=200, description="the route's name (may contain /)"),
+    Path(
+        min_length=1,
+        max_length=200,
+        description="the route's name (may contain /, not end in /history; no control characters)",
+        json_schema_extra={"pattern": PRINTABLE_PATTERN},
+    ),
     AfterValidator(no_control_characters),
 ]
 
@@ -132,6 +146,19 @@ async def get_route_history(
     return {"history": rows}
 
 
+@router.api_route(
+    "/v1/routes/{route:path}/history", methods=["PUT", "PATCH", "POST", "DELETE"], include_in_schema=False
+)
+async def history_is_read_only() -> JSONResponse:
+    """405: the history is read-only (without this, ``PUT /v1/routes/a/history`` would change a
+    route named ``a/history``)."""
+    return JSONResponse(
+        {"detail": "the threshold history is read-only"},
+        status_code=status.HTTP_405_METHOD_NOT_ALLOWED,
+        headers={"Allow": "GET"},
+    )
+
+
 @router.get(
     "/v1/routes/{route:path}",
     dependencies=[Depends(require_scope("read"))],
@@ -153,10 +180,11 @@ def request_actor(request: Request, claimed: str | None) -> str:
     """Who makes a configuration change, for the audit trail (``threshold_history.actor``).
 
     With bearer tokens configured the caller is identified by its token: the token's name
-    (``HEDGEROW_TOKENS`` entry ``name=token:scopes``), else its fingerprint ``token:<first 12
-    hex digits of SHA-256(token)>`` (the token itself is never stored). A name given in the body
-    cannot replace that identity: it is kept after it as a note, ``alice (note: bob)``. Without
-    tokens (loopback only) the name given in the body, or ``api``.
+    (``HEDGEROW_TOKENS`` entry ``name=token:scopes``), else its fingerprint (``token:<12 hex
+    digits of an HMAC keyed by every configured token>``, :func:`~hedgerow.api.auth.token_actor`;
+    the token itself is never stored). A name given in the body cannot replace that identity: it
+    is kept after it as a note, ``alice (note: bob)``. Without tokens (loopback only) the name
+    given in the body, or ``api``.
 
     Args:
         request: the request (its ``Authorization`` header has passed ``require_scope``).
@@ -167,7 +195,7 @@ def request_actor(request: Request, claimed: str | None) -> str:
     """
     if not request.app.state.tokens:
         return claimed or "api"
-    identity = token_actor(request.app.state.token_names, bearer_token(request) or "")
+    identity = token_actor(request.app.state.tokens, request.app.state.token_names, bearer_token(request) or "")
     if not claimed or claimed == identity:
         return identity
     return f"{identity} (note: {claimed})"[:200]
@@ -189,6 +217,8 @@ def _too_large(size: int) -> JSONResponse:
 async def _configure(request: Request, route: str, model: str, *, replace: bool) -> Any:
     """Parse and validate the body, apply it; see :func:`put_route` and :func:`patch_route`."""
     schema = RoutePutIn if replace else RoutePatchIn
+    if route.endswith(HISTORY_SUFFIX):
+        return _unprocessable("route", f"must not end in {HISTORY_SUFFIX!r} (that path reads a route's history)")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_ROUTE_BODY_BYTES:
         return _too_large(int(declared))
@@ -223,6 +253,8 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
         )
     except RouteConfigInvalid as exc:
         return _unprocessable(exc.field, exc.message)
+    except RouteLimitExceeded as exc:
+        return _unprocessable(exc.field, str(exc))
     except ValueError as exc:
         return _unprocessable("route", str(exc))
     answer = RouteChangeOut(route=result.route, changes=result.changes, created=result.created, history=result.history)

@@ -75,16 +75,32 @@ def no_control_characters(value: str) -> str:
 #: Validation of every stored string: no C0 control character nor DEL (see
 #: :func:`hedgerow.client.records.control_character_error`).
 Printable = AfterValidator(no_control_characters)
+#: Most attempts one call record may carry (a call makes 1 + ``max_backups`` attempts).
+MAX_ATTEMPTS_PER_CALL = 64
+#: The same rule as a JSON Schema ``pattern`` (documentation: the check is :data:`Printable`'s).
+PRINTABLE_PATTERN = "^[^\\u0000-\\u001f\\u007f]*$"
+_PRINTABLE_SCHEMA = Field(json_schema_extra={"pattern": PRINTABLE_PATTERN})
 
 
-def _none_to(default: Any) -> BeforeValidator:
-    return BeforeValidator(lambda value: default if value is None else value)
+def not_null_in_schema(schema: dict[str, Any]) -> None:
+    """``json_schema_extra`` of an optional field that may be omitted but not sent as null."""
+    alternatives = [s for s in schema.pop("anyOf", []) if s.get("type") != "null"]
+    if len(alternatives) == 1:
+        schema.update(alternatives[0])
+    if schema.get("default", ...) is None:
+        del schema["default"]
 
 
+def _none_to(default: Any, accepted: Any) -> BeforeValidator:
+    """A validator reading JSON null as ``default``; the schema says ``accepted`` or null, as accepted."""
+    return BeforeValidator(lambda value: default if value is None else value, json_schema_input_type=accepted | None)
+
+
+CallStatusIn = Literal["ok", "error", "timeout", "stalled", "cancelled"]
 Seconds = Annotated[float, Field(strict=True, ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Count = Annotated[int, Field(strict=True, ge=0, le=MAX_COUNT)]
-Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS), Printable]
-OptionalText = Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS), Printable] | None
+Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS), Printable, _PRINTABLE_SCHEMA]
+OptionalText = Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS), Printable, _PRINTABLE_SCHEMA] | None
 #: A route setting in seconds: finite, > 0 and at most ``MAX_SECONDS`` (what a call record may
 #: carry, so that records of a route always fit its threshold).
 RouteSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
@@ -105,14 +121,21 @@ class AttemptIn(BaseModel):
     outcome: Literal["won", "cancelled", "failed"]
     status_code: HttpStatus | None = None
     error_type: OptionalText = None
-    completion_tokens: Annotated[Count, _none_to(0)] = 0
+    completion_tokens: Annotated[Count, _none_to(0, Count)] = 0
     prompt_tokens: Count | None = None
-    prompt_tokens_estimated: Annotated[StrictBool, _none_to(False)] = False
+    prompt_tokens_estimated: Annotated[StrictBool, _none_to(False, StrictBool)] = False
     cached_prompt_tokens: Count | None = None
 
 
 class CallRecordIn(BaseModel):
-    """One call record (wire format of :class:`hedgerow.client.records.CallRecord`)."""
+    """One call record (wire format of :class:`hedgerow.client.records.CallRecord`).
+
+    Rules across fields, checked after this schema (422 naming the field): each attempt's
+    ``end_s >= start_s`` and ``first_token_s`` (when set) within ``[start_s, end_s]``; a
+    ``winner`` needs an attempt of that role with outcome ``won``; ``started_at`` carries a
+    timezone, lies in 1970..9000 and at most a day after the server's clock; ``route`` does not
+    end in ``/history``; at most 64 attempts; unknown fields are refused.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -126,8 +149,9 @@ class CallRecordIn(BaseModel):
     hedged: StrictBool = False
     hedge_reason: Literal["ttft_timeout", "primary_error"] | None = None
     hedge_denied: StrictBool = False
+    failover_denied: StrictBool = False
     winner: Literal["primary", "backup"] | None = None
-    status: Annotated[Literal["ok", "error", "timeout", "stalled", "cancelled"], _none_to("ok")] = "ok"
+    status: Annotated[CallStatusIn, _none_to("ok", CallStatusIn)] = "ok"
     error_type: OptionalText = None
     ttft_s: Seconds | None = None
     ttfo_s: Seconds | None = None
@@ -136,8 +160,8 @@ class CallRecordIn(BaseModel):
     max_itl_s: Seconds | None = None
     prompt_tokens: Count | None = None
     completion_tokens: Count | None = None
-    wasted_completion_tokens: Annotated[Count, _none_to(0)] = 0
-    attempts: list[AttemptIn] = Field(default_factory=list)
+    wasted_completion_tokens: Annotated[Count, _none_to(0, Count)] = 0
+    attempts: list[AttemptIn] = Field(default_factory=list, max_length=MAX_ATTEMPTS_PER_CALL)
     #: Wire format version (``hedgerow.client.records.RECORD_VERSION``); absent means 1.
     record_version: Literal[1, 2] = 1
 
@@ -247,18 +271,23 @@ class RoutePatchIn(BaseModel):
     """Body of ``PATCH /v1/routes/{route}?model=``: the settings to change (absent = unchanged).
 
     ``pinned_hedge_after_s: null`` unpins; ``actor`` names who makes the change (audit trail;
-    with bearer tokens configured the token's fingerprint is recorded with it).
+    with bearer tokens configured the token's fingerprint is recorded with it). Other fields
+    may be omitted but not null.
+
+    Rules across fields, checked on the resulting configuration (422 naming the field):
+    ``min_hedge_after_s <= default_hedge_after_s <= max_hedge_after_s``, and a pinned value
+    within ``[min_hedge_after_s, max_hedge_after_s]``.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: StrictBool | None = None
-    budget: Annotated[float, Field(strict=True, gt=0, lt=1)] | None = None
-    default_hedge_after_s: RouteSeconds | None = None
-    min_hedge_after_s: RouteSeconds | None = None
-    max_hedge_after_s: RouteSeconds | None = None
+    enabled: StrictBool | None = Field(None, json_schema_extra=not_null_in_schema)
+    budget: Annotated[float, Field(strict=True, gt=0, lt=1)] | None = Field(None, json_schema_extra=not_null_in_schema)
+    default_hedge_after_s: RouteSeconds | None = Field(None, json_schema_extra=not_null_in_schema)
+    min_hedge_after_s: RouteSeconds | None = Field(None, json_schema_extra=not_null_in_schema)
+    max_hedge_after_s: RouteSeconds | None = Field(None, json_schema_extra=not_null_in_schema)
     pinned_hedge_after_s: RouteSeconds | None = None
-    actor: Annotated[StrictStr, Field(min_length=1, max_length=200), Printable] = "api"
+    actor: Annotated[StrictStr, Field(min_length=1, max_length=200), Printable, _PRINTABLE_SCHEMA] = "api"
 
 
 class RoutePutIn(RoutePatchIn):

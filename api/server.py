@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import sys
 from typing import Any
@@ -11,6 +12,7 @@ import uvicorn
 
 from hedgerow.api.app import create_app
 from hedgerow.api.auth import check_listen_allowed, parse_tokens
+from hedgerow.api.limits import header_timeout_protocol
 from hedgerow.controller.db import make_engine, migrate_engine, safe_url
 from hedgerow.logs import configure_logging, uvicorn_log_config
 from hedgerow.settings import Settings
@@ -19,14 +21,24 @@ __all__ = ["bind_socket", "serve", "serve_async"]
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on (host, port); port 0 picks a free port.
+    """A listening TCP socket on (host, port) whose connections send without Nagle's delay.
+
+    The socket is made with ``proto=IPPROTO_TCP`` (accepted sockets inherit it, and asyncio sets
+    ``TCP_NODELAY`` on every accepted socket of that protocol; with ``proto=0`` it silently does
+    not, and each response with a body on a kept-alive connection waits ~40 ms for the peer's
+    delayed ACK) and ``TCP_NODELAY`` set on the listener as well.
+
+    Args:
+        host: address to bind (IPv6 with or without brackets).
+        port: TCP port; 0 picks a free port.
 
     Raises:
         OSError: the address cannot be bound (in use, not local, ...).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host.strip("[]"), port))
         sock.listen(2048)
@@ -73,6 +85,10 @@ async def serve_async(
     finally:
         await engine.dispose()
     host, port = sock.getsockname()[:2]
+    limits: dict[str, Any] = {
+        "http": header_timeout_protocol(settings.header_read_timeout_s),
+        "timeout_graceful_shutdown": math.ceil(settings.shutdown_timeout_s),
+    }
     if own_logging:
         config = uvicorn.Config(
             app,
@@ -80,10 +96,11 @@ async def serve_async(
             log_config=uvicorn_log_config(settings.log_level, settings.log_format, access_log=settings.access_log),
             lifespan="on",
             access_log=settings.access_log,
+            **limits,
         )
     else:  # embedded (the demo): the host's logging, uvicorn quiet
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-    server = uvicorn.Server(config)
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, **limits)
+    server = _Server(config, app)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     watcher = asyncio.create_task(_stop_when_set(stop, server)) if stop is not None else None
     while not server.started and not task.done():
@@ -106,6 +123,26 @@ async def serve_async(
         sock.close()
     if not server.started:
         raise RuntimeError("the api did not start (see the log above)")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, releasing the controller lease as soon as shutdown begins.
+
+    uvicorn drains the requests in flight (up to ``timeout_graceful_shutdown``) before it runs
+    the app's lifespan shutdown; the scheduler is stopped and its lease released first, so a
+    replica that is draining never renews the lease and another takes over at once.
+    """
+
+    def __init__(self, config: uvicorn.Config, app: Any) -> None:
+        super().__init__(config)
+        self._app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Stop the controller jobs and release the lease, then shut down as uvicorn does."""
+        scheduler = getattr(self._app.state, "scheduler", None)
+        if scheduler is not None:
+            await scheduler.shutdown(timeout_s=0)
+        await super().shutdown(sockets)
 
 
 async def _stop_when_set(stop: asyncio.Event, server: uvicorn.Server) -> None:

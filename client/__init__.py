@@ -7,7 +7,7 @@ as an httpx transport. See ``hedgerow.client.hedging`` for the semantics
 of one call and the table of failure modes.
 """
 
-from hedgerow.client.budget import HedgeBudget
+from hedgerow.client.budget import FailoverBudget, HedgeBudget
 from hedgerow.client.chunks import AnswerAssembler, ChunkKind, classify_chunk
 from hedgerow.client.errors import (
     AllAttemptsFailed,
@@ -36,6 +36,7 @@ __all__ = [
     "ChatResult",
     "ChunkKind",
     "EventTooLarge",
+    "FailoverBudget",
     "HedgeBudget",
     "HedgeError",
     "HedgePolicy",

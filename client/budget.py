@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["HedgeBudget"]
+__all__ = ["FailoverBudget", "HedgeBudget"]
 
 #: Rounding slack when checking for a whole token (float sums of fractions fall short of 1).
 _WHOLE_TOKEN = 1.0 - 1e-9
@@ -61,3 +61,49 @@ class HedgeBudget:
 
 def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class FailoverBudget:
+    """The retry budget of failovers: a token bucket that cuts failovers off while upstreams fail.
+
+    The retry throttling of gRPC (gRFC A6, "Client Retries": ``maxTokens``, ``tokenRatio``): the
+    bucket starts full at ``max_tokens``; every failed attempt takes one token, every call that
+    got a first token gives back ``token_ratio``; a failover is allowed only while more than half
+    of ``max_tokens`` is left. So failovers flow while the recent failure share is low (below
+    about ``token_ratio / (1 + token_ratio)``, 9% at the default ratio) and stop once every
+    upstream fails, and an outage never multiplies the requests: after the first few calls each
+    call makes one request. Separate from the hedge budget (:class:`HedgeBudget`).
+
+    Args:
+        max_tokens: capacity, > 0 (default 10: after an outage starts, at most ~5 failovers).
+        token_ratio: tokens a successful call returns, in (0, 1] (default 0.1).
+
+    Raises:
+        ValueError: naming the argument, for a value that is not a finite number in range.
+    """
+
+    def __init__(self, max_tokens: float = 10.0, token_ratio: float = 0.1) -> None:
+        if not _finite(max_tokens) or max_tokens <= 0:
+            raise ValueError(f"FailoverBudget.max_tokens: must be a finite number > 0, got {max_tokens!r}")
+        if not _finite(token_ratio) or not 0.0 < token_ratio <= 1.0:
+            raise ValueError(f"FailoverBudget.token_ratio: must be a number in (0, 1], got {token_ratio!r}")
+        self.max_tokens = float(max_tokens)
+        self.token_ratio = float(token_ratio)
+        self._tokens = float(max_tokens)
+
+    @property
+    def tokens(self) -> float:
+        """Tokens currently in the bucket."""
+        return self._tokens
+
+    def record_failure(self) -> None:
+        """One attempt failed before its first token (a retryable failure): take one token."""
+        self._tokens = max(0.0, self._tokens - 1.0)
+
+    def record_success(self) -> None:
+        """One call got its first token: give back ``token_ratio`` tokens (capped at ``max_tokens``)."""
+        self._tokens = min(self.max_tokens, self._tokens + self.token_ratio)
+
+    def allows_failover(self) -> bool:
+        """Whether a failover may be sent now (more than half of ``max_tokens`` left)."""
+        return self._tokens > self.max_tokens / 2.0

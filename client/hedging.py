@@ -116,7 +116,7 @@ from typing import Any, Protocol, Self, cast
 import httpx
 from httpx_sse import EventSource, SSEError
 
-from hedgerow.client.budget import HedgeBudget
+from hedgerow.client.budget import FailoverBudget, HedgeBudget
 from hedgerow.client.chunks import AnswerAssembler, ChunkKind, cached_prompt_tokens, classify_chunk
 from hedgerow.client.errors import (
     AllAttemptsFailed,
@@ -491,6 +491,7 @@ class HedgingClient:
         self.telemetry = telemetry
         self.client_tag = client_tag or socket.gethostname()
         self.budget = HedgeBudget(self.policy.budget, self.policy.budget_burst)
+        self.failover_budget = FailoverBudget(self.policy.failover_budget_tokens, self.policy.failover_token_ratio)
         self._max_connections = max_connections
         self._transport = transport
         self._http: httpx.AsyncClient | None = None
@@ -653,6 +654,7 @@ class CallStream:
         self._winner: _Attempt | None = None
         self._hedge_reason: str | None = None
         self._hedge_denied = False
+        self._failover_denied = False
         self._status: str | None = None
         self._error_type: str | None = None
         self._answer_at: float | None = None
@@ -925,6 +927,7 @@ class CallStream:
                             self._cancel(other, at)
                     head = [*attempt.pending, payload]
                     attempt.pending.clear()
+                    self._client.failover_budget.record_success()
                     self._on_winner_chunk(attempt, at, info)
                     return head
                 elif kind == "end":
@@ -938,6 +941,7 @@ class CallStream:
                             if other is not attempt:
                                 self._cancel(other, at)
                         self._set_status("ok", None)
+                        self._client.failover_budget.record_success()
                         return list(attempt.pending)
                     self._fail(attempt, AttemptError("empty_stream", "stream ended before any token"), at)
                     self._after_failure()
@@ -1025,10 +1029,13 @@ class CallStream:
                 self._error_type = "caller_cancelled"
 
     def _after_failure(self) -> None:
-        """After an attempt failed before any token: fail over or give up."""
+        """After an attempt failed before any token: fail over (failover budget allowing) or give up."""
+        self._client.failover_budget.record_failure()
         if any(a.alive for a in self._attempts):
             return
-        if self._can_add_backup():
+        if self._can_add_backup() and not self._client.failover_budget.allows_failover():
+            self._failover_denied = True  # upstreams are failing: no retry storm
+        elif self._can_add_backup():
             if self._hedge_reason is None:
                 self._hedge_reason = "primary_error"
             self._start_attempt("backup")
@@ -1160,6 +1167,7 @@ class CallStream:
             hedged=len(self._attempts) > 1,
             hedge_reason=self._hedge_reason,  # type: ignore[arg-type]
             hedge_denied=self._hedge_denied,
+            failover_denied=self._failover_denied,
             winner=None if winner is None else winner.role,  # type: ignore[arg-type]
             status=self._status or "cancelled",  # type: ignore[arg-type]
             error_type=self._error_type,

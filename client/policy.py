@@ -73,6 +73,11 @@ class HedgePolicy:
             also the longest line) an attempt may send; a larger one fails the attempt with
             ``error_type`` ``event_too_large`` (before the first token: failover; after it:
             ``StreamError``). Default ``DEFAULT_MAX_EVENT_BYTES`` (8 MiB).
+        failover_budget_tokens: capacity of the failover retry budget (``FailoverBudget``:
+            each failed attempt takes a token, each answered call returns
+            ``failover_token_ratio``; failovers only while more than half is left). Default 10.
+        failover_token_ratio: tokens an answered call returns to that budget, in (0, 1].
+            Default 0.1 (failovers flow while under ~9% of attempts fail).
 
     Raises:
         ValueError: naming the field, for a negative, NaN or otherwise impossible value.
@@ -86,6 +91,8 @@ class HedgePolicy:
     total_timeout_s: float = 120.0
     connect_timeout_s: float = 5.0
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    failover_budget_tokens: float = 10.0
+    failover_token_ratio: float = 0.1
 
     def __post_init__(self) -> None:
         _seconds("hedge_after_s", self.hedge_after_s, allow_zero=True)
@@ -105,6 +112,14 @@ class HedgePolicy:
             or self.max_event_bytes < 1
         ):
             raise ValueError(f"HedgePolicy.max_event_bytes: must be an integer >= 1, got {self.max_event_bytes!r}")
+        if not _finite(self.failover_budget_tokens) or self.failover_budget_tokens <= 0:
+            raise ValueError(
+                f"HedgePolicy.failover_budget_tokens: must be a finite number > 0, got {self.failover_budget_tokens!r}"
+            )
+        if not _finite(self.failover_token_ratio) or not 0.0 < self.failover_token_ratio <= 1.0:
+            raise ValueError(
+                f"HedgePolicy.failover_token_ratio: must be a number in (0, 1], got {self.failover_token_ratio!r}"
+            )
 
 
 def _finite(value: object) -> bool:

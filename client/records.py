@@ -189,6 +189,8 @@ class CallRecord:
         hedged: True if a backup attempt was started (hedge or failover).
         hedge_reason: ``ttft_timeout`` (hedge), ``primary_error`` (failover) or None.
         hedge_denied: True if a hedge was due but the budget refused it.
+        failover_denied: True if a failover was due but the failover retry budget refused it
+            (``FailoverBudget``: upstreams were failing); absent in older records (False).
         winner: role of the attempt that produced the first token, or None.
         status: ``ok``, ``error``, ``timeout``, ``stalled`` or ``cancelled``.
         error_type: short machine name of the failure, or None.
@@ -210,6 +212,7 @@ class CallRecord:
     hedged: bool = False
     hedge_reason: HedgeReason | None = None
     hedge_denied: bool = False
+    failover_denied: bool = False
     winner: AttemptRole | None = None
     status: CallStatus = "ok"
     error_type: str | None = None
@@ -256,7 +259,7 @@ class CallRecord:
         for name in ("threshold_version", "prompt_tokens", "completion_tokens"):
             kwargs[name] = _count(data, name)
         kwargs["wasted_completion_tokens"] = _count(data, "wasted_completion_tokens") or 0
-        for name in ("hedged", "hedge_denied"):
+        for name in ("hedged", "hedge_denied", "failover_denied"):
             value = data.get(name, False)
             if not isinstance(value, bool):
                 raise ValueError(f"{name}: must be true or false")

@@ -58,6 +58,7 @@ class ThresholdPoller:
         self._etag: str | None = None
         self._fetched_at: float | None = None
         self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
         #: Counters: successful polls (200), unchanged polls (304), failed polls.
         self.polls_ok = 0
         self.polls_unchanged = 0
@@ -72,10 +73,23 @@ class ThresholdPoller:
         await self.aclose()
 
     async def start(self) -> None:
-        """Fetch once (errors are logged, not raised) and start the background task."""
-        await self.refresh()
+        """Start the background task and return at once (idempotent).
+
+        The first table is fetched in the background; until it arrives ``lookup`` answers None
+        and calls use their policy's ``hedge_after_s``, so an api that is down or never answers
+        never delays an app's start-up. :meth:`wait_ready` waits for it when a caller wants to.
+        """
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="hedgerow-threshold-poller")
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        """Wait at most ``timeout_s`` seconds for a first usable table; returns whether there is one."""
+        try:
+            async with asyncio.timeout(check_seconds("timeout_s", timeout_s)):
+                await self._ready.wait()
+        except TimeoutError:
+            pass
+        return self._ready.is_set()
 
     async def aclose(self) -> None:
         """Stop polling and close the connection pool."""
@@ -85,8 +99,8 @@ class ThresholdPoller:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self.interval_s)
             await self.refresh()
+            await asyncio.sleep(self.interval_s)
 
     async def refresh(self) -> bool:
         """Poll once now. Returns True if the table is usable (200 or 304), False on error."""
@@ -96,6 +110,7 @@ class ThresholdPoller:
             if response.status_code == 304:
                 self.polls_unchanged += 1
                 self._fetched_at = time.monotonic()
+                self._ready.set()
                 return True
             response.raise_for_status()
             table = self._parse(response.json())
@@ -108,6 +123,7 @@ class ThresholdPoller:
         self._etag = response.headers.get("ETag")
         self._fetched_at = time.monotonic()
         self.polls_ok += 1
+        self._ready.set()
         return True
 
     @staticmethod

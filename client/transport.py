@@ -366,6 +366,7 @@ class HedgingTransport(httpx.AsyncBaseTransport):
                 client_tag=self._client.client_tag,
                 headers=headers,
                 params=params,
+                failover_budget=self._client.failover_budget,
             )
         except HedgeError as exc:
             return _failure(request, exc, exc.record.request_id if exc.record else "")

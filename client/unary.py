@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx
 
-from hedgerow.client.budget import HedgeBudget
+from hedgerow.client.budget import FailoverBudget, HedgeBudget
 from hedgerow.client.chunks import cached_prompt_tokens
 from hedgerow.client.errors import AllAttemptsFailed, HedgeError, TotalTimeout
 from hedgerow.client.hedging import (
@@ -145,6 +145,7 @@ async def unary_call(
     headers: Mapping[str, str] | None = None,
     params: Any = None,
     request_id: str | None = None,
+    failover_budget: FailoverBudget | None = None,
 ) -> UnaryResult:
     """Send one non-streaming chat completion, hedged on the arrival of the whole response.
 
@@ -168,6 +169,8 @@ async def unary_call(
             upstream's headers).
         params: query parameters for every attempt (anything httpx accepts), or None.
         request_id: the call's id (default: a random UUID hex).
+        failover_budget: the failover retry budget shared with the caller's other calls
+            (default: a new one from the policy, i.e. none shared).
 
     Returns:
         A ``UnaryResult`` (a winner's 200, or a non-retryable 4xx when nothing else was left).
@@ -193,6 +196,7 @@ async def unary_call(
         headers=headers,
         params=params,
         request_id=request_id or uuid.uuid4().hex,
+        failover_budget=failover_budget or FailoverBudget(policy.failover_budget_tokens, policy.failover_token_ratio),
     )
     return await call.run()
 
@@ -216,6 +220,7 @@ class _UnaryCall:
         headers: Mapping[str, str] | None,
         params: Any,
         request_id: str,
+        failover_budget: FailoverBudget,
     ) -> None:
         self._http = http
         self._order = order
@@ -236,6 +241,8 @@ class _UnaryCall:
         self._winner: _Attempt | None = None
         self._hedge_reason: str | None = None
         self._hedge_denied = False
+        self._failover_budget = failover_budget
+        self._failover_denied = False
         self._status: str | None = None
         self._error_type: str | None = None
         self._prompt_tokens: int | None = None
@@ -383,11 +390,14 @@ class _UnaryCall:
                     self._winner = attempt
                     self._prompt_tokens = attempt.extra.get("prompt_tokens")
                     self._status = "ok"
+                    self._failover_budget.record_success()
                     return task.result(), attempt
                 attempt.outcome = "failed"
                 attempt.end_at = at
                 attempt.error_type = exc.error_type if isinstance(exc, UnaryAttemptFailure) else type(exc).__name__
                 attempt.extra["error"] = exc
+                if not (isinstance(exc, UnaryAttemptFailure) and exc.status_code in NON_RETRYABLE_STATUSES):
+                    self._failover_budget.record_failure()
             if any(a.outcome is None for a in self._attempts):
                 continue
             last = self._attempts[-1]
@@ -402,7 +412,9 @@ class _UnaryCall:
                     last_error.status_code, headers=last_error.headers, content=last_error.content
                 )
                 return response, last
-            if self._can_add_backup():
+            if self._can_add_backup() and not self._failover_budget.allows_failover():
+                self._failover_denied = True  # upstreams are failing: no retry storm
+            elif self._can_add_backup():
                 self._hedge_reason = self._hedge_reason or "primary_error"
                 self._start_attempt("backup")
                 continue
@@ -460,6 +472,7 @@ class _UnaryCall:
             hedged=len(self._attempts) > 1,
             hedge_reason=self._hedge_reason,  # type: ignore[arg-type]
             hedge_denied=self._hedge_denied,
+            failover_denied=self._failover_denied,
             winner=None if winner is None else winner.role,  # type: ignore[arg-type]
             status=self._status or "cancelled",  # type: ignore[arg-type]
             error_type=self._error_type,

@@ -6,12 +6,13 @@
     ├── StoreError       bad database url or unusable store
     │   └── StoreNotReady   database unreachable or not migrated to head
     ├── UnknownRoute     no such (route, model)
-    └── AmbiguousModel   a route named without its model has several models
+    ├── AmbiguousModel   a route named without its model has several models
+    └── RouteLimitExceeded   a new (route, model) past ``max_routes`` or ``max_models_per_route``
 """
 
 from __future__ import annotations
 
-__all__ = ["AmbiguousModel", "ControllerError", "StoreError", "StoreNotReady", "UnknownRoute"]
+__all__ = ["AmbiguousModel", "ControllerError", "RouteLimitExceeded", "StoreError", "StoreNotReady", "UnknownRoute"]
 
 
 class ControllerError(Exception):
@@ -53,3 +54,28 @@ class AmbiguousModel(ControllerError, ValueError):
         self.route = route
         self.models = models
         super().__init__(f"route {route!r} has {len(models)} models ({', '.join(models)}): give model")
+
+
+class RouteLimitExceeded(ControllerError, ValueError):
+    """Creating (route, model) would pass a configured bound on the number of routes.
+
+    Args:
+        route: the route name that would be created.
+        model: its model.
+        field: ``route`` (the store holds ``max_routes`` (route, model) rows) or ``model`` (the
+            route has ``max_models_per_route`` models).
+        limit: the bound that would be passed.
+    """
+
+    def __init__(self, route: str, model: str, field: str, limit: int) -> None:
+        self.route = route
+        self.model = model
+        self.field = field
+        self.limit = limit
+        if field == "model":
+            text = f"route {route!r} already has {limit} models (max_models_per_route): model {model!r} not created"
+        else:
+            text = (
+                f"the store already has {limit} routes (max_routes): route {route!r} with model {model!r} not created"
+            )
+        super().__init__(text)

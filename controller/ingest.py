@@ -13,15 +13,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.client.records import CallRecord, with_prompt_estimates
 from hedgerow.controller.db import dialect_insert
+from hedgerow.controller.errors import RouteLimitExceeded
 from hedgerow.controller.models import Attempt, Call, Route, utc_now
 from hedgerow.controller.policy import RouteConfig
 
-__all__ = ["ensure_routes", "ingest_calls", "route_defaults"]
+__all__ = ["check_route_limits", "ensure_routes", "ingest_calls", "route_defaults"]
 
 #: Rows per INSERT statement (keeps SQLite under its bound-parameter limit).
 _CHUNK_ROWS = 200
@@ -43,8 +44,63 @@ def route_defaults(settings: Any) -> RouteConfig:
     )
 
 
+async def check_route_limits(
+    session: AsyncSession, pairs: Sequence[tuple[str, str]], *, max_routes: int, max_models_per_route: int
+) -> None:
+    """Refuse (route, model) pairs that are not stored yet when creating them would pass a bound.
+
+    Counts the rows already stored plus the new pairs: at most ``max_routes`` (route, model)
+    rows in all, at most ``max_models_per_route`` models per route name. Two transactions
+    creating routes at the same moment may each pass the check, so the bound can be passed by
+    the new pairs of concurrent batches (at most one batch each), never more.
+
+    Args:
+        session: an open session.
+        pairs: the (route, model) pairs about to be ensured.
+        max_routes: the most (route, model) rows, >= 1.
+        max_models_per_route: the most models of one route, >= 1.
+
+    Raises:
+        RouteLimitExceeded: for the first new pair (in sorted order) past a bound.
+    """
+    wanted = sorted(set(pairs))
+    if not wanted:
+        return
+    existing: set[tuple[str, str]] = set()
+    for start in range(0, len(wanted), _CHUNK_ROWS):
+        chunk = wanted[start : start + _CHUNK_ROWS]
+        result = await session.execute(
+            select(Route.route, Route.model).where(tuple_(Route.route, Route.model).in_(chunk))
+        )
+        existing.update((r, m) for r, m in result.all())
+    new = [pair for pair in wanted if pair not in existing]
+    if not new:
+        return
+    total = int(await session.scalar(select(func.count()).select_from(Route)) or 0)
+    names = sorted({route for route, _model in new})
+    per_route: dict[str, int] = {}
+    for start in range(0, len(names), _CHUNK_ROWS):
+        chunk_names = names[start : start + _CHUNK_ROWS]
+        result = await session.execute(
+            select(Route.route, func.count()).where(Route.route.in_(chunk_names)).group_by(Route.route)
+        )
+        per_route.update({route: int(count) for route, count in result.all()})
+    for route, model in new:
+        if total >= max_routes:
+            raise RouteLimitExceeded(route, model, "route", max_routes)
+        if per_route.get(route, 0) >= max_models_per_route:
+            raise RouteLimitExceeded(route, model, "model", max_models_per_route)
+        total += 1
+        per_route[route] = per_route.get(route, 0) + 1
+
+
 async def ensure_routes(
-    session: AsyncSession, pairs: Sequence[tuple[str, str]], defaults: RouteConfig
+    session: AsyncSession,
+    pairs: Sequence[tuple[str, str]],
+    defaults: RouteConfig,
+    *,
+    max_routes: int | None = None,
+    max_models_per_route: int | None = None,
 ) -> dict[tuple[str, str], int]:
     """Create the missing (route, model) rows with ``defaults``; return every pair's route id.
 
@@ -52,10 +108,22 @@ async def ensure_routes(
         session: an open session; the caller commits.
         pairs: (route, model) pairs, in any order, repeats allowed.
         defaults: configuration of a newly created route.
+        max_routes, max_models_per_route: bounds checked by :func:`check_route_limits` before
+            anything is created (None: unbounded).
+
+    Raises:
+        RouteLimitExceeded: a new pair would pass a bound; nothing was created.
     """
     wanted = sorted(set(pairs))
     if not wanted:
         return {}
+    if max_routes is not None or max_models_per_route is not None:
+        await check_route_limits(
+            session,
+            wanted,
+            max_routes=max_routes if max_routes is not None else 2**62,
+            max_models_per_route=max_models_per_route if max_models_per_route is not None else 2**62,
+        )
     now = utc_now()
     rows = [
         {
@@ -97,6 +165,7 @@ def _call_row(record: CallRecord, route_id: int, received_at: Any) -> dict[str, 
         "hedged": record.hedged,
         "hedge_reason": record.hedge_reason,
         "hedge_denied": record.hedge_denied,
+        "failover_denied": record.failover_denied,
         "winner": record.winner,
         "status": record.status,
         "error_type": record.error_type,
@@ -117,6 +186,8 @@ async def ingest_calls(
     *,
     defaults: RouteConfig,
     stored: list[CallRecord] | None = None,
+    max_routes: int | None = None,
+    max_models_per_route: int | None = None,
 ) -> tuple[int, int]:
     """Write a batch of call records (and their attempts) into the store.
 
@@ -130,10 +201,15 @@ async def ingest_calls(
         defaults: configuration of routes created by this batch (see :func:`route_defaults`).
         stored: when given, the records written (not the duplicates) are appended to it (e.g. for
             the api's metrics, which count each record once).
+        max_routes, max_models_per_route: bounds on the routes a batch may create (None:
+            unbounded; see :func:`check_route_limits`).
 
     Returns:
         ``(accepted, duplicates)``: records written, and records skipped because their
         ``request_id`` was already stored or repeated earlier in the batch.
+
+    Raises:
+        RouteLimitExceeded: the batch would create a route past a bound; nothing was written.
     """
     unique: dict[str, CallRecord] = {}
     for record in records:
@@ -143,7 +219,13 @@ async def ingest_calls(
         return 0, duplicates
     # version 1 records carry no per-attempt prompt tokens: the one estimate rule fills them
     batch = [with_prompt_estimates(unique[key]) for key in sorted(unique)]
-    route_ids = await ensure_routes(session, [(r.route, r.model) for r in batch], defaults)
+    route_ids = await ensure_routes(
+        session,
+        [(r.route, r.model) for r in batch],
+        defaults,
+        max_routes=max_routes,
+        max_models_per_route=max_models_per_route,
+    )
     received_at = utc_now()
     call_ids: dict[str, int] = {}
     for start in range(0, len(batch), _CHUNK_ROWS):

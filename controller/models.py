@@ -41,6 +41,7 @@ from sqlalchemy import (
     MetaData,
     String,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -170,6 +171,7 @@ class Call(Base):
     hedged: Mapped[bool] = mapped_column(Boolean)
     hedge_reason: Mapped[str | None] = mapped_column(String(32))
     hedge_denied: Mapped[bool] = mapped_column(Boolean)
+    failover_denied: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     winner: Mapped[str | None] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16))
     error_type: Mapped[str | None] = mapped_column(String(200))

@@ -40,7 +40,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker, rowcount
-from hedgerow.controller.models import Attempt, Call, HourlyRollup, Route, utc_now
+from hedgerow.controller.models import Attempt, Call, HourlyRollup, Route, ThresholdHistory, utc_now
 from hedgerow.controller.rollups import (
     HOUR_S,
     FoldedHour,
@@ -49,7 +49,14 @@ from hedgerow.controller.rollups import (
     scan_raw_hours,
 )
 
-__all__ = ["DeletedHour", "RetentionReport", "delete_folded_raw", "run_retention", "run_retention_once"]
+__all__ = [
+    "DeletedHour",
+    "RetentionReport",
+    "delete_folded_raw",
+    "prune_history",
+    "run_retention",
+    "run_retention_once",
+]
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +95,14 @@ class RetentionReport:
         cutoff: raw calls started before it were eligible for deletion (a whole UTC hour).
         folded: hours folded into rollups.
         deleted: hours whose raw rows were deleted (or skipped, with the reason).
+        pruned_history: threshold history rows deleted (:func:`prune_history`).
     """
 
     now: datetime
     cutoff: datetime
     folded: list[FoldedHour] = field(default_factory=list)
     deleted: list[DeletedHour] = field(default_factory=list)
+    pruned_history: int = 0
 
     @property
     def deleted_calls(self) -> int:
@@ -114,6 +123,7 @@ class RetentionReport:
             "deleted_calls": self.deleted_calls,
             "deleted_attempts": self.deleted_attempts,
             "skipped_hours": sum(1 for h in self.deleted if h.skipped),
+            "pruned_history": self.pruned_history,
             "folded": [h.to_dict() for h in self.folded],
             "deleted": [h.to_dict() for h in self.deleted],
         }
@@ -239,6 +249,53 @@ async def delete_folded_raw(
     return done
 
 
+async def prune_history(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    *,
+    held_before: datetime,
+    applied_before: datetime,
+    batch_rows: int,
+) -> int:
+    """Delete old threshold history: held decisions last seen before ``held_before``, applied
+    changes (published values and audited configuration changes) before ``applied_before``.
+
+    The newest row of every route is always kept (it is the route's last decision). Deletes run
+    in transactions of at most ``batch_rows`` rows.
+
+    Args:
+        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        held_before: cutoff of rows with ``applied`` false (aware UTC).
+        applied_before: cutoff of rows with ``applied`` true (aware UTC; earlier: kept longer).
+        batch_rows: most rows per transaction, >= 1.
+
+    Returns:
+        The rows deleted.
+    """
+    newest = select(func.max(ThresholdHistory.id)).group_by(ThresholdHistory.route_id)
+    # a merged hold (repeats > 1) was last seen at last_at: its age counts from then
+    seen = func.coalesce(ThresholdHistory.last_at, ThresholdHistory.computed_at)
+    old = (ThresholdHistory.applied.is_(False) & (seen < held_before)) | (
+        ThresholdHistory.applied.is_(True) & (seen < applied_before)
+    )
+    total = 0
+    while True:
+        async with sessionmaker() as session, session.begin():
+            ids = list(
+                (
+                    await session.scalars(
+                        select(ThresholdHistory.id)
+                        .where(old, ThresholdHistory.id.not_in(newest))
+                        .order_by(ThresholdHistory.id)
+                        .limit(batch_rows)
+                    )
+                ).all()
+            )
+            if not ids:
+                return total
+            await session.execute(delete(ThresholdHistory).where(ThresholdHistory.id.in_(ids)))
+            total += len(ids)
+
+
 async def run_retention(
     sessionmaker: async_sessionmaker[AsyncSession],
     settings: Any,
@@ -246,7 +303,9 @@ async def run_retention(
     now: datetime | None = None,
     delete_raw: bool = True,
 ) -> RetentionReport:
-    """Fold every changed complete hour, then delete raw rows older than ``settings.retention_s``.
+    """Fold every changed complete hour, then delete raw rows older than ``settings.retention_s``
+    and threshold history older than ``settings.history_retention_s`` (held decisions) or
+    ``settings.applied_history_retention_s`` (applied changes), see :func:`prune_history`.
 
     Args:
         sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
@@ -272,7 +331,17 @@ async def run_retention(
         deleted = await delete_folded_raw(
             sessionmaker, cutoff=cutoff, batch_rows=settings.retention_batch_rows, now=now
         )
-    report = RetentionReport(now=now, cutoff=cutoff, folded=folded, deleted=deleted)
+    pruned = 0
+    if delete_raw:
+        pruned = await prune_history(
+            sessionmaker,
+            held_before=now - timedelta(seconds=settings.history_retention_s),
+            applied_before=now - timedelta(seconds=settings.applied_history_retention_s),
+            batch_rows=settings.retention_batch_rows,
+        )
+    report = RetentionReport(now=now, cutoff=cutoff, folded=folded, deleted=deleted, pruned_history=pruned)
+    if pruned:
+        log.info("retention: deleted %d threshold history row(s)", pruned)
     if folded or deleted:
         log.info("retention: folded %d hour(s), deleted %d call(s) and %d attempt(s) before %s",
                  len(folded), report.deleted_calls, report.deleted_attempts, cutoff.isoformat())  # fmt: skip

@@ -53,6 +53,7 @@ from hedgerow.client.records import MAX_SECONDS, control_character_error
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import ControllerError, UnknownRoute
 from hedgerow.controller.events import log_threshold_change
+from hedgerow.controller.ingest import check_route_limits
 from hedgerow.controller.jobs import lock_route, tick_route
 from hedgerow.controller.models import Route, Threshold, ThresholdHistory, utc_now
 from hedgerow.controller.policy import RouteConfig
@@ -216,6 +217,8 @@ async def configure_route(
 
     Raises:
         UnknownRoute: a patch of a missing (route, model).
+        RouteLimitExceeded: a replace that would create a route past ``settings.max_routes`` or
+            ``settings.max_models_per_route``.
         RouteConfigInvalid: an unknown field or a value out of range (``field`` names it).
         ValueError: ``route``/``model`` empty or longer than 200 characters, or ``now`` naive.
     """
@@ -237,6 +240,12 @@ async def configure_route(
         if replace:
             wanted = _defaults(settings) | fields
             validate_route_config(wanted)
+            await check_route_limits(
+                session,
+                [(route, model)],
+                max_routes=settings.max_routes,
+                max_models_per_route=settings.max_models_per_route,
+            )
             inserted = await session.execute(
                 dialect_insert(session, Route)
                 .values(route=route, model=model, created_at=now, updated_at=now, **wanted)

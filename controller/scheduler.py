@@ -93,7 +93,12 @@ class ControllerScheduler:
         self._flags: dict[tuple[str, str], list[str]] = {}
 
     async def renew(self) -> bool:
-        """Take or renew the lease now; returns whether this process holds it."""
+        """Take or renew the lease now; returns whether this process holds it.
+
+        A process that is shutting down (:meth:`shutdown` called) never takes or renews it.
+        """
+        if self._stopping:
+            return False
         before = self.holding
         try:
             self.holding = await acquire_lease(
@@ -236,7 +241,12 @@ class ControllerScheduler:
         self._scheduler = scheduler
 
     async def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Stop the jobs, wait (up to ``timeout_s``) for a running one, and release the lease."""
+        """Stop the jobs, wait (up to ``timeout_s``) for a running one, and release the lease.
+
+        Idempotent. From the first call on the lease is never renewed again; ``timeout_s=0``
+        cancels a running job at once (its transaction rolls back) so the lease is released
+        without waiting (what ``hedgerow serve`` does on SIGTERM, before draining requests).
+        """
         self._stopping = True
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
@@ -244,7 +254,7 @@ class ControllerScheduler:
         await asyncio.sleep(0)  # a job task created just before starts, sees the flag and ends
         running = [t for t in self._running if t is not asyncio.current_task()]
         if running:
-            _done, pending = await asyncio.wait(running, timeout=timeout_s)
+            _done, pending = (set(), set(running)) if timeout_s <= 0 else await asyncio.wait(running, timeout=timeout_s)
             for task in pending:
                 task.cancel()
             if pending:

@@ -103,6 +103,22 @@ class Settings(BaseSettings):
         log_level: ``debug``, ``info`` (default), ``warning``, ``error`` or ``critical``.
         log_format: ``text`` (default) or ``json`` (one object per line).
         access_log: log one line per HTTP request (default false).
+        max_body_bytes: largest body of ``POST /v1/calls``, bytes (default 16 MiB; the smaller of
+            this and ``max_batch_calls`` x 16 KiB applies); refused with 413 while it streams.
+        header_read_timeout_s: seconds a request's line and headers may take before the
+            connection is closed (default 10).
+        body_read_timeout_s: seconds a request's whole body may take after its headers before
+            it is answered 408 (default 30).
+        shutdown_timeout_s: on SIGTERM, seconds ``hedgerow serve`` waits for requests in flight
+            before cancelling them (default 10; rounded up to whole seconds for uvicorn). The
+            controller lease is released at once, before this wait.
+        max_routes: most (route, model) rows in the store; a batch or PUT that would create more
+            is refused with 422 naming the field (default 1000).
+        max_models_per_route: most models of one route name (default 20).
+        history_retention_s: age after which held (not applied) threshold history rows are
+            deleted, seconds (default 2,592,000 = 30 days).
+        applied_history_retention_s: age after which applied changes are deleted from the
+            threshold history, seconds (default 31,536,000 = 365 days; >= ``history_retention_s``).
     """
 
     model_config = SettingsConfigDict(env_prefix="HEDGEROW_", extra="ignore")
@@ -149,6 +165,14 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     log_format: Literal["text", "json"] = "text"
     access_log: bool = False
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    header_read_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
+    body_read_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
+    shutdown_timeout_s: float = Field(10.0, ge=0, allow_inf_nan=False)
+    max_routes: int = Field(1000, ge=1)
+    max_models_per_route: int = Field(20, ge=1)
+    history_retention_s: float = Field(2_592_000.0, gt=0, le=MAX_RETENTION_S, allow_inf_nan=False)
+    applied_history_retention_s: float = Field(31_536_000.0, gt=0, le=MAX_RETENTION_S, allow_inf_nan=False)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -232,6 +256,18 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"HEDGEROW_DEFAULT_HEDGE_AFTER_S ({default:g} s) must lie within [HEDGEROW_MIN_HEDGE_AFTER_S, "
                 f"HEDGEROW_MAX_HEDGE_AFTER_S] = [{low:g}, {value:g}] s"
+            )
+        return value
+
+    @field_validator("applied_history_retention_s")
+    @classmethod
+    def _check_applied_history_retention(cls, value: float, info: ValidationInfo) -> float:
+        """Applied changes are kept at least as long as held decisions."""
+        held_s = info.data.get("history_retention_s")
+        if held_s is not None and value < held_s:
+            raise ValueError(
+                f"HEDGEROW_APPLIED_HISTORY_RETENTION_S ({value:g} s) must be >= "
+                f"HEDGEROW_HISTORY_RETENTION_S ({held_s:g} s): applied changes are kept longest"
             )
         return value
 

@@ -495,6 +495,7 @@ def _bind(host: str, port: int) -> socket.socket:
         )[0]
         sock = socket.socket(family, type_, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(addr)
         sock.listen(2048)
         return sock

@@ -230,7 +230,7 @@ async def test_configure_route_rolls_back_when_the_store_refuses_the_history(mak
 # ---- 4. route names with "/" (and unicode) are reachable ----
 
 
-@pytest.mark.parametrize("name", ["team/sum", "équipe/résumé/日本", "a/history"])
+@pytest.mark.parametrize("name", ["team/sum", "équipe/résumé/日本"])
 async def test_route_names_with_slashes_are_reachable(make_api, call_factory, name) -> None:
     from urllib.parse import quote
 
@@ -247,23 +247,30 @@ async def test_route_names_with_slashes_are_reachable(make_api, call_factory, na
             threshold = await api.get(url, params=M)
             assert threshold.status_code == 200, (url, threshold.text)
             assert (threshold.json()["route"], threshold.json()["hedge_after_s"]) == (name, 0.8)
-        if not name.endswith("/history"):  # documented: that path is the history of "a"
-            one = await api.get(f"/v1/routes/{name}", params=M)
-            assert one.status_code == 200 and one.json()["pinned_hedge_after_s"] == 0.8
+        one = await api.get(f"/v1/routes/{name}", params=M)
+        assert one.status_code == 200 and one.json()["pinned_hedge_after_s"] == 0.8
         history = await api.get(f"/v1/routes/{name}/history", params=M)
         assert history.status_code == 200, history.text
         assert [row["route"] for row in history.json()["history"]] == [name, name]
         assert (await api.get("/v1/routes/team", params=M)).status_code == 404
 
 
-async def test_history_path_is_the_history_of_the_prefix(make_api) -> None:
+async def test_history_path_is_the_history_of_the_prefix_and_read_only(make_api, call_factory) -> None:
     async with make_api() as (_app, api):
-        for name in ("a", "a/history"):
-            assert (await api.put(f"/v1/routes/{name}", params=M, json={"budget": 0.2})).status_code == 201
+        assert (await api.put("/v1/routes/a", params=M, json={"budget": 0.2})).status_code == 201
         rows = (await api.get("/v1/routes/a/history", params=M)).json()["history"]
         assert [row["route"] for row in rows] == ["a"]
-        rows = (await api.get("/v1/routes/a/history/history", params=M)).json()["history"]
-        assert [row["route"] for row in rows] == ["a/history"]
+        # issue 13: PUT /v1/routes/X/history created a route named X/history
+        for method in ("PUT", "PATCH", "POST", "DELETE"):
+            answer = await api.request(method, "/v1/routes/a/history", params=M, json={"budget": 0.3})
+            assert answer.status_code == 405 and answer.headers["allow"] == "GET", (method, answer.text)
+        encoded = await api.put("/v1/routes/a%2Fhistory", params=M, json={"budget": 0.3})
+        assert encoded.status_code == 405
+        record = call_factory("h1", route="b/history", model="m1").to_dict()
+        refused = await api.post("/v1/calls", json={"calls": [record]})
+        assert refused.status_code == 422 and refused.json()["detail"]["field"] == "route"
+        names = {row["route"] for row in (await api.get("/v1/routes")).json()["routes"]}
+        assert names == {"a"}
 
 
 # ---- 5. nested JSON and body size ----

@@ -6,6 +6,7 @@ Every test runs on SQLite and PostgreSQL (the ``database_url`` fixture).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -187,7 +188,10 @@ async def test_malformed_bodies_and_unknown_routes(make_api) -> None:
 async def test_actor_is_the_token_fingerprint(make_api) -> None:
     async with make_api(tokens="s3cret-admin:admin,r3ad:read") as (app, api):
         admin = {"Authorization": "Bearer s3cret-admin"}
-        fingerprint = "token:" + hashlib.sha256(b"s3cret-admin").hexdigest()[:12]
+        # keyed by every configured token (issue 13: a read token must not test guesses against it)
+        key = b"r3ad\ns3cret-admin"
+        fingerprint = "token:" + hmac.new(key, b"s3cret-admin", hashlib.sha256).hexdigest()[:12]
+        assert fingerprint != "token:" + hashlib.sha256(b"s3cret-admin").hexdigest()[:12]
         assert (
             await api.put("/v1/routes/a", params=M, json={}, headers={"Authorization": "Bearer r3ad"})
         ).status_code == 403

@@ -114,7 +114,11 @@ def test_refuses_non_loopback_without_tokens(tmp_path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
     with pytest.raises(ApiConfigError, match=r"refusing to listen on '0\.0\.0\.0' without auth"):
         create_app(Settings(database_url=url, host="0.0.0.0"))
-    create_app(Settings(database_url=url, host="0.0.0.0", tokens="abc:read"))
+    # issue 13: a 1-character (or any short) token is refused off loopback, named by position
+    with pytest.raises(ApiConfigError, match="token 2 of HEDGEROW_TOKENS has 1 characters, fewer than 16"):
+        create_app(Settings(database_url=url, host="0.0.0.0", tokens="abcdefghijklmnopq:read,x:admin"))
+    create_app(Settings(database_url=url, host="0.0.0.0", tokens="abcdefghijklmnop:read"))
+    create_app(Settings(database_url=url, host="127.0.0.1", tokens="abc:read"))  # loopback: any length
     create_app(Settings(database_url=url, host="::1"))
     with pytest.raises(ApiConfigError, match="unknown scope 'write'"):
         create_app(Settings(database_url=url, tokens="abc:write"))

@@ -1,0 +1,192 @@
+"""Request limits enforced while the request streams: body size, body read time, header read time.
+
+- :class:`BodyLimitMiddleware` (ASGI): a body whose declared ``Content-Length`` exceeds the
+  limit of its endpoint is refused with 413 before a byte of it is read; a chunked (or
+  under-declared) body is read chunk by chunk and refused with 413 the moment the bytes received
+  would pass the limit, so the server never holds more than the limit of one request. A body
+  not received whole within ``body_read_timeout_s`` is answered 408, and one still arriving
+  when a shutdown cancels the request 503. These answers close the connection (the rest of the
+  body is never read). The endpoint then reads the buffered body
+  as usual (``await request.body()`` is bounded by the limit).
+- :class:`HeaderTimeoutH11Protocol`: uvicorn's h11 protocol with a deadline on the request
+  head: a connection whose request line and headers are not complete ``header_read_timeout_s``
+  after the first byte of them (or after the connection opened) is closed. uvicorn bounds the
+  size of a head (``h11_max_incomplete_event_size``) and the idle time between requests
+  (``timeout_keep_alive``) but not the time a head may take; this is the one addition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = ["DEFAULT_BODY_LIMIT_BYTES", "BodyLimitMiddleware", "HeaderTimeoutH11Protocol", "header_timeout_protocol"]
+
+#: Body limit of every endpoint without a larger one of its own (route and price changes are
+#: ~300 bytes; a GET has no body).
+DEFAULT_BODY_LIMIT_BYTES = 65_536
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Any]
+Send = Callable[[Message], Any]
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over their endpoint's limit (413) or slower than a deadline (408).
+
+    Args:
+        app: the ASGI app to protect.
+        limit_for: ``(method, path) -> limit in bytes`` of the request's body.
+        body_read_timeout_s: seconds within which the whole body must arrive (from the request
+            head), > 0.
+
+    Answers are JSON ``{"detail": "..."}`` naming the limit, with ``Connection: close``.
+    """
+
+    def __init__(self, app: Any, limit_for: Callable[[str, str], int], body_read_timeout_s: float) -> None:
+        if not (math.isfinite(body_read_timeout_s) and body_read_timeout_s > 0):
+            raise ValueError(f"body_read_timeout_s: must be a positive number of seconds, got {body_read_timeout_s!r}")
+        self.app = app
+        self.limit_for = limit_for
+        self.body_read_timeout_s = body_read_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Buffer the body of an HTTP request within its limits, then run the app on it."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit_bytes = self.limit_for(scope["method"], scope["path"])
+        declared = _content_length(scope)
+        if declared is not None and declared > limit_bytes:
+            await _refuse(send, 413, f"body of {declared} bytes exceeds the limit of {limit_bytes} bytes")
+            return
+        chunks: list[bytes] = []
+        size_bytes = 0
+        more = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_read_timeout_s
+        while more:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                await _refuse(send, 408, f"request body not received within {self.body_read_timeout_s:g} s")
+                return
+            except asyncio.CancelledError:
+                # uvicorn cancels requests still running when its graceful-shutdown timeout
+                # ends; one still waiting for its body is answered 503 and ends quietly.
+                await _refuse(send, 503, "server shutting down before the request body arrived")
+                return
+            if message["type"] == "http.disconnect":
+                return  # the client left: nothing to answer
+            body = message.get("body", b"")
+            size_bytes += len(body)
+            if size_bytes > limit_bytes:
+                await _refuse(send, 413, f"body exceeds the limit of {limit_bytes} bytes")
+                return
+            if body:
+                chunks.append(body)
+            more = bool(message.get("more_body", False))
+        whole = b"".join(chunks)
+        chunks.clear()
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": whole, "more_body": False}
+            return dict(await receive())  # after the body: waits for the disconnect
+
+        await self.app(scope, replay, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    """The declared ``Content-Length`` of the request, or None (absent or not a number)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            text = value.decode("latin-1").strip()
+            return int(text) if text.isdigit() else None
+    return None
+
+
+async def _refuse(send: Send, status_code: int, message: str) -> None:
+    """Answer ``{"detail": message}`` with ``status_code`` and close the connection."""
+    body = json.dumps({"detail": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status_code,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class HeaderTimeoutH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, closing connections whose request head is not complete in time.
+
+    The deadline (``header_read_timeout_s``, a class attribute set by :func:`header_timeout_protocol`)
+    starts when the connection opens, and again when the first bytes of a following request on a
+    kept-alive connection arrive; it ends when h11 has parsed the whole head.
+    """
+
+    header_read_timeout_s: float = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Open the connection and start the head deadline."""
+        super().connection_made(transport)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._arm_head_timer()
+
+    def data_received(self, data: bytes) -> None:
+        """Feed h11; start the deadline on a new head's first bytes, stop it once the head is parsed."""
+        super().data_received(data)
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if self._head_timer is None:
+                self._arm_head_timer()
+        elif self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Stop the deadline and close as uvicorn does."""
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        self._head_timer = self.loop.call_later(self.header_read_timeout_s, self._head_timeout)
+
+    def _head_timeout(self) -> None:
+        """Close the connection if its request head is still incomplete."""
+        self._head_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
+
+
+def header_timeout_protocol(header_read_timeout_s: float) -> type[HeaderTimeoutH11Protocol]:
+    """A :class:`HeaderTimeoutH11Protocol` subclass with the given deadline, for ``uvicorn.Config(http=...)``.
+
+    Args:
+        header_read_timeout_s: seconds a request head may take, > 0.
+
+    Raises:
+        ValueError: a deadline that is not a positive finite number.
+    """
+    if not (math.isfinite(header_read_timeout_s) and header_read_timeout_s > 0):
+        raise ValueError(f"header_read_timeout_s: must be a positive number of seconds, got {header_read_timeout_s!r}")
+    attributes = {"header_read_timeout_s": header_read_timeout_s}
+    return type("HeaderTimeoutH11Protocol", (HeaderTimeoutH11Protocol,), attributes)
