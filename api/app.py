@@ -19,14 +19,18 @@ from fastapi.responses import JSONResponse
 
 from hedgerow import __version__
 from hedgerow.api import calls, controller, health, prices, reports, routes, thresholds
-from hedgerow.api.auth import check_listen_allowed, parse_tokens
+from hedgerow.api import metrics as metrics_api
+from hedgerow.api.auth import check_listen_allowed, parse_token_names, parse_tokens
+from hedgerow.api.docs import install_docs
+from hedgerow.api.metrics import Metrics
+from hedgerow.api.pages import install_pages
 from hedgerow.controller.db import (
     check_database_url,
     make_engine,
     make_sessionmaker,
     migrate_engine,
 )
-from hedgerow.controller.errors import UnknownRoute
+from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
 from hedgerow.controller.ingest import route_defaults
 from hedgerow.controller.prices import read_price_file, store_price_file
 from hedgerow.controller.scheduler import ControllerScheduler
@@ -84,12 +88,15 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     defaults = route_defaults(settings)
     check_database_url(settings.database_url)
     price_specs = read_price_file(settings.price_file) if settings.price_file else []
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url)
         sessionmaker = make_sessionmaker(engine)
         scheduler = ControllerScheduler(sessionmaker, settings)
+        scheduler.on_tick = metrics.observe_tick
+        scheduler.on_lease = metrics.set_lease
         try:
             await migrate_engine(engine)
             if price_specs:
@@ -109,16 +116,28 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         version=__version__,
         description="Ingest of call records, measured hedge thresholds, threshold history.",
         lifespan=lifespan,
+        docs_url=None,  # served from local files by install_docs (FastAPI's loads from a CDN)
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.tokens = tokens
+    app.state.token_names = parse_token_names(settings.tokens)
     app.state.route_defaults = defaults
-    for module in (calls, thresholds, routes, controller, health, prices, reports):
+    app.state.metrics = metrics
+    for module in (calls, thresholds, routes, controller, health, prices, reports, metrics_api):
         app.include_router(module.router)
+    install_docs(app)
+    install_pages(app)
 
     @app.exception_handler(UnknownRoute)
     async def unknown_route(_request: Request, exc: UnknownRoute) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(AmbiguousModel)
+    async def ambiguous_model(_request: Request, exc: AmbiguousModel) -> JSONResponse:
+        return JSONResponse(
+            {"detail": {"field": "model", "message": str(exc)}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
+        )
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:

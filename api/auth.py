@@ -1,15 +1,24 @@
-"""Bearer-token auth with scopes.
+"""Bearer-token auth with scopes, and named tokens for the audit trail.
 
-``settings.tokens`` is ``token:scope+scope,token:scope`` (e.g. ``s3cret:ingest+read,ops:admin``).
+``settings.tokens`` is ``[name=]token:scope+scope,...`` (e.g. ``alice=s3cret:admin,poller:ingest``).
 Scopes: ``ingest`` (post calls, read thresholds), ``read`` (read everything), ``admin``
-(everything). With no tokens configured every request is allowed, and the server refuses to
-listen on anything but loopback (:func:`check_listen_allowed`).
+(everything). An entry's optional ``name=`` (letters, digits, ``_.-``, up to 64, starting with a
+letter) names the token's holder: the name is the audit actor of the changes made with it
+(:func:`token_actor`); an unnamed token is recorded by its fingerprint. A base64 token whose only
+``=`` are its trailing padding is never taken for a name. With no tokens configured every request
+is allowed, and the server refuses to listen on anything but loopback (:func:`check_listen_allowed`).
+
+A request carries its token as ``Authorization: Bearer <token>``; the pages under ``/ui/`` also
+accept it from the HttpOnly cookie :data:`TOKEN_COOKIE` set by their login page. 401 and 403
+answers have the documented body ``{"detail": {"field": "authorization", "message": ...}}``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -17,35 +26,73 @@ from fastapi import HTTPException, Request, status
 
 from hedgerow.api.errors import ApiConfigError
 
-__all__ = ["SCOPES", "check_listen_allowed", "is_loopback", "parse_tokens", "require_scope"]
+__all__ = [
+    "SCOPES",
+    "TOKEN_COOKIE",
+    "bearer_token",
+    "check_listen_allowed",
+    "is_loopback",
+    "parse_token_names",
+    "parse_tokens",
+    "require_scope",
+    "token_actor",
+    "token_scopes",
+]
 
 SCOPES: tuple[str, ...] = ("ingest", "read", "admin")
+#: The cookie holding the token of the pages' login (HttpOnly, SameSite=Strict, path /ui).
+TOKEN_COOKIE = "hedgerow_token"
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
 
-def parse_tokens(text: str) -> dict[str, frozenset[str]]:
-    """Parse ``token:scope+scope,...`` into ``{token: scopes}``.
+def _entries(text: str) -> list[tuple[str | None, str, frozenset[str]]]:
+    """``(name, token, scopes)`` of each entry of ``text``.
 
     Raises:
         ApiConfigError: an entry without ``:``, an empty token, no scope, or an unknown scope.
     """
-    tokens: dict[str, frozenset[str]] = {}
+    entries: list[tuple[str | None, str, frozenset[str]]] = []
     for position, entry in enumerate(part.strip() for part in text.split(",")):
         if not entry:
             continue
         token, sep, scopes_text = entry.rpartition(":")
         if not sep or not token:
             raise ApiConfigError(
-                f"tokens entry {position + 1}: expected token:scope[+scope...] with scopes from {', '.join(SCOPES)}"
+                f"HEDGEROW_TOKENS entry {position + 1}: expected [name=]token:scope[+scope...] with scopes from"
+                f" {', '.join(SCOPES)}"
             )
         scopes = frozenset(s.strip() for s in scopes_text.split("+") if s.strip())
         unknown = sorted(scopes - set(SCOPES))
         if unknown or not scopes:
             raise ApiConfigError(
-                f"tokens entry {position + 1}: unknown scope {unknown[0] if unknown else '(none)'!r};"
+                f"HEDGEROW_TOKENS entry {position + 1}: unknown scope {unknown[0] if unknown else '(none)'!r};"
                 f" scopes are {', '.join(SCOPES)}"
             )
-        tokens[token] = scopes
-    return tokens
+        name: str | None = None
+        head, eq, rest = token.partition("=")
+        if eq and _NAME.fullmatch(head) and rest.strip("="):
+            name, token = head, rest
+        entries.append((name, token, scopes))
+    return entries
+
+
+def parse_tokens(text: str) -> dict[str, frozenset[str]]:
+    """Parse ``[name=]token:scope+scope,...`` into ``{token: scopes}``.
+
+    Raises:
+        ApiConfigError: an entry without ``:``, an empty token, no scope, or an unknown scope
+            (the message names ``HEDGEROW_TOKENS`` and the entry's position).
+    """
+    return {token: scopes for _name, token, scopes in _entries(text)}
+
+
+def parse_token_names(text: str) -> dict[str, str]:
+    """``{token: name}`` of the named entries of ``[name=]token:scope+scope,...``.
+
+    Raises:
+        ApiConfigError: as :func:`parse_tokens`.
+    """
+    return {token: name for name, token, _scopes in _entries(text) if name is not None}
 
 
 def is_loopback(host: str) -> bool:
@@ -71,11 +118,43 @@ def check_listen_allowed(host: str, tokens: dict[str, frozenset[str]]) -> None:
         )
 
 
+def bearer_token(request: Request) -> str | None:
+    """The token of ``Authorization: Bearer <token>``, or None without one."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    given = given.strip()
+    return given if scheme.lower() == "bearer" and given else None
+
+
+def token_scopes(tokens: dict[str, frozenset[str]], given: str | None) -> frozenset[str] | None:
+    """The scopes of the configured token equal to ``given`` (compared in constant time), or None."""
+    if not given:
+        return None
+    found: frozenset[str] | None = None
+    for token, scopes in tokens.items():
+        if hmac.compare_digest(token.encode(), given.encode()):
+            found = scopes
+    return found
+
+
+def token_actor(names: dict[str, str], given: str) -> str:
+    """Who a token stands for in the audit trail: its name, else ``token:<12 hex digits of SHA-256>``
+    (the token itself is never stored)."""
+    for token, name in names.items():
+        if hmac.compare_digest(token.encode(), given.encode()):
+            return name
+    return "token:" + hashlib.sha256(given.encode()).hexdigest()[:12]
+
+
+def _auth_error(code: int, message: str) -> HTTPException:
+    headers = {"WWW-Authenticate": "Bearer"} if code == status.HTTP_401_UNAUTHORIZED else None
+    return HTTPException(code, detail={"field": "authorization", "message": message}, headers=headers)
+
+
 def require_scope(*accepted: str) -> Callable[[Request], Any]:
     """A FastAPI dependency allowing a request whose token has any of the ``accepted`` scopes.
 
     ``admin`` is always accepted. Answers 401 without a valid bearer token, 403 when its scopes
-    do not include any of ``accepted``.
+    do not include any of ``accepted``; both ``{"detail": {"field": "authorization", "message"}}``.
     """
     wanted = set(accepted) | {"admin"}
 
@@ -83,24 +162,11 @@ def require_scope(*accepted: str) -> Callable[[Request], Any]:
         tokens: dict[str, frozenset[str]] = request.app.state.tokens
         if not tokens:
             return None
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        scopes: frozenset[str] | None = None
-        if scheme.lower() == "bearer" and given:
-            for token, token_scopes in tokens.items():
-                if hmac.compare_digest(token.encode(), given.strip().encode()):
-                    scopes = token_scopes
+        scopes = token_scopes(tokens, bearer_token(request))
         if scopes is None:
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                detail="missing or invalid bearer token",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+            raise _auth_error(status.HTTP_401_UNAUTHORIZED, "missing or invalid bearer token")
         if not scopes & wanted:
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN,
-                detail=f"token lacks scope: needs one of {', '.join(sorted(wanted))}",
-            )
+            raise _auth_error(status.HTTP_403_FORBIDDEN, f"token lacks scope: needs one of {', '.join(sorted(wanted))}")
         return ",".join(sorted(scopes))
 
     return dependency

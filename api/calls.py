@@ -21,6 +21,7 @@ from hedgerow.api.auth import require_scope
 from hedgerow.api.deps import get_session, get_settings
 from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
 from hedgerow.client.records import CallRecord
+from hedgerow.controller.events import log_rejected_batch
 from hedgerow.controller.ingest import ingest_calls
 
 __all__ = ["MAX_RECORD_BYTES", "field_path", "parse_record", "router"]
@@ -115,13 +116,30 @@ async def post_calls(
         return _unprocessable(None, extra[0], "unknown field")
     raw_calls = payload["calls"]
     if len(raw_calls) > limit:
-        return _too_large(f"batch of {len(raw_calls)} calls exceeds max_batch_calls={limit}")
+        answer = _too_large(f"batch of {len(raw_calls)} calls exceeds max_batch_calls={limit}")
+        _rejected(request, len(raw_calls), answer)
+        return answer
     records: list[CallRecord] = []
     for index, raw in enumerate(raw_calls):
         parsed = parse_record(index, raw)
         if isinstance(parsed, JSONResponse):
+            _rejected(request, len(raw_calls), parsed)
             return parsed
         records.append(parsed)
+    stored: list[CallRecord] = []
     async with session.begin():
-        accepted, duplicates = await ingest_calls(session, records, defaults=request.app.state.route_defaults)
+        accepted, duplicates = await ingest_calls(
+            session, records, defaults=request.app.state.route_defaults, stored=stored
+        )
+    metrics = request.app.state.metrics
+    metrics.observe_records(stored)
+    metrics.records_accepted.inc(accepted)
+    metrics.records_duplicate.inc(duplicates)
     return IngestOut(accepted=accepted, duplicates=duplicates)
+
+
+def _rejected(request: Request, count: int, answer: JSONResponse) -> None:
+    """Count and log a refused batch of ``count`` records (one line: the count and the first error)."""
+    request.app.state.metrics.records_rejected.inc(count)
+    detail = json.loads(bytes(answer.body)).get("detail")
+    log_rejected_batch(count, detail if isinstance(detail, dict) else {"message": str(detail)})

@@ -4,7 +4,8 @@
 the whole configuration; creates a missing route, 201), ``PATCH /v1/routes/{route}?model=`` (change
 some settings); both admin scope, applied at once, and audited as one history row with reason
 ``config,...``, the actor and ``details.changes`` (see :mod:`hedgerow.controller.routes_admin`); and
-``GET /v1/routes/{route}/history?model=&since=&limit=`` (newest first). A bad value (in the
+``GET /v1/routes/{route}/history?model=&since=&until=&applied=&reason=&limit=&offset=`` (newest
+first; ``model`` may be left out when the route has one model, as in ``GET /v1/routes/{route}``). A bad value (in the
 body, the path or the query) is 422 ``{"detail": {"field": ..., "message": ...}}``; a body over
 :data:`MAX_ROUTE_BODY_BYTES` is 413.
 
@@ -18,7 +19,6 @@ in ``/history`` can still be changed with PUT/PATCH and read through ``GET /v1/r
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import datetime
 from typing import Annotated, Any
@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from hedgerow.api.auth import require_scope
+from hedgerow.api.auth import bearer_token, require_scope, token_actor
 from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
 from hedgerow.api.schemas import (
@@ -40,10 +40,19 @@ from hedgerow.api.schemas import (
     RoutePutIn,
     no_control_characters,
 )
-from hedgerow.controller.queries import get_history, get_route, list_routes
+from hedgerow.controller.queries import get_history, get_route, list_routes, resolve_model
 from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
-__all__ = ["MAX_HISTORY_LIMIT", "MAX_ROUTE_BODY_BYTES", "ModelQuery", "RoutePath", "Session", "request_actor", "router"]
+__all__ = [
+    "MAX_HISTORY_LIMIT",
+    "MAX_ROUTE_BODY_BYTES",
+    "ModelQuery",
+    "OptionalModelQuery",
+    "RoutePath",
+    "Session",
+    "request_actor",
+    "router",
+]
 
 #: Largest ``limit`` of a history query.
 MAX_HISTORY_LIMIT = 10_000
@@ -59,6 +68,12 @@ ModelQuery = Annotated[
     str,
     Query(min_length=1, max_length=200, description="the model of the route"),
     AfterValidator(no_control_characters),
+]
+#: The ``model`` query parameter where it may be left out (the route's only model).
+OptionalModelQuery = Annotated[
+    str | None,
+    Query(min_length=1, max_length=200, description="the model of the route (optional when it has one)"),
+    AfterValidator(lambda value: None if value is None else no_control_characters(value)),
 ]
 #: The ``{route}`` path parameter (may contain ``/``: matched with the ``path`` converter).
 RoutePath = Annotated[
@@ -88,19 +103,33 @@ async def get_routes(session: Session) -> Any:
 )
 async def get_route_history(
     route: RoutePath,
-    model: ModelQuery,
     session: Session,
+    model: OptionalModelQuery = None,
     limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_LIMIT)] = 100,
+    offset: Annotated[int, Query(ge=0, le=10_000_000, description="Rows skipped first (paging).")] = 0,
     since: Annotated[
-        datetime | None, Query(description="Only decisions at or after this ISO 8601 time (with a zone).")
+        datetime | None, Query(description="Only decisions seen at or after this ISO 8601 time (with a zone).")
+    ] = None,
+    until: Annotated[
+        datetime | None, Query(description="Only decisions first made at or before this ISO 8601 time (with a zone).")
+    ] = None,
+    applied: Annotated[bool | None, Query(description="true: only applied changes; false: only holds.")] = None,
+    reason: Annotated[
+        str | None,
+        Query(min_length=1, max_length=64, description="Only rows with this reason code (e.g. target)."),
+        AfterValidator(no_control_characters),
     ] = None,
 ) -> Any:
-    """The newest ``limit`` decisions (applied or held) for (route, model), newest first."""
-    if since is not None and since.tzinfo is None:
-        return JSONResponse(
-            {"detail": {"field": "since", "message": "must carry a timezone (e.g. Z)"}}, status_code=422
-        )
-    return {"history": await get_history(session, route, model, limit=limit, since=since)}
+    """Decisions (applied or held) for (route, model), newest first; ``model`` may be left out when
+    the route has one model. A hold repeated tick after tick is one row (``repeats``, ``last_at``)."""
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and value.tzinfo is None:
+            return _unprocessable(name, "must carry a timezone (e.g. Z)")
+    chosen = await resolve_model(session, route, model)
+    rows = await get_history(
+        session, route, chosen, limit=limit, offset=offset, since=since, until=until, applied=applied, reason=reason
+    )
+    return {"history": rows}
 
 
 @router.get(
@@ -112,20 +141,22 @@ async def get_route_history(
 )
 async def get_one_route(
     route: RoutePath,
-    model: ModelQuery,
     session: Session,
+    model: OptionalModelQuery = None,
 ) -> Any:
-    """One (route, model) with its configuration and published threshold."""
-    return await get_route(session, route, model)
+    """One (route, model) with its configuration and published threshold (``model`` may be left out
+    when the route has one model)."""
+    return await get_route(session, route, await resolve_model(session, route, model))
 
 
 def request_actor(request: Request, claimed: str | None) -> str:
     """Who makes a configuration change, for the audit trail (``threshold_history.actor``).
 
-    With bearer tokens configured the caller is identified by its token's fingerprint,
-    ``token:<first 12 hex digits of SHA-256(token)>`` (the token itself is never stored); a name
-    given in the body is kept in front of it: ``alice (token:3f2a...)``. Without tokens
-    (loopback only) the name given in the body, or ``api``.
+    With bearer tokens configured the caller is identified by its token: the token's name
+    (``HEDGEROW_TOKENS`` entry ``name=token:scopes``), else its fingerprint ``token:<first 12
+    hex digits of SHA-256(token)>`` (the token itself is never stored). A name given in the body
+    cannot replace that identity: it is kept after it as a note, ``alice (note: bob)``. Without
+    tokens (loopback only) the name given in the body, or ``api``.
 
     Args:
         request: the request (its ``Authorization`` header has passed ``require_scope``).
@@ -136,11 +167,10 @@ def request_actor(request: Request, claimed: str | None) -> str:
     """
     if not request.app.state.tokens:
         return claimed or "api"
-    _scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    fingerprint = "token:" + hashlib.sha256(given.strip().encode()).hexdigest()[:12]
-    if not claimed:
-        return fingerprint
-    return f"{claimed[: 200 - len(fingerprint) - 3]} ({fingerprint})"
+    identity = token_actor(request.app.state.token_names, bearer_token(request) or "")
+    if not claimed or claimed == identity:
+        return identity
+    return f"{identity} (note: {claimed})"[:200]
 
 
 def _unprocessable(field: str, message: str) -> JSONResponse:

@@ -213,7 +213,9 @@ class HistoryRowOut(BaseModel):
     After the DESIGN.md fields: ``actor`` (who made a manual change, null for the controller job)
     and ``details`` (JSON object or null): ``quantile_lower_bounds_s`` (a lower bound for each
     null quantile), ``target_s``, ``short_window``, ``p99_check`` and, for a ``config`` row,
-    ``changes`` (``{"field": {"from": x, "to": y}}``).
+    ``changes`` (``{"field": {"from": x, "to": y}}``); ``repeats`` (ticks the row stands for:
+    identical holds merge into one row) and ``last_at`` (the latest of them; ``computed_at`` is the
+    first).
     """
 
     computed_at: str
@@ -237,6 +239,8 @@ class HistoryRowOut(BaseModel):
     budget: float
     actor: str | None = None
     details: dict[str, Any] | None = None
+    repeats: int = 1
+    last_at: str | None = None
 
 
 class RoutePatchIn(BaseModel):

@@ -12,6 +12,7 @@ import uvicorn
 from hedgerow.api.app import create_app
 from hedgerow.api.auth import check_listen_allowed, parse_tokens
 from hedgerow.controller.db import make_engine, migrate_engine, safe_url
+from hedgerow.logs import configure_logging, uvicorn_log_config
 from hedgerow.settings import Settings
 
 __all__ = ["bind_socket", "serve", "serve_async"]
@@ -36,13 +37,20 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve_async(settings: Settings, *, announce: Any = None, stop: asyncio.Event | None = None) -> None:
+async def serve_async(
+    settings: Settings, *, announce: Any = None, stop: asyncio.Event | None = None, own_logging: bool = False
+) -> None:
     """Serve until the process is interrupted (SIGINT/SIGTERM) or ``stop`` is set; shut down cleanly.
 
+    The address is bound before the store is touched (a busy port creates no database); with
+    ``own_logging`` logging follows ``settings.log_level``, ``log_format`` and ``access_log``.
+
     Args:
-        settings: host, port, database and controller settings.
+        settings: host, port, database, controller and logging settings.
         announce: called with the url once the server listens (default: print one line).
         stop: when given, setting this event stops the server (for embedding, e.g. the demo).
+        own_logging: configure the process's logging from the settings (``hedgerow serve``);
+            False leaves the host's logging alone and keeps uvicorn quiet (embedding).
 
     Raises:
         ApiConfigError: no tokens on a non-loopback host, or malformed tokens.
@@ -51,15 +59,30 @@ async def serve_async(settings: Settings, *, announce: Any = None, stop: asyncio
         RuntimeError: the server failed to start.
     """
     check_listen_allowed(settings.host, parse_tokens(settings.tokens))
+    if own_logging:
+        configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
+    # bind first: a busy port fails before the database is created or migrated
+    sock = bind_socket(settings.host, settings.port)
     engine = make_engine(settings.database_url)
     try:  # migrate before listening, so an unreachable database is one clear error
         await migrate_engine(engine)
+    except BaseException:
+        sock.close()
+        raise
     finally:
         await engine.dispose()
-    sock = bind_socket(settings.host, settings.port)
     host, port = sock.getsockname()[:2]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    if own_logging:
+        config = uvicorn.Config(
+            app,
+            log_level=settings.log_level,
+            log_config=uvicorn_log_config(settings.log_level, settings.log_format, access_log=settings.access_log),
+            lifespan="on",
+            access_log=settings.access_log,
+        )
+    else:  # embedded (the demo): the host's logging, uvicorn quiet
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     watcher = asyncio.create_task(_stop_when_set(stop, server)) if stop is not None else None
@@ -91,8 +114,8 @@ async def _stop_when_set(stop: asyncio.Event, server: uvicorn.Server) -> None:
 
 
 def serve(settings: Settings) -> None:
-    """Run :func:`serve_async` in a new event loop (blocking) until interrupted."""
+    """Run :func:`serve_async` (with its own logging) in a new event loop (blocking) until interrupted."""
     try:
-        asyncio.run(serve_async(settings))
+        asyncio.run(serve_async(settings, own_logging=True))
     except KeyboardInterrupt:  # pragma: no cover - uvicorn handles the signal itself
         sys.exit(130)

@@ -107,11 +107,11 @@ import math
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, cast
 
 import httpx
 from httpx_sse import EventSource, SSEError
@@ -691,8 +691,9 @@ class CallStream:
         if self._iterated:
             raise RuntimeError("a CallStream can be iterated only once")
         self._iterated = True
-        self._generator = self._run()
-        return self._generator
+        generator = self._run()
+        self._generator = generator
+        return generator
 
     # -- attempts ----------------------------------------------------------------------------
 
@@ -969,6 +970,7 @@ class CallStream:
 
             # Phase 2: stream the winner.
             winner = self._winner
+            assert winner is not None, "phase 1 returns with a winner unless the call already ended"
             while True:
                 deadline = total_deadline
                 stall = policy.stall_timeout_s
@@ -1033,7 +1035,7 @@ class CallStream:
             return
         errors = [(a.upstream.name, a.error) for a in self._attempts if a.error is not None]
         self._set_status("error", "all_attempts_failed")
-        raise AllAttemptsFailed(errors)  # type: ignore[arg-type]
+        raise AllAttemptsFailed(errors)
 
     def _count_loser_tokens(self, attempt: _Attempt, kind: str, payload: Any) -> None:
         """Count the tokens a cancelled attempt delivered before its cancellation took effect."""
@@ -1187,7 +1189,9 @@ async def _body_excerpt(response: httpx.Response, limit: int = 300, wait_s: floa
     """
     received = b""
     try:
-        async with asyncio.timeout(wait_s), aclosing(response.aiter_bytes()) as pieces:
+        # aiter_bytes is an async generator function (annotated as an iterator): close it on exit.
+        chunks = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+        async with asyncio.timeout(wait_s), aclosing(chunks) as pieces:
             async for piece in pieces:
                 received += piece
                 if len(received) >= limit:

@@ -338,6 +338,7 @@ class _UnaryCall:
             raise
         await self._finish()
         response, attempt = result
+        assert self._record is not None, "the record is written before the winner is returned"
         return UnaryResult(
             status_code=response.status_code,
             headers=response.headers,

@@ -15,53 +15,130 @@
 No FastAPI here: the api imports this package, never the other way round.
 """
 
-from hedgerow.controller.db import (
-    check_ready,
-    downgrade_database,
-    make_engine,
-    make_sessionmaker,
-    upgrade_connection,
-    upgrade_database,
-)
-from hedgerow.controller.errors import ControllerError, StoreError, StoreNotReady, UnknownRoute
-from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
-from hedgerow.controller.hedge_model import EfficientChoice, efficient_threshold, km_survival
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.jobs import run_once, run_tick, tick_route
-from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, release_lease
-from hedgerow.controller.models import (
-    Attempt,
-    Base,
-    Call,
-    HourlyRollup,
-    Lease,
-    Route,
-    Threshold,
-    ThresholdHistory,
-)
-from hedgerow.controller.policy import Decision, Observation, PolicyKnobs, RouteConfig, decide
-from hedgerow.controller.queries import (
-    HISTORY_FIELDS,
-    THRESHOLD_FIELDS,
-    get_history,
-    get_route,
-    get_threshold,
-    list_routes,
-    list_thresholds,
-)
-from hedgerow.controller.retention import (
-    RetentionReport,
-    run_retention,
-    run_retention_once,
-)
-from hedgerow.controller.rollups import Rollup, RouteRollup, fold_hours, merge_rollups
-from hedgerow.controller.routes_admin import (
-    ROUTE_CONFIG_FIELDS,
-    RouteConfigInvalid,
-    configure_route,
-    update_route,
-)
-from hedgerow.controller.scheduler import ControllerScheduler
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hedgerow.controller.db import (
+        check_ready,
+        downgrade_database,
+        make_engine,
+        make_sessionmaker,
+        upgrade_connection,
+        upgrade_database,
+    )
+    from hedgerow.controller.errors import ControllerError, StoreError, StoreNotReady, UnknownRoute
+    from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
+    from hedgerow.controller.hedge_model import EfficientChoice, efficient_threshold, km_survival
+    from hedgerow.controller.ingest import ingest_calls, route_defaults
+    from hedgerow.controller.jobs import run_once, run_tick, tick_route
+    from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, release_lease
+    from hedgerow.controller.models import (
+        Attempt,
+        Base,
+        Call,
+        HourlyRollup,
+        Lease,
+        Route,
+        Threshold,
+        ThresholdHistory,
+    )
+    from hedgerow.controller.policy import Decision, Observation, PolicyKnobs, RouteConfig, decide
+    from hedgerow.controller.queries import (
+        HISTORY_FIELDS,
+        THRESHOLD_FIELDS,
+        get_history,
+        get_route,
+        get_threshold,
+        list_routes,
+        list_thresholds,
+    )
+    from hedgerow.controller.retention import (
+        RetentionReport,
+        run_retention,
+        run_retention_once,
+    )
+    from hedgerow.controller.rollups import Rollup, RouteRollup, fold_hours, merge_rollups
+    from hedgerow.controller.routes_admin import (
+        ROUTE_CONFIG_FIELDS,
+        RouteConfigInvalid,
+        configure_route,
+        update_route,
+    )
+    from hedgerow.controller.scheduler import ControllerScheduler
+
+#: Where each public name lives. The facade imports a submodule on first use (PEP 562), so that
+#: importing the store (``hedgerow.controller.models``, the CLI, Alembic) does not load scipy.
+_LOCATION = {
+    "check_ready": "hedgerow.controller.db",
+    "downgrade_database": "hedgerow.controller.db",
+    "make_engine": "hedgerow.controller.db",
+    "make_sessionmaker": "hedgerow.controller.db",
+    "upgrade_connection": "hedgerow.controller.db",
+    "upgrade_database": "hedgerow.controller.db",
+    "ControllerError": "hedgerow.controller.errors",
+    "StoreError": "hedgerow.controller.errors",
+    "StoreNotReady": "hedgerow.controller.errors",
+    "UnknownRoute": "hedgerow.controller.errors",
+    "TTFTEstimate": "hedgerow.controller.estimation",
+    "estimate_ttft": "hedgerow.controller.estimation",
+    "EfficientChoice": "hedgerow.controller.hedge_model",
+    "efficient_threshold": "hedgerow.controller.hedge_model",
+    "km_survival": "hedgerow.controller.hedge_model",
+    "ingest_calls": "hedgerow.controller.ingest",
+    "route_defaults": "hedgerow.controller.ingest",
+    "run_once": "hedgerow.controller.jobs",
+    "run_tick": "hedgerow.controller.jobs",
+    "tick_route": "hedgerow.controller.jobs",
+    "CONTROLLER_LEASE": "hedgerow.controller.lease",
+    "acquire_lease": "hedgerow.controller.lease",
+    "release_lease": "hedgerow.controller.lease",
+    "Attempt": "hedgerow.controller.models",
+    "Base": "hedgerow.controller.models",
+    "Call": "hedgerow.controller.models",
+    "HourlyRollup": "hedgerow.controller.models",
+    "Lease": "hedgerow.controller.models",
+    "Route": "hedgerow.controller.models",
+    "Threshold": "hedgerow.controller.models",
+    "ThresholdHistory": "hedgerow.controller.models",
+    "Decision": "hedgerow.controller.policy",
+    "Observation": "hedgerow.controller.policy",
+    "PolicyKnobs": "hedgerow.controller.policy",
+    "RouteConfig": "hedgerow.controller.policy",
+    "decide": "hedgerow.controller.policy",
+    "HISTORY_FIELDS": "hedgerow.controller.queries",
+    "THRESHOLD_FIELDS": "hedgerow.controller.queries",
+    "get_history": "hedgerow.controller.queries",
+    "get_route": "hedgerow.controller.queries",
+    "get_threshold": "hedgerow.controller.queries",
+    "list_routes": "hedgerow.controller.queries",
+    "list_thresholds": "hedgerow.controller.queries",
+    "RetentionReport": "hedgerow.controller.retention",
+    "run_retention": "hedgerow.controller.retention",
+    "run_retention_once": "hedgerow.controller.retention",
+    "Rollup": "hedgerow.controller.rollups",
+    "RouteRollup": "hedgerow.controller.rollups",
+    "fold_hours": "hedgerow.controller.rollups",
+    "merge_rollups": "hedgerow.controller.rollups",
+    "ROUTE_CONFIG_FIELDS": "hedgerow.controller.routes_admin",
+    "RouteConfigInvalid": "hedgerow.controller.routes_admin",
+    "configure_route": "hedgerow.controller.routes_admin",
+    "update_route": "hedgerow.controller.routes_admin",
+    "ControllerScheduler": "hedgerow.controller.scheduler",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public name ``name`` from its submodule on first access."""
+    module = _LOCATION.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CONTROLLER_LEASE",

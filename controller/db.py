@@ -17,7 +17,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import event, text
+from sqlalchemy import CursorResult, Result, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError
@@ -32,8 +32,10 @@ from sqlalchemy.ext.asyncio import (
 from hedgerow.controller.errors import StoreError, StoreNotReady
 
 __all__ = [
+    "ASYNC_DRIVERS",
     "SQLITE_BUSY_TIMEOUT_S",
     "alembic_config",
+    "async_database_url",
     "check_database_url",
     "check_ready",
     "current_revision",
@@ -55,12 +57,32 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 _MIGRATION_LOCK = 0x6865646765
 
 
+#: Plain URL schemes and the async driver they are served by.
+ASYNC_DRIVERS: dict[str, str] = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+}
+
+
+def async_database_url(url: str) -> str:
+    """``url`` with a plain scheme mapped to its async driver (``sqlite:///x.db`` →
+    ``sqlite+aiosqlite:///x.db``, ``postgresql://`` and ``postgres://`` → ``postgresql+asyncpg://``);
+    any other url unchanged."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ASYNC_DRIVERS:
+        return f"{ASYNC_DRIVERS[scheme]}://{rest}"
+    return url
+
+
 def check_database_url(url: str) -> str:
-    """Check ``url`` names a supported async driver; returns it.
+    """Check ``url`` names a supported store; returns it with its async driver
+    (:func:`async_database_url`).
 
     Raises:
         StoreError: malformed url, or a driver other than aiosqlite / asyncpg.
     """
+    url = async_database_url(url)
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -86,7 +108,7 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
     Raises:
         StoreError: when the url is malformed or names an unsupported driver.
     """
-    check_database_url(url)
+    url = check_database_url(url)
     if url.startswith("sqlite"):
         connect_args = dict(kwargs.pop("connect_args", {}))
         connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_S)
@@ -105,7 +127,7 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
     return create_async_engine(url, **kwargs)
 
 
-def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker:
+def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     """An ``async_sessionmaker`` bound to ``engine`` (objects stay usable after commit)."""
     return async_sessionmaker(engine, expire_on_commit=False)
 
@@ -242,6 +264,7 @@ async def check_ready(engine: AsyncEngine) -> str:
         raise StoreNotReady(
             f"database is at revision {current or 'none (empty)'}, migrations head is {head}: run `hedgerow db upgrade`"
         )
+    assert current is not None, "the shipped migrations have a head"
     return current
 
 
@@ -257,3 +280,13 @@ def dialect_insert(session: AsyncSession, table: Any) -> Any:
     if name == "sqlite":
         return sqlite.insert(table)
     raise StoreError(f"unsupported database dialect {name!r}: use SQLite or PostgreSQL")
+
+
+def rowcount(result: Result[Any]) -> int:
+    """The number of rows an UPDATE or DELETE statement matched.
+
+    ``AsyncSession.execute`` is typed to return a plain ``Result``; for DML statements it is a
+    ``CursorResult``, which carries ``rowcount``.
+    """
+    assert isinstance(result, CursorResult), f"not the result of a DML statement: {type(result).__name__}"
+    return int(result.rowcount)

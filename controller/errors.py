@@ -5,12 +5,13 @@
     ControllerError
     ├── StoreError       bad database url or unusable store
     │   └── StoreNotReady   database unreachable or not migrated to head
-    └── UnknownRoute     no such (route, model)
+    ├── UnknownRoute     no such (route, model)
+    └── AmbiguousModel   a route named without its model has several models
 """
 
 from __future__ import annotations
 
-__all__ = ["ControllerError", "StoreError", "StoreNotReady", "UnknownRoute"]
+__all__ = ["AmbiguousModel", "ControllerError", "StoreError", "StoreNotReady", "UnknownRoute"]
 
 
 class ControllerError(Exception):
@@ -38,3 +39,17 @@ class UnknownRoute(ControllerError, LookupError):
         self.route = route
         self.model = model
         super().__init__(message or f"unknown route {route!r} with model {model!r}")
+
+
+class AmbiguousModel(ControllerError, ValueError):
+    """A route was named without ``model`` but has several models, so the model must be given.
+
+    Args:
+        route: the route name.
+        models: the route's models, sorted.
+    """
+
+    def __init__(self, route: str, models: list[str]) -> None:
+        self.route = route
+        self.models = models
+        super().__init__(f"route {route!r} has {len(models)} models ({', '.join(models)}): give model")

@@ -233,7 +233,7 @@ def _replay_active(
     tokens = np.full(t.size, float(replay.burst))
     denied = np.zeros((index.size, t.size))
     previous = -1
-    for j, i in enumerate(index):
+    for j, i in enumerate(index.tolist()):
         tokens = np.minimum(replay.burst, tokens + replay.budget * (i - previous))
         previous = i
         if censored[i]:
@@ -340,7 +340,8 @@ def predicted_quantiles(
         share = suffix[np.searchsorted(sub_sorted, x, side="left"), cols] / at_risk
         hedged = (1.0 - share) * hedged + share
     surv = primary(candidates) * np.where(candidates >= t, hedged, 1.0)
-    return np.where(surv <= level, candidates, np.inf).min(axis=1, initial=np.inf)
+    best: np.ndarray = np.where(surv <= level, candidates, np.inf).min(axis=1, initial=np.inf)
+    return best
 
 
 def win_probability(primary: SurvivalCurve, backup: SurvivalCurve, hedge_after_s: float) -> float | None:

@@ -111,7 +111,13 @@ def _call_row(record: CallRecord, route_id: int, received_at: Any) -> dict[str, 
     }
 
 
-async def ingest_calls(session: AsyncSession, records: list[CallRecord], *, defaults: RouteConfig) -> tuple[int, int]:
+async def ingest_calls(
+    session: AsyncSession,
+    records: list[CallRecord],
+    *,
+    defaults: RouteConfig,
+    stored: list[CallRecord] | None = None,
+) -> tuple[int, int]:
     """Write a batch of call records (and their attempts) into the store.
 
     Everything happens inside the session's transaction; the caller commits (or rolls back), so
@@ -122,6 +128,8 @@ async def ingest_calls(session: AsyncSession, records: list[CallRecord], *, defa
         session: an open :class:`AsyncSession`.
         records: the batch, any length (0 is fine).
         defaults: configuration of routes created by this batch (see :func:`route_defaults`).
+        stored: when given, the records written (not the duplicates) are appended to it (e.g. for
+            the api's metrics, which count each record once).
 
     Returns:
         ``(accepted, duplicates)``: records written, and records skipped because their
@@ -172,4 +180,6 @@ async def ingest_calls(session: AsyncSession, records: list[CallRecord], *, defa
     for start in range(0, len(attempt_rows), _CHUNK_ROWS):
         await session.execute(dialect_insert(session, Attempt), attempt_rows[start : start + _CHUNK_ROWS])
     accepted = len(call_ids)
+    if stored is not None:
+        stored.extend(record for record in batch if record.request_id in call_ids)
     return accepted, duplicates + (len(batch) - accepted)

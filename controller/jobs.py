@@ -68,6 +68,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
 from hedgerow.controller.errors import ControllerError
 from hedgerow.controller.estimation import QUANTILE_LEVELS, TTFTEstimate, estimate_ttft
+from hedgerow.controller.events import log_threshold_change
 from hedgerow.controller.models import (
     Attempt,
     Call,
@@ -308,7 +309,7 @@ async def call_ttfts(session: AsyncSession, route_id: int, since: datetime, unti
             or_(Call.hedge_reason.is_(None), Call.hedge_reason != "primary_error"),
         )
     )
-    return [float(x) for x in rows.all()]
+    return [float(x) for x in rows.all() if x is not None]
 
 
 def _p99(values: list[float]) -> float | None:
@@ -518,8 +519,60 @@ async def lock_route(session: AsyncSession, route_id: int) -> tuple[Route, Thres
     return route, threshold
 
 
+async def _merge_repeat(
+    session: AsyncSession,
+    route: Route,
+    current: float | None,
+    decision: Decision,
+    actor: str | None,
+    now: datetime,
+) -> ThresholdHistory | None:
+    """The route's latest history row, counted once more, when this decision repeats it.
+
+    A decision repeats the latest row when both are holds of the controller job (not applied, no
+    actor) with the same published value before and after, the same reason and the same source.
+    Then that row gets ``repeats + 1`` and ``last_at = now`` (the caller refreshes its figures)
+    instead of a new row being added: history grows with decisions, not ticks. Applied changes,
+    manual changes and every change of reason stay rows of their own.
+
+    Args:
+        session: the publishing session (the route's publish lock is held).
+        route: the route as re-read under the lock.
+        current: the value published now (before this decision), seconds, or None.
+        decision: this tick's decision.
+        actor: who asked (None for the controller job).
+        now: the tick's time.
+
+    Returns:
+        The updated row, or None when a new row must be written.
+    """
+    if decision.applied or actor is not None or current is None:
+        return None
+    latest = await session.scalar(
+        select(ThresholdHistory)
+        .where(ThresholdHistory.route_id == route.id)
+        .order_by(ThresholdHistory.computed_at.desc(), ThresholdHistory.id.desc())
+        .limit(1)
+    )
+    if latest is None or latest.applied or latest.actor is not None:
+        return None
+    same = (
+        latest.reason == decision.reason
+        and latest.source == decision.source
+        and latest.hedge_after_s == decision.hedge_after_s
+        and latest.previous_hedge_after_s == current
+        and latest.budget == route.budget
+        and latest.last_at <= now
+    )
+    if not same:
+        return None
+    latest.repeats += 1
+    latest.last_at = now
+    return latest
+
+
 async def _publish(
-    sessionmaker: async_sessionmaker,
+    sessionmaker: async_sessionmaker[AsyncSession],
     route: Route,
     previous: float | None,
     decision: Decision,
@@ -544,17 +597,35 @@ async def _publish(
         fresh_current = None if threshold is None else threshold.hedge_after_s
         if _config(fresh) != _config(route) or fresh_current != previous:
             raise _StaleInputs(_detached_route(fresh), fresh_current)
+        samples = 0 if estimate is None else estimate.samples
+        censored = 0 if estimate is None else estimate.censored
+        merged = await _merge_repeat(session, fresh, fresh_current, decision, actor, now)
+        if merged is not None:
+            merged.window_s = observation.window_s
+            merged.samples, merged.censored = samples, censored
+            if estimate is not None:
+                merged.p50_s, merged.p75_s, merged.p90_s = estimate.p50_s, estimate.p75_s, estimate.p90_s
+                merged.p95_s, merged.p99_s = estimate.p95_s, estimate.p99_s
+            else:
+                merged.p50_s = merged.p75_s = merged.p90_s = merged.p95_s = merged.p99_s = None
+            merged.observed_hedge_rate = observation.observed_hedge_rate
+            merged.backup_win_rate = observation.backup_win_rate
+            merged.details = details or None
+            await session.flush()
+            return history_row_dict(merged, fresh)
         history = ThresholdHistory(
             route_id=fresh.id,
             computed_at=now,
+            last_at=now,
+            repeats=1,
             previous_hedge_after_s=fresh_current,
             hedge_after_s=decision.hedge_after_s,
             applied=decision.applied,
             reason=decision.reason,
             source=decision.source,
             window_s=observation.window_s,
-            samples=0 if estimate is None else estimate.samples,
-            censored=0 if estimate is None else estimate.censored,
+            samples=samples,
+            censored=censored,
             p50_s=None if estimate is None else estimate.p50_s,
             p75_s=None if estimate is None else estimate.p75_s,
             p90_s=None if estimate is None else estimate.p90_s,
@@ -592,7 +663,7 @@ async def _publish(
 
 
 async def run_tick(
-    sessionmaker: async_sessionmaker, settings: Any, *, now: datetime | None = None
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Any, *, now: datetime | None = None
 ) -> list[dict[str, Any]]:
     """One controller tick over every (route, model).
 
@@ -604,6 +675,9 @@ async def run_tick(
         settings: a ``hedgerow.settings.Settings``.
         now: the tick's time (aware UTC; default: the current time). Calls started after it are
             ignored.
+
+    Each applied change is logged as one ``threshold_changed`` line
+    (:func:`hedgerow.controller.events.log_threshold_change`).
 
     Returns:
         The history rows written, one per route, as the api returns them
@@ -628,14 +702,17 @@ async def run_tick(
     written: list[dict[str, Any]] = []
     for route, current in routes:
         try:
-            written.append(await tick_route(sessionmaker, settings, route, current, now=now, knobs=knobs))
+            row = await tick_route(sessionmaker, settings, route, current, now=now, knobs=knobs)
+            written.append(row)
+            if row["applied"]:
+                log_threshold_change(row)
         except Exception:
             log.exception("controller tick failed for route %r model %r", route.route, route.model)
     return written
 
 
 async def tick_route(
-    sessionmaker: async_sessionmaker,
+    sessionmaker: async_sessionmaker[AsyncSession],
     settings: Any,
     route: Route,
     current_hedge_after_s: float | None,

@@ -39,12 +39,16 @@ import os
 import socket
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
-from sqlalchemy import delete, or_, update
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy import Table, delete, or_, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.models import Lease, utc_now
+
+#: The leases table (core statements: no ORM identity map for a row many processes write).
+_LEASES = cast(Table, Lease.__table__)
 
 __all__ = ["CONTROLLER_LEASE", "acquire_lease", "make_holder_id", "release_lease"]
 
@@ -66,7 +70,7 @@ def _now(now: datetime | None) -> datetime:
 
 
 async def acquire_lease(
-    sessionmaker: async_sessionmaker,
+    sessionmaker: async_sessionmaker[AsyncSession],
     name: str,
     holder: str,
     ttl_s: float,
@@ -94,26 +98,26 @@ async def acquire_lease(
     expires_at = now + timedelta(seconds=ttl_s)
     async with sessionmaker() as session, session.begin():
         renewed = await session.execute(
-            update(Lease.__table__)
+            update(_LEASES)
             .where(
-                Lease.__table__.c.name == name,
-                or_(Lease.__table__.c.holder == holder, Lease.__table__.c.expires_at < now),
+                _LEASES.c.name == name,
+                or_(_LEASES.c.holder == holder, _LEASES.c.expires_at < now),
             )
             .values(holder=holder, expires_at=expires_at)
-            .returning(Lease.__table__.c.name)
+            .returning(_LEASES.c.name)
         )
         if renewed.first() is not None:
             return True
         created = await session.execute(
-            dialect_insert(session, Lease.__table__)
+            dialect_insert(session, _LEASES)
             .values(name=name, holder=holder, expires_at=expires_at)
             .on_conflict_do_nothing(index_elements=["name"])
-            .returning(Lease.__table__.c.name)
+            .returning(_LEASES.c.name)
         )
         return created.first() is not None
 
 
-async def release_lease(sessionmaker: async_sessionmaker, name: str, holder: str) -> bool:
+async def release_lease(sessionmaker: async_sessionmaker[AsyncSession], name: str, holder: str) -> bool:
     """Give up the lease ``name`` if ``holder`` holds it, so another process can take it at once.
 
     Returns:
@@ -121,8 +125,6 @@ async def release_lease(sessionmaker: async_sessionmaker, name: str, holder: str
     """
     async with sessionmaker() as session, session.begin():
         result = await session.execute(
-            delete(Lease.__table__)
-            .where(Lease.__table__.c.name == name, Lease.__table__.c.holder == holder)
-            .returning(Lease.__table__.c.name)
+            delete(_LEASES).where(_LEASES.c.name == name, _LEASES.c.holder == holder).returning(_LEASES.c.name)
         )
         return result.first() is not None

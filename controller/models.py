@@ -236,6 +236,12 @@ class ThresholdHistory(Base):
 
     The quantiles are Kaplan-Meier estimates of the primary's TTFT (NULL when the data cannot
     identify them); ``actor`` is NULL for the controller job and names the user of a manual change.
+
+    A hold whose decision and reason equal the previous row's is not a new row: the controller
+    updates that row instead (``repeats`` + 1, ``last_at`` = the tick's time, the measured figures
+    those of the latest tick), so the history grows with decisions, not ticks.
+    ``computed_at`` is the first tick of the row, ``last_at`` its latest (equal when ``repeats``
+    is 1).
     """
 
     __tablename__ = "threshold_history"
@@ -264,6 +270,10 @@ class ThresholdHistory(Base):
     #: Machine-readable extras (JSON object, or NULL): ``quantile_lower_bounds_s`` (lower bounds
     #: for the quantiles left NULL above), ``changes`` (what a ``config`` row set) and flag inputs.
     details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    #: Ticks this row stands for (1, plus one per identical hold merged into it).
+    repeats: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    #: The latest tick the row stands for (aware UTC; ``computed_at`` when ``repeats`` is 1).
+    last_at: Mapped[datetime]
 
 
 class Lease(Base):

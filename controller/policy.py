@@ -502,7 +502,7 @@ def _flags(observation: Observation, knobs: PolicyKnobs) -> tuple[list[str], dic
     # The primary's P99 is often censored exactly when hedges work (the slow primaries were
     # cancelled); its lower bound then still proves an improvement, never its absence.
     identified = estimate.p99_s is not None
-    primary_p99_s = estimate.p99_s if identified else estimate.max_observed_s
+    primary_p99_s = estimate.p99_s if estimate.p99_s is not None else estimate.max_observed_s
     limit_s = (1.0 - knobs.min_p99_improvement) * primary_p99_s
     flagged = observation.call_p99_s >= limit_s
     if flagged and not identified:

@@ -10,7 +10,9 @@ Shapes (timestamps are ISO 8601 UTC strings with a ``Z``; durations float second
 - history row: exactly :data:`HISTORY_FIELDS`: the DESIGN.md fields, then ``actor`` (the token
   or name behind a manual change; null for the controller job) and ``details`` (a JSON object or
   null: ``quantile_lower_bounds_s`` for the quantiles left null, ``target_s``, ``short_window``,
-  ``p99_check``, and for a ``config`` row ``changes``: ``{"field": {"from": x, "to": y}}``).
+  ``p99_check``, and for a ``config`` row ``changes``: ``{"field": {"from": x, "to": y}}``), then
+  ``repeats`` (ticks the row stands for: identical holds are merged into one row) and ``last_at``
+  (the latest of those ticks).
 """
 
 from __future__ import annotations
@@ -18,23 +20,26 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, true
+from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.client.records import format_timestamp
-from hedgerow.controller.errors import UnknownRoute
+from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
 from hedgerow.controller.models import Route, Threshold, ThresholdHistory
 
 __all__ = [
     "HISTORY_FIELDS",
     "THRESHOLD_FIELDS",
+    "clean_float",
     "get_history",
     "get_route",
     "get_threshold",
     "history_row_dict",
     "list_routes",
     "list_thresholds",
+    "resolve_model",
     "route_dict",
+    "route_row",
     "threshold_dict",
 ]
 
@@ -42,7 +47,7 @@ __all__ = [
 HISTORY_FIELDS: tuple[str, ...] = (
     "computed_at", "route", "model", "previous_hedge_after_s", "hedge_after_s", "applied",
     "reason", "source", "window_s", "samples", "censored", "p50_s", "p75_s", "p90_s", "p95_s",
-    "p99_s", "observed_hedge_rate", "backup_win_rate", "budget", "actor", "details",
+    "p99_s", "observed_hedge_rate", "backup_win_rate", "budget", "actor", "details", "repeats", "last_at",
 )  # fmt: skip
 
 #: The keys of a published threshold, in order.
@@ -51,30 +56,52 @@ THRESHOLD_FIELDS: tuple[str, ...] = (
 )  # fmt: skip
 
 
+#: Significant digits of the floats the api returns: enough for any measured value, few enough to
+#: drop binary noise (``0.30147399999999996`` is returned as ``0.301474``).
+FLOAT_DIGITS = 12
+
+
+def clean_float(value: float | None) -> float | None:
+    """``value`` rounded to :data:`FLOAT_DIGITS` significant digits (None stays None)."""
+    return None if value is None else float(f"{value:.{FLOAT_DIGITS}g}")
+
+
+def _clean_details(value: Any) -> Any:
+    if isinstance(value, float):
+        return clean_float(value)
+    if isinstance(value, dict):
+        return {k: _clean_details(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean_details(v) for v in value]
+    return value
+
+
 def history_row_dict(row: ThresholdHistory, route: Route) -> dict[str, Any]:
     """A ``threshold_history`` row as the api returns it (exactly :data:`HISTORY_FIELDS`)."""
     return {
         "computed_at": format_timestamp(row.computed_at),
         "route": route.route,
         "model": route.model,
-        "previous_hedge_after_s": row.previous_hedge_after_s,
-        "hedge_after_s": row.hedge_after_s,
+        "previous_hedge_after_s": clean_float(row.previous_hedge_after_s),
+        "hedge_after_s": clean_float(row.hedge_after_s),
         "applied": row.applied,
         "reason": row.reason,
         "source": row.source,
-        "window_s": row.window_s,
+        "window_s": clean_float(row.window_s),
         "samples": row.samples,
         "censored": row.censored,
-        "p50_s": row.p50_s,
-        "p75_s": row.p75_s,
-        "p90_s": row.p90_s,
-        "p95_s": row.p95_s,
-        "p99_s": row.p99_s,
-        "observed_hedge_rate": row.observed_hedge_rate,
-        "backup_win_rate": row.backup_win_rate,
-        "budget": row.budget,
+        "p50_s": clean_float(row.p50_s),
+        "p75_s": clean_float(row.p75_s),
+        "p90_s": clean_float(row.p90_s),
+        "p95_s": clean_float(row.p95_s),
+        "p99_s": clean_float(row.p99_s),
+        "observed_hedge_rate": clean_float(row.observed_hedge_rate),
+        "backup_win_rate": clean_float(row.backup_win_rate),
+        "budget": clean_float(row.budget),
         "actor": row.actor,
-        "details": row.details,
+        "details": _clean_details(row.details),
+        "repeats": row.repeats,
+        "last_at": format_timestamp(row.last_at),
     }
 
 
@@ -83,11 +110,11 @@ def threshold_dict(threshold: Threshold, route: Route) -> dict[str, Any]:
     return {
         "route": route.route,
         "model": route.model,
-        "hedge_after_s": threshold.hedge_after_s,
+        "hedge_after_s": clean_float(threshold.hedge_after_s),
         "enabled": threshold.enabled,
         "source": threshold.source,
         "version": threshold.version,
-        "budget": route.budget,
+        "budget": clean_float(route.budget),
         "updated_at": format_timestamp(threshold.updated_at),
     }
 
@@ -98,11 +125,11 @@ def route_dict(route: Route, threshold: Threshold | None) -> dict[str, Any]:
         "route": route.route,
         "model": route.model,
         "enabled": route.enabled,
-        "budget": route.budget,
-        "default_hedge_after_s": route.default_hedge_after_s,
-        "min_hedge_after_s": route.min_hedge_after_s,
-        "max_hedge_after_s": route.max_hedge_after_s,
-        "pinned_hedge_after_s": route.pinned_hedge_after_s,
+        "budget": clean_float(route.budget),
+        "default_hedge_after_s": clean_float(route.default_hedge_after_s),
+        "min_hedge_after_s": clean_float(route.min_hedge_after_s),
+        "max_hedge_after_s": clean_float(route.max_hedge_after_s),
+        "pinned_hedge_after_s": clean_float(route.pinned_hedge_after_s),
         "created_at": format_timestamp(route.created_at),
         "updated_at": format_timestamp(route.updated_at),
         "threshold": None if threshold is None else threshold_dict(threshold, route),
@@ -122,6 +149,15 @@ async def _route(session: AsyncSession, route: str, model: str) -> Route:
     if row is None:
         raise UnknownRoute(route, model)
     return row
+
+
+async def route_row(session: AsyncSession, route: str, model: str) -> Route:
+    """The ``routes`` row of (route, model).
+
+    Raises:
+        UnknownRoute: no such (route, model).
+    """
+    return await _route(session, route, model)
 
 
 async def get_threshold(session: AsyncSession, route: str, model: str) -> dict[str, Any]:
@@ -167,26 +203,79 @@ async def get_route(session: AsyncSession, route: str, model: str) -> dict[str, 
     return route_dict(row, threshold)
 
 
-async def get_history(
-    session: AsyncSession, route: str, model: str, *, limit: int = 100, since: datetime | None = None
-) -> list[dict[str, Any]]:
-    """The newest ``limit`` history rows of (route, model), newest first.
+async def resolve_model(session: AsyncSession, route: str, model: str | None) -> str:
+    """The model of ``route`` to use when the caller may leave it out.
 
     Args:
-        since: when given (aware), only rows computed at or after it.
+        route: the route's name.
+        model: the model the caller named, or None.
+
+    Returns:
+        ``model`` when given; else the route's only model.
+
+    Raises:
+        UnknownRoute: no such route (with any model, when ``model`` is None).
+        AmbiguousModel: ``model`` is None and the route has several models (listed).
+    """
+    if model is not None:
+        return model
+    models = list(await session.scalars(select(Route.model).where(Route.route == route).order_by(Route.model)))
+    if not models:
+        raise UnknownRoute(route, "", f"no route {route!r}")
+    if len(models) > 1:
+        raise AmbiguousModel(route, models)
+    return models[0]
+
+
+async def get_history(
+    session: AsyncSession,
+    route: str,
+    model: str,
+    *,
+    limit: int = 100,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    applied: bool | None = None,
+    reason: str | None = None,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    """History rows of (route, model), newest first, ``offset`` rows skipped, at most ``limit``.
+
+    Args:
+        limit: most rows returned, >= 1.
+        since: when given (aware), only rows whose latest tick (``last_at``) is at or after it.
+        until: when given (aware), only rows first computed (``computed_at``) at or before it.
+        applied: when given, only rows whose ``applied`` equals it.
+        reason: when given, only rows with this reason code among their comma-separated codes.
+        offset: rows skipped first (paging), >= 0.
 
     Raises:
         UnknownRoute: no such (route, model).
-        ValueError: ``limit`` below 1.
+        ValueError: ``limit`` below 1 or ``offset`` below 0.
     """
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
     row = await _route(session, route, model)
+    query = select(ThresholdHistory).where(ThresholdHistory.route_id == row.id)
+    if since is not None:
+        query = query.where(ThresholdHistory.last_at >= since)
+    if until is not None:
+        query = query.where(ThresholdHistory.computed_at <= until)
+    if applied is not None:
+        query = query.where(ThresholdHistory.applied == applied)
+    if reason is not None:
+        codes = ThresholdHistory.reason
+        query = query.where(
+            or_(
+                codes == reason,
+                codes.startswith(f"{reason},", autoescape=True),
+                codes.endswith(f",{reason}", autoescape=True),
+                codes.contains(f",{reason},", autoescape=True),
+            )
+        )
     result = await session.scalars(
-        select(ThresholdHistory)
-        .where(ThresholdHistory.route_id == row.id)
-        .where(ThresholdHistory.computed_at >= since if since is not None else true())
-        .order_by(ThresholdHistory.computed_at.desc(), ThresholdHistory.id.desc())
-        .limit(limit)
+        query.order_by(ThresholdHistory.computed_at.desc(), ThresholdHistory.id.desc()).offset(offset).limit(limit)
     )
     return [history_row_dict(h, row) for h in result.all()]

@@ -37,9 +37,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
+from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker, rowcount
 from hedgerow.controller.models import Attempt, Call, HourlyRollup, Route, utc_now
 from hedgerow.controller.rollups import (
     HOUR_S,
@@ -124,7 +124,9 @@ def _in_hour(route_id: int, hour_start: datetime) -> list[Any]:
             Call.started_at < hour_start + timedelta(seconds=HOUR_S)]  # fmt: skip
 
 
-async def _seal(sessionmaker: async_sessionmaker, route_id: int, hour_start: datetime, now: datetime) -> int | None:
+async def _seal(
+    sessionmaker: async_sessionmaker[AsyncSession], route_id: int, hour_start: datetime, now: datetime
+) -> int | None:
     """Seal the hour's rollup if it matches the raw rows now; return its ``max_call_id`` if sealed."""
     in_hour = _in_hour(route_id, hour_start)
     raw_count = select(func.count()).where(*in_hour).scalar_subquery()
@@ -155,7 +157,11 @@ async def _seal(sessionmaker: async_sessionmaker, route_id: int, hour_start: dat
 
 
 async def _delete_sealed(
-    sessionmaker: async_sessionmaker, route_id: int, hour_start: datetime, max_call_id: int, batch_rows: int
+    sessionmaker: async_sessionmaker[AsyncSession],
+    route_id: int,
+    hour_start: datetime,
+    max_call_id: int,
+    batch_rows: int,
 ) -> tuple[int, int]:
     """Delete the hour's calls with ``id <= max_call_id`` and their attempts, in batches.
 
@@ -185,14 +191,14 @@ async def _delete_sealed(
             gone_calls = await session.execute(
                 delete(Call).where(Call.id.in_(ids)).execution_options(synchronize_session=False)
             )
-        attempts += gone_attempts.rowcount
-        calls += gone_calls.rowcount
+        attempts += rowcount(gone_attempts)
+        calls += rowcount(gone_calls)
         if len(ids) < batch_rows:
             return calls, attempts
 
 
 async def delete_folded_raw(
-    sessionmaker: async_sessionmaker, *, cutoff: datetime, batch_rows: int, now: datetime | None = None
+    sessionmaker: async_sessionmaker[AsyncSession], *, cutoff: datetime, batch_rows: int, now: datetime | None = None
 ) -> list[DeletedHour]:
     """Delete the raw calls and attempts of every whole hour before ``cutoff`` that is rolled up.
 
@@ -234,7 +240,11 @@ async def delete_folded_raw(
 
 
 async def run_retention(
-    sessionmaker: async_sessionmaker, settings: Any, *, now: datetime | None = None, delete_raw: bool = True
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Any,
+    *,
+    now: datetime | None = None,
+    delete_raw: bool = True,
 ) -> RetentionReport:
     """Fold every changed complete hour, then delete raw rows older than ``settings.retention_s``.
 

@@ -73,7 +73,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
 from hedgerow.client.records import estimate_prompt_tokens
-from hedgerow.controller.db import dialect_insert
+from hedgerow.controller.db import dialect_insert, rowcount
 from hedgerow.controller.errors import StoreError
 from hedgerow.controller.models import Attempt, Call, HourlyRollup, Route, utc_now
 from hedgerow.controller.ttft_histogram import (
@@ -600,7 +600,7 @@ async def _add_late(
             .values(folded_at=now, max_call_id=max_call_id, **_row_values(total))
             .execution_options(synchronize_session=False)
         )
-    return bool(getattr(result, "rowcount", 0) == 1)  # a CursorResult for an UPDATE
+    return rowcount(result) == 1
 
 
 async def fold_hours(

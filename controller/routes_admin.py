@@ -17,8 +17,9 @@ Validation (:func:`validate_route_config`; :class:`RouteConfigInvalid` names the
 ``budget`` in (0, 1) (1 would mean "no budget", which the estimator cannot target), every
 ``*_hedge_after_s`` a finite number in (0, ``MAX_SECONDS``] (86400 s, the longest duration a
 call record may carry, so records of the route are never refused for exceeding its threshold),
-and ``min_hedge_after_s <= default_hedge_after_s <= max_hedge_after_s``.
-A pinned value may lie outside the bounds: it is published as is.
+and ``min_hedge_after_s <= default_hedge_after_s <= max_hedge_after_s``; a pinned value must lie
+within the bounds too (it is published as is, so a pin outside them is refused, naming
+``pinned_hedge_after_s``).
 
 Audit: a change is one ``threshold_history`` row with reason ``config,<decision codes>``
 (``config`` first; the codes of the decision re-made at once with the new configuration follow,
@@ -43,7 +44,7 @@ import contextlib
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -51,6 +52,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from hedgerow.client.records import MAX_SECONDS, control_character_error
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import ControllerError, UnknownRoute
+from hedgerow.controller.events import log_threshold_change
 from hedgerow.controller.jobs import lock_route, tick_route
 from hedgerow.controller.models import Route, Threshold, ThresholdHistory, utc_now
 from hedgerow.controller.policy import RouteConfig
@@ -113,7 +115,8 @@ def validate_route_config(values: dict[str, Any]) -> RouteConfig:
     Raises:
         RouteConfigInvalid: an unknown or missing field, a wrong type, ``budget`` outside (0, 1),
             a duration not > 0, ``min_hedge_after_s > max_hedge_after_s``, or
-            ``default_hedge_after_s`` outside ``[min_hedge_after_s, max_hedge_after_s]``; the
+            ``default_hedge_after_s`` or ``pinned_hedge_after_s`` outside ``[min_hedge_after_s,
+            max_hedge_after_s]``; the
             error's ``field`` names the field.
     """
     unknown = sorted(set(values) - set(ROUTE_CONFIG_FIELDS))
@@ -139,6 +142,11 @@ def validate_route_config(values: dict[str, Any]) -> RouteConfig:
         raise RouteConfigInvalid(
             "default_hedge_after_s",
             f"{default} s is outside [min_hedge_after_s, max_hedge_after_s] = [{low}, {high}] s",
+        )
+    if pinned is not None and not low <= pinned <= high:
+        raise RouteConfigInvalid(
+            "pinned_hedge_after_s",
+            f"{pinned} s is outside [min_hedge_after_s, max_hedge_after_s] = [{low}, {high}] s",
         )
     return RouteConfig(
         enabled=values["enabled"],
@@ -180,7 +188,7 @@ class RouteChange:
 
 
 async def configure_route(
-    sessionmaker: async_sessionmaker,
+    sessionmaker: async_sessionmaker[AsyncSession],
     settings: Any,
     route: str,
     model: str,
@@ -263,7 +271,7 @@ async def configure_route(
                 extra["created"] = True
             joined = _JoinedSessionmaker(session)
             history = await tick_route(
-                joined,
+                cast("async_sessionmaker[AsyncSession]", joined),  # duck-typed: one open transaction
                 settings,
                 row,
                 current,
@@ -281,6 +289,8 @@ async def configure_route(
                     added.applied = applied
             history["applied"] = applied
         answer = route_dict(row, threshold)
+    if history is not None and history["applied"]:
+        log_threshold_change(history)  # committed: the change is published
     return RouteChange(route=answer, history=history, changes=changes, created=created)
 
 
@@ -326,7 +336,7 @@ class _JoinedSessionmaker:
 
 
 async def update_route(
-    sessionmaker: async_sessionmaker,
+    sessionmaker: async_sessionmaker[AsyncSession],
     settings: Any,
     route: str,
     model: str,

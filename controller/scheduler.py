@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from datetime import UTC, timedelta
 from typing import Any
 
@@ -28,9 +30,11 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.controller.events import log_flag_changes, log_lease_change
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, make_holder_id, release_lease
 from hedgerow.controller.models import utc_now
+from hedgerow.controller.overview import flags_of
 from hedgerow.controller.report_job import DeliveryResult, deliver_weekly_report, report_job_enabled
 from hedgerow.controller.retention import RetentionReport, run_retention
 
@@ -57,6 +61,13 @@ class ControllerScheduler:
         last_tick: the history rows written by the last tick (empty before the first).
         rollups: how many rollup + retention runs this process ran.
         last_rollup: the report of the last one (None before the first).
+        on_tick: called after each tick this process ran, with its duration (seconds) and the
+            Unix time it finished (e.g. the api's metrics); None by default.
+        on_lease: called with True/False whenever this process acquires or loses the lease.
+
+    Lease changes and each flag raised or cleared are logged (:mod:`hedgerow.controller.events`);
+    flags are compared with the previous tick this process ran (the first tick logs the flags
+    already up as raised).
     """
 
     def __init__(
@@ -74,11 +85,16 @@ class ControllerScheduler:
         self.rollups = 0
         self.last_rollup: RetentionReport | None = None
         self._rollup_lock = asyncio.Lock()
+        self._stopping = False
         self.last_report: DeliveryResult | None = None
         self._report_lock = asyncio.Lock()
+        self.on_tick: Callable[[float, float], None] | None = None
+        self.on_lease: Callable[[bool], None] | None = None
+        self._flags: dict[tuple[str, str], list[str]] = {}
 
     async def renew(self) -> bool:
         """Take or renew the lease now; returns whether this process holds it."""
+        before = self.holding
         try:
             self.holding = await acquire_lease(
                 self.sessionmaker, CONTROLLER_LEASE, self.holder, self.settings.lease_ttl_s
@@ -86,7 +102,14 @@ class ControllerScheduler:
         except Exception:
             log.exception("could not renew the controller lease")
             self.holding = False
+        if self.holding != before:
+            self._lease_changed()
         return self.holding
+
+    def _lease_changed(self) -> None:
+        log_lease_change(CONTROLLER_LEASE, self.holder, self.holding)
+        if self.on_lease is not None:
+            self.on_lease(self.holding)
 
     async def tick(self) -> list[dict[str, Any]] | None:
         """Renew the lease and, when held, run one controller tick.
@@ -97,9 +120,18 @@ class ControllerScheduler:
         async with self._lock:  # never two ticks at once in this process
             if not await self.renew():
                 return None
+            started = time.perf_counter()
             rows = await run_tick(self.sessionmaker, self.settings)
+            duration_s = time.perf_counter() - started
             self.ticks += 1
             self.last_tick = rows
+            for row in rows:
+                key = (row["route"], row["model"])
+                flags = flags_of(row["reason"])
+                log_flag_changes(row["route"], row["model"], self._flags.get(key, []), flags)
+                self._flags[key] = flags
+            if self.on_tick is not None:
+                self.on_tick(duration_s, time.time())
             return rows
 
     async def rollup(self) -> RetentionReport | None:
@@ -132,6 +164,10 @@ class ControllerScheduler:
         await self._job(self.report)
 
     async def _job(self, fn: Any) -> None:
+        """Run one scheduled job: failures are logged; at shutdown it does not start, and a
+        cancellation by the stopping process ends it quietly (the lease is released after it)."""
+        if self._stopping:
+            return
         task = asyncio.current_task()
         if task is not None:
             self._running.add(task)
@@ -139,6 +175,10 @@ class ControllerScheduler:
             await fn()
         except Exception:
             log.exception("scheduled controller job failed")
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+            log.info("scheduled controller job cancelled at shutdown")
         finally:
             if task is not None:
                 self._running.discard(task)
@@ -197,9 +237,11 @@ class ControllerScheduler:
 
     async def shutdown(self, timeout_s: float = 30.0) -> None:
         """Stop the jobs, wait (up to ``timeout_s``) for a running one, and release the lease."""
+        self._stopping = True
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        await asyncio.sleep(0)  # a job task created just before starts, sees the flag and ends
         running = [t for t in self._running if t is not asyncio.current_task()]
         if running:
             _done, pending = await asyncio.wait(running, timeout=timeout_s)
@@ -213,3 +255,4 @@ class ControllerScheduler:
             except Exception:
                 log.exception("could not release the controller lease")
             self.holding = False
+            self._lease_changed()

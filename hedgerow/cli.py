@@ -2,7 +2,8 @@
 
 Commands: ``call`` (one hedged chat completion), ``serve`` (api + controller job), ``db upgrade``,
 ``db retention`` (hourly rollups, then deletion of old raw calls),
-``controller run-once``, ``replica`` (a simulated LLM replica) and ``demo`` (the main job).
+``controller run-once``, ``routes list|show|history|set`` (the ops CLI, :mod:`hedgerow.cli_routes`),
+``replica`` (a simulated LLM replica) and ``demo`` (the main job).
 Each command parses its flags here and hands over to the part that does the work; user errors
 are printed as one line and exit with status 1 or 2, never as a traceback.
 """
@@ -10,11 +11,13 @@ are printed as one line and exit with status 1 or 2, never as a traceback.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
+from hedgerow import __version__
 from hedgerow.cli_report import report_app
+from hedgerow.cli_routes import routes_app
 
 if TYPE_CHECKING:
     from hedgerow.client import CallRecord, HedgePolicy, HedgingClient, Upstream
@@ -27,12 +30,30 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: flags without type metavars, nothing truncated
+    context_settings={"max_content_width": 120, "terminal_width": 120},
 )
-db_app = typer.Typer(help="The SQL store.", no_args_is_help=True)
-controller_app = typer.Typer(help="The threshold controller.", no_args_is_help=True)
+db_app = typer.Typer(help="The SQL store.", no_args_is_help=True, rich_markup_mode=None)
+controller_app = typer.Typer(help="The threshold controller.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(db_app, name="db")
 app.add_typer(controller_app, name="controller")
 app.add_typer(report_app, name="report")  # hedgerow/cli_report.py
+app.add_typer(routes_app, name="routes")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"hedgerow {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """First-token hedged requests for LLM APIs, with thresholds set by measurement."""
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -129,7 +150,7 @@ def _parse_max_tokens(text: str | None) -> int | None:
     return value
 
 
-def _read_body(path: str) -> dict:
+def _read_body(path: str) -> dict[str, Any]:
     """The JSON object in the ``--body`` file (``-`` reads stdin); a bad file exits 2 naming it."""
     import json
     import sys
@@ -151,7 +172,7 @@ def _read_body(path: str) -> dict:
     return payload
 
 
-def _call_payload(model: str | None, prompt: str | None, body: str | None, max_tokens: str | None) -> dict:
+def _call_payload(model: str | None, prompt: str | None, body: str | None, max_tokens: str | None) -> dict[str, Any]:
     """The chat-completions body of ``hedgerow call`` from its flags; bad values exit 2.
 
     ``--model`` (when given) replaces the body's model; the model ends up in the call record, so
@@ -305,7 +326,7 @@ class _SigintGuard:
 
 
 async def _run_call(
-    client: HedgingClient, payload: dict, as_json: bool, guard: _SigintGuard
+    client: HedgingClient, payload: dict[str, Any], as_json: bool, guard: _SigintGuard
 ) -> tuple[AnswerAssembler, CallRecord | None, str | None]:
     """Stream one call through ``client``; returns (answer, record, one-line error or None).
 
@@ -465,7 +486,7 @@ def demo(
 
     from hedgerow.sim.demo import DemoConfig, DemoError, results_table, run_demo, write_json
 
-    overrides: dict = {"trace_path": trace, "json_path": json_path, "seed": seed, "report_dir": report_dir}
+    overrides: dict[str, Any] = {"trace_path": trace, "json_path": json_path, "seed": seed, "report_dir": report_dir}
     if duration is not None:
         if not math.isfinite(duration) or not 0 < duration <= 86_400:
             raise fail("--duration: must be a number of seconds in (0, 86400]", 2)
@@ -592,21 +613,48 @@ def replica(
 # ---- serve, db upgrade, controller run-once (controller+api helper) ----
 
 
-def _server_settings(db: str | None, **overrides: object) -> Settings:
-    """Settings from the environment with the command's flags on top (bad values exit 2)."""
+#: The flag of each setting that a command takes as a flag (errors name what the user typed).
+_SETTING_FLAGS = {
+    "database_url": "--db",
+    "host": "--host",
+    "port": "--port",
+    "controller_interval_s": "--interval",
+    "retention_s": "--retention",
+    "log_level": "--log-level",
+    "log_format": "--log-format",
+    "access_log": "--access-log",
+}
+
+
+def _server_settings(db: str | None, **overrides: Any) -> Settings:
+    """Settings from the environment with the command's flags on top.
+
+    A bad value exits 2 with one line naming what the user typed: the flag (``--log-format``)
+    when it came from a flag, else the environment variable (``HEDGEROW_LOG_FORMAT``); a
+    malformed or unsupported ``--db`` exits 2 in every command.
+    """
     from pydantic import ValidationError
 
+    from hedgerow.controller.db import check_database_url
+    from hedgerow.controller.errors import StoreError
     from hedgerow.settings import Settings
 
-    values = {k: v for k, v in overrides.items() if v is not None}
+    values: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
     if db is not None:
         values["database_url"] = db
     try:
-        return Settings(**values)
+        settings = Settings(**values)
     except ValidationError as exc:
         error = exc.errors()[0]
         field = ".".join(str(p) for p in error["loc"])
-        raise fail(f"{field}: {error['msg']}", 2) from None
+        name = _SETTING_FLAGS.get(field, field) if field in values else f"HEDGEROW_{field.upper()}"
+        raise fail(f"{name}: {error['msg'].removeprefix('Value error, ')}", 2) from None
+    try:
+        check_database_url(settings.database_url)
+    except StoreError as exc:
+        name = "--db" if db is not None else "HEDGEROW_DATABASE_URL"
+        raise fail(f"{name}: {exc}", 2) from None
+    return settings
 
 
 def _require_existing_sqlite_file(url: str) -> None:
@@ -630,20 +678,49 @@ def serve(
     db: str = typer.Option(
         None,
         "--db",
+        metavar="URL",
         help="Database URL (default HEDGEROW_DATABASE_URL, else sqlite+aiosqlite:///./hedgerow.db); migrated on start.",
     ),
     host: str = typer.Option(
-        None, "--host", help="Interface to listen on (default 127.0.0.1; non-loopback needs HEDGEROW_TOKENS)."
+        None,
+        "--host",
+        metavar="HOST",
+        help="Interface to listen on (default 127.0.0.1; non-loopback needs HEDGEROW_TOKENS).",
     ),
-    port: int = typer.Option(None, "--port", help="TCP port (default 8400; 0 picks a free one)."),
-    interval: float = typer.Option(None, "--interval", help="Seconds between controller ticks (default 60)."),
+    port: int = typer.Option(None, "--port", metavar="PORT", help="TCP port (default 8400; 0 picks a free one)."),
+    interval: float = typer.Option(
+        None, "--interval", metavar="S", help="Seconds between controller ticks (default 60)."
+    ),
+    log_level: str = typer.Option(
+        None,
+        "--log-level",
+        metavar="LEVEL",
+        help="debug, info, warning, error or critical (default HEDGEROW_LOG_LEVEL, else info).",
+    ),
+    log_format: str = typer.Option(
+        None,
+        "--log-format",
+        metavar="FORMAT",
+        help="text or json: one JSON object per line (default HEDGEROW_LOG_FORMAT, else text).",
+    ),
+    access_log: bool = typer.Option(
+        None, "--access-log/--no-access-log", help="Log one line per request (default HEDGEROW_ACCESS_LOG, else off)."
+    ),
 ) -> None:
     """Run the api and the controller job; prints one line once listening."""
     from hedgerow.api.errors import ApiConfigError
     from hedgerow.api.server import serve as serve_api
     from hedgerow.controller.errors import StoreError, StoreNotReady
 
-    settings = _server_settings(db, host=host, port=port, controller_interval_s=interval)
+    settings = _server_settings(
+        db,
+        host=host,
+        port=port,
+        controller_interval_s=interval,
+        log_level=log_level,
+        log_format=log_format,
+        access_log=access_log,
+    )
     try:
         serve_api(settings)
     except StoreNotReady as exc:

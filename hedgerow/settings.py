@@ -9,6 +9,7 @@ settings: an app embeds the client and configures it in code (``HedgePolicy``).
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -27,8 +28,9 @@ class Settings(BaseSettings):
     """Settings of the store, the controller job and the api.
 
     Attributes (environment variable ``HEDGEROW_`` + upper-cased name):
-        database_url: SQLAlchemy async URL of the store (``sqlite+aiosqlite:///path`` or
-            ``postgresql+asyncpg://user@host/db``).
+        database_url: SQLAlchemy URL of the store (``sqlite+aiosqlite:///path`` or
+            ``postgresql+asyncpg://user@host/db``; plain ``sqlite:///path`` and
+            ``postgresql://...`` are mapped to those async drivers).
         controller_interval_s: seconds between two controller ticks (default 60).
         window_s: the estimation window, seconds of recent calls per tick (default 3600).
         max_window_s: how far the window may widen while samples are too few (default 86400).
@@ -96,7 +98,11 @@ class Settings(BaseSettings):
             (default 5); report_webhook_backoff_s: the wait before the second attempt, doubled
             for each further one (default 2 s); report_webhook_timeout_s: per attempt (10 s).
         host / port: where ``hedgerow serve`` listens (defaults 127.0.0.1:8400).
-        tokens: bearer tokens, ``token:scope1+scope2`` comma-separated (empty = no auth, loopback only).
+        tokens: bearer tokens, ``[name=]token:scope1+scope2`` comma-separated (empty = no auth,
+            loopback only); a token's name is the audit actor of the changes made with it.
+        log_level: ``debug``, ``info`` (default), ``warning``, ``error`` or ``critical``.
+        log_format: ``text`` (default) or ``json`` (one object per line).
+        access_log: log one line per HTTP request (default false).
     """
 
     model_config = SettingsConfigDict(env_prefix="HEDGEROW_", extra="ignore")
@@ -140,6 +146,23 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8400, ge=0, le=65535)
     tokens: str = ""
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    log_format: Literal["text", "json"] = "text"
+    access_log: bool = False
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: object) -> object:
+        """Accept the level in any case (``INFO``, ``info``)."""
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, value: str) -> str:
+        """Map a plain ``sqlite:///`` or ``postgresql://`` url to its async driver."""
+        from hedgerow.controller.db import async_database_url
+
+        return async_database_url(value)
 
     @field_validator("report_cron")
     @classmethod

@@ -117,7 +117,7 @@ class DemoConfig:
     @classmethod
     def quick(cls, **overrides: Any) -> DemoConfig:
         """The ``--quick`` preset: about 30 s of load per way, under two minutes in all."""
-        base: dict[str, Any] = dict(duration_s=22.0, controller_interval_s=2.0)
+        base: dict[str, Any] = {"duration_s": 22.0, "controller_interval_s": 2.0}
         base.update(overrides)
         return cls(**base)
 
@@ -168,7 +168,8 @@ class DemoRun:
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def summarize(

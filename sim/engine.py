@@ -282,7 +282,7 @@ class ReplicaEngine:
         waiting (queue length), running (batch size), max_batch, busy_s (simulated service
         seconds spent so far), time_scale, slowdown, tokens_per_chunk.
         """
-        c = dict(self._counters)
+        c: dict[str, Any] = dict(self._counters)
         c["aborted"] = c["aborted_waiting"] + c["aborted_running"]
         c.update(
             waiting=len(self._waiting),

@@ -35,7 +35,7 @@ from __future__ import annotations
 import csv
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +164,14 @@ class PerfModel:
     source: str
     prefill_ms: dict[tuple[int, int], float]
     decode_ms: dict[int, float]
+    # Interpolation tables derived in __post_init__ (not arguments).
+    _log_tokens: np.ndarray = field(init=False, repr=False, compare=False)
+    _log_prefill: np.ndarray = field(init=False, repr=False, compare=False)
+    _tail: tuple[float, float, float] = field(init=False, repr=False, compare=False)
+    _log_batch_f: np.ndarray = field(init=False, repr=False, compare=False)
+    _factor: np.ndarray = field(init=False, repr=False, compare=False)
+    _log_batch_d: np.ndarray = field(init=False, repr=False, compare=False)
+    _decode: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         singles = sorted((p, t) for (p, b), t in self.prefill_ms.items() if b == 1)
@@ -195,7 +203,7 @@ class PerfModel:
         """Prefill time (ms) of ``tokens`` prompt tokens as one request (batch 1)."""
         p_max, ms_max, slope = self._tail
         if tokens > p_max:
-            return ms_max + slope * (tokens - p_max)
+            return float(ms_max + slope * (tokens - p_max))
         x = math.log(max(tokens, 1.0))
         return float(np.exp(np.interp(x, self._log_tokens, self._log_prefill)))
 

@@ -476,7 +476,7 @@ def _uvicorn_config(app: FastAPI, host: str, port: int, graceful_s: float) -> uv
         port=port,
         log_level="warning",
         lifespan="on",
-        timeout_graceful_shutdown=graceful_s,
+        timeout_graceful_shutdown=graceful_s,  # type: ignore[arg-type]  # uvicorn awaits it as a float timeout
         access_log=False,
     )
 
@@ -571,6 +571,7 @@ class ReplicaThread:
 
     def _run(self) -> None:
         try:
+            assert self._sock is not None, "start() binds the socket before the thread runs"
             asyncio.run(self.server.serve(sockets=[self._sock]))
         except BaseException as exc:
             self._error = exc

@@ -104,7 +104,7 @@ def load_azure_trace(path: str | Path, limit: int | None = None) -> list[TraceRe
             raise TraceError(
                 f"{path}: empty file (expected a header TIMESTAMP,ContextTokens,GeneratedTokens)"
             ) from None
-        columns = {}
+        columns: dict[str, int] = {}
         for name in ("TIMESTAMP", "ContextTokens", "GeneratedTokens"):
             if name not in header:
                 raise TraceError(f"{path}: missing column {name!r} (header is {','.join(header)!r})")
@@ -115,7 +115,7 @@ def load_azure_trace(path: str | Path, limit: int | None = None) -> list[TraceRe
             line = reader.line_num
             if not row or all(not cell.strip() for cell in row):
                 continue
-            parsed = []
+            parsed: list[float] = []
             for name, parse in (
                 ("TIMESTAMP", _parse_timestamp),
                 ("ContextTokens", lambda t: _parse_count(t, 0)),
@@ -128,7 +128,7 @@ def load_azure_trace(path: str | Path, limit: int | None = None) -> list[TraceRe
                     parsed.append(parse(row[idx]))
                 except ValueError as exc:
                     raise TraceError(f"{path}: line {line}: column {name}: {exc}") from None
-            rows.append((parsed[0], parsed[1], parsed[2]))
+            rows.append((parsed[0], int(parsed[1]), int(parsed[2])))
     if not rows:
         return []
     rows.sort(key=lambda r: r[0])

@@ -265,3 +265,9 @@ def make_call(
 def call_factory():
     """The :func:`make_call` factory of test call records."""
     return make_call
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the tests marked ``slow`` first: with xdist, a long test started last would run alone
+    while the other workers idle (longest-first scheduling shortens the whole run)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

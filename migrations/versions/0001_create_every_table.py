@@ -18,7 +18,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def _id() -> sa.types.TypeEngine:
+def _id() -> sa.types.TypeEngine[int]:
     """64-bit ids, INTEGER on SQLite (its rowid primary keys)."""
     return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

@@ -28,7 +28,7 @@ _TOKENS = ("prompt_tokens", "completion_tokens", "wasted_completion_tokens")
 _HISTOGRAMS = ("primary_ttft_hist", "primary_censored_hist", "call_ttft_hist")
 
 
-def _id() -> sa.types.TypeEngine:
+def _id() -> sa.types.TypeEngine[int]:
     """64-bit ids, INTEGER on SQLite (its rowid primary keys)."""
     return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

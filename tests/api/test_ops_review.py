@@ -51,7 +51,9 @@ async def test_route_durations_above_max_seconds_are_422_and_change_nothing(make
 
 async def test_a_pin_of_max_seconds_still_accepts_the_routes_records(make_api, call_factory) -> None:
     async with make_api() as (_app, api):
-        pinned = await api.put("/v1/routes/r", params=M, json={"pinned_hedge_after_s": MAX_SECONDS})
+        pinned = await api.put(
+            "/v1/routes/r", params=M, json={"max_hedge_after_s": MAX_SECONDS, "pinned_hedge_after_s": MAX_SECONDS}
+        )
         assert pinned.status_code == 201, pinned.text
         record = call_factory("a1", route="r", model="m1").to_dict() | {"hedge_after_s": MAX_SECONDS}
         response = await api.post("/v1/calls", json={"calls": [record]})
@@ -345,6 +347,7 @@ async def test_applied_means_the_published_threshold_changed(make_api) -> None:
 async def test_query_parameter_errors_name_the_field(make_api) -> None:
     async with make_api() as (_app, api):
         await api.put("/v1/routes/r", params=M, json={})
+        await api.put("/v1/routes/r", params={"model": "m2"}, json={})  # two models: model is needed
         cases = [
             ("/v1/routes/r/history", {"model": "m1", "limit": 0}, "limit"),
             ("/v1/routes/r/history", {"model": "m1", "limit": "many"}, "limit"),

@@ -194,10 +194,31 @@ async def test_actor_is_the_token_fingerprint(make_api) -> None:
         first = await api.put("/v1/routes/a", params=M, json={"budget": 0.2}, headers=admin)
         assert first.status_code == 201 and first.json()["history"]["actor"] == fingerprint
         named = await api.patch("/v1/routes/a", params=M, json={"budget": 0.3, "actor": "alice"}, headers=admin)
-        assert named.json()["history"]["actor"] == f"alice ({fingerprint})"
+        assert named.json()["history"]["actor"] == f"{fingerprint} (note: alice)"  # a note, not the identity
         async with app.state.sessionmaker() as session:
             actors = (await session.scalars(select(ThresholdHistory.actor))).all()
         assert all("s3cret" not in a for a in actors)  # the token itself is never stored
+
+
+async def test_a_named_token_is_the_actor_and_a_claimed_actor_only_a_note(make_api) -> None:
+    async with make_api(tokens="alice=s3cret-admin:admin,padded==:read") as (app, api):
+        assert app.state.token_names == {"s3cret-admin": "alice"}  # trailing base64 padding is no name
+        admin = {"Authorization": "Bearer s3cret-admin"}
+        first = await api.put("/v1/routes/a", params=M, json={"budget": 0.2}, headers=admin)
+        assert first.json()["history"]["actor"] == "alice"
+        spoofed = await api.patch("/v1/routes/a", params=M, json={"budget": 0.3, "actor": "bob"}, headers=admin)
+        assert spoofed.json()["history"]["actor"] == "alice (note: bob)"
+        assert (await api.get("/v1/routes", headers={"Authorization": "Bearer padded=="})).status_code == 200
+
+
+async def test_401_and_403_bodies_name_the_field(make_api) -> None:
+    async with make_api(tokens="r3ad:read") as (_app, api):
+        missing = await api.get("/v1/routes")
+        assert missing.status_code == 401
+        assert missing.json()["detail"] == {"field": "authorization", "message": "missing or invalid bearer token"}
+        denied = await api.post("/v1/controller/run", headers={"Authorization": "Bearer r3ad"})
+        assert denied.status_code == 403
+        assert denied.json()["detail"]["field"] == "authorization" and "admin" in denied.json()["detail"]["message"]
 
 
 async def test_controller_run_ticks_now_and_reports_its_rows(make_api, call_factory) -> None:

@@ -26,6 +26,7 @@ async def _wait_for(predicate, timeout_s: float) -> bool:
     return False
 
 
+@pytest.mark.slow
 async def test_serve_subprocess_over_http(database_url: str, call_factory, tmp_path) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,

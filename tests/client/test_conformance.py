@@ -37,8 +37,10 @@ from tests.client.scripted_server import Script, ScriptedServer
 from tests.client.streams import CASES, CASES_BY_NAME, StreamCase, chunked, split_events
 from tests.helpers import BODY
 
-#: How late an event may be observed after its scripted arrival on a loaded machine.
-LATE_S = 0.45
+#: How late an event may be observed after its scripted arrival on a loaded machine (seen: 0.47 s
+#: with the load average at 9 on 2 cores). The lower bound is the exact one: no event is timed
+#: before the server sent it.
+LATE_S = 1.5
 #: Clock skew allowed the other way (the client's clock starts before the server's).
 EARLY_S = 0.005
 

@@ -67,6 +67,16 @@ async def test_ready_check(engine, tmp_path) -> None:
 
 
 def test_unsupported_urls_are_refused() -> None:
-    for url in ("sqlite:///x.db", "postgresql://u@h/db", "not a url"):
+    for url in ("mysql://u@h/db", "sqlite+pysqlite:///x.db", "not a url"):
         with pytest.raises(StoreError):
             make_engine(url)
+
+
+def test_plain_urls_are_mapped_to_the_async_drivers() -> None:
+    from hedgerow.controller.db import check_database_url
+    from hedgerow.settings import Settings
+
+    assert check_database_url("sqlite:///x.db") == "sqlite+aiosqlite:///x.db"
+    assert check_database_url("postgresql://u@h/db") == "postgresql+asyncpg://u@h/db"
+    assert check_database_url("postgres://u@h:5433/db") == "postgresql+asyncpg://u@h:5433/db"
+    assert Settings(database_url="sqlite:////tmp/a.db").database_url == "sqlite+aiosqlite:////tmp/a.db"

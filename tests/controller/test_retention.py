@@ -52,6 +52,7 @@ async def _merged(sessionmaker, since, until):
         return {(r.route, r.model): r.rollup for r in await merge_rollups(session, since=since, until=until)}
 
 
+@pytest.mark.slow
 async def test_old_raw_goes_after_its_rollup_and_figures_survive(sessionmaker) -> None:
     settings = Settings(retention_s=14 * 86400.0, retention_batch_rows=37)
     old = workload(900, seed=31, start=NOW - 17 * DAY, span_s=2 * 86400, prefix="old")  # 15-17 days old
@@ -89,6 +90,7 @@ async def test_old_raw_goes_after_its_rollup_and_figures_survive(sessionmaker) -
     assert await _merged(sessionmaker, since, until) == merged
 
 
+@pytest.mark.slow
 async def test_weekly_aggregate_is_the_same_before_and_after_deletion(sessionmaker) -> None:
     monday = datetime(2026, 11, 2, tzinfo=UTC)  # 2026-W45, more than 14 days before NOW
     records = workload(1000, seed=41, start=monday, span_s=7 * 86400, prefix="w", pairs=[("chat", "m1")])

@@ -233,6 +233,7 @@ async def test_fold_matches_a_direct_computation_and_is_idempotent(sessionmaker)
     assert {f.hour_start for f in later} == {floor_hour(NOW)}
 
 
+@pytest.mark.slow
 async def test_weekly_figures_from_rollups_equal_figures_from_raw(sessionmaker) -> None:
     monday = datetime(2026, 11, 23, tzinfo=UTC)
     records = workload(4000, seed=21, start=monday - timedelta(hours=5), span_s=7 * 86400 + 10 * 3600)

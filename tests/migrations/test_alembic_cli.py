@@ -21,6 +21,7 @@ def _alembic(*args: str, url: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_alembic_cli_upgrade_check_downgrade(tmp_path) -> None:
     if not (REPO / "alembic.ini").is_file():
         pytest.skip("alembic.ini is only in a source checkout")

@@ -33,7 +33,14 @@ async def test_engine_stop_closes_inflight_requests() -> None:
     waiting = engine.submit(100, 10)
     await asyncio.wait_for(running.chunks.get(), 10)
     await engine.stop()
-    assert isinstance(await running.chunks.get(), EngineClosed)
+    # Tokens decoded before stop() may still be queued (the test may resume late on a loaded
+    # machine); after them comes EngineClosed, long before the 1000 tokens asked for.
+    after: list[object] = []
+    while not after or not isinstance(after[-1], EngineClosed):
+        after.append(await asyncio.wait_for(running.chunks.get(), 10))
+    assert all(isinstance(c, TokenChunk) and not c.finished for c in after[:-1])
+    assert sum(c.tokens for c in after[:-1] if isinstance(c, TokenChunk)) < 1000
+    assert running.chunks.empty()
     assert isinstance(await waiting.chunks.get(), EngineClosed)
 
 

@@ -1,0 +1,187 @@
+"""``GET /metrics``: Prometheus text format, one registry per app (prometheus-client).
+
+With ``HEDGEROW_TOKENS`` set the scrape needs a token with the ``read`` scope (Prometheus'
+``authorization`` setting).
+
+Counters count what **this process** ingested (each stored record once; duplicates and rejected
+batches are not calls), so with several ``serve`` processes Prometheus sums them; gauges of the
+published thresholds are read from the store at scrape time, so every process reports the same.
+Labels stay low-cardinality: route, model, status, trigger, winner, token type (never request
+ids, clients or users).
+
+=====================================================  =========  ==================================
+name                                                   type       labels
+=====================================================  =========  ==================================
+hedgerow_calls_total                                   counter    route, model, status
+hedgerow_hedges_total                                  counter    route, model, trigger (delay: the
+                                                                  first token was late, a hedge;
+                                                                  error: the primary failed, a
+                                                                  failover)
+hedgerow_hedges_denied_total                           counter    route, model
+hedgerow_hedge_wins_total                              counter    route, model, winner (calls with
+                                                                  a backup: which attempt won)
+hedgerow_failovers_total                               counter    route, model
+hedgerow_wasted_tokens_total                           counter    route, model, token_type
+gen_ai_client_operation_time_to_first_chunk_seconds    histogram  gen_ai_request_model, route (the
+                                                                  TTFT the app saw)
+hedgerow_records_accepted_total                        counter    (stored records)
+hedgerow_records_duplicate_total                       counter    (already stored, not re-counted)
+hedgerow_records_rejected_total                        counter    (records of refused batches)
+hedgerow_controller_tick_duration_seconds              histogram  (ticks run by this process)
+hedgerow_controller_last_success_timestamp_seconds     gauge      (Unix time of the last tick)
+hedgerow_lease_held                                    gauge      lease (1 while this process
+                                                                  holds it)
+hedgerow_hedge_after_seconds                           gauge      route, model (published value)
+hedgerow_threshold_info                                gauge      route, model, version, source
+=====================================================  =========  ==================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from hedgerow.api.auth import require_scope
+from hedgerow.client.records import CallRecord
+from hedgerow.controller.lease import CONTROLLER_LEASE
+from hedgerow.controller.queries import list_thresholds
+
+__all__ = ["TTFT_BUCKETS_S", "Metrics", "router"]
+
+#: Bucket bounds of the TTFT histogram, seconds (the OTel GenAI advisory bounds, then to 60 s).
+TTFT_BUCKETS_S: tuple[float, ...] = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0,
+)  # fmt: skip
+#: Bucket bounds of the controller tick duration, seconds.
+TICK_BUCKETS_S: tuple[float, ...] = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+router = APIRouter()
+
+
+class Metrics:
+    """The metrics of one app, in a registry of its own (so several apps in a process never clash).
+
+    Attributes:
+        registry: the ``CollectorRegistry`` that ``/metrics`` renders.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        route_model = ["route", "model"]
+        self.calls = Counter("hedgerow_calls", "Calls ingested, by final status.", [*route_model, "status"], registry=r)
+        self.hedges = Counter(
+            "hedgerow_hedges",
+            "Backup attempts started: delay = hedge, error = failover.",
+            [*route_model, "trigger"],
+            registry=r,
+        )
+        self.hedges_denied = Counter(
+            "hedgerow_hedges_denied", "Hedges the client's budget refused.", route_model, registry=r
+        )
+        self.hedge_wins = Counter(
+            "hedgerow_hedge_wins",
+            "Calls with a backup attempt, by the winning attempt.",
+            [*route_model, "winner"],
+            registry=r,
+        )
+        self.failovers = Counter(
+            "hedgerow_failovers", "Backups started because the primary failed.", route_model, registry=r
+        )
+        self.wasted_tokens = Counter(
+            "hedgerow_wasted_tokens", "Tokens the losing attempts cost.", [*route_model, "token_type"], registry=r
+        )
+        self.ttft = Histogram(
+            "gen_ai_client_operation_time_to_first_chunk_seconds",
+            "Time to the first chunk of the answer the app received (TTFT), seconds.",
+            ["gen_ai_request_model", "route"],
+            buckets=TTFT_BUCKETS_S,
+            registry=r,
+        )
+        self.records_accepted = Counter("hedgerow_records_accepted", "Call records stored.", registry=r)
+        self.records_duplicate = Counter(
+            "hedgerow_records_duplicate", "Call records already stored (not counted again).", registry=r
+        )
+        self.records_rejected = Counter("hedgerow_records_rejected", "Call records of refused batches.", registry=r)
+        self.tick_duration = Histogram(
+            "hedgerow_controller_tick_duration_seconds",
+            "Duration of the controller ticks this process ran, seconds.",
+            buckets=TICK_BUCKETS_S,
+            registry=r,
+        )
+        self.tick_last_success = Gauge(
+            "hedgerow_controller_last_success_timestamp_seconds",
+            "Unix time at which this process last finished a controller tick.",
+            registry=r,
+        )
+        self.lease_held = Gauge(
+            "hedgerow_lease_held", "1 while this process holds the lease, else 0.", ["lease"], registry=r
+        )
+        self.hedge_after = Gauge(
+            "hedgerow_hedge_after_seconds", "The published hedge_after_s, seconds.", route_model, registry=r
+        )
+        self.threshold_info = Gauge(
+            "hedgerow_threshold_info",
+            "The published threshold's version and source (value 1).",
+            [*route_model, "version", "source"],
+            registry=r,
+        )
+        self.lease_held.labels(lease=CONTROLLER_LEASE).set(0)
+
+    def observe_records(self, records: Iterable[CallRecord]) -> None:
+        """Count stored call records (each once: pass only the records written, not duplicates)."""
+        for record in records:
+            labels = {"route": record.route, "model": record.model}
+            self.calls.labels(status=record.status, **labels).inc()
+            if record.hedge_reason == "ttft_timeout":
+                self.hedges.labels(trigger="delay", **labels).inc()
+            elif record.hedge_reason == "primary_error":
+                self.hedges.labels(trigger="error", **labels).inc()
+                self.failovers.labels(**labels).inc()
+            if record.hedge_denied:
+                self.hedges_denied.labels(**labels).inc()
+            if record.hedged and record.winner is not None:
+                self.hedge_wins.labels(winner=record.winner, **labels).inc()
+            if record.wasted_completion_tokens:
+                self.wasted_tokens.labels(token_type="completion", **labels).inc(record.wasted_completion_tokens)
+            if record.ttft_s is not None:
+                self.ttft.labels(gen_ai_request_model=record.model, route=record.route).observe(record.ttft_s)
+
+    def observe_tick(self, duration_s: float, finished_at_s: float) -> None:
+        """Record one controller tick of ``duration_s`` seconds that finished at Unix time ``finished_at_s``."""
+        self.tick_duration.observe(duration_s)
+        self.tick_last_success.set(finished_at_s)
+
+    def set_lease(self, held: bool) -> None:
+        """Set ``hedgerow_lease_held`` of the controller lease."""
+        self.lease_held.labels(lease=CONTROLLER_LEASE).set(1 if held else 0)
+
+    def set_thresholds(self, thresholds: list[dict[str, Any]]) -> None:
+        """Replace the threshold gauges by the published thresholds ``thresholds`` (as
+        :func:`hedgerow.controller.queries.list_thresholds` gives them)."""
+        self.hedge_after.clear()
+        self.threshold_info.clear()
+        for row in thresholds:
+            self.hedge_after.labels(route=row["route"], model=row["model"]).set(row["hedge_after_s"])
+            self.threshold_info.labels(
+                route=row["route"], model=row["model"], version=str(row["version"]), source=row["source"]
+            ).set(1)
+
+    def render(self) -> bytes:
+        """The registry in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+@router.get("/metrics", include_in_schema=False, dependencies=[Depends(require_scope("read"))])
+async def metrics(request: Request) -> Response:
+    """Prometheus text format: this process's counters, the store's published thresholds."""
+    app_metrics: Metrics = request.app.state.metrics
+    async with request.app.state.sessionmaker() as session:
+        app_metrics.set_thresholds(await list_thresholds(session))
+    app_metrics.set_lease(request.app.state.scheduler.holding)
+    return Response(app_metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,455 @@
+"""The ops console: server-rendered pages under ``/ui/`` (Jinja2 templates, local CSS, no script).
+
+Pages:
+
+- ``GET /ui/`` and ``GET /ui/routes``: every route at a glance (published ``hedge_after_s``, its
+  source, budget, last hour's hedge rate and backup win rate, flags, last change);
+- ``GET /ui/routes/{route}?model=&range=``: one route: step chart of the published threshold with
+  the primary's P90/P99, chart of the hedge rate against the budget, over ``range`` (``1h``,
+  ``6h``, ``24h``, ``7d``, ``30d``); the history table (filters ``applied``, ``reason``, ``since``,
+  ``until`` in UTC; 50 rows a page, ``page=``); the configuration, and with the admin scope a form;
+- ``POST /ui/routes/{route}?model=``: the form's change (admin), applied and audited like
+  ``PATCH /v1/routes`` (:func:`hedgerow.controller.routes_admin.configure_route`), then back to
+  the route's page (303);
+- ``GET``/``POST /ui/login`` and ``POST /ui/logout``: with ``HEDGEROW_TOKENS`` set, pages need a
+  token with the ``read`` (or ``admin``) scope, entered once on the login page and kept in the
+  HttpOnly, SameSite=Strict cookie :data:`~hedgerow.api.auth.TOKEN_COOKIE`. A form post whose
+  ``Origin`` is another site is refused (403).
+
+Charts are inline SVG laid out by :mod:`hedgerow.api.charts`; styles are ``/ui/static/hedgerow.css``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
+
+from fastapi import APIRouter, FastAPI, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from hedgerow import __version__
+from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
+from hedgerow.api.charts import SeriesData, time_chart
+from hedgerow.client.records import control_character_error
+from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
+from hedgerow.controller.models import utc_now
+from hedgerow.controller.overview import FLAG_CODES, flags_of, history_series, route_overview
+from hedgerow.controller.queries import get_history, get_route, resolve_model
+from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
+
+__all__ = ["HISTORY_PAGE_ROWS", "RANGES", "PageUser", "install_pages", "router"]
+
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=HERE / "templates")
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+#: The chart ranges a route's page offers, seconds.
+RANGES: dict[str, float] = {"1h": 3600.0, "6h": 21_600.0, "24h": 86_400.0, "7d": 604_800.0, "30d": 2_592_000.0}
+#: History rows per page of the table.
+HISTORY_PAGE_ROWS = 50
+#: Reason codes offered by the history filter (any code may be typed in the URL).
+REASON_CODES: tuple[str, ...] = (
+    "config", "target", "efficient_raise", "raise_over_budget", "over_budget_hold", "hysteresis_hold",
+    "step_down_limited", "too_few_samples", "censored_raise", "censored_hold", "pinned", "disabled",
+    "clamped_min", "clamped_max", *FLAG_CODES,
+)  # fmt: skip
+_FORM_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class PageUser:
+    """Who looks at a page: ``scopes`` of the token (every scope without tokens), the token (None
+    without tokens), and whether tokens are configured at all."""
+
+    scopes: frozenset[str]
+    token: str | None
+    auth: bool
+
+    @property
+    def admin(self) -> bool:
+        """True when the user may change routes."""
+        return "admin" in self.scopes
+
+
+class _LoginNeeded(Exception):
+    """Raised by :func:`_user` when the page needs a (better) token; answered by a redirect."""
+
+    def __init__(self, next_url: str) -> None:
+        super().__init__(next_url)
+        self.next_url = next_url
+
+
+def _seconds(value: float | None) -> str:
+    """``1.25 s``-style text (3 significant decimals, trailing zeros cut), ``-`` for None."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return f"{text} s"
+
+
+def _percent(value: float | None) -> str:
+    """``12.5%``-style text, ``-`` for None."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value * 100:.1f}%"
+
+
+def _when(value: str | None) -> str:
+    """An ISO timestamp as ``2026-12-01 20:45:03`` (UTC), ``-`` for None."""
+    if not value:
+        return "-"
+    return value.replace("T", " ")[:19]
+
+
+def _route_url(route: str, model: str | None = None, **query: Any) -> str:
+    params = {k: v for k, v in ({"model": model} | query).items() if v not in (None, "")}
+    suffix = f"?{urlencode(params)}" if params else ""
+    return f"/ui/routes/{quote(route, safe='')}{suffix}"
+
+
+templates.env.filters.update(seconds=_seconds, percent=_percent, when=_when)
+templates.env.globals.update(route_url=_route_url, version=__version__)
+
+
+def _user(request: Request) -> PageUser:
+    """The page's user from the token cookie.
+
+    Raises:
+        _LoginNeeded: tokens are configured and the cookie holds no token with ``read`` or ``admin``.
+    """
+    tokens: dict[str, frozenset[str]] = request.app.state.tokens
+    if not tokens:
+        return PageUser(frozenset({"ingest", "read", "admin"}), None, auth=False)
+    given = request.cookies.get(TOKEN_COOKIE)
+    scopes = token_scopes(tokens, given)
+    if scopes is None or not scopes & {"read", "admin"}:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise _LoginNeeded(target)
+    return PageUser(scopes, given, auth=True)
+
+
+def _render(request: Request, name: str, user: PageUser | None, code: int = 200, **context: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, {"user": user, **context}, status_code=code)
+
+
+def _error_page(request: Request, user: PageUser | None, code: int, message: str) -> HTMLResponse:
+    return _render(request, "error.html", user, code, title="Error", message=message)
+
+
+def _aware(text: str | None, field: str) -> datetime | None:
+    """A filter time: ISO 8601 with a zone, or without one (a ``datetime-local`` input) read as UTC.
+
+    Raises:
+        ValueError: not a time; the message names ``field``.
+    """
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{field}: not a time ({text!r}); use e.g. 2026-12-01T08:00 (UTC)") from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@router.get("", response_class=HTMLResponse)
+@router.get("/", response_class=HTMLResponse)
+async def home() -> RedirectResponse:
+    """The console's start page: the routes overview."""
+    return RedirectResponse("/ui/routes", status_code=status.HTTP_303_SEE_OTHER)
+
+
+@router.get("/routes", response_class=HTMLResponse)
+async def routes_page(request: Request) -> HTMLResponse:
+    """Every route at a glance."""
+    user = _user(request)
+    async with request.app.state.sessionmaker() as session:
+        rows = await route_overview(session, utc_now())
+    return _render(request, "routes.html", user, title="Routes", rows=rows)
+
+
+def _charts(series: list[dict[str, Any]], route: dict[str, Any], since: datetime, until: datetime) -> list[Any]:
+    """The threshold chart and the hedge-rate chart of a route's page."""
+
+    def at(row: dict[str, Any], key: str) -> datetime:
+        return datetime.fromisoformat(row[key].replace("Z", "+00:00"))
+
+    threshold = [(at(row, "computed_at"), row["hedge_after_s"]) for row in series]
+    if not threshold and route["threshold"] is not None:  # published before the range, nothing since
+        threshold = [(since, route["threshold"]["hedge_after_s"])]
+    measured = [row for row in series if row["actor"] is None]
+    p90 = [(at(row, "last_at"), row["p90_s"]) for row in measured]
+    p99 = [(at(row, "last_at"), row["p99_s"]) for row in measured]
+    rate = [(at(row, "last_at"), row["observed_hedge_rate"]) for row in measured]
+    budget = [(at(row, "computed_at"), row["budget"]) for row in series] or [(since, route["budget"])]
+    return [
+        time_chart(
+            [
+                SeriesData("hedge_after_s (published)", "s-threshold", "step", threshold),
+                SeriesData("primary P90", "s-p90", "line", p90),
+                SeriesData("primary P99", "s-p99", "line", p99),
+            ],
+            since,
+            until,
+            title="Published threshold and the primary's P90/P99 TTFT, seconds",
+            y_format=lambda v: f"{v:g} s",
+        ),
+        time_chart(
+            [
+                SeriesData("hedge rate (window)", "s-rate", "line", rate),
+                SeriesData("budget", "s-budget", "step", budget),
+            ],
+            since,
+            until,
+            title="Observed hedge rate against the budget",
+            y_format=lambda v: f"{v * 100:g}%",
+            y_floor=route["budget"] * 1.25,
+        ),
+    ]
+
+
+async def _route_page(
+    request: Request,
+    user: PageUser,
+    route: str,
+    model: str | None,
+    *,
+    code: int = 200,
+    form_error: dict[str, str] | None = None,
+    form_values: dict[str, str] | None = None,
+) -> HTMLResponse:
+    q = request.query_params
+    range_key = q.get("range") or "24h"
+    if range_key not in RANGES:
+        range_key = "24h"
+    applied_text = q.get("applied", "")
+    applied = {"true": True, "false": False}.get(applied_text)
+    reason = q.get("reason", "").strip() or None
+    try:
+        page = max(int(q.get("page", "1")), 1)
+    except ValueError:
+        page = 1
+    problems = [control_character_error(value) for value in (route, model or "", reason or "")]
+    if any(problems):
+        return _error_page(request, user, 422, next(p for p in problems if p))
+    try:
+        since_filter = _aware(q.get("since"), "since")
+        until_filter = _aware(q.get("until"), "until")
+    except ValueError as exc:
+        return _error_page(request, user, 422, str(exc))
+    now = utc_now()
+    since = now - timedelta(seconds=RANGES[range_key])
+    try:
+        async with request.app.state.sessionmaker() as session:
+            chosen = await resolve_model(session, route, model)
+            config = await get_route(session, route, chosen)
+            series = await history_series(session, route, chosen, since, now)
+            rows = await get_history(
+                session,
+                route,
+                chosen,
+                limit=HISTORY_PAGE_ROWS + 1,
+                offset=(page - 1) * HISTORY_PAGE_ROWS,
+                since=since_filter,
+                until=until_filter,
+                applied=applied,
+                reason=reason,
+            )
+    except UnknownRoute as exc:
+        return _error_page(request, user, 404, str(exc))
+    except AmbiguousModel as exc:
+        links = [(m, _route_url(route, m)) for m in exc.models]
+        return _render(request, "pick_model.html", user, 200, title=route, route=route, links=links)
+    filters = {
+        "range": range_key,
+        "applied": applied_text if applied is not None else "",
+        "reason": reason or "",
+        "since": q.get("since", ""),
+        "until": q.get("until", ""),
+    }
+    current = {
+        "budget": f"{config['budget']:g}",
+        "default_hedge_after_s": f"{config['default_hedge_after_s']:g}",
+        "min_hedge_after_s": f"{config['min_hedge_after_s']:g}",
+        "max_hedge_after_s": f"{config['max_hedge_after_s']:g}",
+        "pinned_hedge_after_s": "" if config["pinned_hedge_after_s"] is None else f"{config['pinned_hedge_after_s']:g}",
+        "enabled": "on" if config["enabled"] else "",
+    }
+    return _render(
+        request,
+        "route.html",
+        user,
+        code,
+        title=f"{route} · {chosen}",
+        route=config,
+        model=chosen,
+        charts=_charts(series, config, since, now),
+        ranges=list(RANGES),
+        rows=[row | {"flags": flags_of(row["reason"])} for row in rows[:HISTORY_PAGE_ROWS]],
+        page=page,
+        more=len(rows) > HISTORY_PAGE_ROWS,
+        filters=filters,
+        reason_codes=REASON_CODES,
+        form=form_values or current,
+        form_error=form_error,
+        changed=q.get("changed", ""),
+        page_url=lambda **changes: _route_url(route, chosen, **(filters | {"page": page} | changes)),
+    )
+
+
+@router.get("/routes/{route:path}", response_class=HTMLResponse)
+async def route_page(request: Request, route: str, model: str | None = None) -> HTMLResponse:
+    """One route: charts, history table, configuration and (admin) the change form."""
+    user = _user(request)
+    return await _route_page(request, user, route, model or None)
+
+
+def _same_origin(request: Request) -> bool:
+    origin = request.headers.get("origin")
+    if not origin or origin == "null":
+        return origin is None
+    return urlsplit(origin).netloc == request.headers.get("host", "")
+
+
+def _form_fields(form: dict[str, str]) -> dict[str, Any]:
+    """The route settings of the change form.
+
+    Raises:
+        RouteConfigInvalid: a number that is not one (``field`` names the form's field).
+    """
+    fields: dict[str, Any] = {"enabled": form.get("enabled") == "on"}
+    for name in ("budget", "default_hedge_after_s", "min_hedge_after_s", "max_hedge_after_s", "pinned_hedge_after_s"):
+        text = form.get(name, "").strip()
+        if not text:
+            if name == "pinned_hedge_after_s":
+                fields[name] = None
+                continue
+            raise RouteConfigInvalid(name, "required")
+        try:
+            value = float(text)
+        except ValueError:
+            raise RouteConfigInvalid(name, f"not a number: {text!r}") from None
+        if not math.isfinite(value):
+            raise RouteConfigInvalid(name, f"must be finite, got {text!r}")
+        fields[name] = value
+    return fields
+
+
+@router.post("/routes/{route:path}", response_class=HTMLResponse)
+async def change_route(request: Request, route: str, model: str | None = None) -> Response:
+    """Apply the change form (admin scope), then show the route's page again (303)."""
+    user = _user(request)
+    if not user.admin:
+        return _error_page(request, user, 403, "changing a route needs a token with the admin scope")
+    if not _same_origin(request):
+        return _error_page(request, user, 403, "form posted from another site")
+    raw = await request.body()
+    if len(raw) > _FORM_BYTES:
+        return _error_page(request, user, 413, f"form of {len(raw)} bytes exceeds {_FORM_BYTES} bytes")
+    form = {k: v[-1] for k, v in parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True).items()}
+    if not model:
+        return _error_page(request, user, 422, "model: required")
+    actor = "ui" if user.token is None else token_actor(request.app.state.token_names, user.token)
+    try:
+        fields = _form_fields(form)
+        result = await configure_route(
+            request.app.state.sessionmaker,
+            request.app.state.settings,
+            route,
+            model,
+            fields,
+            replace=False,
+            actor=actor,
+        )
+    except RouteConfigInvalid as exc:
+        return await _route_page(
+            request,
+            user,
+            route,
+            model,
+            code=422,
+            form_error={"field": exc.field, "message": exc.message},
+            form_values=form,
+        )
+    except UnknownRoute as exc:
+        return _error_page(request, user, 404, str(exc))
+    except ValueError as exc:
+        return _error_page(request, user, 422, str(exc))
+    changed = ",".join(sorted(result.changes)) or "nothing"
+    return RedirectResponse(_route_url(route, model, changed=changed), status_code=status.HTTP_303_SEE_OTHER)
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path of the console itself (no other host, no scheme) is a place to go back to."""
+    if target and target.startswith("/ui/") and not target.startswith("//"):
+        return target
+    return "/ui/routes"
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_page(request: Request, next: str | None = None) -> HTMLResponse:
+    """The token form (or a note that no tokens are configured)."""
+    return _render(
+        request,
+        "login.html",
+        None,
+        title="Log in",
+        next=_safe_next(next),
+        auth=bool(request.app.state.tokens),
+        error=None,
+    )
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request) -> Response:
+    """Check the token; keep it in the HttpOnly cookie and go back to the page asked for."""
+    raw = await request.body()
+    form = {k: v[-1] for k, v in parse_qs(raw[:_FORM_BYTES].decode("utf-8", "replace")).items()}
+    target = _safe_next(form.get("next"))
+    token = form.get("token", "").strip()
+    scopes = token_scopes(request.app.state.tokens, token)
+    if scopes is None or not scopes & {"read", "admin"}:
+        message = "unknown token" if scopes is None else "this token lacks the read scope"
+        return _render(
+            request,
+            "login.html",
+            None,
+            401,
+            title="Log in",
+            next=target,
+            auth=bool(request.app.state.tokens),
+            error=message,
+        )
+    response = RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
+    response.set_cookie(
+        TOKEN_COOKIE,
+        token,
+        httponly=True,
+        samesite="strict",
+        path="/ui",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout() -> RedirectResponse:
+    """Forget the token cookie."""
+    response = RedirectResponse("/ui/login", status_code=status.HTTP_303_SEE_OTHER)
+    response.delete_cookie(TOKEN_COOKIE, path="/ui")
+    return response
+
+
+def install_pages(app: FastAPI) -> None:
+    """Add the console's pages, its static files (``/ui/static``) and the login redirect to ``app``."""
+    app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
+    app.include_router(router)
+
+    @app.exception_handler(_LoginNeeded)
+    async def login_needed(_request: Request, exc: _LoginNeeded) -> RedirectResponse:
+        return RedirectResponse(f"/ui/login?{urlencode({'next': exc.next_url})}", status_code=status.HTTP_303_SEE_OTHER)

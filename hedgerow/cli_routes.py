@@ -1,0 +1,277 @@
+"""``hedgerow routes``: the ops CLI for routes and their threshold history, against a running api.
+
+Commands (each prints a rich table, or with ``--json`` the api's JSON for scripts):
+
+- ``hedgerow routes list``: every route and its published threshold;
+- ``hedgerow routes show ROUTE [--model M]``: one route's configuration and threshold;
+- ``hedgerow routes history ROUTE [--model M] [--applied] [--reason CODE] [--since T] [--until T]
+  [--limit N]``: its decisions, newest first;
+- ``hedgerow routes set ROUTE [--model M] [--budget F] [--pin S | --unpin] [--enable | --disable]
+  [--min S] [--max S] [--default S]``: change it (admin scope), audited.
+
+Where: ``--api URL`` (or ``HEDGEROW_API_URL``, default ``http://127.0.0.1:8400``) and ``--token T``
+(or ``HEDGEROW_TOKEN``). ``--model`` may be left out when the route has one model. Exit status:
+0 done, 1 the api refused or could not be reached (one line says why), 2 bad flags.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+from urllib.parse import quote
+
+import typer
+
+__all__ = ["DEFAULT_API_URL", "routes_app"]
+
+#: Where the api listens by default (``hedgerow serve``'s default address).
+DEFAULT_API_URL = "http://127.0.0.1:8400"
+_TIMEOUT_S = 30.0
+
+routes_app = typer.Typer(
+    help="Routes and their threshold history, from a running api (--api, --token).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+_API = typer.Option(
+    DEFAULT_API_URL, "--api", metavar="URL", envvar="HEDGEROW_API_URL", help="The api's root URL (HEDGEROW_API_URL)."
+)
+_TOKEN = typer.Option(
+    None, "--token", metavar="T", envvar="HEDGEROW_TOKEN", help="Bearer token (HEDGEROW_TOKEN).", show_default=False
+)
+_MODEL = typer.Option(None, "--model", metavar="M", help="The route's model (optional when it has one).")
+_JSON = typer.Option(False, "--json", help="Print the api's JSON instead of a table.")
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"hedgerow: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _request(method: str, api: str, token: str | None, path: str, **kwargs: Any) -> Any:
+    """Call the api; return the decoded JSON body.
+
+    Raises:
+        typer.Exit: status 1 with one line: the api's error (field and message), or why it could
+            not be reached.
+    """
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = api.rstrip("/") + path
+    try:
+        response = httpx.request(method, url, headers=headers, timeout=_TIMEOUT_S, **kwargs)
+    except httpx.InvalidURL as exc:
+        raise _fail(f"--api: not a URL ({exc})", 2) from None
+    except httpx.HTTPError as exc:
+        raise _fail(f"cannot reach the api at {api}: {exc}") from None
+    if response.status_code >= 400:
+        raise _fail(f"{method} {path}: {response.status_code} {_error_text(response)}")
+    return response.json()
+
+
+def _error_text(response: Any) -> str:
+    """``field: message`` of an api error body, else its text (cut to one line)."""
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        return str(response.text.splitlines()[0][:300] if response.text else response.reason_phrase)
+    if isinstance(detail, dict):
+        return f"{detail.get('field', '')}: {detail.get('message', '')}".strip(": ")
+    return str(detail)
+
+
+def _route_path(route: str, suffix: str = "") -> str:
+    return f"/v1/routes/{quote(route, safe='')}{suffix}"
+
+
+def _params(model: str | None, **more: Any) -> dict[str, Any]:
+    return {k: v for k, v in ({"model": model} | more).items() if v is not None}
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    left = {"route", "model", "source", "reason", "actor", "time (UTC)", "setting", "value", "last", "enabled"}
+    for column in columns:
+        table.add_column(column, justify="left" if column in left else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console(width=max(Console().width, 160)).print(table)
+
+
+def _echo_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2))
+
+
+@routes_app.command("list")
+def list_routes(api: str = _API, token: str = _TOKEN, as_json: bool = _JSON) -> None:
+    """Every route with its published threshold."""
+    data = _request("GET", api, token, "/v1/routes")
+    if as_json:
+        _echo_json(data)
+        return
+    rows = []
+    for r in data["routes"]:
+        t = r["threshold"] or {}
+        rows.append(
+            [
+                r["route"],
+                r["model"],
+                _seconds(t.get("hedge_after_s")),
+                t.get("source", "-"),
+                str(t.get("version", "-")),
+                _percent(r["budget"]),
+                "yes" if r["enabled"] else "no",
+                _seconds(r["pinned_hedge_after_s"]),
+                f"{_seconds(r['min_hedge_after_s'])}..{_seconds(r['max_hedge_after_s'])}",
+            ]
+        )
+    columns = ["route", "model", "hedge_after_s", "source", "version", "budget", "enabled", "pinned_s", "bounds_s"]
+    _print_table(f"{len(rows)} route(s)", columns, rows)
+
+
+def _print_route(r: dict[str, Any]) -> None:
+    t = r["threshold"] or {}
+    rows = [
+        ["published hedge_after_s", _seconds(t.get("hedge_after_s"))],
+        ["source", str(t.get("source", "-"))],
+        ["version", str(t.get("version", "-"))],
+        ["enabled", "yes" if r["enabled"] else "no"],
+        ["budget", _percent(r["budget"])],
+        ["default_hedge_after_s", _seconds(r["default_hedge_after_s"])],
+        ["min_hedge_after_s", _seconds(r["min_hedge_after_s"])],
+        ["max_hedge_after_s", _seconds(r["max_hedge_after_s"])],
+        ["pinned_hedge_after_s", _seconds(r["pinned_hedge_after_s"])],
+        ["updated_at", r["updated_at"]],
+    ]
+    _print_table(f"{r['route']} · {r['model']}", ["setting", "value"], rows)
+
+
+@routes_app.command("show")
+def show_route(
+    route: str = typer.Argument(..., metavar="ROUTE", show_default=False),
+    model: str = _MODEL,
+    api: str = _API,
+    token: str = _TOKEN,
+    as_json: bool = _JSON,
+) -> None:
+    """One route's configuration and published threshold."""
+    data = _request("GET", api, token, _route_path(route), params=_params(model))
+    if as_json:
+        _echo_json(data)
+        return
+    _print_route(data)
+
+
+@routes_app.command("history")
+def route_history(
+    route: str = typer.Argument(..., metavar="ROUTE", show_default=False),
+    model: str = _MODEL,
+    applied: bool = typer.Option(False, "--applied", help="Only applied changes (no holds)."),
+    reason: str = typer.Option(None, "--reason", metavar="CODE", help="Only rows with this reason code."),
+    since: str = typer.Option(None, "--since", metavar="TIME", help="Only decisions seen at or after (ISO 8601)."),
+    until: str = typer.Option(None, "--until", metavar="TIME", help="Only decisions made at or before (ISO 8601)."),
+    limit: int = typer.Option(50, "--limit", metavar="N", help="Most rows (1 to 10000)."),
+    api: str = _API,
+    token: str = _TOKEN,
+    as_json: bool = _JSON,
+) -> None:
+    """A route's threshold decisions, newest first (identical holds are one row with repeats)."""
+    params = _params(model, applied="true" if applied else None, reason=reason, since=since, until=until, limit=limit)
+    data = _request("GET", api, token, _route_path(route, "/history"), params=params)
+    if as_json:
+        _echo_json(data)
+        return
+    rows = [
+        [
+            h["computed_at"].replace("T", " ")[:19],
+            _seconds(h["previous_hedge_after_s"]),
+            _seconds(h["hedge_after_s"]),
+            "yes" if h["applied"] else "held",
+            h["reason"],
+            str(h.get("repeats", 1)),
+            str(h["samples"]),
+            _seconds(h["p90_s"]),
+            _seconds(h["p99_s"]),
+            _percent(h["observed_hedge_rate"]),
+            _percent(h["backup_win_rate"]),
+            h["actor"] or "controller",
+        ]
+        for h in data["history"]
+    ]
+    columns = [
+        "time (UTC)", "from_s", "to_s", "applied", "reason", "repeats", "samples", "p90_s", "p99_s",
+        "hedge rate", "backup wins", "actor",
+    ]  # fmt: skip
+    _print_table(f"{route}: {len(rows)} decision(s)", columns, rows)
+
+
+def _seconds_flag(flag: str, value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise _fail(f"{flag}: must be a number of seconds > 0, got {value:g}", 2)
+    return value
+
+
+@routes_app.command("set")
+def set_route(
+    route: str = typer.Argument(..., metavar="ROUTE", show_default=False),
+    model: str = _MODEL,
+    budget: float = typer.Option(None, "--budget", metavar="F", help="Hedge budget, a fraction in (0, 1)."),
+    pin: float = typer.Option(None, "--pin", metavar="S", help="Publish this hedge_after_s as is (seconds)."),
+    unpin: bool = typer.Option(False, "--unpin", help="Let the controller decide again."),
+    enable: bool = typer.Option(None, "--enable/--disable", help="Turn hedging on or off for the route."),
+    low: float = typer.Option(None, "--min", metavar="S", help="Lowest hedge_after_s, seconds."),
+    high: float = typer.Option(None, "--max", metavar="S", help="Highest hedge_after_s, seconds."),
+    default: float = typer.Option(None, "--default", metavar="S", help="Value while samples are too few, seconds."),
+    api: str = _API,
+    token: str = _TOKEN,
+    as_json: bool = _JSON,
+) -> None:
+    """Change a route (admin scope): applied at once and audited in its history."""
+    if pin is not None and unpin:
+        raise _fail("--pin and --unpin: give one of them", 2)
+    if budget is not None and not (math.isfinite(budget) and 0 < budget < 1):
+        raise _fail(f"--budget: must be a fraction in (0, 1), got {budget:g}", 2)
+    body: dict[str, Any] = {}
+    for name, flag, value in (
+        ("pinned_hedge_after_s", "--pin", pin),
+        ("min_hedge_after_s", "--min", low),
+        ("max_hedge_after_s", "--max", high),
+        ("default_hedge_after_s", "--default", default),
+    ):
+        if _seconds_flag(flag, value) is not None:
+            body[name] = value
+    if unpin:
+        body["pinned_hedge_after_s"] = None
+    if budget is not None:
+        body["budget"] = budget
+    if enable is not None:
+        body["enabled"] = enable
+    if not body:
+        raise _fail("nothing to change: give --budget, --pin/--unpin, --enable/--disable, --min, --max or --default", 2)
+    if model is None:  # PATCH needs the model: take the route's only one
+        model = _request("GET", api, token, _route_path(route))["model"]
+    data = _request("PATCH", api, token, _route_path(route), params=_params(model), json=body)
+    if as_json:
+        _echo_json(data)
+        return
+    changes = data["changes"]
+    if not changes:
+        typer.echo(f"hedgerow: {route} · {model}: nothing changed")
+        return
+    rows = [[name, json.dumps(change["from"]), json.dumps(change["to"])] for name, change in changes.items()]
+    _print_table(f"{route} · {model}: changed", ["setting", "from", "to"], rows)
+    _print_route(data["route"])

@@ -1,0 +1,116 @@
+"""Logging of the ``hedgerow serve`` process: level, text or JSON lines, and uvicorn's access log.
+
+:func:`configure_logging` sets the root logger's level and a single stderr handler with
+:class:`TextFormatter` (``2026-12-01T20:50:00.123Z INFO hedgerow.events threshold_changed
+route=summarize ...``) or :class:`JsonFormatter` (one JSON object per line: ``ts``, ``level``,
+``logger``, ``message``, and for events of :mod:`hedgerow.controller.events` ``event`` and its
+fields). :func:`uvicorn_log_config` gives uvicorn the same handler, with its access log on or off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+__all__ = ["LOG_FORMATS", "JsonFormatter", "TextFormatter", "configure_logging", "uvicorn_log_config"]
+
+LogFormat = Literal["text", "json"]
+#: The accepted ``--log-format`` values.
+LOG_FORMATS: tuple[str, ...] = ("text", "json")
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class TextFormatter(logging.Formatter):
+    """``<UTC time> <LEVEL> <logger> <message>`` (plus the traceback, if any)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render one record as a line."""
+        line = f"{_timestamp(record)} {record.levelname} {record.name} {record.getMessage()}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``ts``, ``level``, ``logger``, ``message``, ``event`` and fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render one record as a JSON line."""
+        data: dict[str, Any] = {
+            "ts": _timestamp(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        event = getattr(record, "event", None)
+        if event is not None:
+            data["event"] = event
+            data.update(getattr(record, "fields", {}) or {})
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+def _formatter(fmt: str) -> logging.Formatter:
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
+    return JsonFormatter() if fmt == "json" else TextFormatter()
+
+
+def configure_logging(level: str = "info", fmt: str = "text") -> None:
+    """Log at ``level`` and above to stderr in ``fmt`` (replaces the root logger's handlers).
+
+    Args:
+        level: ``debug``, ``info``, ``warning``, ``error`` or ``critical`` (any case).
+        fmt: ``text`` or ``json``.
+
+    Raises:
+        ValueError: an unknown level or format (named in the message).
+    """
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"log level must be one of debug, info, warning, error, critical, got {level!r}")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_formatter(fmt))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(numeric)
+    logging.getLogger("apscheduler").setLevel(max(numeric, logging.WARNING))
+
+
+def uvicorn_log_config(level: str = "info", fmt: str = "text", *, access_log: bool = False) -> dict[str, Any]:
+    """A ``logging.config.dictConfig`` for uvicorn: its loggers through our formatter.
+
+    Args:
+        level: as :func:`configure_logging`.
+        fmt: ``text`` or ``json``.
+        access_log: log one line per request (``uvicorn.access``).
+
+    Returns:
+        The configuration dict (``uvicorn.Config(log_config=...)``).
+    """
+    formatter = "hedgerow.logs.JsonFormatter" if fmt == "json" else "hedgerow.logs.TextFormatter"
+    _formatter(fmt)
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"hedgerow": {"()": formatter}},
+        "handlers": {
+            "stderr": {"class": "logging.StreamHandler", "formatter": "hedgerow", "stream": "ext://sys.stderr"}
+        },
+        "loggers": {
+            "uvicorn": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
+            "uvicorn.error": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
+            "uvicorn.access": {
+                "handlers": ["stderr"] if access_log else [],
+                "level": "INFO" if access_log else "CRITICAL",
+                "propagate": False,
+            },
+        },
+    }

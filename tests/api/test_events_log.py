@@ -1,0 +1,79 @@
+"""One structured log line per applied change, flag, lease change and rejected batch; text and JSON."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from hedgerow.controller.events import EVENT_LOGGER, log_flag_changes, log_report_delivery
+from hedgerow.controller.queries import clean_float
+from hedgerow.logs import JsonFormatter, TextFormatter, configure_logging, uvicorn_log_config
+
+M = {"model": "m1"}
+
+
+def _events(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == EVENT_LOGGER]
+
+
+async def test_changes_leases_and_rejected_batches_are_logged(make_api, call_factory, caplog) -> None:
+    caplog.set_level(logging.INFO, logger=EVENT_LOGGER)
+    rng = random.Random(2)
+    now = datetime.now(UTC)
+    calls = [
+        call_factory(f"c{i}", route="r", started_at=now - timedelta(seconds=rng.uniform(1, 600))).to_dict()
+        for i in range(80)
+    ]
+    async with make_api() as (_app, api):
+        await api.post("/v1/calls", json={"calls": calls})
+        await api.post("/v1/controller/run")
+        await api.patch("/v1/routes/r", params=M, json={"pinned_hedge_after_s": 3.0, "actor": "alice"})
+        await api.post("/v1/calls", json={"calls": [calls[0], {"request_id": 7}]})
+    events = _events(caplog)
+    kinds = [r.event for r in events]
+    assert kinds.count("lease_acquired") == 1 and kinds.count("lease_lost") == 1  # released at shutdown
+    changes = [r.fields for r in events if r.event == "threshold_changed"]
+    assert changes[0]["from_s"] is None and changes[0]["actor"] == "controller"  # the first publish
+    assert changes[1] | {"reason": None} == {
+        "route": "r", "model": "m1", "from_s": changes[0]["to_s"], "to_s": 3.0, "reason": None,
+        "source": "pinned", "actor": "alice",
+    }  # fmt: skip
+    [rejected] = [r.fields for r in events if r.event == "ingest_rejected"]
+    assert rejected["records"] == 2 and rejected["index"] == 1 and rejected["field"] == "request_id"
+
+
+def test_flags_raised_and_cleared_and_report_deliveries(caplog) -> None:
+    caplog.set_level(logging.INFO, logger=EVENT_LOGGER)
+    log_flag_changes("r", "m", [], ["backups_rarely_win"])
+    log_flag_changes("r", "m", ["backups_rarely_win"], ["backups_rarely_win"])  # unchanged: no line
+    log_flag_changes("r", "m", ["backups_rarely_win"], [])
+    log_report_delivery("2026-W48", "/tmp/report.html", ok=True)
+    assert [(r.event, r.levelname) for r in _events(caplog)] == [
+        ("flag_raised", "WARNING"),
+        ("flag_cleared", "INFO"),
+        ("report_delivered", "INFO"),
+    ]
+
+
+def test_text_and_json_formats() -> None:
+    record = logging.LogRecord(EVENT_LOGGER, logging.INFO, __file__, 1, "flag_raised route=r flag=x", None, None)
+    record.event, record.fields = "flag_raised", {"route": "r", "flag": "x", "to_s": 1.5}
+    assert TextFormatter().format(record).endswith(" INFO hedgerow.events flag_raised route=r flag=x")
+    data = json.loads(JsonFormatter().format(record))
+    assert data["event"] == "flag_raised" and data["route"] == "r" and data["to_s"] == 1.5 and data["ts"].endswith("Z")
+    with pytest.raises(ValueError, match="log format"):
+        configure_logging("info", "xml")
+    with pytest.raises(ValueError, match="log level"):
+        configure_logging("loud", "text")
+    assert uvicorn_log_config(access_log=True)["loggers"]["uvicorn.access"]["handlers"] == ["stderr"]
+    assert uvicorn_log_config(access_log=False)["loggers"]["uvicorn.access"]["handlers"] == []
+
+
+def test_api_floats_carry_no_binary_noise() -> None:
+    assert clean_float(0.30147399999999996) == 0.301474
+    assert clean_float(0.1 + 0.2) == 0.3
+    assert clean_float(None) is None and clean_float(1e-9) == 1e-9
