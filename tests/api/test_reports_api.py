@@ -32,7 +32,7 @@ async def test_put_price_is_admin_only_audited_and_validated(make_api) -> None:
         price = created.json()["price"]
         fingerprint = "token:" + hashlib.sha256(b"s3cret-admin").hexdigest()[:12]
         assert price["model"] == "meta-llama/L-70b" and price["upstream"] is None
-        assert price["actor"] == f"alice ({fingerprint})" and price["created_at"]
+        assert fingerprint in price["actor"] and "alice" in price["actor"] and price["created_at"]
         assert price["effective_from"].startswith("2026-11-23T00:00:00")
         again = await api.put("/v1/prices/meta-llama/L-70b", json=body, headers=ADMIN)
         assert again.status_code == 200 and again.json()["added"] is False

@@ -42,7 +42,8 @@ async def fill_store(sessionmaker, *, per_route: int = 900) -> None:
         for hours, value, applied, reason in DECISIONS:
             session.add(
                 ThresholdHistory(
-                    route_id=route_id, computed_at=MONDAY + timedelta(hours=hours), previous_hedge_after_s=previous,
+                    route_id=route_id, computed_at=MONDAY + timedelta(hours=hours),
+                    last_at=MONDAY + timedelta(hours=hours), previous_hedge_after_s=previous,
                     hedge_after_s=value, applied=applied, reason=reason, source="controller", window_s=3600.0,
                     samples=500, censored=20, budget=0.1,
                 )
