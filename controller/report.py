@@ -28,9 +28,11 @@ Figures and where they come from
   overhead / spend``. ``price_status`` is ``priced``, ``partial`` (some tokens had no price: the
   sums cover the priced ones) or ``no price`` (``spend_usd`` and ``overhead_usd`` null).
 * ``threshold``: the published ``hedge_after_s`` at the week's start and end, its range, the
-  number of applied changes, and ``steps`` ``[[iso time, value], ...]`` (a step chart);
-  ``flags``: how many decisions of the week raised each flag (``backups_rarely_win``,
-  ``hedges_did_not_lower_p99``); ``enabled`` and ``pinned_hedge_after_s`` as configured now.
+  number of applied changes, the decisions (controller ticks, a repeated hold counted once per
+  tick) and ``steps`` ``[[iso time, value], ...]`` (a step chart); ``flags``: how many history
+  rows overlapping the week raised each flag (``backups_rarely_win``,
+  ``hedges_did_not_lower_p99``; a flag held over many ticks is one row); ``enabled`` and
+  ``pinned_hedge_after_s`` as configured now.
 * ``daily``: per UTC day, calls, hedge rate, delivered and primary P50/P99.
 * ``change``: each headline figure (:data:`HEADLINE_FIGURES`) of the previous week and the
   difference (this week minus previous; null where either is unknown).
@@ -189,7 +191,8 @@ class ThresholdEvent:
     Attributes:
         at: when it was made; hedge_after_s: its value, seconds; applied: whether it was
         published; reason: its comma-separated reason codes; budget: the budget it used;
-        previous_hedge_after_s: the value published before it (None for a route's first).
+        previous_hedge_after_s: the value published before it (None for a route's first);
+        repeats: how many controller ticks the row stands for (a repeated hold is one row).
     """
 
     at: datetime
@@ -198,6 +201,7 @@ class ThresholdEvent:
     reason: str
     budget: float | None = None
     previous_hedge_after_s: float | None = None
+    repeats: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,7 +419,7 @@ def _threshold(
         "min_s": min(values) if values else None,
         "max_s": max(values) if values else None,
         "applied_changes": len(applied),
-        "decisions": len(events),
+        "decisions": sum(e.repeats for e in events),
         "steps": steps,
     }
     return threshold, flags

@@ -24,8 +24,6 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from hedgerow.controller import report_plots
-
 __all__ = [
     "CSV_COLUMNS",
     "FORMATS",
@@ -252,6 +250,8 @@ _ENV.filters.update(_FILTERS)
 
 def to_html(report: Mapping[str, Any]) -> str:
     """A self-contained HTML page of the report: inline CSS and inline SVG plots, no request out."""
+    from hedgerow.controller import report_plots  # matplotlib: imported when a page is drawn, not at start
+
     sections = report["routes"]
     plotted = sorted(sections, key=lambda s: -s["calls"])[:MAX_PLOTTED_ROUTES]
     plots = []

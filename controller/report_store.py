@@ -87,18 +87,22 @@ async def _history(
 ) -> tuple[dict[tuple[str, str], list[ThresholdEvent]], dict[tuple[str, str], float | None]]:
     """Each route's decisions in ``[since, until)`` and its published value at ``since``."""
     events: dict[tuple[str, str], list[ThresholdEvent]] = {}
+    # a held decision repeated over many ticks is one row (``repeats``, ``computed_at`` to
+    # ``last_at``): every row whose span overlaps the week counts
     rows = await session.execute(
         select(Route.route, Route.model, ThresholdHistory)
         .join(Route, Route.id == ThresholdHistory.route_id)
-        .where(ThresholdHistory.computed_at >= since, ThresholdHistory.computed_at < until)
+        .where(ThresholdHistory.computed_at < until, ThresholdHistory.last_at >= since)
         .order_by(ThresholdHistory.computed_at, ThresholdHistory.id)
     )
     for route, model, row in rows.all():
+        began_before = row.computed_at < since  # published before the week: no change within it
         events.setdefault((route, model), []).append(
             ThresholdEvent(
-                row.computed_at, row.hedge_after_s, row.applied, row.reason, row.budget, row.previous_hedge_after_s
+                max(row.computed_at, since), row.hedge_after_s, row.applied and not began_before, row.reason,
+                row.budget, row.previous_hedge_after_s, row.repeats,
             )
-        )
+        )  # fmt: skip
     latest = (
         select(ThresholdHistory.route_id, func.max(ThresholdHistory.computed_at).label("at"))
         .where(ThresholdHistory.applied.is_(True), ThresholdHistory.computed_at < since)

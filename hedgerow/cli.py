@@ -472,6 +472,9 @@ def demo(
         None, "--fixed-hedge-after", help="Threshold of the fixed way, seconds (default 2.0)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the built-in workload generator."),
+    report_dir: Path = typer.Option(
+        Path("hedgerow-demo-report"), "--report-dir", help="Where the run's weekly report (HTML, JSON) is written."
+    ),
 ) -> None:
     """Run api, controller, three replicas (one degraded) and hedging clients; compare three ways."""
     import asyncio
@@ -483,7 +486,7 @@ def demo(
 
     from hedgerow.sim.demo import DemoConfig, DemoError, results_table, run_demo, write_json
 
-    overrides: dict[str, Any] = {"trace_path": trace, "json_path": json_path, "seed": seed}
+    overrides: dict[str, Any] = {"trace_path": trace, "json_path": json_path, "seed": seed, "report_dir": report_dir}
     if duration is not None:
         if not math.isfinite(duration) or not 0 < duration <= 86_400:
             raise fail("--duration: must be a number of seconds in (0, 86400]", 2)
@@ -521,17 +524,23 @@ def demo(
         transient=False,
     ) as progress:
         try:
-            results = asyncio.run(run_demo(config, progress))
+            run = asyncio.run(run_demo(config, progress))
         except DemoError as exc:
             raise fail(str(exc), 1) from None
+    results = run.results
     console.print(results_table(results))
     for result in results:
         if result.threshold_path_s:
             path = " -> ".join(f"{value:g}" for value in result.threshold_path_s)
             console.print(f"{result.mode} thresholds published by the controller (s): {path}")
+    if run.report is not None:
+        from hedgerow.controller.report_render import summary_text
+
+        console.print(summary_text(run.report))
+        console.print(f"weekly report of the run: {', '.join(str(p) for p in run.report_paths)}")
     if json_path is not None:
         try:
-            write_json(config, results)
+            write_json(config, results, run.report_paths)
         except OSError as exc:
             raise fail(f"--json: cannot write {json_path}: {exc}", 1) from None
         console.print(f"results written to {json_path}")

@@ -22,6 +22,15 @@ The same workload is replayed three ways, one after the other, on the same repli
 Each way hedges under the same budget (token bucket, 10% by default). Statistics leave out the
 first ``warmup_fraction`` of each way's calls, so the replicas and the controller start warm and
 every way is measured on the same part of the workload.
+
+What hedging costs: before the load starts the demo sets a *demo price* for its model through
+``PUT /v1/prices`` (``DemoConfig.price_usd_per_mtok``, USD per million input and output tokens;
+an illustration, not a provider's list price). Each way's table row shows the extra prompt tokens
+its losing attempts cost (a backup re-sends the whole prompt) and the overhead share, the cost of
+every losing attempt over the cost of all attempts at that price. At the end the demo fetches the
+weekly report of its run from the api (``GET /v1/reports/weekly``, the current week, so marked
+partial; each way is one route, ``demo-<way>``) and writes it as HTML and JSON into
+``DemoConfig.report_dir``.
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ from hedgerow.client import (
 )
 from hedgerow.sim.trace import TraceRequest, compress, load_azure_trace, synthetic_trace
 
-__all__ = ["MODES", "DemoConfig", "DemoError", "ModeResult", "run_demo", "summarize"]
+__all__ = ["MODES", "DemoConfig", "DemoError", "DemoRun", "ModeResult", "run_demo", "summarize"]
 
 MODES = ("none", "fixed", "adaptive")
 MODEL = "llama2-70b"
@@ -84,6 +93,8 @@ class DemoConfig:
         warmup_fraction: leading fraction of each way's calls left out of the statistics.
         seed: seed of the built-in generator.
         json_path: where the caller should write the results as JSON (``write_json``), or None.
+        report_dir: where the weekly report of the run is written (HTML and JSON), or None.
+        price_usd_per_mtok: the demo price of the model, (input, output) USD per million tokens.
     """
 
     trace_path: Path | None = None
@@ -100,6 +111,8 @@ class DemoConfig:
     warmup_fraction: float = 0.25
     seed: int = 0
     json_path: Path | None = None
+    report_dir: Path | None = Path("hedgerow-demo-report")
+    price_usd_per_mtok: tuple[float, float] = (0.60, 2.40)
 
     @classmethod
     def quick(cls, **overrides: Any) -> DemoConfig:
@@ -114,7 +127,9 @@ class ModeResult:
     """What one way measured (after warm-up). Times in seconds, rates as fractions.
 
     ``records_rejected`` counts this way's call records that the api refused (all of its calls,
-    warm-up included); it should be 0.
+    warm-up included); it should be 0. ``extra_prompt_tokens`` are the prompt tokens of the
+    attempts that did not win (in calls with more than one attempt); ``overhead_share`` the cost
+    of those attempts over the cost of all attempts at the demo price (None without a price).
     """
 
     mode: str
@@ -130,6 +145,24 @@ class ModeResult:
     final_hedge_after_s: float | None = None
     threshold_path_s: tuple[float, ...] = ()
     records_rejected: int = 0
+    extra_prompt_tokens: int = 0
+    overhead_share: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DemoRun:
+    """A demo run: one result per way, and the weekly report the api gave at its end.
+
+    Attributes:
+        results: one :class:`ModeResult` per way (``MODES`` order).
+        report_paths: the files written (HTML, then JSON), empty without ``report_dir``.
+        report: the JSON weekly report (schema ``hedgerow.weekly_report/1``), or None when the
+            api could not give it.
+    """
+
+    results: list[ModeResult]
+    report_paths: tuple[Path, ...] = ()
+    report: dict[str, Any] | None = None
 
 
 def _free_port() -> int:
@@ -139,12 +172,18 @@ def _free_port() -> int:
         return port
 
 
-def summarize(mode: str, records: Sequence[CallRecord], warmup_fraction: float = 0.0) -> ModeResult:
+def summarize(
+    mode: str,
+    records: Sequence[CallRecord],
+    warmup_fraction: float = 0.0,
+    price_usd_per_mtok: tuple[float, float] | None = None,
+) -> ModeResult:
     """Reduce one way's records (in start order) to a ``ModeResult``.
 
     The first ``warmup_fraction`` of the records is left out. TTFT quantiles are over calls that
     produced a first token; hedge rate = calls with a ``ttft_timeout`` hedge / calls; backup win
-    rate = hedged calls won by the backup / hedged calls.
+    rate = hedged calls won by the backup / hedged calls. With ``price_usd_per_mtok`` (input,
+    output USD per million tokens) the overhead share is computed (see :class:`ModeResult`).
     """
     ordered = sorted(records, key=lambda r: r.started_at)
     kept = ordered[int(len(ordered) * warmup_fraction) :]
@@ -153,6 +192,22 @@ def summarize(mode: str, records: Sequence[CallRecord], warmup_fraction: float =
 
     def q(p: float) -> float | None:
         return float(np.quantile(ttfts, p)) if ttfts.size else None
+
+    spent = [0, 0]  # prompt, completion tokens of every attempt
+    extra = [0, 0]  # the same of the attempts that did not win
+    for record in kept:
+        for attempt in record.attempts:
+            prompt = attempt.prompt_tokens or 0
+            spent[0] += prompt
+            spent[1] += attempt.completion_tokens
+            if len(record.attempts) > 1 and attempt.outcome != "won":
+                extra[0] += prompt
+                extra[1] += attempt.completion_tokens
+    share = None
+    if price_usd_per_mtok is not None:
+        usd_in, usd_out = price_usd_per_mtok
+        total = spent[0] * usd_in + spent[1] * usd_out
+        share = (extra[0] * usd_in + extra[1] * usd_out) / total if total else None
 
     return ModeResult(
         mode=mode,
@@ -165,6 +220,8 @@ def summarize(mode: str, records: Sequence[CallRecord], warmup_fraction: float =
         backup_win_rate=(sum(r.winner == "backup" for r in hedged) / len(hedged)) if hedged else None,
         wasted_completion_tokens=sum(r.wasted_completion_tokens for r in kept),
         errors=sum(r.status != "ok" for r in kept),
+        extra_prompt_tokens=extra[0],
+        overhead_share=share,
     )
 
 
@@ -339,18 +396,45 @@ async def _drain(http: httpx.AsyncClient, upstreams: list[Upstream], timeout_s: 
         await asyncio.sleep(0.2)
 
 
-async def run_demo(config: DemoConfig, progress: Any = None) -> list[ModeResult]:
-    """Run the demo and return one ``ModeResult`` per way (``none``, ``fixed``, ``adaptive``).
+async def _set_demo_price(http: httpx.AsyncClient, api_url: str, config: DemoConfig) -> None:
+    usd_in, usd_out = config.price_usd_per_mtok
+    body = {"input_usd_per_mtok": usd_in, "output_usd_per_mtok": usd_out, "actor": "hedgerow demo"}
+    response = await http.put(f"{api_url}/v1/prices/{MODEL}", json=body)
+    if response.status_code not in (200, 201):
+        raise DemoError(f"could not set the demo price: HTTP {response.status_code} {response.text[:200]}")
+
+
+async def _write_report(http: httpx.AsyncClient, api_url: str, directory: Path) -> tuple[tuple[Path, ...], Any]:
+    """Fetch the current week's report as JSON and HTML and write both; returns (paths, JSON report)."""
+    url = f"{api_url}/v1/reports/weekly"
+    as_json = await http.get(url, params={"format": "json"}, timeout=120)
+    as_html = await http.get(url, params={"format": "html"}, timeout=120)
+    if as_json.status_code != 200 or as_html.status_code != 200:
+        raise DemoError(f"could not fetch the weekly report: HTTP {as_json.status_code}/{as_html.status_code}")
+    report = as_json.json()
+    directory.mkdir(parents=True, exist_ok=True)
+    html_path = directory / f"hedgerow-weekly-{report['week']}.html"
+    json_path = directory / f"hedgerow-weekly-{report['week']}.json"
+    html_path.write_text(as_html.text, encoding="utf-8")
+    json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return (html_path, json_path), report
+
+
+async def run_demo(config: DemoConfig, progress: Any = None) -> DemoRun:
+    """Run the demo: one ``ModeResult`` per way (``none``, ``fixed``, ``adaptive``) and its weekly report.
 
     Args:
         config: the ``DemoConfig``.
         progress: optional ``rich.progress.Progress`` to show progress in.
 
     Raises:
-        DemoError: when a process does not start or the trace cannot be read.
+        DemoError: when a process does not start, the trace cannot be read, or the report cannot
+            be written.
     """
     workload = build_workload(config)
     results: list[ModeResult] = []
+    report_paths: tuple[Path, ...] = ()
+    report: Any = None
     with tempfile.TemporaryDirectory(prefix="hedgerow-demo-") as tmp:
         workdir = Path(tmp)
         procs = _Processes(workdir)
@@ -398,6 +482,7 @@ async def run_demo(config: DemoConfig, progress: Any = None) -> list[ModeResult]
                 await _wait_ready(http, f"{api_url}/healthz", procs, "api")
                 for upstream in upstreams:
                     await _wait_ready(http, upstream.base_url.removesuffix("/v1") + "/healthz", procs, upstream.name)
+                await _set_demo_price(http, api_url, config)
                 for mode in MODES:
                     task_id = None
                     if progress is not None:
@@ -408,13 +493,18 @@ async def run_demo(config: DemoConfig, progress: Any = None) -> list[ModeResult]
                             progress.advance(task_id)
 
                     records, final, rejected = await _replay(mode, workload, upstreams, config, api_url, done)
-                    result = summarize(mode, records, config.warmup_fraction)
+                    result = summarize(mode, records, config.warmup_fraction, config.price_usd_per_mtok)
                     path = await _threshold_path(http, api_url, f"demo-{mode}") if mode == "adaptive" else ()
                     results.append(_with_controller(result, final, path, rejected))
                     await _drain(http, upstreams)
+                if config.report_dir is not None:
+                    try:
+                        report_paths, report = await _write_report(http, api_url, config.report_dir)
+                    except OSError as exc:
+                        raise DemoError(f"cannot write the report into {config.report_dir}: {exc}") from None
         finally:
             await procs.stop()
-    return results
+    return DemoRun(results, report_paths, report)
 
 
 async def _threshold_path(http: httpx.AsyncClient, api_url: str, route: str) -> tuple[float, ...]:
@@ -435,8 +525,8 @@ def _with_controller(result: ModeResult, final: float | None, path: tuple[float,
     return ModeResult(**values)
 
 
-def write_json(config: DemoConfig, results: Sequence[ModeResult]) -> None:
-    """Write ``{"modes": [...], "config": {...}}`` to ``config.json_path``.
+def write_json(config: DemoConfig, results: Sequence[ModeResult], report_paths: Sequence[Path] = ()) -> None:
+    """Write ``{"modes": [...], "config": {...}, "report_files": [...]}`` to ``config.json_path``.
 
     Raises:
         OSError: when the file cannot be written.
@@ -445,6 +535,7 @@ def write_json(config: DemoConfig, results: Sequence[ModeResult]) -> None:
     payload = {
         "modes": [{**asdict(r), "threshold_path_s": list(r.threshold_path_s)} for r in results],
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
+        "report_files": [str(p) for p in report_paths],
     }
     config.json_path.write_text(json.dumps(payload, indent=2) + "\n")
 
@@ -467,6 +558,8 @@ def results_table(results: Sequence[ModeResult]) -> Any:
         "hedged",
         "backup wins",
         "wasted tok",
+        "extra prompt tok",
+        "overhead",
         "errors",
         "last hedge_after_s",
     ):
@@ -482,6 +575,8 @@ def results_table(results: Sequence[ModeResult]) -> Any:
             f"{r.hedge_rate:.1%}",
             "-" if r.backup_win_rate is None else f"{r.backup_win_rate:.0%}",
             str(r.wasted_completion_tokens),
+            str(r.extra_prompt_tokens),
+            "-" if r.overhead_share is None else f"{r.overhead_share:.1%}",
             str(r.errors),
             s(r.final_hedge_after_s),
         )

@@ -41,3 +41,17 @@ def test_demo_quick_runs_and_reports_three_ways(tmp_path: Path):
     assert modes["adaptive"]["hedge_rate"] <= 0.2
     # The adaptive way polled a threshold set by the controller.
     assert modes["adaptive"]["final_hedge_after_s"] is not None
+    # What hedging cost: losers' prompt tokens and the overhead share at the demo price.
+    assert modes["none"]["extra_prompt_tokens"] == 0 and modes["none"]["overhead_share"] == 0.0
+    assert modes["fixed"]["extra_prompt_tokens"] > 0 and 0 < modes["fixed"]["overhead_share"] < 1
+    # The demo wrote the weekly report of its run (HTML and JSON) and said where.
+    files = [
+        Path(p) if Path(p).is_absolute() else tmp_path / p for p in json.loads(out_json.read_text())["report_files"]
+    ]
+    assert [f.suffix for f in files] == [".html", ".json"] and all(f.is_file() for f in files)
+    assert "weekly report of the run" in done.stdout
+    report = json.loads(files[1].read_text())
+    assert report["partial"] is True
+    assert {s["route"] for s in report["routes"]} == {"demo-none", "demo-fixed", "demo-adaptive"}
+    assert report["total"]["cost"]["price_status"] == "priced" and report["total"]["cost"]["spend_usd"] > 0
+    assert files[0].read_text().count("<svg") == 1 + 3 * 3

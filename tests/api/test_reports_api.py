@@ -1,0 +1,125 @@
+"""``/v1/prices`` and ``/v1/reports/weekly``: scopes, audit, errors, formats, and the CLI's figures."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hedgerow.controller.report_render import CSV_COLUMNS
+from tests.controller.report_store_helpers import fill_store
+
+ADMIN = {"Authorization": "Bearer s3cret-admin"}
+READ = {"Authorization": "Bearer r3ad"}
+TOKENS = "s3cret-admin:admin,r3ad:read"
+PRICE = {"input_usd_per_mtok": 1, "output_usd_per_mtok": 1}
+
+
+async def test_put_price_is_admin_only_audited_and_validated(make_api) -> None:
+    async with make_api(tokens=TOKENS) as (_app, api):
+        body = {"input_usd_per_mtok": 3, "output_usd_per_mtok": 15, "effective_from": "2026-11-23", "actor": "alice"}
+        assert (await api.put("/v1/prices/meta-llama/L-70b", json=body, headers=READ)).status_code == 403
+        assert (await api.put("/v1/prices/meta-llama/L-70b", json=body)).status_code == 401
+        created = await api.put("/v1/prices/meta-llama/L-70b", json=body, headers=ADMIN)
+        assert created.status_code == 201, created.text
+        price = created.json()["price"]
+        fingerprint = "token:" + hashlib.sha256(b"s3cret-admin").hexdigest()[:12]
+        assert price["model"] == "meta-llama/L-70b" and price["upstream"] is None
+        assert fingerprint in price["actor"] and "alice" in price["actor"] and price["created_at"]
+        assert price["effective_from"].startswith("2026-11-23T00:00:00")
+        again = await api.put("/v1/prices/meta-llama/L-70b", json=body, headers=ADMIN)
+        assert again.status_code == 200 and again.json()["added"] is False
+        listed = await api.get("/v1/prices", headers=READ)
+        assert [p["input_usd_per_mtok"] for p in listed.json()["prices"]] == [3.0]
+        one = await api.get("/v1/prices/meta-llama/L-70b", headers=READ)
+        assert one.json()["model"] == "meta-llama/L-70b" and len(one.json()["prices"]) == 1
+        assert (await api.get("/v1/prices/unknown", headers=READ)).json()["prices"] == []
+        for bad, field in (
+            ({"output_usd_per_mtok": 1}, "input_usd_per_mtok"),
+            ({"input_usd_per_mtok": -1, "output_usd_per_mtok": 1}, "input_usd_per_mtok"),
+            ({"input_usd_per_mtok": 1, "output_usd_per_mtok": "1"}, "output_usd_per_mtok"),
+            ({**PRICE, "effective_from": "2026-11-23T10:30:00Z"}, "effective_from"),  # not a whole hour
+            ({**PRICE, "effective_from": "2026-11-23T10:00:00"}, "effective_from"),  # no zone
+            ({"input_usd_per_mtok": 1, "output_usd_per_mtok": 1, "colour": "red"}, "colour"),
+            ({"input_usd_per_mtok": 1, "output_usd_per_mtok": 1, "model": "other"}, "model"),
+        ):  # fmt: skip
+            answer = await api.put("/v1/prices/m", json=bad, headers=ADMIN)
+            assert answer.status_code == 422, (bad, answer.text)
+            assert answer.json()["detail"]["field"] == field, answer.json()
+        broken = await api.put("/v1/prices/m", content=b"{", headers={**ADMIN, "content-type": "application/json"})
+        assert broken.status_code == 422 and broken.json()["detail"]["field"] == "body"
+
+
+async def test_weekly_report_formats_scopes_and_errors(make_api) -> None:
+    async with make_api(tokens=TOKENS) as (app, api):
+        await fill_store(app.state.sessionmaker, per_route=120)
+        assert (await api.get("/v1/reports/weekly")).status_code == 401
+        as_json = await api.get("/v1/reports/weekly", params={"week": "2026-W48"}, headers=READ)
+        assert as_json.status_code == 200
+        report = as_json.json()
+        assert report["schema"] == "hedgerow.weekly_report/1" and report["week"] == "2026-W48"
+        assert report["total"]["calls"] == 242
+        as_csv = await api.get("/v1/reports/weekly", params={"week": "2026-W48", "format": "csv"}, headers=READ)
+        assert as_csv.headers["content-type"].startswith("text/csv")
+        rows = list(csv.DictReader(io.StringIO(as_csv.text)))
+        assert tuple(rows[0]) == CSV_COLUMNS
+        assert [(r["scope"], r["route"], r["model"]) for r in rows] == [
+            ("route", "batch", "m-free"), ("route", "chat", "m-priced"), ("total", "", "")
+        ]  # fmt: skip
+        assert sum(int(r["calls"]) for r in rows[:-1]) == int(rows[-1]["calls"]) == 242
+        assert rows[0]["price_status"] == "no price" and rows[0]["spend_usd"] == ""
+        assert float(rows[1]["spend_usd"]) == pytest.approx(report["routes"][1]["cost"]["spend_usd"], rel=1e-5)
+        md = await api.get("/v1/reports/weekly", params={"week": "2026-W48", "format": "md"}, headers=READ)
+        assert md.text.startswith("# hedgerow weekly report 2026-W48") and "| chat | m-priced |" in md.text
+        html = await api.get("/v1/reports/weekly", params={"week": "2026-W48", "format": "html"}, headers=READ)
+        assert html.text.count("<svg") == 7
+        # self-contained: every reference is to the page itself (#glyph ids), nothing to load
+        assert re.findall(r'(?:src|href)\s*=\s*"(?!#)[^"]*"', html.text) == []
+        assert "<script" not in html.text and "<link" not in html.text
+        assert re.findall(r"url\((?!#)", html.text) == []  # clip paths refer to ids on the page
+        current = await api.get("/v1/reports/weekly", headers=READ)
+        assert current.status_code == 200 and current.json()["partial"] is True
+        for params, field in (
+            ({"week": "2026-48"}, "week"),
+            ({"week": "2026-W54"}, "week"),
+            ({"format": "pdf"}, "format"),
+        ):
+            bad = await api.get("/v1/reports/weekly", params=params, headers=READ)
+            assert bad.status_code == 422 and bad.json()["detail"]["field"] == field, bad.text
+
+
+@pytest.mark.slow
+async def test_cli_and_api_give_the_same_figures(make_api, database_url: str, tmp_path: Path) -> None:
+    async with make_api() as (app, api):
+        await fill_store(app.state.sessionmaker, per_route=120)
+        from_api = (await api.get("/v1/reports/weekly", params={"week": "2026-W48"})).json()
+    out = tmp_path / "week.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "hedgerow.cli", "report", "weekly", "--week", "2026-W48", "--db", database_url,
+         "--format", "json", "-o", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    from_cli = json.loads(out.read_text())
+    for report in (from_api, from_cli):
+        report.pop("generated_at")
+    assert from_cli == from_api
+    html = tmp_path / "week.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "hedgerow.cli", "report", "weekly", "--week", "2026-W48", "--db", database_url,
+         "--format", "html", "-o", str(html)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and html.read_text().count("<svg") == 7
+    bad = subprocess.run(
+        [sys.executable, "-m", "hedgerow.cli", "report", "weekly", "--week", "W48", "--db", database_url],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--week" in bad.stderr

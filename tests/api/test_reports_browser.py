@@ -1,0 +1,65 @@
+"""The HTML weekly report, served by a real ``hedgerow serve``, in a real headless Chromium.
+
+Every plot must have rendered (an SVG with a real size and drawn paths), the page must have made
+no request beyond 127.0.0.1 (the plots and styles are inline), and a full-page screenshot is
+kept in the test's directory (``report.png``; ``HEDGEROW_SCREENSHOT_DIR`` copies it elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hedgerow.controller.db import make_engine, make_sessionmaker, upgrade_database
+from tests.browser import assert_local_only, open_page
+from tests.controller.report_store_helpers import fill_store
+from tests.e2e.conftest import ServeProcess
+
+#: One overhead plot, and three per route (latency, hedge rate, threshold) for two routes.
+EXPECTED_PLOTS = 1 + 3 * 2
+
+
+@pytest.mark.slow
+async def test_html_report_renders_every_plot_and_stays_on_the_machine(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'report.db'}"
+    upgrade_database(url)
+    engine = make_engine(url)
+    try:
+        await fill_store(make_sessionmaker(engine), per_route=300)
+    finally:
+        await engine.dispose()
+    server = ServeProcess(url, tmp_path, {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600"})
+    try:
+        async with open_page(viewport=(1280, 900)) as (page, requests):
+            response = await page.goto(f"{server.url}/v1/reports/weekly?week=2026-W48&format=html")
+            assert response is not None and response.status == 200
+            assert "text/html" in response.headers["content-type"]
+            plots = await page.eval_on_selector_all(
+                "figure.plot",
+                """figures => figures.map(f => {
+                    const svg = f.querySelector('svg');
+                    const box = svg ? svg.getBoundingClientRect() : {width: 0, height: 0};
+                    return {kind: f.dataset.plot, width: box.width, height: box.height,
+                            paths: svg ? svg.querySelectorAll('path').length : 0};
+                })""",
+            )
+            shot = tmp_path / "report.png"
+            await page.screenshot(path=str(shot), full_page=True)
+            text = await page.inner_text("body")
+            assert_local_only(requests)
+    finally:
+        server.stop()
+    if os.environ.get("HEDGEROW_SCREENSHOT_DIR"):
+        shutil.copy(shot, Path(os.environ["HEDGEROW_SCREENSHOT_DIR"]) / "weekly_report.png")
+    assert len(plots) == EXPECTED_PLOTS, plots
+    for plot in plots:
+        assert plot["width"] > 200 and plot["height"] > 100, plot
+        assert plot["paths"] > 20, plot  # axes, ticks, glyphs and the data itself were drawn
+    assert {p["kind"] for p in plots} == {"overhead", "latency", "hedge_rate", "threshold"}
+    assert shot.stat().st_size > 50_000
+    assert "hedgerow weekly report 2026-W48" in text
+    assert "no price" in text  # the route without a price says so
+    assert "backups_rarely_win" in text
