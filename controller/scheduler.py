@@ -192,8 +192,9 @@ class ControllerScheduler:
     async def shutdown(self, timeout_s: float = 30.0) -> None:
         """Stop the jobs, wait (up to ``timeout_s``) for a running one, and release the lease."""
         if self._scheduler is not None:
-            self._scheduler.shutdown(wait=False)
-            self._scheduler = None
+            # no new run, but a running job finishes: APScheduler's shutdown would cancel it at once
+            # (and log the CancelledError's traceback)
+            self._scheduler.pause()
         running = [t for t in self._running if t is not asyncio.current_task()]
         if running:
             _done, pending = await asyncio.wait(running, timeout=timeout_s)
@@ -201,6 +202,9 @@ class ControllerScheduler:
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
         if self.holding:
             try:
                 await release_lease(self.sessionmaker, CONTROLLER_LEASE, self.holder)
