@@ -22,6 +22,7 @@ from hedgerow.api import calls, controller, health, prices, reports, routes, thr
 from hedgerow.api import metrics as metrics_api
 from hedgerow.api.auth import check_listen_allowed, parse_token_names, parse_tokens
 from hedgerow.api.docs import install_docs
+from hedgerow.api.json_response import ApiJSONResponse
 from hedgerow.api.limits import DEFAULT_BODY_LIMIT_BYTES, BodyLimitMiddleware
 from hedgerow.api.metrics import Metrics
 from hedgerow.api.openapi import build_openapi
@@ -138,6 +139,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         version=__version__,
         description="Ingest of call records, measured hedge thresholds, threshold history.",
         lifespan=lifespan,
+        default_response_class=ApiJSONResponse,
         docs_url=None,  # served from local files by install_docs (FastAPI's loads from a CDN)
         redoc_url=None,
     )

@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from hedgerow.api.auth import bearer_token, require_scope, token_actor
 from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
+from hedgerow.api.json_response import ApiJSONResponse
 from hedgerow.api.schemas import (
     PRINTABLE_PATTERN,
     HistoryOut,
@@ -258,7 +259,7 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
     except ValueError as exc:
         return _unprocessable("route", str(exc))
     answer = RouteChangeOut(route=result.route, changes=result.changes, created=result.created, history=result.history)
-    return JSONResponse(
+    return ApiJSONResponse(
         answer.model_dump(mode="json"), status_code=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
     )
 

@@ -30,7 +30,6 @@ from hedgerow.controller.models import Route, Threshold, ThresholdHistory
 __all__ = [
     "HISTORY_FIELDS",
     "THRESHOLD_FIELDS",
-    "clean_float",
     "get_history",
     "get_route",
     "get_threshold",
@@ -56,50 +55,30 @@ THRESHOLD_FIELDS: tuple[str, ...] = (
 )  # fmt: skip
 
 
-#: Significant digits of the floats the api returns: enough for any measured value, few enough to
-#: drop binary noise (``0.30147399999999996`` is returned as ``0.301474``).
-FLOAT_DIGITS = 12
-
-
-def clean_float(value: float | None) -> float | None:
-    """``value`` rounded to :data:`FLOAT_DIGITS` significant digits (None stays None)."""
-    return None if value is None else float(f"{value:.{FLOAT_DIGITS}g}")
-
-
-def _clean_details(value: Any) -> Any:
-    if isinstance(value, float):
-        return clean_float(value)
-    if isinstance(value, dict):
-        return {k: _clean_details(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean_details(v) for v in value]
-    return value
-
-
 def history_row_dict(row: ThresholdHistory, route: Route) -> dict[str, Any]:
     """A ``threshold_history`` row as the api returns it (exactly :data:`HISTORY_FIELDS`)."""
     return {
         "computed_at": format_timestamp(row.computed_at),
         "route": route.route,
         "model": route.model,
-        "previous_hedge_after_s": clean_float(row.previous_hedge_after_s),
-        "hedge_after_s": clean_float(row.hedge_after_s),
+        "previous_hedge_after_s": row.previous_hedge_after_s,
+        "hedge_after_s": row.hedge_after_s,
         "applied": row.applied,
         "reason": row.reason,
         "source": row.source,
-        "window_s": clean_float(row.window_s),
+        "window_s": row.window_s,
         "samples": row.samples,
         "censored": row.censored,
-        "p50_s": clean_float(row.p50_s),
-        "p75_s": clean_float(row.p75_s),
-        "p90_s": clean_float(row.p90_s),
-        "p95_s": clean_float(row.p95_s),
-        "p99_s": clean_float(row.p99_s),
-        "observed_hedge_rate": clean_float(row.observed_hedge_rate),
-        "backup_win_rate": clean_float(row.backup_win_rate),
-        "budget": clean_float(row.budget),
+        "p50_s": row.p50_s,
+        "p75_s": row.p75_s,
+        "p90_s": row.p90_s,
+        "p95_s": row.p95_s,
+        "p99_s": row.p99_s,
+        "observed_hedge_rate": row.observed_hedge_rate,
+        "backup_win_rate": row.backup_win_rate,
+        "budget": row.budget,
         "actor": row.actor,
-        "details": _clean_details(row.details),
+        "details": row.details,
         "repeats": row.repeats,
         "last_at": format_timestamp(row.last_at),
     }
@@ -110,11 +89,11 @@ def threshold_dict(threshold: Threshold, route: Route) -> dict[str, Any]:
     return {
         "route": route.route,
         "model": route.model,
-        "hedge_after_s": clean_float(threshold.hedge_after_s),
+        "hedge_after_s": threshold.hedge_after_s,
         "enabled": threshold.enabled,
         "source": threshold.source,
         "version": threshold.version,
-        "budget": clean_float(route.budget),
+        "budget": route.budget,
         "updated_at": format_timestamp(threshold.updated_at),
     }
 
@@ -125,11 +104,11 @@ def route_dict(route: Route, threshold: Threshold | None) -> dict[str, Any]:
         "route": route.route,
         "model": route.model,
         "enabled": route.enabled,
-        "budget": clean_float(route.budget),
-        "default_hedge_after_s": clean_float(route.default_hedge_after_s),
-        "min_hedge_after_s": clean_float(route.min_hedge_after_s),
-        "max_hedge_after_s": clean_float(route.max_hedge_after_s),
-        "pinned_hedge_after_s": clean_float(route.pinned_hedge_after_s),
+        "budget": route.budget,
+        "default_hedge_after_s": route.default_hedge_after_s,
+        "min_hedge_after_s": route.min_hedge_after_s,
+        "max_hedge_after_s": route.max_hedge_after_s,
+        "pinned_hedge_after_s": route.pinned_hedge_after_s,
         "created_at": format_timestamp(route.created_at),
         "updated_at": format_timestamp(route.updated_at),
         "threshold": None if threshold is None else threshold_dict(threshold, route),

@@ -249,9 +249,9 @@ class ControllerScheduler:
         """
         self._stopping = True
         if self._scheduler is not None:
-            self._scheduler.shutdown(wait=False)
-            self._scheduler = None
-        await asyncio.sleep(0)  # a job task created just before starts, sees the flag and ends
+            # no new run, but a running job finishes: APScheduler's shutdown would cancel it at once
+            # (and log the CancelledError's traceback)
+            self._scheduler.pause()
         running = [t for t in self._running if t is not asyncio.current_task()]
         if running:
             _done, pending = (set(), set(running)) if timeout_s <= 0 else await asyncio.wait(running, timeout=timeout_s)
@@ -259,6 +259,9 @@ class ControllerScheduler:
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
         if self.holding:
             try:
                 await release_lease(self.sessionmaker, CONTROLLER_LEASE, self.holder)

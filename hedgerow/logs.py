@@ -81,7 +81,8 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)
-    logging.getLogger("apscheduler").setLevel(max(numeric, logging.WARNING))
+    for noisy in ("apscheduler", "alembic"):  # their INFO lines say nothing an operator needs
+        logging.getLogger(noisy).setLevel(max(numeric, logging.WARNING))
 
 
 def uvicorn_log_config(level: str = "info", fmt: str = "text", *, access_log: bool = False) -> dict[str, Any]:

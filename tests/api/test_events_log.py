@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hedgerow.controller.events import EVENT_LOGGER, log_flag_changes, log_report_delivery
-from hedgerow.controller.queries import clean_float
 from hedgerow.logs import JsonFormatter, TextFormatter, configure_logging, uvicorn_log_config
 
 M = {"model": "m1"}
@@ -74,6 +73,15 @@ def test_text_and_json_formats() -> None:
 
 
 def test_api_floats_carry_no_binary_noise() -> None:
-    assert clean_float(0.30147399999999996) == 0.301474
-    assert clean_float(0.1 + 0.2) == 0.3
-    assert clean_float(None) is None and clean_float(1e-9) == 1e-9
+    from hedgerow.api.json_response import ApiJSONResponse, clean_floats
+
+    assert clean_floats({"a": [0.30147399999999996, None, 2], "b": 0.1 + 0.2}) == {"a": [0.301474, None, 2], "b": 0.3}
+    assert clean_floats(1.8051614906573685) == 1.80516149065737 and clean_floats(1e-9) == 1e-9
+    assert ApiJSONResponse({"rate": 0.1 + 0.2}).body == b'{"rate":0.3}'
+
+
+async def test_answers_of_the_api_are_clean(make_api) -> None:
+    async with make_api() as (_app, api):
+        response = await api.put("/v1/routes/r", params=M, json={"budget": 0.1 + 0.2})
+        assert b'"budget":0.3' in response.content  # not 0.30000000000000004
+        assert b"0.30000000000000004" not in (await api.get("/v1/routes")).content
