@@ -21,7 +21,12 @@ hedgerow_hedges_denied_total                           counter    route, model
 hedgerow_hedge_wins_total                              counter    route, model, winner (calls with
                                                                   a backup: which attempt won)
 hedgerow_failovers_total                               counter    route, model
-hedgerow_wasted_tokens_total                           counter    route, model, token_type
+hedgerow_failovers_denied_total                        counter    route, model (refused by the
+                                                                  client's failover retry budget)
+hedgerow_wasted_tokens_total                           counter    route, model, token_type (prompt:
+                                                                  the prompts losing attempts were
+                                                                  sent, estimated or reported;
+                                                                  completion: what they generated)
 gen_ai_client_operation_time_to_first_chunk_seconds    histogram  gen_ai_request_model, route (the
                                                                   TTFT the app saw)
 hedgerow_records_accepted_total                        counter    (stored records)
@@ -93,6 +98,12 @@ class Metrics:
         self.failovers = Counter(
             "hedgerow_failovers", "Backups started because the primary failed.", route_model, registry=r
         )
+        self.failovers_denied = Counter(
+            "hedgerow_failovers_denied",
+            "Failovers the client's failover retry budget refused.",
+            route_model,
+            registry=r,
+        )
         self.wasted_tokens = Counter(
             "hedgerow_wasted_tokens", "Tokens the losing attempts cost.", [*route_model, "token_type"], registry=r
         )
@@ -147,8 +158,14 @@ class Metrics:
                 self.hedges_denied.labels(**labels).inc()
             if record.hedged and record.winner is not None:
                 self.hedge_wins.labels(winner=record.winner, **labels).inc()
+            if record.failover_denied:
+                self.failovers_denied.labels(**labels).inc()
             if record.wasted_completion_tokens:
                 self.wasted_tokens.labels(token_type="completion", **labels).inc(record.wasted_completion_tokens)
+            if len(record.attempts) > 1:  # the prompts of losing attempts: the price of a hedge
+                wasted_prompt = sum(a.prompt_tokens or 0 for a in record.attempts if a.outcome != "won")
+                if wasted_prompt:
+                    self.wasted_tokens.labels(token_type="prompt", **labels).inc(wasted_prompt)
             if record.ttft_s is not None:
                 self.ttft.labels(gen_ai_request_model=record.model, route=record.route).observe(record.ttft_s)
 

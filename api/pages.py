@@ -449,8 +449,11 @@ async def logout() -> RedirectResponse:
 
 def install_pages(app: FastAPI) -> None:
     """Add the console's pages, its static files (``/ui/static``) and the login redirect to ``app``."""
+    from hedgerow.api import report_pages  # imports this module's helpers
+
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
     app.include_router(router)
+    app.include_router(report_pages.router)
 
     @app.exception_handler(_LoginNeeded)
     async def login_needed(_request: Request, exc: _LoginNeeded) -> RedirectResponse:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from hedgerow.client.records import AttemptRecord, CallRecord
+from hedgerow.client.records import AttemptRecord, CallRecord, with_prompt_estimates
 
 M = {"model": "m1"}
 
@@ -92,6 +92,15 @@ async def test_metrics_count_exactly_the_ingested_records(make_api, call_factory
         assert _value(samples, "hedgerow_hedge_wins_total", winner=winner) == expected
     wasted = sum(r.wasted_completion_tokens for r in records)
     assert _value(samples, "hedgerow_wasted_tokens_total", token_type="completion") == wasted
+    # the prompts of losing attempts, after the one estimate rule (a 2xx attempt without usage
+    # cost the call's prompt tokens)
+    estimated = [with_prompt_estimates(r) for r in records]
+    wasted_prompt = sum(
+        a.prompt_tokens or 0 for r in estimated if len(r.attempts) > 1 for a in r.attempts if a.outcome != "won"
+    )
+    assert wasted_prompt > 0
+    assert _value(samples, "hedgerow_wasted_tokens_total", token_type="prompt") == wasted_prompt
+    assert _value(samples, "hedgerow_failovers_denied_total") == sum(r.failover_denied for r in records)
     with_ttft = [r for r in records if r.ttft_s is not None]
     assert _value(samples, "gen_ai_client_operation_time_to_first_chunk_seconds_count") == len(with_ttft)
     assert _value(

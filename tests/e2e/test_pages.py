@@ -141,3 +141,39 @@ def test_pages_refuse_without_a_good_token(console: ServeProcess) -> None:
         assert client.get("/ui/routes").status_code == 200
         denied = client.post("/ui/routes/summarize?model=m1", data={"budget": "0.3"})
         assert denied.status_code == 403  # read scope cannot change a route
+
+
+@pytest.mark.parametrize("viewport", VIEWPORTS, ids=lambda v: f"{v[0]}x{v[1]}")
+async def test_the_reports_page_lists_weeks_and_shows_a_week_with_its_plots(console: ServeProcess, viewport) -> None:
+    async with open_page(viewport=viewport) as (page, requests):
+        await _login(page, console.url, "r3ad-token", "/ui/reports")
+        weeks = page.locator("table.reports tbody tr")
+        assert await weeks.count() >= 1
+        first = weeks.first
+        assert "partial" in await first.inner_text()  # the seeded hours end now: this week
+        await _no_sideways_scroll(page)
+        await first.locator("td[data-label='ISO week'] a").click()
+        await page.wait_for_load_state("networkidle")
+        assert "Week " in await page.inner_text("h1")
+        frame = page.frame_locator("iframe.report")
+        plots = frame.locator("svg")
+        await plots.first.wait_for(timeout=30_000)
+        assert await plots.count() >= 3  # per route: daily P50/P99, hedge rate, threshold steps
+        assert "summarize" in await frame.locator("body").inner_text()
+        await _no_sideways_scroll(page)
+        assert_local_only(requests)
+
+        # the downloads use the page's cookie, not a bearer token
+        week = page.url.rsplit("/", 1)[-1]
+        cookies = {c["name"]: c["value"] for c in await page.context.cookies()}
+    async with httpx.AsyncClient(base_url=console.url, cookies=cookies) as http:
+        csv_text = (await http.get(f"/ui/reports/{week}/report.csv")).text
+        import csv
+        import io
+
+        rows = list(csv.DictReader(io.StringIO(csv_text)))
+        assert rows and {r["route"] for r in rows} >= {"summarize", "team/chat"}
+        assert (await http.get("/ui/reports/not-a-week")).status_code == 422
+        assert (await http.get(f"/ui/reports/{week}/report.exe")).status_code == 404
+    async with httpx.AsyncClient(base_url=console.url) as anonymous:
+        assert (await anonymous.get(f"/ui/reports/{week}/report.json")).status_code == 303  # login first

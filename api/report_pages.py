@@ -1,0 +1,108 @@
+"""The weekly report in the ops console: ``/ui/reports`` (the weeks) and one week's report.
+
+- ``GET /ui/reports``: every ISO week from the first with data (a raw call or an hourly rollup)
+  to the current one, newest first (at most :data:`MAX_WEEKS`), the current one marked partial;
+- ``GET /ui/reports/{week}``: the console page of one week (``2026-W48``): links to its four
+  formats and the self-contained HTML report shown in a frame;
+- ``GET /ui/reports/{week}/report.{html,json,csv,md}``: the report itself, as
+  ``GET /v1/reports/weekly`` gives it (the same :func:`~hedgerow.controller.report_store.weekly_report`),
+  under the page's cookie login instead of a bearer token.
+
+Like every console page these need the ``read`` scope when tokens are configured.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from sqlalchemy import func, select
+
+from hedgerow.api.pages import _error_page, _render, _user
+from hedgerow.controller.models import Call, HourlyRollup, utc_now
+from hedgerow.controller.report import IsoWeek
+from hedgerow.controller.report_render import FORMATS, MEDIA_TYPES, render
+from hedgerow.controller.report_store import weekly_report
+
+__all__ = ["MAX_WEEKS", "router"]
+
+router = APIRouter(prefix="/ui/reports", include_in_schema=False)
+
+#: The most weeks the list shows (two years).
+MAX_WEEKS = 104
+
+
+def _aware(moment: datetime) -> datetime:
+    """``moment`` as aware UTC (SQLite hands back naive UTC times from aggregates)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+async def _first_moment(request: Request) -> datetime | None:
+    """The earliest call or rollup hour in the store, or None in an empty store."""
+    async with request.app.state.sessionmaker() as session:
+        first_call = await session.scalar(select(func.min(Call.started_at)))
+        first_hour = await session.scalar(select(func.min(HourlyRollup.hour_start)))
+    found = [_aware(m) for m in (first_call, first_hour) if m is not None]
+    return min(found) if found else None
+
+
+@router.get("", response_class=HTMLResponse)
+async def reports_page(request: Request) -> HTMLResponse:
+    """The weeks that have a report, newest first."""
+    user = _user(request)
+    now = utc_now()
+    current = IsoWeek.of(now)
+    first = await _first_moment(request)
+    weeks: list[IsoWeek] = []
+    if first is not None:
+        oldest = IsoWeek.of(min(first, now))
+        week = current
+        while len(weeks) < MAX_WEEKS:
+            weeks.append(week)
+            if week == oldest:
+                break
+            week = week.previous()
+    rows = [{"week": str(w), "since": w.since, "partial": w == current} for w in weeks]
+    return _render(request, "reports.html", user, title="Weekly reports", rows=rows)
+
+
+def _parse_week(text: str) -> IsoWeek:
+    """The week of a path segment; ValueError names the segment."""
+    try:
+        return IsoWeek.parse(text)
+    except ValueError as exc:
+        raise ValueError(f"week {text!r}: {exc}") from None
+
+
+@router.get("/{week}", response_class=HTMLResponse)
+async def report_page(request: Request, week: str) -> HTMLResponse:
+    """One week's report inside the console."""
+    user = _user(request)
+    try:
+        parsed = _parse_week(week)
+    except ValueError as exc:
+        return _error_page(request, user, 422, str(exc))
+    partial = parsed == IsoWeek.of(utc_now())
+    return _render(
+        request, "report_week.html", user, title=f"Week {parsed}", week=str(parsed), partial=partial, formats=FORMATS
+    )
+
+
+@router.get("/{week}/report.{fmt}")
+async def report_file(request: Request, week: str, fmt: str) -> Response:
+    """The report of ``week`` in ``fmt`` (html, json, csv or md)."""
+    user = _user(request)
+    if fmt not in FORMATS:
+        return _error_page(request, user, 404, f"no report format {fmt!r}; formats: {', '.join(FORMATS)}")
+    try:
+        parsed = _parse_week(week)
+    except ValueError as exc:
+        return _error_page(request, user, 422, str(exc))
+    report = await weekly_report(request.app.state.sessionmaker, parsed)
+    if fmt == "json":
+        return JSONResponse(report)
+    body = await run_in_threadpool(render, report, fmt)
+    disposition = "inline" if fmt == "html" else f'attachment; filename="hedgerow-weekly-{parsed}.{fmt}"'
+    return Response(body, media_type=MEDIA_TYPES[fmt], headers={"Content-Disposition": disposition})
