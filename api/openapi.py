@@ -124,8 +124,12 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 responses["413"] = _error("the body is over its limit (refused while it streams)")
                 responses["408"] = _error("the body did not arrive within HEDGEROW_BODY_READ_TIMEOUT_S")
             if operation.get("security"):  # declared by require_scope's bearer scheme
-                responses["401"] = _error("missing or invalid bearer token (when tokens are configured)")
-                responses["403"] = _error("the token lacks the operation's scope (see its summary)")
+                responses["401"] = _error(
+                    "missing or invalid bearer token (when tokens are configured); field: authorization", "FieldError"
+                )
+                responses["403"] = _error(
+                    "the token lacks the operation's scope (see its summary); field: authorization", "FieldError"
+                )
             for code, answer in responses.items():
                 if code.startswith(("4", "5")) and "content" not in answer:
                     answer["content"] = _error(answer.get("description", "an error"))["content"]

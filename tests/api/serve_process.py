@@ -17,11 +17,20 @@ __all__ = ["Served", "peak_rss_bytes", "rss_bytes", "running_serve"]
 
 @dataclass
 class Served:
-    """A running ``hedgerow serve``: its process, base url and port."""
+    """A running ``hedgerow serve``: its process, base url and port.
+
+    Its stdout and stderr go to files in its working directory (never a pipe that nobody reads,
+    which would stop a chatty server once the pipe is full); :meth:`stderr_text` reads the log.
+    """
 
     process: asyncio.subprocess.Process
     base: str
     port: int
+    stderr_path: Path
+
+    async def stderr_text(self) -> str:
+        """Everything the process has written to stderr so far."""
+        return self.stderr_path.read_text(errors="replace")
 
 
 def _status_field(pid: int, name: str) -> int:
@@ -44,28 +53,38 @@ def rss_bytes(pid: int) -> int:
 
 @asynccontextmanager
 async def running_serve(database_url: str, cwd: Path, **env: str) -> AsyncIterator[Served]:
-    """Start ``hedgerow serve --port 0`` with ``HEDGEROW_*`` variables ``env``; SIGTERM (then kill) at exit."""
+    """Start ``hedgerow serve --port 0`` with ``HEDGEROW_*`` variables ``env``; SIGTERM (then kill) at exit.
+
+    Raises:
+        AssertionError: the server did not announce its address within 60 s.
+    """
     environment = {**os.environ, **env}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "hedgerow.cli",
-        "serve",
-        "--db",
-        database_url,
-        "--port",
-        "0",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=cwd,
-        env=environment,
-    )
+    out_path, err_path = cwd / "serve.out.log", cwd / "serve.err.log"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "hedgerow.cli",
+            "serve",
+            "--db",
+            database_url,
+            "--port",
+            "0",
+            stdout=out,
+            stderr=err,
+            cwd=cwd,
+            env=environment,
+        )
     try:
-        assert process.stdout is not None and process.stderr is not None
-        line = (await asyncio.wait_for(process.stdout.readline(), timeout=60)).decode()
-        match = re.match(r"hedgerow: api listening on (http://127\.0\.0\.1:(\d+)) ", line)
-        assert match, f"unexpected first line {line!r}; stderr: {(await process.stderr.read()).decode()[-2000:]}"
-        yield Served(process, match.group(1), int(match.group(2)))
+        pattern = re.compile(r"hedgerow: api listening on (http://127\.0\.0\.1:(\d+)) ")
+        deadline = asyncio.get_running_loop().time() + 60
+        match = None
+        while match is None and process.returncode is None and asyncio.get_running_loop().time() < deadline:
+            match = pattern.search(out_path.read_text(errors="replace"))
+            if match is None:
+                await asyncio.sleep(0.05)
+        assert match, f"serve did not announce its address; stderr: {err_path.read_text(errors='replace')[-2000:]}"
+        yield Served(process, match.group(1), int(match.group(2)), err_path)
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)

@@ -196,7 +196,7 @@ async def test_stalled_clients_do_not_keep_serve_alive_and_the_lease_goes_first(
                 await asyncio.sleep(0.05)
             exit_s = time.monotonic() - started
             assert served.process.returncode is not None, "serve still running 60 s after SIGTERM"
-            stderr = (await served.process.stderr.read()).decode()  # type: ignore[union-attr]
+            stderr = await served.stderr_text()
             print(
                 f"\nshutdown with 100 stalled clients: lease released after {lease_gone_s} s, "
                 f"exit after {exit_s:.2f} s (shutdown timeout {shutdown_timeout_s:g} s)"

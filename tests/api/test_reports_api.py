@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import re
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hedgerow.api.auth import parse_tokens, token_actor
 from hedgerow.controller.report_render import CSV_COLUMNS
 from tests.controller.report_store_helpers import fill_store
 
@@ -30,7 +30,7 @@ async def test_put_price_is_admin_only_audited_and_validated(make_api) -> None:
         created = await api.put("/v1/prices/meta-llama/L-70b", json=body, headers=ADMIN)
         assert created.status_code == 201, created.text
         price = created.json()["price"]
-        fingerprint = "token:" + hashlib.sha256(b"s3cret-admin").hexdigest()[:12]
+        fingerprint = token_actor(parse_tokens(TOKENS), {}, "s3cret-admin")  # an unnamed token
         assert price["model"] == "meta-llama/L-70b" and price["upstream"] is None
         assert fingerprint in price["actor"] and "alice" in price["actor"] and price["created_at"]
         assert price["effective_from"].startswith("2026-11-23T00:00:00")

@@ -19,7 +19,8 @@ DAY = timedelta(days=1)
 
 def _row(route_id: int, age: timedelta, applied: bool, reason: str) -> ThresholdHistory:
     return ThresholdHistory(
-        route_id=route_id, computed_at=NOW - age, previous_hedge_after_s=1.0, hedge_after_s=1.0, applied=applied,
+        route_id=route_id, computed_at=NOW - age, last_at=NOW - age, previous_hedge_after_s=1.0,
+        hedge_after_s=1.0, applied=applied,
         reason=reason, source="controller", window_s=3600.0, samples=0, censored=0, budget=0.1,
     )  # fmt: skip
 
