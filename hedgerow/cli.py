@@ -733,8 +733,10 @@ def serve(
 
 @db_app.command("upgrade")
 def db_upgrade(
-    db: str = typer.Option(None, "--db", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."),
-    revision: str = typer.Option("head", "--revision", help="Target revision."),
+    db: str = typer.Option(
+        None, "--db", metavar="URL", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."
+    ),
+    revision: str = typer.Option("head", "--revision", metavar="REV", help="Target revision."),
 ) -> None:
     """Migrate the store to the newest schema (or to --revision)."""
     from hedgerow.controller.db import head_revision, upgrade_database
@@ -753,7 +755,9 @@ def db_upgrade(
 
 @controller_app.command("run-once")
 def controller_run_once(
-    db: str = typer.Option(None, "--db", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."),
+    db: str = typer.Option(
+        None, "--db", metavar="URL", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the decisions as JSON instead of a table."),
 ) -> None:
     """Run one controller tick now and print its decisions (one history row per route)."""
@@ -829,10 +833,13 @@ def controller_run_once(
 
 @db_app.command("retention")
 def db_retention(
-    db: str = typer.Option(None, "--db", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."),
+    db: str = typer.Option(
+        None, "--db", metavar="URL", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."
+    ),
     retention: float = typer.Option(
         None,
         "--retention",
+        metavar="S",
         help="Delete raw calls older than this many seconds (default HEDGEROW_RETENTION_S, 14 days).",
     ),
     fold_only: bool = typer.Option(False, "--fold-only", help="Fold hourly rollups but delete nothing."),

@@ -14,7 +14,9 @@ import typer
 
 __all__ = ["report_app"]
 
-report_app = typer.Typer(help="Reports of what hedging cost and what it bought.", no_args_is_help=True)
+report_app = typer.Typer(
+    help="Reports of what hedging cost and what it bought.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -24,10 +26,14 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 @report_app.command("weekly")
 def weekly(
-    week: str = typer.Option(None, "--week", help="ISO week, e.g. 2026-W48 (default: the current week, partial)."),
-    db: str = typer.Option(None, "--db", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."),
-    fmt: str = typer.Option("json", "--format", help="json, csv, html or md."),
-    output: Path = typer.Option(None, "-o", "--output", help="Write to this file instead of stdout."),
+    week: str = typer.Option(
+        None, "--week", metavar="WEEK", help="ISO week, e.g. 2026-W48 (default: the current week, partial)."
+    ),
+    db: str = typer.Option(
+        None, "--db", metavar="URL", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."
+    ),
+    fmt: str = typer.Option("json", "--format", metavar="FORMAT", help="json, csv, html or md."),
+    output: Path = typer.Option(None, "-o", "--output", metavar="FILE", help="Write to this file instead of stdout."),
 ) -> None:
     """Print (or write with -o) the weekly report of an ISO week (UTC), per route and model and in total.
 

@@ -71,3 +71,18 @@ def test_help_shows_flags_without_type_metavars_and_untruncated() -> None:
     assert "sqlite+aiosqlite:///./hedgerow.db" in serve  # not cut
     run_once = _cli("controller", "run-once", "--help").stdout
     assert "--json " in run_once and "--json <bool>" not in run_once
+
+
+def test_no_option_of_any_command_shows_a_type_metavar() -> None:
+    import re
+
+    commands = [
+        ("db", "upgrade"), ("db", "retention"), ("controller", "run-once"), ("report", "weekly"),
+        ("routes", "list"), ("routes", "show"), ("routes", "history"), ("routes", "set"), ("serve",),
+    ]  # fmt: skip
+    for command in commands:
+        text = _cli(*command, "--help").stdout
+        options = [line for line in text.splitlines() if line.lstrip().startswith("-")]
+        assert options, command
+        typed = [line for line in options if re.search(r"<(str|int|float|bool|path)>", line)]
+        assert not typed, (command, typed)
