@@ -36,7 +36,7 @@ def test_db_upgrade_and_run_once(tmp_path, call_factory) -> None:
     _seed(url, [call_factory(f"c{i}") for i in range(5)])
     as_json = runner.invoke(app, ["controller", "run-once", "--db", url, "--json"])
     assert as_json.exit_code == 0, as_json.output
-    [row] = json.loads(as_json.output)["history"]
+    [row] = json.loads(as_json.stdout)["history"]
     assert (row["route"], row["samples"], row["hedge_after_s"]) == ("summarize", 5, 2.0)
     table = runner.invoke(app, ["controller", "run-once", "--db", url])
     assert table.exit_code == 0 and "summarize" in table.output and "too_few_samples" in table.output

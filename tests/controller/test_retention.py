@@ -208,11 +208,11 @@ def test_cli_runs_the_job_once(tmp_path) -> None:
     _seed(url, new)
     fold_only = runner.invoke(app, ["db", "retention", "--db", url, "--fold-only", "--json"])
     assert fold_only.exit_code == 0, fold_only.output
-    out = json.loads(fold_only.output)
+    out = json.loads(fold_only.stdout)
     assert out["folded_hours"] >= 2 and out["deleted_calls"] == 0
     result = runner.invoke(app, ["db", "retention", "--db", url, "--json"])
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert out["folded_hours"] == 0 and out["deleted_calls"] == 50
     assert out["deleted_attempts"] == sum(len(r.attempts) for r in old)
     assert {h["calls"] for h in out["deleted"]} - {0} and all(h["skipped"] is None for h in out["deleted"])
