@@ -6,12 +6,16 @@ module needs live here, once.
 
 from __future__ import annotations
 
+import random
 import socket
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from hedgerow.client import CallRecord
 from tests.client.scripted_server import Script, chunk, sse, usage_chunk
 
-__all__ = ["BODY", "Sink", "answer", "free_port"]
+__all__ = ["BODY", "Sink", "answer", "free_port", "recent_calls"]
 
 #: The smallest chat-completions body the client accepts.
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -59,3 +63,24 @@ def answer(
     chunks = [chunk("w0 ", role="assistant")] + [chunk(f"w{i} ") for i in range(1, words)]
     chunks += [chunk(finish="stop"), usage_chunk(prompt_tokens, words)]
     return Script(pieces=sse(*chunks, gap_s=gap_s, first_delay_s=first_delay_s), close=close)
+
+
+def recent_calls(
+    call_factory: Callable[..., CallRecord], prefix: str, n: int, ttft_s: float, route: str = "summarize"
+) -> list[dict[str, Any]]:
+    """``n`` wire-format records of unhedged calls in the last 10 minutes, request ids ``<prefix><i>``.
+
+    Each primary's TTFT is ``ttft_s`` times a factor drawn uniformly from [0.5, 1.5] (seeded by
+    ``prefix``, so the same arguments give the same records).
+    """
+    rng = random.Random(prefix)
+    now = datetime.now(UTC)
+    return [
+        call_factory(
+            f"{prefix}{i}",
+            route=route,
+            started_at=now - timedelta(seconds=rng.uniform(1, 600)),
+            primary_ttft_s=ttft_s * rng.uniform(0.5, 1.5),
+        ).to_dict()
+        for i in range(n)
+    ]

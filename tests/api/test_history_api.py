@@ -5,29 +5,13 @@ Every test runs on SQLite and PostgreSQL (the ``database_url`` fixture).
 
 from __future__ import annotations
 
-import random
-from datetime import UTC, datetime, timedelta
-
 from sqlalchemy import func, select
 
 from hedgerow.controller.models import ThresholdHistory
+from tests.helpers import recent_calls
 
 M = {"model": "m1"}
 TICKS = 12
-
-
-def _calls(call_factory, prefix: str, n: int, ttft_s: float, route: str = "r") -> list[dict]:
-    rng = random.Random(prefix)
-    now = datetime.now(UTC)
-    return [
-        call_factory(
-            f"{prefix}{i}",
-            route=route,
-            started_at=now - timedelta(seconds=rng.uniform(1, 600)),
-            primary_ttft_s=ttft_s * rng.uniform(0.5, 1.5),
-        ).to_dict()
-        for i in range(n)
-    ]
 
 
 async def _count(app) -> int:
@@ -37,7 +21,9 @@ async def _count(app) -> int:
 
 async def test_identical_holds_merge_into_one_row_with_repeats(make_api, call_factory) -> None:
     async with make_api() as (app, api):
-        assert (await api.post("/v1/calls", json={"calls": _calls(call_factory, "a", 300, 1.0)})).status_code == 202
+        assert (
+            await api.post("/v1/calls", json={"calls": recent_calls(call_factory, "a", 300, 1.0, route="r")})
+        ).status_code == 202
         for _ in range(TICKS):
             assert (await api.post("/v1/controller/run")).json()["ran"] is True
         rows = (await api.get("/v1/routes/r/history")).json()["history"]  # model left out: one model
@@ -54,7 +40,7 @@ async def test_identical_holds_merge_into_one_row_with_repeats(make_api, call_fa
 
 async def test_a_change_of_reason_or_a_manual_change_stays_a_row(make_api, call_factory) -> None:
     async with make_api() as (app, api):
-        await api.post("/v1/calls", json={"calls": _calls(call_factory, "a", 300, 1.0)})
+        await api.post("/v1/calls", json={"calls": recent_calls(call_factory, "a", 300, 1.0, route="r")})
         for _ in range(3):
             await api.post("/v1/controller/run")
         before = await _count(app)
@@ -70,7 +56,7 @@ async def test_a_change_of_reason_or_a_manual_change_stays_a_row(make_api, call_
 
 async def test_history_filters_applied_reason_until_and_paging(make_api, call_factory) -> None:
     async with make_api() as (_app, api):
-        await api.post("/v1/calls", json={"calls": _calls(call_factory, "a", 300, 1.0)})
+        await api.post("/v1/calls", json={"calls": recent_calls(call_factory, "a", 300, 1.0, route="r")})
         await api.post("/v1/controller/run")
         await api.post("/v1/controller/run")
         await api.patch("/v1/routes/r", params=M, json={"budget": 0.2})

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import random
-from datetime import UTC, datetime, timedelta
-
 import pytest
 
 from hedgerow.api.app import create_app
@@ -12,26 +9,13 @@ from hedgerow.api.errors import ApiConfigError
 from hedgerow.controller.db import head_revision
 from hedgerow.controller.queries import HISTORY_FIELDS, THRESHOLD_FIELDS
 from hedgerow.settings import Settings
-
-
-def _fast_calls(call_factory, prefix: str, n: int, ttft_s: float, route: str = "summarize"):
-    rng = random.Random(prefix)
-    now = datetime.now(UTC)
-    return [
-        call_factory(
-            f"{prefix}{i}",
-            route=route,
-            started_at=now - timedelta(seconds=rng.uniform(1, 600)),
-            primary_ttft_s=ttft_s * rng.uniform(0.5, 1.5),
-        ).to_dict()
-        for i in range(n)
-    ]
+from tests.helpers import recent_calls
 
 
 async def test_thresholds_etag_304_and_history(make_api, call_factory) -> None:
     async with make_api() as (_app, api):
         assert (
-            await api.post("/v1/calls", json={"calls": _fast_calls(call_factory, "a", 100, 0.4)})
+            await api.post("/v1/calls", json={"calls": recent_calls(call_factory, "a", 100, 0.4)})
         ).status_code == 202
         run = await api.post("/v1/controller/run")
         assert run.status_code == 200 and run.json()["ran"] is True
@@ -89,7 +73,7 @@ async def test_health_and_ready(api) -> None:
 async def test_bearer_tokens_and_scopes(make_api, call_factory) -> None:
     tokens = "ing3st:ingest,r3ad:read,adm1n:admin"
     async with make_api(tokens=tokens) as (_app, api):
-        body = {"calls": _fast_calls(call_factory, "t", 3, 0.3)}
+        body = {"calls": recent_calls(call_factory, "t", 3, 0.3)}
         assert (await api.post("/v1/calls", json=body)).status_code == 401
         bad = await api.post("/v1/calls", json=body, headers={"Authorization": "Bearer wrong"})
         assert bad.status_code == 401 and bad.headers["www-authenticate"] == "Bearer"
@@ -130,7 +114,7 @@ async def test_patch_route_is_applied_at_once_and_audited(make_api, call_factory
     from hedgerow.controller.models import ThresholdHistory
 
     async with make_api() as (app, api):
-        await api.post("/v1/calls", json={"calls": _fast_calls(call_factory, "p", 5, 0.3)})
+        await api.post("/v1/calls", json={"calls": recent_calls(call_factory, "p", 5, 0.3)})
         pinned = await api.patch(
             "/v1/routes/summarize", params={"model": "m1"}, json={"pinned_hedge_after_s": 0.7, "actor": "alice"}
         )
