@@ -63,6 +63,23 @@ def _formatter(fmt: str) -> logging.Formatter:
     return JsonFormatter() if fmt == "json" else TextFormatter()
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes to whatever ``sys.stderr`` is when each record is emitted.
+
+    A handler bound to the ``sys.stderr`` of the moment it was made keeps writing to that object
+    after it is replaced and closed (a test runner's capture, a CLI runner); looking it up at
+    emit time follows the replacement.
+    """
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        """The current ``sys.stderr``."""
+        return sys.stderr
+
+
 def configure_logging(level: str = "info", fmt: str = "text") -> None:
     """Log at ``level`` and above to stderr in ``fmt`` (replaces the root logger's handlers).
 
@@ -76,7 +93,7 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"log level must be one of debug, info, warning, error, critical, got {level!r}")
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(_formatter(fmt))
     root = logging.getLogger()
     root.handlers[:] = [handler]

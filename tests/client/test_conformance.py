@@ -183,11 +183,12 @@ async def test_events_that_are_not_tokens_do_not_hold_off_a_hedge(case: StreamCa
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 async def test_the_first_token_of_any_kind_stops_the_hedge_timer(case: StreamCase):
-    # First token at 0.6 s, hedge due at 1.0 s: no hedge, even where the first *answer* token
-    # (reasoning models: 1.2 s) comes after the hedge point.
-    async with ScriptedServer(case.script()) as primary, ScriptedServer(FAST_BACKUP.script()) as backup:
+    # The primary's timeline at double length: first token at 1.2 s, hedge due at 2.0 s (0.8 s of
+    # margin for a loaded machine): no hedge, even where the first *answer* token (reasoning
+    # models: 2.4 s) comes after the hedge point.
+    async with ScriptedServer(case.script(scale=2.0)) as primary, ScriptedServer(FAST_BACKUP.script()) as backup:
         upstreams = [Upstream("a", primary.base_url), Upstream("b", backup.base_url)]
-        async with HedgingClient(upstreams, policy=HedgePolicy(hedge_after_s=1.0)) as client:
+        async with HedgingClient(upstreams, policy=HedgePolicy(hedge_after_s=2.0)) as client:
             result = await client.chat(BODY)
     assert result.text == case.text
     assert not result.record.hedged and not result.record.hedge_denied and result.record.winner == "primary"

@@ -43,11 +43,12 @@ def test_demo_quick_runs_and_reports_three_ways(tmp_path: Path):
     assert modes["adaptive"]["final_hedge_after_s"] is not None
     # What hedging cost: losers' prompt tokens and the overhead share at the demo price.
     assert modes["none"]["extra_prompt_tokens"] == 0 and modes["none"]["overhead_share"] == 0.0
-    # A way that hedged paid for its losers' prompts (the fixed 2 s may not hedge at the demo's time
-    # scale, depending on the machine's load); at least one way hedged.
+    # A way whose backups won paid for the losing primaries' prompts (a primary's headers come at
+    # once, so the upstream accepted it); a backup cancelled before its headers costs nothing.
     for way in ("fixed", "adaptive"):
-        if modes[way]["hedge_rate"] > 0:
-            assert modes[way]["extra_prompt_tokens"] > 0 and 0 < modes[way]["overhead_share"] < 1, way
+        assert modes[way]["extra_prompt_tokens"] >= 0 and 0 <= (modes[way]["overhead_share"] or 0) < 1, way
+        if modes[way]["backup_win_rate"]:
+            assert modes[way]["extra_prompt_tokens"] > 0 and modes[way]["overhead_share"] > 0, way
         else:
             assert modes[way]["extra_prompt_tokens"] == 0 and modes[way]["overhead_share"] == 0.0, way
     assert modes["fixed"]["hedge_rate"] > 0 or modes["adaptive"]["hedge_rate"] > 0
