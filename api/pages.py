@@ -22,18 +22,23 @@ Charts are inline SVG laid out by :mod:`hedgerow.api.charts`; styles are ``/ui/s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, urlencode, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from fastapi import APIRouter, FastAPI, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
 
-from hedgerow import __version__
+from hedgerow.api._page_kit import (
+    STATIC_DIR,
+    LoginNeeded,
+    PageUser,
+    error_page,
+    page_user,
+    render_page,
+    route_url,
+)
 from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
 from hedgerow.api.charts import SeriesData, time_chart
 from hedgerow.client.records import control_character_error
@@ -45,8 +50,6 @@ from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
 __all__ = ["HISTORY_PAGE_ROWS", "RANGES", "PageUser", "install_pages", "router"]
 
-HERE = Path(__file__).parent
-templates = Jinja2Templates(directory=HERE / "templates")
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 #: The chart ranges a route's page offers, seconds.
@@ -60,86 +63,6 @@ REASON_CODES: tuple[str, ...] = (
     "clamped_min", "clamped_max", *FLAG_CODES,
 )  # fmt: skip
 _FORM_BYTES = 4096
-
-
-@dataclass(frozen=True)
-class PageUser:
-    """Who looks at a page: ``scopes`` of the token (every scope without tokens), the token (None
-    without tokens), and whether tokens are configured at all."""
-
-    scopes: frozenset[str]
-    token: str | None
-    auth: bool
-
-    @property
-    def admin(self) -> bool:
-        """True when the user may change routes."""
-        return "admin" in self.scopes
-
-
-class _LoginNeeded(Exception):
-    """Raised by :func:`_user` when the page needs a (better) token; answered by a redirect."""
-
-    def __init__(self, next_url: str) -> None:
-        super().__init__(next_url)
-        self.next_url = next_url
-
-
-def _seconds(value: float | None) -> str:
-    """``1.25 s``-style text (3 significant decimals, trailing zeros cut), ``-`` for None."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    text = f"{value:.3f}".rstrip("0").rstrip(".")
-    return f"{text} s"
-
-
-def _percent(value: float | None) -> str:
-    """``12.5%``-style text, ``-`` for None."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value * 100:.1f}%"
-
-
-def _when(value: str | None) -> str:
-    """An ISO timestamp as ``2026-12-01 20:45:03`` (UTC), ``-`` for None."""
-    if not value:
-        return "-"
-    return value.replace("T", " ")[:19]
-
-
-def _route_url(route: str, model: str | None = None, **query: Any) -> str:
-    params = {k: v for k, v in ({"model": model} | query).items() if v not in (None, "")}
-    suffix = f"?{urlencode(params)}" if params else ""
-    return f"/ui/routes/{quote(route, safe='')}{suffix}"
-
-
-templates.env.filters.update(seconds=_seconds, percent=_percent, when=_when)
-templates.env.globals.update(route_url=_route_url, version=__version__)
-
-
-def _user(request: Request) -> PageUser:
-    """The page's user from the token cookie.
-
-    Raises:
-        _LoginNeeded: tokens are configured and the cookie holds no token with ``read`` or ``admin``.
-    """
-    tokens: dict[str, frozenset[str]] = request.app.state.tokens
-    if not tokens:
-        return PageUser(frozenset({"ingest", "read", "admin"}), None, auth=False)
-    given = request.cookies.get(TOKEN_COOKIE)
-    scopes = token_scopes(tokens, given)
-    if scopes is None or not scopes & {"read", "admin"}:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        raise _LoginNeeded(target)
-    return PageUser(scopes, given, auth=True)
-
-
-def _render(request: Request, name: str, user: PageUser | None, code: int = 200, **context: Any) -> HTMLResponse:
-    return templates.TemplateResponse(request, name, {"user": user, **context}, status_code=code)
-
-
-def _error_page(request: Request, user: PageUser | None, code: int, message: str) -> HTMLResponse:
-    return _render(request, "error.html", user, code, title="Error", message=message)
 
 
 def _aware(text: str | None, field: str) -> datetime | None:
@@ -167,10 +90,10 @@ async def home() -> RedirectResponse:
 @router.get("/routes", response_class=HTMLResponse)
 async def routes_page(request: Request) -> HTMLResponse:
     """Every route at a glance."""
-    user = _user(request)
+    user = page_user(request)
     async with request.app.state.sessionmaker() as session:
         rows = await route_overview(session, utc_now())
-    return _render(request, "routes.html", user, title="Routes", rows=rows)
+    return render_page(request, "routes.html", user, title="Routes", rows=rows)
 
 
 def _charts(series: list[dict[str, Any]], route: dict[str, Any], since: datetime, until: datetime) -> list[Any]:
@@ -236,12 +159,12 @@ async def _route_page(
         page = 1
     problems = [control_character_error(value) for value in (route, model or "", reason or "")]
     if any(problems):
-        return _error_page(request, user, 422, next(p for p in problems if p))
+        return error_page(request, user, 422, next(p for p in problems if p))
     try:
         since_filter = _aware(q.get("since"), "since")
         until_filter = _aware(q.get("until"), "until")
     except ValueError as exc:
-        return _error_page(request, user, 422, str(exc))
+        return error_page(request, user, 422, str(exc))
     now = utc_now()
     since = now - timedelta(seconds=RANGES[range_key])
     try:
@@ -261,10 +184,10 @@ async def _route_page(
                 reason=reason,
             )
     except UnknownRoute as exc:
-        return _error_page(request, user, 404, str(exc))
+        return error_page(request, user, 404, str(exc))
     except AmbiguousModel as exc:
-        links = [(m, _route_url(route, m)) for m in exc.models]
-        return _render(request, "pick_model.html", user, 200, title=route, route=route, links=links)
+        links = [(m, route_url(route, m)) for m in exc.models]
+        return render_page(request, "pick_model.html", user, 200, title=route, route=route, links=links)
     filters = {
         "range": range_key,
         "applied": applied_text if applied is not None else "",
@@ -280,7 +203,7 @@ async def _route_page(
         "pinned_hedge_after_s": "" if config["pinned_hedge_after_s"] is None else f"{config['pinned_hedge_after_s']:g}",
         "enabled": "on" if config["enabled"] else "",
     }
-    return _render(
+    return render_page(
         request,
         "route.html",
         user,
@@ -298,14 +221,14 @@ async def _route_page(
         form=form_values or current,
         form_error=form_error,
         changed=q.get("changed", ""),
-        page_url=lambda **changes: _route_url(route, chosen, **(filters | {"page": page} | changes)),
+        page_url=lambda **changes: route_url(route, chosen, **(filters | {"page": page} | changes)),
     )
 
 
 @router.get("/routes/{route:path}", response_class=HTMLResponse)
 async def route_page(request: Request, route: str, model: str | None = None) -> HTMLResponse:
     """One route: charts, history table, configuration and (admin) the change form."""
-    user = _user(request)
+    user = page_user(request)
     return await _route_page(request, user, route, model or None)
 
 
@@ -343,17 +266,17 @@ def _form_fields(form: dict[str, str]) -> dict[str, Any]:
 @router.post("/routes/{route:path}", response_class=HTMLResponse)
 async def change_route(request: Request, route: str, model: str | None = None) -> Response:
     """Apply the change form (admin scope), then show the route's page again (303)."""
-    user = _user(request)
+    user = page_user(request)
     if not user.admin:
-        return _error_page(request, user, 403, "changing a route needs a token with the admin scope")
+        return error_page(request, user, 403, "changing a route needs a token with the admin scope")
     if not _same_origin(request):
-        return _error_page(request, user, 403, "form posted from another site")
+        return error_page(request, user, 403, "form posted from another site")
     raw = await request.body()
     if len(raw) > _FORM_BYTES:
-        return _error_page(request, user, 413, f"form of {len(raw)} bytes exceeds {_FORM_BYTES} bytes")
+        return error_page(request, user, 413, f"form of {len(raw)} bytes exceeds {_FORM_BYTES} bytes")
     form = {k: v[-1] for k, v in parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True).items()}
     if not model:
-        return _error_page(request, user, 422, "model: required")
+        return error_page(request, user, 422, "model: required")
     actor = (
         "ui" if user.token is None else token_actor(request.app.state.tokens, request.app.state.token_names, user.token)
     )
@@ -379,11 +302,11 @@ async def change_route(request: Request, route: str, model: str | None = None) -
             form_values=form,
         )
     except UnknownRoute as exc:
-        return _error_page(request, user, 404, str(exc))
+        return error_page(request, user, 404, str(exc))
     except ValueError as exc:
-        return _error_page(request, user, 422, str(exc))
+        return error_page(request, user, 422, str(exc))
     changed = ",".join(sorted(result.changes)) or "nothing"
-    return RedirectResponse(_route_url(route, model, changed=changed), status_code=status.HTTP_303_SEE_OTHER)
+    return RedirectResponse(route_url(route, model, changed=changed), status_code=status.HTTP_303_SEE_OTHER)
 
 
 def _safe_next(target: str | None) -> str:
@@ -396,7 +319,7 @@ def _safe_next(target: str | None) -> str:
 @router.get("/login", response_class=HTMLResponse)
 async def login_page(request: Request, next: str | None = None) -> HTMLResponse:
     """The token form (or a note that no tokens are configured)."""
-    return _render(
+    return render_page(
         request,
         "login.html",
         None,
@@ -417,7 +340,7 @@ async def login(request: Request) -> Response:
     scopes = token_scopes(request.app.state.tokens, token)
     if scopes is None or not scopes & {"read", "admin"}:
         message = "unknown token" if scopes is None else "this token lacks the read scope"
-        return _render(
+        return render_page(
             request,
             "login.html",
             None,
@@ -449,12 +372,12 @@ async def logout() -> RedirectResponse:
 
 def install_pages(app: FastAPI) -> None:
     """Add the console's pages, its static files (``/ui/static``) and the login redirect to ``app``."""
-    from hedgerow.api import report_pages  # imports this module's helpers
+    from hedgerow.api import report_pages
 
-    app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
+    app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     app.include_router(router)
     app.include_router(report_pages.router)
 
-    @app.exception_handler(_LoginNeeded)
-    async def login_needed(_request: Request, exc: _LoginNeeded) -> RedirectResponse:
+    @app.exception_handler(LoginNeeded)
+    async def login_needed(_request: Request, exc: LoginNeeded) -> RedirectResponse:
         return RedirectResponse(f"/ui/login?{urlencode({'next': exc.next_url})}", status_code=status.HTTP_303_SEE_OTHER)

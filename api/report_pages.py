@@ -20,7 +20,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy import func, select
 
-from hedgerow.api.pages import _error_page, _render, _user
+from hedgerow.api._page_kit import error_page, page_user, render_page
 from hedgerow.controller.models import Call, HourlyRollup, utc_now
 from hedgerow.controller.report import IsoWeek
 from hedgerow.controller.report_render import FORMATS, MEDIA_TYPES, render
@@ -51,7 +51,7 @@ async def _first_moment(request: Request) -> datetime | None:
 @router.get("", response_class=HTMLResponse)
 async def reports_page(request: Request) -> HTMLResponse:
     """The weeks that have a report, newest first."""
-    user = _user(request)
+    user = page_user(request)
     now = utc_now()
     current = IsoWeek.of(now)
     first = await _first_moment(request)
@@ -65,7 +65,7 @@ async def reports_page(request: Request) -> HTMLResponse:
                 break
             week = week.previous()
     rows = [{"week": str(w), "since": w.since, "partial": w == current} for w in weeks]
-    return _render(request, "reports.html", user, title="Weekly reports", rows=rows)
+    return render_page(request, "reports.html", user, title="Weekly reports", rows=rows)
 
 
 def _parse_week(text: str) -> IsoWeek:
@@ -79,13 +79,13 @@ def _parse_week(text: str) -> IsoWeek:
 @router.get("/{week}", response_class=HTMLResponse)
 async def report_page(request: Request, week: str) -> HTMLResponse:
     """One week's report inside the console."""
-    user = _user(request)
+    user = page_user(request)
     try:
         parsed = _parse_week(week)
     except ValueError as exc:
-        return _error_page(request, user, 422, str(exc))
+        return error_page(request, user, 422, str(exc))
     partial = parsed == IsoWeek.of(utc_now())
-    return _render(
+    return render_page(
         request, "report_week.html", user, title=f"Week {parsed}", week=str(parsed), partial=partial, formats=FORMATS
     )
 
@@ -93,13 +93,13 @@ async def report_page(request: Request, week: str) -> HTMLResponse:
 @router.get("/{week}/report.{fmt}")
 async def report_file(request: Request, week: str, fmt: str) -> Response:
     """The report of ``week`` in ``fmt`` (html, json, csv or md)."""
-    user = _user(request)
+    user = page_user(request)
     if fmt not in FORMATS:
-        return _error_page(request, user, 404, f"no report format {fmt!r}; formats: {', '.join(FORMATS)}")
+        return error_page(request, user, 404, f"no report format {fmt!r}; formats: {', '.join(FORMATS)}")
     try:
         parsed = _parse_week(week)
     except ValueError as exc:
-        return _error_page(request, user, 422, str(exc))
+        return error_page(request, user, 422, str(exc))
     report = await weekly_report(request.app.state.sessionmaker, parsed)
     if fmt == "json":
         return JSONResponse(report)

@@ -74,7 +74,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def __init__(self) -> None:
         logging.Handler.__init__(self)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         """The current ``sys.stderr``."""
         return sys.stderr

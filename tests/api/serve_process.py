@@ -56,7 +56,8 @@ async def running_serve(database_url: str, cwd: Path, **env: str) -> AsyncIterat
     """Start ``hedgerow serve --port 0`` with ``HEDGEROW_*`` variables ``env``; SIGTERM (then kill) at exit.
 
     Raises:
-        AssertionError: the server did not announce its address within 60 s.
+        AssertionError: the server did not announce its address within 60 s, or did not stop
+            within 30 s of SIGTERM (it is then killed).
     """
     environment = {**os.environ, **env}
     out_path, err_path = cwd / "serve.out.log", cwd / "serve.err.log"
@@ -93,3 +94,4 @@ async def running_serve(database_url: str, cwd: Path, **env: str) -> AsyncIterat
             except TimeoutError:
                 process.kill()
                 await process.wait()
+                raise AssertionError("hedgerow serve did not stop on SIGTERM within 30 s") from None

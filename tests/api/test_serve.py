@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
 import sys
 import time
@@ -15,6 +14,7 @@ from sqlalchemy import func, select
 
 from hedgerow.controller.db import make_engine
 from hedgerow.controller.models import Lease
+from tests.api.serve_process import running_serve
 
 
 async def _wait_for(predicate, timeout_s: float) -> bool:
@@ -28,26 +28,7 @@ async def _wait_for(predicate, timeout_s: float) -> bool:
 
 @pytest.mark.slow
 async def test_serve_subprocess_over_http(database_url: str, call_factory, tmp_path) -> None:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "hedgerow.cli",
-        "serve",
-        "--db",
-        database_url,
-        "--port",
-        "0",
-        "--interval",
-        "1",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=tmp_path,
-    )
-    try:
-        line = (await asyncio.wait_for(process.stdout.readline(), timeout=60)).decode()
-        match = re.match(r"hedgerow: api listening on (http://127\.0\.0\.1:(\d+)) ", line)
-        assert match, f"unexpected first line {line!r}; stderr: {(await process.stderr.read()).decode()[-2000:]}"
-        base = match.group(1)
+    async with running_serve(database_url, tmp_path, HEDGEROW_CONTROLLER_INTERVAL_S="1") as served:
         now = datetime.now(UTC)
         calls = [
             call_factory(
@@ -55,7 +36,7 @@ async def test_serve_subprocess_over_http(database_url: str, call_factory, tmp_p
             ).to_dict()
             for i in range(60)
         ]
-        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        async with httpx.AsyncClient(base_url=served.base, timeout=30) as client:
             assert (await client.get("/healthz")).json() == {"status": "ok"}
             assert (await client.get("/readyz")).status_code == 200
             posted = await client.post("/v1/calls", json={"calls": calls})
@@ -74,18 +55,10 @@ async def test_serve_subprocess_over_http(database_url: str, call_factory, tmp_p
             assert row["source"] in ("controller", "default")
             history = (await client.get("/v1/routes/chat/history", params={"model": "m1"})).json()["history"]
             assert history and history[0]["samples"] == 60
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-        try:
-            code = await asyncio.wait_for(process.wait(), timeout=30)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
-            raise AssertionError("hedgerow serve did not stop on SIGTERM within 30 s") from None
-    # uvicorn shuts down gracefully, then re-raises the signal: the status is -SIGTERM
-    stderr = (await process.stderr.read()).decode()
-    assert code in (0, -signal.SIGTERM), stderr[-2000:]
+    # running_serve sent SIGTERM and waited; uvicorn shuts down gracefully, then re-raises the
+    # signal: the status is -SIGTERM (or 0)
+    stderr = await served.stderr_text()
+    assert served.process.returncode in (0, -signal.SIGTERM), stderr[-2000:]
     assert "Traceback" not in stderr, stderr[-2000:]
     # the lifespan ran its shutdown: the controller lease was released
     engine = make_engine(database_url)

@@ -1,0 +1,127 @@
+"""What every console page shares: the templates and their filters, the page's user, rendering.
+
+The console's page modules (:mod:`hedgerow.api.pages`, :mod:`hedgerow.api.report_pages`) build
+on these: :func:`page_user` reads the token cookie (raising :class:`LoginNeeded`, which
+:func:`hedgerow.api.pages.install_pages` answers with a redirect to the login page),
+:func:`render_page` renders a template with the user in its context, :func:`error_page` the
+error template.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from hedgerow import __version__
+from hedgerow.api.auth import TOKEN_COOKIE, token_scopes
+
+__all__ = [
+    "STATIC_DIR",
+    "LoginNeeded",
+    "PageUser",
+    "error_page",
+    "page_user",
+    "render_page",
+    "route_url",
+    "templates",
+]
+
+_HERE = Path(__file__).parent
+#: The console's CSS and images, served under ``/ui/static``.
+STATIC_DIR = _HERE / "static"
+templates = Jinja2Templates(directory=_HERE / "templates")
+
+
+@dataclass(frozen=True)
+class PageUser:
+    """Who looks at a page: ``scopes`` of the token (every scope without tokens), the token (None
+    without tokens), and whether tokens are configured at all."""
+
+    scopes: frozenset[str]
+    token: str | None
+    auth: bool
+
+    @property
+    def admin(self) -> bool:
+        """True when the user may change routes."""
+        return "admin" in self.scopes
+
+
+class LoginNeeded(Exception):
+    """Raised by :func:`page_user` when the page needs a (better) token; answered by a redirect.
+
+    Attributes:
+        next_url: the page to come back to after the login (path and query).
+    """
+
+    def __init__(self, next_url: str) -> None:
+        super().__init__(next_url)
+        self.next_url = next_url
+
+
+def _seconds(value: float | None) -> str:
+    """``1.25 s``-style text (3 significant decimals, trailing zeros cut), ``-`` for None."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return f"{text} s"
+
+
+def _percent(value: float | None) -> str:
+    """``12.5%``-style text, ``-`` for None."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value * 100:.1f}%"
+
+
+def _when(value: str | None) -> str:
+    """An ISO timestamp as ``2026-12-01 20:45:03`` (UTC), ``-`` for None."""
+    if not value:
+        return "-"
+    return value.replace("T", " ")[:19]
+
+
+def route_url(route: str, model: str | None = None, **query: Any) -> str:
+    """The console URL of a route's page: ``/ui/routes/<route, quoted>`` with ``model`` and the
+    non-empty ``query`` items as its query string."""
+    params = {k: v for k, v in ({"model": model} | query).items() if v not in (None, "")}
+    suffix = f"?{urlencode(params)}" if params else ""
+    return f"/ui/routes/{quote(route, safe='')}{suffix}"
+
+
+templates.env.filters.update(seconds=_seconds, percent=_percent, when=_when)
+templates.env.globals.update(route_url=route_url, version=__version__)
+
+
+def page_user(request: Request) -> PageUser:
+    """The page's user from the token cookie.
+
+    Raises:
+        LoginNeeded: tokens are configured and the cookie holds no token with ``read`` or ``admin``.
+    """
+    tokens: dict[str, frozenset[str]] = request.app.state.tokens
+    if not tokens:
+        return PageUser(frozenset({"ingest", "read", "admin"}), None, auth=False)
+    given = request.cookies.get(TOKEN_COOKIE)
+    scopes = token_scopes(tokens, given)
+    if scopes is None or not scopes & {"read", "admin"}:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise LoginNeeded(target)
+    return PageUser(scopes, given, auth=True)
+
+
+def render_page(request: Request, name: str, user: PageUser | None, code: int = 200, **context: Any) -> HTMLResponse:
+    """The template ``name`` rendered with ``user`` and ``context``, answered with status ``code``."""
+    return templates.TemplateResponse(request, name, {"user": user, **context}, status_code=code)
+
+
+def error_page(request: Request, user: PageUser | None, code: int, message: str) -> HTMLResponse:
+    """The error page with ``message`` (a sentence naming what was wrong), status ``code``."""
+    return render_page(request, "error.html", user, code, title="Error", message=message)
