@@ -328,9 +328,10 @@ async def test_sigint_during_the_call_exits_130_with_the_cancelled_record(as_jso
 async def test_early_sigint_never_leaves_noise():
     """SIGINT at several moments from process start to the call; each gives one clean outcome.
 
-    A signal that lands while Python is still importing the console script or typer is still
-    parsing the flags (before ``call`` runs) ends the process the interpreter's or typer's way
-    (``KeyboardInterrupt``, or typer's silent exit 130); every later one, from the start of
+    A signal that lands while Python is still starting up (exit 1, ``Fatal Python error:
+    init_import_site``), importing the console script, or typer is still parsing the flags (before
+    ``call`` runs) ends the process the interpreter's or typer's way (``KeyboardInterrupt``, or
+    typer's silent exit 130); every later one, from the start of
     ``call`` through event-loop start-up to the request, must give exit 130, the one line
     ``hedgerow: interrupted`` and the ``--json`` object with ``error``. None may leave
     ``Exception ignored ...`` noise.
@@ -364,10 +365,13 @@ async def test_early_sigint_never_leaves_noise():
                 assert result["error"] == "interrupted", (delay_s, out)
                 if result["record"] is not None:
                     assert CallRecord.from_dict(result["record"]).status == "cancelled"
-            else:  # before ``call`` ran: Python's KeyboardInterrupt or typer's own exit 130
+            else:  # before ``call`` ran: the interpreter's KeyboardInterrupt or typer's own exit 130
                 assert out == b"", (delay_s, out)
-                assert (proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in stderr) or (
-                    proc.returncode == 130 and stderr.strip() == ""
+                assert (
+                    (proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in stderr)
+                    or (proc.returncode == 130 and stderr.strip() == "")
+                    # during the interpreter's own start-up (site import, on a slow machine)
+                    or (proc.returncode == 1 and "init_import_site" in stderr and "KeyboardInterrupt" in stderr)
                 ), (delay_s, proc.returncode, stderr)
     assert None in handled, handled  # the request was on its way: hedgerow's handler must have run
 

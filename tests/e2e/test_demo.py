@@ -43,12 +43,14 @@ def test_demo_quick_runs_and_reports_three_ways(tmp_path: Path):
     assert modes["adaptive"]["final_hedge_after_s"] is not None
     # What hedging cost: losers' prompt tokens and the overhead share at the demo price.
     assert modes["none"]["extra_prompt_tokens"] == 0 and modes["none"]["overhead_share"] == 0.0
-    # A way whose backups won paid for the losing primaries' prompts (a primary's headers come at
-    # once, so the upstream accepted it); a backup cancelled before its headers costs nothing.
+    # A loser's prompt counts only where its upstream accepted it (2xx headers came): on a loaded
+    # machine a loser may still be waiting for its connection or headers when it is cancelled, so
+    # the figures are checked for consistency here; the rule itself is tested in
+    # tests/client/test_record_costs.py.
     for way in ("fixed", "adaptive"):
         assert modes[way]["extra_prompt_tokens"] >= 0 and 0 <= (modes[way]["overhead_share"] or 0) < 1, way
-        if modes[way]["backup_win_rate"]:
-            assert modes[way]["extra_prompt_tokens"] > 0 and modes[way]["overhead_share"] > 0, way
+        if modes[way]["extra_prompt_tokens"]:
+            assert modes[way]["overhead_share"] > 0 and modes[way]["hedge_rate"] > 0, way
         else:
             assert modes[way]["extra_prompt_tokens"] == 0 and modes[way]["overhead_share"] == 0.0, way
     assert modes["fixed"]["hedge_rate"] > 0 or modes["adaptive"]["hedge_rate"] > 0
