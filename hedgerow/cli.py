@@ -708,10 +708,6 @@ def serve(
     ),
 ) -> None:
     """Run the api and the controller job; prints one line once listening."""
-    from hedgerow.api.errors import ApiConfigError
-    from hedgerow.api.server import serve as serve_api
-    from hedgerow.controller.errors import StoreError, StoreNotReady
-
     settings = _server_settings(
         db,
         host=host,
@@ -721,6 +717,11 @@ def serve(
         log_format=log_format,
         access_log=access_log,
     )
+    # the app (FastAPI, SQLAlchemy, scipy) is imported once the flags are known to be good
+    from hedgerow.api.errors import ApiConfigError
+    from hedgerow.api.server import serve as serve_api
+    from hedgerow.controller.errors import StoreError, StoreNotReady
+
     try:
         serve_api(settings)
     except StoreNotReady as exc:
@@ -768,10 +769,11 @@ def controller_run_once(
     from rich.table import Table
 
     from hedgerow.controller.errors import StoreError
-    from hedgerow.controller.jobs import run_once
 
     settings = _server_settings(db)
     _require_existing_sqlite_file(settings.database_url)
+    from hedgerow.controller.jobs import run_once  # scipy: once the flags are known to be good
+
     try:
         rows = asyncio.run(run_once(settings))
     except StoreError as exc:
