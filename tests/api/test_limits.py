@@ -238,14 +238,13 @@ async def test_keep_alive_requests_with_a_body_answer_without_nagle_delay(tmp_pa
                     response = await request()
                     times_s.append(time.perf_counter() - begun)
                     assert response.status_code < 300 and response.content
-                quartiles = statistics.quantiles(times_s, n=4)
-                figures[name] = (quartiles[0], statistics.median(times_s))
+                figures[name] = (min(times_s), statistics.median(times_s))
         print(
-            "\nkeep-alive latency (lower quartile / median): "
+            "\nkeep-alive latency (fastest / median): "
             + ", ".join(f"{k} {q * 1000:.2f} / {m * 1000:.2f} ms" for k, (q, m) in figures.items())
         )
         # Nagle's delay holds back every response with a body by the peer's delayed ACK (~40 ms),
-        # so with it even the fastest quarter of the requests takes >= 40 ms; a loaded machine
-        # slows the median, not that floor.
-        for name, (lower_quartile_s, _median_s) in figures.items():
-            assert lower_quartile_s < 0.020, f"{name}: lower quartile {lower_quartile_s * 1000:.1f} ms"
+        # so with it even the fastest of the 60 requests takes >= 40 ms; a loaded machine slows
+        # the median and the quartiles (25 ms seen at a load average of 11), not that floor.
+        for name, (fastest_s, _median_s) in figures.items():
+            assert fastest_s < 0.035, f"{name}: fastest of 60 requests took {fastest_s * 1000:.1f} ms"
