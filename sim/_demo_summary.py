@@ -18,8 +18,9 @@ Figures (all over one part's calls):
   ``extra_token_share`` = extra tokens / every attempt's tokens; ``overhead_share`` the same in USD
   at the demo price (the weekly report's cost accounting).
 
-Worked number (checked by the tests): 10 calls, 2 hedged, one of them won by the backup, each
-attempt 100 prompt and 10 completion tokens, the losers cancelled before producing anything: the
+Worked number (checked by the tests): 10 calls, 2 hedged, one of them won by the backup; each
+winning attempt cost 100 prompt and 10 completion tokens, each losing one 100 prompt tokens (it
+was cancelled after its headers, before its first token): the
 losing primary of the backup-won call costs 100 prompt tokens, the losing backup of the other
 100 prompt tokens; the attempts spent 12 x 100 + 10 x 10 = 1,300 tokens, so the extra share is
 200 / 1,300 = 15.4%; hedge rate 20%, backup win rate 50%.
@@ -327,9 +328,10 @@ def results_table(results: Sequence[ModeResult], budget: float) -> Any:
     from rich.table import Table
 
     table = Table(
-        title="hedgerow demo: TTFT (s) by way, before and after the change, after warm-up",
+        title="hedgerow demo: TTFT (s) by way, before and after the change (warm-up left out)",
         box=box.SIMPLE_HEAD,  # no vertical rules: the 14 columns fit the 120-column console
         pad_edge=False,
+        padding=(0, 1, 0, 0),
     )
     for column in (
         "way",
@@ -347,7 +349,10 @@ def results_table(results: Sequence[ModeResult], budget: float) -> Any:
         "errors",
         "hedge_\nafter_s",
     ):
-        table.add_column(column, justify="left" if column in ("way", "part") else "right")
+        if column in ("way", "part"):
+            table.add_column(column, no_wrap=True)
+        else:
+            table.add_column(column, justify="right")
     for r in results:
         for name in ("before", "after", "whole"):
             p = r.part(name)
