@@ -610,7 +610,7 @@ async def _perf_model_notice(http: httpx.AsyncClient, upstreams: Sequence[Upstre
     if not fallen:
         return None
     return (
-        f"notice: {', '.join(fallen)} use the embedded Splitwise speed table "
+        f"notice: {', '.join(fallen)} {'uses' if len(fallen) == 1 else 'use'} the embedded Splitwise speed table "
         "(../shared/data/traces/splitwise_perf_model.csv was not found)"
     )
 
