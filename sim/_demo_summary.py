@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from hedgerow.client import CallRecord
 
@@ -42,8 +43,10 @@ __all__ = [
     "ChangeOfConditions",
     "ModeResult",
     "PartResult",
+    "after_change_ttfts",
     "conclusion_sentences",
     "manual_p90",
+    "p99_difference_interval",
     "results_table",
     "split_parts",
     "summarize",
@@ -308,6 +311,56 @@ def manual_p90(none_way: ModeResult) -> float:
     return value
 
 
+def after_change_ttfts(
+    records: Sequence[CallRecord], warmup_fraction: float, change_at: datetime | None
+) -> list[float]:
+    """The TTFTs (s) of the calls started at or after the change (after warm-up), in start order."""
+    return [r.ttft_s for r in split_parts(records, warmup_fraction, change_at)[1] if r.ttft_s is not None]
+
+
+def p99_difference_interval(
+    adaptive_s: Sequence[float],
+    fixed_s: Sequence[float],
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """A bootstrap confidence interval of ``P99(adaptive_s) - P99(fixed_s)``, seconds.
+
+    The two ways' calls are different calls, so each sample is resampled on its own
+    (``scipy.stats.bootstrap`` with ``paired=False``); the interval is the percentile interval
+    (Efron & Tibshirani, "An Introduction to the Bootstrap", 1993, ch. 13) of the difference of
+    the two resampled P99s (``numpy.quantile``, linear). With ~130 calls a P99 rests on the two
+    slowest calls, so the interval is wide: a difference of a few percent is noise.
+
+    Args:
+        adaptive_s, fixed_s: TTFTs in seconds, at least 20 each.
+        confidence: the interval's confidence level, in (0, 1).
+        n_resamples: bootstrap resamples.
+        seed: seed of the resampling (the same samples give the same interval).
+
+    Returns:
+        (low, high) in seconds, or None when a sample has fewer than 20 values.
+    """
+    if len(adaptive_s) < 20 or len(fixed_s) < 20:
+        return None
+
+    def p99_difference(a: np.ndarray, f: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.asarray(np.quantile(a, 0.99, axis=axis) - np.quantile(f, 0.99, axis=axis))
+
+    result = stats.bootstrap(
+        (np.asarray(adaptive_s, dtype=float), np.asarray(fixed_s, dtype=float)),
+        p99_difference,
+        vectorized=True,
+        paired=False,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
 def _s(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.3f}"
 
@@ -384,7 +437,11 @@ def _ratio(a: float, b: float) -> str:
 
 
 def conclusion_sentences(
-    results: Sequence[ModeResult], change: ChangeOfConditions, budget: float, fixed_source: str
+    results: Sequence[ModeResult],
+    change: ChangeOfConditions,
+    budget: float,
+    fixed_source: str,
+    p99_difference_s: tuple[float, float] | None = None,
 ) -> list[str]:
     """Three plain sentences: what hedging is, what each way did, what the numbers support.
 
@@ -392,7 +449,9 @@ def conclusion_sentences(
     change is lower than the fixed way's and its whole-run hedge rate is within the budget (the
     budget is a long-run share: the client's token bucket lets a burst of 10 hedges through, so
     one part alone may exceed it); otherwise the sentence says that it did not win, and by how
-    much.
+    much. With ``p99_difference_s`` (the bootstrap interval of adaptive's P99 minus fixed's after
+    the change, :func:`p99_difference_interval`) a win whose interval reaches 0 or above is
+    reported as lower *but not clearly*, and the interval is quoted either way.
 
     Args:
         results: the ways' results (``none``, ``fixed``, ``adaptive``; any subset).
@@ -428,10 +487,10 @@ def conclusion_sentences(
                 f"({_s(at_change)} s at the change, {_s(r.published_hedge_after_s)} s at the end; {p99})"
             )
     second = f"Halfway through each way {change.describe()}; " + "; ".join(did) + "."
-    return [first, second, _verdict(by_mode, budget)]
+    return [first, second, _verdict(by_mode, budget, p99_difference_s)]
 
 
-def _verdict(by_mode: dict[str, ModeResult], budget: float) -> str:
+def _verdict(by_mode: dict[str, ModeResult], budget: float, interval: tuple[float, float] | None) -> str:
     adaptive, fixed = by_mode.get("adaptive"), by_mode.get("fixed")
     a = adaptive.after_change if adaptive else None
     f = fixed.after_change if fixed else None
@@ -442,8 +501,13 @@ def _verdict(by_mode: dict[str, ModeResult], budget: float) -> str:
         f"({_ratio(a.ttft_p99_s, f.ttft_p99_s)}), hedging {adaptive.hedge_rate:.1%} of all its calls "
         f"({a.hedge_rate:.1%} after the change) against a {budget:.0%} budget"
     )
+    noise = ""
+    if interval is not None:
+        noise = f"; the 95% bootstrap interval of the P99 difference is {interval[0]:+.3f} to {interval[1]:+.3f} s"
     if a.ttft_p99_s < f.ttft_p99_s and adaptive.hedge_rate <= budget:
-        return f"Measured beat guessed in this run: {figures}."
+        if interval is not None and interval[1] >= 0:
+            return f"Adaptive was lower but not clearly: {figures}{noise}, which includes no difference."
+        return f"Measured beat guessed in this run: {figures}{noise}."
     if a.ttft_p99_s < f.ttft_p99_s:
-        return f"Adaptive did not win fairly: {figures}, over the budget."
-    return f"Adaptive did not win in this run: {figures}."
+        return f"Adaptive did not win fairly: {figures}, over the budget{noise}."
+    return f"Adaptive did not win in this run: {figures}{noise}."

@@ -80,8 +80,10 @@ from hedgerow.sim._demo_summary import (
     ChangeOfConditions,
     ModeResult,
     PartResult,
+    after_change_ttfts,
     conclusion_sentences,
     manual_p90,
+    p99_difference_interval,
     results_table,
     summarize,
 )
@@ -99,6 +101,7 @@ __all__ = [
     "build_workload",
     "conclusion_sentences",
     "manual_p90",
+    "p99_difference_interval",
     "results_table",
     "run_demo",
     "summarize",
@@ -222,6 +225,8 @@ class DemoRun:
         fixed_source: ``p90_of_none`` (the manual recipe) or ``--fixed-hedge-after``.
         sentences: the three sentences printed under the table.
         notices: what the run fell back to (the embedded speed table), one line each.
+        p99_difference_s: the 95% bootstrap interval of the adaptive way's TTFT P99 after the
+            change minus the fixed way's, seconds (None with too few calls).
     """
 
     results: list[ModeResult]
@@ -232,6 +237,7 @@ class DemoRun:
     fixed_source: str = "p90_of_none"
     sentences: tuple[str, ...] = ()
     notices: tuple[str, ...] = ()
+    p99_difference_s: tuple[float, float] | None = None
 
 
 def _free_port() -> int:
@@ -491,6 +497,7 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
     report_paths: tuple[Path, ...] = ()
     report: Any = None
     notices: list[str] = []
+    after: dict[str, list[float]] = {}  # each way's TTFTs after the change
     fixed_s = config.fixed_hedge_after_s
     fixed_source = "p90_of_none" if fixed_s is None else "--fixed-hedge-after"
     with tempfile.TemporaryDirectory(prefix="hedgerow-demo-") as tmp:
@@ -576,6 +583,7 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
                     result = summarize(
                         mode, replayed.records, config.warmup_fraction, config.price_usd_per_mtok, replayed.change_at
                     )
+                    after[mode] = after_change_ttfts(replayed.records, config.warmup_fraction, replayed.change_at)
                     if mode == "adaptive":
                         history = await _applied_history(http, api_url, f"demo-{mode}")
                         published = await _published(http, api_url, f"demo-{mode}")
@@ -593,8 +601,11 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
                         raise DemoError(f"cannot write the report into {config.report_dir}: {exc}") from None
         finally:
             await procs.stop()
-    sentences = conclusion_sentences(results, change, config.budget, fixed_source)
-    return DemoRun(results, report_paths, report, change, fixed_s, fixed_source, tuple(sentences), tuple(notices))
+    interval = p99_difference_interval(after["adaptive"], after["fixed"]) if len(after) == len(MODES) else None
+    sentences = conclusion_sentences(results, change, config.budget, fixed_source, interval)
+    return DemoRun(
+        results, report_paths, report, change, fixed_s, fixed_source, tuple(sentences), tuple(notices), interval
+    )
 
 
 async def _perf_model_notice(http: httpx.AsyncClient, upstreams: Sequence[Upstream]) -> str | None:
@@ -702,7 +713,8 @@ def write_json(config: DemoConfig, run: DemoRun) -> None:
     Keys: ``modes`` (one object per way: the ``ModeResult`` fields, with ``before_change`` and
     ``after_change`` objects), ``config``, ``report_files``, and ``change`` (kind, replica,
     slowdown_before, slowdown_after, at_s), ``fixed_hedge_after_s``, ``fixed_source``,
-    ``sentences``, ``notices``.
+    ``sentences``, ``notices``, ``after_change_p99_difference_s`` (the bootstrap interval of
+    adaptive's P99 minus fixed's after the change, seconds, or null).
 
     Raises:
         ValueError: ``config.json_path`` is None.
@@ -719,5 +731,6 @@ def write_json(config: DemoConfig, run: DemoRun) -> None:
         "fixed_source": run.fixed_source,
         "sentences": list(run.sentences),
         "notices": list(run.notices),
+        "after_change_p99_difference_s": list(run.p99_difference_s) if run.p99_difference_s else None,
     }
     config.json_path.write_text(json.dumps(payload, indent=2) + "\n")

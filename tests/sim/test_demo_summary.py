@@ -20,6 +20,7 @@ from hedgerow.sim.demo import (
     ModeResult,
     conclusion_sentences,
     manual_p90,
+    p99_difference_interval,
     results_table,
     summarize,
 )
@@ -183,3 +184,24 @@ def test_demo_help_quotes_the_real_durations() -> None:
     assert f"(default {default:g}, {quick:g} with --quick)" in text
     assert f"{quick:g} s of load per way" in text
     assert "P90 TTFT of the none way before the change" in text
+
+
+def test_bootstrap_interval_of_the_p99_difference() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    fast, slow = rng.uniform(0.1, 0.2, 130), rng.uniform(1.0, 2.0, 130)
+    low, high = p99_difference_interval(fast, slow)  # type: ignore[misc]
+    assert low < high < 0 and high < -0.7  # every resampled P99 of ``fast`` is ~1.6 s below ``slow``'s
+    same = p99_difference_interval(slow, rng.uniform(1.0, 2.0, 130))
+    assert same is not None and same[0] < 0 < same[1]
+    assert p99_difference_interval(fast, slow) == (low, high)  # seeded: the same samples, the same interval
+    assert p99_difference_interval(fast[:19], slow) is None
+
+
+def test_a_lower_p99_within_the_noise_is_not_called_a_win() -> None:
+    results = [way("fixed", 1.00, 0.1, hedge_after_s=0.3), way("adaptive", 0.99, 0.09)]
+    tie = conclusion_sentences(results, CHANGE, 0.10, "p90_of_none", (-0.4, 0.3))[2]
+    assert tie.startswith("Adaptive was lower but not clearly") and "-0.400 to +0.300 s" in tie
+    clear = conclusion_sentences(results, CHANGE, 0.10, "p90_of_none", (-0.4, -0.01))[2]
+    assert clear.startswith("Measured beat guessed") and "-0.400 to -0.010 s" in clear
