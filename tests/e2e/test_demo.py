@@ -46,9 +46,10 @@ def test_demo_runs_three_ways_through_a_change_and_reports(tmp_path: Path):
     payload = json.loads(out_json.read_text())
     assert {"modes", "config", "report_files", "change", "fixed_hedge_after_s", "sentences"} <= set(payload)
 
-    # The banner: one phrase per line, none wrapped by an 80-column terminal.
+    # The banner: one phrase per line, none wrapped by an 80-column terminal (but the trace's path).
     banner = done.stdout.splitlines()[:7]
-    assert banner[0].startswith("hedgerow demo:") and all(len(line) <= 80 for line in banner), banner
+    assert banner[0].startswith("hedgerow demo:") and banner[1].startswith("  workload: ")
+    assert all(len(line) <= 80 for line in banner[:1] + banner[2:]), banner
     assert "halfway through each way: replica-b slowed down 2.5x as well" in done.stdout
     assert "P99.9" in done.stdout and "adaptive" in done.stdout
     flat = " ".join(done.stdout.split())
