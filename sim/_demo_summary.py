@@ -459,6 +459,11 @@ def conclusion_sentences(
         budget: the hedge budget, a fraction.
         fixed_source: how the fixed way's threshold was set (``p90_of_none`` or
             ``--fixed-hedge-after``).
+        p99_difference_s: (low, high) seconds, the interval of adaptive's minus fixed's P99
+            after the change, or None (the verdict then rests on the point figures alone).
+
+    Returns:
+        The three sentences, in order.
     """
     by_mode = {r.mode: r for r in results}
     first = (
