@@ -585,8 +585,10 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
                     )
                     after[mode] = after_change_ttfts(replayed.records, config.warmup_fraction, replayed.change_at)
                     if mode == "adaptive":
-                        history = await _applied_history(http, api_url, f"demo-{mode}")
+                        # The published value first: the controller keeps ticking, and a value
+                        # published after this read still leaves this one in the history.
                         published = await _published(http, api_url, f"demo-{mode}")
+                        history = await _applied_history(http, api_url, f"demo-{mode}")
                         result = _with_controller(result, replayed, history, published, config.default_hedge_after_s)
                     else:
                         result = _with_threshold(result, mode, replayed, hedge_after, fixed_source)
