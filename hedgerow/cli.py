@@ -462,18 +462,33 @@ def call(
 @app.command()
 def demo(
     trace: Path = typer.Option(
-        None, "--trace", help="Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)."
+        None, "--trace", metavar="FILE", help="Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)."
     ),
-    duration: float = typer.Option(None, "--duration", help="Seconds of load per way (default 120, 28 with --quick)."),
-    quick: bool = typer.Option(False, "--quick", help="A short run: under two minutes in all."),
-    json_path: Path = typer.Option(None, "--json", help="Write the results as JSON to this file."),
-    rate: float = typer.Option(None, "--rate", help="Arrival rate, requests per second (default 12)."),
+    duration: float = typer.Option(
+        None, "--duration", metavar="S", help="Seconds of load per way (default 120, 22 with --quick)."
+    ),
+    quick: bool = typer.Option(False, "--quick", help="A short run: 22 s of load per way, under two minutes in all."),
+    json_path: Path = typer.Option(None, "--json", metavar="FILE", help="Write the results as JSON to this file."),
+    rate: float = typer.Option(None, "--rate", metavar="R", help="Arrival rate, requests per second (default 12)."),
     fixed_hedge_after: float = typer.Option(
-        None, "--fixed-hedge-after", help="Threshold of the fixed way, seconds (default 2.0)."
+        None,
+        "--fixed-hedge-after",
+        metavar="S",
+        help="Threshold of the fixed way, seconds (default: the P90 TTFT of the none way before the change).",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the built-in workload generator."),
+    change: str = typer.Option(
+        "degrade",
+        "--change",
+        metavar="KIND",
+        help="What changes halfway through each way: degrade (replica-b slows down too), "
+        "recover (the degraded replica-c recovers) or none.",
+    ),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the built-in workload generator."),
     report_dir: Path = typer.Option(
-        Path("hedgerow-demo-report"), "--report-dir", help="Where the run's weekly report (HTML, JSON) is written."
+        Path("hedgerow-demo-report"),
+        "--report-dir",
+        metavar="DIR",
+        help="Where the run's weekly report (HTML, JSON) is written.",
     ),
 ) -> None:
     """Run api, controller, three replicas (one degraded) and hedging clients; compare three ways."""
@@ -484,7 +499,7 @@ def demo(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from hedgerow.sim.demo import DemoConfig, DemoError, results_table, run_demo, write_json
+    from hedgerow.sim.demo import CHANGES, DemoConfig, DemoError, results_table, run_demo, write_json
 
     overrides: dict[str, Any] = {"trace_path": trace, "json_path": json_path, "seed": seed, "report_dir": report_dir}
     if duration is not None:
@@ -499,6 +514,9 @@ def demo(
         if not math.isfinite(fixed_hedge_after) or fixed_hedge_after <= 0:
             raise fail("--fixed-hedge-after: must be a number of seconds > 0", 2)
         overrides["fixed_hedge_after_s"] = fixed_hedge_after
+    if change not in CHANGES:
+        raise fail(f"--change: must be one of {', '.join(CHANGES)}, got {change!r}", 2)
+    overrides["change"] = change
     if trace is not None and not trace.is_file():
         raise fail(f"--trace: not a file: {trace}", 2)
     if json_path is not None:
@@ -509,12 +527,23 @@ def demo(
             raise fail(f"--json: folder is not writable: {parent}", 2)
     config = DemoConfig.quick(**overrides) if quick else DemoConfig(**overrides)
     console = Console(width=max(120, Console().width))
-    source = f"trace {trace}" if trace else "built-in generator (Azure conv statistics)"
-    console.print(
-        f"hedgerow demo: {source}, {config.duration_s:g} s per way at {config.rate_per_s:g} req/s; "
-        f"3 replicas (one {config.degraded_slowdown:g}x slower), budget {config.budget:.0%}, "
-        f"fixed hedge_after_s {config.fixed_hedge_after_s:g}"
+    shift = config.change_of_conditions()
+    fixed = (
+        f"{config.fixed_hedge_after_s:g} s (--fixed-hedge-after)"
+        if config.fixed_hedge_after_s is not None
+        else "the P90 TTFT of the none way before the change"
     )
+    # One phrase per line, each short enough for an 80-column terminal: nothing wraps mid-phrase.
+    for line in (
+        "hedgerow demo: three ways (none, fixed, adaptive) replay the same calls",
+        f"  workload: {f'trace {trace}' if trace else 'built-in generator (Azure conv trace statistics)'}",
+        f"  load: {config.duration_s:g} s per way at {config.rate_per_s:g} req/s",
+        f"  replicas: 3, replica-c {config.degraded_slowdown:g}x slower",
+        f"  halfway through each way: {shift.describe()}",
+        f"  budget: {config.budget:.0%} of calls may hedge",
+        f"  fixed way's hedge_after_s: {fixed}",
+    ):
+        console.print(line, highlight=False, soft_wrap=True)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -524,26 +553,30 @@ def demo(
         transient=False,
     ) as progress:
         try:
-            run = asyncio.run(run_demo(config, progress))
+            run = asyncio.run(run_demo(config, progress, notify=lambda text: progress.console.print(text)))
         except DemoError as exc:
             raise fail(str(exc), 1) from None
     results = run.results
-    console.print(results_table(results))
+    console.print(results_table(results, config.budget))
     for result in results:
         if result.threshold_path_s:
             path = " -> ".join(f"{value:g}" for value in result.threshold_path_s)
-            console.print(f"{result.mode} thresholds published by the controller (s): {path}")
+            console.print(f"{result.mode} thresholds published by the controller (s): {path}", highlight=False)
+    console.print("")
+    for sentence in run.sentences:
+        console.print(sentence, highlight=False)
+    console.print("")
     if run.report is not None:
         from hedgerow.controller.report_render import summary_text
 
         console.print(summary_text(run.report))
-        console.print(f"weekly report of the run: {', '.join(str(p) for p in run.report_paths)}")
+        console.print(f"weekly report of the run: {', '.join(str(p) for p in run.report_paths)}", soft_wrap=True)
     if json_path is not None:
         try:
-            write_json(config, results, run.report_paths)
+            write_json(config, run)
         except OSError as exc:
             raise fail(f"--json: cannot write {json_path}: {exc}", 1) from None
-        console.print(f"results written to {json_path}")
+        console.print(f"results written to {json_path}", soft_wrap=True)
 
 
 # ---- replica (sim helper) ----

@@ -1,12 +1,13 @@
-"""``hedgerow demo``: the whole loop on loopback, three ways side by side.
+"""``hedgerow demo``: the whole loop on loopback, three ways side by side, through a change.
 
 What runs (all on 127.0.0.1, as separate processes, talking real HTTP and SSE):
 
 - ``hedgerow serve`` on an embedded SQLite file in a temporary folder: ingest, thresholds, history,
   and the controller job ticking every few seconds (the interval is shortened to fit the run);
 - three ``hedgerow replica`` processes (simulated LLM replicas whose service times follow the
-  Splitwise perf model); the last one is degraded (every service time multiplied by
-  ``degraded_slowdown``), the slow host that hedging exists for;
+  Splitwise perf model); the last one, ``replica-c``, is degraded (every service time multiplied
+  by ``degraded_slowdown``), the slow host that hedging exists for. When the shared Splitwise CSV
+  is absent the replicas fall back to their embedded table and the demo says so;
 - in this process, a load generator of hedging clients replaying the workload: the Azure LLM
   inference trace given with ``--trace`` (arrival gaps and token counts, time-compressed to fit
   ``--duration``) or the built-in generator that follows that trace's statistics. Each call's
@@ -15,19 +16,34 @@ What runs (all on 127.0.0.1, as separate processes, talking real HTTP and SSE):
 The same workload is replayed three ways, one after the other, on the same replicas:
 
 - ``none``: no hedging (``max_backups=0``);
-- ``fixed``: ``hedge_after_s`` = 2.0 s, the guess a team would start with;
+- ``fixed``: the manual recipe: observe TTFT without hedging and set ``hedge_after_s`` to its P90.
+  The demo takes that P90 from its own ``none`` way, over the calls before the change (what a team
+  tuning by hand yesterday would have measured); ``DemoConfig.fixed_hedge_after_s``
+  (``--fixed-hedge-after``) overrides it;
 - ``adaptive``: thresholds polled from the api (``ThresholdPoller``), set by the controller from
-  the records this way's clients export (``TelemetryExporter``).
+  the records this way's clients export (``TelemetryExporter``); it starts at
+  ``default_hedge_after_s`` (2 s) like any new route.
 
-Each way hedges under the same budget (token bucket, 10% by default). Statistics leave out the
-first ``warmup_fraction`` of each way's calls, so the replicas and the controller start warm and
-every way is measured on the same part of the workload.
+**The change of conditions.** Halfway through each way's calls (just before the call at
+``change_fraction`` of the workload is sent; with the trace's bursty arrivals that is not
+half of ``duration_s``) the demo changes one replica's speed through its ``PUT /slowdown``:
+``change="degrade"`` (the default) slows ``replica-b`` down by ``degraded_slowdown`` too, so two of
+three replicas are slow; ``"recover"`` brings ``replica-c`` back to full speed; ``"none"`` changes
+nothing. Before the next way starts the replicas are drained and set back. The table reports each
+way's calls before the change, after it, and in all, so a threshold tuned on yesterday's traffic
+is seen meeting today's.
+
+Each way hedges under the same budget (token bucket, 10% by default, burst 10). Statistics leave
+out the first ``warmup_fraction`` of each way's calls, so the replicas and the controller start
+warm and every way is measured on the same part of the workload. The figures, the table and the
+three sentences under it (what hedging is, what each way did, the conclusion the numbers support)
+are computed in :mod:`hedgerow.sim._demo_summary`.
 
 What hedging costs: before the load starts the demo sets a *demo price* for its model through
 ``PUT /v1/prices`` (``DemoConfig.price_usd_per_mtok``, USD per million input and output tokens;
-an illustration, not a provider's list price). Each way's table row shows the extra prompt tokens
-its losing attempts cost (a backup re-sends the whole prompt) and the overhead share, the cost of
-every losing attempt over the cost of all attempts at that price. At the end the demo fetches the
+an illustration, not a provider's list price). Each way's rows show the extra prompt and
+completion tokens its losing attempts cost (a backup re-sends the whole prompt) and their share
+of all tokens; the JSON also has the overhead share in USD. At the end the demo fetches the
 weekly report of its run from the api (``GET /v1/reports/weekly``, the current week, so marked
 partial; each way is one route, ``demo-<way>``) and writes it as HTML and JSON into
 ``DemoConfig.report_dir``.
@@ -37,19 +53,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import socket
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 
 from hedgerow.client import (
     CallRecord,
@@ -60,12 +75,47 @@ from hedgerow.client import (
     ThresholdPoller,
     Upstream,
 )
+from hedgerow.client.records import parse_timestamp
+from hedgerow.sim._demo_summary import (
+    ChangeOfConditions,
+    ModeResult,
+    PartResult,
+    after_change_ttfts,
+    conclusion_sentences,
+    manual_p90,
+    p99_difference_interval,
+    results_table,
+    summarize,
+)
 from hedgerow.sim.trace import TraceRequest, compress, load_azure_trace, synthetic_trace
 
-__all__ = ["MODES", "DemoConfig", "DemoError", "DemoRun", "ModeResult", "run_demo", "summarize"]
+__all__ = [
+    "CHANGES",
+    "MODES",
+    "ChangeOfConditions",
+    "DemoConfig",
+    "DemoError",
+    "DemoRun",
+    "ModeResult",
+    "PartResult",
+    "build_workload",
+    "conclusion_sentences",
+    "manual_p90",
+    "p99_difference_interval",
+    "results_table",
+    "run_demo",
+    "summarize",
+    "write_json",
+]
 
 MODES = ("none", "fixed", "adaptive")
+#: The changes of conditions ``DemoConfig.change`` may name.
+CHANGES = ("degrade", "recover", "none")
 MODEL = "llama2-70b"
+#: ``duration_s`` of the ``--quick`` preset (the CLI's help quotes it; a test keeps them equal).
+QUICK_DURATION_S = 22.0
+#: The replicas' names; the last one starts degraded.
+REPLICAS = ("replica-a", "replica-b", "replica-c")
 
 
 class DemoError(RuntimeError):
@@ -83,11 +133,16 @@ class DemoConfig:
             first ``rate_per_s * duration_s`` requests are time-compressed to ``duration_s``.
         time_scale: factor applied by the replicas to every service time of the perf model
             (0.25 = four times faster than the measured GPU).
-        degraded_slowdown: service-time factor of the degraded replica.
+        degraded_slowdown: service-time factor of the degraded replica (and of the one that
+            degrades at the change).
         max_batch: the replicas' batch bound.
         tokens_per_chunk: tokens per SSE chunk sent by the replicas.
         max_output_tokens: cap on each request's output tokens (None = as in the trace).
-        fixed_hedge_after_s: threshold of the ``fixed`` way, seconds.
+        fixed_hedge_after_s: threshold of the ``fixed`` way, seconds; None (the default) takes
+            the P90 TTFT of the ``none`` way before the change (the manual recipe).
+        default_hedge_after_s: the routes' default threshold, where the adaptive way starts.
+        change: the change of conditions halfway: ``degrade``, ``recover`` or ``none``.
+        change_fraction: when the change happens, as a fraction of each way's calls, in (0, 1).
         budget: hedge budget of every hedging way and of the route.
         controller_interval_s: seconds between controller ticks.
         warmup_fraction: leading fraction of each way's calls left out of the statistics.
@@ -95,6 +150,10 @@ class DemoConfig:
         json_path: where the caller should write the results as JSON (``write_json``), or None.
         report_dir: where the weekly report of the run is written (HTML and JSON), or None.
         price_usd_per_mtok: the demo price of the model, (input, output) USD per million tokens.
+
+    Raises:
+        ValueError: ``change`` not one of ``CHANGES``, or ``change_fraction`` /
+            ``warmup_fraction`` outside their ranges (the message names the field).
     """
 
     trace_path: Path | None = None
@@ -105,7 +164,10 @@ class DemoConfig:
     max_batch: int = 32
     tokens_per_chunk: int = 4
     max_output_tokens: int | None = 256
-    fixed_hedge_after_s: float = 2.0
+    fixed_hedge_after_s: float | None = None
+    default_hedge_after_s: float = 2.0
+    change: str = "degrade"
+    change_fraction: float = 0.5
     budget: float = 0.10
     controller_interval_s: float = 5.0
     warmup_fraction: float = 0.25
@@ -114,55 +176,68 @@ class DemoConfig:
     report_dir: Path | None = Path("hedgerow-demo-report")
     price_usd_per_mtok: tuple[float, float] = (0.60, 2.40)
 
+    def __post_init__(self) -> None:
+        if self.change not in CHANGES:
+            raise ValueError(f"change must be one of {', '.join(CHANGES)}, got {self.change!r}")
+        if not 0 < self.change_fraction < 1:
+            raise ValueError(f"change_fraction must be in (0, 1), got {self.change_fraction!r}")
+        if not 0 <= self.warmup_fraction < self.change_fraction:
+            raise ValueError(
+                f"warmup_fraction must be in [0, change_fraction={self.change_fraction:g}), "
+                f"got {self.warmup_fraction!r}"
+            )
+
     @classmethod
     def quick(cls, **overrides: Any) -> DemoConfig:
-        """The ``--quick`` preset: about 30 s of load per way, under two minutes in all."""
-        base: dict[str, Any] = {"duration_s": 22.0, "controller_interval_s": 2.0}
+        """The ``--quick`` preset: 22 s of load per way, about 100 s in all on an idle 2-core machine."""
+        base: dict[str, Any] = {"duration_s": QUICK_DURATION_S, "controller_interval_s": 2.0}
         base.update(overrides)
         return cls(**base)
 
+    def change_index(self, calls: int) -> int:
+        """Index of the first call sent after the change, in a workload of ``calls`` calls."""
+        return min(calls - 1, max(1, int(calls * self.change_fraction)))
 
-@dataclass(frozen=True, slots=True)
-class ModeResult:
-    """What one way measured (after warm-up). Times in seconds, rates as fractions.
+    def change_of_conditions(self, at_s: float | None = None) -> ChangeOfConditions:
+        """The change this config asks for, as a :class:`ChangeOfConditions`.
 
-    ``records_rejected`` counts this way's call records that the api refused (all of its calls,
-    warm-up included); it should be 0. ``extra_prompt_tokens`` are the prompt tokens of the
-    attempts that did not win (in calls with more than one attempt); ``overhead_share`` the cost
-    of those attempts over the cost of all attempts at the demo price (None without a price).
-    """
-
-    mode: str
-    calls: int
-    ttft_p50_s: float | None
-    ttft_p90_s: float | None
-    ttft_p99_s: float | None
-    ttft_max_s: float | None
-    hedge_rate: float
-    backup_win_rate: float | None
-    wasted_completion_tokens: int
-    errors: int
-    final_hedge_after_s: float | None = None
-    threshold_path_s: tuple[float, ...] = ()
-    records_rejected: int = 0
-    extra_prompt_tokens: int = 0
-    overhead_share: float | None = None
+        Args:
+            at_s: seconds into each way's load when it happens (None while not known).
+        """
+        if self.change == "degrade":
+            return ChangeOfConditions("degrade", REPLICAS[1], 1.0, self.degraded_slowdown, at_s)
+        if self.change == "recover":
+            return ChangeOfConditions("recover", REPLICAS[2], self.degraded_slowdown, 1.0, at_s)
+        return ChangeOfConditions("none", None, 1.0, 1.0, at_s)
 
 
 @dataclass(frozen=True, slots=True)
 class DemoRun:
-    """A demo run: one result per way, and the weekly report the api gave at its end.
+    """A demo run: one result per way, the change, the verdict and the weekly report.
 
     Attributes:
         results: one :class:`ModeResult` per way (``MODES`` order).
         report_paths: the files written (HTML, then JSON), empty without ``report_dir``.
         report: the JSON weekly report (schema ``hedgerow.weekly_report/1``), or None when the
             api could not give it.
+        change: the change of conditions every way went through.
+        fixed_hedge_after_s: the fixed way's threshold, seconds.
+        fixed_source: ``p90_of_none`` (the manual recipe) or ``--fixed-hedge-after``.
+        sentences: the three sentences printed under the table.
+        notices: what the run fell back to (the embedded speed table), one line each.
+        p99_difference_s: the 95% bootstrap interval of the adaptive way's TTFT P99 after the
+            change minus the fixed way's, seconds (None with too few calls).
     """
 
     results: list[ModeResult]
     report_paths: tuple[Path, ...] = ()
     report: dict[str, Any] | None = None
+    change: ChangeOfConditions | None = None
+    fixed_hedge_after_s: float | None = None
+    fixed_source: str = "p90_of_none"
+    sentences: tuple[str, ...] = ()
+    notices: tuple[str, ...] = ()
+    p99_difference_s: tuple[float, float] | None = None
 
 
 def _free_port() -> int:
@@ -170,59 +245,6 @@ def _free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def summarize(
-    mode: str,
-    records: Sequence[CallRecord],
-    warmup_fraction: float = 0.0,
-    price_usd_per_mtok: tuple[float, float] | None = None,
-) -> ModeResult:
-    """Reduce one way's records (in start order) to a ``ModeResult``.
-
-    The first ``warmup_fraction`` of the records is left out. TTFT quantiles are over calls that
-    produced a first token; hedge rate = calls with a ``ttft_timeout`` hedge / calls; backup win
-    rate = hedged calls won by the backup / hedged calls. With ``price_usd_per_mtok`` (input,
-    output USD per million tokens) the overhead share is computed (see :class:`ModeResult`).
-    """
-    ordered = sorted(records, key=lambda r: r.started_at)
-    kept = ordered[int(len(ordered) * warmup_fraction) :]
-    ttfts = np.array([r.ttft_s for r in kept if r.ttft_s is not None], dtype=float)
-    hedged = [r for r in kept if r.hedge_reason == "ttft_timeout"]
-
-    def q(p: float) -> float | None:
-        return float(np.quantile(ttfts, p)) if ttfts.size else None
-
-    spent = [0, 0]  # prompt, completion tokens of every attempt
-    extra = [0, 0]  # the same of the attempts that did not win
-    for record in kept:
-        for attempt in record.attempts:
-            prompt = attempt.prompt_tokens or 0
-            spent[0] += prompt
-            spent[1] += attempt.completion_tokens
-            if len(record.attempts) > 1 and attempt.outcome != "won":
-                extra[0] += prompt
-                extra[1] += attempt.completion_tokens
-    share = None
-    if price_usd_per_mtok is not None:
-        usd_in, usd_out = price_usd_per_mtok
-        total = spent[0] * usd_in + spent[1] * usd_out
-        share = (extra[0] * usd_in + extra[1] * usd_out) / total if total else None
-
-    return ModeResult(
-        mode=mode,
-        calls=len(kept),
-        ttft_p50_s=q(0.50),
-        ttft_p90_s=q(0.90),
-        ttft_p99_s=q(0.99),
-        ttft_max_s=float(ttfts.max()) if ttfts.size else None,
-        hedge_rate=len(hedged) / len(kept) if kept else 0.0,
-        backup_win_rate=(sum(r.winner == "backup" for r in hedged) / len(hedged)) if hedged else None,
-        wasted_completion_tokens=sum(r.wasted_completion_tokens for r in kept),
-        errors=sum(r.status != "ok" for r in kept),
-        extra_prompt_tokens=extra[0],
-        overhead_share=share,
-    )
 
 
 class _Processes:
@@ -311,26 +333,40 @@ def build_workload(config: DemoConfig) -> list[TraceRequest]:
     return trace
 
 
+@dataclass(frozen=True, slots=True)
+class _Replayed:
+    records: list[CallRecord]
+    polled_hedge_after_s: float | None
+    rejected: int
+    change_at: datetime | None
+
+
 async def _replay(
     mode: str,
     workload: list[TraceRequest],
     upstreams: list[Upstream],
     config: DemoConfig,
     api_url: str,
-    on_done: Any,
-) -> tuple[list[CallRecord], float | None, int]:
-    """Replay ``workload`` through one way's hedging client.
+    on_done: Callable[[], None],
+    hedge_after_s: float,
+    change: Callable[[], Any],
+) -> _Replayed:
+    """Replay ``workload`` through one way's hedging client, calling ``change`` halfway.
+
+    Args:
+        hedge_after_s: the policy's threshold (the fixed way's value; the adaptive way's
+            fallback until the poller has a table).
+        change: an async callable that applies the change of conditions, awaited just before
+            the call at ``config.change_index`` is sent.
 
     Returns:
-        The way's records, the threshold it last polled (adaptive way only), and how many
-        records the api refused.
+        The way's records, the threshold it last polled (adaptive way only), how many records
+        the api refused, and the moment the change was in force (aware UTC; None without one).
     """
     if mode == "none":
-        policy = HedgePolicy(hedge_after_s=config.fixed_hedge_after_s, max_backups=0, total_timeout_s=300)
+        policy = HedgePolicy(hedge_after_s=hedge_after_s, max_backups=0, total_timeout_s=300)
     else:
-        policy = HedgePolicy(
-            hedge_after_s=config.fixed_hedge_after_s, budget=config.budget, budget_burst=10, total_timeout_s=300
-        )
+        policy = HedgePolicy(hedge_after_s=hedge_after_s, budget=config.budget, budget_burst=10, total_timeout_s=300)
     route = f"demo-{mode}"
     poller = ThresholdPoller(api_url, interval_s=1.0, max_stale_s=30.0) if mode == "adaptive" else None
     exporter = TelemetryExporter(api_url, batch_size=200, flush_interval_s=1.0)
@@ -339,6 +375,7 @@ async def _replay(
     if poller is not None:
         await poller.start()
     final: float | None = None
+    change_at: datetime | None = None
     try:
         async with HedgingClient(
             upstreams, route=route, policy=policy, thresholds=poller, telemetry=recorder, client_tag=f"demo-{mode}"
@@ -364,10 +401,14 @@ async def _replay(
 
             start = time.monotonic()
             tasks = []
+            middle = config.change_index(len(workload))
             for i, req in enumerate(workload):
                 delay = start + req.arrival_s - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                if i == middle:
+                    await change()
+                    change_at = datetime.now(UTC)
                 tasks.append(asyncio.create_task(one(i, req)))
             await asyncio.gather(*tasks)
             if poller is not None:
@@ -377,7 +418,24 @@ async def _replay(
         if poller is not None:
             await poller.aclose()
         await exporter.aclose(timeout_s=30.0)
-    return recorder.records, final, exporter.rejected
+    return _Replayed(recorder.records, final, exporter.rejected, change_at)
+
+
+async def _set_slowdown(http: httpx.AsyncClient, upstream: Upstream, slowdown: float) -> None:
+    """Set one replica's service-time factor (``PUT /slowdown``).
+
+    Raises:
+        DemoError: the replica refused or did not answer.
+    """
+    url = upstream.base_url.removesuffix("/v1") + "/slowdown"
+    try:
+        response = await http.put(url, json={"slowdown": slowdown}, timeout=10.0)
+    except httpx.HTTPError as exc:
+        raise DemoError(f"could not change the speed of {upstream.name}: {exc!r}") from None
+    if response.status_code != 200:
+        raise DemoError(
+            f"{upstream.name} refused the change of speed: HTTP {response.status_code} {response.text[:200]}"
+        )
 
 
 async def _drain(http: httpx.AsyncClient, upstreams: list[Upstream], timeout_s: float = 60.0) -> None:
@@ -420,21 +478,28 @@ async def _write_report(http: httpx.AsyncClient, api_url: str, directory: Path) 
     return (html_path, json_path), report
 
 
-async def run_demo(config: DemoConfig, progress: Any = None) -> DemoRun:
+async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[str], None] | None = None) -> DemoRun:
     """Run the demo: one ``ModeResult`` per way (``none``, ``fixed``, ``adaptive``) and its weekly report.
 
     Args:
         config: the ``DemoConfig``.
         progress: optional ``rich.progress.Progress`` to show progress in.
+        notify: called with each notice (a fallback the run took) as soon as it is known.
 
     Raises:
-        DemoError: when a process does not start, the trace cannot be read, or the report cannot
-            be written.
+        DemoError: when a process does not start, the trace cannot be read, a replica refuses
+            the change of speed, the none way gives no TTFT to take the fixed way's P90 from, or
+            the report cannot be written.
     """
     workload = build_workload(config)
+    change = config.change_of_conditions(workload[config.change_index(len(workload))].arrival_s)
     results: list[ModeResult] = []
     report_paths: tuple[Path, ...] = ()
     report: Any = None
+    notices: list[str] = []
+    after: dict[str, list[float]] = {}  # each way's TTFTs after the change
+    fixed_s = config.fixed_hedge_after_s
+    fixed_source = "p90_of_none" if fixed_s is None else "--fixed-hedge-after"
     with tempfile.TemporaryDirectory(prefix="hedgerow-demo-") as tmp:
         workdir = Path(tmp)
         procs = _Processes(workdir)
@@ -447,17 +512,16 @@ async def run_demo(config: DemoConfig, progress: Any = None) -> DemoRun:
             "HEDGEROW_MIN_SAMPLES": "30",
             "HEDGEROW_MAX_STEP_DOWN": "0.5",
             "HEDGEROW_DEFAULT_BUDGET": str(config.budget),
-            "HEDGEROW_DEFAULT_HEDGE_AFTER_S": str(config.fixed_hedge_after_s),
+            "HEDGEROW_DEFAULT_HEDGE_AFTER_S": str(config.default_hedge_after_s),
         }
         db_url = f"sqlite+aiosqlite:///{workdir / 'hedgerow.db'}"
         upstreams: list[Upstream] = []
+        initial = {name: (config.degraded_slowdown if i == 2 else 1.0) for i, name in enumerate(REPLICAS)}
         try:
             async with httpx.AsyncClient() as http:
                 await procs.start("api", ["serve", "--db", db_url, "--port", str(api_port)], env)
-                for i in range(3):
+                for i, name in enumerate(REPLICAS):
                     port = _free_port()
-                    name = f"replica-{chr(ord('a') + i)}"
-                    slowdown = config.degraded_slowdown if i == 2 else 1.0
                     await procs.start(
                         name,
                         [
@@ -469,7 +533,7 @@ async def run_demo(config: DemoConfig, progress: Any = None) -> DemoRun:
                             "--time-scale",
                             str(config.time_scale),
                             "--slowdown",
-                            str(slowdown),
+                            str(initial[name]),
                             "--max-batch",
                             str(config.max_batch),
                             "--tokens-per-chunk",
@@ -479,10 +543,21 @@ async def run_demo(config: DemoConfig, progress: Any = None) -> DemoRun:
                         ],
                     )
                     upstreams.append(Upstream(name, f"http://127.0.0.1:{port}/v1"))
+                by_name = {u.name: u for u in upstreams}
                 await _wait_ready(http, f"{api_url}/healthz", procs, "api")
                 for upstream in upstreams:
                     await _wait_ready(http, upstream.base_url.removesuffix("/v1") + "/healthz", procs, upstream.name)
+                notice = await _perf_model_notice(http, upstreams)
+                if notice is not None:
+                    notices.append(notice)
+                    if notify is not None:
+                        notify(notice)
                 await _set_demo_price(http, api_url, config)
+
+                async def apply_change() -> None:
+                    if change.replica is not None:
+                        await _set_slowdown(http, by_name[change.replica], change.slowdown_after)
+
                 for mode in MODES:
                     task_id = None
                     if progress is not None:
@@ -492,11 +567,35 @@ async def run_demo(config: DemoConfig, progress: Any = None) -> DemoRun:
                         if progress is not None:
                             progress.advance(task_id)
 
-                    records, final, rejected = await _replay(mode, workload, upstreams, config, api_url, done)
-                    result = summarize(mode, records, config.warmup_fraction, config.price_usd_per_mtok)
-                    path = await _threshold_path(http, api_url, f"demo-{mode}") if mode == "adaptive" else ()
-                    results.append(_with_controller(result, final, path, rejected))
+                    if change.replica is not None:  # every way starts in the same conditions
+                        await _set_slowdown(http, by_name[change.replica], change.slowdown_before)
+                    hedge_after = config.default_hedge_after_s
+                    if mode == "fixed":
+                        if fixed_s is None:  # the manual recipe: the none way's P90 before the change
+                            try:
+                                fixed_s = round(manual_p90(results[0]), 3)
+                            except ValueError as exc:
+                                raise DemoError(str(exc)) from None
+                        hedge_after = fixed_s
+                    replayed = await _replay(
+                        mode, workload, upstreams, config, api_url, done, hedge_after, apply_change
+                    )
+                    result = summarize(
+                        mode, replayed.records, config.warmup_fraction, config.price_usd_per_mtok, replayed.change_at
+                    )
+                    after[mode] = after_change_ttfts(replayed.records, config.warmup_fraction, replayed.change_at)
+                    if mode == "adaptive":
+                        # The published value first: the controller keeps ticking, and a value
+                        # published after this read still leaves this one in the history.
+                        published = await _published(http, api_url, f"demo-{mode}")
+                        history = await _applied_history(http, api_url, f"demo-{mode}")
+                        result = _with_controller(result, replayed, history, published, config.default_hedge_after_s)
+                    else:
+                        result = _with_threshold(result, mode, replayed, hedge_after, fixed_source)
+                    results.append(result)
                     await _drain(http, upstreams)
+                if change.replica is not None:
+                    await _set_slowdown(http, by_name[change.replica], change.slowdown_before)
                 if config.report_dir is not None:
                     try:
                         report_paths, report = await _write_report(http, api_url, config.report_dir)
@@ -504,80 +603,136 @@ async def run_demo(config: DemoConfig, progress: Any = None) -> DemoRun:
                         raise DemoError(f"cannot write the report into {config.report_dir}: {exc}") from None
         finally:
             await procs.stop()
-    return DemoRun(results, report_paths, report)
+    interval = p99_difference_interval(after["adaptive"], after["fixed"]) if len(after) == len(MODES) else None
+    sentences = conclusion_sentences(results, change, config.budget, fixed_source, interval)
+    return DemoRun(
+        results, report_paths, report, change, fixed_s, fixed_source, tuple(sentences), tuple(notices), interval
+    )
 
 
-async def _threshold_path(http: httpx.AsyncClient, api_url: str, route: str) -> tuple[float, ...]:
-    """The values the controller published for ``route``, oldest first (from the api's history)."""
+async def _perf_model_notice(http: httpx.AsyncClient, upstreams: Sequence[Upstream]) -> str | None:
+    """A notice when any replica fell back to the embedded speed table (the shared CSV absent)."""
+    fallen = []
+    for upstream in upstreams:
+        try:
+            stats = (await http.get(upstream.base_url.removesuffix("/v1") + "/stats", timeout=10.0)).json()
+        except (httpx.HTTPError, ValueError):
+            continue
+        if isinstance(stats, dict) and stats.get("perf_model_embedded") is True:
+            fallen.append(upstream.name)
+    if not fallen:
+        return None
+    return (
+        f"notice: {', '.join(fallen)} {'uses' if len(fallen) == 1 else 'use'} the embedded Splitwise speed table "
+        "(../shared/data/traces/splitwise_perf_model.csv was not found)"
+    )
+
+
+async def _applied_history(http: httpx.AsyncClient, api_url: str, route: str) -> list[tuple[datetime, float]]:
+    """The values the controller published for ``route`` and when, oldest first (the api's history)."""
     try:
-        response = await http.get(f"{api_url}/v1/routes/{route}/history", params={"model": MODEL, "limit": 10_000})
+        response = await http.get(
+            f"{api_url}/v1/routes/{route}/history", params={"model": MODEL, "applied": "true", "limit": 10_000}
+        )
         rows = response.json()["history"] if response.status_code == 200 else []
-    except (httpx.HTTPError, ValueError, KeyError):
-        return ()
-    return tuple(round(float(row["hedge_after_s"]), 3) for row in reversed(rows) if row["applied"])
+        return [(parse_timestamp(row["computed_at"]), float(row["hedge_after_s"])) for row in reversed(rows)]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return []
 
 
-def _with_controller(result: ModeResult, final: float | None, path: tuple[float, ...], rejected: int) -> ModeResult:
-    values = asdict(result)
-    values["final_hedge_after_s"] = final
-    values["threshold_path_s"] = path
-    values["records_rejected"] = rejected
-    return ModeResult(**values)
+async def _published(http: httpx.AsyncClient, api_url: str, route: str) -> float | None:
+    """The threshold the api publishes now for ``route`` (``GET /v1/thresholds/{route}``), or None."""
+    try:
+        response = await http.get(f"{api_url}/v1/thresholds/{route}", params={"model": MODEL})
+        return float(response.json()["hedge_after_s"]) if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
 
 
-def write_json(config: DemoConfig, results: Sequence[ModeResult], report_paths: Sequence[Path] = ()) -> None:
-    """Write ``{"modes": [...], "config": {...}, "report_files": [...]}`` to ``config.json_path``.
+def _published_at(history: Sequence[tuple[datetime, float]], moment: datetime | None, default: float) -> float:
+    """The last value in ``history`` published at or before ``moment`` (``default`` before any)."""
+    value = default
+    for computed_at, hedge_after_s in history:
+        if moment is not None and computed_at > moment:
+            break
+        value = hedge_after_s
+    return value
+
+
+def _with_controller(
+    result: ModeResult,
+    replayed: _Replayed,
+    history: Sequence[tuple[datetime, float]],
+    published: float | None,
+    default: float,
+) -> ModeResult:
+    """The adaptive way's result with what the controller published (from the api)."""
+    last = published if published is not None else _published_at(history, None, default)
+    assert result.before_change is not None and result.after_change is not None
+    return replace(
+        result,
+        final_hedge_after_s=replayed.polled_hedge_after_s,
+        threshold_path_s=tuple(round(v, 3) for _, v in history),
+        records_rejected=replayed.rejected,
+        hedge_after_s=default,
+        hedge_after_source="controller",
+        published_hedge_after_s=last,
+        before_change=replace(
+            result.before_change, published_hedge_after_s=_published_at(history, replayed.change_at, default)
+        ),
+        after_change=replace(result.after_change, published_hedge_after_s=last),
+    )
+
+
+def _with_threshold(
+    result: ModeResult, mode: str, replayed: _Replayed, hedge_after_s: float, fixed_source: str
+) -> ModeResult:
+    """The none or fixed way's result with its own threshold (None for ``none``)."""
+    value = hedge_after_s if mode == "fixed" else None
+    assert result.before_change is not None and result.after_change is not None
+    return replace(
+        result,
+        records_rejected=replayed.rejected,
+        hedge_after_s=value,
+        hedge_after_source=fixed_source if mode == "fixed" else "none",
+        published_hedge_after_s=value,
+        before_change=replace(result.before_change, published_hedge_after_s=value),
+        after_change=replace(result.after_change, published_hedge_after_s=value),
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def write_json(config: DemoConfig, run: DemoRun) -> None:
+    """Write the run as JSON to ``config.json_path``.
+
+    Keys: ``modes`` (one object per way: the ``ModeResult`` fields, with ``before_change`` and
+    ``after_change`` objects), ``config``, ``report_files``, and ``change`` (kind, replica,
+    slowdown_before, slowdown_after, at_s), ``fixed_hedge_after_s``, ``fixed_source``,
+    ``sentences``, ``notices``, ``after_change_p99_difference_s`` (the bootstrap interval of
+    adaptive's P99 minus fixed's after the change, seconds, or null).
 
     Raises:
+        ValueError: ``config.json_path`` is None.
         OSError: when the file cannot be written.
     """
-    assert config.json_path is not None
+    if config.json_path is None:
+        raise ValueError("write_json: config.json_path is None")
     payload = {
-        "modes": [{**asdict(r), "threshold_path_s": list(r.threshold_path_s)} for r in results],
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
-        "report_files": [str(p) for p in report_paths],
+        "modes": [{k: _jsonable(v) for k, v in asdict(r).items()} for r in run.results],
+        "config": {k: _jsonable(v) for k, v in asdict(config).items()},
+        "report_files": [str(p) for p in run.report_paths],
+        "change": asdict(run.change) if run.change is not None else None,
+        "fixed_hedge_after_s": run.fixed_hedge_after_s,
+        "fixed_source": run.fixed_source,
+        "sentences": list(run.sentences),
+        "notices": list(run.notices),
+        "after_change_p99_difference_s": list(run.p99_difference_s) if run.p99_difference_s else None,
     }
     config.json_path.write_text(json.dumps(payload, indent=2) + "\n")
-
-
-def results_table(results: Sequence[ModeResult]) -> Any:
-    """A rich Table of the results (seconds shown with 3 decimals)."""
-    from rich.table import Table
-
-    def s(value: float | None) -> str:
-        return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
-
-    table = Table(title="hedgerow demo: TTFT by way (seconds, after warm-up)")
-    for column in (
-        "way",
-        "calls",
-        "P50 s",
-        "P90 s",
-        "P99 s",
-        "max s",
-        "hedged",
-        "backup wins",
-        "wasted tok",
-        "extra prompt tok",
-        "overhead",
-        "errors",
-        "last hedge_after_s",
-    ):
-        table.add_column(column, justify="right")
-    for r in results:
-        table.add_row(
-            r.mode,
-            str(r.calls),
-            s(r.ttft_p50_s),
-            s(r.ttft_p90_s),
-            s(r.ttft_p99_s),
-            s(r.ttft_max_s),
-            f"{r.hedge_rate:.1%}",
-            "-" if r.backup_win_rate is None else f"{r.backup_win_rate:.0%}",
-            str(r.wasted_completion_tokens),
-            str(r.extra_prompt_tokens),
-            "-" if r.overhead_share is None else f"{r.overhead_share:.1%}",
-            str(r.errors),
-            s(r.final_hedge_after_s),
-        )
-    return table

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -273,6 +274,22 @@ class ReplicaEngine:
             return False
         req.state = "aborted"
         return True
+
+    def set_slowdown(self, slowdown: float) -> None:
+        """Change the degradation factor from the next scheduling step on (a change of conditions).
+
+        A prefill or decode step already under way keeps the factor it started with; every later
+        step is multiplied by the new one.
+
+        Args:
+            slowdown: the new factor on every service time, a finite number > 0.
+
+        Raises:
+            ValueError: ``slowdown`` is not a finite number > 0.
+        """
+        if isinstance(slowdown, bool) or not isinstance(slowdown, (int, float)) or not 0 < slowdown < math.inf:
+            raise ValueError(f"slowdown must be a finite number > 0, got {slowdown!r}")
+        self.slowdown = float(slowdown)
 
     def stats(self) -> dict[str, Any]:
         """Counters and gauges of this engine as a JSON-ready dict.

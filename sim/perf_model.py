@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_HARDWARE",
     "DEFAULT_MODEL",
     "DEFAULT_TENSOR_PARALLEL",
+    "EMBEDDED_SOURCE",
     "PerfModel",
     "PerfModelError",
     "available_configs",
@@ -76,7 +77,8 @@ _EMBEDDED_PREFILL_MS: dict[tuple[int, int], float] = {
     (512, 32): 1727.88,
     (512, 64): 3532.32,
 }
-_EMBEDDED_SOURCE = "embedded table from Splitwise (Patel et al., ISCA 2024), splitwise-sim data/perf_model.csv"
+#: ``PerfModel.source`` of the embedded table (the fallback when the shared CSV is absent).
+EMBEDDED_SOURCE = "embedded table from Splitwise (Patel et al., ISCA 2024), splitwise-sim data/perf_model.csv"
 #: batch_size -> mean token_time in ms (averaged over all prompt and output lengths).
 _EMBEDDED_DECODE_MS: dict[int, float] = {
     1: 29.41,
@@ -291,7 +293,7 @@ def load_perf_model(
                 model,
                 hardware,
                 tensor_parallel,
-                _EMBEDDED_SOURCE,
+                EMBEDDED_SOURCE,
                 dict(_EMBEDDED_PREFILL_MS),
                 dict(_EMBEDDED_DECODE_MS),
             )

@@ -15,7 +15,14 @@ Endpoints:
   ``chat.completion`` object. A bad body is HTTP 422 whose message names the field; with
   ``error_rate`` a random fraction of requests is answered 503 at once.
 * ``GET /v1/models``, ``GET /healthz``, ``GET /stats`` (the engine's counters, see
-  ``ReplicaEngine.stats``, plus ``name``, ``rejected`` and ``perf_model``).
+  ``ReplicaEngine.stats``, plus ``name``, ``rejected``, ``perf_model`` (one line naming the
+  configuration and its source) and ``perf_model_embedded`` (true when the shared Splitwise CSV
+  was not found and the embedded table is in use)).
+* ``PUT /slowdown`` with ``{"slowdown": F}`` (a finite number > 0): a change of conditions; every
+  service time from the next scheduling step on is multiplied by ``F`` instead (the demo degrades
+  or recovers a replica halfway through a run with it). Answers ``{"name", "slowdown"}``; a bad
+  value is HTTP 422 naming ``slowdown``. The simulator is a loopback test tool: there is no
+  authentication on this or any other endpoint.
 
 Every response echoes the request's ``X-Request-ID`` header and names the replica in
 ``X-Hedgerow-Replica``. A client that disconnects aborts its request in the engine at once.
@@ -51,6 +58,7 @@ from hedgerow.sim.perf_model import (
     DEFAULT_HARDWARE,
     DEFAULT_MODEL,
     DEFAULT_TENSOR_PARALLEL,
+    EMBEDDED_SOURCE,
     PerfModel,
     load_perf_model,
 )
@@ -336,7 +344,26 @@ def create_replica_app(config: ReplicaConfig, perf: PerfModel | None = None) -> 
 
     @app.get("/stats")
     async def stats(request: Request) -> dict[str, Any]:
-        return {"name": config.name, **counters, **request.app.state.engine.stats(), "perf_model": perf.describe()}
+        return {
+            "name": config.name,
+            **counters,
+            **request.app.state.engine.stats(),
+            "perf_model": perf.describe(),
+            "perf_model_embedded": perf.source == EMBEDDED_SOURCE,
+        }
+
+    @app.put("/slowdown")
+    async def set_slowdown(request: Request) -> Any:
+        try:
+            body = json.loads(await request.body())
+        except ValueError as exc:
+            return _error(422, f"body: is not valid JSON ({exc})", type_="invalid_request_error", param="body")
+        value = body.get("slowdown") if isinstance(body, dict) else None
+        try:
+            request.app.state.engine.set_slowdown(value)
+        except ValueError as exc:
+            return _error(422, str(exc), type_="invalid_request_error", param="slowdown")
+        return {"name": config.name, "slowdown": request.app.state.engine.slowdown}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:

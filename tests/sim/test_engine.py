@@ -156,3 +156,15 @@ async def test_prefill_of_a_new_prompt_pauses_the_decoding_of_the_batch() -> Non
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
     assert max(gaps[:2]) < 0.3  # decoding alone: steps of ~15 ms
     assert max(gaps) > 0.7, gaps  # one gap spans the long prefill
+
+
+async def test_set_slowdown_checks_its_value() -> None:
+    import pytest
+
+    engine = ReplicaEngine(load_perf_model(), slowdown=2.0)
+    engine.set_slowdown(1)
+    assert engine.slowdown == 1.0 and isinstance(engine.slowdown, float)
+    for bad in (0, -1.0, float("nan"), float("inf"), True, "2"):
+        with pytest.raises(ValueError, match="slowdown must be a finite number > 0"):
+            engine.set_slowdown(bad)  # type: ignore[arg-type]
+    assert engine.slowdown == 1.0

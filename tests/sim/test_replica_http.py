@@ -176,3 +176,42 @@ def test_listening_socket_is_tcp_proto(start_replica) -> None:
 
     rep = start_replica()
     assert rep._sock is not None and rep._sock.proto == socket.IPPROTO_TCP
+
+
+async def test_put_slowdown_changes_service_times_from_the_next_step(start_replica) -> None:
+    rep = start_replica(name="r5", time_scale=0.01)
+    body = {**BODY, "max_tokens": 5, "hedgerow_prompt_tokens": 512}
+
+    async def busy_s_of_one_request(client: httpx.AsyncClient) -> float:
+        before = (await client.get(f"{rep.url}/stats")).json()["busy_s"]
+        assert (await client.post(f"{rep.base_url}/chat/completions", json=body)).status_code == 200
+        return float((await client.get(f"{rep.url}/stats")).json()["busy_s"]) - before
+
+    async with httpx.AsyncClient(timeout=10) as client:
+        normal = await busy_s_of_one_request(client)
+        changed = await client.put(f"{rep.url}/slowdown", json={"slowdown": 3.0})
+        assert changed.status_code == 200 and changed.json() == {"name": "r5", "slowdown": 3.0}
+        slow = await busy_s_of_one_request(client)
+        assert (await client.get(f"{rep.url}/stats")).json()["slowdown"] == 3.0
+        for bad in ({"slowdown": 0}, {"slowdown": -1}, {"slowdown": "fast"}, {"slowdown": True}, {}, [1]):
+            refused = await client.put(f"{rep.url}/slowdown", json=bad)
+            assert refused.status_code == 422 and refused.json()["error"]["param"] == "slowdown", bad
+        not_json = await client.put(f"{rep.url}/slowdown", content=b"{")
+        assert not_json.status_code == 422 and not_json.json()["error"]["param"] == "body"
+        assert (await client.get(f"{rep.url}/stats")).json()["slowdown"] == 3.0  # refusals changed nothing
+    # busy_s adds the simulated step times (one prefill, four decode steps), not wall time.
+    assert slow == pytest.approx(3 * normal, rel=1e-3)
+
+
+async def test_stats_say_when_the_embedded_speed_table_is_in_use(start_replica, monkeypatch) -> None:
+    from hedgerow.sim import perf_model
+
+    with_file = start_replica(name="f")
+    monkeypatch.setattr(perf_model, "default_perf_model_path", lambda repo_root=None: None)
+    embedded = start_replica(name="e")
+    async with httpx.AsyncClient(timeout=10) as client:
+        file_stats = (await client.get(f"{with_file.url}/stats")).json()
+        embedded_stats = (await client.get(f"{embedded.url}/stats")).json()
+    assert embedded_stats["perf_model_embedded"] is True and "embedded table" in embedded_stats["perf_model"]
+    if "splitwise_perf_model.csv" in file_stats["perf_model"]:  # the shared CSV is present here
+        assert file_stats["perf_model_embedded"] is False
