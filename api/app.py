@@ -34,7 +34,7 @@ from hedgerow.controller.db import (
     migrate_engine,
 )
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
-from hedgerow.controller.ingest import route_defaults
+from hedgerow.controller.ingest import RouteIdCache, route_defaults
 from hedgerow.controller.prices import read_price_file, store_price_file
 from hedgerow.controller.scheduler import ControllerScheduler
 from hedgerow.settings import Settings
@@ -152,6 +152,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     app.state.tokens = tokens
     app.state.token_names = parse_token_names(settings.tokens)
     app.state.route_defaults = defaults
+    app.state.route_ids = RouteIdCache()
     app.state.metrics = metrics
     for module in (calls, thresholds, routes, controller, health, prices, reports, metrics_api):
         app.include_router(module.router)
