@@ -9,9 +9,9 @@ transactions wait on each other instead of deadlocking.
 
 Each table is written with one statement per batch, compiled once per process:
 
-- SQLite: a Core ``executemany`` (SQLAlchemy's "insertmanyvalues": multi-row ``INSERT ...
-  VALUES (...), (...) ON CONFLICT (request_id) DO NOTHING RETURNING request_id, id``, up to
-  1,000 rows a page) for the calls, and a plain ``executemany`` for their attempts;
+- SQLite: one driver-level ``executemany`` of ``INSERT ... ON CONFLICT (request_id) DO
+  NOTHING`` for the calls, one read of the ids it created (the newest rowids, see
+  :func:`_write_sqlite`), one ``executemany`` for their attempts;
 - PostgreSQL: binary ``COPY`` of the calls into a session-local staging table, one ``INSERT
   INTO calls SELECT ... FROM (DELETE FROM staging RETURNING ...) ORDER BY request_id ON
   CONFLICT DO NOTHING RETURNING request_id, id``, then ``COPY`` of the new calls' attempts
@@ -32,13 +32,12 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from sqlalchemy import func, select, tuple_
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from hedgerow.client.records import estimate_prompt_tokens
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import RouteLimitExceeded, StoreError
-from hedgerow.controller.models import Attempt, Call, Route, utc_now
+from hedgerow.controller.models import Call, Route, utc_now
 from hedgerow.controller.policy import RouteConfig
 
 __all__ = [
@@ -326,13 +325,17 @@ ATTEMPT_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 
 _CALLS = Call.metadata.tables["calls"]
-#: The SQLite statements, built once (SQLAlchemy compiles each once per engine and caches it).
+#: The SQLite statements (driver-level ``executemany``: the rows are bound as they are, and the
+#: only column that needs converting, a timestamp, goes through its type's own bind processor).
 _SQLITE_INSERT_CALLS = (
-    sqlite.insert(_CALLS)
-    .on_conflict_do_nothing(index_elements=["request_id"])
-    .returning(_CALLS.c.request_id, _CALLS.c.id)
+    f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))}) "
+    "ON CONFLICT (request_id) DO NOTHING"
 )
-_SQLITE_INSERT_ATTEMPTS = Attempt.metadata.tables["attempts"].insert()
+_SQLITE_NEW_CALLS = "SELECT request_id, id FROM calls WHERE id > (SELECT max(id) FROM calls) - ?"
+_SQLITE_INSERT_ATTEMPTS = (
+    f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})"
+)
+_TIMESTAMP_COLUMNS = tuple(i for i, name in enumerate(CALL_COLUMNS) if name in ("started_at", "received_at"))
 
 #: The PostgreSQL staging table: session-local, the columns of ``calls`` that ingest writes.
 _PG_STAGE = "hedgerow_ingest_calls"
@@ -414,15 +417,38 @@ def _attempt_rows(batch: Sequence[RecordFields], call_ids: Mapping[str, int]) ->
 async def _write_sqlite(
     connection: AsyncConnection, batch: Sequence[RecordFields], call_rows: list[tuple[Any, ...]]
 ) -> dict[str, int]:
-    """Write calls and attempts with one cached Core statement each; returns the new calls' ids."""
-    params = [dict(zip(CALL_COLUMNS, row, strict=True)) for row in call_rows]
-    result = await connection.execute(_SQLITE_INSERT_CALLS, params)
-    call_ids = {request_id: call_id for request_id, call_id in result.all()}
+    """Write calls and attempts with one ``executemany`` each; returns the new calls' ids.
+
+    SQLite's ``executemany`` cannot return rows, so the new ids are read back by their rowids:
+    the insert of the calls takes the database's write lock (one writer at a time, held to the
+    commit), and while it is held a table with an ``INTEGER PRIMARY KEY`` gives each new row
+    ``max(id) + 1`` (SQLite "ROWIDs and the INTEGER PRIMARY KEY"), so the ``n`` rows the
+    statement inserted (its row count; conflicts insert nothing) are exactly the ``n`` largest ids.
+    """
+    to_text = _CALLS.c.started_at.type.bind_processor(connection.dialect)
+    if to_text is not None:
+        call_rows = [_converted(row, _TIMESTAMP_COLUMNS, to_text) for row in call_rows]
+    result = await connection.exec_driver_sql(_SQLITE_INSERT_CALLS, call_rows)
+    inserted = int(result.rowcount)
+    if inserted <= 0:
+        return {}
+    rows = await connection.exec_driver_sql(_SQLITE_NEW_CALLS, (inserted,))
+    fetched: list[Any] = list(rows.all())
+    call_ids = {row[0]: row[1] for row in fetched}
+    if len(call_ids) != inserted:  # pragma: no cover - would mean another writer inside our lock
+        raise StoreError(f"ingest: {inserted} calls inserted but {len(call_ids)} new ids read back")
     attempt_rows = _attempt_rows(batch, call_ids)
     if attempt_rows:
-        params = [dict(zip(ATTEMPT_COLUMNS, row, strict=True)) for row in attempt_rows]
-        await connection.execute(_SQLITE_INSERT_ATTEMPTS, params)
+        await connection.exec_driver_sql(_SQLITE_INSERT_ATTEMPTS, attempt_rows)
     return call_ids
+
+
+def _converted(row: tuple[Any, ...], columns: tuple[int, ...], convert: Any) -> tuple[Any, ...]:
+    """``row`` with the values at ``columns`` passed through ``convert``."""
+    values = list(row)
+    for index in columns:
+        values[index] = convert(values[index])
+    return tuple(values)
 
 
 async def _write_postgresql(
