@@ -118,7 +118,13 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         engine = make_engine(settings.database_url)
         sessionmaker = make_sessionmaker(engine)
         scheduler = ControllerScheduler(sessionmaker, settings)
-        scheduler.on_tick = metrics.observe_tick
+        threshold_cache = thresholds.make_threshold_cache(sessionmaker, settings.threshold_check_interval_s)
+
+        def after_tick(duration_s: float, finished_at_s: float) -> None:
+            metrics.observe_tick(duration_s, finished_at_s)
+            threshold_cache.invalidate()  # this process may have published: check at once
+
+        scheduler.on_tick = after_tick
         scheduler.on_lease = metrics.set_lease
         try:
             await migrate_engine(engine)
@@ -127,6 +133,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
             app.state.engine = engine
             app.state.sessionmaker = sessionmaker
             app.state.scheduler = scheduler
+            app.state.thresholds = threshold_cache
             if run_scheduler:
                 scheduler.start()
             yield

@@ -251,6 +251,7 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
             replace=replace,
             actor=actor,
         )
+        request.app.state.thresholds.invalidate()
     except RouteConfigInvalid as exc:
         return _unprocessable(exc.field, exc.message)
     except RouteLimitExceeded as exc:

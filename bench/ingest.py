@@ -1,7 +1,8 @@
 """Benchmark: records/s through ``POST /v1/calls`` against the raw write paths of the same rows.
 
 Methods, on one store per database (a SQLite file; PostgreSQL when ``HEDGEROW_TEST_DATABASE_URL``
-or ``--pg`` is set: that database is emptied first), run interleaved in every round so that
+or ``--pg`` names a server: a database of the bench's own is created on it and dropped after),
+run interleaved in every round so that
 the load of a shared machine falls on all of them alike:
 
 - ``api x1`` / ``api x4``: a real ``hedgerow serve`` process (uvicorn, loopback HTTP) and 1 or 4
@@ -49,13 +50,14 @@ from sqlalchemy import text
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller_tick import reset_postgres, synthetic_records
+from controller_tick import synthetic_records
 
 from hedgerow.client.records import CallRecord, estimate_prompt_tokens
 from hedgerow.controller.db import make_engine, upgrade_database
 from hedgerow.controller.ingest import ATTEMPT_COLUMNS, CALL_COLUMNS
 from hedgerow.controller.models import Attempt, Call, utc_now
 from tests.api.serve_process import running_serve
+from tests.conftest import create_pg_database, drop_pg_database
 
 ROUTES = 10
 
@@ -228,8 +230,6 @@ async def count_calls(url: str) -> int:
 
 async def run_store(store: str, url: str, records: int, batch: int, rounds: int, workdir: Path) -> list[dict[str, Any]]:
     """Every method on one store, ``rounds`` interleaved rounds; returns one result per (method, round)."""
-    if store == "postgresql":
-        await reset_postgres(url)
     await asyncio.to_thread(upgrade_database, url)
     now = datetime.now(UTC)
     results: list[dict[str, Any]] = []
@@ -323,8 +323,12 @@ async def main(args: argparse.Namespace) -> None:
         results += await run_store("sqlite", url, args.records, args.batch, args.rounds, Path(tmp))
     pg = args.pg or os.environ.get("HEDGEROW_TEST_DATABASE_URL")
     if pg:
-        with tempfile.TemporaryDirectory() as tmp:
-            results += await run_store("postgresql", pg, args.records, args.batch, args.rounds, Path(tmp))
+        url = await create_pg_database(pg, "hedgerow_bench")
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                results += await run_store("postgresql", url, args.records, args.batch, args.rounds, Path(tmp))
+        finally:
+            await drop_pg_database(url)
     rows = summarise(results)
     print()
     print(f"{'store':<11} {'method':<20} {'records/s (median)':>19} {'min..max':>17} {'vs baseline':>22}")
@@ -352,6 +356,6 @@ if __name__ == "__main__":
     parser.add_argument("--records", type=int, default=10_000, help="records per method and round")
     parser.add_argument("--batch", type=int, default=1000, help="records per POST (and per transaction)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--pg", default=None, help="PostgreSQL url (default: HEDGEROW_TEST_DATABASE_URL); emptied")
+    parser.add_argument("--pg", default=None, help="PostgreSQL server url (default: HEDGEROW_TEST_DATABASE_URL)")
     parser.add_argument("--json", type=Path, default=Path("bench/results/ingest.json"))
     asyncio.run(main(parser.parse_args()))
