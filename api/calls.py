@@ -96,7 +96,7 @@ def _error_answer(error: ErrorDetails, max_calls: int) -> JSONResponse:
     if kind == "json_invalid":
         message = error["msg"].removeprefix("Invalid JSON: ")
         if "recursion limit" in message:
-            return _unprocessable(None, "body", f"JSON nested too deeply: {message}")
+            return _unprocessable(None, "body", "JSON nested too deeply")
         return _unprocessable(None, "body", f"not valid JSON: {message}")
     if len(loc) < 2 or loc[0] != "calls" or not isinstance(loc[1], int):
         if kind == "extra_forbidden" and len(loc) == 1:

@@ -76,8 +76,13 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit_bytes = self.limit_for(scope["method"], scope["path"])
+        if not _has_header(scope, b"content-length") and not _has_header(scope, b"transfer-encoding"):
+            # neither Content-Length nor Transfer-Encoding: the request has no body (RFC 9112
+            # 6.3), nothing to bound or time (the polls of GET /v1/thresholds take this path)
+            await self.app(scope, receive, send)
+            return
         declared = _content_length(scope)
+        limit_bytes = self.limit_for(scope["method"], scope["path"])
         if declared is not None and declared > limit_bytes:
             await _refuse(send, 413, f"body of {declared} bytes exceeds the limit of {limit_bytes} bytes")
             return
@@ -120,6 +125,11 @@ class BodyLimitMiddleware:
             return dict(await receive())  # after the body: waits for the disconnect
 
         await self.app(scope, replay, send)
+
+
+def _has_header(scope: Scope, name: bytes) -> bool:
+    """True when the request carries header ``name`` (lower-case bytes)."""
+    return any(key == name for key, _value in scope.get("headers", ()))
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -19,14 +19,17 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 
 from hedgerow.api._threshold_cache import ThresholdCache
-from hedgerow.api.auth import require_scope
+from hedgerow.api.auth import BEARER_SECURITY, authorize, require_scope
 from hedgerow.api.routes import ModelQuery, RoutePath, Session
 from hedgerow.api.schemas import ThresholdOut, ThresholdTableOut
 from hedgerow.controller.queries import get_threshold
 
 __all__ = ["etag_matches", "etag_of", "make_threshold_cache", "render_table", "router", "table_body"]
 
-router = APIRouter(dependencies=[Depends(require_scope("ingest", "read"))])
+router = APIRouter()
+
+#: Scopes that may read thresholds (``admin`` everywhere).
+_READERS = frozenset({"ingest", "read", "admin"})
 
 
 def table_body(thresholds: list[dict[str, Any]]) -> bytes:
@@ -71,10 +74,16 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
     "/v1/thresholds",
     response_model=ThresholdTableOut,
     responses={304: {"description": "the table is unchanged since the ETag given"}},
+    openapi_extra={"security": BEARER_SECURITY},
     summary="Every published threshold",
 )
 async def get_thresholds(request: Request) -> Response:
-    """The threshold table with a strong ETag; 304 when ``If-None-Match`` names it (from memory)."""
+    """The threshold table with a strong ETag; 304 when ``If-None-Match`` names it (from memory).
+
+    The scope is checked inline (:func:`~hedgerow.api.auth.authorize`, the rule of
+    ``require_scope``): this is the endpoint every client polls.
+    """
+    authorize(request, _READERS)
     cache: ThresholdCache = request.app.state.thresholds
     table = cache.fresh() or await cache.current()
     headers = {"ETag": table.etag, "Cache-Control": "no-cache"}
@@ -87,6 +96,7 @@ async def get_thresholds(request: Request) -> Response:
     "/v1/thresholds/{route:path}",
     response_model=ThresholdOut,
     responses={404: {"description": "unknown (route, model), or nothing published yet"}},
+    dependencies=[Depends(require_scope("ingest", "read"))],
     summary="The published threshold of one (route, model)",
 )
 async def get_one_threshold(
