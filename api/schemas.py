@@ -152,7 +152,7 @@ class AttemptIn(BaseModel):
 class CallRecordIn(BaseModel):
     """One call record (wire format of :class:`hedgerow.client.records.CallRecord`).
 
-    Rules across fields, checked by the validators below (422 naming the field): each attempt's
+    Rules across fields, checked by this schema's validators (422 naming the field): each attempt's
     ``end_s >= start_s`` and ``first_token_s`` (when set) within ``[start_s, end_s]``; a
     ``winner`` needs an attempt of that role with outcome ``won``; ``started_at`` carries a
     timezone, lies in 1970..9000 and at most a day after the server's clock; ``route`` does not

@@ -425,7 +425,10 @@ async def _write_sqlite(
     ``max(id) + 1`` (SQLite "ROWIDs and the INTEGER PRIMARY KEY"), so the ``n`` rows the
     statement inserted (its row count; conflicts insert nothing) are exactly the ``n`` largest ids.
     """
-    to_text = _CALLS.c.started_at.type.bind_processor(connection.dialect)
+    # the dialect's own implementation of the column type: it renders the text SQLite stores
+    # (always with microseconds, as every other writer of the column does)
+    timestamp_type = _CALLS.c.started_at.type
+    to_text = timestamp_type.dialect_impl(connection.dialect).bind_processor(connection.dialect)
     if to_text is not None:
         call_rows = [_converted(row, _TIMESTAMP_COLUMNS, to_text) for row in call_rows]
     result = await connection.exec_driver_sql(_SQLITE_INSERT_CALLS, call_rows)

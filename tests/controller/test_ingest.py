@@ -169,3 +169,18 @@ def test_route_id_cache_lookup_add_and_bound() -> None:
     assert len(cache) == 1 and cache.lookup([("a", "m")]) == ({}, [("a", "m")])
     with pytest.raises(ValueError, match="max_entries"):
         RouteIdCache(max_entries=0)
+
+
+async def test_timestamps_are_stored_as_every_other_writer_stores_them(sessionmaker, call_factory) -> None:
+    from datetime import UTC, datetime
+
+    from sqlalchemy import text
+
+    whole_second = datetime(2026, 11, 25, 6, 0, 0, tzinfo=UTC)  # no microseconds: the edge case
+    await _ingest(sessionmaker, [call_factory("edge", started_at=whole_second)], route_defaults(Settings()))
+    async with sessionmaker() as session:
+        assert await session.scalar(select(func.count()).select_from(Call).where(Call.started_at >= whole_second)) == 1
+        assert await session.scalar(select(Call.started_at)) == whole_second
+        if session.get_bind().dialect.name == "sqlite":  # the text SQLAlchemy itself writes and compares
+            stored = await session.scalar(text("SELECT started_at FROM calls"))
+            assert stored == "2026-11-25 06:00:00.000000"
