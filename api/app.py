@@ -34,7 +34,7 @@ from hedgerow.controller.db import (
     migrate_engine,
 )
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
-from hedgerow.controller.ingest import route_defaults
+from hedgerow.controller.ingest import RouteIdCache, route_defaults
 from hedgerow.controller.prices import read_price_file, store_price_file
 from hedgerow.controller.scheduler import ControllerScheduler
 from hedgerow.settings import Settings
@@ -118,7 +118,13 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         engine = make_engine(settings.database_url)
         sessionmaker = make_sessionmaker(engine)
         scheduler = ControllerScheduler(sessionmaker, settings)
-        scheduler.on_tick = metrics.observe_tick
+        threshold_cache = thresholds.make_threshold_cache(sessionmaker, settings.threshold_check_interval_s)
+
+        def after_tick(duration_s: float, finished_at_s: float) -> None:
+            metrics.observe_tick(duration_s, finished_at_s)
+            threshold_cache.invalidate()  # this process may have published: check at once
+
+        scheduler.on_tick = after_tick
         scheduler.on_lease = metrics.set_lease
         try:
             await migrate_engine(engine)
@@ -127,6 +133,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
             app.state.engine = engine
             app.state.sessionmaker = sessionmaker
             app.state.scheduler = scheduler
+            app.state.thresholds = threshold_cache
             if run_scheduler:
                 scheduler.start()
             yield
@@ -152,6 +159,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     app.state.tokens = tokens
     app.state.token_names = parse_token_names(settings.tokens)
     app.state.route_defaults = defaults
+    app.state.route_ids = RouteIdCache()
     app.state.metrics = metrics
     for module in (calls, thresholds, routes, controller, health, prices, reports, metrics_api):
         app.include_router(module.router)

@@ -9,35 +9,41 @@
   ``max_models_per_route`` (field ``model``), nothing written: the routes a store holds are
   bounded, and no client can create more (an operator raises the settings); records of routes
   that exist are never refused by these bounds.
+
+The body is validated once, straight from its bytes, by pydantic's JSON parser
+(:func:`batch_model` ``.model_validate_json``: fields, the rules across fields and the batch
+size, which fails as soon as the list passes it); the validated records go to the store as they
+are (:func:`hedgerow.controller.ingest.ingest_calls`). Route ids are kept between batches in the
+app's :class:`~hedgerow.controller.ingest.RouteIdCache`.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, status
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import Field, ValidationError, create_model
+from pydantic_core import ErrorDetails
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.api.auth import require_scope
 from hedgerow.api.deps import get_session, get_settings
 from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
-from hedgerow.client.records import CallRecord
 from hedgerow.controller.errors import RouteLimitExceeded
 from hedgerow.controller.events import log_rejected_batch
 from hedgerow.controller.ingest import ingest_calls
 
-__all__ = ["MAX_RECORD_BYTES", "field_path", "parse_record", "router"]
+__all__ = ["MAX_RECORD_BYTES", "batch_model", "field_path", "parse_batch", "router"]
 
 router = APIRouter()
 
-#: Latest ``started_at`` accepted, seconds after the server's clock (generous clock skew).
-MAX_FUTURE_S = 86_400.0
 #: Body bytes allowed per record of the batch limit (a generous bound on one record's JSON).
 MAX_RECORD_BYTES = 16_384
+#: The answer for a body that is JSON but not ``{"calls": [...]}``.
+_SHAPE_MESSAGE = 'body must be {"calls": [record, ...]}'
 
 
 def field_path(loc: tuple[Any, ...]) -> str:
@@ -62,29 +68,64 @@ def _too_large(message: str) -> JSONResponse:
     return JSONResponse({"detail": message}, status_code=status.HTTP_413_CONTENT_TOO_LARGE)
 
 
-def parse_record(index: int, raw: Any) -> CallRecord | JSONResponse:
-    """Validate one raw record with :class:`CallRecordIn`, then build the :class:`CallRecord`.
+@lru_cache(maxsize=8)
+def batch_model(max_calls: int) -> type[CallBatchIn]:
+    """:class:`CallBatchIn` with its list bounded by ``max_calls`` (one class per limit, built once).
 
-    ``CallRecord.from_dict`` adds the checks across fields that a per-field schema cannot make
-    (``first_token_s`` between ``start_s`` and ``end_s``, a ``winner`` with a won attempt, ...).
+    pydantic's list validator stops at the first record past the bound (``too_long``), so an
+    oversized batch is refused without validating its records.
+
+    Args:
+        max_calls: most records of a batch, >= 1.
+    """
+    return create_model(
+        "CallBatchIn",
+        __base__=CallBatchIn,
+        calls=(list[CallRecordIn], Field(max_length=max_calls)),
+    )
+
+
+def _error_answer(error: ErrorDetails, max_calls: int) -> JSONResponse:
+    """The 413 or 422 for the first validation error of a batch (see the module docstring)."""
+    loc = tuple(error["loc"])
+    kind = error["type"]
+    if loc == ("calls",) and kind == "too_long":
+        actual = (error.get("ctx") or {}).get("actual_length")
+        size = f"batch of {actual} calls" if actual is not None else "batch"
+        return _too_large(f"{size} exceeds max_batch_calls={max_calls}")
+    if kind == "json_invalid":
+        message = error["msg"].removeprefix("Invalid JSON: ")
+        if "recursion limit" in message:
+            return _unprocessable(None, "body", "JSON nested too deeply")
+        return _unprocessable(None, "body", f"not valid JSON: {message}")
+    if len(loc) < 2 or loc[0] != "calls" or not isinstance(loc[1], int):
+        if kind == "extra_forbidden" and len(loc) == 1:
+            return _unprocessable(None, str(loc[0]), "unknown field")
+        return _unprocessable(None, "calls", _SHAPE_MESSAGE)
+    index, inner = loc[1], loc[2:]
+    message = "unknown field" if kind == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
+    if not inner and kind == "value_error":
+        # a rule across fields (check_consistency): its message starts with the field's path
+        field, sep, rest = message.partition(": ")
+        if sep:
+            return _unprocessable(index, field, rest)
+    return _unprocessable(index, field_path(inner), message)
+
+
+def parse_batch(body: bytes, max_calls: int) -> CallBatchIn | JSONResponse:
+    """Validate a ``POST /v1/calls`` body, straight from its bytes.
+
+    Args:
+        body: the request body (already bounded in size by the body limit middleware).
+        max_calls: ``max_batch_calls``.
+
+    Returns:
+        The validated batch, or the 413/422 answer for its first error.
     """
     try:
-        CallRecordIn.model_validate(raw)
+        return batch_model(max_calls).model_validate_json(body)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
-        return _unprocessable(index, field_path(tuple(error["loc"])), message)
-    try:
-        record = CallRecord.from_dict(raw)
-    except ValueError as exc:
-        field, _, message = str(exc).partition(": ")
-        return _unprocessable(index, field, message or str(exc))
-    latest = datetime.now(UTC) + timedelta(seconds=MAX_FUTURE_S)
-    if record.started_at > latest:
-        return _unprocessable(index, "started_at", f"more than {MAX_FUTURE_S:g} s after the server's clock")
-    if record.route.endswith("/history"):
-        return _unprocessable(index, "route", "must not end in '/history' (that path reads a route's history)")
-    return record
+        return _error_answer(exc.errors(include_url=False, include_input=False)[0], max_calls)
 
 
 @router.post(
@@ -117,30 +158,14 @@ async def post_calls(
     body = await request.body()
     if len(body) > limit * MAX_RECORD_BYTES:
         return _too_large(f"body of {len(body)} bytes exceeds {limit * MAX_RECORD_BYTES} bytes")
-    try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return _unprocessable(None, "body", f"not valid JSON: {exc}")
-    except RecursionError:
-        return _unprocessable(None, "body", "JSON nested too deeply")
-    if not isinstance(payload, dict) or not isinstance(payload.get("calls"), list):
-        return _unprocessable(None, "calls", 'body must be {"calls": [record, ...]}')
-    extra = sorted(set(payload) - {"calls"})
-    if extra:
-        return _unprocessable(None, extra[0], "unknown field")
-    raw_calls = payload["calls"]
-    if len(raw_calls) > limit:
-        answer = _too_large(f"batch of {len(raw_calls)} calls exceeds max_batch_calls={limit}")
-        _rejected(request, len(raw_calls), answer)
-        return answer
-    records: list[CallRecord] = []
-    for index, raw in enumerate(raw_calls):
-        parsed = parse_record(index, raw)
-        if isinstance(parsed, JSONResponse):
-            _rejected(request, len(raw_calls), parsed)
-            return parsed
-        records.append(parsed)
-    stored: list[CallRecord] = []
+    parsed = parse_batch(body, limit)
+    if isinstance(parsed, JSONResponse):
+        _rejected(request, body, parsed)
+        return parsed
+    records = parsed.calls
+    stored: list[CallRecordIn] = []
+    resolved: dict[tuple[str, str], int] = {}
+    route_ids = request.app.state.route_ids
     try:
         async with session.begin():
             accepted, duplicates = await ingest_calls(
@@ -150,10 +175,14 @@ async def post_calls(
                 max_routes=settings.max_routes,
                 max_models_per_route=settings.max_models_per_route,
                 stored=stored,
+                route_ids=route_ids,
+                resolved=resolved,
             )
     except RouteLimitExceeded as exc:
         index = next(i for i, r in enumerate(records) if (r.route, r.model) == (exc.route, exc.model))
         return _unprocessable(index, exc.field, str(exc))
+    if len(resolved) > len(route_ids):  # maybe new pairs: learn them now that they are committed
+        route_ids.add(resolved)
     metrics = request.app.state.metrics
     metrics.observe_records(stored)
     metrics.records_accepted.inc(accepted)
@@ -161,8 +190,21 @@ async def post_calls(
     return IngestOut(accepted=accepted, duplicates=duplicates)
 
 
-def _rejected(request: Request, count: int, answer: JSONResponse) -> None:
-    """Count and log a refused batch of ``count`` records (one line: the count and the first error)."""
-    request.app.state.metrics.records_rejected.inc(count)
+def _rejected(request: Request, body: bytes, answer: JSONResponse) -> None:
+    """Count and log a refused batch of records (one line: the count and the first error).
+
+    Only a batch whose records were refused counts (413 for its size, or a 422 naming a record);
+    a body that is not a batch at all has no records to count. The count is read by parsing the
+    body again with :func:`json.loads`: this is the refusal path, not the one to keep fast.
+    """
     detail = json.loads(bytes(answer.body)).get("detail")
+    if answer.status_code != status.HTTP_413_CONTENT_TOO_LARGE and not (
+        isinstance(detail, dict) and detail.get("index") is not None
+    ):
+        return
+    try:
+        count = len(json.loads(body)["calls"])
+    except (ValueError, TypeError, KeyError, RecursionError):  # pragma: no cover - pydantic parsed it already
+        count = 0
+    request.app.state.metrics.records_rejected.inc(count)
     log_rejected_batch(count, detail if isinstance(detail, dict) else {"message": str(detail)})

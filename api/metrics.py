@@ -43,6 +43,8 @@ hedgerow_threshold_info                                gauge      route, model, 
 
 from __future__ import annotations
 
+from collections import Counter as Tally
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -52,7 +54,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from hedgerow.api.auth import require_scope
-from hedgerow.client.records import CallRecord
+from hedgerow.client.records import estimate_prompt_tokens
+from hedgerow.controller.ingest import RecordFields
 from hedgerow.controller.lease import CONTROLLER_LEASE
 from hedgerow.controller.queries import list_thresholds
 
@@ -144,30 +147,52 @@ class Metrics:
         )
         self.lease_held.labels(lease=CONTROLLER_LEASE).set(0)
 
-    def observe_records(self, records: Iterable[CallRecord]) -> None:
-        """Count stored call records (each once: pass only the records written, not duplicates)."""
+    def observe_records(self, records: Iterable[RecordFields]) -> None:
+        """Count stored call records (each once: pass only the records written, not duplicates).
+
+        Counts are summed per label set first and each counter child is incremented once per
+        batch (a child lookup costs microseconds, a batch has up to 1,000 records); the TTFT
+        histogram gets one observation per record. The prompts of losing attempts are counted
+        with the one estimate rule (:func:`hedgerow.client.records.estimate_prompt_tokens`), as
+        stored.
+        """
+        counts: Tally[tuple[Any, ...]] = Tally()
+        ttfts: dict[tuple[str, str], list[float]] = defaultdict(list)
         for record in records:
-            labels = {"route": record.route, "model": record.model}
-            self.calls.labels(status=record.status, **labels).inc()
+            key = (record.route, record.model)
+            counts[("calls", *key, record.status)] += 1
             if record.hedge_reason == "ttft_timeout":
-                self.hedges.labels(trigger="delay", **labels).inc()
+                counts[("hedges", *key, "delay")] += 1
             elif record.hedge_reason == "primary_error":
-                self.hedges.labels(trigger="error", **labels).inc()
-                self.failovers.labels(**labels).inc()
+                counts[("hedges", *key, "error")] += 1
+                counts[("failovers", *key)] += 1
             if record.hedge_denied:
-                self.hedges_denied.labels(**labels).inc()
+                counts[("hedges_denied", *key)] += 1
             if record.hedged and record.winner is not None:
-                self.hedge_wins.labels(winner=record.winner, **labels).inc()
+                counts[("hedge_wins", *key, record.winner)] += 1
             if record.failover_denied:
-                self.failovers_denied.labels(**labels).inc()
+                counts[("failovers_denied", *key)] += 1
             if record.wasted_completion_tokens:
-                self.wasted_tokens.labels(token_type="completion", **labels).inc(record.wasted_completion_tokens)
+                counts[("wasted_tokens", *key, "completion")] += record.wasted_completion_tokens
             if len(record.attempts) > 1:  # the prompts of losing attempts: the price of a hedge
-                wasted_prompt = sum(a.prompt_tokens or 0 for a in record.attempts if a.outcome != "won")
+                call_prompt = record.prompt_tokens
+                wasted_prompt = sum(
+                    estimate_prompt_tokens(a.prompt_tokens, a.prompt_tokens_estimated, a.status_code, call_prompt)[0]
+                    for a in record.attempts
+                    if a.outcome != "won"
+                )
                 if wasted_prompt:
-                    self.wasted_tokens.labels(token_type="prompt", **labels).inc(wasted_prompt)
+                    counts[("wasted_tokens", *key, "prompt")] += wasted_prompt
             if record.ttft_s is not None:
-                self.ttft.labels(gen_ai_request_model=record.model, route=record.route).observe(record.ttft_s)
+                ttfts[key].append(record.ttft_s)
+        for (name, route, model, *rest), amount in counts.items():
+            counter: Any = getattr(self, name)
+            child = counter.labels(route, model, *rest) if rest else counter.labels(route, model)
+            child.inc(amount)
+        for (route, model), values in ttfts.items():
+            child = self.ttft.labels(gen_ai_request_model=model, route=route)
+            for value in values:
+                child.observe(value)
 
     def observe_tick(self, duration_s: float, finished_at_s: float) -> None:
         """Record one controller tick of ``duration_s`` seconds that finished at Unix time ``finished_at_s``."""

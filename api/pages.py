@@ -291,6 +291,7 @@ async def change_route(request: Request, route: str, model: str | None = None) -
             replace=False,
             actor=actor,
         )
+        request.app.state.thresholds.invalidate()
     except RouteConfigInvalid as exc:
         return await _route_page(
             request,

@@ -33,6 +33,7 @@ from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
 from hedgerow.api.json_response import ApiJSONResponse
 from hedgerow.api.schemas import (
+    HISTORY_SUFFIX,
     PRINTABLE_PATTERN,
     HistoryOut,
     RouteChangeOut,
@@ -57,8 +58,6 @@ __all__ = [
     "router",
 ]
 
-#: Route names may not end in this: ``/v1/routes/{route}/history`` is the history of ``route``.
-HISTORY_SUFFIX = "/history"
 #: Largest ``limit`` of a history query.
 MAX_HISTORY_LIMIT = 10_000
 #: Largest body of a PUT/PATCH of a route, bytes (a full configuration is about 300).
@@ -252,6 +251,7 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
             replace=replace,
             actor=actor,
         )
+        request.app.state.thresholds.invalidate()
     except RouteConfigInvalid as exc:
         return _unprocessable(exc.field, exc.message)
     except RouteLimitExceeded as exc:

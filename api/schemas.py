@@ -4,13 +4,16 @@
 accepts (same fields, same types, same defaults; unknown fields are refused); a test round-trips
 records through both. Durations are float seconds >= 0; timestamps ISO 8601 with a zone.
 The limits (name length, largest count and duration) are those of ``hedgerow.client.records``;
-checks across fields are made by ``CallRecord.from_dict`` after this schema.
+the checks across fields are the same rule as ``CallRecord.from_dict``'s
+(:func:`hedgerow.client.records.check_consistency`), run by a model validator, so a batch is
+validated once, straight from the request bytes (``CallBatchIn.model_validate_json``), and each
+record is one pydantic object from the wire to the store.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 from pydantic import (
     AfterValidator,
@@ -20,17 +23,25 @@ from pydantic import (
     Field,
     StrictBool,
     StrictStr,
+    field_validator,
+    model_validator,
 )
 
 from hedgerow.client.records import (
     MAX_COUNT,
     MAX_NAME_CHARS,
     MAX_SECONDS,
+    check_consistency,
     control_character_error,
     parse_timestamp,
 )
 
+if TYPE_CHECKING:
+    from hedgerow.client.records import CallRecord
+
 __all__ = [
+    "HISTORY_SUFFIX",
+    "MAX_FUTURE_S",
     "AttemptIn",
     "CallBatchIn",
     "CallRecordIn",
@@ -75,6 +86,10 @@ def no_control_characters(value: str) -> str:
 #: Validation of every stored string: no C0 control character nor DEL (see
 #: :func:`hedgerow.client.records.control_character_error`).
 Printable = AfterValidator(no_control_characters)
+#: Latest ``started_at`` accepted, seconds after the server's clock (generous clock skew).
+MAX_FUTURE_S = 86_400.0
+#: Route names may not end in this: ``/v1/routes/{route}/history`` is the history of ``route``.
+HISTORY_SUFFIX = "/history"
 #: Most attempts one call record may carry (a call makes 1 + ``max_backups`` attempts).
 MAX_ATTEMPTS_PER_CALL = 64
 #: The same rule as a JSON Schema ``pattern`` (documentation: the check is :data:`Printable`'s).
@@ -94,6 +109,13 @@ def not_null_in_schema(schema: dict[str, Any]) -> None:
 def _none_to(default: Any, accepted: Any) -> BeforeValidator:
     """A validator reading JSON null as ``default``; the schema says ``accepted`` or null, as accepted."""
     return BeforeValidator(lambda value: default if value is None else value, json_schema_input_type=accepted | None)
+
+
+def _not_a_bool(value: Any) -> Any:
+    """Refuse JSON ``true``/``false`` where a number is meant (a ``Literal[1, 2]`` takes ``true`` as 1)."""
+    if isinstance(value, bool):
+        raise ValueError("must be one of 1, 2")
+    return value
 
 
 CallStatusIn = Literal["ok", "error", "timeout", "stalled", "cancelled"]
@@ -130,11 +152,14 @@ class AttemptIn(BaseModel):
 class CallRecordIn(BaseModel):
     """One call record (wire format of :class:`hedgerow.client.records.CallRecord`).
 
-    Rules across fields, checked after this schema (422 naming the field): each attempt's
+    Rules across fields, checked by this schema's validators (422 naming the field): each attempt's
     ``end_s >= start_s`` and ``first_token_s`` (when set) within ``[start_s, end_s]``; a
     ``winner`` needs an attempt of that role with outcome ``won``; ``started_at`` carries a
     timezone, lies in 1970..9000 and at most a day after the server's clock; ``route`` does not
-    end in ``/history``; at most 64 attempts; unknown fields are refused.
+    end in ``/history``; at most 64 attempts; unknown fields are refused. A rule across fields
+    fails as a ``value_error`` at the record itself whose message starts with the field's path
+    (``attempts[0].end_s: before its start_s``, the message of
+    :func:`hedgerow.client.records.check_consistency`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -163,7 +188,33 @@ class CallRecordIn(BaseModel):
     wasted_completion_tokens: Annotated[Count, _none_to(0, Count)] = 0
     attempts: list[AttemptIn] = Field(default_factory=list, max_length=MAX_ATTEMPTS_PER_CALL)
     #: Wire format version (``hedgerow.client.records.RECORD_VERSION``); absent means 1.
-    record_version: Literal[1, 2] = 1
+    record_version: Annotated[Literal[1, 2], BeforeValidator(_not_a_bool)] = 1
+
+    @field_validator("started_at")
+    @classmethod
+    def _not_far_ahead(cls, value: datetime) -> datetime:
+        """Refuse a ``started_at`` more than :data:`MAX_FUTURE_S` after the server's clock."""
+        if value > datetime.now(UTC) + timedelta(seconds=MAX_FUTURE_S):
+            raise ValueError(f"more than {MAX_FUTURE_S:g} s after the server's clock")
+        return value
+
+    @field_validator("route")
+    @classmethod
+    def _not_a_history_path(cls, value: str) -> str:
+        """Refuse a route name ending in ``/history`` (that path reads a route's history)."""
+        if value.endswith(HISTORY_SUFFIX):
+            raise ValueError("must not end in '/history' (that path reads a route's history)")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CallRecordIn:
+        """The record's rules across fields (:func:`hedgerow.client.records.check_consistency`).
+
+        The schema carries every attribute that function reads, under the same names and types,
+        so the one rule is applied to it as it is (no ``CallRecord`` is built).
+        """
+        check_consistency(cast("CallRecord", self))
+        return self
 
 
 class CallBatchIn(BaseModel):

@@ -6,6 +6,7 @@ import asyncio
 import math
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -17,7 +18,7 @@ from hedgerow.controller.db import make_engine, migrate_engine, safe_url
 from hedgerow.logs import configure_logging, uvicorn_log_config
 from hedgerow.settings import Settings
 
-__all__ = ["bind_socket", "serve", "serve_async"]
+__all__ = ["bind_socket", "event_loop_factory", "serve", "serve_async"]
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -150,9 +151,27 @@ async def _stop_when_set(stop: asyncio.Event, server: uvicorn.Server) -> None:
     server.should_exit = True
 
 
-def serve(settings: Settings) -> None:
-    """Run :func:`serve_async` (with its own logging) in a new event loop (blocking) until interrupted."""
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop factory where uvloop is installed (a dependency on CPython), else None.
+
+    uvicorn's own ``loop="auto"`` only applies when uvicorn creates the loop; ``serve`` creates
+    it, so it makes the same choice here.
+    """
     try:
-        asyncio.run(serve_async(settings, own_logging=True))
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on CPython/POSIX
+        return None
+    return uvloop.new_event_loop
+
+
+def serve(settings: Settings) -> None:
+    """Run :func:`serve_async` (with its own logging) until interrupted (blocking).
+
+    The event loop is uvloop's where installed (:func:`event_loop_factory`), the HTTP parser
+    httptools' (:func:`~hedgerow.api.limits.header_timeout_protocol`).
+    """
+    try:
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            runner.run(serve_async(settings, own_logging=True))
     except KeyboardInterrupt:  # pragma: no cover - uvicorn handles the signal itself
         sys.exit(130)

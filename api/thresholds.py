@@ -5,6 +5,9 @@
 
 The table's body is rendered deterministically from the stored rows (``generated_at`` is the
 newest ``updated_at``), so its ETag, a SHA-256 of the body, changes exactly when the table does.
+The rendered body and ETag are kept in memory (:class:`~hedgerow.api._threshold_cache.ThresholdCache`
+on ``app.state.thresholds``): a poll within a second of the last check of the store's change
+counter, 200 or 304, touches no database.
 """
 
 from __future__ import annotations
@@ -15,14 +18,18 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from hedgerow.api.auth import require_scope
+from hedgerow.api._threshold_cache import ThresholdCache
+from hedgerow.api.auth import BEARER_SECURITY, authorize, require_scope
 from hedgerow.api.routes import ModelQuery, RoutePath, Session
 from hedgerow.api.schemas import ThresholdOut, ThresholdTableOut
-from hedgerow.controller.queries import get_threshold, list_thresholds
+from hedgerow.controller.queries import get_threshold
 
-__all__ = ["etag_matches", "etag_of", "router", "table_body"]
+__all__ = ["etag_matches", "etag_of", "make_threshold_cache", "render_table", "router", "table_body"]
 
-router = APIRouter(dependencies=[Depends(require_scope("ingest", "read"))])
+router = APIRouter()
+
+#: Scopes that may read thresholds (``admin`` everywhere).
+_READERS = frozenset({"ingest", "read", "admin"})
 
 
 def table_body(thresholds: list[dict[str, Any]]) -> bytes:
@@ -35,6 +42,22 @@ def table_body(thresholds: list[dict[str, Any]]) -> bytes:
 def etag_of(body: bytes) -> str:
     """A strong ETag (quoted) of a response body."""
     return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+def render_table(thresholds: list[dict[str, Any]]) -> tuple[bytes, str]:
+    """The table's body (:func:`table_body`) and its ETag (:func:`etag_of`)."""
+    body = table_body(thresholds)
+    return body, etag_of(body)
+
+
+def make_threshold_cache(sessionmaker: Any, check_interval_s: float) -> ThresholdCache:
+    """The app's cache of the rendered table (see :mod:`hedgerow.api._threshold_cache`).
+
+    Args:
+        sessionmaker: the app's ``async_sessionmaker``.
+        check_interval_s: seconds between two reads of the store's change counter, >= 0.
+    """
+    return ThresholdCache(sessionmaker, render_table, check_interval_s=check_interval_s)
 
 
 def etag_matches(if_none_match: str | None, etag: str) -> bool:
@@ -51,22 +74,29 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
     "/v1/thresholds",
     response_model=ThresholdTableOut,
     responses={304: {"description": "the table is unchanged since the ETag given"}},
+    openapi_extra={"security": BEARER_SECURITY},
     summary="Every published threshold",
 )
-async def get_thresholds(request: Request, session: Session) -> Response:
-    """The threshold table with a strong ETag; 304 when ``If-None-Match`` names it."""
-    body = table_body(await list_thresholds(session))
-    etag = etag_of(body)
-    headers = {"ETag": etag, "Cache-Control": "no-cache"}
-    if etag_matches(request.headers.get("if-none-match"), etag):
+async def get_thresholds(request: Request) -> Response:
+    """The threshold table with a strong ETag; 304 when ``If-None-Match`` names it (from memory).
+
+    The scope is checked inline (:func:`~hedgerow.api.auth.authorize`, the rule of
+    ``require_scope``): this is the endpoint every client polls.
+    """
+    authorize(request, _READERS)
+    cache: ThresholdCache = request.app.state.thresholds
+    table = cache.fresh() or await cache.current()
+    headers = {"ETag": table.etag, "Cache-Control": "no-cache"}
+    if etag_matches(request.headers.get("if-none-match"), table.etag):
         return Response(status_code=304, headers=headers)
-    return Response(content=body, media_type="application/json", headers=headers)
+    return Response(content=table.body, media_type="application/json", headers=headers)
 
 
 @router.get(
     "/v1/thresholds/{route:path}",
     response_model=ThresholdOut,
     responses={404: {"description": "unknown (route, model), or nothing published yet"}},
+    dependencies=[Depends(require_scope("ingest", "read"))],
     summary="The published threshold of one (route, model)",
 )
 async def get_one_threshold(

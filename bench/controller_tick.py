@@ -1,34 +1,53 @@
-"""Benchmark: what one controller tick costs as the number of calls in its window grows.
+"""Benchmark: what one controller tick costs as routes and calls per route grow.
 
-A tick reads every primary attempt of the window into Python, runs Kaplan-Meier and the policy,
-and writes a threshold and a history row per route. This measures its wall time on a real store
-(a SQLite file, and PostgreSQL when ``HEDGEROW_TEST_DATABASE_URL`` is set) for 1,000 to 100,000
-calls of one route (realistic hedged records: ~10% hedged, censored primaries included), and the
-ingest rate of ``POST /v1/calls``-sized batches for comparison.
+The tick of today (``hedgerow.controller.jobs.run_tick``) reads every raw call of the window
+into Python, runs Kaplan-Meier and the policy per route and writes a threshold and a history
+row per route; its cost grows with the calls in the window. This measures it for a grid of
+routes x calls per route (default 10, 100, 1,000 routes x 1,000 and 10,000 calls each, in the
+last 30 minutes; realistic hedged records: ~10% hedged, censored primaries included), on a
+SQLite file and on PostgreSQL when ``HEDGEROW_TEST_DATABASE_URL`` (or ``--pg``) names a server
+(a database of the bench's own, dropped after). It is the baseline of the histogram tick of
+issue 14 part 2 (a tick that reads routes x minutes x buckets, not calls).
 
-Run: ``python bench/controller_tick.py [--sizes 1000,10000,100000] [--json bench/results/controller_tick.json]``.
-Prints a table and writes JSON. Not a test: nothing is asserted.
+Beside each tick, interleaved with it, the same run times the floor of any raw-row tick: one
+SQLAlchemy Core query fetching the window's primary attempts (route, TTFT or censoring time)
+without ORM objects, estimation or writes (``read rows``).
+
+Cells whose calls in all (routes x calls) pass ``--max-total-calls`` (default 1,000,000; the
+1,000 x 10,000 cell is 10 million calls, ~10 minutes of seeding and a tick of minutes on this
+machine) are listed as skipped, not run.
+
+Run: ``python bench/controller_tick.py [--routes 10,100,1000] [--calls 1000,10000]
+[--repeats 3] [--max-total-calls 1000000] [--json bench/results/controller_tick.json]``.
+Prints a table (median of ``--repeats``) and writes JSON. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
+import platform
+import statistics
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from sqlalchemy import text
+from sqlalchemy import select, text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hedgerow.client.records import AttemptRecord, CallRecord
 from hedgerow.controller.db import make_engine, make_sessionmaker, upgrade_database
 from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.jobs import run_tick
+from hedgerow.controller.models import Attempt, Call
 from hedgerow.settings import Settings
 
 
@@ -83,34 +102,85 @@ def synthetic_records(n: int, now: datetime, seed: int = 0) -> list[CallRecord]:
     return records
 
 
-async def measure(url: str, size: int) -> dict:
-    """Ingest ``size`` records into a fresh store at ``url``; time the ingest and one tick."""
-    upgrade_database(url)
+async def seed(url: str, routes: int, calls: int, now: datetime) -> float:
+    """Fill a migrated store with ``calls`` records for each of ``routes`` routes; returns seconds taken."""
     engine = make_engine(url)
     sessionmaker = make_sessionmaker(engine)
-    settings = Settings(database_url=url, window_s=3600)
+    base = synthetic_records(calls, now)
+    defaults = route_defaults(Settings())
+    started = time.perf_counter()
+    try:
+        batch: list[CallRecord] = []
+        for r in range(routes):
+            batch.extend(
+                dataclasses.replace(rec, request_id=f"{rec.request_id}-r{r}", route=f"route-{r}") for rec in base
+            )
+            if len(batch) >= 20_000 or r == routes - 1:
+                async with sessionmaker() as session, session.begin():
+                    await ingest_calls(session, batch, defaults=defaults)
+                batch = []
+    finally:
+        await engine.dispose()
+    return time.perf_counter() - started
+
+
+async def read_rows(url: str, now: datetime, window_s: float) -> tuple[float, int]:
+    """The floor of a raw-row tick: fetch the window's primary attempts with one Core query.
+
+    Returns:
+        ``(seconds, rows)``.
+    """
+    engine = make_engine(url)
+    query = (
+        select(Call.route_id, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome)
+        .join(Attempt, Attempt.call_id == Call.id)
+        .where(Call.started_at >= now - timedelta(seconds=window_s), Call.started_at <= now)
+        .where(Attempt.role == "primary")
+    )
+    try:
+        started = time.perf_counter()
+        async with engine.connect() as connection:
+            rows = (await connection.execute(query)).all()
+        return time.perf_counter() - started, len(rows)
+    finally:
+        await engine.dispose()
+
+
+async def measure(url: str, routes: int, calls: int, repeats: int) -> dict[str, Any]:
+    """Seed a fresh store at ``url``; time ``repeats`` ticks and row reads, interleaved."""
+    await asyncio.to_thread(upgrade_database, url)
     now = datetime.now(UTC)
-    records = synthetic_records(size, now)
-    defaults = route_defaults(settings)
-    start = time.perf_counter()
-    for i in range(0, size, 1000):
-        async with sessionmaker() as session, session.begin():
-            await ingest_calls(session, records[i : i + 1000], defaults=defaults)
-    ingest_s = time.perf_counter() - start
-    ticks = []
-    for _ in range(3):
-        start = time.perf_counter()
-        rows = await run_tick(sessionmaker, settings, now=now)
-        ticks.append(time.perf_counter() - start)
-    await engine.dispose()
-    row = rows[0]
+    seed_s = await seed(url, routes, calls, now)
+    settings = Settings(database_url=url, window_s=3600, max_routes=max(routes, 1))
+    engine = make_engine(url)
+    sessionmaker = make_sessionmaker(engine)
+    ticks: list[float] = []
+    reads: list[float] = []
+    rows: list[dict[str, Any]] = []
+    read_count = 0
+    try:
+        for _ in range(repeats):
+            started = time.perf_counter()
+            rows = await run_tick(sessionmaker, settings, now=now)
+            ticks.append(time.perf_counter() - started)
+            seconds, read_count = await read_rows(url, now, settings.window_s)
+            reads.append(seconds)
+    finally:
+        await engine.dispose()
+    tick_s = statistics.median(ticks)
     return {
-        "calls": size,
-        "ingest_calls_per_s": size / ingest_s,
-        "tick_s_median": float(np.median(ticks)),
-        "samples": row["samples"],
-        "censored": row["censored"],
-        "hedge_after_s": row["hedge_after_s"],
+        "routes": routes,
+        "calls_per_route": calls,
+        "calls": routes * calls,
+        "seed_s": seed_s,
+        "tick_s_median": tick_s,
+        "tick_s_runs": ticks,
+        "tick_ms_per_route": tick_s / routes * 1e3,
+        "tick_us_per_call": tick_s / (routes * calls) * 1e6,
+        "read_rows_s_median": statistics.median(reads),
+        "rows_read": read_count,
+        "decisions": len(rows),
+        "samples_first_route": rows[0]["samples"] if rows else None,
     }
 
 
@@ -123,37 +193,69 @@ async def reset_postgres(url: str) -> None:
     await engine.dispose()
 
 
-async def main(sizes: list[int], json_path: Path | None) -> None:
-    """Run every size on SQLite (and PostgreSQL if configured); print and save the results."""
-    results = []
-    pg = os.environ.get("HEDGEROW_TEST_DATABASE_URL")
-    for size in sizes:
-        with tempfile.TemporaryDirectory() as tmp:
-            results.append({"store": "sqlite", **await measure(f"sqlite+aiosqlite:///{tmp}/bench.db", size)})
-        if pg:
-            await reset_postgres(pg)
-            results.append({"store": "postgresql", **await measure(pg, size)})
-    print(
-        f"{'store':<11} {'calls':>8} {'ingest calls/s':>15} {'tick s (median of 3)':>21} {'samples':>8} "
-        f"{'censored':>9} {'hedge_after_s':>14}"
-    )
+async def main(args: argparse.Namespace) -> None:
+    """Run every cell of the grid on SQLite (and PostgreSQL if configured); print and save the results."""
+    from tests.conftest import create_pg_database, drop_pg_database
+
+    routes_grid = [int(x) for x in args.routes.split(",")]
+    calls_grid = [int(x) for x in args.calls.split(",")]
+    stores = ["sqlite"] + (["postgresql"] if (args.pg or os.environ.get("HEDGEROW_TEST_DATABASE_URL")) else [])
+    pg_server = args.pg or os.environ.get("HEDGEROW_TEST_DATABASE_URL")
+    results: list[dict[str, Any]] = []
+    for routes in routes_grid:
+        for calls in calls_grid:
+            for store in stores:
+                if routes * calls > args.max_total_calls:
+                    skipped = f"> --max-total-calls {args.max_total_calls}"
+                    results.append(
+                        {"store": store, "routes": routes, "calls_per_route": calls, "calls": routes * calls,
+                         "skipped": skipped}
+                    )  # fmt: skip
+                    continue
+                if store == "sqlite":
+                    with tempfile.TemporaryDirectory() as tmp:
+                        result = await measure(f"sqlite+aiosqlite:///{tmp}/bench.db", routes, calls, args.repeats)
+                else:
+                    assert pg_server is not None
+                    url = await create_pg_database(pg_server, "hedgerow_bench")
+                    try:
+                        result = await measure(url, routes, calls, args.repeats)
+                    finally:
+                        await drop_pg_database(url)
+                results.append({"store": store, **result})
+                print(
+                    f"  {store:<10} {routes:>5} routes x {calls:>6} calls: tick {result['tick_s_median']:.2f} s, "
+                    f"read rows {result['read_rows_s_median']:.2f} s (seeded in {result['seed_s']:.0f} s)",
+                    flush=True,
+                )
+    print()
+    print(f"{'store':<11} {'routes':>6} {'calls/route':>11} {'calls':>9} {'tick s':>8} {'ms/route':>9} "
+          f"{'us/call':>8} {'read rows s':>12} {'tick/read':>9}")  # fmt: skip
     for r in results:
+        cell = f"{r['store']:<11} {r['routes']:>6} {r['calls_per_route']:>11} {r['calls']:>9}"
+        if "skipped" in r:
+            print(f"{cell} skipped ({r['skipped']})")
+            continue
+        ratio = r["tick_s_median"] / max(r["read_rows_s_median"], 1e-9)
         print(
-            f"{r['store']:<11} {r['calls']:>8} {r['ingest_calls_per_s']:>15.0f} {r['tick_s_median']:>21.3f} "
-            f"{r['samples']:>8} {r['censored']:>9} {r['hedge_after_s']:>14.3f}"
+            f"{cell} {r['tick_s_median']:>8.2f} {r['tick_ms_per_route']:>9.1f} {r['tick_us_per_call']:>8.1f} "
+            f"{r['read_rows_s_median']:>12.2f} {ratio:>9.1f}"
         )
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(
-            json.dumps({"benchmark": "controller_tick", "python": sys.version.split()[0], "results": results}, indent=2)
-            + "\n"
-        )
-        print(f"written to {json_path}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps({"benchmark": "controller_tick", "python": platform.python_version(), "repeats": args.repeats,
+                        "results": results}, indent=2) + "\n"
+        )  # fmt: skip
+        print(f"written to {args.json}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated call counts")
+    parser.add_argument("--routes", default="10,100,1000", help="comma-separated route counts")
+    parser.add_argument("--calls", default="1000,10000", help="comma-separated calls per route")
+    parser.add_argument("--repeats", type=int, default=3, help="ticks (and row reads) per cell")
+    parser.add_argument("--max-total-calls", type=int, default=1_000_000, help="skip cells with more calls in all")
+    parser.add_argument("--pg", default=None, help="PostgreSQL server url (default: HEDGEROW_TEST_DATABASE_URL)")
     parser.add_argument("--json", type=Path, default=Path("bench/results/controller_tick.json"))
-    args = parser.parse_args()
-    asyncio.run(main([int(s) for s in args.sizes.split(",")], args.json))
+    asyncio.run(main(parser.parse_args()))

@@ -1,28 +1,56 @@
-"""Ingest of call records: a batch of :class:`CallRecord` becomes rows of ``calls`` and ``attempts``.
+"""Ingest of call records: a batch of records becomes rows of ``calls`` and ``attempts``.
 
 Idempotent by ``request_id``: a record whose id is already stored (or appears earlier in the same
 batch) is counted as a duplicate and not written. Correct under concurrent batches on both SQLite
-and PostgreSQL: every insert is ``INSERT ... ON CONFLICT DO NOTHING`` (the dialect's own insert),
-so two batches racing on the same id or on a new route never fail and never double count. Rows are
-written in a sorted order (routes by (route, model), calls by request_id) so that concurrent
-PostgreSQL transactions wait on each other instead of deadlocking.
+and PostgreSQL: every insert of a call is ``INSERT ... ON CONFLICT DO NOTHING``, so two batches
+racing on the same id or on a new route never fail and never double count. Rows are written in a
+sorted order (routes by (route, model), calls by request_id) so that concurrent PostgreSQL
+transactions wait on each other instead of deadlocking.
+
+Each table is written with one statement per batch, compiled once per process:
+
+- SQLite: one driver-level ``executemany`` of ``INSERT ... ON CONFLICT (request_id) DO
+  NOTHING`` for the calls, one read of the ids it created (the newest rowids, see
+  :func:`_write_sqlite`), one ``executemany`` for their attempts;
+- PostgreSQL: binary ``COPY`` of the calls into a session-local staging table, one ``INSERT
+  INTO calls SELECT ... FROM (DELETE FROM staging RETURNING ...) ORDER BY request_id ON
+  CONFLICT DO NOTHING RETURNING request_id, id``, then ``COPY`` of the new calls' attempts
+  straight into ``attempts``.
+
+Records are any objects with the wire format's attributes (:class:`RecordFields`): the client's
+:class:`~hedgerow.client.records.CallRecord`, or the api's validated pydantic schema as it is,
+so a batch posted to the api is never copied into a second object per record. Route ids are
+looked up in a :class:`RouteIdCache` first; only pairs it does not know are read (or created).
+
+Measured by ``bench/ingest.py``; the figures are in the README's "Benchmarks".
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
 
 from sqlalchemy import func, select, tuple_
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from hedgerow.client.records import CallRecord, with_prompt_estimates
+from hedgerow.client.records import estimate_prompt_tokens
 from hedgerow.controller.db import dialect_insert
-from hedgerow.controller.errors import RouteLimitExceeded
-from hedgerow.controller.models import Attempt, Call, Route, utc_now
+from hedgerow.controller.errors import RouteLimitExceeded, StoreError
+from hedgerow.controller.models import Call, Route, utc_now
 from hedgerow.controller.policy import RouteConfig
 
-__all__ = ["check_route_limits", "ensure_routes", "ingest_calls", "route_defaults"]
+__all__ = [
+    "ATTEMPT_COLUMNS",
+    "CALL_COLUMNS",
+    "AttemptFields",
+    "RecordFields",
+    "RouteIdCache",
+    "check_route_limits",
+    "ensure_routes",
+    "ingest_calls",
+    "route_defaults",
+]
 
 #: Rows per INSERT statement (keeps SQLite under its bound-parameter limit).
 _CHUNK_ROWS = 200
@@ -153,41 +181,310 @@ async def ensure_routes(
     return ids
 
 
-def _call_row(record: CallRecord, route_id: int, received_at: Any) -> dict[str, Any]:
-    return {
-        "request_id": record.request_id,
-        "route_id": route_id,
-        "started_at": record.started_at,
-        "received_at": received_at,
-        "client": record.client,
-        "hedge_after_s": record.hedge_after_s,
-        "threshold_version": record.threshold_version,
-        "hedged": record.hedged,
-        "hedge_reason": record.hedge_reason,
-        "hedge_denied": record.hedge_denied,
-        "failover_denied": record.failover_denied,
-        "winner": record.winner,
-        "status": record.status,
-        "error_type": record.error_type,
-        "ttft_s": record.ttft_s,
-        "ttfo_s": record.ttfo_s,
-        "tpot_s": record.tpot_s,
-        "e2e_s": record.e2e_s,
-        "max_itl_s": record.max_itl_s,
-        "prompt_tokens": record.prompt_tokens,
-        "completion_tokens": record.completion_tokens,
-        "wasted_completion_tokens": record.wasted_completion_tokens,
-    }
+class AttemptFields(Protocol):
+    """What ingest reads of one attempt (the wire format's names; seconds from the call's start)."""
+
+    @property
+    def upstream(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def start_s(self) -> float: ...
+    @property
+    def first_token_s(self) -> float | None: ...
+    @property
+    def end_s(self) -> float: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def status_code(self) -> int | None: ...
+    @property
+    def error_type(self) -> str | None: ...
+    @property
+    def completion_tokens(self) -> int: ...
+    @property
+    def prompt_tokens(self) -> int | None: ...
+    @property
+    def prompt_tokens_estimated(self) -> bool: ...
+    @property
+    def cached_prompt_tokens(self) -> int | None: ...
+
+
+class RecordFields(Protocol):
+    """What ingest reads of one call record: every field of the wire format (DESIGN.md "CallRecord").
+
+    Satisfied by :class:`hedgerow.client.records.CallRecord` and by the api's
+    ``CallRecordIn``; ``started_at`` is an aware UTC datetime.
+    """
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def route(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def started_at(self) -> datetime: ...
+    @property
+    def client(self) -> str | None: ...
+    @property
+    def hedge_after_s(self) -> float | None: ...
+    @property
+    def threshold_version(self) -> int | None: ...
+    @property
+    def hedged(self) -> bool: ...
+    @property
+    def hedge_reason(self) -> str | None: ...
+    @property
+    def hedge_denied(self) -> bool: ...
+    @property
+    def failover_denied(self) -> bool: ...
+    @property
+    def winner(self) -> str | None: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def error_type(self) -> str | None: ...
+    @property
+    def ttft_s(self) -> float | None: ...
+    @property
+    def ttfo_s(self) -> float | None: ...
+    @property
+    def tpot_s(self) -> float | None: ...
+    @property
+    def e2e_s(self) -> float | None: ...
+    @property
+    def max_itl_s(self) -> float | None: ...
+    @property
+    def prompt_tokens(self) -> int | None: ...
+    @property
+    def completion_tokens(self) -> int | None: ...
+    @property
+    def wasted_completion_tokens(self) -> int: ...
+    @property
+    def attempts(self) -> Sequence[AttemptFields]: ...
+
+
+class RouteIdCache:
+    """The ids of (route, model) rows known to exist, kept between batches of one process.
+
+    A route row is never deleted while the store serves (routes are only created and changed),
+    so an id once committed stays right; the cache only learns ids after the transaction that
+    read or created them committed (:meth:`add`). It holds at most ``max_entries`` pairs (the
+    store's own bound is ``HEDGEROW_MAX_ROUTES``); past that it starts again empty.
+
+    Args:
+        max_entries: most pairs kept, >= 1.
+    """
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries: must be >= 1, got {max_entries!r}")
+        self._ids: dict[tuple[str, str], int] = {}
+        self._max_entries = max_entries
+
+    def __len__(self) -> int:
+        """Pairs known."""
+        return len(self._ids)
+
+    def lookup(self, pairs: Iterable[tuple[str, str]]) -> tuple[dict[tuple[str, str], int], list[tuple[str, str]]]:
+        """Split ``pairs`` into ``({pair: id} known, [pairs not known])``."""
+        known: dict[tuple[str, str], int] = {}
+        missing: list[tuple[str, str]] = []
+        for pair in pairs:
+            route_id = self._ids.get(pair)
+            if route_id is None:
+                missing.append(pair)
+            else:
+                known[pair] = route_id
+        return known, missing
+
+    def add(self, ids: Mapping[tuple[str, str], int]) -> None:
+        """Remember committed ids (call only after the transaction that read them committed)."""
+        if len(self._ids) + len(ids) > self._max_entries:
+            self._ids.clear()
+        self._ids.update(ids)
+
+    def clear(self) -> None:
+        """Forget every id."""
+        self._ids.clear()
+
+
+#: Columns of ``calls`` written by ingest, in the order of the rows built for them.
+CALL_COLUMNS: tuple[str, ...] = (
+    "request_id", "route_id", "started_at", "received_at", "client", "hedge_after_s",
+    "threshold_version", "hedged", "hedge_reason", "hedge_denied", "failover_denied", "winner",
+    "status", "error_type", "ttft_s", "ttfo_s", "tpot_s", "e2e_s", "max_itl_s", "prompt_tokens",
+    "completion_tokens", "wasted_completion_tokens",
+)  # fmt: skip
+#: Columns of ``attempts`` written by ingest, in the order of the rows built for them.
+ATTEMPT_COLUMNS: tuple[str, ...] = (
+    "call_id", "attempt_index", "upstream", "role", "start_s", "first_token_s", "end_s", "outcome",
+    "status_code", "error_type", "completion_tokens", "prompt_tokens", "prompt_tokens_estimated",
+    "cached_prompt_tokens",
+)  # fmt: skip
+
+_CALLS = Call.metadata.tables["calls"]
+#: The SQLite statements (driver-level ``executemany``: the rows are bound as they are, and the
+#: only column that needs converting, a timestamp, goes through its type's own bind processor).
+_SQLITE_INSERT_CALLS = (
+    f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))}) "
+    "ON CONFLICT (request_id) DO NOTHING"
+)
+_SQLITE_NEW_CALLS = "SELECT request_id, id FROM calls WHERE id > (SELECT max(id) FROM calls) - ?"
+_SQLITE_INSERT_ATTEMPTS = (
+    f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})"
+)
+_TIMESTAMP_COLUMNS = tuple(i for i, name in enumerate(CALL_COLUMNS) if name in ("started_at", "received_at"))
+
+#: The PostgreSQL staging table: session-local, the columns of ``calls`` that ingest writes.
+_PG_STAGE = "hedgerow_ingest_calls"
+_PG_STAGE_DDL = (
+    f"CREATE TEMPORARY TABLE IF NOT EXISTS {_PG_STAGE} AS SELECT {', '.join(CALL_COLUMNS)} FROM calls WITH NO DATA"
+)
+_PG_MERGE = (
+    f"WITH staged AS (DELETE FROM {_PG_STAGE} RETURNING *) "
+    f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) "
+    f"SELECT {', '.join(CALL_COLUMNS)} FROM staged ORDER BY request_id "
+    "ON CONFLICT (request_id) DO NOTHING RETURNING request_id, id"
+)
+
+
+def _call_row(record: RecordFields, route_id: int, received_at: datetime) -> tuple[Any, ...]:
+    """The ``calls`` row of a record, in :data:`CALL_COLUMNS` order."""
+    return (
+        record.request_id,
+        route_id,
+        record.started_at,
+        received_at,
+        record.client,
+        record.hedge_after_s,
+        record.threshold_version,
+        record.hedged,
+        record.hedge_reason,
+        record.hedge_denied,
+        record.failover_denied,
+        record.winner,
+        record.status,
+        record.error_type,
+        record.ttft_s,
+        record.ttfo_s,
+        record.tpot_s,
+        record.e2e_s,
+        record.max_itl_s,
+        record.prompt_tokens,
+        record.completion_tokens,
+        record.wasted_completion_tokens,
+    )
+
+
+def _attempt_rows(batch: Sequence[RecordFields], call_ids: Mapping[str, int]) -> list[tuple[Any, ...]]:
+    """The ``attempts`` rows of the records written, in :data:`ATTEMPT_COLUMNS` order.
+
+    An attempt without ``prompt_tokens`` (a version 1 record) gets the one estimate rule,
+    :func:`hedgerow.client.records.estimate_prompt_tokens`.
+    """
+    rows: list[tuple[Any, ...]] = []
+    for record in batch:
+        call_id = call_ids.get(record.request_id)
+        if call_id is None:
+            continue
+        for index, attempt in enumerate(record.attempts):
+            tokens, estimated = estimate_prompt_tokens(
+                attempt.prompt_tokens, attempt.prompt_tokens_estimated, attempt.status_code, record.prompt_tokens
+            )
+            rows.append(
+                (
+                    call_id,
+                    index,
+                    attempt.upstream,
+                    attempt.role,
+                    attempt.start_s,
+                    attempt.first_token_s,
+                    attempt.end_s,
+                    attempt.outcome,
+                    attempt.status_code,
+                    attempt.error_type,
+                    attempt.completion_tokens,
+                    tokens,
+                    estimated,
+                    attempt.cached_prompt_tokens,
+                )
+            )
+    return rows
+
+
+async def _write_sqlite(
+    connection: AsyncConnection, batch: Sequence[RecordFields], call_rows: list[tuple[Any, ...]]
+) -> dict[str, int]:
+    """Write calls and attempts with one ``executemany`` each; returns the new calls' ids.
+
+    SQLite's ``executemany`` cannot return rows, so the new ids are read back by their rowids:
+    the insert of the calls takes the database's write lock (one writer at a time, held to the
+    commit), and while it is held a table with an ``INTEGER PRIMARY KEY`` gives each new row
+    ``max(id) + 1`` (SQLite "ROWIDs and the INTEGER PRIMARY KEY"), so the ``n`` rows the
+    statement inserted (its row count; conflicts insert nothing) are exactly the ``n`` largest ids.
+    """
+    # the dialect's own implementation of the column type: it renders the text SQLite stores
+    # (always with microseconds, as every other writer of the column does)
+    timestamp_type = _CALLS.c.started_at.type
+    to_text = timestamp_type.dialect_impl(connection.dialect).bind_processor(connection.dialect)
+    if to_text is not None:
+        call_rows = [_converted(row, _TIMESTAMP_COLUMNS, to_text) for row in call_rows]
+    result = await connection.exec_driver_sql(_SQLITE_INSERT_CALLS, call_rows)
+    inserted = int(result.rowcount)
+    if inserted <= 0:
+        return {}
+    rows = await connection.exec_driver_sql(_SQLITE_NEW_CALLS, (inserted,))
+    fetched: list[Any] = list(rows.all())
+    call_ids = {row[0]: row[1] for row in fetched}
+    if len(call_ids) != inserted:  # pragma: no cover - would mean another writer inside our lock
+        raise StoreError(f"ingest: {inserted} calls inserted but {len(call_ids)} new ids read back")
+    attempt_rows = _attempt_rows(batch, call_ids)
+    if attempt_rows:
+        await connection.exec_driver_sql(_SQLITE_INSERT_ATTEMPTS, attempt_rows)
+    return call_ids
+
+
+def _converted(row: tuple[Any, ...], columns: tuple[int, ...], convert: Any) -> tuple[Any, ...]:
+    """``row`` with the values at ``columns`` passed through ``convert``."""
+    values = list(row)
+    for index in columns:
+        values[index] = convert(values[index])
+    return tuple(values)
+
+
+async def _write_postgresql(
+    connection: AsyncConnection, batch: Sequence[RecordFields], call_rows: list[tuple[Any, ...]]
+) -> dict[str, int]:
+    """Write calls through a COPY to the staging table and one merge, attempts by COPY; returns new ids.
+
+    The DDL goes through SQLAlchemy first, which opens the session's transaction on the
+    connection, so the driver-level COPYs run inside it (a rollback leaves nothing behind).
+    """
+    await connection.exec_driver_sql(_PG_STAGE_DDL)
+    raw = await connection.get_raw_connection()
+    driver = raw.driver_connection
+    if driver is None:  # pragma: no cover - an open pooled connection always has its driver connection
+        raise StoreError("the PostgreSQL connection has no driver connection")
+    await driver.copy_records_to_table(_PG_STAGE, records=call_rows, columns=CALL_COLUMNS)
+    call_ids = {row[0]: row[1] for row in await driver.fetch(_PG_MERGE)}
+    attempt_rows = _attempt_rows(batch, call_ids)
+    if attempt_rows:
+        await driver.copy_records_to_table("attempts", records=attempt_rows, columns=ATTEMPT_COLUMNS)
+    return call_ids
 
 
 async def ingest_calls(
     session: AsyncSession,
-    records: list[CallRecord],
+    records: Sequence[RecordFields],
     *,
     defaults: RouteConfig,
-    stored: list[CallRecord] | None = None,
+    stored: list[Any] | None = None,
     max_routes: int | None = None,
     max_models_per_route: int | None = None,
+    route_ids: RouteIdCache | None = None,
+    resolved: dict[tuple[str, str], int] | None = None,
 ) -> tuple[int, int]:
     """Write a batch of call records (and their attempts) into the store.
 
@@ -197,12 +494,17 @@ async def ingest_calls(
 
     Args:
         session: an open :class:`AsyncSession`.
-        records: the batch, any length (0 is fine).
+        records: the batch (:class:`RecordFields`: a ``CallRecord`` or the api's validated
+            ``CallRecordIn``), any length (0 is fine).
         defaults: configuration of routes created by this batch (see :func:`route_defaults`).
         stored: when given, the records written (not the duplicates) are appended to it (e.g. for
             the api's metrics, which count each record once).
         max_routes, max_models_per_route: bounds on the routes a batch may create (None:
             unbounded; see :func:`check_route_limits`).
+        route_ids: ids known from earlier batches; pairs found there are neither read nor
+            checked against the bounds (they exist). Not changed here.
+        resolved: when given, receives every (route, model) id of the batch; hand it to
+            ``route_ids.add`` once the transaction committed.
 
     Returns:
         ``(accepted, duplicates)``: records written, and records skipped because their
@@ -210,57 +512,35 @@ async def ingest_calls(
 
     Raises:
         RouteLimitExceeded: the batch would create a route past a bound; nothing was written.
+        StoreError: a dialect other than SQLite and PostgreSQL.
     """
-    unique: dict[str, CallRecord] = {}
+    unique: dict[str, RecordFields] = {}
     for record in records:
         unique.setdefault(record.request_id, record)
     duplicates = len(records) - len(unique)
     if not unique:
         return 0, duplicates
-    # version 1 records carry no per-attempt prompt tokens: the one estimate rule fills them
-    batch = [with_prompt_estimates(unique[key]) for key in sorted(unique)]
-    route_ids = await ensure_routes(
-        session,
-        [(r.route, r.model) for r in batch],
-        defaults,
-        max_routes=max_routes,
-        max_models_per_route=max_models_per_route,
-    )
-    received_at = utc_now()
-    call_ids: dict[str, int] = {}
-    for start in range(0, len(batch), _CHUNK_ROWS):
-        chunk = batch[start : start + _CHUNK_ROWS]
-        stmt = (
-            dialect_insert(session, Call)
-            .values([_call_row(r, route_ids[(r.route, r.model)], received_at) for r in chunk])
-            .on_conflict_do_nothing(index_elements=["request_id"])
-            .returning(Call.request_id, Call.id)
+    batch = [unique[key] for key in sorted(unique)]
+    pairs = {(r.route, r.model) for r in batch}
+    ids, missing = route_ids.lookup(pairs) if route_ids is not None else ({}, list(pairs))
+    if missing:
+        ids.update(
+            await ensure_routes(
+                session, missing, defaults, max_routes=max_routes, max_models_per_route=max_models_per_route
+            )
         )
-        result = await session.execute(stmt)
-        call_ids.update({request_id: call_id for request_id, call_id in result.all()})
-    attempt_rows = [
-        {
-            "call_id": call_ids[record.request_id],
-            "attempt_index": index,
-            "upstream": attempt.upstream,
-            "role": attempt.role,
-            "start_s": attempt.start_s,
-            "first_token_s": attempt.first_token_s,
-            "end_s": attempt.end_s,
-            "outcome": attempt.outcome,
-            "status_code": attempt.status_code,
-            "error_type": attempt.error_type,
-            "completion_tokens": attempt.completion_tokens,
-            "prompt_tokens": attempt.prompt_tokens,
-            "prompt_tokens_estimated": attempt.prompt_tokens_estimated,
-            "cached_prompt_tokens": attempt.cached_prompt_tokens,
-        }
-        for record in batch
-        if record.request_id in call_ids
-        for index, attempt in enumerate(record.attempts)
-    ]
-    for start in range(0, len(attempt_rows), _CHUNK_ROWS):
-        await session.execute(dialect_insert(session, Attempt), attempt_rows[start : start + _CHUNK_ROWS])
+    if resolved is not None:
+        resolved.update(ids)
+    received_at = utc_now()
+    call_rows = [_call_row(r, ids[(r.route, r.model)], received_at) for r in batch]
+    connection = await session.connection()
+    dialect = connection.dialect.name
+    if dialect == "postgresql":
+        call_ids = await _write_postgresql(connection, batch, call_rows)
+    elif dialect == "sqlite":
+        call_ids = await _write_sqlite(connection, batch, call_rows)
+    else:
+        raise StoreError(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
     accepted = len(call_ids)
     if stored is not None:
         stored.extend(record for record in batch if record.request_id in call_ids)

@@ -18,6 +18,9 @@ Tables (DESIGN.md "controller"):
 - ``report_deliveries``: one row per (report kind, week) claimed by the job that sends it, so a
   weekly report is delivered once however many processes run (see
   :mod:`hedgerow.controller.report_job`).
+- ``change_counters``: one row per derived view that readers cache (``threshold_table``),
+  whose ``version`` database triggers raise in the same transaction as every write the view
+  depends on (migration 0008; see :mod:`hedgerow.controller.change_counters`).
 
 Every timestamp is a timezone-aware UTC datetime (:class:`UTCDateTime`), every duration a float
 number of seconds with the unit in the column name. Constraint names follow
@@ -52,6 +55,7 @@ __all__ = [
     "Attempt",
     "Base",
     "Call",
+    "ChangeCounter",
     "HourlyRollup",
     "Lease",
     "Price",
@@ -429,3 +433,18 @@ class ReportDelivery(Base):
     files: Mapped[list[str] | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(String(1000))
     finished_at: Mapped[datetime | None]
+
+
+class ChangeCounter(Base):
+    """A counter raised by database triggers whenever the data behind a cached view changes.
+
+    Attributes:
+        name: the view (``threshold_table``: the body of ``GET /v1/thresholds``).
+        version: raised by one in the transaction of every insert, update or delete it watches,
+            so a reader that sees the same version sees the same data (one primary-key read).
+    """
+
+    __tablename__ = "change_counters"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger)

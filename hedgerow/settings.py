@@ -119,12 +119,16 @@ class Settings(BaseSettings):
             deleted, seconds (default 2,592,000 = 30 days).
         applied_history_retention_s: age after which applied changes are deleted from the
             threshold history, seconds (default 31,536,000 = 365 days; >= ``history_retention_s``).
+        threshold_check_interval_s: seconds between two reads of the store's change counter by
+            a process serving ``GET /v1/thresholds`` from memory (default 1; 0 reads it on every
+            poll): how late a change made by another ``serve`` process may be served.
     """
 
     model_config = SettingsConfigDict(env_prefix="HEDGEROW_", extra="ignore")
 
     database_url: str = DEFAULT_DATABASE_URL
     controller_interval_s: float = Field(60.0, gt=0)
+    threshold_check_interval_s: float = Field(1.0, ge=0, allow_inf_nan=False)
     window_s: float = Field(3600.0, gt=0)
     max_window_s: float = Field(86400.0, gt=0)
     short_window_s: float = Field(300.0, gt=0)

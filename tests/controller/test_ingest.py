@@ -76,3 +76,111 @@ async def test_concurrent_batches_count_each_call_once(sessionmaker, call_factor
     assert sum(accepted + dup for accepted, dup in results) == 6 * 30
     assert await _count(sessionmaker, Call) == 80
     assert await _count(sessionmaker, Route) == 3
+
+
+class _Failure(Exception):
+    pass
+
+
+async def test_a_rolled_back_batch_leaves_nothing_and_the_next_one_is_whole(sessionmaker, call_factory) -> None:
+    defaults = route_defaults(Settings())
+    batch = [call_factory(f"b{i}", hedge_after_s=1.0, primary_ttft_s=3.0, backup_ttft_s=0.5) for i in range(50)]
+    try:
+        async with sessionmaker() as session, session.begin():
+            assert await ingest_calls(session, batch, defaults=defaults) == (50, 0)
+            raise _Failure
+    except _Failure:
+        pass
+    assert (await _count(sessionmaker, Call), await _count(sessionmaker, Attempt)) == (0, 0)
+    # the staging rows (PostgreSQL) and the id read-back (SQLite) start clean for the next batch
+    assert await _ingest(sessionmaker, batch[:20], defaults) == (20, 0)
+    assert await _ingest(sessionmaker, batch, defaults) == (30, 20)
+    assert (await _count(sessionmaker, Call), await _count(sessionmaker, Attempt)) == (50, 100)
+
+
+async def test_two_batches_in_one_transaction(sessionmaker, call_factory) -> None:
+    defaults = route_defaults(Settings())
+    async with sessionmaker() as session, session.begin():
+        assert await ingest_calls(session, [call_factory(f"t{i}") for i in range(10)], defaults=defaults) == (10, 0)
+        again = [call_factory(f"t{i}") for i in range(5, 15)]
+        assert await ingest_calls(session, again, defaults=defaults) == (5, 5)
+    async with sessionmaker() as session:
+        pairs = (await session.execute(select(Call.request_id, Attempt.call_id).join(Attempt))).all()
+        ids = dict((await session.execute(select(Call.request_id, Call.id))).all())
+    assert len(pairs) == 15 and all(ids[request_id] == call_id for request_id, call_id in pairs)
+
+
+async def test_version_1_records_get_the_prompt_token_estimate(sessionmaker, call_factory) -> None:
+    record = call_factory("v1", hedge_after_s=1.0, primary_ttft_s=3.0, backup_ttft_s=0.5)
+    await _ingest(sessionmaker, [record], route_defaults(Settings()))
+    async with sessionmaker() as session:
+        rows = (await session.execute(select(Attempt.prompt_tokens, Attempt.prompt_tokens_estimated))).all()
+    # both attempts answered 200 and carried no usage of their own: the call's 100 prompt tokens each
+    assert sorted(rows) == [(100, True), (100, True)]
+
+
+async def test_cached_route_ids_skip_the_routes_table_and_a_batch_is_a_few_statements(
+    engine, sessionmaker, call_factory
+) -> None:
+    from sqlalchemy import event
+
+    from hedgerow.controller.ingest import RouteIdCache
+
+    defaults = route_defaults(Settings())
+    cache = RouteIdCache()
+    resolved: dict[tuple[str, str], int] = {}
+    async with sessionmaker() as session, session.begin():
+        await ingest_calls(session, [call_factory("first")], defaults=defaults, route_ids=cache, resolved=resolved)
+    assert len(cache) == 0 and list(resolved) == [("summarize", "m1")]  # learnt by the caller after commit
+    cache.add(resolved)
+    statements: list[str] = []
+
+    def record(_conn, _cursor, statement, *_args) -> None:
+        statements.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        batch = [
+            call_factory(f"c{i}", hedge_after_s=1.0, primary_ttft_s=3.0, backup_ttft_s=0.5)
+            if i % 3
+            else call_factory(f"c{i}")
+            for i in range(600)
+        ]
+        async with sessionmaker() as session, session.begin():
+            assert await ingest_calls(session, batch, defaults=defaults, route_ids=cache) == (600, 0)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+    assert not any("routes" in s for s in statements)
+    # SQLite: insert calls, read their ids, insert attempts; PostgreSQL: the staging DDL (the
+    # COPYs and the merge go through the driver connection, unseen by SQLAlchemy's events)
+    assert 1 <= len(statements) <= 3, statements
+    assert await _count(sessionmaker, Attempt) == 1 + 400 * 2 + 200
+
+
+def test_route_id_cache_lookup_add_and_bound() -> None:
+    import pytest
+
+    from hedgerow.controller.ingest import RouteIdCache
+
+    cache = RouteIdCache(max_entries=2)
+    cache.add({("a", "m"): 1, ("b", "m"): 2})
+    assert cache.lookup([("a", "m"), ("c", "m")]) == ({("a", "m"): 1}, [("c", "m")])
+    cache.add({("c", "m"): 3})  # past the bound: starts again
+    assert len(cache) == 1 and cache.lookup([("a", "m")]) == ({}, [("a", "m")])
+    with pytest.raises(ValueError, match="max_entries"):
+        RouteIdCache(max_entries=0)
+
+
+async def test_timestamps_are_stored_as_every_other_writer_stores_them(sessionmaker, call_factory) -> None:
+    from datetime import UTC, datetime
+
+    from sqlalchemy import text
+
+    whole_second = datetime(2026, 11, 25, 6, 0, 0, tzinfo=UTC)  # no microseconds: the edge case
+    await _ingest(sessionmaker, [call_factory("edge", started_at=whole_second)], route_defaults(Settings()))
+    async with sessionmaker() as session:
+        assert await session.scalar(select(func.count()).select_from(Call).where(Call.started_at >= whole_second)) == 1
+        assert await session.scalar(select(Call.started_at)) == whole_second
+        if session.get_bind().dialect.name == "sqlite":  # the text SQLAlchemy itself writes and compares
+            stored = await session.scalar(text("SELECT started_at FROM calls"))
+            assert stored == "2026-11-25 06:00:00.000000"

@@ -17,7 +17,7 @@ from hedgerow.controller.models import Base
 
 TABLES = {
     "routes", "calls", "attempts", "thresholds", "threshold_history", "leases", "hourly_rollups", "prices",
-    "report_deliveries",
+    "report_deliveries", "change_counters",
 }  # fmt: skip
 
 

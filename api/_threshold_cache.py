@@ -1,0 +1,117 @@
+"""The threshold table that clients poll, rendered once and kept in memory with its ETag.
+
+``GET /v1/thresholds`` is polled by every client process every few seconds; rendering it from
+the store (a connection, an ORM load of every route, JSON, SHA-256) cost 30-45 ms of CPU per poll
+at 1,000 routes. :class:`ThresholdCache` keeps the rendered body and its ETag, and learns that the
+table changed from the store's ``threshold_table`` change counter (raised by triggers on every
+write of ``thresholds`` and update of ``routes``, by whichever process made it): at most once per
+``check_interval_s`` it reads the counter (one primary-key read) and renders the table again
+only when the counter moved. Between checks a poll, 200 or 304, touches no database; a change
+made by another ``serve`` process is served within ``check_interval_s`` (plus the query), one
+made through this process at once (:meth:`ThresholdCache.invalidate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from hedgerow.controller.change_counters import read_change_counter
+from hedgerow.controller.queries import list_thresholds
+
+__all__ = ["CachedTable", "ThresholdCache"]
+
+
+@dataclass(frozen=True, slots=True)
+class CachedTable:
+    """A rendered threshold table: the response body, its strong ETag, the counter it was read at."""
+
+    body: bytes
+    etag: str
+    version: int | None
+
+
+class ThresholdCache:
+    """The rendered threshold table of one process, refreshed from the store's change counter.
+
+    Args:
+        sessionmaker: sessions of the store.
+        render: ``rows -> (body, etag)`` (the threshold router's rendering, one copy of it).
+        check_interval_s: seconds between two counter reads, >= 0 (0: every request reads it).
+        clock: monotonic seconds (a fake clock in tests).
+
+    Raises:
+        ValueError: a negative or non-finite ``check_interval_s``.
+    """
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        render: Callable[[list[dict[str, object]]], tuple[bytes, str]],
+        *,
+        check_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not (math.isfinite(check_interval_s) and check_interval_s >= 0):
+            raise ValueError(f"check_interval_s: must be a finite number of seconds >= 0, got {check_interval_s!r}")
+        self._sessionmaker = sessionmaker
+        self._render = render
+        self._check_interval_s = check_interval_s
+        self._clock = clock
+        self._table: CachedTable | None = None
+        self._checked_at = -math.inf
+        self._generation = 0  # raised by invalidate(): a check in flight then does not count
+        self._lock = asyncio.Lock()
+        #: Counter reads and renders made (for tests and benchmarks).
+        self.counter_reads = 0
+        self.renders = 0
+
+    def invalidate(self) -> None:
+        """Make the next request read the counter (call after this process changed the table).
+
+        A check already in flight may have read the counter before the change committed: its
+        result is still served to the requests waiting on it, but the next request checks again.
+        """
+        self._generation += 1
+        self._checked_at = -math.inf
+
+    def fresh(self) -> CachedTable | None:
+        """The cached table when it was checked within ``check_interval_s``, else None (no I/O)."""
+        if self._table is not None and self._clock() - self._checked_at < self._check_interval_s:
+            return self._table
+        return None
+
+    async def current(self) -> CachedTable:
+        """The table, checking the counter first when the last check is older than the interval.
+
+        One check at a time: requests arriving during a check wait for it and share its result.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the store cannot be read (nothing cached yet, or the
+                check itself failed: an error is not hidden behind a stale table).
+        """
+        table = self.fresh()
+        if table is not None:
+            return table
+        async with self._lock:
+            table = self.fresh()
+            if table is not None:
+                return table
+            started, generation = self._clock(), self._generation
+            async with self._sessionmaker() as session:
+                version = await read_change_counter(session)
+                self.counter_reads += 1
+                table = self._table
+                if table is None or version is None or version != table.version:
+                    body, etag = self._render(await list_thresholds(session))
+                    self.renders += 1
+                    table = CachedTable(body, etag, version)
+            self._table = table
+            if generation == self._generation:
+                self._checked_at = started
+            return table
