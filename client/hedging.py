@@ -16,7 +16,8 @@ One call (DESIGN.md "client"):
 5. After the first token, a failure of the winner fails the call: tokens already went out.
 
 Failure modes, one outcome each (issue 3; each row has a test of the same name in
-``tests/client/test_failure_modes.py``):
+``tests/client/test_failure_modes.py``, the stream-shape rows of issue 12 recorded cases and tests in
+``tests/client/test_conformance.py``; the rules of what a token is are in ``hedgerow.client.chunks``):
 
 ============================================================  ========================================
 what happens                                                  outcome
@@ -27,7 +28,10 @@ no response headers by ``hedge_after_s``                      hedge (``ttft_time
 no response headers by ``total_timeout_s``                    ``TotalTimeout`` (status ``timeout``)
 HTTP 408, 409, 429, 5xx                                       failover at once (``http_<status>``)
 HTTP 400, 401, 403, 404, 422                                  ``UpstreamError``, no failover
-HTTP 200 with a non-SSE body (HTML, JSON)                     failover (``malformed_stream``)
+HTTP 200 with a body that does not begin like SSE (HTML,      failover (``malformed_stream``)
+  JSON), whatever its Content-Type
+an SSE body labelled other than ``text/event-stream``         read as SSE, as the openai SDK does
+  (``application/json``) or not labelled
 SSE error payload (``data: {"error"}``, ``event: error``)
   before the first token                                      failover (``sse_error``)
   after the first token                                       ``StreamError``, status ``error``
@@ -35,6 +39,14 @@ stream ends before any token (empty body, or ``[DONE]``
   after a role-only chunk with no ``finish_reason``)          failover (``empty_stream``)
 connection cut after tokens without a ``finish_reason``       ``StreamError``, status ``error``,
                                                               ``error_type`` ``truncated``
+``finish_reason: ""`` on a chunk                              not a finish: as null (truncation and
+                                                              stalls are still detected)
+``n > 1``: one choice finished, the stream cut or stalled     not complete until all ``n`` choices
+  before the others                                           finished: ``truncated``/``stalled``
+``delta.content`` as a list of typed parts (Mistral)          ``text`` parts are answer tokens,
+                                                              ``thinking`` parts reasoning tokens
+usage inside ``choices[i].usage``                             token counts read from there
+a whitespace-only first content (``" "``)                     a token (the model generated it)
 gap after the first token longer than ``stall_timeout_s``     ``StallTimeout``, status ``stalled``
                                                               (winner's ``error_type``
                                                               ``stall_timeout``; ``max_itl_s``
@@ -300,6 +312,77 @@ class _EventSizeCap(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         """Close the inner body."""
         await self._inner.aclose()
+
+
+#: How an SSE body may begin (after a UTF-8 BOM and blank lines): a field name and a colon, or a
+#: comment. A body labelled otherwise is read as SSE only when it begins so (``_SniffSse``).
+_SSE_STARTS = (b"data:", b"event:", b"id:", b"retry:", b":")
+
+
+class _SniffSse(httpx.AsyncByteStream):
+    """A response body labelled other than ``text/event-stream`` (or not labelled) that is let
+    through only when it begins like SSE; otherwise reading it fails with ``AttemptError``
+    (``malformed_stream``), so a JSON or HTML body still fails over.
+
+    The openai SDK parses such bodies as SSE whatever their ``Content-Type``; this does the same
+    for those that are SSE. It holds back at most the first few bytes until it can tell.
+    """
+
+    def __init__(self, inner: httpx.AsyncByteStream, content_type: str) -> None:
+        self._inner = inner
+        self._content_type = content_type
+        self._pieces: AsyncIterator[bytes] | None = None
+        self._decided = False
+
+    def __aiter__(self) -> Self:
+        self._pieces = self._inner.__aiter__()
+        return self
+
+    async def __anext__(self) -> bytes:
+        assert self._pieces is not None
+        if self._decided:
+            return await self._pieces.__anext__()
+        head = b""
+        while True:
+            try:
+                head += await self._pieces.__anext__()
+            except StopAsyncIteration:
+                self._decided = True
+                if head:
+                    self._check(head, final=True)
+                    return head
+                raise
+            if self._check(head, final=False):
+                self._decided = True
+                return head
+
+    def _check(self, head: bytes, final: bool) -> bool:
+        """True when ``head`` shows SSE (or the body is empty); False when it cannot tell yet (a
+        prefix of an SSE start such as ``b"da"``, or only blank lines); raises when it is not SSE."""
+        start = head.removeprefix(b"\xef\xbb\xbf").lstrip(b"\r\n")
+        if start.startswith(_SSE_STARTS) or (final and not start):
+            return True
+        if not final and any(prefix.startswith(start) for prefix in _SSE_STARTS):
+            return False
+        label = self._content_type or "none"
+        raise AttemptError("malformed_stream", f"body is not SSE (Content-Type: {label}): {start[:120]!r}")
+
+    async def aclose(self) -> None:
+        """Close the inner body."""
+        await self._inner.aclose()
+
+
+def _as_sse(response: httpx.Response) -> httpx.Response:
+    """``response`` as an SSE response: itself when labelled ``text/event-stream``, else a view of
+    the same body and headers labelled so, whose body must begin like SSE (``_SniffSse``)."""
+    content_type = response.headers.get("content-type", "")
+    if "text/event-stream" in content_type.partition(";")[0]:
+        return response
+    if isinstance(response.stream, httpx.AsyncByteStream):
+        response.stream = _SniffSse(response.stream, content_type)
+    headers = response.headers.copy()
+    headers["Content-Type"] = "text/event-stream; charset=utf-8"
+    return httpx.Response(response.status_code, headers=headers, stream=response.stream, request=response.request)
 
 
 async def send_streaming(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
@@ -661,7 +744,9 @@ class CallStream:
         self._last_token_at: float | None = None
         self._max_itl_s: float | None = None
         self._prompt_tokens: int | None = None
-        self._finish_reason: str | None = None
+        self._finish_reason: str | None = None  # set once every one of the ``n`` choices finished
+        self._choices = _choice_count(body)
+        self._finished_choices: set[int] = set()
         self._iterated = False
         self._generator: Any = None
         self._driver: asyncio.Task[list[dict[str, Any]]] | None = None
@@ -786,7 +871,7 @@ class CallStream:
                 try:
                     # aclosing: leaving the loop early ([DONE], an error) closes the SSE generator
                     # here, instead of leaving it to a finalizer task after the call has ended.
-                    async with aclosing(EventSource(response).aiter_sse()) as events:
+                    async with aclosing(EventSource(_as_sse(response)).aiter_sse()) as events:
                         async for sse in events:
                             at = self._now()
                             if sse.event == "error":
@@ -931,8 +1016,8 @@ class CallStream:
                     self._on_winner_chunk(attempt, at, info)
                     return head
                 elif kind == "end":
-                    finished = [c for c in attempt.pending if classify_chunk(c).finish_reason]
-                    if finished:
+                    finished = {i for c in attempt.pending for i in classify_chunk(c).finished}
+                    if len(finished) >= self._choices:
                         # A complete answer with no token at all (an empty completion).
                         self._winner = attempt
                         attempt.outcome = "won"
@@ -1067,8 +1152,10 @@ class CallStream:
     def _on_winner_chunk(self, winner: _Attempt, at: float, info: ChunkKind) -> None:
         if info.usage is not None:
             self._note_usage(winner, info.usage)
-        if info.finish_reason is not None:
-            self._finish_reason = info.finish_reason
+        if info.finished:
+            self._finished_choices.update(info.finished)
+            if len(self._finished_choices) >= self._choices:
+                self._finish_reason = info.finish_reason
         if not info.token:
             return
         winner.token_chunks += 1
@@ -1217,6 +1304,12 @@ def _check_body(body: object) -> None:
         raise ValueError("body['model']: missing; a string model name is required")
     if not isinstance(body["model"], str):
         raise ValueError(f"body['model']: must be a string, got {type(body['model']).__name__}")
+
+
+def _choice_count(body: Mapping[str, Any]) -> int:
+    """The number of choices a chat request asks for: its ``n`` when a positive int, else 1."""
+    n = body.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
 
 
 def not_found_hint(upstream: Upstream) -> str | None:

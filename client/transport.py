@@ -330,8 +330,9 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         response_headers = _response_headers(
             call.winner_response_headers, call.request_id, call.winner_upstream or "", call.hedged
         )
-        if "content-type" not in response_headers:
-            response_headers["Content-Type"] = "text/event-stream; charset=utf-8"
+        # The body handed back is hedgerow's own SSE encoding of the winner's chunks, whatever the
+        # upstream labelled its body (some label SSE as application/json, or not at all).
+        response_headers["Content-Type"] = "text/event-stream; charset=utf-8"
         stream = _ChatByteStream(call, iterator, first, withhold_usage="stream_options" not in body, request=request)
         return httpx.Response(200, headers=response_headers, stream=stream, request=request)
 
