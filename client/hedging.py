@@ -128,20 +128,17 @@ from typing import Any, Protocol, Self, cast
 import httpx
 from httpx_sse import EventSource, SSEError
 
+from hedgerow.client._race import Action, AttemptState, Cancel, Race, Raise, Start, Won
 from hedgerow.client.budget import FailoverBudget, HedgeBudget
-from hedgerow.client.chunks import AnswerAssembler, ChunkKind, cached_prompt_tokens, classify_chunk
+from hedgerow.client.chunks import AnswerAssembler, classify_chunk
 from hedgerow.client.errors import (
-    AllAttemptsFailed,
     AttemptError,
     EventTooLarge,
     HedgeError,
-    StallTimeout,
-    StreamError,
-    TotalTimeout,
     UpstreamError,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
-from hedgerow.client.records import AttemptRecord, CallRecord, with_prompt_estimates
+from hedgerow.client.records import CallRecord
 
 __all__ = [
     "ATTEMPT_ID_NAMESPACE",
@@ -497,34 +494,19 @@ class ChatResult:
     record: CallRecord
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Attempt:
+    """The I/O side of one attempt: its upstream, task, held-back chunks and response headers.
+
+    ``state`` is the race's view of it (``AttemptState``: times, outcome, tokens).
+    """
+
     upstream: Upstream
-    role: str
-    header_role: str
-    start: float
+    state: AttemptState
     task: asyncio.Task[None] | None = None
-    status_code: int | None = None
-    first_token_at: float | None = None
-    end_at: float | None = None
-    outcome: str | None = None
-    error: BaseException | None = None
-    error_type: str | None = None
-    sent: bool = False  # the attempt's task has run and stamped ``start`` (the send)
     cancel_sent: bool = False  # ``task.cancel()`` was called: never call it twice (``_cancel_task``)
-    token_chunks: int = 0
-    usage_tokens: int | None = None
-    usage_prompt_tokens: int | None = None
-    usage_cached_prompt_tokens: int | None = None
     pending: list[dict[str, Any]] = field(default_factory=list)
     response_headers: httpx.Headers | None = None
-
-    @property
-    def alive(self) -> bool:
-        return self.outcome is None
-
-    def tokens(self) -> int:
-        return self.usage_tokens if self.usage_tokens is not None else self.token_chunks
 
 
 class HedgingClient:
@@ -702,7 +684,8 @@ class CallStream:
     Iterate it (once) for the winner's chunks; after the ``async with`` block ``record`` holds
     the ``CallRecord``. Leaving the block early closes every attempt and records ``cancelled``.
     Up to the first token the call is run by a driver task started on entering the block (see
-    the module docstring), independently of the reader.
+    the module docstring), independently of the reader. Every decision is the call's ``Race``
+    (``hedgerow.client._race``); this class does the I/O and executes the race's actions.
     """
 
     def __init__(
@@ -730,44 +713,44 @@ class CallStream:
         self.request_id = request_id
         self.hedge_after_s = hedge_after_s
         self.threshold_version = threshold_version
-        self._hedging_enabled = hedging_enabled
         self.record: CallRecord | None = None
+        self._race = Race(
+            [u.name for u in order],
+            hedge_after_s=hedge_after_s,
+            hedging_enabled=hedging_enabled,
+            max_backups=self._policy.max_backups,
+            total_timeout_s=self._policy.total_timeout_s,
+            stall_timeout_s=self._policy.stall_timeout_s,
+            budget=client.budget,
+            failover_budget=client.failover_budget,
+            request_id=request_id,
+            route=client.route,
+            model=model,
+            started_at=datetime.now(UTC),
+            client=client.client_tag,
+            threshold_version=threshold_version,
+            choices=_choice_count(body),
+        )
         self._attempts: list[_Attempt] = []
         self._events: asyncio.Queue[tuple[str, _Attempt, Any, float]] = asyncio.Queue()
         self._winner: _Attempt | None = None
-        self._hedge_reason: str | None = None
-        self._hedge_denied = False
-        self._failover_denied = False
-        self._status: str | None = None
-        self._error_type: str | None = None
-        self._answer_at: float | None = None
-        self._last_token_at: float | None = None
-        self._max_itl_s: float | None = None
-        self._prompt_tokens: int | None = None
-        self._finish_reason: str | None = None  # set once every one of the ``n`` choices finished
-        self._choices = _choice_count(body)
-        self._finished_choices: set[int] = set()
         self._iterated = False
         self._generator: Any = None
         self._driver: asyncio.Task[list[dict[str, Any]]] | None = None
         self._t0 = 0.0
-        self._started_at = datetime.now(UTC)
 
     # -- context manager ---------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         self._t0 = time.monotonic()
-        self._started_at = datetime.now(UTC)
-        self._client.budget.deposit()
-        self._start_attempt("primary")
+        self._race._started_at = datetime.now(UTC)
+        self._execute(self._race.begin(0.0))
         self._driver = asyncio.create_task(self._drive(), name="hedgerow-driver")
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if self._status is None:
-            # The caller left before the stream ended (break, an exception of its own, cancel).
-            self._status = "cancelled"
-            self._error_type = "caller_cancelled" if exc_type is None else exc_type.__name__
+        # The caller may have left before the stream ended (break, an exception of its own, cancel).
+        self._execute(self._race.abandon(self._now(), "caller_cancelled" if exc_type is None else exc_type.__name__))
         if self._generator is not None:
             await self._generator.aclose()
         await self._finish()
@@ -787,26 +770,27 @@ class CallStream:
     def _now(self) -> float:
         return time.monotonic() - self._t0
 
-    def _start_attempt(self, role: str) -> _Attempt | None:
-        index = len(self._attempts)
-        if index >= len(self._order):
-            return None
-        upstream = self._order[index]
-        header_role = role if index < 2 else f"{role}{index}"
-        attempt = _Attempt(upstream=upstream, role=role, header_role=header_role, start=self._now())
-        self._attempts.append(attempt)
-        attempt.task = asyncio.create_task(self._run_attempt(attempt), name=f"hedgerow-{header_role}")
-        return attempt
-
-    def _can_add_backup(self) -> bool:
-        backups = len(self._attempts) - 1
-        return backups < self._policy.max_backups and len(self._attempts) < len(self._order)
+    def _execute(self, actions: tuple[Action, ...]) -> None:
+        """Carry out the race's actions; ``Raise`` raises (after the actions before it)."""
+        for action in actions:
+            if isinstance(action, Start):
+                state = action.attempt
+                attempt = _Attempt(self._order[state.index], state)
+                self._attempts.append(attempt)
+                attempt.task = asyncio.create_task(self._run_attempt(attempt), name=f"hedgerow-{state.header_role}")
+            elif isinstance(action, Cancel):
+                self._cancel_task(self._attempts[action.attempt.index])
+            elif isinstance(action, Won):
+                self._winner = self._attempts[action.attempt.index]
+            elif isinstance(action, Raise):
+                raise action.error
 
     def _headers(self, attempt: _Attempt) -> dict[str, str] | httpx.Headers:
+        role = attempt.state.header_role
         headers = {
-            "X-Request-ID": attempt_request_id(self.request_id, attempt.header_role),
+            "X-Request-ID": attempt_request_id(self.request_id, role),
             "Idempotency-Key": self.request_id,
-            ATTEMPT_HEADER: attempt.header_role,
+            ATTEMPT_HEADER: role,
             "Accept": "text/event-stream",
         }
         if attempt.upstream.api_key:
@@ -824,7 +808,7 @@ class CallStream:
     @property
     def hedged(self) -> bool:
         """True once a backup attempt (hedge or failover) has been started."""
-        return len(self._attempts) > 1
+        return self._race.hedged
 
     @property
     def winner_upstream(self) -> str | None:
@@ -842,15 +826,14 @@ class CallStream:
         assert self._http is not None
         # The send: stamped when the attempt actually starts, which is later than its creation
         # when the event loop is busy; TTFT and the hedge deadline are measured from here.
-        attempt.start = self._now()
-        attempt.sent = True
+        self._race.sent(attempt.state, self._now())
         done_at: float | None = None
         try:
             request = self._http.build_request(
                 "POST", attempt.upstream.chat_url, json=self._body, headers=self._headers(attempt), params=self._params
             )
             async with open_response(self._http, request) as response:
-                attempt.status_code = response.status_code
+                self._race.response(attempt.state, response.status_code)
                 attempt.response_headers = response.headers
                 if response.status_code != 200:
                     # The status decides; the body is only an excerpt for the error, read briefly.
@@ -903,14 +886,6 @@ class CallStream:
         except Exception as exc:
             put(("error", attempt, exc, self._now()))
 
-    def _cancel(self, attempt: _Attempt, at: float) -> None:
-        if attempt.alive:
-            attempt.outcome = "cancelled"
-            # ``at`` is stamped by another attempt's task and may precede this attempt's start
-            # by a hair when the two raced; an attempt never ends before it began.
-            attempt.end_at = max(at, attempt.start)
-        self._cancel_task(attempt)
-
     @staticmethod
     def _cancel_task(attempt: _Attempt) -> None:
         """Cancel the attempt's task, at most once per attempt.
@@ -925,12 +900,6 @@ class CallStream:
         if attempt.task is not None and not attempt.task.done() and not attempt.cancel_sent:
             attempt.cancel_sent = True
             attempt.task.cancel()
-
-    def _fail(self, attempt: _Attempt, exc: BaseException, at: float) -> None:
-        attempt.outcome = "failed"
-        attempt.end_at = at
-        attempt.error = exc
-        attempt.error_type = _error_type(exc)
 
     # -- the call ----------------------------------------------------------------------------
 
@@ -953,6 +922,15 @@ class CallStream:
                 return self._events.get_nowait()
             return None
 
+    def _on_event(self, kind: str, attempt: _Attempt, payload: Any, at: float) -> tuple[Action, ...]:
+        """Hand an attempt's ``end`` or ``error`` event to the race; return its actions."""
+        if kind == "end":
+            return self._race.ended(attempt.state, at)
+        caller_fault = isinstance(payload, UpstreamError)  # the caller's fault: bad request, bad key
+        return self._race.failed(
+            attempt.state, payload, at, caller_fault=caller_fault, cut=isinstance(payload, httpx.TransportError)
+        )
+
     async def _drive(self) -> list[dict[str, Any]]:
         """Phase 1 of the call, in its own task: race to the first token, hedge, cancel the loser.
 
@@ -967,86 +945,36 @@ class CallStream:
             UpstreamError, AllAttemptsFailed, TotalTimeout: the call failed before a first token
             (the reader re-raises it).
         """
-        policy = self._policy
-        total_deadline = policy.total_timeout_s
-        primary = self._attempts[0]
-        hedge_pending = self._hedging_enabled and self._can_add_backup()
-        try:
-            while self._winner is None:
-                # Recomputed each time: the primary's send time is stamped when its task runs.
-                hedge_at = primary.start + self.hedge_after_s if hedge_pending else math.inf
-                event = await self._next_event(min(hedge_at, total_deadline))
-                if event is None:
-                    now = self._now()
-                    if now >= total_deadline:
-                        self._set_status("timeout", "total_timeout")
-                        raise TotalTimeout(policy.total_timeout_s)
-                    if not primary.sent and primary.task is not None and not primary.task.done():
-                        await asyncio.sleep(0)  # let the primary's task run and stamp its send
-                        continue
-                    if not hedge_pending or now < primary.start + self.hedge_after_s:
-                        continue
-                    hedge_pending = False
-                    if self._can_add_backup():
-                        if self._client.budget.try_withdraw():
-                            self._hedge_reason = self._hedge_reason or "ttft_timeout"
-                            self._start_attempt("backup")
-                        else:
-                            self._hedge_denied = True
+        race = self._race
+        while self._winner is None:
+            event = await self._next_event(race.deadline)
+            if event is None:
+                primary = self._attempts[0]
+                if not primary.state.sent and primary.task is not None and not primary.task.done():
+                    await asyncio.sleep(0)  # let the primary's task run and stamp its send
                     continue
-                kind, attempt, payload, at = event
-                if not attempt.alive:
-                    self._count_loser_tokens(attempt, kind, payload)
-                    continue
-                if kind == "chunk":
-                    info = classify_chunk(payload)
-                    if not info.token:
-                        attempt.pending.append(payload)
-                        if info.usage is not None:
-                            self._note_usage(attempt, info.usage)
-                        continue
-                    self._winner = attempt
-                    attempt.outcome = "won"
-                    for other in self._attempts:
-                        if other is not attempt:
-                            self._cancel(other, at)
+                self._execute(race.tick(self._now()))
+                continue
+            kind, attempt, payload, at = event
+            if kind == "chunk":
+                actions = race.chunk(attempt.state, classify_chunk(payload), at)
+                if attempt.state.outcome is None:  # a chunk without a token: held back until it wins
+                    attempt.pending.append(payload)
+                elif actions:  # the first token: this attempt won
+                    self._execute(actions)
                     head = [*attempt.pending, payload]
                     attempt.pending.clear()
-                    self._client.failover_budget.record_success()
-                    self._on_winner_chunk(attempt, at, info)
                     return head
-                elif kind == "end":
-                    finished = {i for c in attempt.pending for i in classify_chunk(c).finished}
-                    if len(finished) >= self._choices:
-                        # A complete answer with no token at all (an empty completion).
-                        self._winner = attempt
-                        attempt.outcome = "won"
-                        attempt.end_at = at
-                        for other in self._attempts:
-                            if other is not attempt:
-                                self._cancel(other, at)
-                        self._set_status("ok", None)
-                        self._client.failover_budget.record_success()
-                        return list(attempt.pending)
-                    self._fail(attempt, AttemptError("empty_stream", "stream ended before any token"), at)
-                    self._after_failure()
-                else:  # error
-                    self._fail(attempt, payload, at)
-                    if isinstance(payload, UpstreamError) and not any(a.alive for a in self._attempts):
-                        # The caller's fault (bad request, bad key): trying elsewhere won't help.
-                        self._set_status("error", attempt.error_type)
-                        raise payload
-                    self._after_failure()
-        except BaseException:
-            if self._status is None:
-                self._status = "cancelled"
-                self._error_type = "caller_cancelled"
-            raise
+                continue
+            self._execute(self._on_event(kind, attempt, payload, at))
+            if self._winner is attempt:  # a complete answer without a token
+                head = list(attempt.pending)
+                attempt.pending.clear()
+                return head
         raise AssertionError("unreachable: the loop ends only by returning or raising")
 
     async def _run(self) -> AsyncIterator[dict[str, Any]]:
-        policy = self._policy
-        total_deadline = policy.total_timeout_s
+        race = self._race
         assert self._driver is not None
         try:
             # Phase 1 runs in the driver task (``_drive``); a cancellation of the reader here
@@ -1054,128 +982,37 @@ class CallStream:
             head = await self._driver
             for early in head:
                 yield early
-            if self._status == "ok":  # an answer without a token: complete already
+            if race.over:  # an answer without a token: complete already
                 return
 
-            # Phase 2: stream the winner.
+            # Phase 2: stream the winner. The race's deadline is the stall or total timeout; an
+            # event that arrived after it (a slow reader) times out first.
             winner = self._winner
             assert winner is not None, "phase 1 returns with a winner unless the call already ended"
+            chunk = race.chunk
             while True:
-                deadline = total_deadline
-                stall = policy.stall_timeout_s
-                if stall is not None and self._last_token_at is not None and self._finish_reason is None:
-                    deadline = min(deadline, self._last_token_at + stall)
+                deadline = race.deadline
                 event = await self._next_event(deadline)
-                if event is None or self._now() >= total_deadline:
-                    at = self._now()
-                    error_type = "total_timeout" if at >= total_deadline else "stall_timeout"
-                    # The gap since the last token, up to giving up, is an inter-token gap too:
-                    # the record must show the stall that ended the call.
-                    gap = None if self._last_token_at is None else at - self._last_token_at
-                    if gap is not None and self._finish_reason is None:
-                        self._max_itl_s = gap if self._max_itl_s is None else max(self._max_itl_s, gap)
-                    winner.error_type = error_type
-                    winner.end_at = at
-                    if error_type == "total_timeout":
-                        self._set_status("timeout", error_type)
-                        raise TotalTimeout(policy.total_timeout_s)
-                    self._set_status("stalled", error_type)
-                    raise StallTimeout(winner.upstream.name, gap or 0.0)
-                kind, attempt, payload, at = event
-                if attempt is not winner:
-                    self._count_loser_tokens(attempt, kind, payload)
+                if event is None:
+                    self._execute(race.tick(self._now()))
                     continue
+                kind, attempt, payload, at = event
+                if at >= deadline:
+                    self._execute(race.tick(at))
                 if kind == "chunk":
-                    self._on_winner_chunk(winner, at, classify_chunk(payload))
-                    yield payload
-                elif kind == "end":
-                    winner.end_at = at
-                    if self._finish_reason is None:
-                        winner.error_type = "truncated"
-                        self._set_status("error", "truncated")
-                        raise StreamError(winner.upstream.name, "truncated", "stream ended without a finish_reason")
-                    self._set_status("ok", None)
+                    chunk(attempt.state, classify_chunk(payload), at)
+                    if attempt is winner:
+                        yield payload
+                    continue
+                self._execute(self._on_event(kind, attempt, payload, at))
+                if race.over and attempt is winner:
                     return
-                else:
-                    winner.end_at = at
-                    if self._finish_reason is not None and isinstance(payload, httpx.TransportError):
-                        # Cut after the finish_reason (no [DONE], no end of the HTTP body): the
-                        # answer is complete, only a trailing usage chunk may be missing.
-                        self._set_status("ok", None)
-                        return
-                    winner.error = payload
-                    error_type = "truncated" if isinstance(payload, httpx.TransportError) else _error_type(payload)
-                    winner.error_type = error_type
-                    self._set_status("error", error_type)
-                    raise StreamError(winner.upstream.name, error_type, str(payload)[:200] or type(payload).__name__)
         finally:
-            if self._status is None:
-                self._status = "cancelled"
-                self._error_type = "caller_cancelled"
-
-    def _after_failure(self) -> None:
-        """After an attempt failed before any token: fail over (failover budget allowing) or give up."""
-        self._client.failover_budget.record_failure()
-        if any(a.alive for a in self._attempts):
-            return
-        if self._can_add_backup() and not self._client.failover_budget.allows_failover():
-            self._failover_denied = True  # upstreams are failing: no retry storm
-        elif self._can_add_backup():
-            if self._hedge_reason is None:
-                self._hedge_reason = "primary_error"
-            self._start_attempt("backup")
-            return
-        errors = [(a.upstream.name, a.error) for a in self._attempts if a.error is not None]
-        self._set_status("error", "all_attempts_failed")
-        raise AllAttemptsFailed(errors)
-
-    def _count_loser_tokens(self, attempt: _Attempt, kind: str, payload: Any) -> None:
-        """Count the tokens a cancelled attempt delivered before its cancellation took effect."""
-        if kind == "chunk" and attempt.outcome == "cancelled":
-            info = classify_chunk(payload)
-            if info.token:
-                attempt.token_chunks += 1
-            if info.usage is not None:
-                self._note_usage(attempt, info.usage)
-
-    def _note_usage(self, attempt: _Attempt, usage: dict[str, Any]) -> None:
-        completion = usage.get("completion_tokens")
-        if isinstance(completion, int) and completion >= 0:
-            attempt.usage_tokens = completion
-        prompt = usage.get("prompt_tokens")
-        if isinstance(prompt, int) and prompt >= 0:
-            attempt.usage_prompt_tokens = prompt
-            if attempt is self._winner:
-                self._prompt_tokens = prompt
-        attempt.usage_cached_prompt_tokens = cached_prompt_tokens(usage)
-
-    def _on_winner_chunk(self, winner: _Attempt, at: float, info: ChunkKind) -> None:
-        if info.usage is not None:
-            self._note_usage(winner, info.usage)
-        if info.finished:
-            self._finished_choices.update(info.finished)
-            if len(self._finished_choices) >= self._choices:
-                self._finish_reason = info.finish_reason
-        if not info.token:
-            return
-        winner.token_chunks += 1
-        if winner.first_token_at is None:
-            winner.first_token_at = at
-        if info.answer and self._answer_at is None:
-            self._answer_at = at
-        if self._last_token_at is not None:
-            gap = at - self._last_token_at
-            self._max_itl_s = gap if self._max_itl_s is None else max(self._max_itl_s, gap)
-        self._last_token_at = at
-
-    def _set_status(self, status: str, error_type: str | None) -> None:
-        if self._status is None:
-            self._status = status
-            self._error_type = error_type
+            self._execute(race.abandon(self._now()))
 
     async def _finish(self) -> None:
         """Close every attempt, build the one record, hand it to telemetry."""
-        end = self._now()
+        self._execute(self._race.abandon(self._now()))
         tasks: list[asyncio.Task[Any]] = []
         driver = self._driver
         if driver is not None:
@@ -1183,10 +1020,6 @@ class CallStream:
                 driver.cancel()
             tasks.append(driver)
         for attempt in self._attempts:
-            if attempt.alive:
-                self._cancel(attempt, end)
-            elif attempt is self._winner and attempt.end_at is None:
-                attempt.end_at = end
             if attempt.task is not None:
                 self._cancel_task(attempt)
                 tasks.append(attempt.task)
@@ -1215,60 +1048,7 @@ class CallStream:
     def _build_record(self) -> None:
         if self.record is not None:
             return
-        winner = self._winner
-        attempts = tuple(
-            AttemptRecord(
-                upstream=a.upstream.name,
-                role=a.role,  # type: ignore[arg-type]
-                start_s=round(a.start, 6),
-                first_token_s=None if a.first_token_at is None else round(a.first_token_at, 6),
-                end_s=round(a.end_at if a.end_at is not None else a.start, 6),
-                outcome=a.outcome or "cancelled",  # type: ignore[arg-type]
-                status_code=a.status_code,
-                error_type=a.error_type,
-                completion_tokens=a.tokens(),
-                prompt_tokens=a.usage_prompt_tokens,
-                cached_prompt_tokens=a.usage_cached_prompt_tokens,
-            )
-            for a in self._attempts
-        )
-        # Call latencies are measured from the primary's send (DESIGN.md "TTFT"), which is a hair
-        # (or, on a busy event loop, noticeably) later than the call's start.
-        sent = self._attempts[0].start if self._attempts else 0.0
-        ttft = _since(winner.first_token_at, sent) if winner is not None else None
-        ttfo = _since(self._answer_at, sent)
-        e2e = _since(self._last_token_at, sent)
-        completion = winner.tokens() if winner is not None else None
-        tpot = None
-        if ttft is not None and e2e is not None and completion is not None and completion > 1:
-            tpot = (e2e - ttft) / (completion - 1)
-        wasted = sum(a.tokens() for a in self._attempts if a is not winner)
-        self.record = CallRecord(
-            request_id=self.request_id,
-            route=self._client.route,
-            model=self.model,
-            started_at=self._started_at,
-            client=self._client.client_tag,
-            hedge_after_s=self.hedge_after_s,
-            threshold_version=self.threshold_version,
-            hedged=len(self._attempts) > 1,
-            hedge_reason=self._hedge_reason,  # type: ignore[arg-type]
-            hedge_denied=self._hedge_denied,
-            failover_denied=self._failover_denied,
-            winner=None if winner is None else winner.role,  # type: ignore[arg-type]
-            status=self._status or "cancelled",  # type: ignore[arg-type]
-            error_type=self._error_type,
-            ttft_s=_round(ttft),
-            ttfo_s=_round(ttfo),
-            tpot_s=_round(tpot),
-            e2e_s=_round(e2e),
-            max_itl_s=_round(self._max_itl_s),
-            prompt_tokens=self._prompt_tokens,
-            completion_tokens=completion,
-            wasted_completion_tokens=wasted,
-            attempts=attempts,
-        )
-        self.record = with_prompt_estimates(self.record)
+        self.record = self._race.record()
         if self._client.telemetry is not None:
             try:
                 self._client.telemetry.submit(self.record)
@@ -1322,21 +1102,3 @@ def not_found_hint(upstream: Upstream) -> str | None:
         f"base_url {upstream.base_url!r} does not end in '/v1'; OpenAI-compatible servers usually "
         f"serve {path}/v1/chat/completions, and this client posts to {upstream.chat_url!r}"
     )
-
-
-def _since(at: float | None, origin: float) -> float | None:
-    """``at - origin`` (never negative), or None when ``at`` is None."""
-    return None if at is None else max(0.0, at - origin)
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
-
-
-def _error_type(exc: BaseException) -> str:
-    """The short machine name of an attempt's failure."""
-    if isinstance(exc, AttemptError):
-        return exc.error_type
-    if isinstance(exc, UpstreamError):
-        return f"http_{exc.status_code}"
-    return type(exc).__name__
