@@ -77,18 +77,17 @@ Request headers of every attempt:
 
 Connections: a finished stream is read to the end of its HTTP body (at most ``DRAIN_TIMEOUT_S``
 and ``DRAIN_LIMIT_BYTES`` after ``[DONE]``) so that its connection goes back to the pool and the
-next call to that upstream skips the TCP and TLS handshakes. Responses are closed with
-``close_shielded``: a task cancelled while httpx closes a response would otherwise leave the
-connection counted as active in the pool for good (encode/httpcore#1115), and a pool full of
-those makes later calls wait forever. For the same reason a send cancelled just after its
-connection was made closes the connection that httpcore leaves orphaned (``send_streaming``,
-encode/httpcore#1093). An attempt's task is cancelled at most once (``_cancel_task``) and the
-call waits for its tasks without ``gather`` (``wait_tasks_shielded``): a second cancellation
-reaching a loser that is already unwinding from the first aborts httpcore's own close of its
-connection half-way (anyio's shield does not stop a native ``Task.cancel``), which left the
-loser's socket open and the upstream generating when the caller broke out right at the first
-token. After the attempts ended, ``reclaim_orphans`` closes any connection a cancelled attempt
-still left active (a safety net; it logs a warning when it has anything to do).
+next call to that upstream skips the TCP and TLS handshakes. Every request goes through an
+``OwnedTransport`` (``hedgerow.client._transport``): it closes response bodies with
+``close_shielded`` (a task cancelled while httpx closes a response would otherwise leave the
+connection counted as active in the pool for good, encode/httpcore#1115) and delays the
+cancellation of a send that is between a new connection's connect and its request until it is
+past that window (a cancellation there orphans the connection, encode/httpcore#1093). An
+attempt's task is cancelled at most once (``_cancel_task``) and the call waits for its tasks
+without ``gather`` (``wait_tasks_shielded``): a second cancellation reaching a loser that is
+already unwinding from the first aborts httpcore's own close of its connection half-way (anyio's
+shield does not stop a native ``Task.cancel``), which left the loser's socket open and the
+upstream generating when the caller broke out right at the first token.
 
 Stream size: an SSE event (or line) longer than ``HedgePolicy.max_event_bytes`` (default 8 MiB)
 fails its attempt with ``error_type`` ``event_too_large`` before httpx-sse buffers more of it
@@ -119,7 +118,7 @@ import math
 import socket
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -129,6 +128,7 @@ import httpx
 from httpx_sse import EventSource, SSEError
 
 from hedgerow.client._race import Action, AttemptState, Cancel, Race, Raise, Start, Won
+from hedgerow.client._transport import OwnedTransport, close_shielded
 from hedgerow.client.budget import FailoverBudget, HedgeBudget
 from hedgerow.client.chunks import AnswerAssembler, classify_chunk
 from hedgerow.client.errors import (
@@ -151,7 +151,6 @@ __all__ = [
     "close_shielded",
     "not_found_hint",
     "open_response",
-    "reclaim_orphans",
     "send_streaming",
     "wait_tasks_shielded",
 ]
@@ -188,35 +187,6 @@ def attempt_request_id(request_id: str, role: str) -> str:
     return str(uuid.uuid5(ATTEMPT_ID_NAMESPACE, f"{request_id}-{role}"))
 
 
-async def close_shielded(close: Callable[[], Awaitable[object]]) -> None:
-    """Run ``close()`` to its end even if the calling task is cancelled meanwhile.
-
-    httpx/httpcore leave a connection marked active in the pool forever when the task closing
-    its response is cancelled inside that close (encode/httpcore#1115): enough of them and every
-    later request waits for a free connection that never comes. The close runs in its own task;
-    a cancellation of the caller waits for that task to end and is then re-raised.
-
-    Args:
-        close: a zero-argument coroutine function, e.g. ``response.aclose``.
-
-    Raises:
-        asyncio.CancelledError: when the caller was cancelled (after the close finished).
-        Exception: whatever the close itself raised.
-    """
-    closing = asyncio.ensure_future(close())
-    cancelled: asyncio.CancelledError | None = None
-    while not closing.done():
-        try:
-            await asyncio.shield(closing)
-        except asyncio.CancelledError as exc:
-            cancelled = exc
-    if cancelled is not None:
-        if not closing.cancelled():
-            closing.exception()  # retrieved, so that asyncio does not log it as never retrieved
-        raise cancelled
-    closing.result()
-
-
 async def wait_tasks_shielded(tasks: Sequence[asyncio.Future[Any]]) -> None:
     """Wait until every task in ``tasks`` has ended, without ever cancelling any of them.
 
@@ -247,24 +217,6 @@ async def wait_tasks_shielded(tasks: Sequence[asyncio.Future[Any]]) -> None:
             task.exception()  # retrieved, so that asyncio does not log it as never retrieved
     if cancelled is not None:
         raise cancelled
-
-
-class _ShieldedCloseStream(httpx.AsyncByteStream):
-    """A response body whose ``aclose`` runs to its end even when the closing task is cancelled.
-
-    Every close of the response goes through it: httpx's own at the end of the body or on an
-    error, the caller's, ``HedgingTransport``'s pass-through.
-    """
-
-    def __init__(self, inner: httpx.AsyncByteStream) -> None:
-        self._inner = inner
-
-    def __aiter__(self) -> AsyncIterator[bytes]:  # the inner iterator itself: no extra generator
-        return self._inner.__aiter__()
-
-    async def aclose(self) -> None:
-        """Close the inner stream with ``close_shielded``."""
-        await close_shielded(self._inner.aclose)
 
 
 class _EventSizeCap(httpx.AsyncByteStream):
@@ -383,68 +335,23 @@ def _as_sse(response: httpx.Response) -> httpx.Response:
 
 
 async def send_streaming(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
-    """``http.send(request, stream=True)`` without the connection leaks of a cancellation.
-
-    * The response's body is wrapped so that closing it runs to its end even when the task is
-      cancelled meanwhile (``close_shielded``; otherwise encode/httpcore#1115 leaves the
-      connection counted as active for good). httpx closes a body on its own when it has been
-      read to the end, so this covers that close too.
-    * A task cancelled just after its new connection is established, before httpcore marks it
-      in use, leaves that connection in the pool owned by no request, never reusable and never
-      evicted: it holds a pool slot and a socket for good (encode/httpcore#1093; fixes proposed
-      upstream, not released). On cancellation this closes such orphans (``reclaim_orphans``).
-
-    Raises what ``http.send`` raises.
-    """
-    try:
-        response = await http.send(request, stream=True)
-    except asyncio.CancelledError:
-        await reclaim_orphans(http, request.url)
-        raise
-    if isinstance(response.stream, httpx.AsyncByteStream):
-        response.stream = _ShieldedCloseStream(response.stream)
-    return response
-
-
-async def reclaim_orphans(http: httpx.AsyncClient, url: httpx.URL) -> int:
-    """Close the connections of ``url``'s pool that no request owns and that are neither idle
-    nor closed (orphans of a cancellation, see ``send_streaming``); return how many.
-
-    Works on httpx's default transport (an ``httpcore.AsyncConnectionPool`` behind it); for any
-    other transport, or when httpcore's internals differ, it does nothing and returns 0.
-    """
-    try:
-        transport = http._transport_for_url(url)
-        pool = getattr(transport, "_pool", None)
-        requests = pool._requests  # type: ignore[union-attr]
-        connections = list(pool.connections)  # type: ignore[union-attr]
-        owned = {id(r.connection) for r in requests if getattr(r, "connection", None) is not None}
-        orphans = [
-            c
-            for c in connections
-            if id(c) not in owned and not c.is_idle() and not c.is_closed() and not c.is_available()
-        ]
-    except (AttributeError, TypeError):
-        return 0
-    for connection in orphans:
-        with suppress(Exception):
-            await close_shielded(connection.aclose)
-    return len(orphans)
+    """``http.send(request, stream=True)``; safe to cancel when ``http``'s transport is an
+    ``OwnedTransport`` (every client of this package makes it so)."""
+    return await http.send(request, stream=True)
 
 
 @asynccontextmanager
 async def open_response(http: httpx.AsyncClient, request: httpx.Request) -> AsyncIterator[httpx.Response]:
-    """Send ``request`` as a stream and yield its response; close it with ``close_shielded``.
+    """Send ``request`` as a stream, yield its response, close it on exit.
 
-    The drop-in for ``http.stream(...)`` that leaks no connection when the task is cancelled
-    while the request is sent (``send_streaming``) or while the response is being closed
-    (``close_shielded``). Raises what ``http.send`` raises.
+    Over an ``OwnedTransport`` neither the send nor the close leaks a connection when the task
+    is cancelled meanwhile. Raises what ``http.send`` raises.
     """
     response = await send_streaming(http, request)
     try:
         yield response
     finally:
-        await response.aclose()  # shielded by send_streaming's body wrapper
+        await response.aclose()  # runs to its end: OwnedTransport's body closes with close_shielded
 
 
 async def _drain(events: AsyncIterator[Any]) -> None:
@@ -564,7 +471,10 @@ class HedgingClient:
     async def __aenter__(self) -> Self:
         timeout = httpx.Timeout(None, connect=self.policy.connect_timeout_s)
         limits = httpx.Limits(max_connections=self._max_connections, max_keepalive_connections=100)
-        self._http = httpx.AsyncClient(timeout=timeout, limits=limits, transport=self._transport)
+        transport = self._transport
+        if not isinstance(transport, OwnedTransport):
+            transport = OwnedTransport(transport, limits=limits)
+        self._http = httpx.AsyncClient(timeout=timeout, transport=transport)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -1026,24 +936,8 @@ class CallStream:
         try:
             # Never gather: a cancellation of the caller would cancel the attempts a second time.
             await wait_tasks_shielded(tasks)
-            await self._reclaim_cancelled()
         finally:
             self._build_record()
-
-    async def _reclaim_cancelled(self) -> None:
-        """Safety net after the attempt tasks ended: close connections that a cancelled attempt
-        left active in the pool and owned by no request (``reclaim_orphans``), should a close
-        have been interrupted all the same. Checks only the URLs of cancelled attempts."""
-        assert self._http is not None
-        seen: set[str] = set()
-        for attempt in self._attempts:
-            if attempt.cancel_sent and attempt.upstream.chat_url not in seen:
-                seen.add(attempt.upstream.chat_url)
-                count = await reclaim_orphans(self._http, httpx.URL(attempt.upstream.chat_url))
-                if count:
-                    log.warning(
-                        "closed %d connection(s) left open by a cancelled attempt to %s", count, attempt.upstream.name
-                    )
 
     def _build_record(self) -> None:
         if self.record is not None:

@@ -37,9 +37,9 @@ What the transport does with one request:
   with ``unary_policy`` (default: ``policy``) and its own budget.
 * **Every other request** (``GET /v1/models``, embeddings, files, ...) passes through unhedged
   to the primary (first) upstream (the request body re-sent as read, the response streamed
-  back as it comes), honouring the caller's timeout; it makes no ``CallRecord``. It is sent with
-  ``send_streaming``, so an app task cancelled while sending it or closing its response cannot
-  leave the connection stuck in the pool (encode/httpcore#1115, #1093).
+  back as it comes), honouring the caller's timeout; it makes no ``CallRecord``. It goes through
+  the same ``OwnedTransport`` as the hedged calls, so an app task cancelled while sending it or
+  closing its response cannot leave the connection stuck in the pool (encode/httpcore#1115, #1093).
 * A chat body that is not a JSON object with a string ``model`` is answered 400 (OpenAI error
   JSON naming the problem) without contacting any upstream.
 
@@ -91,6 +91,7 @@ from typing import Any
 
 import httpx
 
+from hedgerow.client._transport import OwnedTransport
 from hedgerow.client.budget import HedgeBudget
 from hedgerow.client.errors import (
     AllAttemptsFailed,
@@ -221,9 +222,7 @@ class HedgingTransport(httpx.AsyncBaseTransport):
             raise ValueError(f"base_path: must be a path starting with '/' and without a query, got {base_path!r}")
         if unary_route is not None and (not isinstance(unary_route, str) or not unary_route):
             raise ValueError("unary_route: must be a non-empty string or None")
-        self._pool = httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=100)
-        )
+        self._pool = OwnedTransport(limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=100))
         self._client = HedgingClient(
             upstreams,
             route=route,
@@ -399,7 +398,7 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         out = httpx.Headers(kept)
         _mark(out, "", upstream.name, False)
         extensions = {k: v for k, v in response.extensions.items() if k in ("http_version", "reason_phrase")}
-        # response.stream closes with close_shielded (send_streaming), whoever closes it.
+        # response.stream closes with close_shielded (OwnedTransport), whoever closes it.
         return httpx.Response(
             response.status_code, headers=out, stream=response.stream, request=request, extensions=extensions
         )

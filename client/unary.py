@@ -27,8 +27,10 @@ per call, however it ends, goes to the telemetry sink.
 
 Headers and connections are those of the streaming client: each attempt carries a UUID
 ``X-Request-ID`` (``attempt_request_id``), ``Idempotency-Key: {request_id}`` and
-``X-Hedgerow-Attempt: <role>``; each response is read whole and closed with ``close_shielded``,
-so a cancelled attempt cannot leave its connection counted as active in the pool.
+``X-Hedgerow-Attempt: <role>``; each response is read whole through the ``OwnedTransport``, which
+closes it with ``close_shielded`` (a cancelled attempt cannot leave its connection counted as active
+in the pool) and fails it with ``body_too_large`` past ``HedgePolicy.max_event_bytes`` (the whole
+body counts as one event), so a broken upstream cannot exhaust the client's memory.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from typing import Any
 import httpx
 
 from hedgerow.client._race import Action, AttemptState, Cancel, Done, Race, Raise, Start
+from hedgerow.client._transport import BODY_LIMIT_EXTENSION
 from hedgerow.client.budget import FailoverBudget, HedgeBudget
 from hedgerow.client.errors import HedgeError
 from hedgerow.client.hedging import (
@@ -226,6 +229,7 @@ class _UnaryCall:
         self._telemetry = telemetry
         self._extra_headers = dict(headers or {})
         self._params = params
+        self._max_body_bytes = policy.max_event_bytes
         self.request_id = request_id
         self._race = Race(
             [u.name for u in order],
@@ -292,9 +296,10 @@ class _UnaryCall:
             content=self._content,
             headers=self._headers(attempt),
             params=self._params,
+            extensions={BODY_LIMIT_EXTENSION: self._max_body_bytes},
         )
         async with open_response(self._http, request) as response:
-            await response.aread()
+            await response.aread()  # over max_body_bytes: BodyTooLarge (a failure that fails over)
         self._race.response(attempt.state, response.status_code)
         if response.status_code != 200:
             raise UnaryAttemptFailure(
