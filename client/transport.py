@@ -86,11 +86,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import httpx
 
+from hedgerow.client._portal import PORTAL
 from hedgerow.client._transport import OwnedTransport
 from hedgerow.client.budget import HedgeBudget
 from hedgerow.client.errors import (
@@ -169,8 +171,17 @@ def rebase_path(path: str, base_path: str | None = None) -> str | None:
     return path
 
 
-class HedgingTransport(httpx.AsyncBaseTransport):
-    """An ``httpx.AsyncBaseTransport`` that hedges chat completions (see the module docstring).
+class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
+    """An httpx transport that hedges chat completions (see the module docstring), for
+    ``httpx.AsyncClient`` (``openai.AsyncOpenAI``) and ``httpx.Client`` (``openai.OpenAI``) alike.
+
+    Synchronous use (``handle_request``) runs the same calls on the process's portal loop
+    (``hedgerow.client._portal``) through a twin of this transport that shares its budgets,
+    telemetry sink and threshold source, so sync and async calls in one process are recorded,
+    budgeted and thresholded together. The response body is read chunk by chunk from the portal;
+    closing it ends the call as in async code (the loser is cancelled at the winner's first token
+    either way). The telemetry sink's ``submit`` is then called from the portal's thread
+    (``TelemetryExporter.submit`` is safe to call from any thread).
 
     Args:
         upstreams: the OpenAI-compatible endpoints in preference order (the first is the primary
@@ -242,6 +253,20 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         self._http: httpx.AsyncClient | None = None
         self._closed = False
         self._lock = asyncio.Lock()
+        self._twin_args: dict[str, Any] = {
+            "upstreams": self.upstreams,
+            "route": route,
+            "policy": policy,
+            "thresholds": thresholds,
+            "telemetry": telemetry,
+            "unary_route": self.unary_route,
+            "unary_policy": self.unary_policy,
+            "base_path": base_path,
+            "client_tag": client_tag,
+            "max_connections": max_connections,
+        }
+        self._twin: HedgingTransport | None = None
+        self._twin_lock = threading.Lock()
 
     @property
     def client(self) -> HedgingClient:
@@ -267,6 +292,44 @@ class HedgingTransport(httpx.AsyncBaseTransport):
             await self._http.aclose()
             self._http = None
         await self._pool.aclose()
+
+    def _sync_twin(self) -> HedgingTransport:
+        """The twin that serves ``handle_request`` on the portal loop (made on first use)."""
+        with self._twin_lock:
+            if self._closed:
+                raise RuntimeError("HedgingTransport is closed")
+            if self._twin is None:
+                twin = HedgingTransport(**self._twin_args)
+                # One budget of each kind per transport, whichever thread the call comes from.
+                twin._client.budget = self._client.budget
+                twin._client.failover_budget = self._client.failover_budget
+                twin.unary_budget = self.unary_budget
+                self._twin = twin
+            return self._twin
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """The synchronous ``handle_async_request``: for ``httpx.Client`` and ``openai.OpenAI``.
+
+        The call runs on the portal loop; the returned response's body is a sync stream read
+        through the portal. Raises what ``handle_async_request`` raises (httpx transport errors
+        for failed calls), and RuntimeError after ``close``.
+        """
+        twin = self._sync_twin()
+        request.read()  # the body, in this thread: the portal then reads the cached bytes
+        response = PORTAL.run(twin.handle_async_request(request))
+        if isinstance(response.stream, httpx.AsyncByteStream):
+            response.stream = _PortalBody(response.stream)
+        return response
+
+    def close(self) -> None:
+        """Close the sync twin's connection pool (``httpx.Client.close`` calls it); idempotent.
+
+        The async side is closed by ``aclose``.
+        """
+        with self._twin_lock:
+            twin, self._twin = self._twin, None
+        if twin is not None:
+            PORTAL.run(twin.aclose())
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Hedge a chat completion, or pass any other request to the primary upstream.
@@ -402,6 +465,29 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         return httpx.Response(
             response.status_code, headers=out, stream=response.stream, request=request, extensions=extensions
         )
+
+
+class _PortalBody(httpx.SyncByteStream):
+    """A sync response body reading an async one on the portal loop, one piece per hop."""
+
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self._inner = inner
+
+    def __iter__(self) -> Iterator[bytes]:
+        pieces = self._inner.__aiter__()
+
+        async def next_piece() -> bytes | None:
+            try:
+                return await pieces.__anext__()
+            except StopAsyncIteration:
+                return None
+
+        while (piece := PORTAL.run(next_piece())) is not None:
+            yield piece
+
+    def close(self) -> None:
+        """Close the async body on the portal (ends the hedged call, closes its connections)."""
+        PORTAL.run(self._inner.aclose())
 
 
 class _ChatByteStream(httpx.AsyncByteStream):
