@@ -77,6 +77,7 @@ from hedgerow.client.records import (
     AttemptOutcome,
     AttemptRecord,
     AttemptRole,
+    CallApi,
     CallRecord,
     CallStatus,
     HedgeReason,
@@ -194,6 +195,7 @@ class Race:
         failover_budget: the failover retry budget, shared by the client's calls.
         choices: the ``n`` of the request (every choice must finish for a complete answer).
         streaming: False for whole-response calls (no TPOT, no ITL in the record).
+        api: the record's ``api`` (``chat`` or ``responses``).
         request_id, route, model, started_at, client, threshold_version: copied into the record.
 
     Raises:
@@ -219,6 +221,7 @@ class Race:
         threshold_version: int | None = None,
         choices: int = 1,
         streaming: bool = True,
+        api: CallApi = "chat",
     ) -> None:
         if not upstreams:
             raise ValueError("Race.upstreams: at least one upstream name is required")
@@ -235,6 +238,7 @@ class Race:
         self._failover_budget = failover_budget
         self._choices = max(1, choices)
         self._streaming = streaming
+        self._api: CallApi = api
         self.request_id = request_id
         self._route = route
         self._model = model
@@ -619,6 +623,7 @@ class Race:
             completion_tokens=completion,
             wasted_completion_tokens=sum(a.tokens() for a in self.attempts if a is not winner),
             attempts=attempts,
+            api=self._api,
         )
         self._record = with_prompt_estimates(record)
         return self._record

@@ -128,6 +128,7 @@ import httpx
 from httpx_sse import EventSource, SSEError
 
 from hedgerow.client._race import Action, AttemptState, Cancel, Race, Raise, Start, Won
+from hedgerow.client._responses import ResponsesAssembler, attempt_failure, classify_event
 from hedgerow.client._transport import OwnedTransport, close_shielded
 from hedgerow.client.budget import FailoverBudget, HedgeBudget
 from hedgerow.client.chunks import AnswerAssembler, classify_chunk
@@ -138,7 +139,7 @@ from hedgerow.client.errors import (
     UpstreamError,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
-from hedgerow.client.records import CallRecord
+from hedgerow.client.records import CallApi, CallRecord
 
 __all__ = [
     "ATTEMPT_ID_NAMESPACE",
@@ -146,6 +147,7 @@ __all__ = [
     "ChatResult",
     "HedgingClient",
     "RecordSink",
+    "ResponsesResult",
     "ThresholdSource",
     "attempt_request_id",
     "close_shielded",
@@ -401,6 +403,23 @@ class ChatResult:
     record: CallRecord
 
 
+@dataclass(frozen=True, slots=True)
+class ResponsesResult:
+    """The assembled answer of ``HedgingClient.responses``.
+
+    Attributes:
+        text: the output text; reasoning_text: reasoning and reasoning-summary text;
+        arguments: function-call arguments by output item id; response: the final ``response``
+        object (of ``response.completed``/``response.incomplete``), if any; record: the ``CallRecord``.
+    """
+
+    text: str
+    reasoning_text: str
+    arguments: dict[str, str]
+    response: dict[str, Any] | None
+    record: CallRecord
+
+
 @dataclass(eq=False, slots=True)
 class _Attempt:
     """The I/O side of one attempt: its upstream, task, held-back chunks and response headers.
@@ -522,14 +541,49 @@ class HedgingClient:
                 a programming error, not a ``HedgeError``, and carries no record.
             RuntimeError: when the client is not open (use ``async with``).
         """
+        wire = dict(body) if isinstance(body, dict) else body
+        if isinstance(wire, dict):
+            wire["stream"] = True
+            if "stream_options" not in wire:
+                wire["stream_options"] = {"include_usage": True}
+        return self._call(wire, "chat", primary=primary, request_id=request_id, headers=headers, params=params)
+
+    def stream_responses(
+        self,
+        body: dict[str, Any],
+        *,
+        primary: str | int | None = None,
+        request_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: httpx.QueryParams | None = None,
+    ) -> CallStream:
+        """Start one hedged streaming Responses API call (``POST {base_url}/responses``).
+
+        The same race as ``stream_chat`` (same route, thresholds, budgets; the record's ``api`` is
+        ``responses``); iterating gives the winner's stream events as dicts (``type`` ...). What
+        counts as a token, a finish and a failure is in ``hedgerow.client._responses``. The client
+        sets ``stream: true``. Arguments, return value and errors as for ``stream_chat``.
+        """
+        wire = dict(body) if isinstance(body, dict) else body
+        if isinstance(wire, dict):
+            wire["stream"] = True
+        return self._call(wire, "responses", primary=primary, request_id=request_id, headers=headers, params=params)
+
+    def _call(
+        self,
+        wire: dict[str, Any],
+        api: CallApi,
+        *,
+        primary: str | int | None,
+        request_id: str | None,
+        headers: Mapping[str, str] | None,
+        params: httpx.QueryParams | None,
+    ) -> CallStream:
         if self._http is None:
             raise RuntimeError("HedgingClient is not open: use 'async with HedgingClient(...)'")
-        _check_body(body)
+        _check_body(wire)
         order = self._order(primary)
-        wire = dict(body)
-        wire["stream"] = True
-        if "stream_options" not in wire:
-            wire["stream_options"] = {"include_usage": True}
+        body = wire
         model = body["model"]
         hedge_after_s = self.policy.hedge_after_s
         version: int | None = None
@@ -549,6 +603,27 @@ class HedgingClient:
             hedging_enabled=hedging_enabled,
             extra_headers=headers,
             params=params,
+            api=api,
+        )
+
+    async def responses(
+        self, body: dict[str, Any], *, primary: str | int | None = None, request_id: str | None = None
+    ) -> ResponsesResult:
+        """Run one hedged streaming Responses API call to completion; return the ``ResponsesResult``.
+
+        Raises the same errors as ``chat``.
+        """
+        answer = ResponsesAssembler()
+        async with self.stream_responses(body, primary=primary, request_id=request_id) as stream:
+            async for event in stream:
+                answer.add(event)
+        assert stream.record is not None
+        return ResponsesResult(
+            text=answer.text,
+            reasoning_text=answer.reasoning_text,
+            arguments=dict(answer.arguments),
+            response=answer.response,
+            record=stream.record,
         )
 
     async def chat(
@@ -611,8 +686,11 @@ class CallStream:
         hedging_enabled: bool,
         extra_headers: Mapping[str, str] | None = None,
         params: httpx.QueryParams | None = None,
+        api: CallApi = "chat",
     ) -> None:
         self._client = client
+        self.api: CallApi = api
+        self._classify = classify_chunk if api == "chat" else classify_event
         self._extra_headers = extra_headers
         self._params = params
         self._http = client._http
@@ -639,7 +717,8 @@ class CallStream:
             started_at=datetime.now(UTC),
             client=client.client_tag,
             threshold_version=threshold_version,
-            choices=_choice_count(body),
+            choices=_choice_count(body) if api == "chat" else 1,
+            api=api,
         )
         self._attempts: list[_Attempt] = []
         self._events: asyncio.Queue[tuple[str, _Attempt, Any, float]] = asyncio.Queue()
@@ -695,6 +774,9 @@ class CallStream:
             elif isinstance(action, Raise):
                 raise action.error
 
+    def _url(self, upstream: Upstream) -> str:
+        return upstream.chat_url if self.api == "chat" else upstream.responses_url
+
     def _headers(self, attempt: _Attempt) -> dict[str, str] | httpx.Headers:
         role = attempt.state.header_role
         headers = {
@@ -738,9 +820,15 @@ class CallStream:
         # when the event loop is busy; TTFT and the hedge deadline are measured from here.
         self._race.sent(attempt.state, self._now())
         done_at: float | None = None
+        responses = self.api == "responses"
+        delta_seen = False
         try:
             request = self._http.build_request(
-                "POST", attempt.upstream.chat_url, json=self._body, headers=self._headers(attempt), params=self._params
+                "POST",
+                self._url(attempt.upstream),
+                json=self._body,
+                headers=self._headers(attempt),
+                params=self._params,
             )
             async with open_response(self._http, request) as response:
                 self._race.response(attempt.state, response.status_code)
@@ -781,7 +869,12 @@ class CallStream:
                                 raise AttemptError("malformed_stream", f"chunk is not JSON: {data[:120]!r}") from None
                             if not isinstance(chunk, dict):
                                 raise AttemptError("malformed_stream", f"chunk is not a JSON object: {data[:120]!r}")
-                            if chunk.get("error") is not None:
+                            if responses:
+                                stopped = attempt_failure(chunk, delta_seen)
+                                if stopped is not None:
+                                    raise stopped
+                                delta_seen = delta_seen or str(chunk.get("type", "")).endswith(".delta")
+                            elif chunk.get("error") is not None:
                                 raise AttemptError(
                                     "sse_error", f"SSE error payload: {json.dumps(chunk['error'])[:200]}"
                                 )
@@ -867,7 +960,7 @@ class CallStream:
                 continue
             kind, attempt, payload, at = event
             if kind == "chunk":
-                actions = race.chunk(attempt.state, classify_chunk(payload), at)
+                actions = race.chunk(attempt.state, self._classify(payload), at)
                 if attempt.state.outcome is None:  # a chunk without a token: held back until it wins
                     attempt.pending.append(payload)
                 elif actions:  # the first token: this attempt won
@@ -900,6 +993,7 @@ class CallStream:
             winner = self._winner
             assert winner is not None, "phase 1 returns with a winner unless the call already ended"
             chunk = race.chunk
+            classify = self._classify
             while True:
                 deadline = race.deadline
                 event = await self._next_event(deadline)
@@ -910,7 +1004,7 @@ class CallStream:
                 if at >= deadline:
                     self._execute(race.tick(at))
                 if kind == "chunk":
-                    chunk(attempt.state, classify_chunk(payload), at)
+                    chunk(attempt.state, classify(payload), at)
                     if attempt is winner:
                         yield payload
                     continue

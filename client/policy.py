@@ -50,6 +50,11 @@ class Upstream:
         """The chat-completions URL of this upstream."""
         return self.base_url.rstrip("/") + "/chat/completions"
 
+    @property
+    def responses_url(self) -> str:
+        """The Responses API URL of this upstream (``POST {base_url}/responses``)."""
+        return self.base_url.rstrip("/") + "/responses"
+
 
 @dataclass(frozen=True, slots=True)
 class HedgePolicy:

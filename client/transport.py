@@ -35,6 +35,10 @@ What the transport does with one request:
   (``hedgerow.client.unary``), under route ``unary_route`` (default ``"<route>.unary"``) so
   whole-response times do not mix with first-token times in the controller's estimates, and
   with ``unary_policy`` (default: ``policy``) and its own budget.
+* **``POST <base>/responses``** (the Responses API) is hedged the same way, streaming or not
+  (``HedgingClient.stream_responses``; non-streaming as whole responses under ``unary_route``):
+  same route, thresholds and budgets as chat calls, the record's ``api`` is ``responses``; the
+  streamed body re-encodes each event as ``event: <type>`` + ``data: {json}``, without ``[DONE]``.
 * **Every other request** (``GET /v1/models``, embeddings, files, ...) passes through unhedged
   to the primary (first) upstream (the request body re-sent as read, the response streamed
   back as it comes), honouring the caller's timeout; it makes no ``CallRecord``. It goes through
@@ -110,12 +114,14 @@ from hedgerow.client.hedging import (
     send_streaming,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
+from hedgerow.client.records import CallApi
 from hedgerow.client.unary import unary_call
 
 __all__ = ["CHAT_COMPLETIONS_PATH", "HedgingTransport", "rebase_path"]
 
 #: The remainder (after the base path) of the requests that are hedged.
 CHAT_COMPLETIONS_PATH = "/chat/completions"
+RESPONSES_PATH = "/responses"
 
 #: Response header names added to every response.
 REQUEST_ID_HEADER = "X-Hedgerow-Request-Id"
@@ -352,12 +358,14 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
                 404, f"hedgerow: path {path!r} is not under base_path {self.base_path!r}", "not_found_error"
             )
         if request.method == "POST" and remainder.rstrip("/") == CHAT_COMPLETIONS_PATH:
-            return await self._chat(http, request, query)
+            return await self._chat(http, request, query, "chat")
+        if request.method == "POST" and remainder.rstrip("/") == RESPONSES_PATH:
+            return await self._chat(http, request, query, "responses")
         return await self._passthrough(http, request, remainder, query)
 
     # -- chat completions -----------------------------------------------------------------------
 
-    async def _chat(self, http: httpx.AsyncClient, request: httpx.Request, query: str) -> httpx.Response:
+    async def _chat(self, http: httpx.AsyncClient, request: httpx.Request, query: str, api: CallApi) -> httpx.Response:
         raw = await request.aread()
         try:
             body = json.loads(raw)
@@ -370,13 +378,19 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_CHAT}
         params = httpx.QueryParams(query) if query else None
         if body.get("stream") is True:
-            return await self._stream(request, body, headers, params)
-        return await self._unary(http, request, raw, body, headers, params)
+            return await self._stream(request, body, headers, params, api)
+        return await self._unary(http, request, raw, body, headers, params, api)
 
     async def _stream(
-        self, request: httpx.Request, body: dict[str, Any], headers: dict[str, str], params: httpx.QueryParams | None
+        self,
+        request: httpx.Request,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        params: httpx.QueryParams | None,
+        api: CallApi,
     ) -> httpx.Response:
-        call = self._client.stream_chat(body, headers=headers, params=params)
+        start = self._client.stream_chat if api == "chat" else self._client.stream_responses
+        call = start(body, headers=headers, params=params)
         await call.__aenter__()
         iterator = call.__aiter__()
         first: dict[str, Any] | None
@@ -395,7 +409,8 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         # The body handed back is hedgerow's own SSE encoding of the winner's chunks, whatever the
         # upstream labelled its body (some label SSE as application/json, or not at all).
         response_headers["Content-Type"] = "text/event-stream; charset=utf-8"
-        stream = _ChatByteStream(call, iterator, first, withhold_usage="stream_options" not in body, request=request)
+        withhold = api == "chat" and "stream_options" not in body
+        stream = _ChatByteStream(call, iterator, first, withhold_usage=withhold, request=request)
         return httpx.Response(200, headers=response_headers, stream=stream, request=request)
 
     async def _unary(
@@ -406,6 +421,7 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         body: dict[str, Any],
         headers: dict[str, str],
         params: httpx.QueryParams | None,
+        api: CallApi,
     ) -> httpx.Response:
         model = body["model"]
         hedge_after_s, version, enabled = self.unary_policy.hedge_after_s, None, True
@@ -430,6 +446,7 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
                 headers=headers,
                 params=params,
                 failover_budget=self._client.failover_budget,
+                api=api,
             )
         except HedgeError as exc:
             return _failure(request, exc, exc.record.request_id if exc.record else "")
@@ -491,7 +508,9 @@ class _PortalBody(httpx.SyncByteStream):
 
 
 class _ChatByteStream(httpx.AsyncByteStream):
-    """The body of a hedged streaming response: the winner's chunks as SSE, then ``[DONE]``.
+    """The body of a hedged streaming response: the winner's chunks as SSE, then ``[DONE]``
+    (Responses API calls: each event as ``event: <type>`` and ``data:``, and no ``[DONE]``, as
+    OpenAI sends them).
 
     Closing it (the response closed by the app or the SDK) ends the call; errors of the call
     after the first token surface as httpx transport errors (see the module table).
@@ -510,13 +529,18 @@ class _ChatByteStream(httpx.AsyncByteStream):
         self._iterator = iterator
         self._first = first
         self._withhold_usage = withhold_usage
+        self._responses = call.api == "responses"
         self._request = request
         self._closed = False
 
     def _encode(self, chunk: dict[str, Any]) -> bytes | None:
         if self._withhold_usage and chunk.get("choices") == [] and chunk.get("usage") is not None:
             return None
-        return b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+        data = b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+        kind = chunk.get("type") if self._responses else None
+        if isinstance(kind, str):
+            return b"event: " + kind.encode() + b"\n" + data
+        return data
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
@@ -529,7 +553,8 @@ class _ChatByteStream(httpx.AsyncByteStream):
                 if data is not None:
                     yield data
             await self._close(None)  # the call ended well: record it before the app sees the end
-            yield b"data: [DONE]\n\n"
+            if not self._responses:
+                yield b"data: [DONE]\n\n"
         except (StallTimeout, TotalTimeout) as exc:
             await self._close(exc)
             raise httpx.ReadTimeout(str(exc), request=self._request) from exc

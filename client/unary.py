@@ -49,6 +49,7 @@ from typing import Any
 import httpx
 
 from hedgerow.client._race import Action, AttemptState, Cancel, Done, Race, Raise, Start
+from hedgerow.client._responses import chat_usage
 from hedgerow.client._transport import BODY_LIMIT_EXTENSION
 from hedgerow.client.budget import FailoverBudget, HedgeBudget
 from hedgerow.client.errors import HedgeError
@@ -62,7 +63,7 @@ from hedgerow.client.hedging import (
     wait_tasks_shielded,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
-from hedgerow.client.records import CallRecord
+from hedgerow.client.records import CallApi, CallRecord
 
 __all__ = ["UnaryAttemptFailure", "UnaryResult", "unary_call"]
 
@@ -145,6 +146,7 @@ async def unary_call(
     params: Any = None,
     request_id: str | None = None,
     failover_budget: FailoverBudget | None = None,
+    api: CallApi = "chat",
 ) -> UnaryResult:
     """Send one non-streaming chat completion, hedged on the arrival of the whole response.
 
@@ -170,6 +172,8 @@ async def unary_call(
         request_id: the call's id (default: a random UUID hex).
         failover_budget: the failover retry budget shared with the caller's other calls
             (default: a new one from the policy, i.e. none shared).
+        api: ``chat`` (``POST {base_url}/chat/completions``) or ``responses`` (``POST
+            {base_url}/responses``; the usage's ``input_tokens``/``output_tokens`` are counted).
 
     Returns:
         A ``UnaryResult`` (a winner's 200, or a non-retryable 4xx when nothing else was left).
@@ -196,6 +200,7 @@ async def unary_call(
         params=params,
         request_id=request_id or uuid.uuid4().hex,
         failover_budget=failover_budget or FailoverBudget(policy.failover_budget_tokens, policy.failover_token_ratio),
+        api=api,
     )
     return await call.run()
 
@@ -222,7 +227,9 @@ class _UnaryCall:
         params: Any,
         request_id: str,
         failover_budget: FailoverBudget,
+        api: CallApi = "chat",
     ) -> None:
+        self._api: CallApi = api
         self._http = http
         self._order = order
         self._content = content
@@ -247,6 +254,7 @@ class _UnaryCall:
             client=client_tag,
             threshold_version=threshold_version,
             streaming=False,
+            api=api,
         )
         self._attempts: list[_Attempt] = []
         self._t0 = 0.0
@@ -292,7 +300,7 @@ class _UnaryCall:
         self._race.sent(attempt.state, self._now())
         request = self._http.build_request(
             "POST",
-            attempt.upstream.chat_url,
+            attempt.upstream.chat_url if self._api == "chat" else attempt.upstream.responses_url,
             content=self._content,
             headers=self._headers(attempt),
             params=self._params,
@@ -330,7 +338,10 @@ class _UnaryCall:
                 content=response.content,
             )
         usage = body.get("usage")
-        attempt.usage = usage if isinstance(usage, dict) else None
+        if self._api == "responses":
+            attempt.usage = chat_usage(usage)
+        else:
+            attempt.usage = usage if isinstance(usage, dict) else None
         return response
 
     async def run(self) -> UnaryResult:
