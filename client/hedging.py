@@ -858,10 +858,11 @@ class CallStream:
                             if sse.event == "error":
                                 raise AttemptError("sse_error", f"SSE error event: {sse.data[:200]}")
                             data = sse.data
-                            if data.strip() == "[DONE]":
+                            stripped = data.strip()
+                            if stripped == "[DONE]":
                                 done_at = at
                                 break
-                            if not data.strip():
+                            if not stripped:
                                 continue
                             try:
                                 chunk = json.loads(data)
@@ -994,12 +995,16 @@ class CallStream:
             assert winner is not None, "phase 1 returns with a winner unless the call already ended"
             chunk = race.chunk
             classify = self._classify
+            events = self._events
             while True:
                 deadline = race.deadline
-                event = await self._next_event(deadline)
-                if event is None:
-                    self._execute(race.tick(self._now()))
-                    continue
+                if events.empty():
+                    event = await self._next_event(deadline)
+                    if event is None:
+                        self._execute(race.tick(self._now()))
+                        continue
+                else:  # the common case while a burst of chunks is read: no coroutine, no timer
+                    event = events.get_nowait()
                 kind, attempt, payload, at = event
                 if at >= deadline:
                     self._execute(race.tick(at))
