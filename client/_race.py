@@ -1,7 +1,8 @@
 """The race of one hedged call as a sans-IO state machine: no sockets, no tasks, no clock.
 
-Every front end (chat streaming in ``hedgerow.client.hedging``, whole responses in
-``hedgerow.client.unary``) drives one ``Race`` per call. The front end owns the I/O: it sends
+Every front end (chat and Responses streaming in ``hedgerow.client.hedging``, whole responses in
+``hedgerow.client.unary``, sync calls through the transport's portal, and the virtual-time
+simulation ``hedgerow.sim.virtual``) drives one ``Race`` per call. The front end owns the I/O: it sends
 attempts, reads their bodies, keeps the clock and the tasks. It tells the race what happened,
 with the time it happened (seconds since the call began, any monotonic origin):
 
@@ -242,7 +243,7 @@ class Race:
         self.request_id = request_id
         self._route = route
         self._model = model
-        self._started_at = started_at
+        self.started_at = started_at
         self._client = client
         self._threshold_version = threshold_version
         self.attempts: list[AttemptState] = []
@@ -603,7 +604,7 @@ class Race:
             request_id=self.request_id,
             route=self._route,
             model=self._model,
-            started_at=self._started_at,
+            started_at=self.started_at,
             client=self._client,
             hedge_after_s=self.hedge_after_s,
             threshold_version=self._threshold_version,

@@ -732,7 +732,7 @@ class CallStream:
 
     async def __aenter__(self) -> Self:
         self._t0 = time.monotonic()
-        self._race._started_at = datetime.now(UTC)
+        self._race.started_at = datetime.now(UTC)
         self._execute(self._race.begin(0.0))
         self._driver = asyncio.create_task(self._drive(), name="hedgerow-driver")
         return self

@@ -346,7 +346,7 @@ class _UnaryCall:
 
     async def run(self) -> UnaryResult:
         self._t0 = time.monotonic()
-        self._race._started_at = datetime.now(UTC)
+        self._race.started_at = datetime.now(UTC)
         try:
             self._execute(self._race.begin(0.0))
             response, attempt = await self._run_race()
