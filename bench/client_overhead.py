@@ -1,9 +1,14 @@
 """Benchmark: what the hedging client adds to a streamed call when no hedge fires.
 
-The same N streamed chat completions (default 1,000) go to one local upstream two ways,
-interleaved call by call (alternating which goes first) so that drift in machine load hits
-both alike:
+The same N streamed chat completions (default 1,000) go to one local upstream several ways,
+interleaved call by call (rotating which goes first) so that drift in machine load hits
+them alike. Every way has an ``httpx`` client (connection pool) of its own: sharing one between
+``plain`` and ``plain_close`` once raised plain's TTFT median from 0.53 to 0.83 ms (each
+``plain_close`` call leaves the pool a connection to replace) and made hedging look free.
 
+* ``naive``: the baseline of issue 12's target: a plain ``httpx`` stream whose lines are split
+  by hand (``aiter_lines``, lines starting with ``data:``) and ``json.loads``-ed, the way most
+  apps do it (``naive_call``, about 30 lines);
 * ``plain``: ``httpx.AsyncClient.stream`` + ``httpx_sse.EventSource``, ``json.loads`` of every
   chunk, first token = first chunk with a non-empty ``delta.content`` (what an app does by hand);
 * ``hedging``: ``HedgingClient.stream_chat`` with ``hedge_after_s=30`` (never fires) and a second
@@ -14,14 +19,19 @@ both alike:
   machinery; "plain_close - plain" is what losing keep-alive costs here (next to nothing on
   loopback without TLS; a TCP and TLS handshake per call against a remote API).
 
-With ``--sdk`` two more modes show what the drop-in costs an app that uses the openai SDK:
+With ``--sdk`` four more modes show what the drop-in costs an app that uses the openai SDK:
 ``sdk`` (``openai.AsyncOpenAI`` straight to the upstream) and ``sdk_transport`` (the same SDK
-over ``HedgingTransport``, which also re-encodes the winner's chunks as SSE for the SDK).
+over ``HedgingTransport``, which also re-encodes the winner's chunks as SSE for the SDK), and
+the synchronous pair ``sync_sdk`` (``openai.OpenAI`` straight) and ``sync_sdk_transport``
+(``openai.OpenAI`` over ``HedgingTransport``, whose calls run on the portal thread; its CPU time
+counts, ``process_time`` being the process's). The sync calls block the benchmark's event loop
+while they run, which nothing else needs meanwhile.
 
 Measured per mode: TTFT (request sent to the first token in the caller's hands; median and P99,
 ms) and CPU time per chunk (``time.process_time`` summed over that mode's calls, divided by the
-chunks it delivered). "Added" is hedging minus plain (of the medians, of the P99s); "ratio" is
-hedging CPU per chunk over plain.
+chunks it delivered). "Added" is hedging minus its baseline (of the medians, of the P99s);
+"ratio" is hedging CPU per chunk over the baseline's. Issue 12's target, against ``naive`` in the
+same run: at most +0.2 ms TTFT median and x1.3 CPU per chunk.
 
 The upstream is a minimal asyncio SSE server in a **separate process** (this script with
 ``--serve``), not a simulated replica: the replica's engine, uvicorn and FastAPI add a millisecond
@@ -46,6 +56,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +155,48 @@ async def plain_call(http: httpx.AsyncClient, url: str, *, reuse: bool = True) -
     return ttft, chunks
 
 
+async def naive_call(http: httpx.AsyncClient, url: str) -> tuple[float, int]:
+    """One call the way most apps stream by hand; returns (TTFT s, chunks).
+
+    A plain ``httpx`` stream; each line that starts with ``data:`` is a chunk (``[DONE]`` ends
+    the loop, after which the body is read to its end so the connection is reused).
+    """
+    start = time.perf_counter()
+    ttft = None
+    chunks = 0
+    body = {**BODY, "stream": True, "stream_options": {"include_usage": True}}
+    async with http.stream("POST", url, json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                continue
+            chunk = json.loads(data)
+            chunks += 1
+            if ttft is None:
+                choices = chunk.get("choices") or []
+                if choices and (choices[0].get("delta") or {}).get("content"):
+                    ttft = time.perf_counter() - start
+    assert ttft is not None
+    return ttft, chunks
+
+
+def sync_sdk_call(sdk: Any) -> tuple[float, int]:
+    """One call through the sync openai SDK (``sdk`` is an ``openai.OpenAI``); (TTFT s, chunks)."""
+    start = time.perf_counter()
+    ttft = None
+    chunks = 0
+    with sdk.chat.completions.create(**BODY, stream=True, stream_options={"include_usage": True}) as stream:
+        for chunk in stream:
+            chunks += 1
+            if ttft is None and chunk.choices and chunk.choices[0].delta.content:
+                ttft = time.perf_counter() - start
+    assert ttft is not None
+    return ttft, chunks
+
+
 async def sdk_call(sdk: Any) -> tuple[float, int]:
     """One call through the openai SDK (``sdk`` is an ``openai.AsyncOpenAI``); (TTFT s, chunks)."""
     start = time.perf_counter()
@@ -183,7 +236,13 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 #: Pairs (baseline, hedged) whose difference is reported.
-PAIRS = (("plain", "hedging"), ("plain_close", "hedging"), ("sdk", "sdk_transport"))
+PAIRS = (
+    ("naive", "hedging"),
+    ("plain", "hedging"),
+    ("plain_close", "hedging"),
+    ("sdk", "sdk_transport"),
+    ("sync_sdk", "sync_sdk_transport"),
+)
 
 
 async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dict[str, Any]:
@@ -192,15 +251,18 @@ async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dic
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
     upstreams = [Upstream("local", f"http://127.0.0.1:{port}/v1"), Upstream("unused", f"http://127.0.0.1:{port}/v1")]
     policy = HedgePolicy(hedge_after_s=30.0)
+    timeout = httpx.Timeout(None, connect=5.0)
     async with contextlib.AsyncExitStack() as stack:
-        http = await stack.enter_async_context(
-            httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0), limits=limits)
-        )
+        # One httpx client per way: a pool shared with plain_close's closed connections slows the others.
+        naive_http, plain_http, close_http = [
+            await stack.enter_async_context(httpx.AsyncClient(timeout=timeout, limits=limits)) for _ in range(3)
+        ]
         client = await stack.enter_async_context(HedgingClient(upstreams, route="bench", policy=policy))
-        modes = {
-            "plain": lambda: plain_call(http, url),
+        modes: dict[str, Callable[[], Awaitable[tuple[float, int]]]] = {
+            "naive": lambda: naive_call(naive_http, url),
+            "plain": lambda: plain_call(plain_http, url),
             "hedging": lambda: hedging_call(client),
-            "plain_close": lambda: plain_call(http, url, reuse=False),
+            "plain_close": lambda: plain_call(close_http, url, reuse=False),
         }
         if with_sdk:
             import openai  # the dev extra; only this mode needs it
@@ -220,6 +282,23 @@ async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dic
                 stack.push_async_callback(sdk.close)
             modes["sdk"] = lambda: sdk_call(direct)
             modes["sdk_transport"] = lambda: sdk_call(hedged)
+            sync_direct = openai.OpenAI(
+                base_url=upstreams[0].base_url, api_key="x", max_retries=0, http_client=httpx.Client(limits=limits)
+            )
+            sync_hedged = openai.OpenAI(
+                base_url="http://hedgerow.invalid/v1",
+                api_key="x",
+                max_retries=0,
+                http_client=httpx.Client(transport=HedgingTransport(upstreams, route="bench", policy=policy)),
+            )
+            for sync_sdk in (sync_direct, sync_hedged):
+                stack.callback(sync_sdk.close)
+
+            async def in_line(sdk: Any) -> tuple[float, int]:
+                return sync_sdk_call(sdk)
+
+            modes["sync_sdk"] = lambda: in_line(sync_direct)
+            modes["sync_sdk_transport"] = lambda: in_line(sync_hedged)
         ttfts: dict[str, list[float]] = {name: [] for name in modes}
         cpu = dict.fromkeys(modes, 0.0)
         chunks = dict.fromkeys(modes, 0)
@@ -281,16 +360,16 @@ def main(calls: int, tokens: int, warmup: int, json_path: Path | None, with_sdk:
         f"{calls} streamed calls per mode, {tokens} content chunks each (+ role, finish, usage), "
         f"local SSE server in a child process"
     )
-    print(f"{'mode':<30} {'TTFT median ms':>15} {'TTFT P99 ms':>12} {'CPU us/chunk':>13}")
+    print(f"{'mode':<40} {'TTFT median ms':>15} {'TTFT P99 ms':>12} {'CPU us/chunk':>13}")
     for name in r:
         print(
-            f"{name:<30} {r[name]['ttft_ms_median']:>15.3f} {r[name]['ttft_ms_p99']:>12.3f} "
+            f"{name:<40} {r[name]['ttft_ms_median']:>15.3f} {r[name]['ttft_ms_p99']:>12.3f} "
             f"{r[name]['cpu_us_per_chunk']:>13.2f}"
         )
     for pair, a in summary["added"].items():
         label = f"{pair} (ratio)"
         print(
-            f"{label:<30} {a['added_ttft_ms_median']:>+15.3f} {a['added_ttft_ms_p99']:>+12.3f} "
+            f"{label:<40} {a['added_ttft_ms_median']:>+15.3f} {a['added_ttft_ms_p99']:>+12.3f} "
             f"{'x' + format(a['cpu_per_chunk_ratio'], '.2f'):>13}"
         )
     document = {

@@ -19,7 +19,7 @@ from hedgerow.client.errors import (
     TotalTimeout,
     UpstreamError,
 )
-from hedgerow.client.hedging import CallStream, ChatResult, HedgingClient
+from hedgerow.client.hedging import CallStream, ChatResult, HedgingClient, ResponsesResult
 from hedgerow.client.policy import HedgePolicy, Upstream
 from hedgerow.client.records import AttemptRecord, CallRecord
 from hedgerow.client.telemetry import TelemetryExporter
@@ -42,6 +42,7 @@ __all__ = [
     "HedgePolicy",
     "HedgingClient",
     "HedgingTransport",
+    "ResponsesResult",
     "StallTimeout",
     "StreamError",
     "TelemetryExporter",

@@ -7,7 +7,6 @@ must stop cleanly. Kept here once so that both validate and shut down the same w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 
 import httpx
@@ -44,9 +43,15 @@ def api_client(token: str | None, timeout_s: float, transport: httpx.AsyncBaseTr
 
 
 async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
-    """Cancel ``task`` (if any) and wait until it has ended; its CancelledError is absorbed."""
+    """Cancel ``task`` (if any) and wait until it has ended.
+
+    The task's own ``CancelledError`` is absorbed; any other exception it ended with is raised.
+    A cancellation of the *caller* while it waits is not absorbed: it propagates at once (the
+    task, already cancelled, finishes on its own).
+    """
     if task is None:
         return
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await asyncio.wait({task})
+    if not task.cancelled():
+        task.result()

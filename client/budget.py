@@ -14,6 +14,7 @@ token is therefore "at least 1 − 1e-9", so that budget 0.1 grants exactly one 
 from __future__ import annotations
 
 import math
+import threading
 
 __all__ = ["FailoverBudget", "HedgeBudget"]
 
@@ -22,7 +23,7 @@ _WHOLE_TOKEN = 1.0 - 1e-9
 
 
 class HedgeBudget:
-    """A token bucket for hedges (not thread-safe; one per event loop).
+    """A token bucket for hedges (thread-safe: sync and async calls of one transport share it).
 
     Args:
         budget: tokens deposited per call, a fraction in [0, 1].
@@ -41,6 +42,7 @@ class HedgeBudget:
         self.budget = float(budget)
         self.burst = float(burst)
         self._tokens = float(burst)
+        self._lock = threading.Lock()
 
     @property
     def tokens(self) -> float:
@@ -49,14 +51,16 @@ class HedgeBudget:
 
     def deposit(self) -> None:
         """Record one call: add ``budget`` tokens, capped at ``burst``."""
-        self._tokens = min(self.burst, self._tokens + self.budget)
+        with self._lock:
+            self._tokens = min(self.burst, self._tokens + self.budget)
 
     def try_withdraw(self) -> bool:
         """Take one token for a hedge; return False (and take nothing) when less than one is left."""
-        if self._tokens >= _WHOLE_TOKEN:
-            self._tokens = max(0.0, self._tokens - 1.0)
-            return True
-        return False
+        with self._lock:
+            if self._tokens >= _WHOLE_TOKEN:
+                self._tokens = max(0.0, self._tokens - 1.0)
+                return True
+            return False
 
 
 def _finite(value: object) -> bool:
@@ -90,6 +94,7 @@ class FailoverBudget:
         self.max_tokens = float(max_tokens)
         self.token_ratio = float(token_ratio)
         self._tokens = float(max_tokens)
+        self._lock = threading.Lock()
 
     @property
     def tokens(self) -> float:
@@ -98,11 +103,13 @@ class FailoverBudget:
 
     def record_failure(self) -> None:
         """One attempt failed before its first token (a retryable failure): take one token."""
-        self._tokens = max(0.0, self._tokens - 1.0)
+        with self._lock:
+            self._tokens = max(0.0, self._tokens - 1.0)
 
     def record_success(self) -> None:
         """One call got its first token: give back ``token_ratio`` tokens (capped at ``max_tokens``)."""
-        self._tokens = min(self.max_tokens, self._tokens + self.token_ratio)
+        with self._lock:
+            self._tokens = min(self.max_tokens, self._tokens + self.token_ratio)
 
     def allows_failover(self) -> bool:
         """Whether a failover may be sent now (more than half of ``max_tokens`` left)."""

@@ -6,6 +6,20 @@ First token (DESIGN.md "client", step 2): the first chunk with a non-empty ``del
 empty-string content, a chunk with ``choices: []`` (Azure's ``prompt_filter_results``, the final
 usage chunk), SSE comments and ``[DONE]`` are not tokens. TTFO counts only *answer* tokens: all of
 the above except the two reasoning fields.
+
+Rules for shapes that vary between servers (each a case of ``tests/client/streams``):
+
+* ``delta.content`` may be a list of typed parts (Mistral's reasoning models):
+  ``{"type": "text", "text": ...}`` is answer text, ``{"type": "thinking", "thinking": [parts]}``
+  (or a string) is reasoning text. A part with non-empty text is a token; other part types
+  (images, references) are not.
+* ``finish_reason: ""`` means "not finished" (some servers send it on every chunk), like null.
+* A whitespace-only content (``" "``, ``"\n"``) is a token: the model generated it.
+* ``usage`` may come inside ``choices[i].usage`` instead of at the top level; the top-level
+  object wins when both are present.
+* With ``n > 1`` each chunk names its choice by ``index``; ``ChunkKind.finished`` lists the
+  indices that finished in the chunk, and the answer is complete only when every one of the
+  ``n`` choices has finished (``hedgerow.client.hedging``). ``AnswerAssembler`` assembles choice 0.
 """
 
 from __future__ import annotations
@@ -41,18 +55,44 @@ class ChunkKind:
     Attributes:
         token: the chunk carries at least one generated token of any kind.
         answer: the chunk carries an answer (non-reasoning) token.
-        finish_reason: the first non-null ``finish_reason`` in the chunk, or None.
-        usage: the chunk's ``usage`` object when present and not null.
+        finish_reason: the first non-empty ``finish_reason`` in the chunk, or None.
+        usage: the chunk's ``usage`` object (top level, else the first ``choices[i].usage``)
+            when present and not null.
+        finished: the ``index`` of every choice with a non-empty ``finish_reason`` in the chunk
+            (a choice without ``index`` is choice 0); empty when none finished.
     """
 
     token: bool
     answer: bool
     finish_reason: str | None
     usage: dict[str, Any] | None
+    finished: tuple[int, ...] = ()
 
 
 def _nonempty_text(value: Any) -> bool:
     return isinstance(value, str) and value != ""
+
+
+def _part_texts(parts: Any, reasoning: bool) -> list[tuple[str, bool]]:
+    """The ``(text, is_reasoning)`` pieces of a typed-parts ``content`` list, in order.
+
+    ``{"type": "text", "text": s}`` gives ``(s, reasoning)``; ``{"type": "thinking", "thinking":
+    list-or-string}`` gives its texts as reasoning. Empty texts and other part types are skipped.
+    """
+    if isinstance(parts, str):
+        return [(parts, reasoning)] if parts else []
+    texts: list[tuple[str, bool]] = []
+    if not isinstance(parts, list):
+        return texts
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text" and _nonempty_text(part.get("text")):
+            texts.append((part["text"], reasoning))
+        elif kind == "thinking":
+            texts.extend(_part_texts(part.get("thinking"), True))
+    return texts
 
 
 def classify_chunk(chunk: dict[str, Any]) -> ChunkKind:
@@ -62,22 +102,35 @@ def classify_chunk(chunk: dict[str, Any]) -> ChunkKind:
         chunk: the JSON object of one SSE ``data:`` line.
 
     Returns:
-        A ``ChunkKind``; malformed parts (a non-list ``choices``, a non-dict ``delta``) count as
-        no token rather than raising.
+        A ``ChunkKind`` (the rules are in the module docstring); malformed parts (a non-list
+        ``choices``, a non-dict ``delta``) count as no token rather than raising.
     """
     token = answer = False
     finish_reason = None
+    finished: tuple[int, ...] = ()
+    usage = chunk.get("usage")
     choices = chunk.get("choices")
     if isinstance(choices, list):
         for choice in choices:
             if not isinstance(choice, dict):
                 continue
-            if finish_reason is None and isinstance(choice.get("finish_reason"), str):
-                finish_reason = choice["finish_reason"]
+            reason = choice.get("finish_reason")
+            if reason and isinstance(reason, str):
+                if finish_reason is None:
+                    finish_reason = reason
+                index = choice.get("index", 0)
+                finished = (*finished, index if isinstance(index, int) else 0)
+            if usage is None:
+                usage = choice.get("usage")
             delta = choice.get("delta")
             if isinstance(delta, dict):
-                if _nonempty_text(delta.get("content")) or _nonempty_text(delta.get("refusal")):
+                content = delta.get("content")
+                if _nonempty_text(content) or _nonempty_text(delta.get("refusal")):
                     token = answer = True
+                elif isinstance(content, list):
+                    for _text, is_reasoning in _part_texts(content, False):
+                        token = True
+                        answer = answer or not is_reasoning
                 tool_calls = delta.get("tool_calls")
                 if isinstance(tool_calls, list) and tool_calls:
                     token = answer = True
@@ -85,8 +138,7 @@ def classify_chunk(chunk: dict[str, Any]) -> ChunkKind:
                     token = True
             elif _nonempty_text(choice.get("text")):
                 token = answer = True
-    usage = chunk.get("usage")
-    return ChunkKind(token, answer, finish_reason, usage if isinstance(usage, dict) else None)
+    return ChunkKind(token, answer, finish_reason, usage if isinstance(usage, dict) else None, finished)
 
 
 @dataclass
@@ -112,18 +164,27 @@ class AnswerAssembler:
         if not isinstance(choices, list):
             return
         for choice in choices:
-            if not isinstance(choice, dict) or choice.get("index", 0) not in (0, None):
+            if not isinstance(choice, dict):
                 continue
-            if isinstance(choice.get("finish_reason"), str):
+            if not isinstance(usage, dict) and isinstance(choice.get("usage"), dict):
+                self.usage = usage = choice["usage"]
+            if choice.get("index", 0) not in (0, None):
+                continue
+            if _nonempty_text(choice.get("finish_reason")):
                 self.finish_reason = choice["finish_reason"]
             delta = choice.get("delta")
             if not isinstance(delta, dict):
                 if _nonempty_text(choice.get("text")):
                     self.text_parts.append(choice["text"])
                 continue
-            for name in ("content", "refusal"):
-                if _nonempty_text(delta.get(name)):
-                    self.text_parts.append(delta[name])
+            content = delta.get("content")
+            if isinstance(content, list):
+                for text, is_reasoning in _part_texts(content, False):
+                    (self.reasoning_parts if is_reasoning else self.text_parts).append(text)
+            elif isinstance(content, str) and content:
+                self.text_parts.append(content)
+            if _nonempty_text(delta.get("refusal")):
+                self.text_parts.append(delta["refusal"])
             for name in _REASONING_FIELDS:
                 if _nonempty_text(delta.get(name)):
                     self.reasoning_parts.append(delta[name])
@@ -152,7 +213,7 @@ class AnswerAssembler:
 
     @property
     def reasoning_text(self) -> str:
-        """The reasoning text (``reasoning_content``/``reasoning`` deltas joined)."""
+        """The reasoning text (``reasoning_content``/``reasoning`` deltas and thinking parts joined)."""
         return "".join(self.reasoning_parts)
 
     @property

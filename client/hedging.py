@@ -16,7 +16,8 @@ One call (DESIGN.md "client"):
 5. After the first token, a failure of the winner fails the call: tokens already went out.
 
 Failure modes, one outcome each (issue 3; each row has a test of the same name in
-``tests/client/test_failure_modes.py``):
+``tests/client/test_failure_modes.py``, the stream-shape rows of issue 12 recorded cases and tests in
+``tests/client/test_conformance.py``; the rules of what a token is are in ``hedgerow.client.chunks``):
 
 ============================================================  ========================================
 what happens                                                  outcome
@@ -27,7 +28,10 @@ no response headers by ``hedge_after_s``                      hedge (``ttft_time
 no response headers by ``total_timeout_s``                    ``TotalTimeout`` (status ``timeout``)
 HTTP 408, 409, 429, 5xx                                       failover at once (``http_<status>``)
 HTTP 400, 401, 403, 404, 422                                  ``UpstreamError``, no failover
-HTTP 200 with a non-SSE body (HTML, JSON)                     failover (``malformed_stream``)
+HTTP 200 with a body that does not begin like SSE (HTML,      failover (``malformed_stream``)
+  JSON), whatever its Content-Type
+an SSE body labelled other than ``text/event-stream``         read as SSE, as the openai SDK does
+  (``application/json``) or not labelled
 SSE error payload (``data: {"error"}``, ``event: error``)
   before the first token                                      failover (``sse_error``)
   after the first token                                       ``StreamError``, status ``error``
@@ -35,6 +39,14 @@ stream ends before any token (empty body, or ``[DONE]``
   after a role-only chunk with no ``finish_reason``)          failover (``empty_stream``)
 connection cut after tokens without a ``finish_reason``       ``StreamError``, status ``error``,
                                                               ``error_type`` ``truncated``
+``finish_reason: ""`` on a chunk                              not a finish: as null (truncation and
+                                                              stalls are still detected)
+``n > 1``: one choice finished, the stream cut or stalled     not complete until all ``n`` choices
+  before the others                                           finished: ``truncated``/``stalled``
+``delta.content`` as a list of typed parts (Mistral)          ``text`` parts are answer tokens,
+                                                              ``thinking`` parts reasoning tokens
+usage inside ``choices[i].usage``                             token counts read from there
+a whitespace-only first content (``" "``)                     a token (the model generated it)
 gap after the first token longer than ``stall_timeout_s``     ``StallTimeout``, status ``stalled``
                                                               (winner's ``error_type``
                                                               ``stall_timeout``; ``max_itl_s``
@@ -65,18 +77,17 @@ Request headers of every attempt:
 
 Connections: a finished stream is read to the end of its HTTP body (at most ``DRAIN_TIMEOUT_S``
 and ``DRAIN_LIMIT_BYTES`` after ``[DONE]``) so that its connection goes back to the pool and the
-next call to that upstream skips the TCP and TLS handshakes. Responses are closed with
-``close_shielded``: a task cancelled while httpx closes a response would otherwise leave the
-connection counted as active in the pool for good (encode/httpcore#1115), and a pool full of
-those makes later calls wait forever. For the same reason a send cancelled just after its
-connection was made closes the connection that httpcore leaves orphaned (``send_streaming``,
-encode/httpcore#1093). An attempt's task is cancelled at most once (``_cancel_task``) and the
-call waits for its tasks without ``gather`` (``wait_tasks_shielded``): a second cancellation
-reaching a loser that is already unwinding from the first aborts httpcore's own close of its
-connection half-way (anyio's shield does not stop a native ``Task.cancel``), which left the
-loser's socket open and the upstream generating when the caller broke out right at the first
-token. After the attempts ended, ``reclaim_orphans`` closes any connection a cancelled attempt
-still left active (a safety net; it logs a warning when it has anything to do).
+next call to that upstream skips the TCP and TLS handshakes. Every request goes through an
+``OwnedTransport`` (``hedgerow.client._transport``): it closes response bodies with
+``close_shielded`` (a task cancelled while httpx closes a response would otherwise leave the
+connection counted as active in the pool for good, encode/httpcore#1115) and delays the
+cancellation of a send that is between a new connection's connect and its request until it is
+past that window (a cancellation there orphans the connection, encode/httpcore#1093). An
+attempt's task is cancelled at most once (``_cancel_task``) and the call waits for its tasks
+without ``gather`` (``wait_tasks_shielded``): a second cancellation reaching a loser that is
+already unwinding from the first aborts httpcore's own close of its connection half-way (anyio's
+shield does not stop a native ``Task.cancel``), which left the loser's socket open and the
+upstream generating when the caller broke out right at the first token.
 
 Stream size: an SSE event (or line) longer than ``HedgePolicy.max_event_bytes`` (default 8 MiB)
 fails its attempt with ``error_type`` ``event_too_large`` before httpx-sse buffers more of it
@@ -107,7 +118,7 @@ import math
 import socket
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -116,20 +127,19 @@ from typing import Any, Protocol, Self, cast
 import httpx
 from httpx_sse import EventSource, SSEError
 
+from hedgerow.client._race import Action, AttemptState, Cancel, Race, Raise, Start, Won
+from hedgerow.client._responses import ResponsesAssembler, attempt_failure, classify_event
+from hedgerow.client._transport import OwnedTransport, close_shielded
 from hedgerow.client.budget import FailoverBudget, HedgeBudget
-from hedgerow.client.chunks import AnswerAssembler, ChunkKind, cached_prompt_tokens, classify_chunk
+from hedgerow.client.chunks import AnswerAssembler, classify_chunk
 from hedgerow.client.errors import (
-    AllAttemptsFailed,
     AttemptError,
     EventTooLarge,
     HedgeError,
-    StallTimeout,
-    StreamError,
-    TotalTimeout,
     UpstreamError,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
-from hedgerow.client.records import AttemptRecord, CallRecord, with_prompt_estimates
+from hedgerow.client.records import CallApi, CallRecord
 
 __all__ = [
     "ATTEMPT_ID_NAMESPACE",
@@ -137,12 +147,12 @@ __all__ = [
     "ChatResult",
     "HedgingClient",
     "RecordSink",
+    "ResponsesResult",
     "ThresholdSource",
     "attempt_request_id",
     "close_shielded",
     "not_found_hint",
     "open_response",
-    "reclaim_orphans",
     "send_streaming",
     "wait_tasks_shielded",
 ]
@@ -179,35 +189,6 @@ def attempt_request_id(request_id: str, role: str) -> str:
     return str(uuid.uuid5(ATTEMPT_ID_NAMESPACE, f"{request_id}-{role}"))
 
 
-async def close_shielded(close: Callable[[], Awaitable[object]]) -> None:
-    """Run ``close()`` to its end even if the calling task is cancelled meanwhile.
-
-    httpx/httpcore leave a connection marked active in the pool forever when the task closing
-    its response is cancelled inside that close (encode/httpcore#1115): enough of them and every
-    later request waits for a free connection that never comes. The close runs in its own task;
-    a cancellation of the caller waits for that task to end and is then re-raised.
-
-    Args:
-        close: a zero-argument coroutine function, e.g. ``response.aclose``.
-
-    Raises:
-        asyncio.CancelledError: when the caller was cancelled (after the close finished).
-        Exception: whatever the close itself raised.
-    """
-    closing = asyncio.ensure_future(close())
-    cancelled: asyncio.CancelledError | None = None
-    while not closing.done():
-        try:
-            await asyncio.shield(closing)
-        except asyncio.CancelledError as exc:
-            cancelled = exc
-    if cancelled is not None:
-        if not closing.cancelled():
-            closing.exception()  # retrieved, so that asyncio does not log it as never retrieved
-        raise cancelled
-    closing.result()
-
-
 async def wait_tasks_shielded(tasks: Sequence[asyncio.Future[Any]]) -> None:
     """Wait until every task in ``tasks`` has ended, without ever cancelling any of them.
 
@@ -238,24 +219,6 @@ async def wait_tasks_shielded(tasks: Sequence[asyncio.Future[Any]]) -> None:
             task.exception()  # retrieved, so that asyncio does not log it as never retrieved
     if cancelled is not None:
         raise cancelled
-
-
-class _ShieldedCloseStream(httpx.AsyncByteStream):
-    """A response body whose ``aclose`` runs to its end even when the closing task is cancelled.
-
-    Every close of the response goes through it: httpx's own at the end of the body or on an
-    error, the caller's, ``HedgingTransport``'s pass-through.
-    """
-
-    def __init__(self, inner: httpx.AsyncByteStream) -> None:
-        self._inner = inner
-
-    def __aiter__(self) -> AsyncIterator[bytes]:  # the inner iterator itself: no extra generator
-        return self._inner.__aiter__()
-
-    async def aclose(self) -> None:
-        """Close the inner stream with ``close_shielded``."""
-        await close_shielded(self._inner.aclose)
 
 
 class _EventSizeCap(httpx.AsyncByteStream):
@@ -302,69 +265,95 @@ class _EventSizeCap(httpx.AsyncByteStream):
         await self._inner.aclose()
 
 
-async def send_streaming(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
-    """``http.send(request, stream=True)`` without the connection leaks of a cancellation.
+#: How an SSE body may begin (after a UTF-8 BOM and blank lines): a field name and a colon, or a
+#: comment. A body labelled otherwise is read as SSE only when it begins so (``_SniffSse``).
+_SSE_STARTS = (b"data:", b"event:", b"id:", b"retry:", b":")
 
-    * The response's body is wrapped so that closing it runs to its end even when the task is
-      cancelled meanwhile (``close_shielded``; otherwise encode/httpcore#1115 leaves the
-      connection counted as active for good). httpx closes a body on its own when it has been
-      read to the end, so this covers that close too.
-    * A task cancelled just after its new connection is established, before httpcore marks it
-      in use, leaves that connection in the pool owned by no request, never reusable and never
-      evicted: it holds a pool slot and a socket for good (encode/httpcore#1093; fixes proposed
-      upstream, not released). On cancellation this closes such orphans (``reclaim_orphans``).
 
-    Raises what ``http.send`` raises.
+class _SniffSse(httpx.AsyncByteStream):
+    """A response body labelled other than ``text/event-stream`` (or not labelled) that is let
+    through only when it begins like SSE; otherwise reading it fails with ``AttemptError``
+    (``malformed_stream``), so a JSON or HTML body still fails over.
+
+    The openai SDK parses such bodies as SSE whatever their ``Content-Type``; this does the same
+    for those that are SSE. It holds back at most the first few bytes until it can tell.
     """
-    try:
-        response = await http.send(request, stream=True)
-    except asyncio.CancelledError:
-        await reclaim_orphans(http, request.url)
-        raise
+
+    def __init__(self, inner: httpx.AsyncByteStream, content_type: str) -> None:
+        self._inner = inner
+        self._content_type = content_type
+        self._pieces: AsyncIterator[bytes] | None = None
+        self._decided = False
+
+    def __aiter__(self) -> Self:
+        self._pieces = self._inner.__aiter__()
+        return self
+
+    async def __anext__(self) -> bytes:
+        assert self._pieces is not None
+        if self._decided:
+            return await self._pieces.__anext__()
+        head = b""
+        while True:
+            try:
+                head += await self._pieces.__anext__()
+            except StopAsyncIteration:
+                self._decided = True
+                if head:
+                    self._check(head, final=True)
+                    return head
+                raise
+            if self._check(head, final=False):
+                self._decided = True
+                return head
+
+    def _check(self, head: bytes, final: bool) -> bool:
+        """True when ``head`` shows SSE (or the body is empty); False when it cannot tell yet (a
+        prefix of an SSE start such as ``b"da"``, or only blank lines); raises when it is not SSE."""
+        start = head.removeprefix(b"\xef\xbb\xbf").lstrip(b"\r\n")
+        if start.startswith(_SSE_STARTS) or (final and not start):
+            return True
+        if not final and any(prefix.startswith(start) for prefix in _SSE_STARTS):
+            return False
+        label = self._content_type or "none"
+        raise AttemptError("malformed_stream", f"body is not SSE (Content-Type: {label}): {start[:120]!r}")
+
+    async def aclose(self) -> None:
+        """Close the inner body."""
+        await self._inner.aclose()
+
+
+def _as_sse(response: httpx.Response) -> httpx.Response:
+    """``response`` as an SSE response: itself when labelled ``text/event-stream``, else a view of
+    the same body and headers labelled so, whose body must begin like SSE (``_SniffSse``)."""
+    content_type = response.headers.get("content-type", "")
+    if "text/event-stream" in content_type.partition(";")[0]:
+        return response
     if isinstance(response.stream, httpx.AsyncByteStream):
-        response.stream = _ShieldedCloseStream(response.stream)
-    return response
+        response.stream = _SniffSse(response.stream, content_type)
+    headers = response.headers.copy()
+    headers["Content-Type"] = "text/event-stream; charset=utf-8"
+    return httpx.Response(response.status_code, headers=headers, stream=response.stream, request=response.request)
 
 
-async def reclaim_orphans(http: httpx.AsyncClient, url: httpx.URL) -> int:
-    """Close the connections of ``url``'s pool that no request owns and that are neither idle
-    nor closed (orphans of a cancellation, see ``send_streaming``); return how many.
-
-    Works on httpx's default transport (an ``httpcore.AsyncConnectionPool`` behind it); for any
-    other transport, or when httpcore's internals differ, it does nothing and returns 0.
-    """
-    try:
-        transport = http._transport_for_url(url)
-        pool = getattr(transport, "_pool", None)
-        requests = pool._requests  # type: ignore[union-attr]
-        connections = list(pool.connections)  # type: ignore[union-attr]
-        owned = {id(r.connection) for r in requests if getattr(r, "connection", None) is not None}
-        orphans = [
-            c
-            for c in connections
-            if id(c) not in owned and not c.is_idle() and not c.is_closed() and not c.is_available()
-        ]
-    except (AttributeError, TypeError):
-        return 0
-    for connection in orphans:
-        with suppress(Exception):
-            await close_shielded(connection.aclose)
-    return len(orphans)
+async def send_streaming(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    """``http.send(request, stream=True)``; safe to cancel when ``http``'s transport is an
+    ``OwnedTransport`` (every client of this package makes it so)."""
+    return await http.send(request, stream=True)
 
 
 @asynccontextmanager
 async def open_response(http: httpx.AsyncClient, request: httpx.Request) -> AsyncIterator[httpx.Response]:
-    """Send ``request`` as a stream and yield its response; close it with ``close_shielded``.
+    """Send ``request`` as a stream, yield its response, close it on exit.
 
-    The drop-in for ``http.stream(...)`` that leaks no connection when the task is cancelled
-    while the request is sent (``send_streaming``) or while the response is being closed
-    (``close_shielded``). Raises what ``http.send`` raises.
+    Over an ``OwnedTransport`` neither the send nor the close leaks a connection when the task
+    is cancelled meanwhile. Raises what ``http.send`` raises.
     """
     response = await send_streaming(http, request)
     try:
         yield response
     finally:
-        await response.aclose()  # shielded by send_streaming's body wrapper
+        await response.aclose()  # runs to its end: OwnedTransport's body closes with close_shielded
 
 
 async def _drain(events: AsyncIterator[Any]) -> None:
@@ -414,34 +403,36 @@ class ChatResult:
     record: CallRecord
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, slots=True)
+class ResponsesResult:
+    """The assembled answer of ``HedgingClient.responses``.
+
+    Attributes:
+        text: the output text; reasoning_text: reasoning and reasoning-summary text;
+        arguments: function-call arguments by output item id; response: the final ``response``
+        object (of ``response.completed``/``response.incomplete``), if any; record: the ``CallRecord``.
+    """
+
+    text: str
+    reasoning_text: str
+    arguments: dict[str, str]
+    response: dict[str, Any] | None
+    record: CallRecord
+
+
+@dataclass(eq=False, slots=True)
 class _Attempt:
+    """The I/O side of one attempt: its upstream, task, held-back chunks and response headers.
+
+    ``state`` is the race's view of it (``AttemptState``: times, outcome, tokens).
+    """
+
     upstream: Upstream
-    role: str
-    header_role: str
-    start: float
+    state: AttemptState
     task: asyncio.Task[None] | None = None
-    status_code: int | None = None
-    first_token_at: float | None = None
-    end_at: float | None = None
-    outcome: str | None = None
-    error: BaseException | None = None
-    error_type: str | None = None
-    sent: bool = False  # the attempt's task has run and stamped ``start`` (the send)
     cancel_sent: bool = False  # ``task.cancel()`` was called: never call it twice (``_cancel_task``)
-    token_chunks: int = 0
-    usage_tokens: int | None = None
-    usage_prompt_tokens: int | None = None
-    usage_cached_prompt_tokens: int | None = None
     pending: list[dict[str, Any]] = field(default_factory=list)
     response_headers: httpx.Headers | None = None
-
-    @property
-    def alive(self) -> bool:
-        return self.outcome is None
-
-    def tokens(self) -> int:
-        return self.usage_tokens if self.usage_tokens is not None else self.token_chunks
 
 
 class HedgingClient:
@@ -499,7 +490,10 @@ class HedgingClient:
     async def __aenter__(self) -> Self:
         timeout = httpx.Timeout(None, connect=self.policy.connect_timeout_s)
         limits = httpx.Limits(max_connections=self._max_connections, max_keepalive_connections=100)
-        self._http = httpx.AsyncClient(timeout=timeout, limits=limits, transport=self._transport)
+        transport = self._transport
+        if not isinstance(transport, OwnedTransport):
+            transport = OwnedTransport(transport, limits=limits)
+        self._http = httpx.AsyncClient(timeout=timeout, transport=transport)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -547,14 +541,49 @@ class HedgingClient:
                 a programming error, not a ``HedgeError``, and carries no record.
             RuntimeError: when the client is not open (use ``async with``).
         """
+        wire = dict(body) if isinstance(body, dict) else body
+        if isinstance(wire, dict):
+            wire["stream"] = True
+            if "stream_options" not in wire:
+                wire["stream_options"] = {"include_usage": True}
+        return self._call(wire, "chat", primary=primary, request_id=request_id, headers=headers, params=params)
+
+    def stream_responses(
+        self,
+        body: dict[str, Any],
+        *,
+        primary: str | int | None = None,
+        request_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: httpx.QueryParams | None = None,
+    ) -> CallStream:
+        """Start one hedged streaming Responses API call (``POST {base_url}/responses``).
+
+        The same race as ``stream_chat`` (same route, thresholds, budgets; the record's ``api`` is
+        ``responses``); iterating gives the winner's stream events as dicts (``type`` ...). What
+        counts as a token, a finish and a failure is in ``hedgerow.client._responses``. The client
+        sets ``stream: true``. Arguments, return value and errors as for ``stream_chat``.
+        """
+        wire = dict(body) if isinstance(body, dict) else body
+        if isinstance(wire, dict):
+            wire["stream"] = True
+        return self._call(wire, "responses", primary=primary, request_id=request_id, headers=headers, params=params)
+
+    def _call(
+        self,
+        wire: dict[str, Any],
+        api: CallApi,
+        *,
+        primary: str | int | None,
+        request_id: str | None,
+        headers: Mapping[str, str] | None,
+        params: httpx.QueryParams | None,
+    ) -> CallStream:
         if self._http is None:
             raise RuntimeError("HedgingClient is not open: use 'async with HedgingClient(...)'")
-        _check_body(body)
+        _check_body(wire)
         order = self._order(primary)
-        wire = dict(body)
-        wire["stream"] = True
-        if "stream_options" not in wire:
-            wire["stream_options"] = {"include_usage": True}
+        body = wire
         model = body["model"]
         hedge_after_s = self.policy.hedge_after_s
         version: int | None = None
@@ -574,6 +603,27 @@ class HedgingClient:
             hedging_enabled=hedging_enabled,
             extra_headers=headers,
             params=params,
+            api=api,
+        )
+
+    async def responses(
+        self, body: dict[str, Any], *, primary: str | int | None = None, request_id: str | None = None
+    ) -> ResponsesResult:
+        """Run one hedged streaming Responses API call to completion; return the ``ResponsesResult``.
+
+        Raises the same errors as ``chat``.
+        """
+        answer = ResponsesAssembler()
+        async with self.stream_responses(body, primary=primary, request_id=request_id) as stream:
+            async for event in stream:
+                answer.add(event)
+        assert stream.record is not None
+        return ResponsesResult(
+            text=answer.text,
+            reasoning_text=answer.reasoning_text,
+            arguments=dict(answer.arguments),
+            response=answer.response,
+            record=stream.record,
         )
 
     async def chat(
@@ -619,7 +669,8 @@ class CallStream:
     Iterate it (once) for the winner's chunks; after the ``async with`` block ``record`` holds
     the ``CallRecord``. Leaving the block early closes every attempt and records ``cancelled``.
     Up to the first token the call is run by a driver task started on entering the block (see
-    the module docstring), independently of the reader.
+    the module docstring), independently of the reader. Every decision is the call's ``Race``
+    (``hedgerow.client._race``); this class does the I/O and executes the race's actions.
     """
 
     def __init__(
@@ -635,8 +686,11 @@ class CallStream:
         hedging_enabled: bool,
         extra_headers: Mapping[str, str] | None = None,
         params: httpx.QueryParams | None = None,
+        api: CallApi = "chat",
     ) -> None:
         self._client = client
+        self.api: CallApi = api
+        self._classify = classify_chunk if api == "chat" else classify_event
         self._extra_headers = extra_headers
         self._params = params
         self._http = client._http
@@ -647,42 +701,45 @@ class CallStream:
         self.request_id = request_id
         self.hedge_after_s = hedge_after_s
         self.threshold_version = threshold_version
-        self._hedging_enabled = hedging_enabled
         self.record: CallRecord | None = None
+        self._race = Race(
+            [u.name for u in order],
+            hedge_after_s=hedge_after_s,
+            hedging_enabled=hedging_enabled,
+            max_backups=self._policy.max_backups,
+            total_timeout_s=self._policy.total_timeout_s,
+            stall_timeout_s=self._policy.stall_timeout_s,
+            budget=client.budget,
+            failover_budget=client.failover_budget,
+            request_id=request_id,
+            route=client.route,
+            model=model,
+            started_at=datetime.now(UTC),
+            client=client.client_tag,
+            threshold_version=threshold_version,
+            choices=_choice_count(body) if api == "chat" else 1,
+            api=api,
+        )
         self._attempts: list[_Attempt] = []
         self._events: asyncio.Queue[tuple[str, _Attempt, Any, float]] = asyncio.Queue()
         self._winner: _Attempt | None = None
-        self._hedge_reason: str | None = None
-        self._hedge_denied = False
-        self._failover_denied = False
-        self._status: str | None = None
-        self._error_type: str | None = None
-        self._answer_at: float | None = None
-        self._last_token_at: float | None = None
-        self._max_itl_s: float | None = None
-        self._prompt_tokens: int | None = None
-        self._finish_reason: str | None = None
         self._iterated = False
         self._generator: Any = None
         self._driver: asyncio.Task[list[dict[str, Any]]] | None = None
         self._t0 = 0.0
-        self._started_at = datetime.now(UTC)
 
     # -- context manager ---------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         self._t0 = time.monotonic()
-        self._started_at = datetime.now(UTC)
-        self._client.budget.deposit()
-        self._start_attempt("primary")
+        self._race.started_at = datetime.now(UTC)
+        self._execute(self._race.begin(0.0))
         self._driver = asyncio.create_task(self._drive(), name="hedgerow-driver")
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if self._status is None:
-            # The caller left before the stream ended (break, an exception of its own, cancel).
-            self._status = "cancelled"
-            self._error_type = "caller_cancelled" if exc_type is None else exc_type.__name__
+        # The caller may have left before the stream ended (break, an exception of its own, cancel).
+        self._execute(self._race.abandon(self._now(), "caller_cancelled" if exc_type is None else exc_type.__name__))
         if self._generator is not None:
             await self._generator.aclose()
         await self._finish()
@@ -702,26 +759,30 @@ class CallStream:
     def _now(self) -> float:
         return time.monotonic() - self._t0
 
-    def _start_attempt(self, role: str) -> _Attempt | None:
-        index = len(self._attempts)
-        if index >= len(self._order):
-            return None
-        upstream = self._order[index]
-        header_role = role if index < 2 else f"{role}{index}"
-        attempt = _Attempt(upstream=upstream, role=role, header_role=header_role, start=self._now())
-        self._attempts.append(attempt)
-        attempt.task = asyncio.create_task(self._run_attempt(attempt), name=f"hedgerow-{header_role}")
-        return attempt
+    def _execute(self, actions: tuple[Action, ...]) -> None:
+        """Carry out the race's actions; ``Raise`` raises (after the actions before it)."""
+        for action in actions:
+            if isinstance(action, Start):
+                state = action.attempt
+                attempt = _Attempt(self._order[state.index], state)
+                self._attempts.append(attempt)
+                attempt.task = asyncio.create_task(self._run_attempt(attempt), name=f"hedgerow-{state.header_role}")
+            elif isinstance(action, Cancel):
+                self._cancel_task(self._attempts[action.attempt.index])
+            elif isinstance(action, Won):
+                self._winner = self._attempts[action.attempt.index]
+            elif isinstance(action, Raise):
+                raise action.error
 
-    def _can_add_backup(self) -> bool:
-        backups = len(self._attempts) - 1
-        return backups < self._policy.max_backups and len(self._attempts) < len(self._order)
+    def _url(self, upstream: Upstream) -> str:
+        return upstream.chat_url if self.api == "chat" else upstream.responses_url
 
     def _headers(self, attempt: _Attempt) -> dict[str, str] | httpx.Headers:
+        role = attempt.state.header_role
         headers = {
-            "X-Request-ID": attempt_request_id(self.request_id, attempt.header_role),
+            "X-Request-ID": attempt_request_id(self.request_id, role),
             "Idempotency-Key": self.request_id,
-            ATTEMPT_HEADER: attempt.header_role,
+            ATTEMPT_HEADER: role,
             "Accept": "text/event-stream",
         }
         if attempt.upstream.api_key:
@@ -739,7 +800,7 @@ class CallStream:
     @property
     def hedged(self) -> bool:
         """True once a backup attempt (hedge or failover) has been started."""
-        return len(self._attempts) > 1
+        return self._race.hedged
 
     @property
     def winner_upstream(self) -> str | None:
@@ -757,15 +818,20 @@ class CallStream:
         assert self._http is not None
         # The send: stamped when the attempt actually starts, which is later than its creation
         # when the event loop is busy; TTFT and the hedge deadline are measured from here.
-        attempt.start = self._now()
-        attempt.sent = True
+        self._race.sent(attempt.state, self._now())
         done_at: float | None = None
+        responses = self.api == "responses"
+        delta_seen = False
         try:
             request = self._http.build_request(
-                "POST", attempt.upstream.chat_url, json=self._body, headers=self._headers(attempt), params=self._params
+                "POST",
+                self._url(attempt.upstream),
+                json=self._body,
+                headers=self._headers(attempt),
+                params=self._params,
             )
             async with open_response(self._http, request) as response:
-                attempt.status_code = response.status_code
+                self._race.response(attempt.state, response.status_code)
                 attempt.response_headers = response.headers
                 if response.status_code != 200:
                     # The status decides; the body is only an excerpt for the error, read briefly.
@@ -786,16 +852,17 @@ class CallStream:
                 try:
                     # aclosing: leaving the loop early ([DONE], an error) closes the SSE generator
                     # here, instead of leaving it to a finalizer task after the call has ended.
-                    async with aclosing(EventSource(response).aiter_sse()) as events:
+                    async with aclosing(EventSource(_as_sse(response)).aiter_sse()) as events:
                         async for sse in events:
                             at = self._now()
                             if sse.event == "error":
                                 raise AttemptError("sse_error", f"SSE error event: {sse.data[:200]}")
                             data = sse.data
-                            if data.strip() == "[DONE]":
+                            stripped = data.strip()
+                            if stripped == "[DONE]":
                                 done_at = at
                                 break
-                            if not data.strip():
+                            if not stripped:
                                 continue
                             try:
                                 chunk = json.loads(data)
@@ -803,7 +870,12 @@ class CallStream:
                                 raise AttemptError("malformed_stream", f"chunk is not JSON: {data[:120]!r}") from None
                             if not isinstance(chunk, dict):
                                 raise AttemptError("malformed_stream", f"chunk is not a JSON object: {data[:120]!r}")
-                            if chunk.get("error") is not None:
+                            if responses:
+                                stopped = attempt_failure(chunk, delta_seen)
+                                if stopped is not None:
+                                    raise stopped
+                                delta_seen = delta_seen or str(chunk.get("type", "")).endswith(".delta")
+                            elif chunk.get("error") is not None:
                                 raise AttemptError(
                                     "sse_error", f"SSE error payload: {json.dumps(chunk['error'])[:200]}"
                                 )
@@ -817,14 +889,6 @@ class CallStream:
             raise
         except Exception as exc:
             put(("error", attempt, exc, self._now()))
-
-    def _cancel(self, attempt: _Attempt, at: float) -> None:
-        if attempt.alive:
-            attempt.outcome = "cancelled"
-            # ``at`` is stamped by another attempt's task and may precede this attempt's start
-            # by a hair when the two raced; an attempt never ends before it began.
-            attempt.end_at = max(at, attempt.start)
-        self._cancel_task(attempt)
 
     @staticmethod
     def _cancel_task(attempt: _Attempt) -> None:
@@ -840,12 +904,6 @@ class CallStream:
         if attempt.task is not None and not attempt.task.done() and not attempt.cancel_sent:
             attempt.cancel_sent = True
             attempt.task.cancel()
-
-    def _fail(self, attempt: _Attempt, exc: BaseException, at: float) -> None:
-        attempt.outcome = "failed"
-        attempt.end_at = at
-        attempt.error = exc
-        attempt.error_type = _error_type(exc)
 
     # -- the call ----------------------------------------------------------------------------
 
@@ -868,6 +926,15 @@ class CallStream:
                 return self._events.get_nowait()
             return None
 
+    def _on_event(self, kind: str, attempt: _Attempt, payload: Any, at: float) -> tuple[Action, ...]:
+        """Hand an attempt's ``end`` or ``error`` event to the race; return its actions."""
+        if kind == "end":
+            return self._race.ended(attempt.state, at)
+        caller_fault = isinstance(payload, UpstreamError)  # the caller's fault: bad request, bad key
+        return self._race.failed(
+            attempt.state, payload, at, caller_fault=caller_fault, cut=isinstance(payload, httpx.TransportError)
+        )
+
     async def _drive(self) -> list[dict[str, Any]]:
         """Phase 1 of the call, in its own task: race to the first token, hedge, cancel the loser.
 
@@ -882,86 +949,36 @@ class CallStream:
             UpstreamError, AllAttemptsFailed, TotalTimeout: the call failed before a first token
             (the reader re-raises it).
         """
-        policy = self._policy
-        total_deadline = policy.total_timeout_s
-        primary = self._attempts[0]
-        hedge_pending = self._hedging_enabled and self._can_add_backup()
-        try:
-            while self._winner is None:
-                # Recomputed each time: the primary's send time is stamped when its task runs.
-                hedge_at = primary.start + self.hedge_after_s if hedge_pending else math.inf
-                event = await self._next_event(min(hedge_at, total_deadline))
-                if event is None:
-                    now = self._now()
-                    if now >= total_deadline:
-                        self._set_status("timeout", "total_timeout")
-                        raise TotalTimeout(policy.total_timeout_s)
-                    if not primary.sent and primary.task is not None and not primary.task.done():
-                        await asyncio.sleep(0)  # let the primary's task run and stamp its send
-                        continue
-                    if not hedge_pending or now < primary.start + self.hedge_after_s:
-                        continue
-                    hedge_pending = False
-                    if self._can_add_backup():
-                        if self._client.budget.try_withdraw():
-                            self._hedge_reason = self._hedge_reason or "ttft_timeout"
-                            self._start_attempt("backup")
-                        else:
-                            self._hedge_denied = True
+        race = self._race
+        while self._winner is None:
+            event = await self._next_event(race.deadline)
+            if event is None:
+                primary = self._attempts[0]
+                if not primary.state.sent and primary.task is not None and not primary.task.done():
+                    await asyncio.sleep(0)  # let the primary's task run and stamp its send
                     continue
-                kind, attempt, payload, at = event
-                if not attempt.alive:
-                    self._count_loser_tokens(attempt, kind, payload)
-                    continue
-                if kind == "chunk":
-                    info = classify_chunk(payload)
-                    if not info.token:
-                        attempt.pending.append(payload)
-                        if info.usage is not None:
-                            self._note_usage(attempt, info.usage)
-                        continue
-                    self._winner = attempt
-                    attempt.outcome = "won"
-                    for other in self._attempts:
-                        if other is not attempt:
-                            self._cancel(other, at)
+                self._execute(race.tick(self._now()))
+                continue
+            kind, attempt, payload, at = event
+            if kind == "chunk":
+                actions = race.chunk(attempt.state, self._classify(payload), at)
+                if attempt.state.outcome is None:  # a chunk without a token: held back until it wins
+                    attempt.pending.append(payload)
+                elif actions:  # the first token: this attempt won
+                    self._execute(actions)
                     head = [*attempt.pending, payload]
                     attempt.pending.clear()
-                    self._client.failover_budget.record_success()
-                    self._on_winner_chunk(attempt, at, info)
                     return head
-                elif kind == "end":
-                    finished = [c for c in attempt.pending if classify_chunk(c).finish_reason]
-                    if finished:
-                        # A complete answer with no token at all (an empty completion).
-                        self._winner = attempt
-                        attempt.outcome = "won"
-                        attempt.end_at = at
-                        for other in self._attempts:
-                            if other is not attempt:
-                                self._cancel(other, at)
-                        self._set_status("ok", None)
-                        self._client.failover_budget.record_success()
-                        return list(attempt.pending)
-                    self._fail(attempt, AttemptError("empty_stream", "stream ended before any token"), at)
-                    self._after_failure()
-                else:  # error
-                    self._fail(attempt, payload, at)
-                    if isinstance(payload, UpstreamError) and not any(a.alive for a in self._attempts):
-                        # The caller's fault (bad request, bad key): trying elsewhere won't help.
-                        self._set_status("error", attempt.error_type)
-                        raise payload
-                    self._after_failure()
-        except BaseException:
-            if self._status is None:
-                self._status = "cancelled"
-                self._error_type = "caller_cancelled"
-            raise
+                continue
+            self._execute(self._on_event(kind, attempt, payload, at))
+            if self._winner is attempt:  # a complete answer without a token
+                head = list(attempt.pending)
+                attempt.pending.clear()
+                return head
         raise AssertionError("unreachable: the loop ends only by returning or raising")
 
     async def _run(self) -> AsyncIterator[dict[str, Any]]:
-        policy = self._policy
-        total_deadline = policy.total_timeout_s
+        race = self._race
         assert self._driver is not None
         try:
             # Phase 1 runs in the driver task (``_drive``); a cancellation of the reader here
@@ -969,126 +986,42 @@ class CallStream:
             head = await self._driver
             for early in head:
                 yield early
-            if self._status == "ok":  # an answer without a token: complete already
+            if race.over:  # an answer without a token: complete already
                 return
 
-            # Phase 2: stream the winner.
+            # Phase 2: stream the winner. The race's deadline is the stall or total timeout; an
+            # event that arrived after it (a slow reader) times out first.
             winner = self._winner
             assert winner is not None, "phase 1 returns with a winner unless the call already ended"
+            chunk = race.chunk
+            classify = self._classify
+            events = self._events
             while True:
-                deadline = total_deadline
-                stall = policy.stall_timeout_s
-                if stall is not None and self._last_token_at is not None and self._finish_reason is None:
-                    deadline = min(deadline, self._last_token_at + stall)
-                event = await self._next_event(deadline)
-                if event is None or self._now() >= total_deadline:
-                    at = self._now()
-                    error_type = "total_timeout" if at >= total_deadline else "stall_timeout"
-                    # The gap since the last token, up to giving up, is an inter-token gap too:
-                    # the record must show the stall that ended the call.
-                    gap = None if self._last_token_at is None else at - self._last_token_at
-                    if gap is not None and self._finish_reason is None:
-                        self._max_itl_s = gap if self._max_itl_s is None else max(self._max_itl_s, gap)
-                    winner.error_type = error_type
-                    winner.end_at = at
-                    if error_type == "total_timeout":
-                        self._set_status("timeout", error_type)
-                        raise TotalTimeout(policy.total_timeout_s)
-                    self._set_status("stalled", error_type)
-                    raise StallTimeout(winner.upstream.name, gap or 0.0)
+                deadline = race.deadline
+                if events.empty():
+                    event = await self._next_event(deadline)
+                    if event is None:
+                        self._execute(race.tick(self._now()))
+                        continue
+                else:  # the common case while a burst of chunks is read: no coroutine, no timer
+                    event = events.get_nowait()
                 kind, attempt, payload, at = event
-                if attempt is not winner:
-                    self._count_loser_tokens(attempt, kind, payload)
-                    continue
+                if at >= deadline:
+                    self._execute(race.tick(at))
                 if kind == "chunk":
-                    self._on_winner_chunk(winner, at, classify_chunk(payload))
-                    yield payload
-                elif kind == "end":
-                    winner.end_at = at
-                    if self._finish_reason is None:
-                        winner.error_type = "truncated"
-                        self._set_status("error", "truncated")
-                        raise StreamError(winner.upstream.name, "truncated", "stream ended without a finish_reason")
-                    self._set_status("ok", None)
+                    chunk(attempt.state, classify(payload), at)
+                    if attempt is winner:
+                        yield payload
+                    continue
+                self._execute(self._on_event(kind, attempt, payload, at))
+                if race.over and attempt is winner:
                     return
-                else:
-                    winner.end_at = at
-                    if self._finish_reason is not None and isinstance(payload, httpx.TransportError):
-                        # Cut after the finish_reason (no [DONE], no end of the HTTP body): the
-                        # answer is complete, only a trailing usage chunk may be missing.
-                        self._set_status("ok", None)
-                        return
-                    winner.error = payload
-                    error_type = "truncated" if isinstance(payload, httpx.TransportError) else _error_type(payload)
-                    winner.error_type = error_type
-                    self._set_status("error", error_type)
-                    raise StreamError(winner.upstream.name, error_type, str(payload)[:200] or type(payload).__name__)
         finally:
-            if self._status is None:
-                self._status = "cancelled"
-                self._error_type = "caller_cancelled"
-
-    def _after_failure(self) -> None:
-        """After an attempt failed before any token: fail over (failover budget allowing) or give up."""
-        self._client.failover_budget.record_failure()
-        if any(a.alive for a in self._attempts):
-            return
-        if self._can_add_backup() and not self._client.failover_budget.allows_failover():
-            self._failover_denied = True  # upstreams are failing: no retry storm
-        elif self._can_add_backup():
-            if self._hedge_reason is None:
-                self._hedge_reason = "primary_error"
-            self._start_attempt("backup")
-            return
-        errors = [(a.upstream.name, a.error) for a in self._attempts if a.error is not None]
-        self._set_status("error", "all_attempts_failed")
-        raise AllAttemptsFailed(errors)
-
-    def _count_loser_tokens(self, attempt: _Attempt, kind: str, payload: Any) -> None:
-        """Count the tokens a cancelled attempt delivered before its cancellation took effect."""
-        if kind == "chunk" and attempt.outcome == "cancelled":
-            info = classify_chunk(payload)
-            if info.token:
-                attempt.token_chunks += 1
-            if info.usage is not None:
-                self._note_usage(attempt, info.usage)
-
-    def _note_usage(self, attempt: _Attempt, usage: dict[str, Any]) -> None:
-        completion = usage.get("completion_tokens")
-        if isinstance(completion, int) and completion >= 0:
-            attempt.usage_tokens = completion
-        prompt = usage.get("prompt_tokens")
-        if isinstance(prompt, int) and prompt >= 0:
-            attempt.usage_prompt_tokens = prompt
-            if attempt is self._winner:
-                self._prompt_tokens = prompt
-        attempt.usage_cached_prompt_tokens = cached_prompt_tokens(usage)
-
-    def _on_winner_chunk(self, winner: _Attempt, at: float, info: ChunkKind) -> None:
-        if info.usage is not None:
-            self._note_usage(winner, info.usage)
-        if info.finish_reason is not None:
-            self._finish_reason = info.finish_reason
-        if not info.token:
-            return
-        winner.token_chunks += 1
-        if winner.first_token_at is None:
-            winner.first_token_at = at
-        if info.answer and self._answer_at is None:
-            self._answer_at = at
-        if self._last_token_at is not None:
-            gap = at - self._last_token_at
-            self._max_itl_s = gap if self._max_itl_s is None else max(self._max_itl_s, gap)
-        self._last_token_at = at
-
-    def _set_status(self, status: str, error_type: str | None) -> None:
-        if self._status is None:
-            self._status = status
-            self._error_type = error_type
+            self._execute(race.abandon(self._now()))
 
     async def _finish(self) -> None:
         """Close every attempt, build the one record, hand it to telemetry."""
-        end = self._now()
+        self._execute(self._race.abandon(self._now()))
         tasks: list[asyncio.Task[Any]] = []
         driver = self._driver
         if driver is not None:
@@ -1096,92 +1029,19 @@ class CallStream:
                 driver.cancel()
             tasks.append(driver)
         for attempt in self._attempts:
-            if attempt.alive:
-                self._cancel(attempt, end)
-            elif attempt is self._winner and attempt.end_at is None:
-                attempt.end_at = end
             if attempt.task is not None:
                 self._cancel_task(attempt)
                 tasks.append(attempt.task)
         try:
             # Never gather: a cancellation of the caller would cancel the attempts a second time.
             await wait_tasks_shielded(tasks)
-            await self._reclaim_cancelled()
         finally:
             self._build_record()
-
-    async def _reclaim_cancelled(self) -> None:
-        """Safety net after the attempt tasks ended: close connections that a cancelled attempt
-        left active in the pool and owned by no request (``reclaim_orphans``), should a close
-        have been interrupted all the same. Checks only the URLs of cancelled attempts."""
-        assert self._http is not None
-        seen: set[str] = set()
-        for attempt in self._attempts:
-            if attempt.cancel_sent and attempt.upstream.chat_url not in seen:
-                seen.add(attempt.upstream.chat_url)
-                count = await reclaim_orphans(self._http, httpx.URL(attempt.upstream.chat_url))
-                if count:
-                    log.warning(
-                        "closed %d connection(s) left open by a cancelled attempt to %s", count, attempt.upstream.name
-                    )
 
     def _build_record(self) -> None:
         if self.record is not None:
             return
-        winner = self._winner
-        attempts = tuple(
-            AttemptRecord(
-                upstream=a.upstream.name,
-                role=a.role,  # type: ignore[arg-type]
-                start_s=round(a.start, 6),
-                first_token_s=None if a.first_token_at is None else round(a.first_token_at, 6),
-                end_s=round(a.end_at if a.end_at is not None else a.start, 6),
-                outcome=a.outcome or "cancelled",  # type: ignore[arg-type]
-                status_code=a.status_code,
-                error_type=a.error_type,
-                completion_tokens=a.tokens(),
-                prompt_tokens=a.usage_prompt_tokens,
-                cached_prompt_tokens=a.usage_cached_prompt_tokens,
-            )
-            for a in self._attempts
-        )
-        # Call latencies are measured from the primary's send (DESIGN.md "TTFT"), which is a hair
-        # (or, on a busy event loop, noticeably) later than the call's start.
-        sent = self._attempts[0].start if self._attempts else 0.0
-        ttft = _since(winner.first_token_at, sent) if winner is not None else None
-        ttfo = _since(self._answer_at, sent)
-        e2e = _since(self._last_token_at, sent)
-        completion = winner.tokens() if winner is not None else None
-        tpot = None
-        if ttft is not None and e2e is not None and completion is not None and completion > 1:
-            tpot = (e2e - ttft) / (completion - 1)
-        wasted = sum(a.tokens() for a in self._attempts if a is not winner)
-        self.record = CallRecord(
-            request_id=self.request_id,
-            route=self._client.route,
-            model=self.model,
-            started_at=self._started_at,
-            client=self._client.client_tag,
-            hedge_after_s=self.hedge_after_s,
-            threshold_version=self.threshold_version,
-            hedged=len(self._attempts) > 1,
-            hedge_reason=self._hedge_reason,  # type: ignore[arg-type]
-            hedge_denied=self._hedge_denied,
-            failover_denied=self._failover_denied,
-            winner=None if winner is None else winner.role,  # type: ignore[arg-type]
-            status=self._status or "cancelled",  # type: ignore[arg-type]
-            error_type=self._error_type,
-            ttft_s=_round(ttft),
-            ttfo_s=_round(ttfo),
-            tpot_s=_round(tpot),
-            e2e_s=_round(e2e),
-            max_itl_s=_round(self._max_itl_s),
-            prompt_tokens=self._prompt_tokens,
-            completion_tokens=completion,
-            wasted_completion_tokens=wasted,
-            attempts=attempts,
-        )
-        self.record = with_prompt_estimates(self.record)
+        self.record = self._race.record()
         if self._client.telemetry is not None:
             try:
                 self._client.telemetry.submit(self.record)
@@ -1219,6 +1079,12 @@ def _check_body(body: object) -> None:
         raise ValueError(f"body['model']: must be a string, got {type(body['model']).__name__}")
 
 
+def _choice_count(body: Mapping[str, Any]) -> int:
+    """The number of choices a chat request asks for: its ``n`` when a positive int, else 1."""
+    n = body.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+
+
 def not_found_hint(upstream: Upstream) -> str | None:
     """The hint for an HTTP 404 from ``upstream``: None when its ``base_url`` path ends in ``/v1``,
     else a sentence saying that it does not (the usual cause of a 404 on every call)."""
@@ -1229,21 +1095,3 @@ def not_found_hint(upstream: Upstream) -> str | None:
         f"base_url {upstream.base_url!r} does not end in '/v1'; OpenAI-compatible servers usually "
         f"serve {path}/v1/chat/completions, and this client posts to {upstream.chat_url!r}"
     )
-
-
-def _since(at: float | None, origin: float) -> float | None:
-    """``at - origin`` (never negative), or None when ``at`` is None."""
-    return None if at is None else max(0.0, at - origin)
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
-
-
-def _error_type(exc: BaseException) -> str:
-    """The short machine name of an attempt's failure."""
-    if isinstance(exc, AttemptError):
-        return exc.error_type
-    if isinstance(exc, UpstreamError):
-        return f"http_{exc.status_code}"
-    return type(exc).__name__

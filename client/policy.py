@@ -50,6 +50,11 @@ class Upstream:
         """The chat-completions URL of this upstream."""
         return self.base_url.rstrip("/") + "/chat/completions"
 
+    @property
+    def responses_url(self) -> str:
+        """The Responses API URL of this upstream (``POST {base_url}/responses``)."""
+        return self.base_url.rstrip("/") + "/responses"
+
 
 @dataclass(frozen=True, slots=True)
 class HedgePolicy:
@@ -72,7 +77,8 @@ class HedgePolicy:
         max_event_bytes: the largest SSE event (bytes of the stream between two blank lines, so
             also the longest line) an attempt may send; a larger one fails the attempt with
             ``error_type`` ``event_too_large`` (before the first token: failover; after it:
-            ``StreamError``). Default ``DEFAULT_MAX_EVENT_BYTES`` (8 MiB).
+            ``StreamError``). A whole non-streaming response body counts as one event: larger
+            fails that attempt with ``body_too_large``. Default ``DEFAULT_MAX_EVENT_BYTES`` (8 MiB).
         failover_budget_tokens: capacity of the failover retry budget (``FailoverBudget``:
             each failed attempt takes a token, each answered call returns
             ``failover_token_ratio``; failovers only while more than half is left). Default 10.

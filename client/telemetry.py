@@ -29,6 +29,7 @@ import collections
 import contextlib
 import logging
 import random
+import threading
 from typing import Any
 
 import httpx
@@ -43,6 +44,14 @@ log = logging.getLogger("hedgerow.client.telemetry")
 #: Cap and base of the exponential backoff between failed posts, seconds.
 _MAX_BACKOFF_S = 30.0
 _BASE_BACKOFF_S = 0.5
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running event loop of this thread, or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def full_jitter_backoff_s(failures: int, *, base_s: float = _BASE_BACKOFF_S, cap_s: float = _MAX_BACKOFF_S) -> float:
@@ -122,6 +131,8 @@ class TelemetryExporter:
         self._queue: collections.deque[dict[str, Any]] = collections.deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._loop_of_task: asyncio.AbstractEventLoop | None = None
+        self._submit_lock = threading.Lock()
         self._send_lock = asyncio.Lock()
         self._in_flight = 0
         self._failures = 0
@@ -143,6 +154,7 @@ class TelemetryExporter:
         """Start the background sender (idempotent)."""
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="hedgerow-telemetry")
+            self._loop_of_task = self._task.get_loop()
 
     @property
     def pending(self) -> int:
@@ -150,15 +162,25 @@ class TelemetryExporter:
         return len(self._queue) + self._in_flight
 
     def submit(self, record: CallRecord) -> None:
-        """Queue one record without blocking; drops the oldest record when the queue is full."""
-        if len(self._queue) >= self.max_queue:
-            self._queue.popleft()
-            self.dropped += 1
-            if self.dropped == 1 or self.dropped % 1000 == 0:
-                log.warning("telemetry queue full (%d): dropped %d record(s) so far", self.max_queue, self.dropped)
-        self._queue.append(record.to_dict())
-        if len(self._queue) >= self.batch_size:
-            self._wake.set()
+        """Queue one record without blocking; drops the oldest record when the queue is full.
+
+        Safe to call from any thread (``HedgingTransport``'s sync calls submit from the portal
+        thread): the sender, on its own loop, is woken through ``call_soon_threadsafe``.
+        """
+        with self._submit_lock:
+            if len(self._queue) >= self.max_queue:
+                self._queue.popleft()
+                self.dropped += 1
+                if self.dropped == 1 or self.dropped % 1000 == 0:
+                    log.warning("telemetry queue full (%d): dropped %d record(s) so far", self.max_queue, self.dropped)
+            self._queue.append(record.to_dict())
+            full = len(self._queue) >= self.batch_size
+        if full:
+            loop = self._loop_of_task
+            if loop is None or _running_loop() is loop:
+                self._wake.set()
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(self._wake.set)
 
     async def _loop(self) -> None:
         while True:

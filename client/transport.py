@@ -35,11 +35,15 @@ What the transport does with one request:
   (``hedgerow.client.unary``), under route ``unary_route`` (default ``"<route>.unary"``) so
   whole-response times do not mix with first-token times in the controller's estimates, and
   with ``unary_policy`` (default: ``policy``) and its own budget.
+* **``POST <base>/responses``** (the Responses API) is hedged the same way, streaming or not
+  (``HedgingClient.stream_responses``; non-streaming as whole responses under ``unary_route``):
+  same route, thresholds and budgets as chat calls, the record's ``api`` is ``responses``; the
+  streamed body re-encodes each event as ``event: <type>`` + ``data: {json}``, without ``[DONE]``.
 * **Every other request** (``GET /v1/models``, embeddings, files, ...) passes through unhedged
   to the primary (first) upstream (the request body re-sent as read, the response streamed
-  back as it comes), honouring the caller's timeout; it makes no ``CallRecord``. It is sent with
-  ``send_streaming``, so an app task cancelled while sending it or closing its response cannot
-  leave the connection stuck in the pool (encode/httpcore#1115, #1093).
+  back as it comes), honouring the caller's timeout; it makes no ``CallRecord``. It goes through
+  the same ``OwnedTransport`` as the hedged calls, so an app task cancelled while sending it or
+  closing its response cannot leave the connection stuck in the pool (encode/httpcore#1115, #1093).
 * A chat body that is not a JSON object with a string ``model`` is answered 400 (OpenAI error
   JSON naming the problem) without contacting any upstream.
 
@@ -86,11 +90,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import httpx
 
+from hedgerow.client._portal import PORTAL
+from hedgerow.client._transport import OwnedTransport
 from hedgerow.client.budget import HedgeBudget
 from hedgerow.client.errors import (
     AllAttemptsFailed,
@@ -107,12 +114,14 @@ from hedgerow.client.hedging import (
     send_streaming,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
+from hedgerow.client.records import CallApi
 from hedgerow.client.unary import unary_call
 
 __all__ = ["CHAT_COMPLETIONS_PATH", "HedgingTransport", "rebase_path"]
 
 #: The remainder (after the base path) of the requests that are hedged.
 CHAT_COMPLETIONS_PATH = "/chat/completions"
+RESPONSES_PATH = "/responses"
 
 #: Response header names added to every response.
 REQUEST_ID_HEADER = "X-Hedgerow-Request-Id"
@@ -168,8 +177,17 @@ def rebase_path(path: str, base_path: str | None = None) -> str | None:
     return path
 
 
-class HedgingTransport(httpx.AsyncBaseTransport):
-    """An ``httpx.AsyncBaseTransport`` that hedges chat completions (see the module docstring).
+class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
+    """An httpx transport that hedges chat completions (see the module docstring), for
+    ``httpx.AsyncClient`` (``openai.AsyncOpenAI``) and ``httpx.Client`` (``openai.OpenAI``) alike.
+
+    Synchronous use (``handle_request``) runs the same calls on the process's portal loop
+    (``hedgerow.client._portal``) through a twin of this transport that shares its budgets,
+    telemetry sink and threshold source, so sync and async calls in one process are recorded,
+    budgeted and thresholded together. The response body is read chunk by chunk from the portal;
+    closing it ends the call as in async code (the loser is cancelled at the winner's first token
+    either way). The telemetry sink's ``submit`` is then called from the portal's thread
+    (``TelemetryExporter.submit`` is safe to call from any thread).
 
     Args:
         upstreams: the OpenAI-compatible endpoints in preference order (the first is the primary
@@ -221,9 +239,7 @@ class HedgingTransport(httpx.AsyncBaseTransport):
             raise ValueError(f"base_path: must be a path starting with '/' and without a query, got {base_path!r}")
         if unary_route is not None and (not isinstance(unary_route, str) or not unary_route):
             raise ValueError("unary_route: must be a non-empty string or None")
-        self._pool = httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=100)
-        )
+        self._pool = OwnedTransport(limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=100))
         self._client = HedgingClient(
             upstreams,
             route=route,
@@ -243,6 +259,20 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         self._http: httpx.AsyncClient | None = None
         self._closed = False
         self._lock = asyncio.Lock()
+        self._twin_args: dict[str, Any] = {
+            "upstreams": self.upstreams,
+            "route": route,
+            "policy": policy,
+            "thresholds": thresholds,
+            "telemetry": telemetry,
+            "unary_route": self.unary_route,
+            "unary_policy": self.unary_policy,
+            "base_path": base_path,
+            "client_tag": client_tag,
+            "max_connections": max_connections,
+        }
+        self._twin: HedgingTransport | None = None
+        self._twin_lock = threading.Lock()
 
     @property
     def client(self) -> HedgingClient:
@@ -269,6 +299,44 @@ class HedgingTransport(httpx.AsyncBaseTransport):
             self._http = None
         await self._pool.aclose()
 
+    def _sync_twin(self) -> HedgingTransport:
+        """The twin that serves ``handle_request`` on the portal loop (made on first use)."""
+        with self._twin_lock:
+            if self._closed:
+                raise RuntimeError("HedgingTransport is closed")
+            if self._twin is None:
+                twin = HedgingTransport(**self._twin_args)
+                # One budget of each kind per transport, whichever thread the call comes from.
+                twin._client.budget = self._client.budget
+                twin._client.failover_budget = self._client.failover_budget
+                twin.unary_budget = self.unary_budget
+                self._twin = twin
+            return self._twin
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """The synchronous ``handle_async_request``: for ``httpx.Client`` and ``openai.OpenAI``.
+
+        The call runs on the portal loop; the returned response's body is a sync stream read
+        through the portal. Raises what ``handle_async_request`` raises (httpx transport errors
+        for failed calls), and RuntimeError after ``close``.
+        """
+        twin = self._sync_twin()
+        request.read()  # the body, in this thread: the portal then reads the cached bytes
+        response = PORTAL.run(twin.handle_async_request(request))
+        if isinstance(response.stream, httpx.AsyncByteStream):
+            response.stream = _PortalBody(response.stream)
+        return response
+
+    def close(self) -> None:
+        """Close the sync twin's connection pool (``httpx.Client.close`` calls it); idempotent.
+
+        The async side is closed by ``aclose``.
+        """
+        with self._twin_lock:
+            twin, self._twin = self._twin, None
+        if twin is not None:
+            PORTAL.run(twin.aclose())
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Hedge a chat completion, or pass any other request to the primary upstream.
 
@@ -290,12 +358,14 @@ class HedgingTransport(httpx.AsyncBaseTransport):
                 404, f"hedgerow: path {path!r} is not under base_path {self.base_path!r}", "not_found_error"
             )
         if request.method == "POST" and remainder.rstrip("/") == CHAT_COMPLETIONS_PATH:
-            return await self._chat(http, request, query)
+            return await self._chat(http, request, query, "chat")
+        if request.method == "POST" and remainder.rstrip("/") == RESPONSES_PATH:
+            return await self._chat(http, request, query, "responses")
         return await self._passthrough(http, request, remainder, query)
 
     # -- chat completions -----------------------------------------------------------------------
 
-    async def _chat(self, http: httpx.AsyncClient, request: httpx.Request, query: str) -> httpx.Response:
+    async def _chat(self, http: httpx.AsyncClient, request: httpx.Request, query: str, api: CallApi) -> httpx.Response:
         raw = await request.aread()
         try:
             body = json.loads(raw)
@@ -308,13 +378,19 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_CHAT}
         params = httpx.QueryParams(query) if query else None
         if body.get("stream") is True:
-            return await self._stream(request, body, headers, params)
-        return await self._unary(http, request, raw, body, headers, params)
+            return await self._stream(request, body, headers, params, api)
+        return await self._unary(http, request, raw, body, headers, params, api)
 
     async def _stream(
-        self, request: httpx.Request, body: dict[str, Any], headers: dict[str, str], params: httpx.QueryParams | None
+        self,
+        request: httpx.Request,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        params: httpx.QueryParams | None,
+        api: CallApi,
     ) -> httpx.Response:
-        call = self._client.stream_chat(body, headers=headers, params=params)
+        start = self._client.stream_chat if api == "chat" else self._client.stream_responses
+        call = start(body, headers=headers, params=params)
         await call.__aenter__()
         iterator = call.__aiter__()
         first: dict[str, Any] | None
@@ -330,9 +406,11 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         response_headers = _response_headers(
             call.winner_response_headers, call.request_id, call.winner_upstream or "", call.hedged
         )
-        if "content-type" not in response_headers:
-            response_headers["Content-Type"] = "text/event-stream; charset=utf-8"
-        stream = _ChatByteStream(call, iterator, first, withhold_usage="stream_options" not in body, request=request)
+        # The body handed back is hedgerow's own SSE encoding of the winner's chunks, whatever the
+        # upstream labelled its body (some label SSE as application/json, or not at all).
+        response_headers["Content-Type"] = "text/event-stream; charset=utf-8"
+        withhold = api == "chat" and "stream_options" not in body
+        stream = _ChatByteStream(call, iterator, first, withhold_usage=withhold, request=request)
         return httpx.Response(200, headers=response_headers, stream=stream, request=request)
 
     async def _unary(
@@ -343,6 +421,7 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         body: dict[str, Any],
         headers: dict[str, str],
         params: httpx.QueryParams | None,
+        api: CallApi,
     ) -> httpx.Response:
         model = body["model"]
         hedge_after_s, version, enabled = self.unary_policy.hedge_after_s, None, True
@@ -367,6 +446,7 @@ class HedgingTransport(httpx.AsyncBaseTransport):
                 headers=headers,
                 params=params,
                 failover_budget=self._client.failover_budget,
+                api=api,
             )
         except HedgeError as exc:
             return _failure(request, exc, exc.record.request_id if exc.record else "")
@@ -398,14 +478,39 @@ class HedgingTransport(httpx.AsyncBaseTransport):
         out = httpx.Headers(kept)
         _mark(out, "", upstream.name, False)
         extensions = {k: v for k, v in response.extensions.items() if k in ("http_version", "reason_phrase")}
-        # response.stream closes with close_shielded (send_streaming), whoever closes it.
+        # response.stream closes with close_shielded (OwnedTransport), whoever closes it.
         return httpx.Response(
             response.status_code, headers=out, stream=response.stream, request=request, extensions=extensions
         )
 
 
+class _PortalBody(httpx.SyncByteStream):
+    """A sync response body reading an async one on the portal loop, one piece per hop."""
+
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self._inner = inner
+
+    def __iter__(self) -> Iterator[bytes]:
+        pieces = self._inner.__aiter__()
+
+        async def next_piece() -> bytes | None:
+            try:
+                return await pieces.__anext__()
+            except StopAsyncIteration:
+                return None
+
+        while (piece := PORTAL.run(next_piece())) is not None:
+            yield piece
+
+    def close(self) -> None:
+        """Close the async body on the portal (ends the hedged call, closes its connections)."""
+        PORTAL.run(self._inner.aclose())
+
+
 class _ChatByteStream(httpx.AsyncByteStream):
-    """The body of a hedged streaming response: the winner's chunks as SSE, then ``[DONE]``.
+    """The body of a hedged streaming response: the winner's chunks as SSE, then ``[DONE]``
+    (Responses API calls: each event as ``event: <type>`` and ``data:``, and no ``[DONE]``, as
+    OpenAI sends them).
 
     Closing it (the response closed by the app or the SDK) ends the call; errors of the call
     after the first token surface as httpx transport errors (see the module table).
@@ -424,13 +529,18 @@ class _ChatByteStream(httpx.AsyncByteStream):
         self._iterator = iterator
         self._first = first
         self._withhold_usage = withhold_usage
+        self._responses = call.api == "responses"
         self._request = request
         self._closed = False
 
     def _encode(self, chunk: dict[str, Any]) -> bytes | None:
         if self._withhold_usage and chunk.get("choices") == [] and chunk.get("usage") is not None:
             return None
-        return b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+        data = b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+        kind = chunk.get("type") if self._responses else None
+        if isinstance(kind, str):
+            return b"event: " + kind.encode() + b"\n" + data
+        return data
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
@@ -443,7 +553,8 @@ class _ChatByteStream(httpx.AsyncByteStream):
                 if data is not None:
                     yield data
             await self._close(None)  # the call ended well: record it before the app sees the end
-            yield b"data: [DONE]\n\n"
+            if not self._responses:
+                yield b"data: [DONE]\n\n"
         except (StallTimeout, TotalTimeout) as exc:
             await self._close(exc)
             raise httpx.ReadTimeout(str(exc), request=self._request) from exc

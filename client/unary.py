@@ -1,8 +1,9 @@
 """A hedged *non-streaming* chat completion: the race is on the arrival of the whole response.
 
 ``HedgingTransport`` uses this for requests whose body has ``"stream": false`` (or no ``stream``).
-The rules follow the streaming client (``hedgerow.client.hedging``) with "first token" replaced
-by "complete response":
+The rules are those of the streaming client (``hedgerow.client.hedging``) with "first token"
+replaced by "complete response", decided by the same race core (``hedgerow.client._race``; the
+whole response is its ``completed`` input):
 
 1. The primary is sent to the first upstream; the hedge timer runs from its send.
 2. If no complete response has arrived ``hedge_after_s`` after that send, the call asks the
@@ -26,8 +27,10 @@ per call, however it ends, goes to the telemetry sink.
 
 Headers and connections are those of the streaming client: each attempt carries a UUID
 ``X-Request-ID`` (``attempt_request_id``), ``Idempotency-Key: {request_id}`` and
-``X-Hedgerow-Attempt: <role>``; each response is read whole and closed with ``close_shielded``,
-so a cancelled attempt cannot leave its connection counted as active in the pool.
+``X-Hedgerow-Attempt: <role>``; each response is read whole through the ``OwnedTransport``, which
+closes it with ``close_shielded`` (a cancelled attempt cannot leave its connection counted as active
+in the pool) and fails it with ``body_too_large`` past ``HedgePolicy.max_event_bytes`` (the whole
+body counts as one event), so a broken upstream cannot exhaust the client's memory.
 """
 
 from __future__ import annotations
@@ -39,15 +42,17 @@ import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
+from hedgerow.client._race import Action, AttemptState, Cancel, Done, Race, Raise, Start
+from hedgerow.client._responses import chat_usage
+from hedgerow.client._transport import BODY_LIMIT_EXTENSION
 from hedgerow.client.budget import FailoverBudget, HedgeBudget
-from hedgerow.client.chunks import cached_prompt_tokens
-from hedgerow.client.errors import AllAttemptsFailed, HedgeError, TotalTimeout
+from hedgerow.client.errors import HedgeError
 from hedgerow.client.hedging import (
     ATTEMPT_HEADER,
     NON_RETRYABLE_STATUSES,
@@ -58,7 +63,7 @@ from hedgerow.client.hedging import (
     wait_tasks_shielded,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
-from hedgerow.client.records import AttemptRecord, CallRecord, with_prompt_estimates
+from hedgerow.client.records import CallApi, CallRecord
 
 __all__ = ["UnaryAttemptFailure", "UnaryResult", "unary_call"]
 
@@ -113,19 +118,14 @@ class UnaryResult:
     record: CallRecord
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Attempt:
+    """The I/O side of one attempt; ``state`` is the race's view of it."""
+
     upstream: Upstream
-    role: str
-    header_role: str
-    start: float
+    state: AttemptState
     task: asyncio.Task[httpx.Response] | None = None
-    status_code: int | None = None
-    end_at: float | None = None
-    outcome: str | None = None
-    error_type: str | None = None
-    completion_tokens: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] | None = None
 
 
 async def unary_call(
@@ -146,6 +146,7 @@ async def unary_call(
     params: Any = None,
     request_id: str | None = None,
     failover_budget: FailoverBudget | None = None,
+    api: CallApi = "chat",
 ) -> UnaryResult:
     """Send one non-streaming chat completion, hedged on the arrival of the whole response.
 
@@ -171,6 +172,8 @@ async def unary_call(
         request_id: the call's id (default: a random UUID hex).
         failover_budget: the failover retry budget shared with the caller's other calls
             (default: a new one from the policy, i.e. none shared).
+        api: ``chat`` (``POST {base_url}/chat/completions``) or ``responses`` (``POST
+            {base_url}/responses``; the usage's ``input_tokens``/``output_tokens`` are counted).
 
     Returns:
         A ``UnaryResult`` (a winner's 200, or a non-retryable 4xx when nothing else was left).
@@ -197,11 +200,14 @@ async def unary_call(
         params=params,
         request_id=request_id or uuid.uuid4().hex,
         failover_budget=failover_budget or FailoverBudget(policy.failover_budget_tokens, policy.failover_token_ratio),
+        api=api,
     )
     return await call.run()
 
 
 class _UnaryCall:
+    """One non-streaming hedged call: the I/O around the call's ``Race`` (``hedgerow.client._race``)."""
+
     def __init__(
         self,
         http: httpx.AsyncClient,
@@ -221,43 +227,48 @@ class _UnaryCall:
         params: Any,
         request_id: str,
         failover_budget: FailoverBudget,
+        api: CallApi = "chat",
     ) -> None:
+        self._api: CallApi = api
         self._http = http
         self._order = order
         self._content = content
-        self._route = route
-        self._model = model
-        self._policy = policy
-        self._budget = budget
-        self._hedge_after_s = hedge_after_s
-        self._version = threshold_version
-        self._enabled = hedging_enabled
         self._telemetry = telemetry
-        self._client_tag = client_tag
         self._extra_headers = dict(headers or {})
         self._params = params
+        self._max_body_bytes = policy.max_event_bytes
         self.request_id = request_id
+        self._race = Race(
+            [u.name for u in order],
+            hedge_after_s=hedge_after_s,
+            hedging_enabled=hedging_enabled,
+            max_backups=policy.max_backups,
+            total_timeout_s=policy.total_timeout_s,
+            stall_timeout_s=None,
+            budget=budget,
+            failover_budget=failover_budget,
+            request_id=request_id,
+            route=route,
+            model=model,
+            started_at=datetime.now(UTC),
+            client=client_tag,
+            threshold_version=threshold_version,
+            streaming=False,
+            api=api,
+        )
         self._attempts: list[_Attempt] = []
-        self._winner: _Attempt | None = None
-        self._hedge_reason: str | None = None
-        self._hedge_denied = False
-        self._failover_budget = failover_budget
-        self._failover_denied = False
-        self._status: str | None = None
-        self._error_type: str | None = None
-        self._prompt_tokens: int | None = None
         self._t0 = 0.0
-        self._started_at = datetime.now(UTC)
         self._record: CallRecord | None = None
 
     def _now(self) -> float:
         return time.monotonic() - self._t0
 
     def _headers(self, attempt: _Attempt) -> httpx.Headers:
+        role = attempt.state.header_role
         headers = httpx.Headers(self._extra_headers)
-        headers["X-Request-ID"] = attempt_request_id(self.request_id, attempt.header_role)
+        headers["X-Request-ID"] = attempt_request_id(self.request_id, role)
         headers["Idempotency-Key"] = self.request_id
-        headers[ATTEMPT_HEADER] = attempt.header_role
+        headers[ATTEMPT_HEADER] = role
         headers["Content-Type"] = "application/json"
         if attempt.upstream.api_key:
             headers["Authorization"] = f"Bearer {attempt.upstream.api_key}"
@@ -265,29 +276,39 @@ class _UnaryCall:
             headers.update(dict(attempt.upstream.headers))
         return headers
 
-    def _can_add_backup(self) -> bool:
-        return len(self._attempts) - 1 < self._policy.max_backups and len(self._attempts) < len(self._order)
-
-    def _start_attempt(self, role: str) -> None:
-        index = len(self._attempts)
-        upstream = self._order[index]
-        header_role = role if index < 2 else f"{role}{index}"
-        attempt = _Attempt(upstream=upstream, role=role, header_role=header_role, start=self._now())
-        self._attempts.append(attempt)
-        attempt.task = asyncio.create_task(self._send(attempt), name=f"hedgerow-unary-{header_role}")
+    def _execute(self, actions: tuple[Action, ...]) -> bool:
+        """Carry out the race's actions; True when one was ``Done``. ``Raise`` raises."""
+        done = False
+        for action in actions:
+            if isinstance(action, Start):
+                state = action.attempt
+                attempt = _Attempt(self._order[state.index], state)
+                self._attempts.append(attempt)
+                attempt.task = asyncio.create_task(self._send(attempt), name=f"hedgerow-unary-{state.header_role}")
+            elif isinstance(action, Cancel):
+                task = self._attempts[action.attempt.index].task
+                if task is not None and not task.done():
+                    task.cancel()
+            elif isinstance(action, Done):
+                done = True
+            elif isinstance(action, Raise):
+                raise action.error
+        return done
 
     async def _send(self, attempt: _Attempt) -> httpx.Response:
         """One attempt: the whole response, or ``UnaryAttemptFailure``/a transport error."""
+        self._race.sent(attempt.state, self._now())
         request = self._http.build_request(
             "POST",
-            attempt.upstream.chat_url,
+            attempt.upstream.chat_url if self._api == "chat" else attempt.upstream.responses_url,
             content=self._content,
             headers=self._headers(attempt),
             params=self._params,
+            extensions={BODY_LIMIT_EXTENSION: self._max_body_bytes},
         )
         async with open_response(self._http, request) as response:
-            await response.aread()
-        attempt.status_code = response.status_code
+            await response.aread()  # over max_body_bytes: BodyTooLarge (a failure that fails over)
+        self._race.response(attempt.state, response.status_code)
         if response.status_code != 200:
             raise UnaryAttemptFailure(
                 f"http_{response.status_code}",
@@ -317,118 +338,79 @@ class _UnaryCall:
                 content=response.content,
             )
         usage = body.get("usage")
-        if isinstance(usage, dict):
-            completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
-            if isinstance(completion, int) and completion >= 0:
-                attempt.completion_tokens = completion
-            if isinstance(prompt, int) and prompt >= 0:
-                attempt.extra["prompt_tokens"] = prompt
-            attempt.extra["cached_prompt_tokens"] = cached_prompt_tokens(usage)
+        if self._api == "responses":
+            attempt.usage = chat_usage(usage)
+        else:
+            attempt.usage = usage if isinstance(usage, dict) else None
         return response
 
     async def run(self) -> UnaryResult:
         self._t0 = time.monotonic()
-        self._started_at = datetime.now(UTC)
-        self._budget.deposit()
-        self._start_attempt("primary")
+        self._race.started_at = datetime.now(UTC)
         try:
-            result = await self._race()
+            self._execute(self._race.begin(0.0))
+            response, attempt = await self._run_race()
         except HedgeError as exc:
             await self._finish()
             exc.record = self._record
             raise
         except BaseException as exc:
-            if self._status is None:
-                self._status = "cancelled"
-                self._error_type = "caller_cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__
+            why = "caller_cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__
+            self._race.abandon(self._now(), why)
             await self._finish()
             raise
         await self._finish()
-        response, attempt = result
         assert self._record is not None, "the record is written before the winner is returned"
         return UnaryResult(
             status_code=response.status_code,
             headers=response.headers,
             content=response.content,
             upstream=attempt.upstream.name,
-            hedged=len(self._attempts) > 1,
+            hedged=self._race.hedged,
             record=self._record,
         )
 
-    async def _race(self) -> tuple[httpx.Response, _Attempt]:
-        policy = self._policy
-        hedge_at = math.inf
-        if self._enabled and self._can_add_backup():
-            hedge_at = self._attempts[0].start + self._hedge_after_s
+    async def _run_race(self) -> tuple[httpx.Response, _Attempt]:
+        race = self._race
         while True:
-            alive = {a.task: a for a in self._attempts if a.outcome is None and a.task is not None}
-            deadline = min(hedge_at, policy.total_timeout_s)
-            remaining = deadline - self._now()
+            alive = {a.task: a for a in self._attempts if a.state.alive and a.task is not None}
+            remaining = race.deadline - self._now()
             done: set[asyncio.Task[httpx.Response]] = set()
             if remaining > 0 and alive:
-                done, _ = await asyncio.wait(alive, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                timeout = None if math.isinf(remaining) else remaining
+                done, _ = await asyncio.wait(alive, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if not done:
-                if self._now() >= policy.total_timeout_s:
-                    self._status, self._error_type = "timeout", "total_timeout"
-                    raise TotalTimeout(policy.total_timeout_s)
-                hedge_at = math.inf
-                if self._can_add_backup():
-                    if self._budget.try_withdraw():
-                        self._hedge_reason = self._hedge_reason or "ttft_timeout"
-                        self._start_attempt("backup")
-                    else:
-                        self._hedge_denied = True
+                primary = self._attempts[0]
+                if not primary.state.sent and primary.task is not None and not primary.task.done():
+                    await asyncio.sleep(0)  # let the primary's task run and stamp its send
+                    continue
+                self._execute(race.tick(self._now()))
                 continue
-            # Several may finish in the same instant: the earliest started wins among successes.
-            for task in sorted(done, key=lambda t: self._attempts.index(alive[t])):
+            # Several may finish in the same instant: the earliest started goes first.
+            for task in sorted(done, key=lambda t: alive[t].state.index):
                 attempt = alive[task]
                 at = self._now()
                 exc = task.exception()
                 if exc is None:
-                    attempt.outcome = "won"
-                    attempt.end_at = at
-                    self._winner = attempt
-                    self._prompt_tokens = attempt.extra.get("prompt_tokens")
-                    self._status = "ok"
-                    self._failover_budget.record_success()
-                    return task.result(), attempt
-                attempt.outcome = "failed"
-                attempt.end_at = at
-                attempt.error_type = exc.error_type if isinstance(exc, UnaryAttemptFailure) else type(exc).__name__
-                attempt.extra["error"] = exc
-                if not (isinstance(exc, UnaryAttemptFailure) and exc.status_code in NON_RETRYABLE_STATUSES):
-                    self._failover_budget.record_failure()
-            if any(a.outcome is None for a in self._attempts):
-                continue
-            last = self._attempts[-1]
-            last_error = last.extra["error"]
-            if isinstance(last_error, UnaryAttemptFailure) and last_error.status_code in NON_RETRYABLE_STATUSES:
-                # The caller's fault: answer with the upstream's own response, no failover.
-                self._status, self._error_type = "error", last.error_type
-                hint = not_found_hint(last.upstream) if last_error.status_code == 404 else None
-                if hint:  # the response is the upstream's own: the hint can only be logged
-                    log.warning("upstream %r answered HTTP 404: %s", last.upstream.name, hint)
-                response = httpx.Response(
-                    last_error.status_code, headers=last_error.headers, content=last_error.content
-                )
-                return response, last
-            if self._can_add_backup() and not self._failover_budget.allows_failover():
-                self._failover_denied = True  # upstreams are failing: no retry storm
-            elif self._can_add_backup():
-                self._hedge_reason = self._hedge_reason or "primary_error"
-                self._start_attempt("backup")
-                continue
-            self._status, self._error_type = "error", "all_attempts_failed"
-            raise AllAttemptsFailed([(a.upstream.name, a.extra["error"]) for a in self._attempts])
+                    if self._execute(race.completed(attempt.state, at, attempt.usage)):
+                        return task.result(), attempt
+                    continue
+                caller_fault = isinstance(exc, UnaryAttemptFailure) and exc.status_code in NON_RETRYABLE_STATUSES
+                actions = race.failed(attempt.state, exc, at, caller_fault=caller_fault)
+                if caller_fault and any(isinstance(a, Raise) and a.error is exc for a in actions):
+                    # The caller's fault: answer with the upstream's own response, no failover.
+                    assert isinstance(exc, UnaryAttemptFailure) and exc.status_code is not None
+                    hint = not_found_hint(attempt.upstream) if exc.status_code == 404 else None
+                    if hint:  # the response is the upstream's own: the hint can only be logged
+                        log.warning("upstream %r answered HTTP 404: %s", attempt.upstream.name, hint)
+                    return httpx.Response(exc.status_code, headers=exc.headers, content=exc.content), attempt
+                self._execute(actions)
 
     async def _finish(self) -> None:
         """Cancel every attempt still running, wait for it, build and submit the record."""
-        end = self._now()
+        self._race.abandon(self._now())
         tasks = []
         for attempt in self._attempts:
-            if attempt.outcome is None:
-                attempt.outcome = "cancelled"
-                attempt.end_at = max(end, attempt.start)
             if attempt.task is not None:
                 if not attempt.task.done():
                     attempt.task.cancel()
@@ -443,48 +425,7 @@ class _UnaryCall:
     def _build_record(self) -> None:
         if self._record is not None:
             return
-        winner = self._winner
-        attempts = tuple(
-            AttemptRecord(
-                upstream=a.upstream.name,
-                role=a.role,  # type: ignore[arg-type]
-                start_s=round(a.start, 6),
-                first_token_s=round(a.end_at, 6) if a is winner and a.end_at is not None else None,
-                end_s=round(a.end_at if a.end_at is not None else a.start, 6),
-                outcome=a.outcome or "cancelled",  # type: ignore[arg-type]
-                status_code=a.status_code,
-                error_type=a.error_type,
-                completion_tokens=a.completion_tokens,
-                prompt_tokens=a.extra.get("prompt_tokens"),
-                cached_prompt_tokens=a.extra.get("cached_prompt_tokens"),
-            )
-            for a in self._attempts
-        )
-        done_s = None if winner is None or winner.end_at is None else round(winner.end_at, 6)
-        self._record = CallRecord(
-            request_id=self.request_id,
-            route=self._route,
-            model=self._model,
-            started_at=self._started_at,
-            client=self._client_tag,
-            hedge_after_s=self._hedge_after_s,
-            threshold_version=self._version,
-            hedged=len(self._attempts) > 1,
-            hedge_reason=self._hedge_reason,  # type: ignore[arg-type]
-            hedge_denied=self._hedge_denied,
-            failover_denied=self._failover_denied,
-            winner=None if winner is None else winner.role,  # type: ignore[arg-type]
-            status=self._status or "cancelled",  # type: ignore[arg-type]
-            error_type=self._error_type,
-            ttft_s=done_s,
-            ttfo_s=done_s,
-            e2e_s=done_s,
-            prompt_tokens=self._prompt_tokens,
-            completion_tokens=None if winner is None else winner.completion_tokens,
-            wasted_completion_tokens=0,
-            attempts=attempts,
-        )
-        self._record = with_prompt_estimates(self._record)
+        self._record = self._race.record()
         if self._telemetry is not None:
             try:
                 self._telemetry.submit(self._record)

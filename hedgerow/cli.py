@@ -21,6 +21,7 @@ from hedgerow.cli_routes import routes_app
 
 if TYPE_CHECKING:
     from hedgerow.client import CallRecord, HedgePolicy, HedgingClient, Upstream
+    from hedgerow.client._responses import ResponsesAssembler
     from hedgerow.client.chunks import AnswerAssembler
     from hedgerow.settings import Settings
 
@@ -172,8 +173,13 @@ def _read_body(path: str) -> dict[str, Any]:
     return payload
 
 
-def _call_payload(model: str | None, prompt: str | None, body: str | None, max_tokens: str | None) -> dict[str, Any]:
-    """The chat-completions body of ``hedgerow call`` from its flags; bad values exit 2.
+def _call_payload(
+    model: str | None, prompt: str | None, body: str | None, max_tokens: str | None, api: str = "chat"
+) -> dict[str, Any]:
+    """The request body of ``hedgerow call`` from its flags; bad values exit 2.
+
+    ``api`` ``chat``: a chat-completions body (``messages``, ``max_tokens``); ``responses``: a
+    Responses API body (``input``, ``max_output_tokens``).
 
     ``--model`` (when given) replaces the body's model; the model ends up in the call record, so
     it must be a non-blank string of at most 200 characters whichever way it came.
@@ -196,10 +202,13 @@ def _call_payload(model: str | None, prompt: str | None, body: str | None, max_t
     else:
         if model is None:
             raise fail("--model: required with --prompt", 2)
-        payload = {"model": model, "messages": [{"role": "user", "content": prompt}]}
+        if api == "responses":
+            payload = {"model": model, "input": prompt}
+        else:
+            payload = {"model": model, "messages": [{"role": "user", "content": prompt}]}
     tokens = _parse_max_tokens(max_tokens)
     if tokens is not None:
-        payload["max_tokens"] = tokens
+        payload["max_output_tokens" if api == "responses" else "max_tokens"] = tokens
     return payload
 
 
@@ -243,15 +252,29 @@ def _call_client(upstreams: list[Upstream], route: str, policy: HedgePolicy) -> 
         raise fail(f"{flag}:{rest}" if sep and flag else str(exc), 2) from None
 
 
-def _call_json(answer: AnswerAssembler, record: CallRecord | None, error: str | None) -> str:
-    """The ``--json`` output of ``hedgerow call``: one JSON object on one line."""
+def _call_json(answer: AnswerAssembler | ResponsesAssembler, record: CallRecord | None, error: str | None) -> str:
+    """The ``--json`` output of ``hedgerow call``: one JSON object on one line.
+
+    For ``--api responses``: ``tool_calls`` is empty, ``arguments`` maps function-call item ids
+    to their arguments, and ``finish_reason`` is the final response's ``status``.
+    """
     import json
 
+    from hedgerow.client.chunks import AnswerAssembler
+
+    extra: dict[str, object] = {}
+    if isinstance(answer, AnswerAssembler):
+        tool_calls, finish_reason = answer.tool_calls, answer.finish_reason
+    else:
+        status = answer.response.get("status") if answer.response is not None else None
+        tool_calls, finish_reason = [], status if isinstance(status, str) else None
+        extra["arguments"] = answer.arguments
     out: dict[str, object] = {
         "text": answer.text,
         "reasoning_text": answer.reasoning_text,
-        "tool_calls": answer.tool_calls,
-        "finish_reason": answer.finish_reason,
+        "tool_calls": tool_calls,
+        "finish_reason": finish_reason,
+        **extra,
         "record": record.to_dict() if record is not None else None,
     }
     if error is not None:
@@ -326,13 +349,13 @@ class _SigintGuard:
 
 
 async def _run_call(
-    client: HedgingClient, payload: dict[str, Any], as_json: bool, guard: _SigintGuard
-) -> tuple[AnswerAssembler, CallRecord | None, str | None]:
+    client: HedgingClient, payload: dict[str, Any], as_json: bool, guard: _SigintGuard, api: str = "chat"
+) -> tuple[AnswerAssembler | ResponsesAssembler, CallRecord | None, str | None]:
     """Stream one call through ``client``; returns (answer, record, one-line error or None).
 
     Args:
         client: the (not yet entered) ``HedgingClient``; closed on return.
-        payload: the chat-completions body.
+        payload: the request body (chat completions, or the Responses API with ``api="responses"``).
         as_json: when False, the content (or refusal) text goes to stdout as it arrives.
         guard: the command's ``_SigintGuard``; a SIGINT cancels the call, whose record (status
             ``cancelled``, None if nothing was sent yet) is still returned, with error
@@ -345,9 +368,10 @@ async def _run_call(
     import sys
 
     from hedgerow.client import HedgeError
+    from hedgerow.client._responses import ResponsesAssembler
     from hedgerow.client.chunks import AnswerAssembler
 
-    answer = AnswerAssembler()
+    answer: AnswerAssembler | ResponsesAssembler = AnswerAssembler() if api == "chat" else ResponsesAssembler()
     error: str | None = None
     stream = None
     guard.attach()
@@ -355,12 +379,16 @@ async def _run_call(
         if guard.interrupted:  # Ctrl-C before the loop ran: send nothing
             return answer, None, "interrupted"
         async with client:
-            stream = client.stream_chat(payload)
+            stream = client.stream_chat(payload) if api == "chat" else client.stream_responses(payload)
             try:
                 async with stream:
                     async for chunk in stream:
                         answer.add(chunk)
-                        if not as_json:
+                        if not as_json and api == "responses":
+                            if chunk.get("type") in ("response.output_text.delta", "response.refusal.delta"):
+                                sys.stdout.write(str(chunk.get("delta") or ""))
+                                sys.stdout.flush()
+                        elif not as_json:
                             for choice in chunk.get("choices") or []:
                                 delta = choice.get("delta") or {}
                                 text = delta.get("content") or delta.get("refusal") or ""
@@ -391,7 +419,13 @@ def call(
     model: str = typer.Option(None, "--model", help="Model name (required with --prompt; replaces the one in --body)."),
     prompt: str = typer.Option(None, "--prompt", help="The user message."),
     body: str = typer.Option(
-        None, "--body", metavar="FILE", help="A chat-completions JSON body file ('-' reads stdin)."
+        None, "--body", metavar="FILE", help="A JSON request body file for the API ('-' reads stdin)."
+    ),
+    api: str = typer.Option(
+        "chat",
+        "--api",
+        metavar="API",
+        help="chat (POST /v1/chat/completions) or responses (POST /v1/responses).",
     ),
     route: str = typer.Option("default", "--route", help="Route name recorded with the call (1 to 200 characters)."),
     hedge_after: str = typer.Option(
@@ -422,7 +456,7 @@ def call(
         ),
     ),
 ) -> None:
-    """Stream one hedged chat completion; the text goes to stdout as it arrives.
+    """Stream one hedged chat completion (or Responses API call); the text goes to stdout as it arrives.
 
     With --json one object is printed at the end instead, also when the call fails or is interrupted
     (then with "error" and the record so far).
@@ -436,12 +470,14 @@ def call(
         names = [u.name for u in upstreams]
         if len(set(names)) != len(names):
             raise fail(f"--upstream: names must be unique, got {', '.join(names)}", 2)
-        payload = _call_payload(model, prompt, body, max_tokens)
+        if api not in ("chat", "responses"):
+            raise fail(f"--api: must be chat or responses, got {api!r}", 2)
+        payload = _call_payload(model, prompt, body, max_tokens, api)
         _check_name("--route", route)
         policy = _call_policy(hedge_after, stall_timeout, total_timeout, budget)
         client = _call_client(upstreams, route, policy)
         try:
-            answer, record, error = asyncio.run(_run_call(client, payload, as_json, guard))
+            answer, record, error = asyncio.run(_run_call(client, payload, as_json, guard, api))
         except KeyboardInterrupt:  # SIGINT with a handler of the embedding program
             raise fail("interrupted", _EXIT_INTERRUPTED) from None
         if as_json:

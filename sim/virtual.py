@@ -24,7 +24,10 @@ one-off run, not a test): 60 requests of ``synthetic_trace(120, rate_per_s=6.0, 
 2.872 / 5.609 / 6.632 s vs 2.873 / 5.607 / 6.635 s, median per-request difference 2 ms
 (the engine's timer jitter).
 
-Calls (the client's semantics, DESIGN.md "client"):
+Calls (the client's semantics, DESIGN.md "client"), decided by the client's own race core
+(``hedgerow.client._race.Race``, one per call: the hedge timer and budget, the winner, the
+loser's cancellation), which the simulation drives in virtual time with an attempt's first and
+last token as inputs:
 
 1. at its arrival a call deposits into the hedge budget (``hedgerow.client.budget.HedgeBudget``,
    a token bucket counted per call, so it needs no clock) and sends its primary to a replica
@@ -55,11 +58,14 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from hedgerow.client.budget import HedgeBudget
+from hedgerow.client._race import Cancel, Race, Start, Won
+from hedgerow.client.budget import FailoverBudget, HedgeBudget
+from hedgerow.client.chunks import ChunkKind
 from hedgerow.sim.perf_model import PerfModel
 from hedgerow.sim.trace import TraceRequest
 
@@ -78,6 +84,12 @@ ThresholdSource = Callable[[float], "float | None"]
 TickCallback = Callable[[float, Sequence["VirtualCall"]], None]
 
 _BALANCES = ("random", "round_robin")
+
+#: What the race is told at an attempt's first token and at its last (the sim has no chunks).
+_FIRST_TOKEN = ChunkKind(True, True, None, None)
+_FINISHED = ChunkKind(False, False, "stop", None, (0,))
+#: ``started_at`` of the races (virtual time has no wall clock; the records are not exported).
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False) -> None:
@@ -175,6 +187,7 @@ class VirtualCall:
 
     __slots__ = (
         "_attempts",
+        "_race",
         "arrival_s",
         "backup",
         "backup_censored",
@@ -219,6 +232,7 @@ class VirtualCall:
         self.wasted_completion_tokens = 0
         self.wasted_prefill_tokens = 0
         self._attempts: list[_Attempt] = []
+        self._race: Race | None = None
 
     def __repr__(self) -> str:
         return (
@@ -230,9 +244,10 @@ class VirtualCall:
 class _Attempt:
     """One attempt inside a replica (state: waiting, prefill, running, finished, aborted)."""
 
-    __slots__ = ("base_step", "call", "generated_at_abort", "replica", "role", "seq", "state")
+    __slots__ = ("base_step", "call", "generated_at_abort", "race_state", "replica", "role", "seq", "state")
 
-    def __init__(self, call: VirtualCall, role: str, replica: int, seq: int) -> None:
+    def __init__(self, call: VirtualCall, role: str, replica: int, seq: int, race_state: Any = None) -> None:
+        self.race_state = race_state  # the race's AttemptState of this attempt
         self.call = call
         self.role = role
         self.replica = replica
@@ -294,6 +309,7 @@ class _Sim:
         self.events = 0
         n = config.replicas
         self.budget = HedgeBudget(config.budget, config.budget_burst)
+        self.failover_budget = FailoverBudget()  # simulated replicas never fail: it stays full
         self.slowdown = [1.0] * n
         self.waiting: list[deque[_Attempt]] = [deque() for _ in range(n)]
         self.in_batch = [0] * n  # prefilling + running (slots taken)
@@ -392,6 +408,10 @@ class _Sim:
         self.stats[r].finished += 1
         call = attempt.call
         if call.winner == attempt.role:
+            race = call._race
+            assert race is not None
+            race.chunk(attempt.race_state, _FINISHED, self.now)
+            race.ended(attempt.race_state, self.now)
             call.end_s = self.now
             self.at(self.now + self.config.export_delay_s, self._visible, call)
         else:  # a loser that finished before its abort arrived: all its tokens were wasted
@@ -427,7 +447,10 @@ class _Sim:
 
     def _first_token(self, attempt: _Attempt) -> None:
         call = attempt.call
-        if call.winner is not None:
+        race = call._race
+        assert race is not None
+        actions = race.chunk(attempt.race_state, _FIRST_TOKEN, self.now)
+        if not any(isinstance(action, Won) for action in actions):
             return  # the loser's token: it is cancelled already, its abort is on the way
         call.winner = attempt.role
         call.ttft_s = self.now - call.arrival_s
@@ -436,8 +459,9 @@ class _Sim:
         if call.backup_start_s is not None:  # the backup's sample: observed, or censored here
             call.backup_ttft_s = self.now - call.backup_start_s
             call.backup_censored = attempt.role == "primary"
+        cancelled = {id(action.attempt) for action in actions if isinstance(action, Cancel)}
         for other in call._attempts:
-            if other is not attempt:
+            if id(other.race_state) in cancelled:
                 if self.config.cancel_latency_s > 0:
                     self.at(self.now + self.config.cancel_latency_s, self._abort_event, other)
                 else:
@@ -448,12 +472,30 @@ class _Sim:
 
     def arrive(self, arg: tuple[VirtualCall, float | None]) -> None:
         call, hedge_after_s = arg
-        self.budget.deposit()
+        backup = (call.primary + 1) % self.config.replicas
+        race = Race(
+            [f"replica{call.primary}", f"replica{backup}"],
+            hedge_after_s=0.0 if hedge_after_s is None else hedge_after_s,
+            hedging_enabled=hedge_after_s is not None,
+            max_backups=1,
+            total_timeout_s=math.inf,
+            stall_timeout_s=None,
+            budget=self.budget,
+            failover_budget=self.failover_budget,
+            request_id=str(call.index),
+            route="virtual",
+            model="virtual",
+            started_at=_EPOCH,
+        )
+        call._race = race
         self.pending_calls += 1
-        attempt = _Attempt(call, "primary", call.primary, self._next_seq())
+        (start,) = race.begin(self.now)  # the one budget deposit of the call
+        assert isinstance(start, Start)
+        race.sent(start.attempt, self.now)
+        attempt = _Attempt(call, "primary", call.primary, self._next_seq(), start.attempt)
         call._attempts.append(attempt)
-        if hedge_after_s is not None:
-            self.at(self.now + hedge_after_s, self._hedge_timer, call)
+        if race.deadline < math.inf:
+            self.at(race.deadline, self._hedge_timer, call)
         self.submit(attempt)
 
     def _next_seq(self) -> int:
@@ -461,15 +503,17 @@ class _Sim:
         return self._seq
 
     def _hedge_timer(self, call: VirtualCall) -> None:
-        if call.winner is not None:
+        race = call._race
+        assert race is not None
+        starts = [action for action in race.tick(self.now) if isinstance(action, Start)]
+        call.hedge_denied = race.hedge_denied
+        if not starts:
             return
-        if not self.budget.try_withdraw():
-            call.hedge_denied = True
-            return
+        race.sent(starts[0].attempt, self.now)
         call.hedged = True
         call.backup = (call.primary + 1) % self.config.replicas
         call.backup_start_s = self.now
-        attempt = _Attempt(call, "backup", call.backup, self._next_seq())
+        attempt = _Attempt(call, "backup", call.backup, self._next_seq(), starts[0].attempt)
         call._attempts.append(attempt)
         self.submit(attempt)
 
@@ -569,6 +613,7 @@ def simulate(
     sim.run()
     for call in calls:
         call._attempts = []  # the attempts are done with; keep results light
+        call._race = None
     stats = [
         {
             "submitted": s.submitted,

@@ -23,16 +23,23 @@ def test_client_overhead_smoke(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "hedging - plain " in done.stdout and "sdk_transport - sdk" in done.stdout
+    assert "hedging - naive " in done.stdout and "hedging - plain " in done.stdout
+    assert "sdk_transport - sdk" in done.stdout and "sync_sdk_transport - sync_sdk" in done.stdout
     document = json.loads(out.read_text())
     assert document["calls"] == 20 and document["tokens"] == 8
     # Per call: role chunk, 8 content chunks, finish chunk, usage chunk.
-    for mode in ("plain", "plain_close", "hedging", "sdk", "sdk_transport"):
+    for mode in ("naive", "plain", "plain_close", "hedging", "sdk", "sdk_transport", "sync_sdk", "sync_sdk_transport"):
         result = document["results"][mode]
         assert result["chunks"] == 20 * 11
         assert 0 < result["ttft_ms_median"] <= result["ttft_ms_p99"]
         assert result["cpu_us_per_chunk"] > 0
-    assert set(document["added"]) == {"hedging - plain", "hedging - plain_close", "sdk_transport - sdk"}
+    assert set(document["added"]) == {
+        "hedging - naive",
+        "hedging - plain",
+        "hedging - plain_close",
+        "sdk_transport - sdk",
+        "sync_sdk_transport - sync_sdk",
+    }
 
 
 def test_client_overhead_rejects_bad_arguments() -> None:

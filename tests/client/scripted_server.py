@@ -27,7 +27,7 @@ class Script:
     Attributes:
         pieces: ``(delay_s, bytes)`` pairs: wait ``delay_s`` after the previous write, then write.
         status: HTTP status code.
-        content_type: the Content-Type header.
+        content_type: the Content-Type header; None sends none.
         header_delay_s: wait before sending the status line and headers.
         close: close the connection after the last piece (end of body); when False the server
             keeps it open until the client closes it.
@@ -39,7 +39,7 @@ class Script:
 
     pieces: list[tuple[float, bytes]] = field(default_factory=list)
     status: int = 200
-    content_type: str = "text/event-stream"
+    content_type: str | None = "text/event-stream"
     header_delay_s: float = 0.0
     close: bool = True
     headers: dict[str, str] = field(default_factory=dict)
@@ -203,10 +203,9 @@ class ScriptedServer:
                 framing = f"Content-Length: {sum(len(data) for _, data in script.pieces)}\r\n"
             else:
                 framing = "Connection: close\r\n"
-            writer.write(
-                f"HTTP/1.1 {script.status} {reason}\r\nContent-Type: {script.content_type}\r\n"
-                f"Cache-Control: no-cache\r\n{framing}{extra}\r\n".encode()
-            )
+            labelled = "" if script.content_type is None else f"Content-Type: {script.content_type}\r\n"
+            status_line = f"HTTP/1.1 {script.status} {reason}\r\n"
+            writer.write(f"{status_line}{labelled}Cache-Control: no-cache\r\n{framing}{extra}\r\n".encode())
             await writer.drain()
             for delay, data in script.pieces:
                 await asyncio.sleep(delay)

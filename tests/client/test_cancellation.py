@@ -91,7 +91,7 @@ async def assert_tasks_back_to(baseline: set[asyncio.Task]) -> None:
 def open_connections(client: HedgingClient) -> int:
     """Connections the client's httpx pool still holds."""
     assert client._http is not None
-    return len(client._http._transport._pool.connections)  # type: ignore[attr-defined]
+    return len(client._http._transport._inner._pool.connections)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("winner", ["backup", "primary"])
@@ -389,9 +389,10 @@ def pool_state(pool: object) -> tuple[int, int]:
 
 
 def client_pool(client: HedgingClient) -> object:
-    """The httpcore pool behind a ``HedgingClient`` (httpx keeps it as ``transport._pool``)."""
+    """The httpcore pool behind a ``HedgingClient`` (``_pool`` of the httpx transport that its
+    ``OwnedTransport`` wraps)."""
     assert client._http is not None
-    return client._http._transport._pool  # type: ignore[attr-defined]
+    return client._http._transport._inner._pool  # type: ignore[attr-defined]
 
 
 def whole_answer_at_once(words: int = 40) -> Script:

@@ -398,3 +398,36 @@ async def test_body_from_stdin_with_model_override():
     _, record = parse(out.decode())
     assert record.model == "m2" and a.requests[0].body["model"] == "m2"
     assert a.requests[0].body["messages"] == [{"role": "user", "content": "hi"}]
+
+
+async def test_api_responses_streams_a_responses_call_and_records_its_api():
+    from tests.client.test_responses import events, timed
+
+    async with (
+        ScriptedServer(timed(events("text"), first_delta_s=5.0)) as a,
+        ScriptedServer(timed(events("text"), first_delta_s=0.0)) as b,
+    ):
+        code, stdout, stderr = await run_call(
+            "--api",
+            "responses",
+            "--upstream",
+            f"a={a.base_url}",
+            "--upstream",
+            f"b={b.base_url}",
+            "--hedge-after",
+            "0.3",
+            "--max-tokens",
+            "7",
+            "--json",
+        )
+    assert code == 0, stderr
+    out, record = parse(stdout)
+    assert out["text"] == "Grüße, Welt!" and out["finish_reason"] == "completed" and out["arguments"] == {}
+    assert record.api == "responses" and record.winner == "backup" and record.completion_tokens == 4
+    assert b.requests[0].path == "/v1/responses"
+    assert b.requests[0].body == {"model": "m", "input": "hi", "max_output_tokens": 7, "stream": True}
+
+
+async def test_api_must_be_chat_or_responses():
+    code, _, stderr = await run_call("--api", "completions", "--upstream", "a=http://127.0.0.1:9/v1")
+    assert code == 2 and "--api: must be chat or responses" in stderr

@@ -31,6 +31,7 @@ from hedgerow.client import (
     HedgePolicy,
     HedgingClient,
     StallTimeout,
+    StreamError,
     Upstream,
 )
 from tests.client.scripted_server import Script, ScriptedServer
@@ -127,14 +128,13 @@ def test_the_case_table_matches_the_recordings():
 async def test_chat_assembles_the_answer_of_every_stream_shape(case: StreamCase):
     async with ScriptedServer(case.script()) as server, single(server, hedge_after_s=30.0) as client:
         started = time.monotonic()
-        result = await client.chat(BODY)
+        result = await client.chat(case.body(BODY))
         elapsed_s = time.monotonic() - started
     assert result.text == case.text
     assert result.reasoning_text == case.reasoning_text
     assert result.tool_calls == list(case.tool_calls)
     assert result.finish_reason == case.finish_reason
-    usage_chunks = [c["usage"] for c in case.chunks() if isinstance(c.get("usage"), dict)]
-    assert result.usage == (usage_chunks[-1] if usage_chunks else None)
+    assert result.usage == case.usage()
     assert outcome(result.record) == expected_outcome(case)
     assert_timings(case, result.record, elapsed_s)
     # The record survives its own wire format.
@@ -145,7 +145,7 @@ async def test_chat_assembles_the_answer_of_every_stream_shape(case: StreamCase)
 async def test_stream_chat_yields_every_chunk_of_the_winner_in_order(case: StreamCase):
     async with ScriptedServer(case.script()) as server, single(server, hedge_after_s=30.0) as client:
         started = time.monotonic()
-        async with client.stream_chat(BODY) as stream:
+        async with client.stream_chat(case.body(BODY)) as stream:
             received = [chunk async for chunk in stream]
         elapsed_s = time.monotonic() - started
     # Every JSON event, non-token ones included (Azure's prompt-filter chunk, the role chunk,
@@ -189,7 +189,7 @@ async def test_the_first_token_of_any_kind_stops_the_hedge_timer(case: StreamCas
     async with ScriptedServer(case.script(scale=2.0)) as primary, ScriptedServer(FAST_BACKUP.script()) as backup:
         upstreams = [Upstream("a", primary.base_url), Upstream("b", backup.base_url)]
         async with HedgingClient(upstreams, policy=HedgePolicy(hedge_after_s=2.0)) as client:
-            result = await client.chat(BODY)
+            result = await client.chat(case.body(BODY))
     assert result.text == case.text
     assert not result.record.hedged and not result.record.hedge_denied and result.record.winner == "primary"
     assert backup.requests == []
@@ -221,6 +221,53 @@ async def test_a_connection_cut_after_the_finish_reason_keeps_the_answer():
         result = await client.chat(BODY)
     assert result.text == case.text and result.finish_reason == "stop"
     assert result.record.status == "ok" and result.record.error_type is None
+
+
+def cut_before(case: StreamCase, event: int) -> Script:
+    """``case``'s stream with the HTTP body cut off (no terminating chunk) before ``event``."""
+    pieces = case.pieces()[:event]
+    return Script(pieces=chunked(pieces, terminate=False), headers={"Transfer-Encoding": "chunked"})
+
+
+async def test_an_empty_string_finish_reason_is_not_a_finish():
+    # empty_finish cut before its real finish chunk: every chunk so far says finish_reason "",
+    # which must not pass for a finish: the call is truncated, not ok.
+    case = CASES_BY_NAME["empty_finish"]
+    async with ScriptedServer(cut_before(case, 4)) as server, single(server) as client:
+        with pytest.raises(StreamError) as info:
+            await client.chat(case.body(BODY))
+    record = info.value.record
+    assert record is not None and (record.status, record.error_type) == ("error", "truncated")
+    assert record.completion_tokens == 3
+
+
+async def test_an_empty_string_finish_reason_does_not_hide_a_stall():
+    # Three tokens with finish_reason "", then 2 s of silence: a stall (0.6 s), not a finished answer.
+    case = CASES_BY_NAME["empty_finish"]
+    pieces = [*case.pieces()[:4], (2.0, b": still here\n\n"), *case.pieces()[4:]]
+    script = Script(pieces=chunked(pieces), headers={"Transfer-Encoding": "chunked"})
+    async with ScriptedServer(script) as server, single(server, stall_timeout_s=0.6) as client:
+        with pytest.raises(StallTimeout) as info:
+            await client.chat(case.body(BODY))
+    assert info.value.record is not None and info.value.record.status == "stalled"
+
+
+async def test_with_n_2_one_finished_choice_is_not_a_complete_answer():
+    # n2 cut after choice 0 finished while choice 1 was still generating: truncated.
+    case = CASES_BY_NAME["n2"]
+    async with ScriptedServer(cut_before(case, 7)) as server, single(server) as client:
+        with pytest.raises(StreamError) as info:
+            await client.chat(case.body(BODY))
+    record = info.value.record
+    assert record is not None and (record.status, record.error_type) == ("error", "truncated")
+
+
+async def test_with_n_1_the_finish_of_choice_0_completes_the_answer():
+    # The same cut with n absent (n = 1): choice 0's finish completes the answer.
+    case = CASES_BY_NAME["n2"]
+    async with ScriptedServer(cut_before(case, 7)) as server, single(server) as client:
+        result = await client.chat(BODY)
+    assert (result.text, result.record.status) == ("Red", "ok")
 
 
 # -- arbitrary TCP write boundaries (hypothesis) ----------------------------------------------
@@ -262,7 +309,7 @@ async def test_any_split_of_a_stream_gives_the_same_answer_and_record(split):
         script = Script(pieces=pieces)  # body delimited by the connection close
     async with ScriptedServer(script) as server, single(server, hedge_after_s=30.0) as client:
         answer = AnswerAssembler()
-        async with client.stream_chat(BODY) as stream:
+        async with client.stream_chat(case.body(BODY)) as stream:
             received = []
             async for chunk in stream:
                 received.append(chunk)

@@ -206,6 +206,10 @@ NON_SSE_BODIES = {
             }
         ).encode(),
     ),
+    # Unlabelled bodies are sniffed: these do not begin like SSE, so they fail over as before.
+    "html_unlabelled": (None, b"\n<html><body>upstream connect error</body></html>"),
+    "json_unlabelled": (None, b'{"data": "not an event stream"}'),
+    "text_plain_cut_short": ("text/plain", b"dat"),
 }
 
 

@@ -588,7 +588,7 @@ async def test_concurrent_calls_share_one_transport(replicas) -> None:
 
 def pool_active(transport: HedgingTransport) -> int:
     """Connections of the transport's httpcore pool that are neither idle nor closed."""
-    pool = transport._pool._pool  # type: ignore[attr-defined]  # httpx keeps httpcore's pool there
+    pool = transport._pool._inner._pool  # type: ignore[attr-defined]  # httpx keeps httpcore's pool there
     return sum(1 for c in pool.connections if not c.is_idle() and not c.is_closed())
 
 

@@ -32,6 +32,19 @@ Where the shapes come from:
   ``content: null`` together with the first token, a ``choices: []`` usage chunk with ``timings``).
 - ``vllm``: vLLM (role chunk ``{"role":"assistant","content":""}`` with the first token, a finish
   chunk with ``stop_reason``, and a ``choices: []`` usage chunk under ``include_usage``).
+
+Shapes the client once got wrong (issue 12), each with its rule in ``hedgerow.client.chunks``:
+
+- ``content_parts``: Mistral's Magistral models (``delta.content`` as a list of typed parts:
+  ``thinking`` parts holding text parts, then a ``text`` part, then plain strings).
+- ``json_labelled`` / ``no_content_type``: an SSE body labelled ``Content-Type: application/json``
+  (seen behind proxies) or not labelled at all; the openai SDK reads both.
+- ``empty_finish``: ``finish_reason: ""`` on every chunk until the real one (Baidu's ERNIE
+  OpenAI-compatible endpoint and others).
+- ``n2``: an ``n: 2`` request; the choices interleave by ``index`` and choice 0 finishes first.
+- ``choice_usage``: usage inside ``choices[0].usage`` on the finish chunk (Moonshot's Kimi), no
+  top-level usage.
+- ``whitespace_first``: a first content of ``"\\n\\n"`` (a token: the model generated it).
 """
 
 from __future__ import annotations
@@ -126,6 +139,8 @@ class StreamCase:
         status: the record's status.
         min_max_itl_s: a lower bound on the record's ``max_itl_s`` (gaps filled only by
             comments must still count as gaps), or None.
+        content_type: the response's Content-Type header (None: no such header).
+        request: fields the request body adds to ``tests.helpers.BODY`` (``{"n": 2}``).
     """
 
     name: str
@@ -141,6 +156,8 @@ class StreamCase:
     finish_reason: str = "stop"
     status: str = "ok"
     min_max_itl_s: float | None = None
+    content_type: str | None = "text/event-stream"
+    request: Mapping[str, Any] = field(default_factory=dict)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def raw(self) -> bytes:
@@ -190,7 +207,25 @@ class StreamCase:
 
     def script(self, scale: float = 1.0) -> Script:
         """A ``Script`` serving this stream with HTTP chunked encoding, as real servers do."""
-        return Script(pieces=chunked(self.pieces(scale)), headers={"Transfer-Encoding": "chunked"})
+        return Script(
+            pieces=chunked(self.pieces(scale)), headers={"Transfer-Encoding": "chunked"}, content_type=self.content_type
+        )
+
+    def body(self, base: Mapping[str, Any]) -> dict[str, Any]:
+        """The request body of this case: ``base`` with ``request``'s fields."""
+        return {**base, **self.request}
+
+    def usage(self) -> dict[str, Any] | None:
+        """The last usage object of the stream: top-level, else inside a choice."""
+        found = None
+        for chunk in self.chunks():
+            if isinstance(chunk.get("usage"), dict):
+                found = chunk["usage"]
+                continue
+            for choice in chunk.get("choices") or []:
+                if isinstance(choice.get("usage"), dict):
+                    found = choice["usage"]
+        return found
 
 
 T_FIRST = 0.6  # the first token
@@ -390,6 +425,85 @@ CASES: tuple[StreamCase, ...] = (
         text="Ciao, mondo ☀️",
         prompt_tokens=21,
         completion_tokens=5,
+    ),
+)
+
+CASES += (
+    # Magistral: thinking parts from 0.6 s (reasoning), a text part at 1.2 s (the first answer).
+    StreamCase(
+        "content_parts",
+        at_s={2: T_FIRST, 4: T_ANSWER},
+        ttft_event=2,
+        ttfo_event=4,
+        last_token_event=5,
+        text="Bonjour !",
+        reasoning_text="The user says hello.",
+        prompt_tokens=7,
+        completion_tokens=12,
+    ),
+    StreamCase(
+        "json_labelled",
+        at_s={1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=2,
+        text="Labelled wrong",
+        prompt_tokens=6,
+        completion_tokens=2,
+        content_type="application/json",
+    ),
+    StreamCase(
+        "no_content_type",
+        at_s={1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=2,
+        text="No label",
+        prompt_tokens=6,
+        completion_tokens=2,
+        content_type=None,
+    ),
+    StreamCase(
+        "empty_finish",
+        at_s={1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=3,
+        text="Not finished yet.",
+        prompt_tokens=5,
+        completion_tokens=3,
+    ),
+    # n=2: the answer text is choice 0's; tokens (usage) and e2e cover both choices.
+    StreamCase(
+        "n2",
+        at_s={2: T_FIRST},
+        ttft_event=2,
+        ttfo_event=2,
+        last_token_event=6,
+        text="Red",
+        prompt_tokens=12,
+        completion_tokens=4,
+        request={"n": 2},
+    ),
+    StreamCase(
+        "choice_usage",
+        at_s={1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=3,
+        text="Usage inside the choice.",
+        prompt_tokens=17,
+        completion_tokens=4,
+    ),
+    StreamCase(
+        "whitespace_first",
+        at_s={1: T_FIRST, 2: 1.0},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=2,
+        text="\n\nIndented",
+        prompt_tokens=None,
+        completion_tokens=2,
     ),
 )
 

@@ -1,0 +1,80 @@
+"""One event loop in a daemon thread, for running the async client from synchronous code.
+
+``openai.OpenAI`` (sync) calls ``HedgingTransport.handle_request`` from whatever thread the app
+uses; the hedged call itself (tasks for the attempts, timers, cancellation) needs an event loop.
+``PORTAL`` is that loop, one per process, started on first use: ``PORTAL.run(coro)`` runs a
+coroutine there and blocks the calling thread until it ends, returning its result or raising its
+exception. An interrupt of the waiting thread (``KeyboardInterrupt``) cancels the coroutine and
+waits briefly (``CANCEL_WAIT_S``) for it to unwind, so its connections are closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["CANCEL_WAIT_S", "PORTAL", "Portal"]
+
+T = TypeVar("T")
+
+#: How long (s) an interrupted ``run`` waits for the cancelled coroutine to finish unwinding.
+CANCEL_WAIT_S = 5.0
+
+
+class Portal:
+    """An event loop running in a daemon thread (``hedgerow-portal``), started on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The portal's loop (started if needed)."""
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="hedgerow-portal", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the portal's loop and return its result (blocking this thread).
+
+        Raises:
+            RuntimeError: when called from the portal's own thread (it would wait for itself).
+            BaseException: whatever the coroutine raised.
+        """
+        if threading.current_thread() is self._thread:
+            coroutine.close()
+            raise RuntimeError("Portal.run: called from the portal's own thread")
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            if not future.done():
+                future.cancel()
+                with contextlib.suppress(BaseException):  # a second interrupt included
+                    concurrent.futures.wait([future], timeout=CANCEL_WAIT_S)
+            raise
+
+    def stop(self) -> None:
+        """Stop the loop and its thread (at exit; a later ``run`` starts a new one)."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+            if thread is not None:
+                thread.join(timeout=CANCEL_WAIT_S)
+
+
+PORTAL = Portal()
+atexit.register(PORTAL.stop)

@@ -1,0 +1,235 @@
+"""hedgerow's own httpx transport: httpx's, made safe to cancel, with bodies closed and capped.
+
+A hedged call cancels attempts all the time (every loser, every abandoned stream), so the
+client relies on what httpx/httpcore do when a task is cancelled in the middle of a request.
+Two of those behaviours leak connections, and this transport wraps httpx's to avoid both,
+through public interfaces only (the ``trace`` request extension of httpcore, documented at
+https://www.encode.io/httpcore/extensions/#trace, and ``httpx.AsyncBaseTransport``):
+
+1. **A cancellation between a new connection's connect and its first request** leaves that
+   connection in the pool in state NEW, owned by no request: never available, never idle, never
+   closed, so it holds a pool slot and a socket for good (encode/httpcore#1093; in httpcore 1.0.9
+   the window is the ``_state_lock`` acquisition right after the connect, and a cancellation
+   delivered *during* the connect lands there too when the connect completes regardless, as
+   anyio defers it). Here the inner send runs in a task of its own, followed through the
+   ``trace`` events (``_Gate``). When the caller is cancelled, a request inside that window
+   (``connect_tcp.complete`` seen, ``send_request_headers.started`` not yet) is let through it
+   first (bounded by ``SAFE_WAIT_S``) and then cancelled, once; a request still connecting is
+   cancelled at once, and should its connect complete anyway the trace hook closes the new stream
+   and fails the connect, which httpcore handles (the connection is marked closed and dropped).
+   Once the request is under way, httpcore's own ``except BaseException`` path closes the
+   connection.
+2. **A cancellation while a response is being closed** leaves the connection counted as active
+   (encode/httpcore#1115). Every response body is wrapped so that its ``aclose`` runs to its end in
+   a task of its own (``close_shielded``), whoever closes it.
+
+The caller's cancellation is never swallowed: after the inner task ended (and a response that
+arrived anyway was closed), the ``CancelledError`` is raised again.
+
+Bodies: a request whose ``extensions`` carry ``BODY_LIMIT_EXTENSION`` (an int, bytes) gets a
+response body that fails with ``BodyTooLarge`` once more than that many bytes were read (the
+whole-response path uses it; streamed answers bound each SSE event instead).
+
+httpx and httpcore are pinned to the ranges this was tested with (``pyproject.toml``);
+``tests/client/test_owned_transport.py`` fails if the trace events or the cancellation behaviour
+relied on here change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Self
+
+import httpx
+
+from hedgerow.client.errors import AttemptError
+
+__all__ = ["BODY_LIMIT_EXTENSION", "SAFE_WAIT_S", "BodyTooLarge", "OwnedTransport", "close_shielded"]
+
+#: Request extension naming the largest response body (bytes) the caller will read.
+BODY_LIMIT_EXTENSION = "hedgerow.max_body_bytes"
+
+#: Longest wait (s) for a request inside the connect-to-request window before it is cancelled
+#: anyway; the window normally lasts one event-loop step (a TLS handshake at most).
+SAFE_WAIT_S = 5.0
+
+_Trace = Callable[[str, Mapping[str, Any]], Awaitable[None]]
+
+
+class BodyTooLarge(AttemptError):
+    """A response body passed the limit set by ``BODY_LIMIT_EXTENSION`` (``error_type`` ``body_too_large``)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__("body_too_large", f"response body larger than {limit} bytes")
+        self.limit = limit
+
+
+async def close_shielded(close: Callable[[], Awaitable[object]]) -> None:
+    """Run ``close()`` to its end even if the calling task is cancelled meanwhile.
+
+    httpx/httpcore leave a connection marked active in the pool forever when the task closing
+    its response is cancelled inside that close (encode/httpcore#1115). The close runs in its own
+    task; a cancellation of the caller waits for that task to end and is then re-raised.
+
+    Args:
+        close: a zero-argument coroutine function, e.g. ``response.aclose``.
+
+    Raises:
+        asyncio.CancelledError: when the caller was cancelled (after the close finished).
+        Exception: whatever the close itself raised.
+    """
+    closing = asyncio.ensure_future(close())
+    cancelled: asyncio.CancelledError | None = None
+    while not closing.done():
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        if not closing.cancelled():
+            closing.exception()  # retrieved, so that asyncio does not log it as never retrieved
+        raise cancelled
+    closing.result()
+
+
+class _Gate:
+    """Follows one request through httpcore's trace events to tell when it may be cancelled.
+
+    A cancellation must not reach the request between a new connection's connect (or TLS
+    handshake) and the start of the request: the connection would stay NEW in the pool for good.
+    ``cancellable`` is cleared when a connect completes and set again when the request starts
+    (or anything fails). A cancellation asked for while a connect is still under way is delivered
+    at once, but the connect may complete all the same (the cancel lands later, inside the
+    window): so when a connect or handshake completes after a cancellation was asked for, the
+    new stream is closed and the connect is failed from the trace hook, which makes httpcore
+    mark the connection closed and drop it from the pool.
+    """
+
+    __slots__ = ("_inner", "cancel_requested", "cancellable")
+
+    def __init__(self, inner: _Trace | None) -> None:
+        self._inner = inner
+        self.cancellable = asyncio.Event()
+        self.cancellable.set()
+        self.cancel_requested = False
+
+    async def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        """The ``trace`` extension's callback (chains the caller's own, if any)."""
+        if self._inner is not None:
+            await self._inner(event, info)
+        if event.endswith(("connect_tcp.complete", "connect_unix_socket.complete", "start_tls.complete")):
+            if self.cancel_requested:
+                stream = info.get("return_value")
+                if stream is not None and hasattr(stream, "aclose"):
+                    await close_shielded(stream.aclose)
+                raise asyncio.CancelledError("hedgerow: connect completed after the request was cancelled")
+            self.cancellable.clear()
+        elif event.endswith(("send_request_headers.started", "start_tls.started", ".failed")):
+            self.cancellable.set()
+
+
+class _ShieldedBody(httpx.AsyncByteStream):
+    """A response body whose ``aclose`` runs to its end when the closing task is cancelled, and
+    that fails with ``BodyTooLarge`` past ``limit`` bytes (None: no limit)."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, limit: int | None) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._pieces: AsyncIterator[bytes] | None = None
+        self._read = 0
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._limit is None:  # the inner iterator itself: nothing added per piece
+            return self._inner.__aiter__()
+        self._pieces = self._inner.__aiter__()
+        return self
+
+    async def __anext__(self) -> bytes:
+        assert self._pieces is not None and self._limit is not None
+        piece = await self._pieces.__anext__()
+        self._read += len(piece)
+        if self._read > self._limit:
+            raise BodyTooLarge(self._limit)
+        return piece
+
+    async def aclose(self) -> None:
+        """Close the inner body with ``close_shielded``."""
+        await close_shielded(self._inner.aclose)
+
+
+class OwnedTransport(httpx.AsyncBaseTransport):
+    """httpx's transport (or any async transport) made safe to cancel (see the module docstring).
+
+    Args:
+        inner: the transport to wrap; default ``httpx.AsyncHTTPTransport(limits=limits)``.
+        limits: connection limits of the default inner transport (ignored with ``inner``).
+
+    ``aclose`` closes the inner transport.
+    """
+
+    def __init__(self, inner: httpx.AsyncBaseTransport | None = None, *, limits: httpx.Limits | None = None) -> None:
+        self._inner = inner if inner is not None else httpx.AsyncHTTPTransport(limits=limits or httpx.Limits())
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` through the inner transport; see the module docstring for cancellation.
+
+        Raises what the inner transport raises; ``asyncio.CancelledError`` when the caller is
+        cancelled (after the inner request ended and any response it produced was closed).
+        """
+        extensions = dict(request.extensions)
+        limit = extensions.pop(BODY_LIMIT_EXTENSION, None)
+        gate = _Gate(extensions.get("trace"))
+        extensions["trace"] = gate.trace
+        request.extensions = extensions
+        sending = asyncio.ensure_future(self._inner.handle_async_request(request))
+        try:
+            response = await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            await _cancel_safely(sending, gate)
+            raise
+        if isinstance(response.stream, httpx.AsyncByteStream):
+            response.stream = _ShieldedBody(response.stream, limit if isinstance(limit, int) else None)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the inner transport (its connection pool)."""
+        await self._inner.aclose()
+
+
+async def _cancel_safely(sending: asyncio.Future[httpx.Response], gate: _Gate) -> None:
+    """Cancel the inner send once it may be cancelled (``_Gate``), wait for it to end without
+    letting further cancellations through, and close a response it produced anyway."""
+    gate.cancel_requested = True
+    await _wait_through(_cancellable_or_done(sending, gate))
+    sending.cancel()
+    await _wait_through(asyncio.wait({sending}))
+    if sending.cancelled():
+        return
+    if sending.exception() is None:
+        await close_shielded(sending.result().aclose)
+
+
+async def _cancellable_or_done(sending: asyncio.Future[httpx.Response], gate: _Gate) -> None:
+    if gate.cancellable.is_set() or sending.done():
+        return
+    waiter: asyncio.Future[Any] = asyncio.ensure_future(gate.cancellable.wait())
+    pending: set[asyncio.Future[Any]] = {waiter, sending}
+    try:
+        await asyncio.wait(pending, timeout=SAFE_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+
+
+async def _wait_through(awaitable: Awaitable[object]) -> None:
+    """Await ``awaitable`` to its end in a task of its own; cancellations of the caller meanwhile
+    are absorbed (the caller is already being cancelled and re-raises afterwards)."""
+    task = asyncio.ensure_future(awaitable)
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            continue

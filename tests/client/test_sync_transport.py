@@ -1,0 +1,129 @@
+"""``HedgingTransport`` under the synchronous ``openai.OpenAI`` client (``httpx.Client``).
+
+Against real simulated replicas on 127.0.0.1 (threads of their own, so the sync SDK can block):
+a sick primary (``slowdown=100``: first token after ~5 s) and a healthy backup, with
+``hedge_after_s=0.5``. Streaming and not, the backup must win, the loser must be closed, one
+record per call must reach the sink, and budgets and the sink must be the ones the async side of
+the same transport uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from hedgerow.client import HedgePolicy, HedgingTransport, Upstream
+from hedgerow.sim import ReplicaConfig, ReplicaThread
+from tests.helpers import Sink
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def replicas() -> Iterator[tuple[ReplicaThread, ReplicaThread]]:
+    with (
+        ReplicaThread(ReplicaConfig(name="slow", slowdown=100.0)) as slow,
+        ReplicaThread(ReplicaConfig(name="fast")) as fast,
+    ):
+        yield slow, fast
+
+
+def make_transport(replicas: tuple[ReplicaThread, ReplicaThread], sink: Sink) -> HedgingTransport:
+    slow, fast = replicas
+    return HedgingTransport(
+        [Upstream("slow", slow.base_url), Upstream("fast", fast.base_url)],
+        route="chat",
+        policy=HedgePolicy(hedge_after_s=0.5),
+        telemetry=sink,
+    )
+
+
+def sync_sdk(transport: HedgingTransport) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url="http://hedgerow.invalid/v1",
+        api_key="unused",
+        max_retries=0,
+        http_client=httpx.Client(transport=transport),
+    )
+
+
+def test_sync_stream_hedges_and_the_fast_replica_wins(replicas) -> None:
+    sink = Sink()
+    transport = make_transport(replicas, sink)
+    with sync_sdk(transport) as client:
+        started = time.monotonic()
+        stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True, max_tokens=5)
+        first_s = time.monotonic() - started
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == "tok " * 5
+    assert 0.45 <= first_s < 3.0  # after the hedge, long before the sick primary's first token
+    (record,) = sink.records
+    assert record.route == "chat" and record.status == "ok"
+    assert record.hedged and record.hedge_reason == "ttft_timeout" and record.winner == "backup"
+    primary, backup = record.attempts
+    assert (primary.upstream, primary.outcome) == ("slow", "cancelled")
+    assert (backup.upstream, backup.outcome) == ("fast", "won")
+    assert transport.client.budget.tokens < transport.client.policy.budget_burst  # the hedge was paid for
+
+
+def test_sync_non_streaming_call_hedges_on_the_whole_response(replicas) -> None:
+    sink = Sink()
+    transport = make_transport(replicas, sink)
+    with sync_sdk(transport) as client:
+        completion = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=3)
+    assert completion.choices[0].message.content == "tok " * 3
+    (record,) = sink.records
+    assert record.route == "chat.unary" and record.status == "ok" and record.winner == "backup"
+    assert record.attempts[0].outcome == "cancelled"
+
+
+def test_sync_stream_closed_early_ends_the_call_as_cancelled(replicas) -> None:
+    sink = Sink()
+    transport = make_transport(replicas, sink)
+    with sync_sdk(transport) as client:
+        stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True, max_tokens=50)
+        for _ in stream:
+            break
+        stream.close()
+    (record,) = sink.records
+    assert record.status == "cancelled" and record.winner == "backup"
+    assert all(a.outcome in ("won", "cancelled") for a in record.attempts)
+
+
+async def test_sync_and_async_calls_of_one_transport_share_the_sink_and_the_budgets(replicas) -> None:
+    # The async SDK on this loop and the sync SDK in a worker thread, on one transport.
+    sink = Sink()
+    transport = make_transport(replicas, sink)
+    async_client = openai.AsyncOpenAI(
+        base_url="http://hedgerow.invalid/v1",
+        api_key="unused",
+        max_retries=0,
+        http_client=httpx.AsyncClient(transport=transport),
+    )
+    sync_client = sync_sdk(transport)
+
+    def sync_call() -> str:
+        return (
+            sync_client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=2).choices[0].message.content
+        )
+
+    burst = transport.unary_policy.budget_burst
+    assert transport.unary_budget.tokens == burst  # full: each call's deposit is capped at the burst
+    async_answer, sync_answer = await asyncio.gather(
+        async_client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=2),
+        asyncio.to_thread(sync_call),
+    )
+    await async_client.close()
+    sync_client.close()
+    assert async_answer.choices[0].message.content == sync_answer == "tok " * 2
+    assert len(sink.records) == 2 and {r.route for r in sink.records} == {"chat.unary"}
+    assert all(r.hedged and r.winner == "backup" for r in sink.records)
+    # Both hedges were taken from the one unary budget: two withdrawals, two deposits (which ones
+    # were capped at the burst depends on the interleaving). A budget per side would keep >= burst - 1.
+    deposit = transport.unary_policy.budget
+    assert burst - 2 - 1e-9 <= transport.unary_budget.tokens <= burst - 2 + 2 * deposit + 1e-9
