@@ -187,6 +187,8 @@ class CallRecordIn(BaseModel):
     completion_tokens: Count | None = None
     wasted_completion_tokens: Annotated[Count, _none_to(0, Count)] = 0
     attempts: list[AttemptIn] = Field(default_factory=list, max_length=MAX_ATTEMPTS_PER_CALL)
+    #: The API of the call: chat completions (the default, left out of chat records) or Responses.
+    api: Literal["chat", "responses"] = "chat"
     #: Wire format version (``hedgerow.client.records.RECORD_VERSION``); absent means 1.
     record_version: Annotated[Literal[1, 2], BeforeValidator(_not_a_bool)] = 1
 

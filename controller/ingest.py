@@ -262,6 +262,8 @@ class RecordFields(Protocol):
     @property
     def wasted_completion_tokens(self) -> int: ...
     @property
+    def api(self) -> str: ...
+    @property
     def attempts(self) -> Sequence[AttemptFields]: ...
 
 
@@ -315,7 +317,7 @@ CALL_COLUMNS: tuple[str, ...] = (
     "request_id", "route_id", "started_at", "received_at", "client", "hedge_after_s",
     "threshold_version", "hedged", "hedge_reason", "hedge_denied", "failover_denied", "winner",
     "status", "error_type", "ttft_s", "ttfo_s", "tpot_s", "e2e_s", "max_itl_s", "prompt_tokens",
-    "completion_tokens", "wasted_completion_tokens",
+    "completion_tokens", "wasted_completion_tokens", "api",
 )  # fmt: skip
 #: Columns of ``attempts`` written by ingest, in the order of the rows built for them.
 ATTEMPT_COLUMNS: tuple[str, ...] = (
@@ -375,6 +377,7 @@ def _call_row(record: RecordFields, route_id: int, received_at: datetime) -> tup
         record.prompt_tokens,
         record.completion_tokens,
         record.wasted_completion_tokens,
+        record.api,
     )
 
 

@@ -176,6 +176,8 @@ class Call(Base):
     hedge_reason: Mapped[str | None] = mapped_column(String(32))
     hedge_denied: Mapped[bool] = mapped_column(Boolean)
     failover_denied: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    #: ``chat`` (chat completions) or ``responses`` (the Responses API).
+    api: Mapped[str] = mapped_column(String(16), default="chat", server_default="chat")
     winner: Mapped[str | None] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16))
     error_type: Mapped[str | None] = mapped_column(String(200))

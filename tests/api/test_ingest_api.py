@@ -126,3 +126,20 @@ async def test_self_contradicting_records_are_refused(make_api, call_factory, mu
         response = await api.post("/v1/calls", json={"calls": [raw]})
         assert response.status_code == 422, response.text
         assert response.json()["detail"]["field"] == field
+
+
+async def test_responses_records_keep_their_api_and_chat_records_read_chat(make_api, call_factory) -> None:
+    from dataclasses import replace
+
+    chat = call_factory("chat-1")
+    responses = replace(call_factory("resp-1"), api="responses")
+    assert "api" not in chat.to_dict() and responses.to_dict()["api"] == "responses"
+    async with make_api() as (app, api):
+        posted = await api.post("/v1/calls", json={"calls": [chat.to_dict(), responses.to_dict()]})
+        assert posted.status_code == 202 and posted.json() == {"accepted": 2, "duplicates": 0}
+        bad = responses.to_dict() | {"request_id": "resp-2", "api": "completions"}
+        refused = await api.post("/v1/calls", json={"calls": [bad]})
+        assert refused.status_code == 422 and refused.json()["detail"]["field"] == "api"
+        async with app.state.sessionmaker() as session:
+            stored = dict((await session.execute(select(Call.request_id, Call.api))).all())
+    assert stored == {"chat-1": "chat", "resp-1": "responses"}
