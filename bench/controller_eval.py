@@ -182,8 +182,8 @@ class VirtualController:
         while int(mask.sum()) < settings.min_samples and window < settings.max_window_s:
             window = min(window * 2, settings.max_window_s)
             mask = in_window(window)
-        hedged = np.asarray(self._hedged)
-        backup_won = np.asarray(self._backup_won)
+        hedged = np.asarray(self._hedged, dtype=bool)
+        backup_won = np.asarray(self._backup_won, dtype=bool)
         durations = np.asarray(self._duration)[mask]
         censored = np.asarray(self._censored)[mask]
         wanted = hedged | np.asarray(self._denied, dtype=bool)
