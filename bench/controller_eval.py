@@ -82,8 +82,8 @@ from typing import Any
 
 import numpy as np
 
-from hedgerow.controller.estimation import estimate_ttft
-from hedgerow.controller.policy import Observation, PolicyKnobs, RouteConfig, decide
+from hedgerow.controller._policy_window import WindowRecords, observe_window
+from hedgerow.controller.policy import PolicyKnobs, RouteConfig, decide
 from hedgerow.settings import Settings
 from hedgerow.sim.perf_model import load_perf_model
 from hedgerow.sim.trace import TraceError, TraceRequest, compress, load_azure_trace
@@ -168,73 +168,31 @@ class VirtualController:
             self._ttft.append(call.ttft_s if call.ttft_s is not None else math.nan)
         self._seen = len(visible)
 
-    def tick(self, now: float, visible: Sequence[VirtualCall]) -> None:
-        """One tick at virtual time ``now`` over the records visible so far (see the module doc)."""
+    def tick(self, now: float, visible: Sequence[Any]) -> None:
+        """One tick at virtual time ``now`` over the records visible so far (see the module doc).
+
+        The records become ``WindowRecords`` and go through ``observe_window`` and ``decide``,
+        the code ``hedgerow.controller.jobs`` runs on the store's records.
+        """
         self._absorb(visible)
-        arrival = np.asarray(self._arrival)
-        settings = self.settings
-
-        def in_window(span_s: float) -> np.ndarray:
-            return (arrival > now - span_s) & (arrival <= now)
-
-        window = settings.window_s
-        mask = in_window(window)
-        while int(mask.sum()) < settings.min_samples and window < settings.max_window_s:
-            window = min(window * 2, settings.max_window_s)
-            mask = in_window(window)
-        hedged = np.asarray(self._hedged, dtype=bool)
-        backup_won = np.asarray(self._backup_won, dtype=bool)
-        durations = np.asarray(self._duration)[mask]
-        censored = np.asarray(self._censored)[mask]
-        wanted = hedged | np.asarray(self._denied, dtype=bool)
-        calls, hedges = int(mask.sum()), int(hedged[mask].sum())
-        wins = int(backup_won[mask].sum())
-        short = in_window(settings.short_window_s)
-        short_calls, short_hedges = int(short.sum()), int(hedged[short].sum())
-        backup_duration = np.asarray(self._backup_duration)[mask]
-        has_backup = ~np.isnan(backup_duration)
-        estimate = None
+        arrival = np.asarray(self._arrival, dtype=float)
+        keep = arrival > now - max(self.settings.max_window_s, self.settings.window_s)
+        hedged = np.asarray(self._hedged, dtype=bool)[keep]
+        records = WindowRecords(
+            age_s=now - arrival[keep],
+            primary_s=np.asarray(self._duration, dtype=float)[keep],
+            primary_censored=np.asarray(self._censored, dtype=bool)[keep],
+            hedged=hedged,
+            backup_won=np.asarray(self._backup_won, dtype=bool)[keep],
+            denied=np.asarray(self._denied, dtype=bool)[keep],
+            backup_s=np.asarray(self._backup_duration, dtype=float)[keep],
+            backup_censored=np.asarray(self._backup_censored, dtype=bool)[keep],
+            call_ttft_s=np.asarray(self._ttft, dtype=float)[keep],
+        )
         budget = self.config.budget if 0.0 < self.config.budget < 1.0 else None
-        if durations.size:
-            estimate = estimate_ttft(
-                durations.tolist(), censored.tolist(), budget=budget, confidence=settings.confidence
-            )
-        fields: dict[str, Any] = {
-            "estimate": estimate,
-            "window_s": window,
-            "calls": calls,
-            "observed_hedge_rate": _rate(hedges, calls),
-            "backup_win_rate": _rate(wins, hedges),
-            "hedges": hedges,
-            "short_window_calls": short_calls,
-            "short_window_hedge_rate": _rate(short_hedges, short_calls),
-            # the same inputs as jobs.observe_route: wanted (hedged or denied) rates and the
-            # primary and backup samples of the window, for the hedge model
-            "wanted_hedge_rate": _rate(int(wanted[mask].sum()), calls),
-            "short_window_wanted_rate": _rate(int(wanted[short].sum()), short_calls),
-            "primary_durations_s": tuple(durations.tolist()),
-            "primary_censored": tuple(censored.tolist()),
-            "primary_started_s": tuple(arrival[mask].tolist()),
-            "backup_durations_s": tuple(backup_duration[has_backup].tolist()),
-            "backup_censored": tuple(np.asarray(self._backup_censored)[mask][has_backup].tolist()),
-        }
-        # the call-level TTFTs of the window, as jobs.py (failed calls have none)
-        call_ttft = np.asarray(self._ttft)[mask]
-        call_ttft = call_ttft[~np.isnan(call_ttft)]
-        fields["call_ttft_samples"] = int(call_ttft.size)
-        fields["call_p99_s"] = float(np.quantile(call_ttft, 0.99, method="inverted_cdf")) if call_ttft.size else None
-        # the short window's own KM target
-        short_target_s = None
-        if short_calls >= settings.short_window_min_calls and budget is not None:
-            short_estimate = estimate_ttft(
-                np.asarray(self._duration)[short].tolist(),
-                np.asarray(self._censored)[short].tolist(),
-                budget=budget,
-                confidence=settings.confidence,
-            )
-            short_target_s = short_estimate.target_s
-        fields["short_window_target_s"] = short_target_s
-        observation = Observation(**fields)
+        observation = observe_window(records, settings=self.settings, budget=budget, knobs=self.knobs)
+        estimate = observation.estimate
+        window = observation.window_s
         decision = decide(self.config, self.current, observation, self.knobs)
         self.current = decision.hedge_after_s
         self.history.append(
@@ -739,6 +697,7 @@ def run_scenarios(args: argparse.Namespace, progress: Any = None) -> dict[str, A
     settings = Settings()
     wanted = set(args.scenario or [])
     rows: list[dict[str, Any]] = []
+    ticks: dict[str, list[list[Any]]] = {}
     for scenario in SCENARIOS:
         if wanted and scenario.name not in wanted:
             continue
@@ -763,8 +722,16 @@ def run_scenarios(args: argparse.Namespace, progress: Any = None) -> dict[str, A
                 settings.max_hedge_after_s,
             ):
                 rows.append(dataclasses.asdict(result))
+            ticks[f"{scenario.name}/{seed}"] = [
+                [h["t_s"], h["hedge_after_s"], h["reason"], h["window_s"], h["samples"]] for h in controller.history
+            ]
             say(f"{scenario.name} seed {seed}: {len(calls)} calls, {time.perf_counter() - started:.1f} s")
-    return {"benchmark": "controller_eval_scenarios", "rows": rows, "summary": scenario_targets(rows)}
+    return {
+        "benchmark": "controller_eval_scenarios",
+        "rows": rows,
+        "summary": scenario_targets(rows),
+        "ticks": ticks,  # per run: [t_s, hedge_after_s, reason, window_s, samples]
+    }
 
 
 def scenario_targets(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -816,7 +783,9 @@ def print_scenarios(results: dict[str, Any]) -> None:
         "clamps",
         "main reasons",
     ):
-        table.add_column(name, justify="left" if name in ("scenario", "phase", "main reasons") else "right", no_wrap=True)
+        table.add_column(
+            name, justify="left" if name in ("scenario", "phase", "main reasons") else "right", no_wrap=True
+        )
     for r in results["rows"]:
         reasons = sorted(r["reasons"].items(), key=lambda kv: -kv[1])[:3]
         table.add_row(
@@ -842,8 +811,10 @@ def print_scenarios(results: dict[str, Any]) -> None:
     for name, target in results["summary"].items():
         value, limit = target["value"], target["limit"]
         met = value is not None and value <= limit
-        console.print(f"{name}: {value if not isinstance(value, float) else round(value, 3)} (limit {limit}): "
-                      f"{'MET' if met else 'NOT MET'}")
+        console.print(
+            f"{name}: {value if not isinstance(value, float) else round(value, 3)} (limit {limit}): "
+            f"{'MET' if met else 'NOT MET'}"
+        )
 
 
 def _parser() -> argparse.ArgumentParser:

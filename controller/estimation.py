@@ -273,7 +273,7 @@ class TTFTEstimate:
             if math.isclose(q, level):
                 value = getattr(self, name)
                 if value is not None:
-                    return value
+                    return float(value)
                 if self.curve is None:
                     return self.max_observed_s
                 return self.curve.quantile_lower_bound_s(level)

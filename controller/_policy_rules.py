@@ -1,0 +1,332 @@
+"""The policy's rules: small functions ``(proposal, inputs) -> proposal``, applied in order.
+
+``policy.decide`` folds :data:`RULES` over a starting proposal (the current value, or the
+default); the module docstring of ``policy`` describes each rule, its codes and its numbers.
+Each rule reads the estimation's curves (``TTFTEstimate.curve``, ``Observation.backup_curve``)
+and never re-estimates from raw samples; the raw primary samples are read only for the
+binomial counts and, in arrival order, for the hedge model's replay of the clients' bucket.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy import stats
+
+from hedgerow.controller.hedge_model import BucketReplay, efficient_threshold, predicted_quantiles
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from hedgerow.controller.estimation import KMCurve
+    from hedgerow.controller.policy import Observation, PolicyKnobs, RouteConfig
+
+__all__ = [
+    "RULES",
+    "Inputs",
+    "Proposal",
+    "binomial_lower_bound",
+    "known_over",
+    "supported_value",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What every rule may read.
+
+    Attributes:
+        config: the route's configuration.
+        current: the published value, seconds, or None.
+        base: ``current``, or the default when nothing was published, seconds.
+        observation: the tick's observation (its estimate was computed with ``config.budget``).
+        knobs: the policy knobs.
+    """
+
+    config: RouteConfig
+    current: float | None
+    base: float
+    observation: Observation
+    knobs: PolicyKnobs
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """The value under way through the rules.
+
+    Attributes:
+        value: seconds.
+        codes: reason codes so far, main one first.
+        source: ``controller``, ``default``, ``pinned`` or ``disabled``.
+        binding: the constraint that set the value: ``route`` (pinned/disabled), ``samples``
+            (too few, value kept), ``evidence`` (a binomial bound showed the budget exceeded),
+            ``censored`` (left a censored region), ``budget`` (the objective's budget
+            constraint), ``tail`` (the objective's minimum), ``cost`` (the fewest hedges within
+            the tail tolerance), ``hysteresis``, ``step_down``, ``min`` or ``max`` (the bounds).
+        settled: True once a rule fixed the value so that the search rules are skipped
+            (pinned, disabled, small samples).
+        details: machine-readable inputs of the rules that acted.
+    """
+
+    value: float
+    codes: tuple[str, ...]
+    source: str
+    binding: str
+    settled: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def with_value(self, value: float, codes: tuple[str, ...], binding: str, **details: Any) -> Proposal:
+        """A copy with a new value, codes and binding constraint, and more details."""
+        return replace(self, value=float(value), codes=codes, binding=binding, details=self.details | details)
+
+
+def known_over(durations_s: np.ndarray, censored: np.ndarray, value_s: float) -> int:
+    """How many primaries are known to have had no first token by ``value_s``.
+
+    An observed TTFT counts when it is ``> value_s``; a censored one when its censoring time is
+    ``>= value_s`` (still waiting then). A primary censored earlier is not known either way and
+    does not count: so a hedge fired at a threshold ``h >= value_s`` always counts (its primary
+    was still waiting at ``h``), one fired below ``value_s`` only when its primary was seen
+    still waiting at ``value_s``. The count is therefore a lower bound on the hedges a
+    threshold of ``value_s`` would have wanted.
+    """
+    return int(np.count_nonzero(np.where(censored, durations_s >= value_s, durations_s > value_s)))
+
+
+def binomial_lower_bound(successes: int, trials: int, confidence: float) -> float:
+    """One-sided Clopper-Pearson lower bound on a binomial proportion.
+
+    ``Beta(1 - confidence; x, n - x + 1)`` (Clopper & Pearson, Biometrika 26, 1934); 0 when
+    ``x = 0``. Worked number: 5 of 20 at 95% gives 0.104, so a 10% budget is shown exceeded;
+    3 of 20 gives 0.042, so it is not.
+    """
+    if successes <= 0 or trials <= 0:
+        return 0.0
+    return float(stats.beta.ppf(1.0 - confidence, successes, trials - successes + 1))
+
+
+def supported_value(
+    durations_s: np.ndarray, censored: np.ndarray, budget: float, confidence: float, start_s: float
+) -> tuple[float, float]:
+    """The smallest value ``>= start_s`` at which the samples do not show the budget exceeded.
+
+    Returns:
+        ``(value_s, lower_bound_at_start)``: ``value_s`` is ``start_s`` when the one-sided
+        binomial lower bound of ``known_over(start_s) / n`` is at most ``budget``; else the
+        smallest sample duration above ``start_s`` from which it is (just above the largest
+        duration when only that clears every known-waiting primary).
+    """
+    n = int(durations_s.size)
+    at_start = binomial_lower_bound(known_over(durations_s, censored, start_s), n, confidence)
+    if at_start <= budget:
+        return float(start_s), at_start
+    candidates = np.unique(durations_s[durations_s > start_s])
+    for value in candidates.tolist():
+        if binomial_lower_bound(known_over(durations_s, censored, value), n, confidence) <= budget:
+            return float(value), at_start
+    return float(np.nextafter(durations_s.max(), math.inf)), at_start
+
+
+def route_state(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 1: a disabled route keeps its value, a pinned one publishes the pinned value."""
+    if not x.config.enabled:
+        return replace(p, codes=("disabled",), source="disabled", binding="route", settled=True)
+    if x.config.pinned_hedge_after_s is not None:
+        return replace(
+            p, value=x.config.pinned_hedge_after_s, codes=("pinned",), source="pinned", binding="route", settled=True
+        )
+    return p
+
+
+def small_sample(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 2: too few samples for a confident quantile: keep the value while the data allow it."""
+    if p.settled:
+        return p
+    estimate = x.observation.estimate
+    if estimate is not None and estimate.samples >= x.knobs.min_samples and not estimate.too_few_for_budget:
+        return p
+    source = "default" if x.current is None else "controller"
+    durations = np.asarray(x.observation.primary_durations_s, dtype=float)
+    flags = np.asarray(x.observation.primary_censored, dtype=bool)
+    if estimate is None or durations.size == 0:
+        return replace(p, codes=("too_few_samples",), source=source, binding="samples", settled=True)
+    value, bound = supported_value(durations, flags, x.config.budget, x.knobs.confidence, x.base)
+    test = {"samples": int(durations.size), "known_over": known_over(durations, flags, x.base), "lower_bound": bound}
+    if value <= x.base:
+        return replace(
+            p, codes=("too_few_samples",), source=source, binding="samples", settled=True,
+            details=p.details | {"small_sample_test": test},
+        )  # fmt: skip
+    return replace(
+        p.with_value(value, ("small_sample_raise",), "evidence", small_sample_test=test | {"raised_to_s": value}),
+        settled=True,
+    )
+
+
+def _replay(x: Inputs) -> BucketReplay | None:
+    obs = x.observation
+    if x.knobs.client_budget_burst <= 0 or not obs.primary_started_s:
+        return None
+    order = np.argsort(np.asarray(obs.primary_started_s, dtype=float), kind="stable")
+    return BucketReplay(
+        durations_s=np.asarray(obs.primary_durations_s, dtype=float)[order],
+        censored=np.asarray(obs.primary_censored, dtype=bool)[order],
+        budget=x.config.budget,
+        burst=x.knobs.client_budget_burst,
+    )
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _primary_quantile(curve: KMCurve, q: float) -> float | None:
+    """The primary's KM quantile ``q`` (first first-token time with ``S <= 1 - q``), or None."""
+    reached = np.flatnonzero(curve.event & (curve.survival <= 1.0 - q + 1e-12))
+    return float(curve.times_s[reached[0]]) if reached.size else None
+
+
+def objective(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 3: minimise the predicted tail subject to the budget bound; leave censored regions."""
+    if p.settled:
+        return p
+    estimate = x.observation.estimate
+    assert estimate is not None  # small_sample settles every proposal without an estimate
+    curve = estimate.curve
+    budget = x.config.budget
+    target = estimate.target_s
+    if target is None:
+        supported = estimate.max_observed_s if curve is None else curve.lowest_supported_s(budget)
+        censored = {"lowest_supported_s": supported, "max_censored_s": estimate.max_censored_s}
+        below_censoring = estimate.max_censored_s is not None and x.base <= estimate.max_censored_s
+        if below_censoring and supported > x.base:
+            return p.with_value(supported, ("censored_raise",), "censored", censored=censored)
+        return p.with_value(x.base, ("censored_hold",), "censored", censored=censored)
+    assert curve is not None  # a target exists only where a first token was seen
+    primary = curve.survival_curve()
+    backup = x.observation.backup_curve
+    g = backup if backup is not None else primary
+    low = max(target, x.config.min_hedge_after_s)
+    top = max(x.config.max_hedge_after_s, low)
+    q = x.knobs.tail_quantile
+    # Above the primary's own tail quantile x_q every threshold predicts the same tail, x_q
+    # (the call is the primary alone up to the threshold), so the minimum over [low, max] is
+    # reached in [low, x_q] and the cost tie-break stops there instead of running to the max.
+    primary_tail_s = _primary_quantile(curve, q)
+    if primary_tail_s is not None:
+        top = max(low, min(top, primary_tail_s))
+    replay = _replay(x)
+    choice = efficient_threshold(primary, backup, low, top, tolerance=x.knobs.p99_tolerance, q=q, replay=replay)
+    value = choice.hedge_after_s
+    if math.isclose(value, low):
+        code, binding = ("budget_bound", "budget") if low == target else ("clamped_min", "min")
+    elif choice.p99_at_choice_s <= choice.min_p99_s + 1e-12:
+        code, binding = "tail_min", "tail"
+    else:
+        code, binding = "cost_tie", "cost"
+    at_current = float(predicted_quantiles(primary, g, np.array([x.base]), q, replay)[0])
+    details: dict[str, Any] = {
+        "objective": {
+            "quantile": q,
+            "budget_target_s": target,
+            "search_low_s": low,
+            "search_top_s": top,
+            "primary_tail_s": primary_tail_s,
+            "chosen_s": value,
+            "predicted_tail_at_chosen_s": _finite(choice.p99_at_choice_s),
+            "predicted_min_tail_s": _finite(choice.min_p99_s),
+            "predicted_tail_at_budget_target_s": _finite(choice.p99_at_budget_s),
+            "predicted_tail_at_current_s": _finite(at_current),
+            "current_within_budget": bool(x.base >= target),
+            "hedge_rate_at_chosen": float(curve.survival_curve()(value)),
+            "hedge_rate_upper_at_chosen": float(curve.upper_at(value)),
+            "win_probability_at_chosen": choice.win_probability_at_choice,
+            "backup_curve": choice.backup_source,
+            "bucket_replay": replay is not None,
+            "tolerance": x.knobs.p99_tolerance,
+        }
+    }
+    return p.with_value(value, (code,), binding, **details)
+
+
+def over_budget_evidence(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 4: the short window shows the proposed value over budget: raise to what it supports."""
+    if p.settled:
+        return p
+    obs = x.observation
+    durations = np.asarray(obs.short_durations_s, dtype=float)
+    if obs.short_window_calls < x.knobs.short_window_min_calls or durations.size == 0:
+        return p
+    flags = np.asarray(obs.short_censored, dtype=bool)
+    value, bound = supported_value(durations, flags, x.config.budget, x.knobs.confidence, p.value)
+    test = {
+        "value_s": p.value,
+        "samples": int(durations.size),
+        "known_over": known_over(durations, flags, p.value),
+        "lower_bound": bound,
+        "over_budget": bool(value > p.value),
+    }
+    if value <= p.value:
+        return replace(p, details=p.details | {"over_budget_test": test})
+    return p.with_value(value, ("raise_over_budget",), "evidence", over_budget_test=test | {"raised_to_s": value})
+
+
+def stability(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 5: hold what is as good as the proposal; lower by a bounded step; skip tiny changes."""
+    if p.settled or x.current is None or p.value == x.base:
+        return p
+    base = x.base
+    hold = p.with_value(base, ("hysteresis_hold",), "hysteresis")
+    objective_details = p.details.get("objective")
+    if p.binding in ("budget", "tail", "cost") and objective_details is not None:
+        at_current = objective_details["predicted_tail_at_current_s"]
+        at_chosen = objective_details["predicted_tail_at_chosen_s"]
+        if (
+            objective_details["current_within_budget"]
+            and at_current is not None
+            and at_chosen is not None
+            and at_current <= (1.0 + x.knobs.p99_tolerance) * at_chosen + 1e-12
+        ):
+            return hold  # the current value meets the budget and its tail is as good
+    if abs(p.value - base) / base < x.knobs.hysteresis and p.binding not in ("evidence",):
+        return hold
+    floor = base * (1.0 - x.knobs.max_step_down)
+    if p.value < floor:
+        return p.with_value(floor, (*p.codes, "step_down_limited"), "step_down")
+    return p
+
+
+def clamp(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 6: clamp controller values to the route's bounds; label a value at a bound."""
+    if p.source in ("pinned", "disabled"):
+        return p
+    low, high = x.config.min_hedge_after_s, x.config.max_hedge_after_s
+    if p.value <= low:
+        codes = p.codes if "clamped_min" in p.codes else (*p.codes, "clamped_min")
+        return replace(p, value=low, codes=codes, binding="min" if p.value < low else p.binding)
+    if p.value >= high:
+        codes = p.codes if "clamped_max" in p.codes else (*p.codes, "clamped_max")
+        return replace(p, value=high, codes=codes, binding="max" if p.value > high else p.binding)
+    return p
+
+
+def drift_note(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 7: say when the window was shrunk to the data since a detected change."""
+    if x.observation.drift is None or p.source in ("pinned", "disabled"):
+        return p
+    return replace(p, codes=(*p.codes, "drift_window"), details=p.details | {"drift": x.observation.drift})
+
+
+#: The rules in the order ``decide`` applies them (``policy`` module docstring).
+RULES: tuple[Callable[[Proposal, Inputs], Proposal], ...] = (
+    route_state,
+    small_sample,
+    objective,
+    over_budget_evidence,
+    stability,
+    clamp,
+    drift_note,
+)
