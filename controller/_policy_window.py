@@ -24,13 +24,17 @@ attempt cancelled before it is right-censored at its elapsed time, a failed atte
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hedgerow.controller._policy_drift import detect_change
 from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
 from hedgerow.controller.hedge_model import SurvivalCurve, km_survival
+from hedgerow.controller.policy import Observation
+
+if TYPE_CHECKING:
+    from hedgerow.controller.policy import PolicyKnobs
 
 __all__ = ["WindowRecords", "observe_window", "ttft_sample"]
 
@@ -122,7 +126,7 @@ def _rate(part: int, whole: int) -> float | None:
     return None if whole == 0 else part / whole
 
 
-def observe_window(records: WindowRecords, *, settings: Any, budget: float | None, knobs: Any) -> Any:
+def observe_window(records: WindowRecords, *, settings: Any, budget: float | None, knobs: PolicyKnobs) -> Observation:
     """The policy's ``Observation`` of one route at one tick (see the module docstring).
 
     Args:
@@ -137,8 +141,6 @@ def observe_window(records: WindowRecords, *, settings: Any, budget: float | Non
     Returns:
         A ``policy.Observation``.
     """
-    from hedgerow.controller.policy import Observation
-
     age = records.age_s
     has_sample = ~np.isnan(records.primary_s)
     window = float(settings.window_s)

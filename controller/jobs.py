@@ -65,9 +65,10 @@ import numpy as np
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.controller._policy_window import WindowRecords, observe_window, ttft_sample
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
 from hedgerow.controller.errors import ControllerError
-from hedgerow.controller.estimation import QUANTILE_LEVELS, TTFTEstimate, estimate_ttft
+from hedgerow.controller.estimation import QUANTILE_LEVELS
 from hedgerow.controller.events import log_threshold_change
 from hedgerow.controller.models import (
     Attempt,
@@ -89,42 +90,22 @@ from hedgerow.controller.queries import history_row_dict
 __all__ = [
     "PUBLISH_ATTEMPTS",
     "BackupSamples",
-    "PrimarySamples",
     "WindowCounts",
     "backup_samples",
-    "call_ttfts",
     "count_calls",
-    "gather_samples",
     "history_details",
     "lock_route",
     "observe_route",
     "run_once",
     "run_tick",
     "tick_route",
+    "window_records",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 #: How many times :func:`tick_route` decides again when the route changed under it.
 PUBLISH_ATTEMPTS = 5
-
-
-@dataclass(frozen=True, slots=True)
-class PrimarySamples:
-    """The primary TTFT samples of one window.
-
-    Attributes:
-        durations_s: TTFT (uncensored) or time until cancelled (censored), seconds, one per call.
-        censored: True where the duration is a right-censored lower bound.
-        window_s: the window they were gathered over, seconds.
-        started_s: when each sample's call started, seconds before the window's end (so larger
-            is earlier), one per sample; orders the calls for the policy's bucket replay.
-    """
-
-    durations_s: tuple[float, ...]
-    censored: tuple[bool, ...]
-    window_s: float
-    started_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,126 +133,6 @@ class WindowCounts:
     wanted: int = 0
 
 
-async def _samples_in(
-    session: AsyncSession, route_id: int, since: datetime, until: datetime
-) -> tuple[list[float], list[bool], list[float]]:
-    """Primary samples of the calls started in ``(since, until]``: durations, censored flags and
-    start times in seconds before ``until``."""
-    rows = await session.execute(
-        select(
-            Attempt.call_id,
-            Attempt.start_s,
-            Attempt.first_token_s,
-            Attempt.end_s,
-            Attempt.outcome,
-            Call.started_at,
-        )
-        .join(Call, Call.id == Attempt.call_id)
-        .where(
-            Call.route_id == route_id,
-            Call.started_at > since,
-            Call.started_at <= until,
-            Attempt.role == "primary",
-        )
-        .order_by(Attempt.call_id, Attempt.attempt_index)
-    )
-    durations: list[float] = []
-    censored: list[bool] = []
-    started: list[float] = []
-    seen: set[int] = set()
-    for call_id, start_s, first_token_s, end_s, outcome, started_at in rows.all():
-        if call_id in seen:
-            continue  # only the call's first primary attempt counts
-        seen.add(call_id)
-        sample = _ttft_sample(start_s, first_token_s, end_s, outcome)
-        if sample is None:
-            continue
-        durations.append(sample[0])
-        censored.append(sample[1])
-        started.append((until - started_at).total_seconds())
-    return durations, censored, started
-
-
-def _ttft_sample(start_s: float, first_token_s: float | None, end_s: float, outcome: str) -> tuple[float, bool] | None:
-    """One attempt as a TTFT sample measured from its own send: ``(duration_s, censored)``.
-
-    A first token gives an observed duration; an attempt cancelled before its first token is
-    right-censored at its elapsed time; a failed attempt is no sample (None), since fast failures
-    would drag the estimate down.
-    """
-    if first_token_s is not None:
-        return max(0.0, first_token_s - start_s), False
-    if outcome == "cancelled":
-        return max(0.0, end_s - start_s), True
-    return None
-
-
-async def backup_samples(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> BackupSamples:
-    """The backup TTFT samples of the hedges of calls started in ``(since, until]``.
-
-    Only hedges (``hedge_reason == "ttft_timeout"``) count, one backup per call (its first
-    ``backup`` attempt); the duration is measured from the backup's own send (``start_s``):
-    ``first_token_s - start_s`` when it had a first token, ``end_s - start_s`` (censored) when
-    it was cancelled without one; a failed backup is not a sample.
-
-    Args:
-        session: an open session.
-        route_id: the ``routes.id``.
-        since / until: the window (aware UTC).
-    """
-    rows = await session.execute(
-        select(Attempt.call_id, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome)
-        .join(Call, Call.id == Attempt.call_id)
-        .where(
-            Call.route_id == route_id,
-            Call.started_at > since,
-            Call.started_at <= until,
-            Call.hedge_reason == "ttft_timeout",
-            Attempt.role == "backup",
-        )
-        .order_by(Attempt.call_id, Attempt.attempt_index)
-    )
-    durations: list[float] = []
-    censored: list[bool] = []
-    seen: set[int] = set()
-    for call_id, start_s, first_token_s, end_s, outcome in rows.all():
-        if call_id in seen:
-            continue
-        seen.add(call_id)
-        sample = _ttft_sample(start_s, first_token_s, end_s, outcome)
-        if sample is not None:
-            durations.append(sample[0])
-            censored.append(sample[1])
-    return BackupSamples(tuple(durations), tuple(censored))
-
-
-async def gather_samples(
-    session: AsyncSession,
-    route_id: int,
-    now: datetime,
-    *,
-    window_s: float,
-    max_window_s: float,
-    min_samples: int,
-) -> PrimarySamples:
-    """The primary TTFT samples of a route, widening the window x2 while they are too few.
-
-    Args:
-        session: an open session.
-        route_id: the ``routes.id``.
-        now: end of the window (aware UTC).
-        window_s: the first window, seconds.
-        max_window_s: the widest window, seconds (``window_s`` if that is larger).
-        min_samples: widen while there are fewer samples than this.
-    """
-    window = window_s
-    while True:
-        durations, censored, started = await _samples_in(session, route_id, now - timedelta(seconds=window), now)
-        if len(durations) >= min_samples or window >= max_window_s:
-            return PrimarySamples(tuple(durations), tuple(censored), window, tuple(started))
-        window = min(window * 2, max_window_s)
-
-
 async def count_calls(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> WindowCounts:
     """Count a route's calls started in ``(since, until]``, its hedges, the backup's wins and the
     wanted hedges (hedged, or ``hedge_denied`` by the client's budget bucket)."""
@@ -290,122 +151,108 @@ async def count_calls(session: AsyncSession, route_id: int, since: datetime, unt
     return WindowCounts(int(row[0]), int(row[1]), int(row[2]), int(row[3]))
 
 
-async def call_ttfts(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> list[float]:
-    """The call-level TTFTs (what the app saw, hedged or not) of calls started in ``(since, until]``.
+async def window_records(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> WindowRecords:
+    """A route's calls started in ``(since, until]`` as ``WindowRecords`` (ages from ``until``).
 
-    Calls without a first token (failed, cancelled by the caller) and failovers
-    (``hedge_reason == "primary_error"``) are left out: the first are not latencies, the second
-    measure the failover, not the hedge.
+    Per call: its first ``primary`` attempt as a TTFT sample and, for a hedge (``hedge_reason ==
+    "ttft_timeout"``), its first ``backup`` attempt measured from the backup's own send, both by
+    ``_policy_window.ttft_sample`` (the one sample rule); the call-level TTFT (failovers left
+    out: they measure the failover, not the hedge); hedged, backup won, denied.
 
-    Returns:
-        TTFTs in seconds, in no particular order.
+    Args:
+        session: an open session.
+        route_id: the ``routes.id``.
+        since / until: the window (aware UTC).
     """
-    rows = await session.scalars(
-        select(Call.ttft_s).where(
-            Call.route_id == route_id,
-            Call.started_at > since,
-            Call.started_at <= until,
-            Call.ttft_s.is_not(None),
-            or_(Call.hedge_reason.is_(None), Call.hedge_reason != "primary_error"),
+    in_window = (Call.route_id == route_id, Call.started_at > since, Call.started_at <= until)
+    calls = (
+        await session.execute(
+            select(Call.id, Call.started_at, Call.hedge_reason, Call.hedge_denied, Call.winner, Call.ttft_s)
+            .where(*in_window)
+            .order_by(Call.started_at, Call.id)
         )
+    ).all()
+    attempts = await session.execute(
+        select(Attempt.call_id, Attempt.role, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome)
+        .join(Call, Call.id == Attempt.call_id)
+        .where(*in_window, Attempt.role.in_(("primary", "backup")))
+        .order_by(Attempt.call_id, Attempt.attempt_index)
     )
-    return [float(x) for x in rows.all() if x is not None]
+    first: dict[tuple[int, str], tuple[float, bool] | None] = {}
+    for call_id, role, start_s, first_token_s, end_s, outcome in attempts.all():
+        key = (call_id, role)
+        if key not in first:  # only the call's first attempt of each role counts
+            first[key] = ttft_sample(start_s, first_token_s, end_s, outcome)
+    rows: list[tuple[Any, ...]] = []
+    for call_id, started_at, hedge_reason, hedge_denied, winner, ttft_s in calls:
+        hedged = hedge_reason == "ttft_timeout"
+        primary = first.get((call_id, "primary"))
+        backup = first.get((call_id, "backup")) if hedged else None
+        rows.append(
+            (
+                (until - started_at).total_seconds(),
+                None if primary is None else primary[0],
+                False if primary is None else primary[1],
+                hedged,
+                hedged and winner == "backup",
+                bool(hedge_denied),
+                None if backup is None else backup[0],
+                False if backup is None else backup[1],
+                None if hedge_reason == "primary_error" else ttft_s,
+            )
+        )
+    return WindowRecords.from_rows(rows)
 
 
-def _p99(values: list[float]) -> float | None:
-    """Smallest observed value with empirical CDF >= 0.99 (the KM quantile without censoring)."""
-    if not values:
-        return None
-    return float(np.quantile(np.asarray(values, dtype=float), 0.99, method="inverted_cdf"))
+async def backup_samples(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> BackupSamples:
+    """The backup TTFT samples of the hedges of calls started in ``(since, until]``.
+
+    Read through :func:`window_records` (one backup per hedged call, from its own send,
+    censored at its cancellation when the primary won, failed backups left out).
+    """
+    records = await window_records(session, route_id, since, until)
+    has = records.hedged & ~np.isnan(records.backup_s)
+    return BackupSamples(tuple(records.backup_s[has].tolist()), tuple(records.backup_censored[has].tolist()))
 
 
-def _rate(part: int, whole: int) -> float | None:
-    return None if whole == 0 else part / whole
+def _samples(records: WindowRecords) -> int:
+    return int(np.count_nonzero(~np.isnan(records.primary_s)))
 
 
 async def observe_route(
-    session: AsyncSession, route: Route, settings: Any, now: datetime
-) -> tuple[Observation, PrimarySamples]:
-    """Everything one tick sees of a route: samples, estimate, hedge and backup-win rates.
+    session: AsyncSession, route: Route, settings: Any, now: datetime, knobs: PolicyKnobs | None = None
+) -> Observation:
+    """Everything one tick sees of a route (``_policy_window.observe_window`` on its records).
+
+    The calls of the last ``window_s`` are read; when their primary samples are fewer than
+    ``min_samples``, or too few for the budget's tail with no drift detected, the calls of the
+    last ``max_window_s`` are read instead and ``observe_window`` widens within them.
 
     Args:
         session: an open session.
         route: the route row.
-        settings: a ``hedgerow.settings.Settings`` (windows, ``min_samples``, ``confidence``).
+        settings: a ``hedgerow.settings.Settings``.
         now: end of the windows (aware UTC).
+        knobs: the policy knobs (default: from ``settings``).
 
     Returns:
-        The :class:`Observation` for :func:`decide` and the samples behind it.
+        The :class:`Observation` for :func:`decide`.
     """
-    samples = await gather_samples(
-        session,
-        route.id,
-        now,
-        window_s=settings.window_s,
-        max_window_s=settings.max_window_s,
-        min_samples=settings.min_samples,
-    )
-    short_since = now - timedelta(seconds=settings.short_window_s)
-    short = await count_calls(session, route.id, short_since, now)
+    knobs = knobs or PolicyKnobs.from_settings(settings)
     budget = route.budget if 0.0 < route.budget < 1.0 else None
-    estimate: TTFTEstimate | None = None
-    while samples.durations_s:
-        estimate = await asyncio.to_thread(
-            estimate_ttft,
-            samples.durations_s,
-            samples.censored,
-            budget=budget,
-            confidence=settings.confidence,
-        )
-        if not estimate.too_few_for_budget or samples.window_s >= settings.max_window_s:
-            break
-        # too few samples for the budget's tail (policy rule 3): widen before holding
-        samples = await gather_samples(
-            session,
-            route.id,
-            now,
-            window_s=min(samples.window_s * 2, settings.max_window_s),
-            max_window_s=settings.max_window_s,
-            min_samples=settings.min_samples,
-        )
-    since = now - timedelta(seconds=samples.window_s)  # the widened window, for every count
-    counts = await count_calls(session, route.id, since, now)
-    ttfts = await call_ttfts(session, route.id, since, now)
-    backups = await backup_samples(session, route.id, since, now)
-    short_target_s: float | None = None
-    if short.calls >= settings.short_window_min_calls and budget is not None:
-        short_durations, short_censored, _ = await _samples_in(session, route.id, short_since, now)
-        if short_durations:
-            short_estimate = await asyncio.to_thread(
-                estimate_ttft,
-                short_durations,
-                short_censored,
-                budget=budget,
-                confidence=settings.confidence,
-            )
-            short_target_s = short_estimate.target_s
-    observation = Observation(
-        estimate=estimate,
-        window_s=samples.window_s,
-        calls=counts.calls,
-        observed_hedge_rate=_rate(counts.hedges, counts.calls),
-        backup_win_rate=_rate(counts.backup_wins, counts.hedges),
-        hedges=counts.hedges,
-        short_window_calls=short.calls,
-        short_window_hedge_rate=_rate(short.hedges, short.calls),
-        call_ttft_samples=len(ttfts),
-        call_p99_s=_p99(ttfts),
-        short_window_target_s=short_target_s,
-        wanted_hedge_rate=_rate(counts.wanted, counts.calls),
-        short_window_wanted_rate=_rate(short.wanted, short.calls),
-        primary_durations_s=samples.durations_s,
-        primary_censored=samples.censored,
-        # seconds before now, negated so that the order is the calls' arrival order
-        primary_started_s=tuple(-s for s in samples.started_s),
-        backup_durations_s=backups.durations_s,
-        backup_censored=backups.censored,
+    records = await window_records(session, route.id, now - timedelta(seconds=settings.window_s), now)
+    wide = settings.max_window_s > settings.window_s
+    if wide and _samples(records) < settings.min_samples:
+        records = await window_records(session, route.id, now - timedelta(seconds=settings.max_window_s), now)
+        wide = False
+    observation: Observation = await asyncio.to_thread(
+        observe_window, records, settings=settings, budget=budget, knobs=knobs
     )
-    return observation, samples
+    estimate = observation.estimate
+    if wide and observation.drift is None and estimate is not None and estimate.too_few_for_budget:
+        records = await window_records(session, route.id, now - timedelta(seconds=settings.max_window_s), now)
+        observation = await asyncio.to_thread(observe_window, records, settings=settings, budget=budget, knobs=knobs)
+    return observation
 
 
 def _config(route: Route) -> RouteConfig:
@@ -754,7 +601,7 @@ async def tick_route(
     for _ in range(PUBLISH_ATTEMPTS):
         config = _config(route)
         async with sessionmaker() as session:
-            observation, _samples = await observe_route(session, route, settings, now)
+            observation = await observe_route(session, route, settings, now, knobs)
         # the hedge model (rule 3b) replays the window's calls: off the event loop
         decision = await asyncio.to_thread(decide, config, current, observation, knobs)
         details = history_details(decision, observation, settings) | (extra_details or {})
