@@ -21,7 +21,7 @@ from hedgerow.controller.hedge_model import BucketReplay, efficient_threshold, p
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from hedgerow.controller.estimation import KMCurve
+    from hedgerow.controller.estimation import KMCurve, TTFTEstimate
     from hedgerow.controller.policy import Observation, PolicyKnobs, RouteConfig
 
 __all__ = [
@@ -83,17 +83,24 @@ class Proposal:
         return replace(self, value=float(value), codes=codes, binding=binding, details=self.details | details)
 
 
-def known_over(durations_s: np.ndarray, censored: np.ndarray, value_s: float) -> int:
-    """How many primaries are known to have had no first token by ``value_s``.
+def known_over(durations_s: np.ndarray, censored: np.ndarray, value_s: float) -> tuple[int, int]:
+    """How many primaries are known to have had no first token by ``value_s``, of how many known.
 
-    An observed TTFT counts when it is ``> value_s``; a censored one when its censoring time is
-    ``>= value_s`` (still waiting then). A primary censored earlier is not known either way and
-    does not count: so a hedge fired at a threshold ``h >= value_s`` always counts (its primary
-    was still waiting at ``h``), one fired below ``value_s`` only when its primary was seen
-    still waiting at ``value_s``. The count is therefore a lower bound on the hedges a
-    threshold of ``value_s`` would have wanted.
+    An observed TTFT is known either way (over when ``> value_s``); a censored one is known over
+    when its censoring time is ``>= value_s`` (still waiting then) and unknown when it was
+    censored earlier. So a hedge fired at a threshold ``h >= value_s`` always counts (its
+    primary was still waiting at ``h``), one fired below ``value_s`` only when its primary was
+    seen still waiting at ``value_s``, and hedges whose primaries were cancelled before
+    ``value_s`` are left out of both counts. Leaving them out is conservative for showing the
+    budget exceeded: a primary censored at ``c < value_s`` outlasts ``value_s`` with
+    probability ``S(value_s) / S(c) >= S(value_s)``, so the known ones are the faster ones.
+
+    Returns:
+        ``(over, known)``.
     """
-    return int(np.count_nonzero(np.where(censored, durations_s >= value_s, durations_s > value_s)))
+    early = censored & (durations_s < value_s)
+    over = np.where(censored, durations_s >= value_s, durations_s > value_s)
+    return int(np.count_nonzero(over)), int(durations_s.size - np.count_nonzero(early))
 
 
 def binomial_lower_bound(successes: int, trials: int, confidence: float) -> float:
@@ -111,21 +118,30 @@ def binomial_lower_bound(successes: int, trials: int, confidence: float) -> floa
 def supported_value(
     durations_s: np.ndarray, censored: np.ndarray, budget: float, confidence: float, start_s: float
 ) -> tuple[float, float]:
-    """The smallest value ``>= start_s`` at which the samples do not show the budget exceeded.
+    """Where the samples put a value that they show over budget.
+
+    The test: the one-sided ``confidence`` Clopper-Pearson lower bound on ``over / known`` of
+    ``known_over(start_s)`` above ``budget`` shows ``start_s`` over budget. Then the value goes
+    to the smallest sample duration ``v > start_s`` at which at most ``budget * n`` primaries are
+    known or possibly still waiting (those censored before ``v`` counted as waiting: the
+    destination is read pessimistically, the test conservatively; without censoring this is
+    the samples' own budget quantile; just above the largest duration when only
+    that clears every known-waiting primary). Raising only to the edge of significance instead
+    left the value where the true rate was still about twice the budget, and each further raise
+    waited for significance again (``bench/controller_eval.py --suite scenarios``, few_calls).
 
     Returns:
-        ``(value_s, lower_bound_at_start)``: ``value_s`` is ``start_s`` when the one-sided
-        binomial lower bound of ``known_over(start_s) / n`` is at most ``budget``; else the
-        smallest sample duration above ``start_s`` from which it is (just above the largest
-        duration when only that clears every known-waiting primary).
+        ``(value_s, lower_bound_at_start)``; ``value_s`` is ``start_s`` when the test does not
+        show it over budget.
     """
-    n = int(durations_s.size)
-    at_start = binomial_lower_bound(known_over(durations_s, censored, start_s), n, confidence)
+    over, known = known_over(durations_s, censored, start_s)
+    at_start = binomial_lower_bound(over, known, confidence)
     if at_start <= budget:
         return float(start_s), at_start
-    candidates = np.unique(durations_s[durations_s > start_s])
-    for value in candidates.tolist():
-        if binomial_lower_bound(known_over(durations_s, censored, value), n, confidence) <= budget:
+    n = int(durations_s.size)
+    for value in np.unique(durations_s[durations_s > start_s]).tolist():
+        over, known = known_over(durations_s, censored, value)
+        if over + (n - known) <= budget * n:  # the unknown ones counted as still waiting
             return float(value), at_start
     return float(np.nextafter(durations_s.max(), math.inf)), at_start
 
@@ -154,7 +170,8 @@ def small_sample(p: Proposal, x: Inputs) -> Proposal:
     if estimate is None or durations.size == 0:
         return replace(p, codes=("too_few_samples",), source=source, binding="samples", settled=True)
     value, bound = supported_value(durations, flags, x.config.budget, x.knobs.confidence, x.base)
-    test = {"samples": int(durations.size), "known_over": known_over(durations, flags, x.base), "lower_bound": bound}
+    over, known = known_over(durations, flags, x.base)
+    test = {"samples": int(durations.size), "known": known, "known_over": over, "lower_bound": bound}
     if value <= x.base:
         return replace(
             p, codes=("too_few_samples",), source=source, binding="samples", settled=True,
@@ -183,6 +200,22 @@ def _finite(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _censored_exit(estimate: TTFTEstimate, budget: float) -> float:
+    """The lowest value the data can support when the budget quantile is censored, seconds.
+
+    The KM estimate's own ``1 - budget`` quantile when the curve reaches it (Greenwood's
+    variance is what keeps the upper bound, and so the target, above it), else the end of the
+    censored region (the largest censoring time: beyond it the data say nothing yet); never
+    below ``KMCurve.lowest_supported_s``, the first time the one-sided lower bound allows the
+    budget. Calls at that value then censor less and identify the target.
+    """
+    if estimate.curve is None:
+        return estimate.max_observed_s
+    point = _primary_quantile(estimate.curve, 1.0 - budget)
+    end = point if point is not None else (estimate.max_censored_s or estimate.max_observed_s)
+    return max(end, estimate.curve.lowest_supported_s(budget))
+
+
 def _primary_quantile(curve: KMCurve, q: float) -> float | None:
     """The primary's KM quantile ``q`` (first first-token time with ``S <= 1 - q``), or None."""
     reached = np.flatnonzero(curve.event & (curve.survival <= 1.0 - q + 1e-12))
@@ -199,7 +232,7 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
     budget = x.config.budget
     target = estimate.target_s
     if target is None:
-        supported = estimate.max_observed_s if curve is None else curve.lowest_supported_s(budget)
+        supported = _censored_exit(estimate, budget)
         censored = {"lowest_supported_s": supported, "max_censored_s": estimate.max_censored_s}
         below_censoring = estimate.max_censored_s is not None and x.base <= estimate.max_censored_s
         if below_censoring and supported > x.base:
@@ -262,10 +295,12 @@ def over_budget_evidence(p: Proposal, x: Inputs) -> Proposal:
         return p
     flags = np.asarray(obs.short_censored, dtype=bool)
     value, bound = supported_value(durations, flags, x.config.budget, x.knobs.confidence, p.value)
+    over, known = known_over(durations, flags, p.value)
     test = {
         "value_s": p.value,
         "samples": int(durations.size),
-        "known_over": known_over(durations, flags, p.value),
+        "known": known,
+        "known_over": over,
         "lower_bound": bound,
         "over_budget": bool(value > p.value),
     }
@@ -274,8 +309,28 @@ def over_budget_evidence(p: Proposal, x: Inputs) -> Proposal:
     return p.with_value(value, ("raise_over_budget",), "evidence", over_budget_test=test | {"raised_to_s": value})
 
 
+def _hold_band(x: Inputs) -> float:
+    """Relative band within which the current value's predicted tail counts as the proposal's.
+
+    ``max(p99_tolerance, hysteresis, min(0.10, 0.5 / sqrt(n * (1 - q))))``: the predicted tail
+    quantile rests on the ``n * (1 - q)`` slowest of ``n`` samples, so its tick-to-tick noise
+    shrinks like one over the square root of that count (1.6 samples beyond the P99 of 160
+    calls: band 10%; 100 beyond the P99 of 10,000: 5%). Without it, a route with 160 calls an
+    hour changed its value 4-7 times an hour on noise (``bench/controller_eval.py --suite
+    scenarios``, small_windows).
+    """
+    n = len(x.observation.primary_durations_s)
+    tail = n * (1.0 - x.knobs.tail_quantile)
+    noise = 0.10 if tail <= 0 else min(0.10, 0.5 / math.sqrt(tail))
+    return max(x.knobs.p99_tolerance, x.knobs.hysteresis, noise)
+
+
 def stability(p: Proposal, x: Inputs) -> Proposal:
-    """Rule 5: hold what is as good as the proposal; lower by a bounded step; skip tiny changes."""
+    """Rule 5: hold what is as good as the proposal; lower by a bounded step; skip tiny changes.
+
+    "As good": the current value is within the budget (at or above the target) and its
+    predicted tail is within ``_hold_band`` of the proposal's.
+    """
     if p.settled or x.current is None or p.value == x.base:
         return p
     base = x.base
@@ -288,7 +343,7 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
             objective_details["current_within_budget"]
             and at_current is not None
             and at_chosen is not None
-            and at_current <= (1.0 + x.knobs.p99_tolerance) * at_chosen + 1e-12
+            and at_current <= (1.0 + _hold_band(x)) * at_chosen + 1e-12
         ):
             return hold  # the current value meets the budget and its tail is as good
     if abs(p.value - base) / base < x.knobs.hysteresis and p.binding not in ("evidence",):
