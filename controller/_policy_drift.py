@@ -25,7 +25,7 @@ configured window (then nothing older than the change is left to contrast; the s
 55 minutes so that a 1-hour window sheds the last minutes of an old regime too). Worked number
 (``tests/controller/test_policy_drift.py``): 3 calls/s, lognormal TTFT (median 0.6 s, sigma
 0.5) for 50 minutes, then every TTFT doubled for 2 minutes: the 2-minute split is chosen
-(statistic ~ 190, median ratio ~ 2).
+(log-rank statistic 22.3, a z-score; median ratio 2.14; 347 recent samples).
 """
 
 from __future__ import annotations

@@ -285,6 +285,16 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
     return p.with_value(value, (code,), binding, **details)
 
 
+def _short_window_over(x: Inputs, value_s: float) -> bool:
+    """True when the short window shows ``value_s`` over budget (rule 4's test)."""
+    obs = x.observation
+    durations = np.asarray(obs.short_durations_s, dtype=float)
+    if obs.short_window_calls < x.knobs.short_window_min_calls or durations.size == 0:
+        return False
+    over, known = known_over(durations, np.asarray(obs.short_censored, dtype=bool), value_s)
+    return binomial_lower_bound(over, known, x.knobs.confidence) > x.config.budget
+
+
 def over_budget_evidence(p: Proposal, x: Inputs) -> Proposal:
     """Rule 4: the short window shows the proposed value over budget: raise to what it supports."""
     if p.settled:
@@ -328,8 +338,9 @@ def _hold_band(x: Inputs) -> float:
 def stability(p: Proposal, x: Inputs) -> Proposal:
     """Rule 5: hold what is as good as the proposal; lower by a bounded step; skip tiny changes.
 
-    "As good": the current value is within the budget (at or above the target) and its
-    predicted tail is within ``_hold_band`` of the proposal's.
+    "As good": the current value is within the budget (at or above the target, and the short
+    window does not show it over budget) and its predicted tail is within ``_hold_band`` of
+    the proposal's.
     """
     if p.settled or x.current is None or p.value == x.base:
         return p
@@ -341,6 +352,7 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
         at_chosen = objective_details["predicted_tail_at_chosen_s"]
         if (
             objective_details["current_within_budget"]
+            and not _short_window_over(x, base)
             and at_current is not None
             and at_chosen is not None
             and at_current <= (1.0 + _hold_band(x)) * at_chosen + 1e-12
