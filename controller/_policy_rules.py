@@ -367,9 +367,16 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
 
 
 def clamp(p: Proposal, x: Inputs) -> Proposal:
-    """Rule 6: clamp controller values to the route's bounds; label a value at a bound."""
+    """Rule 6: clamp controller values to the route's bounds; label a value at a bound.
+
+    A new controller value is published at a resolution of 0.1 ms (``round(value, 4)``): the
+    search's grid points carry 16 digits of binary noise that no client timer resolves, and a
+    value with a short decimal form reads the same from every endpoint and in the history.
+    """
     if p.source in ("pinned", "disabled"):
         return p
+    if p.value != x.base:
+        p = replace(p, value=round(p.value, 4))
     low, high = x.config.min_hedge_after_s, x.config.max_hedge_after_s
     if p.value <= low:
         codes = p.codes if "clamped_min" in p.codes else (*p.codes, "clamped_min")

@@ -122,12 +122,12 @@ async def test_window_widens_to_old_calls_and_version_increments(sessionmaker, c
     assert row["window_s"] == 4 * 3600 and row["samples"] == 80
     # the first publication takes the objective's value at once (no step from the default)
     first = row["hedge_after_s"]
-    assert first < 2.0 and first == row["details"]["objective"]["chosen_s"]
+    assert first < 2.0 and first == round(row["details"]["objective"]["chosen_s"], 4)  # 0.1 ms resolution
     assert row["reason"].split(",")[0] in {"budget_bound", "tail_min", "cost_tie"}
-    # the same data a tick later: the same choice, nothing applied
+    # the same data a tick later: the same choice (or the rounded value held), nothing applied
     [row2] = await run_tick(sessionmaker, settings, now=NOW + timedelta(seconds=1))
     assert row2["previous_hedge_after_s"] == first and row2["hedge_after_s"] == first
-    assert row2["reason"] == row["reason"] and row2["applied"] is False
+    assert row2["reason"] in {row["reason"], "hysteresis_hold"} and row2["applied"] is False
     async with sessionmaker() as session:
         threshold = (await session.scalars(select(Threshold))).one()
     assert threshold.version == 1 and threshold.hedge_after_s == first

@@ -209,7 +209,7 @@ def test_censored_region_is_left_at_the_lowest_supported_value_not_by_doubling()
     no_short = dataclasses.replace(KNOBS, short_window_min_calls=10**6)  # rule 4 is tested below
     d = decide(CONFIG, 0.3, obs, no_short)
     assert codes(d)[0] == "censored_raise" and d.details["binding"] == "censored"
-    assert d.hedge_after_s == d.details["censored"]["lowest_supported_s"]
+    assert d.hedge_after_s == round(d.details["censored"]["lowest_supported_s"], 4)
     assert d.hedge_after_s == pytest.approx(obs.estimate.max_censored_s)
     assert d.hedge_after_s != 0.6  # not 2 x current
 
@@ -281,6 +281,14 @@ def test_a_decrease_is_cut_to_the_step() -> None:
     obs = observe(records(lognormal(3000, 0.3, 1.0, 15)))  # heavy body: hedging pays
     d = decide(CONFIG, 20.0, obs, KNOBS)
     assert "step_down_limited" in codes(d) and d.hedge_after_s == pytest.approx(20.0 * 0.75)
+
+
+def test_new_values_are_published_at_a_tenth_of_a_millisecond() -> None:
+    primary = lognormal(5000, 0.6, 0.5, 22)
+    d = decide(CONFIG, None, observe(hedged_at(primary, lognormal(5000, 0.6, 0.5, 23), 1.2)), KNOBS)
+    assert d.hedge_after_s == round(d.hedge_after_s, 4) and d.hedge_after_s != d.details["objective"]["chosen_s"]
+    held = decide(CONFIG, 1.23456789, bare(None), KNOBS)  # a held value is published unchanged
+    assert held.hedge_after_s == 1.23456789 and not held.applied
 
 
 def test_a_value_at_a_bound_always_says_so() -> None:
