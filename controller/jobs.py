@@ -2,31 +2,23 @@
 
 Per route, each tick (DESIGN.md "controller"):
 
-1. gather the primary's TTFT samples of the calls started in the window ``(now - window_s, now]``:
-   the call's first attempt with role ``primary``; with a first token its TTFT is
-   ``first_token_s - start_s`` (uncensored); cancelled without a first token it is censored at
-   ``end_s - start_s``; a failed attempt without a first token is not a sample (fast failures
-   would drag the threshold down). While there are fewer than ``min_samples`` samples, the window
-   doubles, ``w_k = min(window_s * 2^k, max_window_s)`` (1 h, 2 h, 4 h, ... 24 h by default);
-   it also doubles while the estimate says the samples are too few for the budget's tail
-   (``TTFTEstimate.too_few_for_budget``, policy rule 3: no target, and not for censoring);
-2. count, in **that same (widened) window**, the calls, the hedged calls (``hedge_reason ==
-   "ttft_timeout"``; failovers are not hedges) and the hedged calls won by the backup, so
-   ``observed_hedge_rate = hedges / calls`` and ``backup_win_rate = backup wins / hedges``; the
-   call-level TTFTs (what the app saw, failovers and failed calls left out) and their P99 (the
-   ``hedges_did_not_lower_p99`` flag compares it with the primary's KM P99); and the calls and
-   hedges of the short window ``(now - short_window_s, now]`` and, once it has
-   ``short_window_min_calls`` calls, the KM target of its primary samples alone (rule 4 of the
-   policy); the *wanted* hedges of both windows (hedged, or ``hedge_denied`` by the client's
-   budget bucket); and, for the hedge model of rule 3b, the primary samples with their calls'
-   start times and the hedges' backup TTFT samples (:func:`backup_samples`: from the backup's own
-   send, censored at its cancellation when the primary won, failed backups left out);
-3. estimate the TTFT distribution (Kaplan-Meier, :func:`hedgerow.controller.estimation.estimate_ttft`)
-   and :func:`hedgerow.controller.policy.decide`;
+1. read the route's calls started in ``(now - window_s, now]`` (:func:`window_records`: per call
+   its first primary attempt and, for a hedge, its first backup attempt as TTFT samples by
+   ``_policy_window.ttft_sample``: a first token is observed, a cancel before it is censored, a
+   failed attempt is no sample; hedged, backup won, denied by the bucket, the call-level TTFT
+   with failovers left out); when the primary samples are fewer than ``min_samples``, or too
+   few for the budget's tail with no drift detected, read ``max_window_s`` instead;
+2. build the observation with ``_policy_window.observe_window``, the code the virtual-time
+   benchmark runs too: the window doubles while samples are too few, shrinks to the data since
+   a change the log-rank test detects (``_policy_drift``), and yields the Kaplan-Meier estimate
+   with its curve and bounds, the backup's curve, the counts of the window and of the short
+   window and the short window's primary samples;
+3. :func:`hedgerow.controller.policy.decide` (the ordered rules of ``_policy_rules``);
 4. publish: a new threshold row gets version 1, a changed value (or enabled flag) version + 1;
    and ALWAYS write a ``threshold_history`` row, applied or held, whose ``details`` JSON
-   (:func:`history_details`) holds a lower bound for every quantile left null
-   (``quantile_lower_bounds_s``), the KM target, the short-window figures and the P99 check.
+   (:func:`history_details`) holds a one-sided lower bound for every quantile left null
+   (``quantile_lower_bounds_s``), the KM target, the short-window figures, the binding
+   constraint (``binding``) and the inputs of the rules that acted.
 
 Worked number (the code's own output; ``tests/controller/test_jobs.py::
 test_worked_number_in_module_docstring`` checks it): 2,000 calls in the last 50 minutes, primary
@@ -34,16 +26,14 @@ TTFT ~ Exp(mean 1 s) (true P90 = ln 10 = 2.303 s), hedged at 1.5 s with a backup
 0.5 s), ``random.Random(1)``. 479 calls hedged (23.95%); the backup won 324 of them, so 324
 primaries are censored. The uncensored TTFTs alone give P90 = 1.465 s (far too low); the KM
 estimate gives P50 0.709 s, P90 2.402 s, P95 2.754 s, and P99 null with
-``details.quantile_lower_bounds_s.p99_s`` = 3.542 s (the longest duration seen). The target
-(upper 95% bound on S(t) <= 0.10) is 2.535 s, where the true P(TTFT > t) = 7.9%. The hedge model
-(rule 3b; 479 backup samples) predicts a call P99 of 3.299 s when hedging there and 3.362 s
-(+1.9%, inside the 2% tolerance) at 2.599 s, so 2.599 s is the efficient target (true
-P(TTFT > t) = 7.4%); its predicted backup win probability at the current 1.5 s is 0.650 (observed
-324 / 479 = 0.676). The short window saw 20.1% of 199 calls hedged, above the 10% budget, so the
-tick raises to 2.599 s at once (reason ``raise_over_budget``; the short window's own target is
-null, its budget quantile being censored). The call-level P99 (2.535 s) is under 0.95 x the
-primary's P99
-lower bound (3.542 s), so the hedges provably lowered the P99: no flag.
+``details.quantile_lower_bounds_s.p99_s`` = 3.542 s (the one-sided 95% bound: the KM lower
+bound stays above 0.01 up to the longest duration seen; the true P99 is 4.605 s). The target
+(upper 95% bound on S(t) <= 0.10) is 2.535 s, where the true P(TTFT > t) = 7.9%. The objective
+(479 backup samples, the bucket replayed) predicts a call P99 of 3.299 s there, the lowest of
+the search, so 2.535 s is published (``budget_bound``): a lower value would risk the budget.
+The short window saw 20.1% of 199 calls hedged, but at 1.5 s: only 1 of its primaries is known
+to have waited past 2.535 s, no evidence against it. The call-level P99 (2.535 s) is under 0.95
+x the primary's P99 lower bound (3.542 s), so the hedges provably lowered the P99: no flag.
 
 Reads and writes of a route use separate short transactions, the write one starting with a
 write (:func:`lock_route`), so a SQLite writer never has to upgrade a stale read snapshot. The
@@ -272,14 +262,16 @@ def history_details(decision: Decision, observation: Observation, settings: Any)
     Keys (each only when it applies):
 
     - ``quantile_lower_bounds_s``: ``{"p99_s": 4.2, ...}`` for every quantile left null because
-      the KM curve never reached its level; the bound is the largest observed duration
-      (``TTFTEstimate.max_observed_s``): the quantile is known to lie above it, nothing more;
+      the KM curve never reached its level; the bound is a one-sided confidence lower bound
+      (``TTFTEstimate.quantile_lower_bound_s``, at most the largest observed duration);
     - ``target_s``: the KM budget target (null when no observed time qualified);
     - ``wanted_hedge_rate``: (hedged + denied) / calls of the window (``observed_hedge_rate``
       in the row stays the rate of hedges actually sent);
     - ``short_window``: ``{"window_s", "calls", "hedge_rate", "wanted_rate", "target_s"}``, the
       inputs of rule 4;
-    - ``efficiency``: the inputs of rule 3b (see ``policy``);
+    - ``objective``, ``censored``, ``small_sample_test``, ``over_budget_test``, ``drift``,
+      ``binding``: the inputs of the policy's rules and the constraint that set the value
+      (see ``policy``);
     - ``p99_check``: the inputs of the ``hedges_did_not_lower_p99`` flag (see ``policy``).
     """
     details: dict[str, Any] = {}
@@ -602,7 +594,7 @@ async def tick_route(
         config = _config(route)
         async with sessionmaker() as session:
             observation = await observe_route(session, route, settings, now, knobs)
-        # the hedge model (rule 3b) replays the window's calls: off the event loop
+        # the objective replays the window's calls through the bucket: off the event loop
         decision = await asyncio.to_thread(decide, config, current, observation, knobs)
         details = history_details(decision, observation, settings) | (extra_details or {})
         if reason_prefix:
