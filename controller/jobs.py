@@ -513,7 +513,10 @@ async def run_tick(
         sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
         settings: a ``hedgerow.settings.Settings``.
         now: the tick's time (aware UTC; default: the current time). Calls started after it are
-            ignored.
+            ignored. This is the virtual-time entry point: ingest records with
+            ``hedgerow.controller.ingest_calls`` (any ``started_at``) and call
+            ``run_tick(sessionmaker, settings, now=t)`` for increasing ``t`` to replay a
+            workload against a store; the decisions are those a live controller would make.
 
     Each applied change is logged as one ``threshold_changed`` line
     (:func:`hedgerow.controller.events.log_threshold_change`).
