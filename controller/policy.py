@@ -240,7 +240,7 @@ class PolicyKnobs:
     confidence: float = 0.95
     tail_quantile: float = 0.99
     drift_alpha: float = 1e-3
-    drift_min_ratio: float = 1.25
+    drift_min_ratio: float = 1.75
     min_backup_win_rate: float = 0.2
     min_hedges_for_flag: int = 20
     short_window_min_calls: int = SHORT_WINDOW_MIN_CALLS

@@ -44,7 +44,7 @@ class Settings(BaseSettings):
         drift_alpha: false-alarm level of the controller's drift test (log-rank between the
             recent minutes and the window; default 0.001; 0 turns it off).
         drift_min_ratio: smallest ratio of the two parts' KM median TTFTs that counts as a
-            change of the distribution (default 1.25).
+            change of the distribution (default 1.75).
         default_budget: budget of a route created on first ingest (default 0.10).
         default_hedge_after_s / min_hedge_after_s / max_hedge_after_s: a new route's threshold
             and bounds (defaults 2.0 s, 0.05 s, 30 s); checked at start: min <= default <= max <=
@@ -132,7 +132,7 @@ class Settings(BaseSettings):
     max_step_down: float = Field(0.25, ge=0, lt=1)
     tail_quantile: float = Field(0.99, gt=0.5, lt=1)
     drift_alpha: float = Field(0.001, ge=0, lt=1)
-    drift_min_ratio: float = Field(1.25, ge=1)
+    drift_min_ratio: float = Field(1.75, ge=1)
     default_budget: float = Field(0.10, ge=0, le=1)
     default_hedge_after_s: float = Field(2.0, gt=0)
     min_hedge_after_s: float = Field(0.05, gt=0)
