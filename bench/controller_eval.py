@@ -58,9 +58,19 @@ Targets (issue 4): adaptive keeps every post-warm-up 5-minute hedge rate <= 1.25
 its P99 is within 10% of the best fixed value's at no more hedging (overall hedge rate <= the
 best fixed value's).
 
-Run: ``python bench/controller_eval.py [--json FILE] [--out-dir bench/results] [--duration S]
-[--rate R] [--budget B] [--seed N] [--seeds K] [--window-s S] [--interval-s S]``. Prints a
-table and whether each target is met, writes JSON (``--json``, default
+Scenario suite (``--suite scenarios``, issue 11): generated workloads that reproduce each known
+failure of the old rule stack (``bench/controller_scenarios.py``: rare slow mode, clients
+hedging below the default on a cold route, heavy tail near the budget, small windows, few
+calls, a 2x slowdown and back, ties), scored per phase against the generating distributions:
+ticks over budget, P99 regret against the hindsight-best threshold within budget, changes per
+hour at steady state, clamp values published and whether they were labelled; the "Done when"
+targets of the issue are printed MET / NOT MET with their figures. Both suites drive the same
+``VirtualController``, whose tick builds ``WindowRecords`` and runs
+``hedgerow.controller._policy_window.observe_window`` and ``decide``: the code of the live tick.
+
+Run: ``python bench/controller_eval.py [--suite trace|scenarios] [--scenario NAME] [--json FILE]
+[--out-dir bench/results] [--duration S] [--rate R] [--budget B] [--seed N] [--seeds K]
+[--window-s S] [--interval-s S]``. Prints a table and whether each target is met, writes JSON (``--json``, default
 ``OUT_DIR/controller_eval.json``) and ``OUT_DIR/controller_eval.png`` (the adaptive threshold,
 the 5-minute hedge rates and the 5-minute TTFT P99 over time, first seed). Not a test: nothing is
 asserted; exits 2 with a message when the trace file is absent or an option is out of range.
