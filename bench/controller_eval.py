@@ -58,9 +58,19 @@ Targets (issue 4): adaptive keeps every post-warm-up 5-minute hedge rate <= 1.25
 its P99 is within 10% of the best fixed value's at no more hedging (overall hedge rate <= the
 best fixed value's).
 
-Run: ``python bench/controller_eval.py [--json FILE] [--out-dir bench/results] [--duration S]
-[--rate R] [--budget B] [--seed N] [--seeds K] [--window-s S] [--interval-s S]``. Prints a
-table and whether each target is met, writes JSON (``--json``, default
+Scenario suite (``--suite scenarios``, issue 11): generated workloads that reproduce each known
+failure of the old rule stack (``bench/controller_scenarios.py``: rare slow mode, clients
+hedging below the default on a cold route, heavy tail near the budget, small windows, few
+calls, a 2x slowdown and back, ties), scored per phase against the generating distributions:
+ticks over budget, P99 regret against the hindsight-best threshold within budget, changes per
+hour at steady state, clamp values published and whether they were labelled; the "Done when"
+targets of the issue are printed MET / NOT MET with their figures. Both suites drive the same
+``VirtualController``, whose tick builds ``WindowRecords`` and runs
+``hedgerow.controller._policy_window.observe_window`` and ``decide``: the code of the live tick.
+
+Run: ``python bench/controller_eval.py [--suite trace|scenarios] [--scenario NAME] [--json FILE]
+[--out-dir bench/results] [--duration S] [--rate R] [--budget B] [--seed N] [--seeds K]
+[--window-s S] [--interval-s S]``. Prints a table and whether each target is met, writes JSON (``--json``, default
 ``OUT_DIR/controller_eval.json``) and ``OUT_DIR/controller_eval.png`` (the adaptive threshold,
 the 5-minute hedge rates and the 5-minute TTFT P99 over time, first seed). Not a test: nothing is
 asserted; exits 2 with a message when the trace file is absent or an option is out of range.
@@ -82,8 +92,8 @@ from typing import Any
 
 import numpy as np
 
-from hedgerow.controller.estimation import estimate_ttft
-from hedgerow.controller.policy import Observation, PolicyKnobs, RouteConfig, decide
+from hedgerow.controller._policy_window import WindowRecords, observe_window
+from hedgerow.controller.policy import PolicyKnobs, RouteConfig, decide
 from hedgerow.settings import Settings
 from hedgerow.sim.perf_model import load_perf_model
 from hedgerow.sim.trace import TraceError, TraceRequest, compress, load_azure_trace
@@ -168,79 +178,38 @@ class VirtualController:
             self._ttft.append(call.ttft_s if call.ttft_s is not None else math.nan)
         self._seen = len(visible)
 
-    def tick(self, now: float, visible: Sequence[VirtualCall]) -> None:
-        """One tick at virtual time ``now`` over the records visible so far (see the module doc)."""
+    def tick(self, now: float, visible: Sequence[Any]) -> None:
+        """One tick at virtual time ``now`` over the records visible so far (see the module doc).
+
+        The records become ``WindowRecords`` and go through ``observe_window`` and ``decide``,
+        the code ``hedgerow.controller.jobs`` runs on the store's records.
+        """
         self._absorb(visible)
-        arrival = np.asarray(self._arrival)
-        settings = self.settings
-
-        def in_window(span_s: float) -> np.ndarray:
-            return (arrival > now - span_s) & (arrival <= now)
-
-        window = settings.window_s
-        mask = in_window(window)
-        while int(mask.sum()) < settings.min_samples and window < settings.max_window_s:
-            window = min(window * 2, settings.max_window_s)
-            mask = in_window(window)
-        hedged = np.asarray(self._hedged)
-        backup_won = np.asarray(self._backup_won)
-        durations = np.asarray(self._duration)[mask]
-        censored = np.asarray(self._censored)[mask]
-        wanted = hedged | np.asarray(self._denied, dtype=bool)
-        calls, hedges = int(mask.sum()), int(hedged[mask].sum())
-        wins = int(backup_won[mask].sum())
-        short = in_window(settings.short_window_s)
-        short_calls, short_hedges = int(short.sum()), int(hedged[short].sum())
-        backup_duration = np.asarray(self._backup_duration)[mask]
-        has_backup = ~np.isnan(backup_duration)
-        estimate = None
+        arrival = np.asarray(self._arrival, dtype=float)
+        keep = arrival > now - max(self.settings.max_window_s, self.settings.window_s)
+        hedged = np.asarray(self._hedged, dtype=bool)[keep]
+        records = WindowRecords(
+            age_s=now - arrival[keep],
+            primary_s=np.asarray(self._duration, dtype=float)[keep],
+            primary_censored=np.asarray(self._censored, dtype=bool)[keep],
+            hedged=hedged,
+            backup_won=np.asarray(self._backup_won, dtype=bool)[keep],
+            denied=np.asarray(self._denied, dtype=bool)[keep],
+            backup_s=np.asarray(self._backup_duration, dtype=float)[keep],
+            backup_censored=np.asarray(self._backup_censored, dtype=bool)[keep],
+            call_ttft_s=np.asarray(self._ttft, dtype=float)[keep],
+        )
         budget = self.config.budget if 0.0 < self.config.budget < 1.0 else None
-        if durations.size:
-            estimate = estimate_ttft(
-                durations.tolist(), censored.tolist(), budget=budget, confidence=settings.confidence
-            )
-        fields: dict[str, Any] = {
-            "estimate": estimate,
-            "window_s": window,
-            "calls": calls,
-            "observed_hedge_rate": _rate(hedges, calls),
-            "backup_win_rate": _rate(wins, hedges),
-            "hedges": hedges,
-            "short_window_calls": short_calls,
-            "short_window_hedge_rate": _rate(short_hedges, short_calls),
-            # the same inputs as jobs.observe_route: wanted (hedged or denied) rates and the
-            # primary and backup samples of the window, for the hedge model
-            "wanted_hedge_rate": _rate(int(wanted[mask].sum()), calls),
-            "short_window_wanted_rate": _rate(int(wanted[short].sum()), short_calls),
-            "primary_durations_s": tuple(durations.tolist()),
-            "primary_censored": tuple(censored.tolist()),
-            "primary_started_s": tuple(arrival[mask].tolist()),
-            "backup_durations_s": tuple(backup_duration[has_backup].tolist()),
-            "backup_censored": tuple(np.asarray(self._backup_censored)[mask][has_backup].tolist()),
-        }
-        # the call-level TTFTs of the window, as jobs.py (failed calls have none)
-        call_ttft = np.asarray(self._ttft)[mask]
-        call_ttft = call_ttft[~np.isnan(call_ttft)]
-        fields["call_ttft_samples"] = int(call_ttft.size)
-        fields["call_p99_s"] = float(np.quantile(call_ttft, 0.99, method="inverted_cdf")) if call_ttft.size else None
-        # the short window's own KM target
-        short_target_s = None
-        if short_calls >= settings.short_window_min_calls and budget is not None:
-            short_estimate = estimate_ttft(
-                np.asarray(self._duration)[short].tolist(),
-                np.asarray(self._censored)[short].tolist(),
-                budget=budget,
-                confidence=settings.confidence,
-            )
-            short_target_s = short_estimate.target_s
-        fields["short_window_target_s"] = short_target_s
-        observation = Observation(**fields)
+        observation = observe_window(records, settings=self.settings, budget=budget, knobs=self.knobs)
+        estimate = observation.estimate
+        window = observation.window_s
         decision = decide(self.config, self.current, observation, self.knobs)
         self.current = decision.hedge_after_s
         self.history.append(
             {
                 "t_s": now,
                 "hedge_after_s": decision.hedge_after_s,
+                "applied": decision.applied,
                 "reason": decision.reason,
                 "samples": 0 if estimate is None else estimate.samples,
                 "censored": 0 if estimate is None else estimate.censored,
@@ -721,6 +690,143 @@ def print_table(results: dict[str, Any], wall_s: float) -> None:
     console.print(f"wall time {wall_s:.1f} s")
 
 
+def run_scenarios(args: argparse.Namespace, progress: Any = None) -> dict[str, Any]:
+    """Run the generated-data scenarios of ``controller_scenarios`` through the controller.
+
+    Each scenario runs once per seed (``--seeds``, from ``--seed``) with the same
+    ``VirtualController`` as the trace suite; the figures are per (scenario, phase, seed); see
+    ``bench/controller_scenarios.py`` for the scenarios, the truth and the metrics.
+
+    Returns:
+        JSON-ready results: ``rows`` (one per phase and seed), ``summary`` (the issue's targets,
+        each with its figure and whether it is met) and the run's configuration.
+    """
+    from controller_scenarios import SCENARIOS, evaluate_scenario, make_truth, simulate_scenario
+
+    say = progress or (lambda _msg: None)
+    settings = Settings()
+    wanted = set(args.scenario or [])
+    rows: list[dict[str, Any]] = []
+    ticks: dict[str, list[list[Any]]] = {}
+    for scenario in SCENARIOS:
+        if wanted and scenario.name not in wanted:
+            continue
+        truths = [make_truth(phase, scenario.budget) for phase in scenario.phases]
+        route = RouteConfig(
+            budget=scenario.budget,
+            default_hedge_after_s=scenario.default_hedge_after_s,
+            min_hedge_after_s=settings.min_hedge_after_s,
+            max_hedge_after_s=settings.max_hedge_after_s,
+        )
+        for seed in range(args.seed, args.seed + args.seeds):
+            started = time.perf_counter()
+            controller = VirtualController(route, settings)
+            calls = simulate_scenario(scenario, controller, seed, settings.controller_interval_s)
+            for result in evaluate_scenario(
+                scenario,
+                controller.history,
+                calls,
+                truths,
+                seed,
+                settings.min_hedge_after_s,
+                settings.max_hedge_after_s,
+            ):
+                rows.append(dataclasses.asdict(result))
+            ticks[f"{scenario.name}/{seed}"] = [
+                [h["t_s"], h["hedge_after_s"], h["reason"], h["window_s"], h["samples"]] for h in controller.history
+            ]
+            say(f"{scenario.name} seed {seed}: {len(calls)} calls, {time.perf_counter() - started:.1f} s")
+    return {
+        "benchmark": "controller_eval_scenarios",
+        "rows": rows,
+        "summary": scenario_targets(rows),
+        "ticks": ticks,  # per run: [t_s, hedge_after_s, reason, window_s, samples]
+    }
+
+
+def scenario_targets(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's "Done when" targets over the scenario rows, each with its figure and verdict."""
+    regrets = [r["regret"] for r in rows]
+    cold = [r for r in rows if r["phase"] in ("steady", "before")]
+    slow = [r for r in rows if r["phase"] == "slow_2x"]
+    recovered = [r for r in rows if r["phase"] == "recovered"]
+    changes = [r["changes_per_hour"] for r in rows]
+    worst_cold = max((r["ticks_over_budget"] for r in cold), default=0)
+    worst_slow = max((r["ticks_over_budget"] for r in slow), default=0)
+    recover = [r["ticks_to_recover"] for r in recovered]
+    worst_recover = None if any(v is None for v in recover) else max(recover, default=0)
+    return {
+        "settled_over_budget": {"value": sum(r["settled_over_budget"] for r in rows), "limit": 0},
+        "regret_median": {"value": float(np.median(regrets)), "limit": 1.05},
+        "regret_max": {"value": float(np.max(regrets)), "limit": 1.5},
+        "ticks_over_budget_cold_start": {"value": worst_cold, "limit": 2},
+        "ticks_over_budget_after_slowdown": {"value": worst_slow, "limit": 2},
+        "ticks_to_recover_after_recovery": {"value": worst_recover, "limit": 5},
+        "changes_per_hour_steady_max": {"value": float(np.max(changes)), "limit": 2},
+        "unlabelled_clamps": {"value": sum(r["unlabelled_clamps"] for r in rows), "limit": 0},
+    }
+
+
+def print_scenarios(results: dict[str, Any]) -> None:
+    """Print the scenario rows and the targets as rich tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=260)
+    table = Table(title="controller scenarios (generated data; truth from the generating distributions)")
+    for name in (
+        "scenario",
+        "phase",
+        "seed",
+        "ticks",
+        "over budget",
+        "settled over",
+        "worst true rate",
+        "settled s",
+        "best s",
+        "P99 s",
+        "best P99 s",
+        "regret",
+        "changes/h",
+        "hedge rate",
+        "recover ticks",
+        "clamps",
+        "main reasons",
+    ):
+        table.add_column(
+            name, justify="left" if name in ("scenario", "phase", "main reasons") else "right", no_wrap=True
+        )
+    for r in results["rows"]:
+        reasons = sorted(r["reasons"].items(), key=lambda kv: -kv[1])[:3]
+        table.add_row(
+            r["scenario"],
+            r["phase"],
+            str(r["seed"]),
+            str(r["ticks"]),
+            str(r["ticks_over_budget"]),
+            "yes" if r["settled_over_budget"] else "no",
+            _fmt(r["worst_true_rate"], 3),
+            _fmt(r["settled_hedge_after_s"], 3),
+            _fmt(r["best_hedge_after_s"], 3),
+            _fmt(r["adaptive_p99_s"], 3),
+            _fmt(r["best_p99_s"], 3),
+            _fmt(r["regret"], 3),
+            _fmt(r["changes_per_hour"], 1),
+            _fmt(r["realized_hedge_rate"], 3),
+            "-" if r["ticks_to_recover"] is None else str(r["ticks_to_recover"]),
+            " ".join(r["clamps"]) or "-",
+            " ".join(f"{k}:{v}" for k, v in reasons),
+        )
+    console.print(table)
+    for name, target in results["summary"].items():
+        value, limit = target["value"], target["limit"]
+        met = value is not None and value <= limit
+        console.print(
+            f"{name}: {value if not isinstance(value, float) else round(value, 3)} (limit {limit}): "
+            f"{'MET' if met else 'NOT MET'}"
+        )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Virtual-time evaluation of the hedgerow controller on the Azure conv trace."
@@ -728,6 +834,15 @@ def _parser() -> argparse.ArgumentParser:
     root = Path(__file__).resolve().parents[1]
     default_trace = DEFAULT_TRACE if DEFAULT_TRACE.is_file() else (root / DEFAULT_TRACE).resolve()
     parser.add_argument("--trace", type=Path, default=default_trace, help="Azure trace CSV")
+    parser.add_argument(
+        "--suite",
+        choices=("trace", "scenarios"),
+        default="trace",
+        help="trace: the Azure trace replay (default); scenarios: the generated-data scenarios",
+    )
+    parser.add_argument(
+        "--scenario", action="append", default=None, help="with --suite scenarios: run only this one (repeatable)"
+    )
     parser.add_argument(
         "--duration", type=float, default=None, help="virtual seconds of the workload to replay (default: all of it)"
     )
@@ -789,6 +904,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (0 ok, 2 trace absent or bad option)."""
     args = _parser().parse_args(argv)
+    if args.suite == "scenarios":
+        return _main_scenarios(args)
     if not args.trace.is_file():
         print(
             f"controller_eval: trace not found: {args.trace} (the Azure conversation trace, "
@@ -817,6 +934,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path.write_text(json.dumps(results, indent=2) + "\n")
     print_table(results, wall_s)
     print(f"written {json_path} and {png}")
+    return 0
+
+
+def _main_scenarios(args: argparse.Namespace) -> int:
+    """``--suite scenarios``: run, print, write ``OUT_DIR/controller_scenarios.json``."""
+    if args.seeds < 1:
+        print(f"controller_eval: --seeds is too small: {args.seeds}", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    start = time.perf_counter()
+    results = run_scenarios(args, progress=lambda msg: print(msg, file=sys.stderr))
+    results["wall_s"] = time.perf_counter() - start
+    json_path = args.json or args.out_dir / "controller_scenarios.json"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    print_scenarios(results)
+    print(f"wall time {results['wall_s']:.1f} s; written {json_path}")
     return 0
 
 

@@ -4,8 +4,9 @@
   (engines, sessions, Alembic migrations), :mod:`~hedgerow.controller.ingest` (call records in),
   :mod:`~hedgerow.controller.queries` (thresholds, routes, history out);
 - estimation: :mod:`~hedgerow.controller.estimation` (Kaplan-Meier TTFT quantiles, scipy);
-  :mod:`~hedgerow.controller.hedge_model` (predicted P99 of hedged calls, the efficient target);
-- policy: :mod:`~hedgerow.controller.policy` (budget, hysteresis, bounded steps);
+  :mod:`~hedgerow.controller.hedge_model` (predicted P99 of hedged calls over a threshold grid);
+- policy: :mod:`~hedgerow.controller.policy` (one objective under the budget bound, as ordered
+  rules over the estimation's curves; window rules and drift detection behind it);
 - job: :mod:`~hedgerow.controller.jobs` (one tick), :mod:`~hedgerow.controller.lease` (one job
   runner), :mod:`~hedgerow.controller.scheduler` (APScheduler);
 - history: :mod:`~hedgerow.controller.rollups` (hourly rollups, weekly merges, histogram

@@ -45,10 +45,12 @@ Outputs
 -------
 * Quantile ``q``: the smallest observed first-token time ``t`` with ``F(t) >= q``. When the KM
   curve never reaches ``q`` (the censored primaries left the risk set before it got there) the
-  quantile is ``None``: we never extrapolate. ``max_observed_s`` (the largest duration, censored
-  or not) is then a lower bound for it (the KM curve is still above ``1 - q`` there); the
-  controller stores it in the history row as ``details.quantile_lower_bounds_s``, e.g.
-  ``{"p99_s": 3.542}`` (see ``jobs``).
+  quantile is ``None``: we never extrapolate. ``quantile_lower_bound_s`` then gives a real
+  one-sided lower confidence bound for it: the first time whose one-sided lower bound on
+  ``S`` (``KMCurve.lower``) is ``<= 1 - q`` (``max_observed_s`` when there is none). The largest
+  duration seen, the bound used before, is not one: a long censored duration can lie above
+  the quantile. The controller stores the bound in the history row as
+  ``details.quantile_lower_bounds_s`` (see ``jobs``).
 * ``target_s`` for a ``budget`` b: the smallest observed first-token time ``t`` whose upper
   confidence bound on ``S(t)`` is ``<= b``. A primary threshold set there hedges at most a
   fraction b of calls with the stated confidence (pointwise). Since the upper bound is never below
@@ -92,7 +94,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-__all__ = ["CI_METHOD", "QUANTILE_LEVELS", "TTFTEstimate", "estimate_ttft"]
+from hedgerow.controller.hedge_model import SurvivalCurve
+
+__all__ = ["CI_METHOD", "QUANTILE_LEVELS", "KMCurve", "TTFTEstimate", "estimate_ttft"]
 
 #: The quantile levels reported in a ``TTFTEstimate`` (field name -> probability).
 QUANTILE_LEVELS: dict[str, float] = {
@@ -109,6 +113,97 @@ CI_METHOD = "log-log"
 # Absolute slack when comparing a KM probability with a level: F(t) is a running product, so an
 # exact 0.9 can come out as 0.8999999999999999.
 _EPS = 1e-12
+
+
+@dataclass(frozen=True, slots=True)
+class KMCurve:
+    """The Kaplan-Meier survival curve of one window with its pointwise confidence bounds.
+
+    Evaluated at every distinct duration (first-token and censoring times alike), so that a
+    bound can be read anywhere up to ``max_observed_s``.
+
+    Attributes:
+        times_s: the distinct durations, seconds, ascending, shape (m,).
+        survival: ``S(t) = P(TTFT > t)`` from each time on, shape (m,).
+        upper: the upper bound of the two-sided ``confidence`` log-log interval on ``S``
+            (one-sided ``(1 + confidence) / 2``: 97.5% at 0.95), shape (m,); NaN where
+            undefined except where ``S = 0`` (exact binomial fill, see ``_fill_upper_at_zero``).
+        lower: the one-sided ``confidence`` lower bound on ``S`` (the log-log interval at
+            two-sided level ``2 * confidence - 1``: 90% two-sided gives a 95% one-sided bound),
+            shape (m,); NaN read as 0 (nothing proven).
+        event: True where a first token was observed at that time, shape (m,).
+        samples: the number of durations.
+        max_observed_s: the largest duration, seconds.
+    """
+
+    times_s: np.ndarray
+    survival: np.ndarray
+    upper: np.ndarray
+    lower: np.ndarray
+    event: np.ndarray
+    samples: int
+    max_observed_s: float
+
+    def _at(self, values: np.ndarray, t_s: np.ndarray | float, before: float) -> np.ndarray:
+        index = np.searchsorted(self.times_s, np.asarray(t_s, dtype=float), side="right") - 1
+        return np.where(index < 0, before, values[np.maximum(index, 0)])
+
+    def upper_at(self, t_s: np.ndarray | float) -> np.ndarray:
+        """The upper bound on ``S`` at ``t_s`` (seconds, any shape); NaN read as 1."""
+        return self._at(np.where(np.isfinite(self.upper), self.upper, 1.0), t_s, 1.0)
+
+    def lower_at(self, t_s: np.ndarray | float) -> np.ndarray:
+        """The one-sided lower bound on ``S`` at ``t_s`` (seconds, any shape); NaN read as 0."""
+        return self._at(np.where(np.isfinite(self.lower), self.lower, 0.0), t_s, 1.0)
+
+    def quantile_lower_bound_s(self, q: float) -> float:
+        """A one-sided ``confidence`` lower bound on the TTFT quantile ``q``, seconds.
+
+        ``x_q > t`` whenever ``S(t) > 1 - q``, so with ``tau`` the first time whose lower bound
+        on ``S`` is ``<= 1 - q``, the bound ``S(t) >= L(t) > 1 - q`` for every ``t < tau``
+        gives ``x_q >= tau`` with the bound's confidence. When the lower bound stays above
+        ``1 - q`` up to the last duration, ``tau`` is ``max_observed_s``. Worked number
+        (``tests/controller/test_estimation.py``): 200 draws of Exp(1) censored at 1.0 s
+        (true P90 = 2.303 s): the bound for P90 is 1.0 s; the old "largest duration seen"
+        answer would be the same here but can exceed the quantile when a few long durations
+        are censored at large times (the issue's 3 of 14 cases).
+        """
+        lower = self.lower_at(self.times_s)
+        below = np.flatnonzero(lower <= 1.0 - q + _EPS)
+        return float(self.times_s[below[0]]) if below.size else self.max_observed_s
+
+    def lowest_supported_s(self, budget: float) -> float:
+        """The smallest time whose one-sided lower bound on ``S`` is ``<= budget``, seconds.
+
+        Below it the data show the budget exceeded (``S(t) >= L(t) > budget`` with the bound's
+        confidence); from it on they do not. The policy leaves a censored region there instead
+        of doubling the threshold. ``max_observed_s`` when the bound never gets under the
+        budget (the data show the budget exceeded at every duration seen).
+        """
+        lower = self.lower_at(self.times_s)
+        ok = np.flatnonzero(lower <= budget + _EPS)
+        return float(self.times_s[ok[0]]) if ok.size else self.max_observed_s
+
+    def survival_curve(self) -> SurvivalCurve:
+        """The curve as ``hedge_model.SurvivalCurve`` (steps at first-token times only)."""
+        return SurvivalCurve(self.times_s[self.event], self.survival[self.event], self.samples)
+
+
+def km_curve(durations_s: np.ndarray, censored: np.ndarray, confidence: float) -> KMCurve | None:
+    """The ``KMCurve`` of validated arrays, or None when every sample is censored."""
+    if censored.all():
+        return None
+    data = stats.CensoredData(uncensored=durations_s[~censored], right=durations_s[censored])
+    sf = stats.ecdf(data).sf
+    times, survival = sf.quantiles, sf.probabilities
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        two_sided = sf.confidence_interval(confidence_level=confidence, method=CI_METHOD)
+        one_sided = sf.confidence_interval(confidence_level=max(2.0 * confidence - 1.0, 0.01), method=CI_METHOD)
+    upper = _fill_upper_at_zero(two_sided.high.probabilities, survival, times, durations_s, confidence)
+    lower = np.where(survival <= 0.0, 0.0, one_sided.low.probabilities)
+    event = np.isin(times, durations_s[~censored])
+    return KMCurve(times, survival, upper, lower, event, int(durations_s.size), float(durations_s.max()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +241,7 @@ class TTFTEstimate:
     target_s: float | None
     target_all_events_s: float | None = None
     max_censored_s: float | None = None
+    curve: KMCurve | None = None
 
     @property
     def too_few_for_budget(self) -> bool:
@@ -165,9 +261,10 @@ class TTFTEstimate:
             q: one of the reported levels 0.5, 0.75, 0.9, 0.95, 0.99.
 
         Returns:
-            The KM quantile when it is identified, else ``max_observed_s`` (the quantile lies
-            beyond every observed duration). ``None`` is never returned for a valid level; the
-            return type allows it only for symmetry with the quantile fields.
+            The KM quantile when it is identified, else a one-sided confidence lower bound
+            (``KMCurve.quantile_lower_bound_s``; ``max_observed_s`` when no curve was kept, i.e.
+            every sample censored). ``None`` is never returned for a valid level; the return
+            type allows it only for symmetry with the quantile fields.
 
         Raises:
             ValueError: ``q`` is not one of the reported levels.
@@ -175,7 +272,11 @@ class TTFTEstimate:
         for name, level in QUANTILE_LEVELS.items():
             if math.isclose(q, level):
                 value = getattr(self, name)
-                return self.max_observed_s if value is None else value
+                if value is not None:
+                    return float(value)
+                if self.curve is None:
+                    return self.max_observed_s
+                return self.curve.quantile_lower_bound_s(level)
         raise ValueError(f"q must be one of {sorted(QUANTILE_LEVELS.values())}, got {q!r}")
 
 
@@ -326,6 +427,7 @@ def estimate_ttft(
     if budget is not None and target_s is None and n_censored > 0:
         target_all_events_s = _target_all_events(durations, budget, confidence)
 
+    curve = km_curve(durations, is_censored, confidence)
     return TTFTEstimate(
         samples=samples,
         censored=n_censored,
@@ -339,4 +441,5 @@ def estimate_ttft(
         target_s=target_s,
         target_all_events_s=target_all_events_s,
         max_censored_s=float(durations[is_censored].max()) if n_censored else None,
+        curve=curve,
     )

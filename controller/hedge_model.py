@@ -1,7 +1,7 @@
 """Predict a hedged call's TTFT tail from the primary's and the backup's TTFT survival curves.
 
 The budget target (``estimation``) says how *low* a threshold may go; this module says whether
-going that low buys anything. It is the model behind rule 3b of ``policy``.
+going that low buys anything. It is the model behind the objective of ``policy`` (rule 3).
 
 Model
 -----

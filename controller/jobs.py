@@ -2,31 +2,23 @@
 
 Per route, each tick (DESIGN.md "controller"):
 
-1. gather the primary's TTFT samples of the calls started in the window ``(now - window_s, now]``:
-   the call's first attempt with role ``primary``; with a first token its TTFT is
-   ``first_token_s - start_s`` (uncensored); cancelled without a first token it is censored at
-   ``end_s - start_s``; a failed attempt without a first token is not a sample (fast failures
-   would drag the threshold down). While there are fewer than ``min_samples`` samples, the window
-   doubles, ``w_k = min(window_s * 2^k, max_window_s)`` (1 h, 2 h, 4 h, ... 24 h by default);
-   it also doubles while the estimate says the samples are too few for the budget's tail
-   (``TTFTEstimate.too_few_for_budget``, policy rule 3: no target, and not for censoring);
-2. count, in **that same (widened) window**, the calls, the hedged calls (``hedge_reason ==
-   "ttft_timeout"``; failovers are not hedges) and the hedged calls won by the backup, so
-   ``observed_hedge_rate = hedges / calls`` and ``backup_win_rate = backup wins / hedges``; the
-   call-level TTFTs (what the app saw, failovers and failed calls left out) and their P99 (the
-   ``hedges_did_not_lower_p99`` flag compares it with the primary's KM P99); and the calls and
-   hedges of the short window ``(now - short_window_s, now]`` and, once it has
-   ``short_window_min_calls`` calls, the KM target of its primary samples alone (rule 4 of the
-   policy); the *wanted* hedges of both windows (hedged, or ``hedge_denied`` by the client's
-   budget bucket); and, for the hedge model of rule 3b, the primary samples with their calls'
-   start times and the hedges' backup TTFT samples (:func:`backup_samples`: from the backup's own
-   send, censored at its cancellation when the primary won, failed backups left out);
-3. estimate the TTFT distribution (Kaplan-Meier, :func:`hedgerow.controller.estimation.estimate_ttft`)
-   and :func:`hedgerow.controller.policy.decide`;
+1. read the route's calls started in ``(now - window_s, now]`` (:func:`window_records`: per call
+   its first primary attempt and, for a hedge, its first backup attempt as TTFT samples by
+   ``_policy_window.ttft_sample``: a first token is observed, a cancel before it is censored, a
+   failed attempt is no sample; hedged, backup won, denied by the bucket, the call-level TTFT
+   with failovers left out); when the primary samples are fewer than ``min_samples``, or too
+   few for the budget's tail with no drift detected, read ``max_window_s`` instead;
+2. build the observation with ``_policy_window.observe_window``, the code the virtual-time
+   benchmark runs too: the window doubles while samples are too few, shrinks to the data since
+   a change the log-rank test detects (``_policy_drift``), and yields the Kaplan-Meier estimate
+   with its curve and bounds, the backup's curve, the counts of the window and of the short
+   window and the short window's primary samples;
+3. :func:`hedgerow.controller.policy.decide` (the ordered rules of ``_policy_rules``);
 4. publish: a new threshold row gets version 1, a changed value (or enabled flag) version + 1;
    and ALWAYS write a ``threshold_history`` row, applied or held, whose ``details`` JSON
-   (:func:`history_details`) holds a lower bound for every quantile left null
-   (``quantile_lower_bounds_s``), the KM target, the short-window figures and the P99 check.
+   (:func:`history_details`) holds a one-sided lower bound for every quantile left null
+   (``quantile_lower_bounds_s``), the KM target, the short-window figures, the binding
+   constraint (``binding``) and the inputs of the rules that acted.
 
 Worked number (the code's own output; ``tests/controller/test_jobs.py::
 test_worked_number_in_module_docstring`` checks it): 2,000 calls in the last 50 minutes, primary
@@ -34,16 +26,14 @@ TTFT ~ Exp(mean 1 s) (true P90 = ln 10 = 2.303 s), hedged at 1.5 s with a backup
 0.5 s), ``random.Random(1)``. 479 calls hedged (23.95%); the backup won 324 of them, so 324
 primaries are censored. The uncensored TTFTs alone give P90 = 1.465 s (far too low); the KM
 estimate gives P50 0.709 s, P90 2.402 s, P95 2.754 s, and P99 null with
-``details.quantile_lower_bounds_s.p99_s`` = 3.542 s (the longest duration seen). The target
-(upper 95% bound on S(t) <= 0.10) is 2.535 s, where the true P(TTFT > t) = 7.9%. The hedge model
-(rule 3b; 479 backup samples) predicts a call P99 of 3.299 s when hedging there and 3.362 s
-(+1.9%, inside the 2% tolerance) at 2.599 s, so 2.599 s is the efficient target (true
-P(TTFT > t) = 7.4%); its predicted backup win probability at the current 1.5 s is 0.650 (observed
-324 / 479 = 0.676). The short window saw 20.1% of 199 calls hedged, above the 10% budget, so the
-tick raises to 2.599 s at once (reason ``raise_over_budget``; the short window's own target is
-null, its budget quantile being censored). The call-level P99 (2.535 s) is under 0.95 x the
-primary's P99
-lower bound (3.542 s), so the hedges provably lowered the P99: no flag.
+``details.quantile_lower_bounds_s.p99_s`` = 3.542 s (the one-sided 95% bound: the KM lower
+bound stays above 0.01 up to the longest duration seen; the true P99 is 4.605 s). The target
+(upper 95% bound on S(t) <= 0.10) is 2.535 s, where the true P(TTFT > t) = 7.9%. The objective
+(479 backup samples, the bucket replayed) predicts a call P99 of 3.299 s there, the lowest of
+the search, so 2.535 s is published (``budget_bound``): a lower value would risk the budget.
+The short window saw 20.1% of 199 calls hedged, but at 1.5 s: only 1 of its primaries is known
+to have waited past 2.535 s, no evidence against it. The call-level P99 (2.535 s) is under 0.95
+x the primary's P99 lower bound (3.542 s), so the hedges provably lowered the P99: no flag.
 
 Reads and writes of a route use separate short transactions, the write one starting with a
 write (:func:`lock_route`), so a SQLite writer never has to upgrade a stale read snapshot. The
@@ -65,9 +55,10 @@ import numpy as np
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.controller._policy_window import WindowRecords, observe_window, ttft_sample
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
 from hedgerow.controller.errors import ControllerError
-from hedgerow.controller.estimation import QUANTILE_LEVELS, TTFTEstimate, estimate_ttft
+from hedgerow.controller.estimation import QUANTILE_LEVELS
 from hedgerow.controller.events import log_threshold_change
 from hedgerow.controller.models import (
     Attempt,
@@ -89,42 +80,22 @@ from hedgerow.controller.queries import history_row_dict
 __all__ = [
     "PUBLISH_ATTEMPTS",
     "BackupSamples",
-    "PrimarySamples",
     "WindowCounts",
     "backup_samples",
-    "call_ttfts",
     "count_calls",
-    "gather_samples",
     "history_details",
     "lock_route",
     "observe_route",
     "run_once",
     "run_tick",
     "tick_route",
+    "window_records",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 #: How many times :func:`tick_route` decides again when the route changed under it.
 PUBLISH_ATTEMPTS = 5
-
-
-@dataclass(frozen=True, slots=True)
-class PrimarySamples:
-    """The primary TTFT samples of one window.
-
-    Attributes:
-        durations_s: TTFT (uncensored) or time until cancelled (censored), seconds, one per call.
-        censored: True where the duration is a right-censored lower bound.
-        window_s: the window they were gathered over, seconds.
-        started_s: when each sample's call started, seconds before the window's end (so larger
-            is earlier), one per sample; orders the calls for the policy's bucket replay.
-    """
-
-    durations_s: tuple[float, ...]
-    censored: tuple[bool, ...]
-    window_s: float
-    started_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,126 +123,6 @@ class WindowCounts:
     wanted: int = 0
 
 
-async def _samples_in(
-    session: AsyncSession, route_id: int, since: datetime, until: datetime
-) -> tuple[list[float], list[bool], list[float]]:
-    """Primary samples of the calls started in ``(since, until]``: durations, censored flags and
-    start times in seconds before ``until``."""
-    rows = await session.execute(
-        select(
-            Attempt.call_id,
-            Attempt.start_s,
-            Attempt.first_token_s,
-            Attempt.end_s,
-            Attempt.outcome,
-            Call.started_at,
-        )
-        .join(Call, Call.id == Attempt.call_id)
-        .where(
-            Call.route_id == route_id,
-            Call.started_at > since,
-            Call.started_at <= until,
-            Attempt.role == "primary",
-        )
-        .order_by(Attempt.call_id, Attempt.attempt_index)
-    )
-    durations: list[float] = []
-    censored: list[bool] = []
-    started: list[float] = []
-    seen: set[int] = set()
-    for call_id, start_s, first_token_s, end_s, outcome, started_at in rows.all():
-        if call_id in seen:
-            continue  # only the call's first primary attempt counts
-        seen.add(call_id)
-        sample = _ttft_sample(start_s, first_token_s, end_s, outcome)
-        if sample is None:
-            continue
-        durations.append(sample[0])
-        censored.append(sample[1])
-        started.append((until - started_at).total_seconds())
-    return durations, censored, started
-
-
-def _ttft_sample(start_s: float, first_token_s: float | None, end_s: float, outcome: str) -> tuple[float, bool] | None:
-    """One attempt as a TTFT sample measured from its own send: ``(duration_s, censored)``.
-
-    A first token gives an observed duration; an attempt cancelled before its first token is
-    right-censored at its elapsed time; a failed attempt is no sample (None), since fast failures
-    would drag the estimate down.
-    """
-    if first_token_s is not None:
-        return max(0.0, first_token_s - start_s), False
-    if outcome == "cancelled":
-        return max(0.0, end_s - start_s), True
-    return None
-
-
-async def backup_samples(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> BackupSamples:
-    """The backup TTFT samples of the hedges of calls started in ``(since, until]``.
-
-    Only hedges (``hedge_reason == "ttft_timeout"``) count, one backup per call (its first
-    ``backup`` attempt); the duration is measured from the backup's own send (``start_s``):
-    ``first_token_s - start_s`` when it had a first token, ``end_s - start_s`` (censored) when
-    it was cancelled without one; a failed backup is not a sample.
-
-    Args:
-        session: an open session.
-        route_id: the ``routes.id``.
-        since / until: the window (aware UTC).
-    """
-    rows = await session.execute(
-        select(Attempt.call_id, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome)
-        .join(Call, Call.id == Attempt.call_id)
-        .where(
-            Call.route_id == route_id,
-            Call.started_at > since,
-            Call.started_at <= until,
-            Call.hedge_reason == "ttft_timeout",
-            Attempt.role == "backup",
-        )
-        .order_by(Attempt.call_id, Attempt.attempt_index)
-    )
-    durations: list[float] = []
-    censored: list[bool] = []
-    seen: set[int] = set()
-    for call_id, start_s, first_token_s, end_s, outcome in rows.all():
-        if call_id in seen:
-            continue
-        seen.add(call_id)
-        sample = _ttft_sample(start_s, first_token_s, end_s, outcome)
-        if sample is not None:
-            durations.append(sample[0])
-            censored.append(sample[1])
-    return BackupSamples(tuple(durations), tuple(censored))
-
-
-async def gather_samples(
-    session: AsyncSession,
-    route_id: int,
-    now: datetime,
-    *,
-    window_s: float,
-    max_window_s: float,
-    min_samples: int,
-) -> PrimarySamples:
-    """The primary TTFT samples of a route, widening the window x2 while they are too few.
-
-    Args:
-        session: an open session.
-        route_id: the ``routes.id``.
-        now: end of the window (aware UTC).
-        window_s: the first window, seconds.
-        max_window_s: the widest window, seconds (``window_s`` if that is larger).
-        min_samples: widen while there are fewer samples than this.
-    """
-    window = window_s
-    while True:
-        durations, censored, started = await _samples_in(session, route_id, now - timedelta(seconds=window), now)
-        if len(durations) >= min_samples or window >= max_window_s:
-            return PrimarySamples(tuple(durations), tuple(censored), window, tuple(started))
-        window = min(window * 2, max_window_s)
-
-
 async def count_calls(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> WindowCounts:
     """Count a route's calls started in ``(since, until]``, its hedges, the backup's wins and the
     wanted hedges (hedged, or ``hedge_denied`` by the client's budget bucket)."""
@@ -290,122 +141,108 @@ async def count_calls(session: AsyncSession, route_id: int, since: datetime, unt
     return WindowCounts(int(row[0]), int(row[1]), int(row[2]), int(row[3]))
 
 
-async def call_ttfts(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> list[float]:
-    """The call-level TTFTs (what the app saw, hedged or not) of calls started in ``(since, until]``.
+async def window_records(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> WindowRecords:
+    """A route's calls started in ``(since, until]`` as ``WindowRecords`` (ages from ``until``).
 
-    Calls without a first token (failed, cancelled by the caller) and failovers
-    (``hedge_reason == "primary_error"``) are left out: the first are not latencies, the second
-    measure the failover, not the hedge.
+    Per call: its first ``primary`` attempt as a TTFT sample and, for a hedge (``hedge_reason ==
+    "ttft_timeout"``), its first ``backup`` attempt measured from the backup's own send, both by
+    ``_policy_window.ttft_sample`` (the one sample rule); the call-level TTFT (failovers left
+    out: they measure the failover, not the hedge); hedged, backup won, denied.
 
-    Returns:
-        TTFTs in seconds, in no particular order.
+    Args:
+        session: an open session.
+        route_id: the ``routes.id``.
+        since / until: the window (aware UTC).
     """
-    rows = await session.scalars(
-        select(Call.ttft_s).where(
-            Call.route_id == route_id,
-            Call.started_at > since,
-            Call.started_at <= until,
-            Call.ttft_s.is_not(None),
-            or_(Call.hedge_reason.is_(None), Call.hedge_reason != "primary_error"),
+    in_window = (Call.route_id == route_id, Call.started_at > since, Call.started_at <= until)
+    calls = (
+        await session.execute(
+            select(Call.id, Call.started_at, Call.hedge_reason, Call.hedge_denied, Call.winner, Call.ttft_s)
+            .where(*in_window)
+            .order_by(Call.started_at, Call.id)
         )
+    ).all()
+    attempts = await session.execute(
+        select(Attempt.call_id, Attempt.role, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome)
+        .join(Call, Call.id == Attempt.call_id)
+        .where(*in_window, Attempt.role.in_(("primary", "backup")))
+        .order_by(Attempt.call_id, Attempt.attempt_index)
     )
-    return [float(x) for x in rows.all() if x is not None]
+    first: dict[tuple[int, str], tuple[float, bool] | None] = {}
+    for call_id, role, start_s, first_token_s, end_s, outcome in attempts.all():
+        key = (call_id, role)
+        if key not in first:  # only the call's first attempt of each role counts
+            first[key] = ttft_sample(start_s, first_token_s, end_s, outcome)
+    rows: list[tuple[Any, ...]] = []
+    for call_id, started_at, hedge_reason, hedge_denied, winner, ttft_s in calls:
+        hedged = hedge_reason == "ttft_timeout"
+        primary = first.get((call_id, "primary"))
+        backup = first.get((call_id, "backup")) if hedged else None
+        rows.append(
+            (
+                (until - started_at).total_seconds(),
+                None if primary is None else primary[0],
+                False if primary is None else primary[1],
+                hedged,
+                hedged and winner == "backup",
+                bool(hedge_denied),
+                None if backup is None else backup[0],
+                False if backup is None else backup[1],
+                None if hedge_reason == "primary_error" else ttft_s,
+            )
+        )
+    return WindowRecords.from_rows(rows)
 
 
-def _p99(values: list[float]) -> float | None:
-    """Smallest observed value with empirical CDF >= 0.99 (the KM quantile without censoring)."""
-    if not values:
-        return None
-    return float(np.quantile(np.asarray(values, dtype=float), 0.99, method="inverted_cdf"))
+async def backup_samples(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> BackupSamples:
+    """The backup TTFT samples of the hedges of calls started in ``(since, until]``.
+
+    Read through :func:`window_records` (one backup per hedged call, from its own send,
+    censored at its cancellation when the primary won, failed backups left out).
+    """
+    records = await window_records(session, route_id, since, until)
+    has = records.hedged & ~np.isnan(records.backup_s)
+    return BackupSamples(tuple(records.backup_s[has].tolist()), tuple(records.backup_censored[has].tolist()))
 
 
-def _rate(part: int, whole: int) -> float | None:
-    return None if whole == 0 else part / whole
+def _samples(records: WindowRecords) -> int:
+    return int(np.count_nonzero(~np.isnan(records.primary_s)))
 
 
 async def observe_route(
-    session: AsyncSession, route: Route, settings: Any, now: datetime
-) -> tuple[Observation, PrimarySamples]:
-    """Everything one tick sees of a route: samples, estimate, hedge and backup-win rates.
+    session: AsyncSession, route: Route, settings: Any, now: datetime, knobs: PolicyKnobs | None = None
+) -> Observation:
+    """Everything one tick sees of a route (``_policy_window.observe_window`` on its records).
+
+    The calls of the last ``window_s`` are read; when their primary samples are fewer than
+    ``min_samples``, or too few for the budget's tail with no drift detected, the calls of the
+    last ``max_window_s`` are read instead and ``observe_window`` widens within them.
 
     Args:
         session: an open session.
         route: the route row.
-        settings: a ``hedgerow.settings.Settings`` (windows, ``min_samples``, ``confidence``).
+        settings: a ``hedgerow.settings.Settings``.
         now: end of the windows (aware UTC).
+        knobs: the policy knobs (default: from ``settings``).
 
     Returns:
-        The :class:`Observation` for :func:`decide` and the samples behind it.
+        The :class:`Observation` for :func:`decide`.
     """
-    samples = await gather_samples(
-        session,
-        route.id,
-        now,
-        window_s=settings.window_s,
-        max_window_s=settings.max_window_s,
-        min_samples=settings.min_samples,
-    )
-    short_since = now - timedelta(seconds=settings.short_window_s)
-    short = await count_calls(session, route.id, short_since, now)
+    knobs = knobs or PolicyKnobs.from_settings(settings)
     budget = route.budget if 0.0 < route.budget < 1.0 else None
-    estimate: TTFTEstimate | None = None
-    while samples.durations_s:
-        estimate = await asyncio.to_thread(
-            estimate_ttft,
-            samples.durations_s,
-            samples.censored,
-            budget=budget,
-            confidence=settings.confidence,
-        )
-        if not estimate.too_few_for_budget or samples.window_s >= settings.max_window_s:
-            break
-        # too few samples for the budget's tail (policy rule 3): widen before holding
-        samples = await gather_samples(
-            session,
-            route.id,
-            now,
-            window_s=min(samples.window_s * 2, settings.max_window_s),
-            max_window_s=settings.max_window_s,
-            min_samples=settings.min_samples,
-        )
-    since = now - timedelta(seconds=samples.window_s)  # the widened window, for every count
-    counts = await count_calls(session, route.id, since, now)
-    ttfts = await call_ttfts(session, route.id, since, now)
-    backups = await backup_samples(session, route.id, since, now)
-    short_target_s: float | None = None
-    if short.calls >= settings.short_window_min_calls and budget is not None:
-        short_durations, short_censored, _ = await _samples_in(session, route.id, short_since, now)
-        if short_durations:
-            short_estimate = await asyncio.to_thread(
-                estimate_ttft,
-                short_durations,
-                short_censored,
-                budget=budget,
-                confidence=settings.confidence,
-            )
-            short_target_s = short_estimate.target_s
-    observation = Observation(
-        estimate=estimate,
-        window_s=samples.window_s,
-        calls=counts.calls,
-        observed_hedge_rate=_rate(counts.hedges, counts.calls),
-        backup_win_rate=_rate(counts.backup_wins, counts.hedges),
-        hedges=counts.hedges,
-        short_window_calls=short.calls,
-        short_window_hedge_rate=_rate(short.hedges, short.calls),
-        call_ttft_samples=len(ttfts),
-        call_p99_s=_p99(ttfts),
-        short_window_target_s=short_target_s,
-        wanted_hedge_rate=_rate(counts.wanted, counts.calls),
-        short_window_wanted_rate=_rate(short.wanted, short.calls),
-        primary_durations_s=samples.durations_s,
-        primary_censored=samples.censored,
-        # seconds before now, negated so that the order is the calls' arrival order
-        primary_started_s=tuple(-s for s in samples.started_s),
-        backup_durations_s=backups.durations_s,
-        backup_censored=backups.censored,
+    records = await window_records(session, route.id, now - timedelta(seconds=settings.window_s), now)
+    wide = settings.max_window_s > settings.window_s
+    if wide and _samples(records) < settings.min_samples:
+        records = await window_records(session, route.id, now - timedelta(seconds=settings.max_window_s), now)
+        wide = False
+    observation: Observation = await asyncio.to_thread(
+        observe_window, records, settings=settings, budget=budget, knobs=knobs
     )
-    return observation, samples
+    estimate = observation.estimate
+    if wide and observation.drift is None and estimate is not None and estimate.too_few_for_budget:
+        records = await window_records(session, route.id, now - timedelta(seconds=settings.max_window_s), now)
+        observation = await asyncio.to_thread(observe_window, records, settings=settings, budget=budget, knobs=knobs)
+    return observation
 
 
 def _config(route: Route) -> RouteConfig:
@@ -425,14 +262,16 @@ def history_details(decision: Decision, observation: Observation, settings: Any)
     Keys (each only when it applies):
 
     - ``quantile_lower_bounds_s``: ``{"p99_s": 4.2, ...}`` for every quantile left null because
-      the KM curve never reached its level; the bound is the largest observed duration
-      (``TTFTEstimate.max_observed_s``): the quantile is known to lie above it, nothing more;
+      the KM curve never reached its level; the bound is a one-sided confidence lower bound
+      (``TTFTEstimate.quantile_lower_bound_s``, at most the largest observed duration);
     - ``target_s``: the KM budget target (null when no observed time qualified);
     - ``wanted_hedge_rate``: (hedged + denied) / calls of the window (``observed_hedge_rate``
       in the row stays the rate of hedges actually sent);
     - ``short_window``: ``{"window_s", "calls", "hedge_rate", "wanted_rate", "target_s"}``, the
       inputs of rule 4;
-    - ``efficiency``: the inputs of rule 3b (see ``policy``);
+    - ``objective``, ``censored``, ``small_sample_test``, ``over_budget_test``, ``drift``,
+      ``binding``: the inputs of the policy's rules and the constraint that set the value
+      (see ``policy``);
     - ``p99_check``: the inputs of the ``hedges_did_not_lower_p99`` flag (see ``policy``).
     """
     details: dict[str, Any] = {}
@@ -674,7 +513,10 @@ async def run_tick(
         sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
         settings: a ``hedgerow.settings.Settings``.
         now: the tick's time (aware UTC; default: the current time). Calls started after it are
-            ignored.
+            ignored. This is the virtual-time entry point: ingest records with
+            ``hedgerow.controller.ingest_calls`` (any ``started_at``) and call
+            ``run_tick(sessionmaker, settings, now=t)`` for increasing ``t`` to replay a
+            workload against a store; the decisions are those a live controller would make.
 
     Each applied change is logged as one ``threshold_changed`` line
     (:func:`hedgerow.controller.events.log_threshold_change`).
@@ -754,8 +596,8 @@ async def tick_route(
     for _ in range(PUBLISH_ATTEMPTS):
         config = _config(route)
         async with sessionmaker() as session:
-            observation, _samples = await observe_route(session, route, settings, now)
-        # the hedge model (rule 3b) replays the window's calls: off the event loop
+            observation = await observe_route(session, route, settings, now, knobs)
+        # the objective replays the window's calls through the bucket: off the event loop
         decision = await asyncio.to_thread(decide, config, current, observation, knobs)
         details = history_details(decision, observation, settings) | (extra_details or {})
         if reason_prefix:

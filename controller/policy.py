@@ -1,111 +1,67 @@
 """The controller's budget policy: from one window's observation to the hedge_after_s to publish.
 
-``decide(config, current, observation, knobs)`` is pure (no I/O, no clock). It applies, in order:
+``decide(config, current, observation, knobs)`` is pure (no I/O, no clock). It folds the rules
+of :data:`hedgerow.controller._policy_rules.RULES`, small functions ``(proposal, inputs) ->
+proposal``, over a starting proposal (the current value, or the default when nothing was
+published), in this order:
 
-1. **Disabled / pinned.** A disabled route keeps its current value (or the default when nothing
-   was published), source ``"disabled"``. A pinned route publishes the pinned value as is (no
-   clamp), source ``"pinned"``.
-2. **Too few samples.** No estimate, or fewer than ``knobs.min_samples`` primary samples even
-   after the job widened the window (``jobs``: 1 h doubling up to ``max_window_s`` = 24 h): keep
-   the current value (or the default), reason ``too_few_samples``; source ``"default"`` when
-   nothing was ever published, else ``"controller"``.
-3. **Target / censored raise.** ``target = estimate.target_s = min{t_i observed first-token
-   time : U(t_i) <= budget}``, ``U`` the upper bound of the pointwise 95% confidence interval on
-   ``S(t) = P(TTFT > t)`` (see ``estimation``); a primary threshold there hedges at most
-   ``budget`` of the calls with ~97.5% one-sided confidence. ``None`` means the budget quantile lies
-   beyond what the data shows: then
+1. **Route state** (``route_state``). A disabled route keeps its value (or the default), source
+   ``"disabled"``; a pinned route publishes the pinned value as is (no clamp), ``"pinned"``.
+2. **Small samples** (``small_sample``). With no estimate, fewer than ``knobs.min_samples``
+   primary samples after the window widened (``_policy_window``: 1 h doubling up to 24 h), or
+   too few for the budget's tail (``TTFTEstimate.too_few_for_budget``), no quantile is
+   confident. The value is kept (``too_few_samples``) only while the samples are consistent
+   with it: the one-sided ``confidence`` Clopper-Pearson lower bound on the share of primaries
+   known to have waited past it (``_policy_rules.known_over``) must not exceed the budget.
+   When it does, the value is raised to the smallest one at which it no longer does
+   (``small_sample_raise``, binding ``evidence``). Worked number: 20 calls at 2.0 s, 5 of
+   them known to have waited past 2.0 s: lower bound 0.104 > 0.10, raise; 3 of 20 (0.042): keep.
+3. **One objective** (``objective``). Among thresholds ``t`` in ``[min, max]`` whose upper
+   confidence bound on ``S(t) = P(TTFT > t)`` is ``<= budget`` (the hedge rate stays within the
+   budget with ~97.5% one-sided confidence; that set is ``[target_s, max]``, ``target_s`` from
+   ``estimation``), take the one with the lowest predicted call tail quantile
+   (``knobs.tail_quantile``, P99 by default) from the primary's and the backup's survival
+   curves with the clients' token bucket replayed (``hedge_model.efficient_threshold``, 96
+   geometric points); cost (extra hedges) breaks ties towards the largest ``t`` whose
+   predicted tail is within ``knobs.p99_tolerance`` (2%) of the lowest. The main code names
+   the binding constraint: ``budget_bound`` (the value is at the budget's edge: a lower one
+   would risk the budget), ``tail_min`` (the predicted tail is lowest there, above the
+   budget's edge), ``cost_tie`` (a higher, cheaper value within the tolerance). There is no
+   separate "move to the P99" rule: when backups rarely win, the model sees it (its backup
+   curve), and a high threshold wins only if the predicted tail says so.
+   **Censored region.** When no time qualifies because the budget quantile lies where the
+   primaries were cancelled (``target_s`` None, the value at or below the largest censoring
+   time), the value moves to the lowest one the data can support,
+   ``KMCurve.lowest_supported_s``: the first time whose one-sided lower bound on ``S`` is
+   ``<= budget`` (below it the data show the budget exceeded), ``censored_raise``; not by
+   doubling. Above every censoring time it is held, ``censored_hold``.
+4. **Evidence of over budget** (``over_budget_evidence``). The short window's primaries (last
+   ``short_window_s``, at least ``short_window_min_calls`` calls) test the proposed value ``v``:
+   ``x`` = those known to have waited past ``v`` (a hedge fired at a threshold ``>= v``
+   always counts; one fired below ``v`` only when its primary was seen still waiting at
+   ``v``), ``n`` = the samples; when the one-sided Clopper-Pearson lower bound on ``x / n``
+   exceeds the budget, ``v`` is raised to the smallest value at which it does not
+   (``raise_over_budget``, binding ``evidence``). A raw proportion over the budget is not
+   enough: 31 of 300 (10.3%) gives a lower bound of 0.076 and no raise.
+5. **Stability** (``stability``, only against a published value). A proposal of the objective
+   is not followed while the current value is within the budget and its predicted tail is
+   within the tolerance of the proposal's (``hysteresis_hold``: the move would buy nothing);
+   any change under ``knobs.hysteresis`` (5%) relative is held, except raises on evidence;
+   a decrease is cut to ``current * (1 - max_step_down)`` (``step_down_limited``).
+6. **Clamp** (``clamp``) to ``[min_hedge_after_s, max_hedge_after_s]``; a value at a bound
+   always carries ``clamped_min`` / ``clamped_max`` (also when the search itself stopped there).
+7. **Drift note** (``drift_note``): ``drift_window`` when the window was shrunk to the data since
+   a detected change of the primary's TTFT distribution (``_policy_drift``).
 
-   - **too few samples, not censoring** (``estimate.too_few_for_budget``): nothing is censored,
-     or even counting every censored sample as a first token at its censoring time gives no
-     time whose bound is under the budget with at least ``n * budget / 2`` samples at risk
-     (``TTFTEstimate.target_all_events_s`` is None): hold, ``too_few_samples`` (the job widens
-     the window first, as in rule 2). The ops review's repro: 120 calls, 3 primaries censored,
-     budget 0.05: the all-events bound only gets under 0.05 at the 119th of 120 sorted samples
-     (2 at risk, fewer than 120 * 0.05 / 2 = 3): hold. Before this check the route raised
-     2.0 -> 4.0 -> 8.0 -> 16.0 -> 30 s on the same data;
-   - **censoring hides the target** and ``current <= estimate.max_censored_s`` (the current
-     value lies at or below the censored region, so the censoring is what the current value
-     causes): raise by one bounded step, ``current * (1 + max_step_up)``, reason
-     ``censored_raise``; the result is at most ``(1 + max_step_up) * max_censored_s``;
-   - otherwise (current above every censoring time) hold, ``censored_hold``: the window's
-     data cannot inform a value above its own censoring times, so repeated raises on unchanged
-     data stop after one step. Worked number: hedging at 0.8 s with backups cancelling the
-     primaries at up to 0.85 s (1,000 calls, budget 0.10): 0.8 s -> 1.6 s (``censored_raise``);
-     the next tick on the same data holds 1.6 s (1.6 > 0.85, ``censored_hold``); calls hedged
-     at 1.6 s then censor at > 1.6 s and allow the next raise if still needed.
-3b. **Efficiency.** The budget target is a floor, not an aim: a lower threshold is only worth
-   its hedges if they cut the tail. When the observation carries the window's samples (primary,
-   with their start times, and the hedges' backups), ``hedge_model.efficient_threshold``
-   predicts the call-level P99 for thresholds from the budget target up to the primary's KM P99
-   (capped by ``max_hedge_after_s``), with ``P(T > x) = S(x) * G(x - t)`` past the threshold and
-   the client's hedge bucket replayed over the window (``knobs.client_budget_burst``), and takes
-   the **largest** threshold whose predicted P99 is within ``knobs.p99_tolerance`` (2%) of the
-   smallest: the fewest hedges for nearly the same tail. When that is above the budget target it
-   replaces it as the target of rules 4-5 (main code ``efficient_raise`` instead of ``target``).
-   When the bucket replay predicts a *worse* P99 at the budget target than the best by more
-   than the tolerance (``bucket_limited``), the smallest best threshold is taken instead (the
-   replay overrates high thresholds after a slowdown; see ``hedge_model``). **Rarely-win
-   raise**: when the window's observed backup win rate is under ``knobs.min_backup_win_rate``
-   with at least ``knobs.min_hedges_for_flag`` hedges (the ``backups_rarely_win`` flag's
-   condition), the efficient target is the top of the search, the primary's KM P99:
-   ``max(efficient, min(max_hedge_after_s, max(budget_target, P99)))``. Those hedges mostly
-   lose, so they buy little tail and add load to the other upstreams (which the model does not
-   see); a threshold at the P99 still hedges the slowest 1% as a guard against drift, and
-   since the observed win rate is measured at the current threshold, the rule stops once the
-   hedges at the higher threshold win often enough. Its inputs (both targets, the predicted P99
-   and backup win probability at each, the hedge rate each would give, ``bucket_limited``,
-   ``rarely_win_raise``) go to ``Decision.details["efficiency"]``. Without samples the rule is
-   skipped; with fewer than ``knobs.min_backup_samples`` backup samples the primary's curve
-   stands in for the backup's. In ``bench/controller_eval.py`` (budget 0.10, seeds 0-2) the two
-   rules took the adaptive way from P99 1.603 s at 4.99% hedged to 1.573 s at 3.70% (seeds
-   10-12: 1.520 s / 4.51% to 1.516 s / 3.97%; budget 0.05: 5.854 s / 2.21% to 5.082 s / 1.96%).
-4. **Raise fast.** The short window (last ``short_window_s`` = 5 min by default, with
-   ``short_window_calls >= knobs.short_window_min_calls``, default 20) saw a hedge rate above the
-   budget (with ``knobs.short_window_counts_denied``, the *wanted* rate: hedges sent plus hedges
-   the client's bucket denied, since a bucket that runs dry hides a threshold that asks for too
-   much; off by default: in ``bench/controller_eval.py`` it fired during the slowdown, raised the
-   threshold when early hedges mattered most and cost 4-6% of P99 in each of three scenarios,
-   while the buckets held the 5-minute hedge rates anyway): a target above current is taken at
-   once (``raise_over_budget``); a
-   target below current is not followed (``over_budget_hold``). The short window's own KM target
-   (``short_window_target_s``, from its samples alone) is taken too when it is higher, so that a
-   sudden slowdown is followed within one tick rather than as the 1 h window fills with slow
-   samples; it is conservative (few samples give a wide bound, so a high target, or none).
-   Without that signal a target above current is also taken at once (``target``): raising is
-   always safe for the budget.
-5. **Lower slowly.** A lower target is followed by at most ``current * (1 - max_step_down)`` per
-   tick, i.e. ``new = max(target, current * (1 - max_step_down))`` (adds ``step_down_limited``
-   when that bound bites); from 2.0 s at the default 0.25, k ticks reach at least
-   ``2.0 * 0.75^k`` s.
-6. **Hysteresis.** ``|new - current| / current < hysteresis``: hold (``hysteresis_hold``). Skipped
-   when nothing was published yet (there is no value to keep stable).
-7. **Clamp** to ``[min_hedge_after_s, max_hedge_after_s]`` (adds ``clamped_min`` /
-   ``clamped_max``). Applies to every controller-sourced value, so a tightened bound also moves
-   a held value.
-8. **Flag** (on every path, once ``hedges >= min_hedges_for_flag``):
-
-   - ``backup_win_rate < min_backup_win_rate`` adds ``backups_rarely_win`` (the backup probably
-     shares the primary's queue);
-   - ``hedges_did_not_lower_p99``: the P99 *with* hedging is the call-level P99 TTFT the app saw
-     (``observation.call_p99_s``); the P99 *without* hedging is the primary's KM P99
-     (``estimate.p99_s``, censoring handled, so it is what the primary alone would have given).
-     With ``m = min_p99_improvement`` (default 0.05) the flag fires when
-     ``call_p99_s >= (1 - m) * primary_p99_s``. When the primary's P99 is not identified (the
-     slow primaries were cancelled, which is what working hedges do) its lower bound
-     ``max_observed_s`` is used: ``call_p99_s < (1 - m) * bound`` proves the hedges lowered the
-     P99 (no flag); anything else is undecided (no flag, no ``p99_check``). The inputs go to
-     ``Decision.details["p99_check"]`` and from there to the history row's ``details``.
+Then flags (every path, once ``hedges >= min_hedges_for_flag``): ``backups_rarely_win`` (backup
+win rate under ``min_backup_win_rate``: the backup probably shares the primary's queue) and
+``hedges_did_not_lower_p99`` (call-level P99 not ``min_p99_improvement`` below the primary's
+KM P99, or its one-sided lower bound when unidentified; inputs in ``details["p99_check"]``).
+``Decision.details["binding"]`` names the constraint that set the value; the rules' inputs go
+to ``details`` too (``objective``, ``censored``, ``small_sample_test``, ``over_budget_test``,
+``drift``).
 
 ``applied`` is True when the published value changes (always when nothing was published).
-
-Worked number (defaults: budget 0.10, hysteresis 0.05, max_step_down 0.25, bounds 0.05-30 s):
-current 2.0 s and a target of 0.9 s with a calm short window publish max(0.9, 2.0 * 0.75) =
-1.5 s, reason ``target,step_down_limited``; next tick 1.125 s, then 0.9 s (``target``), then a
-target of 0.93 s is a 3.3% change and is held (``hysteresis_hold``). If the short window then
-shows 14% of 200 calls hedged and the target is 1.3 s, 1.3 s is published at once
-(``raise_over_budget``). P99 check: with 40 hedges, a primary KM P99 of 4.0 s and a call-level
-P99 of 3.9 s, the limit is 0.95 * 4.0 = 3.8 s and 3.9 >= 3.8, so ``hedges_did_not_lower_p99`` is
-added; a call-level P99 of 2.5 s is a 37.5% improvement and is not flagged.
 
 Reason codes (``Decision.reason`` is comma-separated, main code first):
 
@@ -114,21 +70,20 @@ code                      meaning
 ========================  =======================================================================
 disabled                  route disabled; the current value (or default) is kept
 pinned                    an operator pinned the value; published as is
-too_few_samples           fewer than ``min_samples`` primary samples (or none), or too few for the
-                          budget's tail with nothing censored: value kept
-too_few_samples           (also) no target, and counting the censored samples as first tokens
-                          would not give one either (``TTFTEstimate.too_few_for_budget``)
-censored_raise            the budget quantile is censored and the current value is at or below
-                          the largest censoring time: raised by ``1 + max_step_up``
-censored_hold             the budget quantile is censored but the current value is already above
-                          every censoring time: held until calls at that value arrive
-raise_over_budget         short-window hedge rate above budget and target above current: raised
-over_budget_hold          short-window hedge rate above budget but target below current: held
-target                    moved to the KM target
-efficient_raise           moved to the efficient target (rule 3b), above the KM target
-hysteresis_hold           relative change under ``hysteresis``: held
+too_few_samples           too few samples for a confident quantile, and they are consistent with
+                          the value: kept
+small_sample_raise        too few samples for a quantile, but they show the budget exceeded:
+                          raised to the smallest value they support
+censored_raise            the budget quantile is censored: moved to the lowest supported value
+censored_hold             the budget quantile is censored above the value's censoring: held
+budget_bound              the objective's value, bound by the budget constraint
+tail_min                  the objective's value, at the lowest predicted tail
+cost_tie                  the objective's value, the fewest hedges within the tail tolerance
+raise_over_budget         the short window shows the value over budget: raised
+hysteresis_hold           the change would buy nothing or is under ``hysteresis``: held
 step_down_limited         (modifier) a decrease was cut to ``max_step_down``
-clamped_min/clamped_max   (modifier) the value was clamped to the route's bounds
+clamped_min/clamped_max   (modifier) the value is at (or was clamped to) a route bound
+drift_window              (modifier) the window was shrunk to the data since a detected change
 backups_rarely_win        (flag) enough hedges, and backups win less than ``min_backup_win_rate``
 hedges_did_not_lower_p99  (flag) enough hedges, and the call-level P99 is not
                           ``min_p99_improvement`` below the primary's KM P99
@@ -145,14 +100,9 @@ from typing import Any
 
 import numpy as np
 
+from hedgerow.controller._policy_rules import RULES, Inputs, Proposal
 from hedgerow.controller.estimation import TTFTEstimate
-from hedgerow.controller.hedge_model import (
-    BucketReplay,
-    efficient_threshold,
-    km_survival,
-    predicted_quantiles,
-    win_probability,
-)
+from hedgerow.controller.hedge_model import SurvivalCurve
 
 __all__ = [
     "REASON_CODES",
@@ -164,8 +114,7 @@ __all__ = [
     "decide",
 ]
 
-#: Fewest calls in the short window before its hedge rate is trusted (at 20 calls and a 10%
-#: budget, a rate above budget means at least 3 hedges, not one unlucky call).
+#: Fewest calls in the short window before it is tested for over budget (rule 4).
 SHORT_WINDOW_MIN_CALLS = 20
 
 #: Every code ``decide`` can put in ``Decision.reason``.
@@ -174,16 +123,18 @@ REASON_CODES = frozenset(
         "disabled",
         "pinned",
         "too_few_samples",
+        "small_sample_raise",
         "censored_raise",
         "censored_hold",
+        "budget_bound",
+        "tail_min",
+        "cost_tie",
         "raise_over_budget",
-        "over_budget_hold",
-        "target",
-        "efficient_raise",
         "hysteresis_hold",
         "step_down_limited",
         "clamped_min",
         "clamped_max",
+        "drift_window",
         "backups_rarely_win",
         "hedges_did_not_lower_p99",
         "config",
@@ -261,32 +212,35 @@ class PolicyKnobs:
         min_samples: fewest primary TTFT samples (censored included) for a decision.
         hysteresis: relative change below which the published value is held, in [0, 1).
         max_step_down: largest relative decrease per tick, in [0, 1) (0.25: to 75% at most).
-        max_step_up: relative increase per tick when the budget quantile is censored, > 0.
+        confidence: level of the binomial bounds of rules 2 and 4 (one-sided), in (0, 1).
+        tail_quantile: the call TTFT quantile the objective minimises, in (0.5, 1) (0.99: P99).
+        drift_alpha: false-alarm level of the drift test over its splits, in [0, 1); 0 turns
+            drift detection off (``_policy_drift``).
+        drift_min_ratio: smallest ratio of KM medians that counts as a change, >= 1.
         min_backup_win_rate: below this backup win rate the route is flagged, in [0, 1].
         min_hedges_for_flag: fewest hedges in the window before a flag can fire.
         short_window_min_calls: fewest calls in the short window before its hedge rate is
             trusted (rule 4), >= 1.
         min_p99_improvement: fraction by which the call-level P99 TTFT must undercut the
             primary's KM P99, else ``hedges_did_not_lower_p99``, in [0, 1).
-        p99_tolerance: rule 3b: relative slack on the predicted call P99 within which a higher
+        p99_tolerance: rule 3: relative slack on the predicted call P99 within which a higher
             (cheaper) threshold than the budget target is preferred, >= 0 (0: only exact ties).
         min_backup_samples: fewest backup TTFT samples for the backup's own survival curve in
-            rule 3b; with fewer, the primary's curve stands in for it, >= 1.
-        client_budget_burst: capacity (tokens) of the clients' hedge bucket assumed by rule 3b's
-            replay, >= 0; 0 leaves the bucket's denials out of the prediction.
-        short_window_counts_denied: rule 4 tests the short window's *wanted* hedge rate (hedged
-            + denied by the bucket) against the budget, not only the hedges sent (default off:
-            see the module docstring).
+            rule 3; with fewer, the primary's curve stands in for it, >= 1.
+        client_budget_burst: capacity (tokens) of the clients' hedge bucket assumed by the objective's
+            bucket replay, >= 0; 0 leaves the bucket's denials out of the prediction.
 
     Raises:
         ValueError: a field out of range (named in the message).
-        TypeError: ``short_window_counts_denied`` is not a bool.
     """
 
     min_samples: int = 50
     hysteresis: float = 0.05
     max_step_down: float = 0.25
-    max_step_up: float = 1.0
+    confidence: float = 0.95
+    tail_quantile: float = 0.99
+    drift_alpha: float = 1e-3
+    drift_min_ratio: float = 1.75
     min_backup_win_rate: float = 0.2
     min_hedges_for_flag: int = 20
     short_window_min_calls: int = SHORT_WINDOW_MIN_CALLS
@@ -294,14 +248,20 @@ class PolicyKnobs:
     p99_tolerance: float = 0.02
     min_backup_samples: int = 20
     client_budget_burst: float = 10.0
-    short_window_counts_denied: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_samples, int) or isinstance(self.min_samples, bool) or (self.min_samples < 1):
             raise ValueError(f"min_samples must be an integer >= 1, got {self.min_samples!r}")
         _check_fraction("hysteresis", self.hysteresis, low_open=False, high_open=True)
         _check_fraction("max_step_down", self.max_step_down, low_open=False, high_open=True)
-        _check_positive("max_step_up", self.max_step_up)
+        _check_fraction("confidence", self.confidence, low_open=True, high_open=True)
+        if not _is_number(self.tail_quantile) or not 0.5 < self.tail_quantile < 1:
+            raise ValueError(f"tail_quantile must be in (0.5, 1), got {self.tail_quantile!r}")
+        _check_fraction("drift_alpha", self.drift_alpha, low_open=False, high_open=True)
+        if not _is_number(self.drift_min_ratio) or not (
+            math.isfinite(self.drift_min_ratio) and self.drift_min_ratio >= 1
+        ):
+            raise ValueError(f"drift_min_ratio must be a finite number >= 1, got {self.drift_min_ratio!r}")
         _check_fraction("min_backup_win_rate", self.min_backup_win_rate, low_open=False, high_open=False)
         _check_count("min_hedges_for_flag", self.min_hedges_for_flag)
         _check_count("short_window_min_calls", self.short_window_min_calls)
@@ -311,8 +271,6 @@ class PolicyKnobs:
         if not _is_number(self.p99_tolerance) or not (math.isfinite(self.p99_tolerance) and self.p99_tolerance >= 0):
             raise ValueError(f"p99_tolerance must be a finite number >= 0, got {self.p99_tolerance!r}")
         _check_count("min_backup_samples", self.min_backup_samples)
-        if not isinstance(self.short_window_counts_denied, bool):
-            raise TypeError(f"short_window_counts_denied must be a bool, got {self.short_window_counts_denied!r}")
         if not _is_number(self.client_budget_burst) or not (
             math.isfinite(self.client_budget_burst) and self.client_budget_burst >= 0
         ):
@@ -326,10 +284,10 @@ class PolicyKnobs:
 
         Args:
             settings: the settings object; its ``min_samples``, ``hysteresis``,
-                ``max_step_down``, ``max_step_up``, ``min_backup_win_rate``,
+                ``max_step_down``, ``confidence``, ``tail_quantile``, ``drift_alpha``,
+                ``drift_min_ratio``, ``min_backup_win_rate``,
                 ``min_hedges_for_flag``, ``short_window_min_calls``, ``min_p99_improvement``,
-                ``p99_tolerance``, ``min_backup_samples``, ``client_budget_burst`` and
-                ``short_window_counts_denied`` are read.
+                ``p99_tolerance``, ``min_backup_samples`` and ``client_budget_burst`` are read.
 
         Returns:
             The knobs.
@@ -341,7 +299,10 @@ class PolicyKnobs:
             min_samples=settings.min_samples,
             hysteresis=settings.hysteresis,
             max_step_down=settings.max_step_down,
-            max_step_up=settings.max_step_up,
+            confidence=settings.confidence,
+            tail_quantile=settings.tail_quantile,
+            drift_alpha=settings.drift_alpha,
+            drift_min_ratio=settings.drift_min_ratio,
             min_backup_win_rate=settings.min_backup_win_rate,
             min_hedges_for_flag=settings.min_hedges_for_flag,
             short_window_min_calls=settings.short_window_min_calls,
@@ -349,7 +310,6 @@ class PolicyKnobs:
             p99_tolerance=settings.p99_tolerance,
             min_backup_samples=settings.min_backup_samples,
             client_budget_burst=settings.client_budget_burst,
-            short_window_counts_denied=settings.short_window_counts_denied,
         )
 
 
@@ -378,15 +338,19 @@ class Observation:
             confident bound, or the budget quantile censored). Used by rule 4 only.
         wanted_hedge_rate: calls whose threshold passed (hedged, or ``hedge_denied`` by the
             client's budget bucket) / calls in the window, or ``None``.
-        short_window_wanted_rate: the same in the short window, or ``None``. Rule 4 tests the
-            larger of it and ``short_window_hedge_rate`` against the budget: a hedge the bucket
-            denied was still wanted by the threshold.
+        short_window_wanted_rate: the same in the short window, or ``None`` (reported only).
         primary_durations_s / primary_censored: the primary TTFT samples behind ``estimate``
-            (seconds; True = censored), shape (n,) each; empty when not supplied (rule 3b is
-            then skipped).
+            (seconds; True = censored), shape (n,) each, in the calls' arrival order; rule 2
+            counts them (binomial bound) and rule 3 replays the clients' bucket over them.
         primary_started_s: when each primary sample's call started, seconds on any common
-            clock, shape (n,) or empty; with it, rule 3b replays the client's hedge bucket over
+            clock, shape (n,) or empty; with it, rule 3 replays the client's hedge bucket over
             the calls in that order (hedges it would deny are part of the prediction).
+        short_durations_s / short_censored: the primary samples of the short window (rule 4's
+            binomial test), shape (k,) each.
+        backup_curve: the backup's KM survival curve from its own send (``_policy_window``),
+            or None with too few backup samples (the primary's curve stands in).
+        drift: the detected change when the window was shrunk to the data since it
+            (``since_s``, ``statistic``, ``p_value``, ``median_ratio``, sample counts), or None.
         backup_durations_s / backup_censored: the hedges' backup TTFT samples of the same window,
             measured from the backup's own send: its TTFT when it had a first token, else the
             time it was cancelled at (censored); failed backups are not samples. Shape (m,).
@@ -413,6 +377,10 @@ class Observation:
     primary_started_s: tuple[float, ...] = ()
     backup_durations_s: tuple[float, ...] = ()
     backup_censored: tuple[bool, ...] = ()
+    short_durations_s: tuple[float, ...] = ()
+    short_censored: tuple[bool, ...] = ()
+    backup_curve: SurvivalCurve | None = None
+    drift: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.estimate is not None and not isinstance(self.estimate, TTFTEstimate):
@@ -438,7 +406,7 @@ class Observation:
             value = getattr(self, name)
             if value is not None:
                 _check_fraction(name, value, low_open=False, high_open=False)
-        for kind in ("primary", "backup"):
+        for kind in ("primary", "backup", "short"):
             durations = getattr(self, f"{kind}_durations_s")
             flags = getattr(self, f"{kind}_censored")
             if len(durations) != len(flags):
@@ -502,7 +470,10 @@ def _flags(observation: Observation, knobs: PolicyKnobs) -> tuple[list[str], dic
     # The primary's P99 is often censored exactly when hedges work (the slow primaries were
     # cancelled); its lower bound then still proves an improvement, never its absence.
     identified = estimate.p99_s is not None
-    primary_p99_s = estimate.p99_s if estimate.p99_s is not None else estimate.max_observed_s
+    bound = estimate.quantile_lower_bound_s(0.99)
+    primary_p99_s = estimate.p99_s if estimate.p99_s is not None else bound
+    if primary_p99_s is None:
+        return codes, details
     limit_s = (1.0 - knobs.min_p99_improvement) * primary_p99_s
     flagged = observation.call_p99_s >= limit_s
     if flagged and not identified:
@@ -522,104 +493,15 @@ def _flags(observation: Observation, knobs: PolicyKnobs) -> tuple[list[str], dic
     return codes, details
 
 
-def _finite_or_none(value: float | None) -> float | None:
-    """JSON-safe: ``inf``/NaN become None."""
-    return None if value is None or not math.isfinite(value) else float(value)
-
-
-def _efficient_target(
-    config: RouteConfig,
-    current: float,
-    estimate: TTFTEstimate,
-    budget_target_s: float,
-    observation: Observation,
-    knobs: PolicyKnobs,
-) -> tuple[float, dict[str, Any]] | None:
-    """Rule 3b: the largest threshold >= the budget target whose predicted P99 is near the best.
-
-    Returns:
-        ``(efficient_target_s, details)``, or None when the observation carries no primary
-        samples. The search runs from the budget target up to the primary's KM P99 (its lower
-        bound ``max_observed_s`` when not identified), capped by ``max_hedge_after_s``: a
-        threshold past the P99 without hedging cannot lower the P99, and keeping the threshold
-        at or below it keeps the hedges as a guard against a sudden slowdown. When the
-        window's backups rarely win (at least ``knobs.min_hedges_for_flag`` hedges and a backup
-        win rate under ``knobs.min_backup_win_rate``), the top of that search is returned
-        (``details["rarely_win_raise"]``; see the module docstring, rule 3b).
-    """
-    if not observation.primary_durations_s:
-        return None
-    primary = km_survival(observation.primary_durations_s, observation.primary_censored)
-    n_backup = len(observation.backup_durations_s)
-    backup = None
-    if n_backup >= knobs.min_backup_samples and not all(observation.backup_censored):
-        backup = km_survival(observation.backup_durations_s, observation.backup_censored)
-    no_hedge_p99_s = estimate.p99_s if estimate.p99_s is not None else estimate.max_observed_s
-    top_s = min(config.max_hedge_after_s, max(budget_target_s, no_hedge_p99_s))
-    replay = None
-    if knobs.client_budget_burst > 0 and observation.primary_started_s:
-        order = np.argsort(np.asarray(observation.primary_started_s, dtype=float), kind="stable")
-        replay = BucketReplay(
-            durations_s=np.asarray(observation.primary_durations_s, dtype=float)[order],
-            censored=np.asarray(observation.primary_censored, dtype=bool)[order],
-            budget=config.budget,
-            burst=knobs.client_budget_burst,
-        )
-    choice = efficient_threshold(primary, backup, budget_target_s, top_s, tolerance=knobs.p99_tolerance, replay=replay)
-    g = backup if backup is not None else primary
-    efficient_s = choice.hedge_after_s
-    rarely_win = (
-        observation.hedges >= knobs.min_hedges_for_flag
-        and observation.backup_win_rate is not None
-        and observation.backup_win_rate < knobs.min_backup_win_rate
-    )
-    p99_at_efficient_s = choice.p99_at_choice_s
-    win_at_efficient = choice.win_probability_at_choice
-    if rarely_win and top_s > efficient_s:
-        efficient_s = top_s
-        p99_at_efficient_s = float(predicted_quantiles(primary, g, np.array([top_s]), 0.99, replay)[0])
-        win_at_efficient = win_probability(primary, g, top_s)
-    details = {
-        "budget_target_s": choice.budget_target_s,
-        "efficient_target_s": efficient_s,
-        "model_target_s": choice.hedge_after_s,
-        "bucket_limited": choice.bucket_limited,
-        "rarely_win_raise": rarely_win,
-        "search_top_s": top_s,
-        "predicted_p99_at_budget_target_s": _finite_or_none(choice.p99_at_budget_s),
-        "predicted_p99_at_efficient_target_s": _finite_or_none(p99_at_efficient_s),
-        "predicted_min_p99_s": _finite_or_none(choice.min_p99_s),
-        "win_probability_at_budget_target": choice.win_probability_at_budget,
-        "win_probability_at_efficient_target": win_at_efficient,
-        "win_probability_at_current": win_probability(primary, g, current),
-        "hedge_rate_at_budget_target": float(primary(choice.budget_target_s)),
-        "hedge_rate_at_efficient_target": float(primary(efficient_s)),
-        "p99_tolerance": knobs.p99_tolerance,
-        "backup_samples": n_backup,
-        "backup_curve": choice.backup_source,
-        "bucket_replay": replay is not None,
-    }
-    return efficient_s, details
-
-
-def _finish(
-    value: float,
-    current: float | None,
-    codes: list[str],
-    source: str,
-    observation: Observation,
-    knobs: PolicyKnobs,
-    extra: dict[str, Any] | None = None,
-) -> Decision:
+def _finish(p: Proposal, current: float | None, observation: Observation, knobs: PolicyKnobs) -> Decision:
     """Add the flags and build the ``Decision`` (``applied`` from comparing with current)."""
     flag_codes, details = _flags(observation, knobs)
-    details = (extra or {}) | details
     return Decision(
-        hedge_after_s=float(value),
-        applied=current is None or value != current,
-        reason=",".join(codes + flag_codes),
-        source=source,
-        details=details,
+        hedge_after_s=float(p.value),
+        applied=current is None or p.value != current,
+        reason=",".join([*p.codes, *flag_codes]),
+        source=p.source,
+        details=p.details | details | {"binding": p.binding},
     )
 
 
@@ -640,8 +522,8 @@ def decide(
         knobs: the policy knobs.
 
     Returns:
-        The ``Decision`` (value, applied, reason codes, source); see the module docstring for
-        the rules and codes.
+        The ``Decision`` (value, applied, reason codes, source, details with the binding
+        constraint); see the module docstring for the rules and codes.
 
     Raises:
         TypeError: ``config``, ``observation`` or ``knobs`` of the wrong type (named).
@@ -656,92 +538,21 @@ def decide(
         raise TypeError(f"knobs must be a PolicyKnobs, got {type(knobs).__name__}")
     if current_hedge_after_s is not None:
         _check_positive("current_hedge_after_s", current_hedge_after_s)
-    current = current_hedge_after_s
-    base = config.default_hedge_after_s if current is None else float(current)
-
-    # 1. disabled / pinned: no controller logic.
-    if not config.enabled:
-        return _finish(base, current, ["disabled"], "disabled", observation, knobs)
-    if config.pinned_hedge_after_s is not None:
-        pinned = config.pinned_hedge_after_s
-        return _finish(pinned, current, ["pinned"], "pinned", observation, knobs)
-
     estimate = observation.estimate
-    source = "controller"
-    extra: dict[str, Any] = {}
-    # 2. too few samples: keep what we have.
-    if estimate is None or estimate.samples < knobs.min_samples:
-        proposed, codes = base, ["too_few_samples"]
-        if current is None:
-            source = "default"
-    else:
-        if estimate.budget is None or not math.isclose(estimate.budget, config.budget):
-            raise ValueError(
-                f"observation.estimate.budget ({estimate.budget!r}) must equal config.budget"
-                f" ({config.budget!r}): the target is only meaningful for the route's budget"
-            )
-        target = estimate.target_s
-        # Rule 4's signal: the hedges sent in the short window, and with
-        # knobs.short_window_counts_denied also those the client's bucket denied (wanted).
-        short_rates = [
-            r
-            for r in (
-                observation.short_window_hedge_rate,
-                observation.short_window_wanted_rate if knobs.short_window_counts_denied else None,
-            )
-            if r is not None
-        ]
-        short_over = (
-            bool(short_rates)
-            and observation.short_window_calls >= knobs.short_window_min_calls
-            and max(short_rates) > config.budget
+    if (
+        config.enabled
+        and config.pinned_hedge_after_s is None
+        and estimate is not None
+        and (estimate.budget is None or not math.isclose(estimate.budget, config.budget))
+    ):
+        raise ValueError(
+            f"observation.estimate.budget ({estimate.budget!r}) must equal config.budget"
+            f" ({config.budget!r}): the target is only meaningful for the route's budget"
         )
-        main = "target"
-        if target is not None:
-            # 3b. efficiency: a cheaper threshold with (nearly) the same predicted P99.
-            efficient = _efficient_target(config, base, estimate, target, observation, knobs)
-            if efficient is not None:
-                extra["efficiency"] = efficient[1]
-                if efficient[0] > target:
-                    target, main = efficient[0], "efficient_raise"
-        if target is None and estimate.too_few_for_budget:
-            # 3. no time is confidently under the budget, and counting the censored samples as
-            #    first tokens would not change that: the samples are too few for this budget's
-            #    tail. Raising would only follow noise; keep the value.
-            proposed, codes = base, ["too_few_samples"]
-        elif target is None and (estimate.max_censored_s is not None and base <= estimate.max_censored_s):
-            # 3. the budget quantile is censored at or above the current value: raise by a
-            #    bounded step (at most (1 + max_step_up) x the largest censoring time).
-            proposed, codes = base * (1.0 + knobs.max_step_up), ["censored_raise"]
-        elif target is None:
-            # 3. censored, but the current value is already above every censoring time: the
-            #    data cannot say more until calls at this value arrive; keep it.
-            proposed, codes = base, ["censored_hold"]
-        elif target > base:
-            # 4. raise fast.
-            proposed, codes = target, ["raise_over_budget" if short_over else main]
-        elif target < base and short_over:
-            # 4. over budget but the estimate says lower: do not lower now.
-            proposed, codes = base, ["over_budget_hold"]
-        else:
-            # 5. lower slowly.
-            floor = base * (1.0 - knobs.max_step_down)
-            if target < floor:
-                proposed, codes = floor, [main, "step_down_limited"]
-            else:
-                proposed, codes = target, [main]
-        # 4. raise fast on the short window's own target: after a shift the long window's target
-        #    lags by up to window_s; the last minutes' samples show the new tail at once.
-        short_target = observation.short_window_target_s
-        if short_over and short_target is not None and short_target > max(proposed, base):
-            proposed, codes = short_target, ["raise_over_budget"]
-        # 6. hysteresis (only against a published value).
-        if current is not None and proposed != base and abs(proposed - base) / base < knobs.hysteresis:
-            proposed, codes = base, ["hysteresis_hold"]
-
-    # 7. clamp.
-    if proposed < config.min_hedge_after_s:
-        proposed, codes = config.min_hedge_after_s, [*codes, "clamped_min"]
-    elif proposed > config.max_hedge_after_s:
-        proposed, codes = config.max_hedge_after_s, [*codes, "clamped_max"]
-    return _finish(proposed, current, codes, source, observation, knobs, extra)
+    current = None if current_hedge_after_s is None else float(current_hedge_after_s)
+    base = config.default_hedge_after_s if current is None else current
+    inputs = Inputs(config, current, base, observation, knobs)
+    proposal = Proposal(base, (), "controller", "samples")
+    for rule in RULES:
+        proposal = rule(proposal, inputs)
+    return _finish(proposal, current, observation, knobs)

@@ -40,8 +40,11 @@ class Settings(BaseSettings):
         confidence: level of the Kaplan-Meier pointwise confidence interval (default 0.95).
         hysteresis: relative change below which the published value is held (default 0.05).
         max_step_down: largest relative decrease per tick (default 0.25, i.e. to 75%).
-        max_step_up: largest relative increase per tick when the budget quantile is censored
-            (default 1.0, i.e. doubling).
+        tail_quantile: the call TTFT quantile the controller's objective minimises (default 0.99).
+        drift_alpha: false-alarm level of the controller's drift test (log-rank between the
+            recent minutes and the window; default 0.001; 0 turns it off).
+        drift_min_ratio: smallest ratio of the two parts' KM median TTFTs that counts as a
+            change of the distribution (default 1.75).
         default_budget: budget of a route created on first ingest (default 0.10).
         default_hedge_after_s / min_hedge_after_s / max_hedge_after_s: a new route's threshold
             and bounds (defaults 2.0 s, 0.05 s, 30 s); checked at start: min <= default <= max <=
@@ -66,11 +69,6 @@ class Settings(BaseSettings):
             (``HedgePolicy.budget_burst``) that this prediction replays over the window's calls
             to count the hedges a threshold would get denied; 0 leaves denials out (default 10,
             the client's default).
-        short_window_counts_denied: whether the short window's over-budget test counts the
-            hedges the clients' buckets denied as wanted (hedged + denied > budget raises the
-            threshold at once), so that a threshold that asks for more than the budget is
-            raised even while the buckets hide it (default false: in the controller benchmark
-            it raised the threshold during a slowdown and cost 4-6% of P99).
         lease_ttl_s: lifetime of the job-runner lease; the holder renews it every tick and at
             least every third of the TTL (default 30).
         max_batch_calls: largest batch accepted by ``POST /v1/calls`` (default 1000).
@@ -136,7 +134,9 @@ class Settings(BaseSettings):
     confidence: float = Field(0.95, gt=0, lt=1)
     hysteresis: float = Field(0.05, ge=0, lt=1)
     max_step_down: float = Field(0.25, ge=0, lt=1)
-    max_step_up: float = Field(1.0, gt=0)
+    tail_quantile: float = Field(0.99, gt=0.5, lt=1)
+    drift_alpha: float = Field(0.001, ge=0, lt=1)
+    drift_min_ratio: float = Field(1.75, ge=1)
     default_budget: float = Field(0.10, ge=0, le=1)
     default_hedge_after_s: float = Field(2.0, gt=0)
     min_hedge_after_s: float = Field(0.05, gt=0)
@@ -148,7 +148,6 @@ class Settings(BaseSettings):
     p99_tolerance: float = Field(0.02, ge=0)
     min_backup_samples: int = Field(20, ge=1)
     client_budget_burst: float = Field(10.0, ge=0)
-    short_window_counts_denied: bool = False
     lease_ttl_s: float = Field(30.0, gt=0)
     max_batch_calls: int = Field(1000, ge=1)
     retention_s: float = Field(1_209_600.0, gt=0)

@@ -38,7 +38,10 @@ async def test_thresholds_etag_304_and_history(make_api, call_factory) -> None:
         assert (await api.get("/v1/thresholds/summarize", params={"model": "nope"})).status_code == 404
         assert (await api.get("/v1/thresholds/nope", params={"model": "m1"})).status_code == 404
 
-        # a second tick lowers the value (bounded step): the table and its ETag change
+        # slower calls arrive and a second tick raises the value: the table and its ETag change
+        # (on unchanged data the controller's second tick repeats its first value)
+        slower = recent_calls(call_factory, "b", 100, 1.2)
+        assert (await api.post("/v1/calls", json={"calls": slower})).status_code == 202
         await api.post("/v1/controller/run")
         changed = await api.get("/v1/thresholds", headers={"If-None-Match": etag})
         assert changed.status_code == 200 and changed.headers["etag"] != etag

@@ -1,0 +1,406 @@
+"""The policy's rules: small functions ``(proposal, inputs) -> proposal``, applied in order.
+
+``policy.decide`` folds :data:`RULES` over a starting proposal (the current value, or the
+default); the module docstring of ``policy`` describes each rule, its codes and its numbers.
+Each rule reads the estimation's curves (``TTFTEstimate.curve``, ``Observation.backup_curve``)
+and never re-estimates from raw samples; the raw primary samples are read only for the
+binomial counts and, in arrival order, for the hedge model's replay of the clients' bucket.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy import stats
+
+from hedgerow.controller.hedge_model import BucketReplay, efficient_threshold, predicted_quantiles
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from hedgerow.controller.estimation import KMCurve, TTFTEstimate
+    from hedgerow.controller.policy import Observation, PolicyKnobs, RouteConfig
+
+__all__ = [
+    "RULES",
+    "Inputs",
+    "Proposal",
+    "binomial_lower_bound",
+    "known_over",
+    "supported_value",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What every rule may read.
+
+    Attributes:
+        config: the route's configuration.
+        current: the published value, seconds, or None.
+        base: ``current``, or the default when nothing was published, seconds.
+        observation: the tick's observation (its estimate was computed with ``config.budget``).
+        knobs: the policy knobs.
+    """
+
+    config: RouteConfig
+    current: float | None
+    base: float
+    observation: Observation
+    knobs: PolicyKnobs
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """The value under way through the rules.
+
+    Attributes:
+        value: seconds.
+        codes: reason codes so far, main one first.
+        source: ``controller``, ``default``, ``pinned`` or ``disabled``.
+        binding: the constraint that set the value: ``route`` (pinned/disabled), ``samples``
+            (too few, value kept), ``evidence`` (a binomial bound showed the budget exceeded),
+            ``censored`` (left a censored region), ``budget`` (the objective's budget
+            constraint), ``tail`` (the objective's minimum), ``cost`` (the fewest hedges within
+            the tail tolerance), ``hysteresis``, ``step_down``, ``min`` or ``max`` (the bounds).
+        settled: True once a rule fixed the value so that the search rules are skipped
+            (pinned, disabled, small samples).
+        details: machine-readable inputs of the rules that acted.
+    """
+
+    value: float
+    codes: tuple[str, ...]
+    source: str
+    binding: str
+    settled: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def with_value(self, value: float, codes: tuple[str, ...], binding: str, **details: Any) -> Proposal:
+        """A copy with a new value, codes and binding constraint, and more details."""
+        return replace(self, value=float(value), codes=codes, binding=binding, details=self.details | details)
+
+
+def known_over(durations_s: np.ndarray, censored: np.ndarray, value_s: float) -> tuple[int, int]:
+    """How many primaries are known to have had no first token by ``value_s``, of how many known.
+
+    An observed TTFT is known either way (over when ``> value_s``); a censored one is known over
+    when its censoring time is ``>= value_s`` (still waiting then) and unknown when it was
+    censored earlier. So a hedge fired at a threshold ``h >= value_s`` always counts (its
+    primary was still waiting at ``h``), one fired below ``value_s`` only when its primary was
+    seen still waiting at ``value_s``, and hedges whose primaries were cancelled before
+    ``value_s`` are left out of both counts. Leaving them out is conservative for showing the
+    budget exceeded: a primary censored at ``c < value_s`` outlasts ``value_s`` with
+    probability ``S(value_s) / S(c) >= S(value_s)``, so the known ones are the faster ones.
+
+    Returns:
+        ``(over, known)``.
+    """
+    early = censored & (durations_s < value_s)
+    over = np.where(censored, durations_s >= value_s, durations_s > value_s)
+    return int(np.count_nonzero(over)), int(durations_s.size - np.count_nonzero(early))
+
+
+def binomial_lower_bound(successes: int, trials: int, confidence: float) -> float:
+    """One-sided Clopper-Pearson lower bound on a binomial proportion.
+
+    ``Beta(1 - confidence; x, n - x + 1)`` (Clopper & Pearson, Biometrika 26, 1934); 0 when
+    ``x = 0``. Worked number: 5 of 20 at 95% gives 0.104, so a 10% budget is shown exceeded;
+    3 of 20 gives 0.042, so it is not.
+    """
+    if successes <= 0 or trials <= 0:
+        return 0.0
+    return float(stats.beta.ppf(1.0 - confidence, successes, trials - successes + 1))
+
+
+def supported_value(
+    durations_s: np.ndarray, censored: np.ndarray, budget: float, confidence: float, start_s: float
+) -> tuple[float, float]:
+    """Where the samples put a value that they show over budget.
+
+    The test: the one-sided ``confidence`` Clopper-Pearson lower bound on ``over / known`` of
+    ``known_over(start_s)`` above ``budget`` shows ``start_s`` over budget. Then the value goes
+    to the smallest sample duration ``v > start_s`` at which at most ``budget * n`` primaries are
+    known or possibly still waiting (those censored before ``v`` counted as waiting: the
+    destination is read pessimistically, the test conservatively; without censoring this is
+    the samples' own budget quantile; just above the largest duration when only
+    that clears every known-waiting primary). Raising only to the edge of significance instead
+    left the value where the true rate was still about twice the budget, and each further raise
+    waited for significance again (``bench/controller_eval.py --suite scenarios``, few_calls).
+
+    Returns:
+        ``(value_s, lower_bound_at_start)``; ``value_s`` is ``start_s`` when the test does not
+        show it over budget.
+    """
+    over, known = known_over(durations_s, censored, start_s)
+    at_start = binomial_lower_bound(over, known, confidence)
+    if at_start <= budget:
+        return float(start_s), at_start
+    n = int(durations_s.size)
+    for value in np.unique(durations_s[durations_s > start_s]).tolist():
+        over, known = known_over(durations_s, censored, value)
+        if over + (n - known) <= budget * n:  # the unknown ones counted as still waiting
+            return float(value), at_start
+    return float(np.nextafter(durations_s.max(), math.inf)), at_start
+
+
+def route_state(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 1: a disabled route keeps its value, a pinned one publishes the pinned value."""
+    if not x.config.enabled:
+        return replace(p, codes=("disabled",), source="disabled", binding="route", settled=True)
+    if x.config.pinned_hedge_after_s is not None:
+        return replace(
+            p, value=x.config.pinned_hedge_after_s, codes=("pinned",), source="pinned", binding="route", settled=True
+        )
+    return p
+
+
+def small_sample(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 2: too few samples for a confident quantile: keep the value while the data allow it."""
+    if p.settled:
+        return p
+    estimate = x.observation.estimate
+    if estimate is not None and estimate.samples >= x.knobs.min_samples and not estimate.too_few_for_budget:
+        return p
+    source = "default" if x.current is None else "controller"
+    durations = np.asarray(x.observation.primary_durations_s, dtype=float)
+    flags = np.asarray(x.observation.primary_censored, dtype=bool)
+    if estimate is None or durations.size == 0:
+        return replace(p, codes=("too_few_samples",), source=source, binding="samples", settled=True)
+    value, bound = supported_value(durations, flags, x.config.budget, x.knobs.confidence, x.base)
+    over, known = known_over(durations, flags, x.base)
+    test = {"samples": int(durations.size), "known": known, "known_over": over, "lower_bound": bound}
+    if value <= x.base:
+        return replace(
+            p, codes=("too_few_samples",), source=source, binding="samples", settled=True,
+            details=p.details | {"small_sample_test": test},
+        )  # fmt: skip
+    return replace(
+        p.with_value(value, ("small_sample_raise",), "evidence", small_sample_test=test | {"raised_to_s": value}),
+        settled=True,
+    )
+
+
+def _replay(x: Inputs) -> BucketReplay | None:
+    obs = x.observation
+    if x.knobs.client_budget_burst <= 0 or not obs.primary_started_s:
+        return None
+    order = np.argsort(np.asarray(obs.primary_started_s, dtype=float), kind="stable")
+    return BucketReplay(
+        durations_s=np.asarray(obs.primary_durations_s, dtype=float)[order],
+        censored=np.asarray(obs.primary_censored, dtype=bool)[order],
+        budget=x.config.budget,
+        burst=x.knobs.client_budget_burst,
+    )
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _censored_exit(estimate: TTFTEstimate, budget: float) -> float:
+    """The lowest value the data can support when the budget quantile is censored, seconds.
+
+    The KM estimate's own ``1 - budget`` quantile when the curve reaches it (Greenwood's
+    variance is what keeps the upper bound, and so the target, above it), else the end of the
+    censored region (the largest censoring time: beyond it the data say nothing yet); never
+    below ``KMCurve.lowest_supported_s``, the first time the one-sided lower bound allows the
+    budget. Calls at that value then censor less and identify the target.
+    """
+    if estimate.curve is None:
+        return estimate.max_observed_s
+    point = _primary_quantile(estimate.curve, 1.0 - budget)
+    end = point if point is not None else (estimate.max_censored_s or estimate.max_observed_s)
+    return max(end, estimate.curve.lowest_supported_s(budget))
+
+
+def _primary_quantile(curve: KMCurve, q: float) -> float | None:
+    """The primary's KM quantile ``q`` (first first-token time with ``S <= 1 - q``), or None."""
+    reached = np.flatnonzero(curve.event & (curve.survival <= 1.0 - q + 1e-12))
+    return float(curve.times_s[reached[0]]) if reached.size else None
+
+
+def objective(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 3: minimise the predicted tail subject to the budget bound; leave censored regions."""
+    if p.settled:
+        return p
+    estimate = x.observation.estimate
+    assert estimate is not None  # small_sample settles every proposal without an estimate
+    curve = estimate.curve
+    budget = x.config.budget
+    target = estimate.target_s
+    if target is None:
+        supported = _censored_exit(estimate, budget)
+        censored = {"lowest_supported_s": supported, "max_censored_s": estimate.max_censored_s}
+        below_censoring = estimate.max_censored_s is not None and x.base <= estimate.max_censored_s
+        if below_censoring and supported > x.base:
+            return p.with_value(supported, ("censored_raise",), "censored", censored=censored)
+        return p.with_value(x.base, ("censored_hold",), "censored", censored=censored)
+    assert curve is not None  # a target exists only where a first token was seen
+    primary = curve.survival_curve()
+    backup = x.observation.backup_curve
+    g = backup if backup is not None else primary
+    low = max(target, x.config.min_hedge_after_s)
+    top = max(x.config.max_hedge_after_s, low)
+    q = x.knobs.tail_quantile
+    # Above the primary's own tail quantile x_q every threshold predicts the same tail, x_q
+    # (the call is the primary alone up to the threshold), so the minimum over [low, max] is
+    # reached in [low, x_q] and the cost tie-break stops there instead of running to the max.
+    primary_tail_s = _primary_quantile(curve, q)
+    if primary_tail_s is not None:
+        top = max(low, min(top, primary_tail_s))
+    replay = _replay(x)
+    choice = efficient_threshold(primary, backup, low, top, tolerance=x.knobs.p99_tolerance, q=q, replay=replay)
+    value = choice.hedge_after_s
+    if math.isclose(value, low):
+        code, binding = ("budget_bound", "budget") if low == target else ("clamped_min", "min")
+    elif choice.p99_at_choice_s <= choice.min_p99_s + 1e-12:
+        code, binding = "tail_min", "tail"
+    else:
+        code, binding = "cost_tie", "cost"
+    at_current = float(predicted_quantiles(primary, g, np.array([x.base]), q, replay)[0])
+    details: dict[str, Any] = {
+        "objective": {
+            "quantile": q,
+            "budget_target_s": target,
+            "search_low_s": low,
+            "search_top_s": top,
+            "primary_tail_s": primary_tail_s,
+            "chosen_s": value,
+            "predicted_tail_at_chosen_s": _finite(choice.p99_at_choice_s),
+            "predicted_min_tail_s": _finite(choice.min_p99_s),
+            "predicted_tail_at_budget_target_s": _finite(choice.p99_at_budget_s),
+            "predicted_tail_at_current_s": _finite(at_current),
+            "current_within_budget": bool(x.base >= target),
+            "hedge_rate_at_chosen": float(curve.survival_curve()(value)),
+            "hedge_rate_upper_at_chosen": float(curve.upper_at(value)),
+            "win_probability_at_chosen": choice.win_probability_at_choice,
+            "backup_curve": choice.backup_source,
+            "bucket_replay": replay is not None,
+            "tolerance": x.knobs.p99_tolerance,
+        }
+    }
+    return p.with_value(value, (code,), binding, **details)
+
+
+def _short_window_over(x: Inputs, value_s: float) -> bool:
+    """True when the short window shows ``value_s`` over budget (rule 4's test)."""
+    obs = x.observation
+    durations = np.asarray(obs.short_durations_s, dtype=float)
+    if obs.short_window_calls < x.knobs.short_window_min_calls or durations.size == 0:
+        return False
+    over, known = known_over(durations, np.asarray(obs.short_censored, dtype=bool), value_s)
+    return binomial_lower_bound(over, known, x.knobs.confidence) > x.config.budget
+
+
+def over_budget_evidence(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 4: the short window shows the proposed value over budget: raise to what it supports."""
+    if p.settled:
+        return p
+    obs = x.observation
+    durations = np.asarray(obs.short_durations_s, dtype=float)
+    if obs.short_window_calls < x.knobs.short_window_min_calls or durations.size == 0:
+        return p
+    flags = np.asarray(obs.short_censored, dtype=bool)
+    value, bound = supported_value(durations, flags, x.config.budget, x.knobs.confidence, p.value)
+    over, known = known_over(durations, flags, p.value)
+    test = {
+        "value_s": p.value,
+        "samples": int(durations.size),
+        "known": known,
+        "known_over": over,
+        "lower_bound": bound,
+        "over_budget": bool(value > p.value),
+    }
+    if value <= p.value:
+        return replace(p, details=p.details | {"over_budget_test": test})
+    return p.with_value(value, ("raise_over_budget",), "evidence", over_budget_test=test | {"raised_to_s": value})
+
+
+def _hold_band(x: Inputs) -> float:
+    """Relative band within which the current value's predicted tail counts as the proposal's.
+
+    ``max(p99_tolerance, hysteresis, min(0.10, 0.5 / sqrt(n * (1 - q))))``: the predicted tail
+    quantile rests on the ``n * (1 - q)`` slowest of ``n`` samples, so its tick-to-tick noise
+    shrinks like one over the square root of that count (1.6 samples beyond the P99 of 160
+    calls: band 10%; 100 beyond the P99 of 10,000: 5%). Without it, a route with 160 calls an
+    hour changed its value 4-7 times an hour on noise (``bench/controller_eval.py --suite
+    scenarios``, small_windows).
+    """
+    n = len(x.observation.primary_durations_s)
+    tail = n * (1.0 - x.knobs.tail_quantile)
+    noise = 0.10 if tail <= 0 else min(0.10, 0.5 / math.sqrt(tail))
+    return max(x.knobs.p99_tolerance, x.knobs.hysteresis, noise)
+
+
+def stability(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 5: hold what is as good as the proposal; lower by a bounded step; skip tiny changes.
+
+    "As good": the current value is within the budget (at or above the target, and the short
+    window does not show it over budget) and its predicted tail is within ``_hold_band`` of
+    the proposal's.
+    """
+    if p.settled or x.current is None or p.value == x.base:
+        return p
+    base = x.base
+    hold = p.with_value(base, ("hysteresis_hold",), "hysteresis")
+    objective_details = p.details.get("objective")
+    if p.binding in ("budget", "tail", "cost") and objective_details is not None:
+        at_current = objective_details["predicted_tail_at_current_s"]
+        at_chosen = objective_details["predicted_tail_at_chosen_s"]
+        if (
+            objective_details["current_within_budget"]
+            and not _short_window_over(x, base)
+            and at_current is not None
+            and at_chosen is not None
+            and at_current <= (1.0 + _hold_band(x)) * at_chosen + 1e-12
+        ):
+            return hold  # the current value meets the budget and its tail is as good
+    if abs(p.value - base) / base < x.knobs.hysteresis and p.binding not in ("evidence",):
+        return hold
+    floor = base * (1.0 - x.knobs.max_step_down)
+    if p.value < floor:
+        return p.with_value(floor, (*p.codes, "step_down_limited"), "step_down")
+    return p
+
+
+def clamp(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 6: clamp controller values to the route's bounds; label a value at a bound.
+
+    A new controller value is published at a resolution of 0.1 ms (``round(value, 4)``): the
+    search's grid points carry 16 digits of binary noise that no client timer resolves, and a
+    value with a short decimal form reads the same from every endpoint and in the history.
+    """
+    if p.source in ("pinned", "disabled"):
+        return p
+    if p.value != x.base:
+        p = replace(p, value=round(p.value, 4))
+    low, high = x.config.min_hedge_after_s, x.config.max_hedge_after_s
+    if p.value <= low:
+        codes = p.codes if "clamped_min" in p.codes else (*p.codes, "clamped_min")
+        return replace(p, value=low, codes=codes, binding="min" if p.value < low else p.binding)
+    if p.value >= high:
+        codes = p.codes if "clamped_max" in p.codes else (*p.codes, "clamped_max")
+        return replace(p, value=high, codes=codes, binding="max" if p.value > high else p.binding)
+    return p
+
+
+def drift_note(p: Proposal, x: Inputs) -> Proposal:
+    """Rule 7: say when the window was shrunk to the data since a detected change."""
+    if x.observation.drift is None or p.source in ("pinned", "disabled"):
+        return p
+    return replace(p, codes=(*p.codes, "drift_window"), details=p.details | {"drift": x.observation.drift})
+
+
+#: The rules in the order ``decide`` applies them (``policy`` module docstring).
+RULES: tuple[Callable[[Proposal, Inputs], Proposal], ...] = (
+    route_state,
+    small_sample,
+    objective,
+    over_budget_evidence,
+    stability,
+    clamp,
+    drift_note,
+)

@@ -1,0 +1,74 @@
+"""Tests of the drift detection (``_policy_drift.detect_change``, log-rank)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hedgerow.controller._policy_drift import DEFAULT_SPLITS_S, detect_change
+
+
+def window(minutes_slow: float, *, factor: float = 2.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """3 calls/s over 52 minutes, lognormal TTFT (median 0.6 s, sigma 0.5); the last
+    ``minutes_slow`` minutes have every TTFT multiplied by ``factor``."""
+    rng = np.random.default_rng(seed)
+    n = 3 * 52 * 60
+    age = np.sort(rng.uniform(0, 52 * 60, n))[::-1]
+    ttft = 0.6 * np.exp(0.5 * rng.standard_normal(n))
+    ttft[age < minutes_slow * 60] *= factor
+    return age, ttft, np.zeros(n, dtype=bool)
+
+
+def test_worked_number_in_module_docstring() -> None:
+    age, ttft, censored = window(2.0)
+    change = detect_change(age, ttft, censored, window_s=3600.0, min_samples=50)
+    assert change is not None and change.since_s == 120.0
+    assert change.statistic == pytest.approx(22.31, abs=0.01) and change.median_ratio == pytest.approx(2.143, abs=1e-3)
+    assert change.recent_samples == int((age < 120).sum()) == 347
+
+
+def test_no_change_is_no_alarm() -> None:
+    for seed in range(5):
+        age, ttft, censored = window(0.0, seed=seed)
+        assert detect_change(age, ttft, censored, window_s=3600.0, min_samples=50) is None
+
+
+def test_a_small_shift_is_not_material() -> None:
+    # 10% slower for the last 20 minutes: the log-rank test sees it (9,000 samples) but the
+    # medians differ by less than 1.75x, so the window is kept
+    age, ttft, censored = window(20.0, factor=1.1)
+    assert detect_change(age, ttft, censored, window_s=3600.0, min_samples=50) is None
+    found = detect_change(age, ttft, censored, window_s=3600.0, min_samples=50, min_ratio=1.05)
+    assert found is not None and found.since_s == 1200.0
+
+
+def test_a_recovery_is_found_too() -> None:
+    age, ttft, censored = window(30.0, factor=0.5)
+    change = detect_change(age, ttft, censored, window_s=3600.0, min_samples=50)
+    assert change is not None and change.since_s == 1800.0 and change.median_ratio < 0.8
+
+
+def test_censored_samples_are_handled() -> None:
+    age, ttft, _ = window(5.0)
+    censored = ttft > 1.5  # hedged and cancelled at their time
+    change = detect_change(age, np.minimum(ttft, 1.5), censored, window_s=3600.0, min_samples=50)
+    assert change is not None and change.since_s == 300.0
+
+
+def test_too_few_samples_on_either_side_tries_nothing() -> None:
+    age, ttft, censored = window(2.0)
+    assert detect_change(age, ttft, censored, window_s=3600.0, min_samples=10**6) is None
+    assert detect_change(age, ttft, censored, window_s=50.0, min_samples=50) is None  # no split < window
+    assert min(DEFAULT_SPLITS_S) == 120.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [({"alpha": 0.0}, "alpha"), ({"alpha": 1.0}, "alpha"), ({"min_ratio": 0.5}, "min_ratio")],
+)
+def test_bad_arguments_name_themselves(kwargs: dict[str, float], name: str) -> None:
+    age, ttft, censored = window(0.0)
+    with pytest.raises(ValueError, match=name):
+        detect_change(age, ttft, censored, window_s=3600.0, min_samples=50, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="shape"):
+        detect_change(age[:-1], ttft, censored, window_s=3600.0, min_samples=50)

@@ -1,0 +1,93 @@
+"""Tests of the window rules (``_policy_window``): the sample rule, widening, drift shrink, counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hedgerow.controller._policy_window import WindowRecords, observe_window, ttft_sample
+from hedgerow.controller.policy import PolicyKnobs
+from hedgerow.settings import Settings
+
+
+def test_ttft_sample_rule() -> None:
+    assert ttft_sample(0.0, 0.8, 3.0, "won") == (0.8, False)
+    assert ttft_sample(1.0, None, 1.6, "cancelled") == pytest.approx((0.6, True))
+    assert ttft_sample(0.0, None, 0.1, "failed") is None  # fast failures are not samples
+
+
+def make(age: np.ndarray, primary: np.ndarray, **kw: np.ndarray) -> WindowRecords:
+    n = age.size
+    no = np.zeros(n, dtype=bool)
+    fields = {
+        "primary_censored": no,
+        "hedged": no,
+        "backup_won": no,
+        "denied": no,
+        "backup_s": np.full(n, np.nan),
+        "backup_censored": no,
+        "call_ttft_s": primary,
+    } | kw
+    return WindowRecords(age_s=age, primary_s=primary, **fields)
+
+
+def observe(recs: WindowRecords, settings: Settings | None = None):  # type: ignore[no-untyped-def]
+    settings = settings or Settings()
+    return observe_window(recs, settings=settings, budget=0.10, knobs=PolicyKnobs.from_settings(settings))
+
+
+def test_window_doubles_while_samples_are_too_few() -> None:
+    age = np.linspace(3 * 3600, 2.5 * 3600, 80)  # 2.5-3 hours old
+    obs = observe(make(age, np.full(80, 0.3)))
+    assert obs.window_s == 4 * 3600 and obs.estimate is not None and obs.estimate.samples == 80
+
+
+def test_counts_of_the_window_and_the_short_window() -> None:
+    age = np.linspace(3500, 1, 1000)
+    primary = np.linspace(0.1, 2.0, 1000)
+    hedged = primary > 1.5
+    won = hedged & (np.arange(1000) % 2 == 0)
+    denied = np.arange(1000) % 97 == 0
+    backup = np.where(hedged, 0.2, np.nan)
+    ttft = np.where(np.arange(1000) % 50 == 0, np.nan, primary)  # some failed calls
+    obs = observe(
+        make(age, primary, hedged=hedged, backup_won=won, denied=denied, backup_s=backup, call_ttft_s=ttft),
+        Settings(drift_alpha=0.0),
+    )
+    assert obs.calls == 1000 and obs.hedges == int(hedged.sum())
+    assert obs.backup_win_rate == pytest.approx(won.sum() / hedged.sum())
+    assert obs.wanted_hedge_rate == pytest.approx((hedged | denied).sum() / 1000)
+    short = age < 300
+    assert obs.short_window_calls == int(short.sum()) and len(obs.short_durations_s) == int(short.sum())
+    assert obs.call_ttft_samples == int(np.count_nonzero(~np.isnan(ttft)))
+    assert obs.backup_curve is not None and obs.backup_curve.samples == int(hedged.sum())
+    # the primary samples go to the policy in arrival order (oldest first)
+    assert obs.primary_started_s == tuple(sorted(obs.primary_started_s))
+
+
+def test_a_change_shrinks_the_window_to_the_data_since_it() -> None:
+    rng = np.random.default_rng(3)
+    age = np.sort(rng.uniform(0, 3500, 10_000))[::-1]
+    primary = 0.6 * np.exp(0.5 * rng.standard_normal(10_000))
+    primary[age < 480] *= 2.0
+    obs = observe(make(age, primary))
+    assert obs.drift is not None and obs.window_s == 480.0 == obs.drift["since_s"]
+    assert obs.estimate is not None and obs.estimate.samples == int((age < 480).sum())
+    off = observe(make(age, primary), Settings(drift_alpha=0.0))
+    assert off.drift is None and off.window_s == 3600.0
+
+
+def test_records_of_different_lengths_are_refused() -> None:
+    with pytest.raises(ValueError, match="primary_s"):
+        WindowRecords(
+            age_s=np.zeros(3),
+            primary_s=np.zeros(2),
+            primary_censored=np.zeros(3, dtype=bool),
+            hedged=np.zeros(3, dtype=bool),
+            backup_won=np.zeros(3, dtype=bool),
+            denied=np.zeros(3, dtype=bool),
+            backup_s=np.zeros(3),
+            backup_censored=np.zeros(3, dtype=bool),
+            call_ttft_s=np.zeros(3),
+        )
+    assert WindowRecords.from_rows([]).age_s.size == 0
