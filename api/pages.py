@@ -44,7 +44,8 @@ from hedgerow.api.charts import SeriesData, time_chart
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
 from hedgerow.controller.models import utc_now
-from hedgerow.controller.overview import FLAG_CODES, flags_of, history_series, route_overview
+from hedgerow.controller.overview import flags_of, history_series, route_overview
+from hedgerow.controller.policy import REASON_CODES as POLICY_REASON_CODES
 from hedgerow.controller.queries import get_history, get_route, resolve_model
 from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
@@ -56,12 +57,9 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 RANGES: dict[str, float] = {"1h": 3600.0, "6h": 21_600.0, "24h": 86_400.0, "7d": 604_800.0, "30d": 2_592_000.0}
 #: History rows per page of the table.
 HISTORY_PAGE_ROWS = 50
-#: Reason codes offered by the history filter (any code may be typed in the URL).
-REASON_CODES: tuple[str, ...] = (
-    "config", "target", "efficient_raise", "raise_over_budget", "over_budget_hold", "hysteresis_hold",
-    "step_down_limited", "too_few_samples", "censored_raise", "censored_hold", "pinned", "disabled",
-    "clamped_min", "clamped_max", *FLAG_CODES,
-)  # fmt: skip
+#: Reason codes offered by the history filter: every code the policy writes (any code, such as
+#: one of an older policy found in old rows, may be typed in the URL).
+REASON_CODES: tuple[str, ...] = tuple(sorted(POLICY_REASON_CODES))
 _FORM_BYTES = 4096
 
 
