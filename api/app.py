@@ -9,6 +9,7 @@ the engine.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -160,6 +161,8 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     app.state.token_names = parse_token_names(settings.tokens)
     app.state.route_defaults = defaults
     app.state.route_ids = RouteIdCache()
+    # SQLite has one writer: this process's batches take turns (see hedgerow.api.calls._one_writer)
+    app.state.ingest_lock = asyncio.Lock() if check_database_url(settings.database_url).startswith("sqlite") else None
     app.state.metrics = metrics
     for module in (calls, thresholds, routes, controller, health, prices, reports, metrics_api):
         app.include_router(module.router)
