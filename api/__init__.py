@@ -10,8 +10,9 @@ and scipy with the app.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hedgerow._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from hedgerow.api.app import create_app
@@ -29,14 +30,8 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import ``name`` from its module on first use (PEP 562)."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'hedgerow.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+#: Imports the public name from its module on first access (PEP 562).
+__getattr__ = lazy_getattr(globals(), _HOMES)
 
 
 def __dir__() -> list[str]:

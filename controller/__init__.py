@@ -18,8 +18,9 @@ No FastAPI here: the api imports this package, never the other way round.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hedgerow._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from hedgerow.controller.db import (
@@ -131,14 +132,8 @@ _LOCATION = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import the public name ``name`` from its submodule on first access."""
-    module = _LOCATION.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+#: Imports the public name from its submodule on first access (PEP 562).
+__getattr__ = lazy_getattr(globals(), _LOCATION)
 
 
 __all__ = [
