@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from hedgerow.api.server import bind_socket
 from hedgerow.controller.db import make_engine
 from hedgerow.controller.models import Lease
-from tests.api.serve_process import peak_rss_bytes, rss_bytes, running_serve
+from tests.serve_process import peak_rss_bytes, rss_bytes, running_serve
 
 MIB = 1024 * 1024
 LIMIT_BYTES = 4 * MIB

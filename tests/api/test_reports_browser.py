@@ -16,7 +16,7 @@ import pytest
 from hedgerow.controller.db import make_engine, make_sessionmaker, upgrade_database
 from tests.browser import assert_local_only, open_page
 from tests.controller.report_store_helpers import fill_store
-from tests.e2e.conftest import ServeProcess
+from tests.serve_process import ServeProcess
 
 #: One overhead plot, and three per route (latency, hedge rate, threshold) for two routes.
 EXPECTED_PLOTS = 1 + 3 * 2

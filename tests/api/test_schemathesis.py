@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.serve_process import running_serve
+from tests.serve_process import running_serve
 
 MAX_EXAMPLES = 6
 #: Examples per operation and phase with a token that most operations refuse.

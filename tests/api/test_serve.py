@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 
 from hedgerow.controller.db import make_engine
 from hedgerow.controller.models import Lease
-from tests.api.serve_process import running_serve
+from tests.serve_process import running_serve
 
 
 async def _wait_for(predicate, timeout_s: float) -> bool:

@@ -20,7 +20,7 @@ import pytest
 
 from hedgerow import __version__
 from tests.conftest import make_call
-from tests.e2e.conftest import ServeProcess
+from tests.serve_process import ServeProcess
 
 pytestmark = pytest.mark.slow
 

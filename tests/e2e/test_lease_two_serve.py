@@ -28,7 +28,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import fresh_pg_database, make_call
-from tests.e2e.conftest import ServeProcess
+from tests.serve_process import ServeProcess
 
 INTERVAL_S = 2.0
 LEASE_TTL_S = 4.0

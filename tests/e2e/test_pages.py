@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from tests.browser import assert_local_only, open_page
-from tests.e2e.conftest import ServeProcess
 from tests.e2e.console_seed import SEED_SETTINGS, seed_store
+from tests.serve_process import ServeProcess
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,8 @@ from hedgerow.controller.report import IsoWeek
 from hedgerow.settings import Settings
 from tests.conftest import fresh_pg_database, make_call
 from tests.controller.webhook_receiver import WebhookReceiver
-from tests.e2e.conftest import ServeProcess
 from tests.e2e.test_lease_two_serve import _lease_holder_pid
+from tests.serve_process import ServeProcess
 
 pytestmark = pytest.mark.slow
 
