@@ -447,7 +447,7 @@ def conclusion_sentences(
 
     The third is computed from the figures: the adaptive way *wins* when its TTFT P99 after the
     change is lower than the fixed way's and its whole-run hedge rate is within the budget (the
-    budget is a long-run share: the client's token bucket lets a burst of 10 hedges through, so
+    budget is a long-run share: the client's token bucket lets its burst of hedges through, so
     one part alone may exceed it); otherwise the sentence says that it did not win, and by how
     much. With ``p99_difference_s`` (the bootstrap interval of adaptive's P99 minus fixed's after
     the change, :func:`p99_difference_interval`) a win whose interval reaches 0 or above is

@@ -164,6 +164,8 @@ def test_config_checks_and_change_descriptions() -> None:
         DemoConfig(change_fraction=1.0)
     with pytest.raises(ValueError, match="warmup_fraction"):
         DemoConfig(warmup_fraction=0.6)
+    with pytest.raises(ValueError, match="budget_burst"):
+        DemoConfig(budget_burst=-1.0)
     assert DemoConfig.quick().duration_s == 22.0
     assert DemoConfig().change_of_conditions().describe() == "replica-b slowed down 2.5x as well"
     recover = DemoConfig(change="recover").change_of_conditions(3.0)
