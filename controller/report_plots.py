@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import matplotlib
@@ -28,6 +28,7 @@ __all__ = ["daily_latency_svg", "hedge_rate_svg", "overhead_svg", "threshold_svg
 
 _STYLE: Any = {"svg.fonttype": "path", "font.size": 8, "axes.spines.top": False, "axes.spines.right": False}
 _SIZE = (4.2, 2.4)
+_HALF_DAY = timedelta(hours=12)
 
 
 def _svg(fig: Any) -> str:
@@ -46,6 +47,22 @@ def _parse(text: str) -> datetime:
 
 def _days(daily: Sequence[Mapping[str, Any]]) -> list[datetime]:
     return [datetime.fromisoformat(d["date"]) for d in daily]
+
+
+def _day_axis(ax: Any, first: datetime, last: datetime) -> None:
+    """One labelled tick per day from ``first`` to ``last``, the x range padded by half a day.
+
+    Set explicitly: days without data are NaN, and autoscaling on the days that have data alone
+    (one point, say) gives a range of a fraction of a day with a "day" label at every tick.
+    """
+    ax.set_xlim(first - _HALF_DAY, last + _HALF_DAY)
+    ax.xaxis.set_major_locator(mdates.DayLocator())
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%a %d"))
+
+
+def _legend_below(ax: Any, columns: int) -> None:
+    """The legend under the plot, off the data."""
+    ax.legend(fontsize=6, ncols=columns, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.14))
 
 
 def _ms(values: Sequence[float | None]) -> list[float]:
@@ -68,9 +85,10 @@ def daily_latency_svg(daily: Sequence[Mapping[str, Any]], title: str) -> str:
         ax.plot(days, _ms([d["primary_ttft_p50_s"] for d in daily]), "s--", color="#eb9aa5", label="primary P50")
         ax.set_ylabel("TTFT (ms)")
         ax.set_title(title)
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%a %d"))
+        if days:
+            _day_axis(ax, days[0], days[-1])
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=6, ncols=2, frameon=False)
+        _legend_below(ax, 4)
         return _svg(fig)
 
 
@@ -85,8 +103,9 @@ def hedge_rate_svg(daily: Sequence[Mapping[str, Any]], budget: float | None, tit
             ax.axhline(budget * 100.0, color="#e76f51", linestyle="--", label=f"budget {budget:.0%}")
         ax.set_ylabel("hedged calls (%)")
         ax.set_title(title)
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%a %d"))
-        ax.legend(fontsize=6, frameon=False)
+        if days:
+            _day_axis(ax, days[0], days[-1])
+        _legend_below(ax, 2)
         return _svg(fig)
 
 
