@@ -605,6 +605,11 @@ def demo(
     if run.report is not None:
         from hedgerow.controller.report_render import summary_text
 
+        console.print(
+            "The weekly report has one route per way (demo-none, demo-fixed, demo-adaptive); "
+            "its totals pool the three ways:",
+            highlight=False,
+        )
         console.print(summary_text(run.report))
         console.print(f"weekly report of the run: {', '.join(str(p) for p in run.report_paths)}", soft_wrap=True)
     if json_path is not None:

@@ -13,7 +13,10 @@ What runs (all on 127.0.0.1, as separate processes, talking real HTTP and SSE):
   ``--duration``) or the built-in generator that follows that trace's statistics. Each call's
   primary is the next replica in turn (round robin); its backup the replica after it.
 
-The same workload is replayed three ways, one after the other, on the same replicas:
+The same workload is replayed three ways, one after the other, on the same replicas, each as
+a route of its own (``demo-<way>``; ``demo-none`` is disabled in the store and ``demo-fixed``
+pinned at its threshold before its load starts, so the controller publishes for ``adaptive`` only
+and the weekly report shows the thresholds each way's clients used):
 
 - ``none``: no hedging (``max_backups=0``);
 - ``fixed``: the manual recipe: observe TTFT without hedging and set ``hedge_after_s`` to its P90.
@@ -473,6 +476,31 @@ async def _set_demo_price(http: httpx.AsyncClient, api_url: str, config: DemoCon
         raise DemoError(f"could not set the demo price: HTTP {response.status_code} {response.text[:200]}")
 
 
+async def _configure_route(
+    http: httpx.AsyncClient, api_url: str, mode: str, hedge_after_s: float, config: DemoConfig
+) -> None:
+    """Make the store say what a way's clients do, before its load starts (``PUT /v1/routes``).
+
+    ``none`` is disabled (its clients never hedge) and ``fixed`` is pinned at its threshold, so
+    the controller publishes nothing else for them and the weekly report's thresholds and states
+    are the ones their clients used; ``adaptive`` keeps the defaults of a new route.
+
+    Raises:
+        DemoError: the api refused the configuration.
+    """
+    if mode == "adaptive":
+        return
+    body: dict[str, Any] = {"budget": config.budget, "actor": "hedgerow demo"}
+    if mode == "none":
+        body["enabled"] = False
+    else:
+        body["pinned_hedge_after_s"] = hedge_after_s
+        body["min_hedge_after_s"] = min(hedge_after_s, config.default_hedge_after_s, 0.05)
+    response = await http.put(f"{api_url}/v1/routes/demo-{mode}", params={"model": MODEL}, json=body)
+    if response.status_code not in (200, 201):
+        raise DemoError(f"could not configure route demo-{mode}: HTTP {response.status_code} {response.text[:200]}")
+
+
 async def _write_report(http: httpx.AsyncClient, api_url: str, directory: Path) -> tuple[tuple[Path, ...], Any]:
     """Fetch the current week's report as JSON and HTML and write both; returns (paths, JSON report)."""
     url = f"{api_url}/v1/reports/weekly"
@@ -588,6 +616,7 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
                             except ValueError as exc:
                                 raise DemoError(str(exc)) from None
                         hedge_after = fixed_s
+                    await _configure_route(http, api_url, mode, hedge_after, config)
                     replayed = await _replay(
                         mode, workload, upstreams, config, api_url, done, hedge_after, apply_change
                     )

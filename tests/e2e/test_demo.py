@@ -103,6 +103,11 @@ def test_demo_runs_three_ways_through_a_change_and_reports(tmp_path: Path):
     files = [Path(p) if Path(p).is_absolute() else tmp_path / p for p in payload["report_files"]]
     assert [f.suffix for f in files] == [".html", ".json"] and all(f.is_file() for f in files)
     assert "weekly report of the run" in done.stdout
+    # The store says what each way's clients did: none disabled, fixed pinned at its threshold.
+    routes = {r["route"]: r for r in json.loads(files[1].read_text())["routes"]}
+    assert routes["demo-none"]["enabled"] is False
+    assert routes["demo-fixed"]["pinned_hedge_after_s"] == pytest.approx(payload["fixed_hedge_after_s"])
+    assert routes["demo-adaptive"]["enabled"] is True and routes["demo-adaptive"]["pinned_hedge_after_s"] is None
     report = json.loads(files[1].read_text())
     assert report["partial"] is True
     assert {s["route"] for s in report["routes"]} == {"demo-none", "demo-fixed", "demo-adaptive"}
