@@ -59,7 +59,7 @@ from hedgerow.controller.ingest import RecordFields
 from hedgerow.controller.lease import CONTROLLER_LEASE
 from hedgerow.controller.queries import list_thresholds
 
-__all__ = ["TTFT_BUCKETS_S", "Metrics", "router"]
+__all__ = ["TTFT_BUCKETS_S", "Metrics", "metrics_response", "router"]
 
 #: Bucket bounds of the TTFT histogram, seconds (the OTel GenAI advisory bounds, then to 60 s).
 TTFT_BUCKETS_S: tuple[float, ...] = (
@@ -222,6 +222,11 @@ class Metrics:
 @router.get("/metrics", include_in_schema=False, dependencies=[Depends(require_scope("read"))])
 async def metrics(request: Request) -> Response:
     """Prometheus text format: this process's counters, the store's published thresholds."""
+    return await metrics_response(request)
+
+
+async def metrics_response(request: Request) -> Response:
+    """The ``/metrics`` answer for an authorized ``request`` (also served to the console's login)."""
     app_metrics: Metrics = request.app.state.metrics
     async with request.app.state.sessionmaker() as session:
         app_metrics.set_thresholds(await list_thresholds(session))

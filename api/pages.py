@@ -41,6 +41,7 @@ from hedgerow.api._page_kit import (
 )
 from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
 from hedgerow.api.charts import SeriesData, time_chart
+from hedgerow.api.metrics import metrics_response
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
 from hedgerow.controller.models import utc_now
@@ -83,6 +84,17 @@ def _aware(text: str | None, field: str) -> datetime | None:
 async def home() -> RedirectResponse:
     """The console's start page: the routes overview."""
     return RedirectResponse("/ui/routes", status_code=status.HTTP_303_SEE_OTHER)
+
+
+@router.get("/metrics")
+async def metrics_page(request: Request) -> Response:
+    """``/metrics`` for a browser: the same Prometheus text, authorized by the console's login cookie.
+
+    (The cookie's path is ``/ui``, so a browser never sends it to ``/metrics``, which takes a
+    bearer token; a scraper keeps using ``/metrics``.)
+    """
+    page_user(request)
+    return await metrics_response(request)
 
 
 @router.get("/routes", response_class=HTMLResponse)

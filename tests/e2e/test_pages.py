@@ -141,6 +141,12 @@ def test_pages_refuse_without_a_good_token(console: ServeProcess) -> None:
         assert client.get("/ui/routes").status_code == 200
         denied = client.post("/ui/routes/summarize?model=m1", data={"budget": "0.3"})
         assert denied.status_code == 403  # read scope cannot change a route
+        # the console's Metrics link: the login cookie (path /ui) authorizes /ui/metrics
+        metrics = client.get("/ui/metrics")
+        assert metrics.status_code == 200 and "hedgerow_hedge_after_seconds" in metrics.text
+        assert client.get("/metrics").status_code == 401  # a scraper still needs its bearer token
+    with httpx.Client(base_url=console.url) as anonymous:
+        assert anonymous.get("/ui/metrics").status_code == 303  # to the login page
 
 
 @pytest.mark.parametrize("viewport", VIEWPORTS, ids=lambda v: f"{v[0]}x{v[1]}")
