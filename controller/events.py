@@ -65,9 +65,15 @@ def log_flag_changes(route: str, model: str, before: list[str], after: list[str]
             log_event("flag_cleared", route=route, model=model, flag=flag)
 
 
-def log_lease_change(lease: str, holder: str, held: bool) -> None:
-    """Log that this process (``holder``) acquired (``held``) or lost the lease ``lease``."""
-    log_event("lease_acquired" if held else "lease_lost", lease=lease, holder=holder)
+def log_lease_change(lease: str, holder: str, held: bool, *, released: bool = False) -> None:
+    """Log that this process (``holder``) acquired (``held``), lost or gave up the lease ``lease``.
+
+    ``lease_lost`` (a renewal failed or another process took it over: worth an alert) and
+    ``lease_released`` (``released``: this process handed it back on a clean shutdown, as every
+    deploy does) are separate events.
+    """
+    event = "lease_acquired" if held else ("lease_released" if released else "lease_lost")
+    log_event(event, lease=lease, holder=holder)
 
 
 def log_rejected_batch(records: int, first_error: dict[str, Any]) -> None:

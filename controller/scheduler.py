@@ -111,8 +111,8 @@ class ControllerScheduler:
             self._lease_changed()
         return self.holding
 
-    def _lease_changed(self) -> None:
-        log_lease_change(CONTROLLER_LEASE, self.holder, self.holding)
+    def _lease_changed(self, *, released: bool = False) -> None:
+        log_lease_change(CONTROLLER_LEASE, self.holder, self.holding, released=released)
         if self.on_lease is not None:
             self.on_lease(self.holding)
 
@@ -268,4 +268,4 @@ class ControllerScheduler:
             except Exception:
                 log.exception("could not release the controller lease")
             self.holding = False
-            self._lease_changed()
+            self._lease_changed(released=True)
