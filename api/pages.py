@@ -317,7 +317,7 @@ async def change_route(request: Request, route: str, model: str | None = None) -
     except ValueError as exc:
         return error_page(request, user, 422, str(exc))
     changed = ",".join(sorted(result.changes)) or "nothing"
-    return RedirectResponse(route_url(route, model, changed=changed), status_code=status.HTTP_303_SEE_OTHER)
+    return RedirectResponse(route_url(route, model, changed=changed) + "#change", status_code=status.HTTP_303_SEE_OTHER)
 
 
 def _safe_next(target: str | None) -> str:

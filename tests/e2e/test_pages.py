@@ -121,6 +121,10 @@ async def test_the_change_form_changes_the_route_and_the_history_shows_it(consol
         await page.click("form.change button[type=submit]")
         await page.wait_for_load_state("networkidle")
         assert "pinned_hedge_after_s" in await page.inner_text("p.notice.error")
+        # the answer opens at the form (its action ends in #change), so the notice is in view
+        assert await page.locator("p.notice.error").is_visible()
+        box = await page.locator("p.notice.error").bounding_box()
+        assert box is not None and 0 <= box["y"] < 800, box
         assert_local_only(requests)
 
     headers = {"Authorization": "Bearer r3ad-token"}
