@@ -80,7 +80,8 @@ def check_database_url(url: str) -> str:
     (:func:`async_database_url`).
 
     Raises:
-        StoreError: malformed url, or a driver other than aiosqlite / asyncpg.
+        StoreError: malformed url, a driver other than aiosqlite / asyncpg, or a SQLite file
+            whose folder does not exist (SQLite would say only "unable to open database file").
     """
     url = async_database_url(url)
     try:
@@ -92,6 +93,14 @@ def check_database_url(url: str) -> str:
             f"database url {url!r}: driver {parsed.drivername!r} is not supported; use "
             "sqlite+aiosqlite:///path or postgresql+asyncpg://user@host/db"
         )
+    if parsed.drivername.startswith("sqlite") and parsed.database and parsed.database != ":memory:":
+        folder = Path(parsed.database).parent
+        if not folder.is_dir():
+            where = "" if folder.is_absolute() else f"; it is relative to the working directory {Path.cwd()}"
+            raise StoreError(
+                f"database url {url!r}: the folder {str(folder)!r} of the SQLite file does not exist{where} "
+                "(sqlite:///name.db is a relative path, sqlite:////abs/name.db an absolute one)"
+            )
     return url
 
 

@@ -80,3 +80,17 @@ def test_plain_urls_are_mapped_to_the_async_drivers() -> None:
     assert check_database_url("postgresql://u@h/db") == "postgresql+asyncpg://u@h/db"
     assert check_database_url("postgres://u@h:5433/db") == "postgresql+asyncpg://u@h:5433/db"
     assert Settings(database_url="sqlite:////tmp/a.db").database_url == "sqlite+aiosqlite:////tmp/a.db"
+
+
+def test_a_sqlite_file_in_a_missing_folder_is_named_with_the_working_directory(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hedgerow.controller.db import check_database_url
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreError, match=r"folder 'tmp/nope' of the SQLite file does not exist; it is relative to"):
+        check_database_url("sqlite:///tmp/nope/x.db")
+    with pytest.raises(StoreError, match=r"folder '/no/such/folder' of the SQLite file does not exist \("):
+        check_database_url("sqlite+aiosqlite:////no/such/folder/x.db")
+    assert check_database_url("sqlite:///here.db") == "sqlite+aiosqlite:///here.db"  # the folder is the cwd
+    assert check_database_url("sqlite+aiosqlite:///:memory:") == "sqlite+aiosqlite:///:memory:"
