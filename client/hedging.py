@@ -97,11 +97,14 @@ A 404 from an upstream whose ``base_url`` does not end in ``/v1`` raises an ``Up
 whose message says so (``not_found_hint``): such base URLs are accepted, since some servers
 mount the API elsewhere.
 
-Who runs what: entering the ``async with`` block sends the primary and starts the call's
-*driver* task, which runs everything up to the first token (the hedge timer, failovers, the
-total timeout before a token, the loser's cancellation at the win) whether or not the caller
-is reading yet. Its outcome waits for the reader: the winner's first chunks, or the error
-(``UpstreamError``, ``AllAttemptsFailed``, ``TotalTimeout``) raised at the first read. After the
+Who runs what: entering the ``async with`` block sends the primary (in a task of its own, as
+every attempt) and arms a timer at the race's deadline. Up to the first token each attempt's
+task hands its events to the call's race as it reads them, and the timer ticks it (the hedge,
+the total timeout before a token): failovers, the hedge and the loser's cancellation at the win
+happen whether or not the caller is reading yet, with no task in between, so the winner's first
+token is one task switch from the caller. The outcome waits for the reader: the winner's first
+chunks, or the error (``UpstreamError``, ``AllAttemptsFailed``, ``TotalTimeout``) raised at the
+first read. After the
 first token the winner's chunks are buffered in memory until read, and the stall timeout and
 the total timeout are checked while the caller reads. A caller that leaves the block without
 reading gets no exception; the record says what happened.
@@ -486,6 +489,8 @@ class HedgingClient:
         self._max_connections = max_connections
         self._transport = transport
         self._http: httpx.AsyncClient | None = None
+        # Parsed once per (upstream, API): httpx parses a URL given as a string on every request.
+        self._urls: dict[tuple[str, CallApi], httpx.URL] = {}
 
     async def __aenter__(self) -> Self:
         timeout = httpx.Timeout(None, connect=self.policy.connect_timeout_s)
@@ -523,7 +528,7 @@ class HedgingClient:
             primary: name or index of the upstream to use as primary (default: the first).
             request_id: the call's id (default: a random UUID hex).
             headers: extra request headers for every attempt, sent under the client's own
-                (``X-Request-ID``, ``Idempotency-Key``, ``X-Hedgerow-Attempt``, ``Accept``,
+                (``X-Request-ID``, ``Idempotency-Key``, ``X-Hedgerow-Attempt``, ``Accept``, ``Content-Type``,
                 ``Authorization``, the upstream's headers), which replace same-named ones
                 (``HedgingTransport`` uses it).
             params: query parameters for every attempt, or None.
@@ -531,9 +536,9 @@ class HedgingClient:
         Returns:
             A ``CallStream``: ``async for chunk in stream`` gives the winner's chunks as dicts;
             ``stream.record`` is the ``CallRecord`` once the block has ended. Entering the block
-            sends the primary and starts the race (hedge, failover, loser cancellation) in a
-            driver task, so it advances even before the caller starts reading; a failure before
-            the first token is raised by the first read.
+            sends the primary and starts the race (hedge, failover, loser cancellation), which
+            advances in the attempts' tasks and a timer even before the caller starts reading; a
+            failure before the first token is raised by the first read.
 
         Raises:
             ValueError: before any request is sent, for a body that is not a dict or has no
@@ -668,8 +673,8 @@ class CallStream:
 
     Iterate it (once) for the winner's chunks; after the ``async with`` block ``record`` holds
     the ``CallRecord``. Leaving the block early closes every attempt and records ``cancelled``.
-    Up to the first token the call is run by a driver task started on entering the block (see
-    the module docstring), independently of the reader. Every decision is the call's ``Race``
+    Up to the first token the call is run by its attempts' tasks and a timer (see the module
+    docstring), independently of the reader. Every decision is the call's ``Race``
     (``hedgerow.client._race``); this class does the I/O and executes the race's actions.
     """
 
@@ -725,7 +730,13 @@ class CallStream:
         self._winner: _Attempt | None = None
         self._iterated = False
         self._generator: Any = None
-        self._driver: asyncio.Task[list[dict[str, Any]]] | None = None
+        # Phase 1 (up to the first token): attempt events go to the race at once, in the attempt's
+        # own task; the outcome (the winner's first chunks, or the error) resolves ``_head``.
+        self._encoded: bytes | None = None
+        self._racing = True
+        self._head: asyncio.Future[list[dict[str, Any]]] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
         self._t0 = 0.0
 
     # -- context manager ---------------------------------------------------------------------
@@ -733,8 +744,9 @@ class CallStream:
     async def __aenter__(self) -> Self:
         self._t0 = time.monotonic()
         self._race.started_at = datetime.now(UTC)
+        self._head = asyncio.get_running_loop().create_future()
         self._execute(self._race.begin(0.0))
-        self._driver = asyncio.create_task(self._drive(), name="hedgerow-driver")
+        self._arm_timer()
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
@@ -774,8 +786,20 @@ class CallStream:
             elif isinstance(action, Raise):
                 raise action.error
 
-    def _url(self, upstream: Upstream) -> str:
-        return upstream.chat_url if self.api == "chat" else upstream.responses_url
+    def _url(self, upstream: Upstream) -> httpx.URL:
+        urls = self._client._urls
+        url = urls.get((upstream.name, self.api))
+        if url is None:
+            url = httpx.URL(upstream.chat_url if self.api == "chat" else upstream.responses_url)
+            urls[(upstream.name, self.api)] = url
+        return url
+
+    def _content(self) -> bytes:
+        """The request body as JSON bytes, encoded once per call (as httpx's ``json=`` encodes it;
+        a value JSON cannot hold, such as NaN, raises ``ValueError`` in the attempt as before)."""
+        if self._encoded is None:
+            self._encoded = json.dumps(self._body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        return self._encoded
 
     def _headers(self, attempt: _Attempt) -> dict[str, str] | httpx.Headers:
         role = attempt.state.header_role
@@ -784,6 +808,7 @@ class CallStream:
             "Idempotency-Key": self.request_id,
             ATTEMPT_HEADER: role,
             "Accept": "text/event-stream",
+            "Content-Type": "application/json",
         }
         if attempt.upstream.api_key:
             headers["Authorization"] = f"Bearer {attempt.upstream.api_key}"
@@ -819,6 +844,7 @@ class CallStream:
         # The send: stamped when the attempt actually starts, which is later than its creation
         # when the event loop is busy; TTFT and the hedge deadline are measured from here.
         self._race.sent(attempt.state, self._now())
+        self._arm_timer()
         done_at: float | None = None
         responses = self.api == "responses"
         delta_seen = False
@@ -826,7 +852,7 @@ class CallStream:
             request = self._http.build_request(
                 "POST",
                 self._url(attempt.upstream),
-                json=self._body,
+                content=self._content(),
                 headers=self._headers(attempt),
                 params=self._params,
             )
@@ -879,16 +905,25 @@ class CallStream:
                                 raise AttemptError(
                                     "sse_error", f"SSE error payload: {json.dumps(chunk['error'])[:200]}"
                                 )
-                            put(("chunk", attempt, chunk, at))
+                            if not self._racing:
+                                put(("chunk", attempt, chunk, at))
+                            elif self._race_event("chunk", attempt, chunk, at):
+                                # This chunk won: let the reader take it before reading on (the
+                                # rest of a burst would otherwise be parsed first, delaying TTFT).
+                                await asyncio.sleep(0)
                         if done_at is not None:
                             await _drain(events)
                 except SSEError as exc:
                     raise AttemptError("malformed_stream", f"not an SSE stream: {exc}") from None
-            put(("end", attempt, None, self._now() if done_at is None else done_at))
+            end: tuple[str, _Attempt, Any, float] = ("end", attempt, None, self._now() if done_at is None else done_at)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            put(("error", attempt, exc, self._now()))
+            end = ("error", attempt, exc, self._now())
+        if self._racing:
+            self._race_event(*end)
+        else:
+            put(end)
 
     @staticmethod
     def _cancel_task(attempt: _Attempt) -> None:
@@ -935,55 +970,97 @@ class CallStream:
             attempt.state, payload, at, caller_fault=caller_fault, cut=isinstance(payload, httpx.TransportError)
         )
 
-    async def _drive(self) -> list[dict[str, Any]]:
-        """Phase 1 of the call, in its own task: race to the first token, hedge, cancel the loser.
+    def _race_event(self, kind: str, attempt: _Attempt, payload: Any, at: float) -> bool:
+        """Phase 1: hand one attempt event to the race at once, in the attempt's own task.
 
-        Runs from the moment the ``async with`` block is entered, whether or not the caller reads.
+        Up to the first token no task stands between an attempt and the race: the attempt that
+        reads the first token decides the race itself (cancelling the loser) and resolves
+        ``_head`` for the reader, one task switch away from the caller. A chunk without a token
+        is held back (``pending``) until its attempt wins. A failure of the call (a ``Raise``
+        action) resolves ``_head`` with that error, raised by the reader's first read.
+
+        Args:
+            kind: ``chunk``, ``end`` or ``error``; payload: the chunk dict, None, or the error.
+            at: call time of the event, s.
 
         Returns:
-            The winner's chunks up to and including its first token (its non-token chunks from
-            before it first), for the reader to hand out; for an answer without any token, all
-            of its chunks (the call is then over, status ``ok``).
-
-        Raises:
-            UpstreamError, AllAttemptsFailed, TotalTimeout: the call failed before a first token
-            (the reader re-raises it).
+            True when this event made ``attempt`` the winner.
         """
         race = self._race
-        while self._winner is None:
-            event = await self._next_event(race.deadline)
-            if event is None:
-                primary = self._attempts[0]
-                if not primary.state.sent and primary.task is not None and not primary.task.done():
-                    await asyncio.sleep(0)  # let the primary's task run and stamp its send
-                    continue
-                self._execute(race.tick(self._now()))
-                continue
-            kind, attempt, payload, at = event
+        try:
             if kind == "chunk":
                 actions = race.chunk(attempt.state, self._classify(payload), at)
-                if attempt.state.outcome is None:  # a chunk without a token: held back until it wins
+                if attempt.state.outcome is None:  # no token yet: held back until it wins
                     attempt.pending.append(payload)
-                elif actions:  # the first token: this attempt won
-                    self._execute(actions)
-                    head = [*attempt.pending, payload]
-                    attempt.pending.clear()
-                    return head
-                continue
-            self._execute(self._on_event(kind, attempt, payload, at))
-            if self._winner is attempt:  # a complete answer without a token
-                head = list(attempt.pending)
-                attempt.pending.clear()
-                return head
-        raise AssertionError("unreachable: the loop ends only by returning or raising")
+                    return False
+                if not actions:  # a chunk of a loser, sent before its cancellation took effect
+                    return False
+                self._execute(actions)
+                head = [*attempt.pending, payload]
+            else:
+                self._execute(self._on_event(kind, attempt, payload, at))
+                if self._winner is not attempt:  # an attempt ended or failed: maybe a failover
+                    self._arm_timer()
+                    return False
+                head = list(attempt.pending)  # a complete answer without a token
+            attempt.pending.clear()
+        except Exception as exc:  # a Raise action: the call failed before its first token
+            self._settle(exc)
+            return False
+        self._settle(head)
+        return True
+
+    def _settle(self, outcome: list[dict[str, Any]] | BaseException) -> None:
+        """End phase 1: stop the timer and resolve ``_head`` with the first chunks or the error."""
+        self._racing = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        head = self._head
+        if head is not None and not head.done():
+            if isinstance(outcome, BaseException):
+                head.set_exception(outcome)
+            else:
+                head.set_result(outcome)
+
+    def _arm_timer(self) -> None:
+        """Phase 1: have ``_on_timer`` called at the race's deadline (hedge timer, total timeout)."""
+        if not self._racing:
+            return
+        deadline = self._race.deadline
+        if deadline == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = deadline
+        if not math.isinf(deadline):
+            delay_s = max(0.0, deadline - self._now())
+            self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        """The race's deadline passed in phase 1: tick it (a hedge, or ``TotalTimeout``)."""
+        self._timer = None
+        self._timer_at = None
+        if not self._racing:
+            return
+        try:
+            self._execute(self._race.tick(self._now()))
+        except Exception as exc:  # TotalTimeout before a first token
+            self._settle(exc)
+            return
+        primary = self._attempts[0]
+        if not primary.state.sent and self._race.deadline <= self._now():
+            return  # the hedge timer counts from the primary's send: its task re-arms the timer
+        self._arm_timer()
 
     async def _run(self) -> AsyncIterator[dict[str, Any]]:
         race = self._race
-        assert self._driver is not None
+        assert self._head is not None
         try:
-            # Phase 1 runs in the driver task (``_drive``); a cancellation of the reader here
-            # cancels it too, as leaving the call would.
-            head = await self._driver
+            # Phase 1 runs in the attempts' tasks and the timer (``_race_event``, ``_on_timer``);
+            # a cancellation of the reader here ends the call, as leaving it would.
+            head = await self._head
             for early in head:
                 yield early
             if race.over:  # an answer without a token: complete already
@@ -1022,12 +1099,17 @@ class CallStream:
     async def _finish(self) -> None:
         """Close every attempt, build the one record, hand it to telemetry."""
         self._execute(self._race.abandon(self._now()))
+        self._racing = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        head = self._head
+        if head is not None:
+            if not head.done():
+                head.cancel()
+            elif not head.cancelled():
+                head.exception()  # retrieved, so that asyncio does not log an error nobody read
         tasks: list[asyncio.Task[Any]] = []
-        driver = self._driver
-        if driver is not None:
-            if not driver.done():
-                driver.cancel()
-            tasks.append(driver)
         for attempt in self._attempts:
             if attempt.task is not None:
                 self._cancel_task(attempt)

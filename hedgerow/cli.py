@@ -647,7 +647,8 @@ def replica(
         ),
     ),
 ) -> None:
-    """Serve one simulated OpenAI-compatible LLM replica (continuous batching, Splitwise timings)."""
+    """Serve one simulated OpenAI-compatible LLM replica (continuous batching, Splitwise timings):
+    chat completions and the Responses API, streamed or whole."""
     from pathlib import Path
 
     from hedgerow.sim.perf_model import PerfModelError

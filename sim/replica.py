@@ -14,6 +14,21 @@ Endpoints:
   ``stream_options.include_usage`` is true, and ``data: [DONE]``. ``stream: false`` answers one
   ``chat.completion`` object. A bad body is HTTP 422 whose message names the field; with
   ``error_rate`` a random fraction of requests is answered 503 at once.
+* ``POST /v1/responses``: the Responses API, driven by the same engine. ``input`` (a string, or a
+  list of input items whose ``content`` is a string or a list of parts with ``text``) and
+  ``instructions`` give the prompt's length (about one token per 4 characters, or
+  ``hedgerow_prompt_tokens``); ``max_output_tokens`` is the number of tokens generated (the
+  response is then ``incomplete`` with ``incomplete_details.reason`` ``max_output_tokens``),
+  else ``default_output_tokens`` or ``hedgerow_output_tokens`` (``completed``). ``stream: true``
+  answers the typed SSE events of OpenAI's API (``event: <type>`` and ``data: {json}``, each with
+  its ``sequence_number``): ``response.created`` and ``response.in_progress`` at once,
+  ``response.output_item.added`` (a ``message``) and ``response.content_part.added`` (an
+  ``output_text`` part) together with the first ``response.output_text.delta``, one delta per
+  chunk of tokens (text ``"tok "`` per token), then ``response.output_text.done``,
+  ``response.content_part.done``, ``response.output_item.done`` and ``response.completed`` (or
+  ``response.incomplete``) whose ``response.usage`` has ``input_tokens``, ``output_tokens`` and
+  ``total_tokens``; no ``[DONE]``. ``stream: false`` answers the ``response`` object. Bad bodies
+  and ``error_rate`` as for chat.
 * ``GET /v1/models``, ``GET /healthz``, ``GET /stats`` (the engine's counters, see
   ``ReplicaEngine.stats``, plus ``name``, ``rejected``, ``perf_model`` (one line naming the
   configuration and its source) and ``perf_model_embedded`` (true when the shared Splitwise CSV
@@ -35,6 +50,7 @@ requests race their completion against ``receive()`` returning ``http.disconnect
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import os
@@ -198,6 +214,76 @@ class _ChatRequest:
     finish_reason: str
     stream: bool
     include_usage: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _ResponsesRequest:
+    model: str
+    prompt_tokens: int
+    output_tokens: int
+    incomplete: bool  # max_output_tokens binds: the response ends incomplete
+    stream: bool
+    instructions: str | None
+    max_output_tokens: int | None
+
+
+def _input_text(value: Any) -> str:
+    """The text of a Responses ``input``: a string, or a list of items (messages with a string or
+    parts ``content``, tool outputs with an ``output`` string)."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list) or not value:
+        raise _BadRequest("input", "must be a string or a non-empty list of input items")
+    texts = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise _BadRequest(f"input[{i}]", "must be an object")
+        if "content" in item:
+            texts.append(_message_text(item["content"], f"input[{i}]"))
+        output = item.get("output")
+        if isinstance(output, str):
+            texts.append(output)
+    return "".join(texts)
+
+
+def _parse_responses_body(body: Any, default_output_tokens: int) -> _ResponsesRequest:
+    if not isinstance(body, dict):
+        raise _BadRequest("body", "must be a JSON object")
+    model = body.get("model")
+    if model is None:
+        raise _BadRequest("model", "is required")
+    if not isinstance(model, str) or not model:
+        raise _BadRequest("model", "must be a non-empty string")
+    if body.get("input") is None:
+        raise _BadRequest("input", "is required")
+    text = _input_text(body["input"])
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _BadRequest("instructions", f"must be a string or null, got {instructions!r}")
+    for field in ("max_output_tokens", "hedgerow_output_tokens"):
+        v = body.get(field)
+        if v is not None and not (_is_int(v) and 1 <= v <= MAX_OUTPUT_TOKENS):
+            raise _BadRequest(field, f"must be an integer in [1, {MAX_OUTPUT_TOKENS}], got {v!r}")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise _BadRequest("stream", f"must be a boolean, got {stream!r}")
+    prompt_tokens = body.get("hedgerow_prompt_tokens")
+    if prompt_tokens is None:
+        chars = len(text) + len(instructions or "")
+        prompt_tokens = max(1, math.ceil(chars / CHARS_PER_TOKEN))
+    elif not (_is_int(prompt_tokens) and prompt_tokens >= 0):
+        raise _BadRequest("hedgerow_prompt_tokens", f"must be an integer >= 0, got {prompt_tokens!r}")
+    limit = body.get("max_output_tokens")
+    wanted = body.get("hedgerow_output_tokens")
+    if limit is None:
+        output, incomplete = (wanted if wanted is not None else default_output_tokens), False
+    elif wanted is not None and wanted < limit:
+        output, incomplete = wanted, False
+    else:
+        output, incomplete = limit, True
+    return _ResponsesRequest(model, prompt_tokens, output, incomplete, stream, instructions, limit)
 
 
 def _parse_body(body: Any, default_output_tokens: int) -> _ChatRequest:
@@ -365,22 +451,37 @@ def create_replica_app(config: ReplicaConfig, perf: PerfModel | None = None) -> 
             return _error(422, str(exc), type_="invalid_request_error", param="slowdown")
         return {"name": config.name, "slowdown": request.app.state.engine.slowdown}
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Any:
+    async def admit(request: Request) -> Any:
+        """The JSON body of a request, or the error response to answer instead (bad JSON: 422;
+        a simulated overload: 503)."""
         counters["requests"] += 1
         try:
-            raw = await request.body()
-            try:
-                body = json.loads(raw)
-            except ValueError as exc:
-                raise _BadRequest("body", f"is not valid JSON ({exc})") from None
-            chat = _parse_body(body, config.default_output_tokens)
-        except _BadRequest as exc:
+            return json.loads(await request.body())
+        except ValueError as exc:
             counters["invalid"] += 1
-            return _error(422, str(exc), type_="invalid_request_error", param=exc.param)
+            return _error(422, f"body: is not valid JSON ({exc})", type_="invalid_request_error", param="body")
+
+    def refused() -> JSONResponse | None:
         if config.error_rate > 0 and rng.random() < config.error_rate:
             counters["rejected"] += 1
             return _error(503, f"replica {config.name} is overloaded (simulated error)", type_="server_error")
+        return None
+
+    def invalid(exc: _BadRequest) -> JSONResponse:
+        counters["invalid"] += 1
+        return _error(422, str(exc), type_="invalid_request_error", param=exc.param)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        body = await admit(request)
+        if isinstance(body, JSONResponse):
+            return body
+        try:
+            chat = _parse_body(body, config.default_output_tokens)
+        except _BadRequest as exc:
+            return invalid(exc)
+        if (error := refused()) is not None:
+            return error
         engine: ReplicaEngine = request.app.state.engine
         rid = request.headers.get("x-request-id")
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
@@ -392,6 +493,31 @@ def create_replica_app(config: ReplicaConfig, perf: PerfModel | None = None) -> 
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
         return await _complete(request, engine, chat, rid, completion_id, created)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Any:
+        body = await admit(request)
+        if isinstance(body, JSONResponse):
+            return body
+        try:
+            wanted = _parse_responses_body(body, config.default_output_tokens)
+        except _BadRequest as exc:
+            return invalid(exc)
+        if (error := refused()) is not None:
+            return error
+        engine: ReplicaEngine = request.app.state.engine
+        rid = request.headers.get("x-request-id")
+        shape = _ResponseShape(wanted)
+        if wanted.stream:
+            return StreamingResponse(
+                _stream_response(engine, wanted, rid, shape),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        generated = await _generate_all(request, engine, wanted.prompt_tokens, wanted.output_tokens, rid)
+        if generated is None:
+            return _error(503, "request aborted (client disconnected or replica stopping)", type_="server_error")
+        return shape.response("incomplete" if wanted.incomplete else "completed", generated)
 
     app.add_middleware(_RequestIdMiddleware, replica_name=config.name)
     return app
@@ -459,7 +585,36 @@ async def _complete(
     request: Request, engine: ReplicaEngine, chat: _ChatRequest, rid: str | None, completion_id: str, created: int
 ) -> Any:
     """Non-streaming completion: wait for every token, aborting if the client goes away."""
-    req = engine.submit(chat.prompt_tokens, chat.output_tokens, rid)
+    generated = await _generate_all(request, engine, chat.prompt_tokens, chat.output_tokens, rid)
+    if generated is None:
+        return _error(503, "request aborted (client disconnected or replica stopping)", type_="server_error")
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": chat.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "tok " * generated},
+                "logprobs": None,
+                "finish_reason": chat.finish_reason,
+            }
+        ],
+        "usage": _usage(chat.prompt_tokens, generated),
+    }
+
+
+async def _generate_all(
+    request: Request, engine: ReplicaEngine, prompt_tokens: int, output_tokens: int, rid: str | None
+) -> int | None:
+    """Run one request through the engine to its last token, for a non-streaming answer.
+
+    Returns:
+        The tokens generated; None when the client disconnected or the engine stopped first
+        (the engine request is aborted either way on return).
+    """
+    req = engine.submit(prompt_tokens, output_tokens, rid)
 
     async def collect() -> bool:
         while True:
@@ -478,22 +633,124 @@ async def _complete(
             task.cancel()
         engine.abort(req)
     if not collector.done() or collector.cancelled() or not collector.result():
-        return _error(503, "request aborted (client disconnected or replica stopping)", type_="server_error")
-    return {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": chat.model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "tok " * req.generated},
-                "logprobs": None,
-                "finish_reason": chat.finish_reason,
+        return None
+    return req.generated
+
+
+class _ResponseShape:
+    """The JSON objects of one Responses API answer (ids, the response object, its output item)."""
+
+    def __init__(self, wanted: _ResponsesRequest) -> None:
+        self.wanted = wanted
+        self.response_id = f"resp_{uuid.uuid4().hex}"
+        self.item_id = f"msg_{uuid.uuid4().hex}"
+        self.created_at = int(time.time())
+
+    def part(self, text: str) -> dict[str, Any]:
+        """An ``output_text`` content part."""
+        return {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+
+    def item(self, status: str, text: str | None) -> dict[str, Any]:
+        """The ``message`` output item (``content`` empty while ``text`` is None)."""
+        content = [] if text is None else [self.part(text)]
+        return {"id": self.item_id, "type": "message", "status": status, "content": content, "role": "assistant"}
+
+    def response(self, status: str, generated: int | None) -> dict[str, Any]:
+        """The ``response`` object: ``in_progress`` (``generated`` None: no output, no usage),
+        ``completed`` or ``incomplete`` with the output message and usage."""
+        wanted = self.wanted
+        done = generated is not None
+        usage = None
+        if generated is not None:
+            usage = {
+                "input_tokens": wanted.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": generated,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": wanted.prompt_tokens + generated,
             }
-        ],
-        "usage": _usage(chat.prompt_tokens, req.generated),
-    }
+        return {
+            "id": self.response_id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "background": False,
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "instructions": wanted.instructions,
+            "max_output_tokens": wanted.max_output_tokens,
+            "model": wanted.model,
+            "output": [self.item(status, "tok " * (generated or 0))] if done else [],
+            "parallel_tool_calls": True,
+            "previous_response_id": None,
+            "reasoning": {"effort": None, "summary": None},
+            "store": False,
+            "temperature": 1.0,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": 1.0,
+            "truncation": "disabled",
+            "usage": usage,
+            "user": None,
+            "metadata": {},
+        }
+
+
+async def _stream_response(
+    engine: ReplicaEngine, wanted: _ResponsesRequest, rid: str | None, shape: _ResponseShape
+) -> AsyncIterator[str]:
+    """SSE body of one streamed Responses API answer; aborts the engine request however it ends."""
+    sequence = itertools.count()
+
+    def event(kind: str, **fields: Any) -> str:
+        data = {"type": kind, "sequence_number": next(sequence), **fields}
+        return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+    where = {"item_id": shape.item_id, "output_index": 0, "content_index": 0}
+    req: EngineRequest | None = None
+    try:
+        req = engine.submit(wanted.prompt_tokens, wanted.output_tokens, rid)
+        in_progress = shape.response("in_progress", None)
+        yield event("response.created", response=in_progress) + event("response.in_progress", response=in_progress)
+        first = True
+        while True:
+            item = await req.chunks.get()
+            if isinstance(item, EngineClosed):
+                return  # the stream ends without response.completed: the client sees a truncated stream
+            if item.stall_before_s > 0:
+                await asyncio.sleep(item.stall_before_s)
+            opened = ""
+            if first:  # the message and its part open in the same write as the first delta
+                opened = event("response.output_item.added", output_index=0, item=shape.item("in_progress", None))
+                opened += event(
+                    "response.content_part.added",
+                    item_id=shape.item_id,
+                    output_index=0,
+                    content_index=0,
+                    part=shape.part(""),
+                )
+                first = False
+            yield opened + event("response.output_text.delta", **where, delta="tok " * item.tokens, logprobs=[])
+            if item.finished:
+                break
+        status = "incomplete" if wanted.incomplete else "completed"
+        text = "tok " * req.generated
+        yield (
+            event("response.output_text.done", **where, text=text, logprobs=[])
+            + event(
+                "response.content_part.done",
+                item_id=shape.item_id,
+                output_index=0,
+                content_index=0,
+                part=shape.part(text),
+            )
+            + event("response.output_item.done", output_index=0, item=shape.item(status, text))
+            + event(f"response.{status}", response=shape.response(status, req.generated))
+        )
+    finally:
+        if req is not None:
+            engine.abort(req)
 
 
 def _uvicorn_config(app: FastAPI, host: str, port: int, graceful_s: float) -> uvicorn.Config:

@@ -320,9 +320,9 @@ async def test_a_5xx_whose_body_never_comes_still_fails_over_at_once():
 
 async def test_the_call_hedges_and_closes_the_loser_while_the_caller_is_not_reading():
     # The caller enters the block and then waits 1.5 s before reading. The primary's token is
-    # 30 s away; the hedge is due at 0.3 s and the backup answers at once. The race is run by
-    # the call's own driver task: the hedge goes out and the loser is closed meanwhile, and the
-    # caller then reads the backup's whole answer.
+    # 30 s away; the hedge is due at 0.3 s and the backup answers at once. The race runs in the
+    # attempts' tasks and the call's timer: the hedge goes out and the loser is closed meanwhile,
+    # and the caller then reads the backup's whole answer.
     async with (
         ScriptedServer(answer(first_delay_s=30.0)) as a,
         ScriptedServer(answer(words=4)) as b,
@@ -367,3 +367,36 @@ async def test_a_failure_before_the_first_token_reaches_a_caller_that_reads_late
         async with client.stream_chat(BODY) as unread:
             await asyncio.sleep(1.0)
         assert unread.record.status == "error" and unread.record.error_type == "all_attempts_failed"
+
+
+async def test_the_first_token_reaches_the_caller_before_the_rest_of_a_burst_is_parsed():
+    # The role chunk, the first token and 4,000 more chunks arrive in one write. The caller must
+    # get the first token one task switch after it was parsed, not after the attempt parsed the
+    # whole burst (TTFT would then grow with the burst). Measured: the caller's first token
+    # against the race's first-token time (same clock origin, the caller's start being earlier),
+    # compared with the time it then takes to receive the rest of the burst. If the burst were
+    # parsed before the first token was handed over, that delay would be about the whole parse
+    # time and the rest would come at once; the margin is a factor of 4.
+    burst = 4000
+    chunks = [chunk(role="assistant", content=""), chunk("t0 ")]
+    chunks += [chunk(f"t{i} ") for i in range(1, burst)] + [chunk(finish="stop"), usage_chunk(7, burst)]
+    body = b"".join(piece for _, piece in sse(*chunks))
+    async with (
+        ScriptedServer(Script(pieces=[(0.0, body)])) as a,
+        HedgingClient([Upstream("a", a.base_url)], policy=HedgePolicy(hedge_after_s=30.0)) as client,
+    ):
+        started = time.monotonic()
+        first_at = None
+        count = 0
+        async with client.stream_chat(BODY) as stream:
+            async for piece in stream:
+                if first_at is None and piece["choices"] and piece["choices"][0]["delta"].get("content"):
+                    first_at = time.monotonic()
+                count += 1
+        last_at = time.monotonic()
+    record = stream.record
+    assert record.status == "ok" and record.completion_tokens == burst and count == burst + 3
+    assert first_at is not None and record.attempts[0].first_token_s is not None
+    handover_s = (first_at - started) - record.attempts[0].first_token_s
+    rest_s = last_at - first_at
+    assert handover_s < rest_s / 4, f"first token handed over {handover_s * 1e3:.1f} ms after its parse"

@@ -19,6 +19,12 @@ jobs loading it (load average ~5): the busy prompt (~170 tokens) gives its first
 the idle server's first token follows 0.5-0.8 s later, so the call is over ~3 s after it
 started, a tenth of the busy generation. The assertions do not depend on speeds: the premise
 (the busy generation is still running when the hedged call ends) is checked in the test itself.
+
+The openai SDK (``openai.AsyncOpenAI`` and ``openai.OpenAI``) hedges chat completions, streamed
+and whole, through ``HedgingTransport`` against the same pair. llama-cpp-python serves no
+``POST /v1/responses`` (the Responses API; it answers 404), so the Responses API is not tested
+here: the SDK's Responses calls hedge against the simulated replicas in
+``tests/sim/test_sdk_over_replicas.py``.
 """
 
 from __future__ import annotations
@@ -34,13 +40,14 @@ from pathlib import Path
 from typing import Self
 
 import httpx
+import openai
 import pytest
 from httpx_sse import aconnect_sse
 
-from hedgerow.client import HedgePolicy, HedgingClient, Upstream
+from hedgerow.client import HedgePolicy, HedgingClient, HedgingTransport, Upstream
 from tests.e2e.llama_env import LlamaEnv, LlamaEnvUnavailable, ensure_llama_env
 from tests.e2e.processes import stop_process
-from tests.helpers import free_port
+from tests.helpers import Sink, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -358,3 +365,65 @@ async def test_hedgerow_call_json_against_the_pair(
     outcomes = {a["upstream"]: a["outcome"] for a in record["attempts"]}
     assert outcomes == {"busy": "cancelled", "idle": "won"}
     assert record["ttft_s"] is not None and record["ttft_s"] > HEDGE_AFTER_S
+
+
+def _sdk_chat(base_url: str, transport: HedgingTransport, *, use_async: bool, stream: bool) -> str:
+    """One chat completion of ``_hedged_body`` through the openai SDK over ``transport``; the text.
+
+    ``use_async``: ``openai.AsyncOpenAI`` on an event loop of its own (this runs in a worker
+    thread), else ``openai.OpenAI``; ``stream``: streamed, else a whole response.
+    """
+    body = _hedged_body()
+    extra = {"min_tokens": body.pop("min_tokens")}
+    if not use_async:
+        with openai.OpenAI(
+            base_url=base_url, api_key="unused", max_retries=0, http_client=httpx.Client(transport=transport)
+        ) as sdk:
+            if not stream:
+                return sdk.chat.completions.create(**body, extra_body=extra).choices[0].message.content or ""
+            with sdk.chat.completions.create(**body, stream=True, extra_body=extra) as chunks:
+                return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+    async def call() -> str:
+        async with openai.AsyncOpenAI(
+            base_url=base_url, api_key="unused", max_retries=0, http_client=httpx.AsyncClient(transport=transport)
+        ) as sdk:
+            if not stream:
+                completion = await sdk.chat.completions.create(**body, extra_body=extra)
+                return completion.choices[0].message.content or ""
+            chunks = await sdk.chat.completions.create(**body, stream=True, extra_body=extra)
+            async with chunks:
+                return "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+
+    return asyncio.run(call())
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize("use_async", [True, False], ids=["AsyncOpenAI", "OpenAI"])
+async def test_the_openai_sdk_hedges_chat_to_the_idle_llama_server(
+    servers: tuple[LlamaServer, LlamaServer], busy: BusyGeneration, use_async: bool, stream: bool
+):
+    # The SDK call runs in a worker thread (the sync client blocks), so this loop keeps reading
+    # the busy generation meanwhile. A whole response is hedged on its arrival (route .unary).
+    busy_server, idle_server = servers
+    sink = Sink()
+    upstreams = [Upstream("busy", busy_server.base_url), Upstream("idle", idle_server.base_url)]
+    policy = HedgePolicy(hedge_after_s=HEDGE_AFTER_S, total_timeout_s=120.0)
+    transport = HedgingTransport(upstreams, route="e2e-sdk", policy=policy, telemetry=sink)
+    text = await asyncio.to_thread(
+        _sdk_chat, "http://hedgerow.invalid/v1", transport, use_async=use_async, stream=stream
+    )
+    assert busy.running, f"the busy generation ended too early ({busy.tokens} tokens)"
+    assert text.strip(), "the winner's text is empty"
+    (record,) = sink.records  # one record for the call
+    print(f"\nSDK call ({'async' if use_async else 'sync'}, {'stream' if stream else 'whole'}): {record.to_dict()}")
+    assert record.route == ("e2e-sdk" if stream else "e2e-sdk.unary") and record.api == "chat"
+    assert record.status == "ok" and record.hedged is True and record.hedge_reason == "ttft_timeout"
+    assert record.winner == "backup"
+    primary, backup = record.attempts
+    assert (primary.upstream, primary.outcome, primary.first_token_s) == ("busy", "cancelled", None)
+    assert (backup.upstream, backup.outcome) == ("idle", "won")
+    assert backup.start_s >= HEDGE_AFTER_S - 0.01
+    assert record.completion_tokens is not None and 1 <= record.completion_tokens <= 16
+    # Our connection to the busy server for the loser is closed: only the busy generation's is left.
+    assert await _until(lambda: _established(busy_server.port, local=False) == 1, 2.0)
