@@ -44,6 +44,15 @@ Truth and metrics (per phase, from 100,000 draws of each phase's ``T`` and ``B``
   ``clamped_*`` code;
 * for the drift scenario: ticks over budget after the slowdown, and ticks after the recovery
   until the true P99 is within 10% of the phase's best.
+
+What ``few_calls`` allows: the route publishes its 2.0 s default (true hedge rate 0.244) until
+the samples show it over budget. A one-sided 95% Clopper-Pearson lower bound above 0.10 needs
+at least 2 calls, both over (``0.05 ** (1 / 2) = 0.224``); 3 of 5, 4 of 10, 5 of 20, 7 of 30.
+Drawing calls at p = 0.244 until the bound passes takes a median of 14 calls (10th-90th
+percentile 3-48; 20,000 draws), i.e. 19 minutes at 0.72 calls/min (4-67); the chance of
+passing within 2 ticks (about 1.44 calls) is under 2%. So "at most 2 ticks over budget from a
+cold start" cannot be met here from that default by any test at that confidence; a controller
+can only shorten the time over budget after the test passes (a raise that lands within budget).
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ __all__ = [
     "Inputs",
     "Proposal",
     "binomial_lower_bound",
+    "binomial_upper_bound",
     "known_over",
+    "quantile_lower_level",
     "supported_value",
 ]
 
@@ -115,20 +117,42 @@ def binomial_lower_bound(successes: int, trials: int, confidence: float) -> floa
     return float(stats.beta.ppf(1.0 - confidence, successes, trials - successes + 1))
 
 
+def binomial_upper_bound(successes: int, trials: int, confidence: float) -> float:
+    """One-sided Clopper-Pearson upper bound on a binomial proportion.
+
+    ``Beta(confidence; x + 1, n - x)`` (Clopper & Pearson, Biometrika 26, 1934); 1 when
+    ``x >= n``. With ``x = 0`` it is ``1 - (1 - confidence) ** (1 / n)``, so a 10% budget can be
+    shown met at 95% only from ``n = 29`` samples on (``ln 0.05 / ln 0.9 = 28.4``): 0 of 29 gives
+    0.098, 0 of 28 gives 0.101.
+    """
+    if trials <= 0 or successes >= trials:
+        return 1.0
+    return float(stats.beta.ppf(confidence, max(successes, 0) + 1, trials - max(successes, 0)))
+
+
 def supported_value(
-    durations_s: np.ndarray, censored: np.ndarray, budget: float, confidence: float, start_s: float
+    durations_s: np.ndarray,
+    censored: np.ndarray,
+    budget: float,
+    confidence: float,
+    start_s: float,
+    fallback_s: float,
 ) -> tuple[float, float]:
     """Where the samples put a value that they show over budget.
 
     The test: the one-sided ``confidence`` Clopper-Pearson lower bound on ``over / known`` of
     ``known_over(start_s)`` above ``budget`` shows ``start_s`` over budget. Then the value goes
-    to the smallest sample duration ``v > start_s`` at which at most ``budget * n`` primaries are
-    known or possibly still waiting (those censored before ``v`` counted as waiting: the
-    destination is read pessimistically, the test conservatively; without censoring this is
-    the samples' own budget quantile; just above the largest duration when only
-    that clears every known-waiting primary). Raising only to the edge of significance instead
-    left the value where the true rate was still about twice the budget, and each further raise
-    waited for significance again (``bench/controller_eval.py --suite scenarios``, few_calls).
+    to the smallest candidate ``v > start_s`` (a sample duration, or just above the largest)
+    that the samples show *within* the budget with the same confidence: the one-sided
+    Clopper-Pearson upper bound on ``(over + unknown) / n`` at ``v`` is ``<= budget``, the
+    primaries censored before ``v`` counted as still waiting. That is the objective's own
+    constraint (the hedge rate's ~95% upper bound within the budget), read with the
+    distribution-free binomial bound instead of the Kaplan-Meier curve that has too few
+    samples here. When no candidate qualifies (fewer than 29 samples at a 10% budget, see
+    ``binomial_upper_bound``, or too many slow ones) the value goes to ``fallback_s`` (the
+    route's maximum: no sample size shows any hedging within budget yet). Worked number:
+    20 calls of which 5 waited past 2.0 s (lower bound 0.104) go to the maximum; 300 of which
+    60 waited past 5.0 s and none past 6.0 s go to 6.0 s (upper bound 0.0099).
 
     Returns:
         ``(value_s, lower_bound_at_start)``; ``value_s`` is ``start_s`` when the test does not
@@ -139,11 +163,13 @@ def supported_value(
     if at_start <= budget:
         return float(start_s), at_start
     n = int(durations_s.size)
-    for value in np.unique(durations_s[durations_s > start_s]).tolist():
+    above = np.unique(durations_s[durations_s > start_s]).tolist()
+    candidates = [*above, float(np.nextafter(durations_s.max(), math.inf))]
+    for value in candidates:
         over, known = known_over(durations_s, censored, value)
-        if over + (n - known) <= budget * n:  # the unknown ones counted as still waiting
+        if binomial_upper_bound(over + (n - known), n, confidence) <= budget:
             return float(value), at_start
-    return float(np.nextafter(durations_s.max(), math.inf)), at_start
+    return float(max(fallback_s, start_s)), at_start
 
 
 def route_state(p: Proposal, x: Inputs) -> Proposal:
@@ -169,7 +195,9 @@ def small_sample(p: Proposal, x: Inputs) -> Proposal:
     flags = np.asarray(x.observation.primary_censored, dtype=bool)
     if estimate is None or durations.size == 0:
         return replace(p, codes=("too_few_samples",), source=source, binding="samples", settled=True)
-    value, bound = supported_value(durations, flags, x.config.budget, x.knobs.confidence, x.base)
+    value, bound = supported_value(
+        durations, flags, x.config.budget, x.knobs.confidence, x.base, x.config.max_hedge_after_s
+    )
     over, known = known_over(durations, flags, x.base)
     test = {"samples": int(durations.size), "known": known, "known_over": over, "lower_bound": bound}
     if value <= x.base:
@@ -261,6 +289,12 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
     else:
         code, binding = "cost_tie", "cost"
     at_current = float(predicted_quantiles(primary, g, np.array([x.base]), q, replay)[0])
+    lower_level = quantile_lower_level(curve.samples, q, x.knobs.confidence)
+    tail_lower = (
+        0.0
+        if lower_level is None
+        else float(predicted_quantiles(primary, g, np.array([x.base]), lower_level, replay)[0])
+    )
     details: dict[str, Any] = {
         "objective": {
             "quantile": q,
@@ -273,6 +307,8 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
             "predicted_min_tail_s": _finite(choice.min_p99_s),
             "predicted_tail_at_budget_target_s": _finite(choice.p99_at_budget_s),
             "predicted_tail_at_current_s": _finite(at_current),
+            "tail_lower_level": lower_level,
+            "predicted_tail_lower_at_current_s": _finite(tail_lower),
             "current_within_budget": bool(x.base >= target),
             "hedge_rate_at_chosen": float(curve.survival_curve()(value)),
             "hedge_rate_upper_at_chosen": float(curve.upper_at(value)),
@@ -304,7 +340,9 @@ def over_budget_evidence(p: Proposal, x: Inputs) -> Proposal:
     if obs.short_window_calls < x.knobs.short_window_min_calls or durations.size == 0:
         return p
     flags = np.asarray(obs.short_censored, dtype=bool)
-    value, bound = supported_value(durations, flags, x.config.budget, x.knobs.confidence, p.value)
+    value, bound = supported_value(
+        durations, flags, x.config.budget, x.knobs.confidence, p.value, x.config.max_hedge_after_s
+    )
     over, known = known_over(durations, flags, p.value)
     test = {
         "value_s": p.value,
@@ -319,45 +357,85 @@ def over_budget_evidence(p: Proposal, x: Inputs) -> Proposal:
     return p.with_value(value, ("raise_over_budget",), "evidence", over_budget_test=test | {"raised_to_s": value})
 
 
-def _hold_band(x: Inputs) -> float:
-    """Relative band within which the current value's predicted tail counts as the proposal's.
+def quantile_lower_level(n: int, q: float, confidence: float) -> float | None:
+    """The level whose sample quantile is a one-sided lower confidence limit of the ``q`` one.
 
-    ``max(p99_tolerance, hysteresis, min(0.10, 0.5 / sqrt(n * (1 - q))))``: the predicted tail
-    quantile rests on the ``n * (1 - q)`` slowest of ``n`` samples, so its tick-to-tick noise
-    shrinks like one over the square root of that count (1.6 samples beyond the P99 of 160
-    calls: band 10%; 100 beyond the P99 of 10,000: 5%). Without it, a route with 160 calls an
-    hour changed its value 4-7 times an hour on noise (``bench/controller_eval.py --suite
-    scenarios``, small_windows).
+    Distribution-free order-statistic bound (Hahn & Meeker, "Statistical Intervals", 1991,
+    sec. 5.2): the ``r``-th smallest of ``n`` samples is at or below the true ``q`` quantile
+    when at least ``r`` samples are, i.e. when the count ``K ~ Binomial(n, 1 - q)`` beyond it is
+    at most ``n - r``; with ``k`` the ``confidence`` quantile of ``K``, ``r = n - k`` does that
+    with probability ``>= confidence``. In level terms: the sample quantile at ``(n - k) / n``.
+    None when ``r <= 0`` (no lower limit). Worked numbers (``q = 0.99``, 95%): 160 samples give
+    0.975 (``k = 4`` of an expected 1.6 beyond the P99), 10,000 give 0.9883 (``k = 117``).
     """
-    n = len(x.observation.primary_durations_s)
-    tail = n * (1.0 - x.knobs.tail_quantile)
-    noise = 0.10 if tail <= 0 else min(0.10, 0.5 / math.sqrt(tail))
-    return max(x.knobs.p99_tolerance, x.knobs.hysteresis, noise)
+    if n <= 0:
+        return None
+    k = int(stats.binom.ppf(confidence, n, 1.0 - q))
+    return None if n - k <= 0 else (n - k) / n
+
+
+def _tail_not_shown_worse(p: Proposal, x: Inputs) -> bool:
+    """True when the data do not show the current value's predicted tail worse than the proposal's.
+
+    The hold band comes from the estimate's own uncertainty. The current value's predicted tail
+    quantile ``q`` rests on the ``n`` primary samples of the window; its one-sided lower
+    confidence limit is its predicted quantile at ``quantile_lower_level(n, q, confidence)``
+    (``details["objective"]["predicted_tail_lower_at_current_s"]``). When that limit is at or
+    below the proposal's predicted tail (plus ``p99_tolerance``), the data cannot tell the two
+    tails apart at that confidence, and moving would chase noise. The band narrows with the
+    samples: at P99 and 95%, 160 samples compare the current's predicted P97.5 with the
+    proposal's P99, 10,000 its P98.83. A value far from the objective's (no hedging at all
+    after a recovery, say) has a lower limit above the proposal's tail and is left.
+    """
+    objective_details = p.details["objective"]
+    at_chosen = objective_details["predicted_tail_at_chosen_s"]
+    lower = objective_details.get("predicted_tail_lower_at_current_s")
+    if x.base > objective_details["search_top_s"]:
+        # outside the search range the value is no candidate of the objective: only a move
+        # that buys nothing (the same predicted tail within the tolerance) is not made
+        lower = objective_details["predicted_tail_at_current_s"]
+    if at_chosen is None:
+        return True  # the proposal's tail is unidentified: nothing shows the current worse
+    if lower is None:
+        return False
+    return bool(lower <= (1.0 + x.knobs.p99_tolerance) * at_chosen + 1e-12)
 
 
 def stability(p: Proposal, x: Inputs) -> Proposal:
     """Rule 5: hold what is as good as the proposal; lower by a bounded step; skip tiny changes.
 
     "As good": the current value is within the budget (at or above the target, and the short
-    window does not show it over budget) and its predicted tail is within ``_hold_band`` of
-    the proposal's.
+    window does not show it over budget) and its predicted tail is not shown worse than the
+    proposal's (``_tail_not_shown_worse``: its lower confidence limit is not above the
+    proposal's predicted tail). Above the objective's search range (its top is the primary's
+    own tail quantile: a value there hedges too late to move the tail, so the objective never
+    proposes it) the confidence band does not apply, only the tolerance: such a value has no
+    claim to be kept unless moving buys nothing. After a small sample's raise to the route's
+    maximum, that is what lets the objective hedge again once it has a target.
+    Neither the hold nor the step-down limit applies while a detected change is *fresh* (it
+    lies within the short window, ``drift["fresh"]``): both guard an incumbent value against
+    noise, and a value set for the regime before a change that passed the log-rank test is no
+    incumbent; the estimate since the change carries its own budget bound. Worked case
+    (``bench/controller_eval.py --suite scenarios``, slowdown_2x_and_back, seed 0): after the
+    recovery the 2.45 s of the slow regime predicts a P99 of 1.97 s against 1.82 s at the
+    objective's 1.36 s, and 911 samples since the change cannot tell those apart (the current
+    value's lower limit, its predicted P98.5, is 1.80 s), so the hold kept 2.45 s for 17 ticks.
     """
     if p.settled or x.current is None or p.value == x.base:
         return p
+    if x.observation.drift is not None and x.observation.drift.get("fresh"):
+        return p  # the current value was set for the regime before the change: no incumbent
     base = x.base
     hold = p.with_value(base, ("hysteresis_hold",), "hysteresis")
     objective_details = p.details.get("objective")
-    if p.binding in ("budget", "tail", "cost") and objective_details is not None:
-        at_current = objective_details["predicted_tail_at_current_s"]
-        at_chosen = objective_details["predicted_tail_at_chosen_s"]
-        if (
-            objective_details["current_within_budget"]
-            and not _short_window_over(x, base)
-            and at_current is not None
-            and at_chosen is not None
-            and at_current <= (1.0 + _hold_band(x)) * at_chosen + 1e-12
-        ):
-            return hold  # the current value meets the budget and its tail is as good
+    if (
+        p.binding in ("budget", "tail", "cost")
+        and objective_details is not None
+        and objective_details["current_within_budget"]
+        and not _short_window_over(x, base)
+        and _tail_not_shown_worse(p, x)
+    ):
+        return hold  # the current value meets the budget and its tail is as good
     if abs(p.value - base) / base < x.knobs.hysteresis and p.binding not in ("evidence",):
         return hold
     floor = base * (1.0 - x.knobs.max_step_down)

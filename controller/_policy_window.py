@@ -175,6 +175,9 @@ def observe_window(records: WindowRecords, *, settings: Any, budget: float | Non
                 "median_ratio": change.median_ratio,
                 "recent_samples": change.recent_samples,
                 "older_samples": change.older_samples,
+                # the change lies within the short window: the published value was set for the
+                # old regime, so the policy follows the objective without its hold and step limit
+                "fresh": change.since_s <= float(settings.short_window_s),
             }
     estimate = _estimate(records, mask, budget, settings.confidence)
     while drift is None and estimate is not None and estimate.too_few_for_budget and window < max_window:
@@ -182,7 +185,10 @@ def observe_window(records: WindowRecords, *, settings: Any, budget: float | Non
         mask = in_window(window)
         estimate = _estimate(records, mask, budget, settings.confidence)
 
-    short = in_window(float(settings.short_window_s))
+    # after a detected change the short window holds only data since it: its over-budget test
+    # (rule 4) must not judge the new regime's value by the old regime's primaries
+    short_span = float(settings.short_window_s) if drift is None else min(float(settings.short_window_s), window)
+    short = in_window(short_span)
     short_sample = short & has_sample
     short_target_s = None
     if int(short.sum()) >= settings.short_window_min_calls and budget is not None and short_sample.any():

@@ -268,7 +268,7 @@ def history_details(decision: Decision, observation: Observation, settings: Any)
     - ``wanted_hedge_rate``: (hedged + denied) / calls of the window (``observed_hedge_rate``
       in the row stays the rate of hedges actually sent);
     - ``short_window``: ``{"window_s", "calls", "hedge_rate", "wanted_rate", "target_s"}``, the
-      inputs of rule 4;
+      inputs of rule 4 (``window_s`` no longer than the window after a detected change);
     - ``objective``, ``censored``, ``small_sample_test``, ``over_budget_test``, ``drift``,
       ``binding``: the inputs of the policy's rules and the constraint that set the value
       (see ``policy``);
@@ -287,7 +287,10 @@ def history_details(decision: Decision, observation: Observation, settings: Any)
         details["target_s"] = estimate.target_s
     details["wanted_hedge_rate"] = observation.wanted_hedge_rate
     details["short_window"] = {
-        "window_s": float(settings.short_window_s),
+        # after a detected change the short window holds only the data since it
+        "window_s": min(float(settings.short_window_s), observation.window_s)
+        if observation.drift is not None
+        else float(settings.short_window_s),
         "calls": observation.short_window_calls,
         "hedge_rate": observation.short_window_hedge_rate,
         "wanted_rate": observation.short_window_wanted_rate,

@@ -13,9 +13,16 @@ published), in this order:
    confident. The value is kept (``too_few_samples``) only while the samples are consistent
    with it: the one-sided ``confidence`` Clopper-Pearson lower bound on the share of primaries
    known to have waited past it (``_policy_rules.known_over``) must not exceed the budget.
-   When it does, the value is raised to the smallest one at which it no longer does
-   (``small_sample_raise``, binding ``evidence``). Worked number: 20 calls at 2.0 s, 5 of
-   them known to have waited past 2.0 s: lower bound 0.104 > 0.10, raise; 3 of 20 (0.042): keep.
+   When it does, the value is raised (``small_sample_raise``, binding ``evidence``) to the
+   smallest one the samples show *within* the budget with the same confidence: the one-sided
+   Clopper-Pearson upper bound on the share known or possibly (censored earlier) still
+   waiting there is ``<= budget`` (``_policy_rules.supported_value``); the objective's own
+   constraint, read with the binomial bound. When no value qualifies (fewer than 29 samples at
+   a 10% budget: 0 of ``n`` gives ``1 - 0.05 ** (1 / n)``, 0.101 at 28 and 0.098 at 29; or
+   primaries censored near the value leave their fate unknown) it goes to the route's maximum
+   (``clamped_max``). Worked numbers: 20 calls at 2.0 s, 5 of them known to have waited past
+   2.0 s: lower bound 0.104 > 0.10, raise to the maximum; 3 of 20 (0.042): keep; 40 calls,
+   10 past 2.0 s (0.142): raise to the slowest sample, where 0 of 40 gives 0.072.
 3. **One objective** (``objective``). Among thresholds ``t`` in ``[min, max]`` whose upper
    confidence bound on ``S(t) = P(TTFT > t)`` is ``<= budget`` (the hedge rate stays within the
    budget with ~97.5% one-sided confidence; that set is ``[target_s, max]``, ``target_s`` from
@@ -40,14 +47,21 @@ published), in this order:
    ``x`` = those known to have waited past ``v`` (a hedge fired at a threshold ``>= v``
    always counts; one fired below ``v`` only when its primary was seen still waiting at
    ``v``), ``n`` = the samples; when the one-sided Clopper-Pearson lower bound on ``x / n``
-   exceeds the budget, ``v`` is raised to the smallest value at which it does not
-   (``raise_over_budget``, binding ``evidence``). A raw proportion over the budget is not
-   enough: 31 of 300 (10.3%) gives a lower bound of 0.076 and no raise.
+   exceeds the budget, ``v`` is raised to the smallest value the short window shows within
+   the budget (the upper bound of rule 2; ``raise_over_budget``, binding ``evidence``). A raw
+   proportion over the budget is not enough: 31 of 300 (10.3%) gives a lower bound of 0.076
+   and no raise. After a detected change the short window holds only data since the change.
 5. **Stability** (``stability``, only against a published value). A proposal of the objective
-   is not followed while the current value is within the budget and its predicted tail is
-   within the tolerance of the proposal's (``hysteresis_hold``: the move would buy nothing);
-   any change under ``knobs.hysteresis`` (5%) relative is held, except raises on evidence;
-   a decrease is cut to ``current * (1 - max_step_down)`` (``step_down_limited``).
+   is not followed (``hysteresis_hold``) while the current value is within the budget, inside
+   the objective's search range (at or below the primary's own tail quantile), and its
+   predicted tail is not shown worse than the proposal's: the current value's one-sided
+   ``confidence`` lower limit, its predicted quantile at ``quantile_lower_level(n, q)`` (the
+   order-statistic bound: P97.5 for 160 samples, P98.83 for 10,000 at P99), is at most the
+   proposal's predicted tail (plus ``p99_tolerance``). Any change under ``knobs.hysteresis``
+   (5%) relative is held, except raises on evidence; a decrease is cut to ``current * (1 -
+   max_step_down)`` (``step_down_limited``). Neither hold nor step limit applies while a
+   detected change is fresh (within the short window): the value then belongs to the old
+   regime.
 6. **Clamp** (``clamp``) to ``[min_hedge_after_s, max_hedge_after_s]``; a value at a bound
    always carries ``clamped_min`` / ``clamped_max`` (also when the search itself stopped there).
 7. **Drift note** (``drift_note``): ``drift_window`` when the window was shrunk to the data since
@@ -80,7 +94,8 @@ budget_bound              the objective's value, bound by the budget constraint
 tail_min                  the objective's value, at the lowest predicted tail
 cost_tie                  the objective's value, the fewest hedges within the tail tolerance
 raise_over_budget         the short window shows the value over budget: raised
-hysteresis_hold           the change would buy nothing or is under ``hysteresis``: held
+hysteresis_hold           the data do not show the current tail worse, or the change is under
+                          ``hysteresis``: held
 step_down_limited         (modifier) a decrease was cut to ``max_step_down``
 clamped_min/clamped_max   (modifier) the value is at (or was clamped to) a route bound
 drift_window              (modifier) the window was shrunk to the data since a detected change

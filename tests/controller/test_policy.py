@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from hedgerow.controller._policy_rules import binomial_upper_bound, quantile_lower_level
 from hedgerow.controller._policy_window import WindowRecords, observe_window
 from hedgerow.controller.estimation import TTFTEstimate
 from hedgerow.controller.policy import (
@@ -140,12 +141,38 @@ def test_small_sample_keeps_a_value_the_data_are_consistent_with() -> None:
 
 def test_small_sample_raises_when_the_data_show_the_budget_exceeded() -> None:
     # 20 calls, 5 slower than 2.0 s (a quarter hedges there): lower bound 0.104 > 0.10, so the
-    # value goes where at most 10% of the 20 are slower: above the 3rd slowest (2 left)
+    # value goes where the samples show the budget met with 95% confidence; 20 samples show
+    # that nowhere (0 of 20 gives an upper bound of 0.139): the route's maximum
     x = np.array([0.5] * 15 + [2.5, 3.0, 3.5, 4.0, 5.0])
     d = decide(CONFIG, 2.0, observe(records(x)), KNOBS)
-    assert codes(d) == ["small_sample_raise"] and d.details["binding"] == "evidence"
+    assert codes(d) == ["small_sample_raise", "clamped_max"] and d.details["binding"] == "evidence"
     assert d.details["small_sample_test"]["lower_bound"] == pytest.approx(0.104, abs=5e-4)
-    assert d.hedge_after_s == 3.5  # 2 of 20 slower than 3.5 s
+    assert d.hedge_after_s == CONFIG.max_hedge_after_s
+
+
+def test_small_sample_raise_goes_where_the_budget_is_shown_met() -> None:
+    # 40 calls, 10 slower than 2.0 s: lower bound 0.142; 1 of 40 beyond a value still allows
+    # 0.113 > 0.10, 0 of 40 gives 0.072: the value goes to the slowest sample, 7.0 s
+    x = np.array([0.5] * 30 + [2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 6.5, 7.0])
+    d = decide(CONFIG, 2.0, observe(records(x)), KNOBS)
+    assert codes(d) == ["small_sample_raise"] and d.hedge_after_s == 7.0
+    assert d.details["small_sample_test"]["lower_bound"] == pytest.approx(0.142, abs=5e-4)
+
+
+def test_binomial_upper_bound_worked_numbers() -> None:
+    # a 10% budget is shown met at 95% from 29 samples on: ln 0.05 / ln 0.9 = 28.4
+    assert binomial_upper_bound(0, 29, 0.95) == pytest.approx(0.0981, abs=5e-5)
+    assert binomial_upper_bound(0, 28, 0.95) == pytest.approx(0.1015, abs=5e-5)
+    assert binomial_upper_bound(1, 40, 0.95) == pytest.approx(0.1132, abs=5e-5)
+    assert binomial_upper_bound(3, 3, 0.95) == 1.0
+
+
+def test_quantile_lower_level_worked_numbers() -> None:
+    # the count beyond the P99 of n samples is Binomial(n, 0.01); its 95% quantile k gives the
+    # lower confidence limit's level (n - k) / n
+    assert quantile_lower_level(160, 0.99, 0.95) == pytest.approx(0.975)
+    assert quantile_lower_level(10_000, 0.99, 0.95) == pytest.approx(0.9883)
+    assert quantile_lower_level(0, 0.99, 0.95) is None
 
 
 def test_small_sample_ignores_primaries_cancelled_before_the_value() -> None:
@@ -277,6 +304,17 @@ def test_a_value_as_good_as_the_proposal_is_held() -> None:
     assert codes(again)[0] == "hysteresis_hold" and again.hedge_after_s == near and not again.applied
 
 
+def test_a_value_the_data_show_worse_is_left() -> None:
+    # no hedging (30 s) on a heavy body: its predicted P97.5 lower limit is above the objective's
+    # predicted P99, so the hold does not apply
+    obs = observe(records(lognormal(3000, 0.3, 1.0, 15)))
+    d = decide(CONFIG, 4.0, obs, KNOBS)
+    obj = d.details["objective"]
+    assert obj["tail_lower_level"] == pytest.approx(quantile_lower_level(3000, 0.99, 0.95))
+    assert obj["predicted_tail_lower_at_current_s"] > obj["predicted_tail_at_chosen_s"] * (1 + KNOBS.p99_tolerance)
+    assert codes(d)[0] != "hysteresis_hold"
+
+
 def test_a_decrease_is_cut_to_the_step() -> None:
     obs = observe(records(lognormal(3000, 0.3, 1.0, 15)))  # heavy body: hedging pays
     d = decide(CONFIG, 20.0, obs, KNOBS)
@@ -309,6 +347,19 @@ def test_a_detected_change_is_noted() -> None:
     assert obs.drift is not None and obs.window_s == 120.0
     d = decide(CONFIG, 1.2, obs, KNOBS)
     assert "drift_window" in codes(d) and d.details["drift"] == obs.drift
+
+
+def test_a_fresh_change_lifts_the_hold_and_the_step_limit() -> None:
+    # 2x faster for the last 2 minutes: the 2.5 s set for the slow regime is no incumbent; the
+    # value follows the objective on the data since the change in one tick (no step_down_limited)
+    before = lognormal(9000, 1.2, 0.5, 17)
+    after = lognormal(360, 0.6, 0.5, 18)
+    age = np.concatenate([np.linspace(3590, 121, 9000), np.linspace(119, 1, 360)])
+    obs = observe(records(np.concatenate([before, after]), age_s=age))
+    assert obs.drift is not None and obs.drift["fresh"] and obs.window_s == 120.0
+    d = decide(CONFIG, 2.5, obs, KNOBS)
+    assert d.hedge_after_s < 2.5 * (1 - KNOBS.max_step_down)
+    assert "step_down_limited" not in codes(d) and codes(d)[0] != "hysteresis_hold"
 
 
 # --- flags -----------------------------------------------------------------------------------
