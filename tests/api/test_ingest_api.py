@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from sqlalchemy import func, select
 
@@ -36,7 +38,7 @@ async def test_batch_over_the_limit_is_413(make_api, call_factory) -> None:
         assert ok.status_code == 202
     async with make_api() as (_app, api):  # the default limit is 1000
         minimal = [
-            {"request_id": f"m{i}", "route": "r", "model": "m", "started_at": "2026-11-29T08:00:00Z"}
+            {"request_id": f"m{i}", "route": "r", "model": "m", "started_at": datetime.now(UTC).isoformat()}
             for i in range(1001)
         ]
         assert (await api.post("/v1/calls", json={"calls": minimal})).status_code == 413

@@ -19,6 +19,7 @@ async def test_foreign_keys_are_enforced(sessionmaker) -> None:
             session.add(
                 Attempt(
                     call_id=12345,
+                    call_started_at=datetime.now(timezone.utc),
                     attempt_index=0,
                     upstream="a",
                     role="primary",
