@@ -56,8 +56,8 @@ from hedgerow.client.records import CallRecord, estimate_prompt_tokens
 from hedgerow.controller.db import make_engine, upgrade_database
 from hedgerow.controller.ingest import ATTEMPT_COLUMNS, CALL_COLUMNS
 from hedgerow.controller.models import Attempt, Call, utc_now
-from tests.api.serve_process import running_serve
 from tests.conftest import create_pg_database, drop_pg_database
+from tests.serve_process import running_serve
 
 ROUTES = 10
 
