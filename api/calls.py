@@ -5,6 +5,11 @@
 - 422 ``{"detail": {"index": i, "field": "attempts[0].start_s", "message": "..."}}`` for the first
   bad record, and nothing of the batch is written (``index`` null for the body as a whole: not
   JSON, nested too deeply for the parser, not ``{"calls": [...]}``);
+- 422 also for the first record that started more than ``retention_s`` before the server's
+  clock (field ``started_at``), nothing written: the store would delete it at its next
+  retention run, and on PostgreSQL it would need a partition for a day retention has dropped
+  (see :mod:`hedgerow.controller.partitions`); with the schema's own rule (at most a day
+  ahead) this bounds the days a batch can write to;
 - 422 also for the first record whose new route would pass ``max_routes`` (field ``route``) or
   ``max_models_per_route`` (field ``model``), nothing written: the routes a store holds are
   bounded, and no client can create more (an operator raises the settings); records of routes
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import json
 from contextlib import nullcontext
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -164,6 +170,16 @@ async def post_calls(
         _rejected(request, body, parsed)
         return parsed
     records = parsed.calls
+    too_old = _first_too_old(records, settings.retention_s)
+    if too_old is not None:
+        answer = _unprocessable(
+            too_old,
+            "started_at",
+            f"more than {settings.retention_s:g} s (HEDGEROW_RETENTION_S) before the server's clock: "
+            "older than the store keeps calls",
+        )
+        _rejected(request, body, answer)
+        return answer
     stored: list[CallRecordIn] = []
     resolved: dict[tuple[str, str], int] = {}
     route_ids = request.app.state.route_ids
@@ -189,6 +205,15 @@ async def post_calls(
     metrics.records_accepted.inc(accepted)
     metrics.records_duplicate.inc(duplicates)
     return IngestOut(accepted=accepted, duplicates=duplicates)
+
+
+def _first_too_old(records: list[CallRecordIn], retention_s: float) -> int | None:
+    """The index of the first record that started more than ``retention_s`` ago, else None."""
+    oldest = datetime.now(UTC) - timedelta(seconds=retention_s)
+    for index, record in enumerate(records):
+        if record.started_at < oldest:
+            return index
+    return None
 
 
 def _one_writer(request: Request) -> Any:

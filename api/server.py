@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import socket
 import sys
@@ -18,7 +19,10 @@ from hedgerow.controller.db import make_engine, migrate_engine, safe_url
 from hedgerow.logs import configure_logging, uvicorn_log_config
 from hedgerow.settings import Settings
 
-__all__ = ["bind_socket", "event_loop_factory", "serve", "serve_async"]
+__all__ = ["GC_GEN0_THRESHOLD", "bind_socket", "event_loop_factory", "serve", "serve_async", "tune_gc"]
+
+#: Allocations between two young-generation collections of a ``serve`` process (CPython: 700).
+GC_GEN0_THRESHOLD = 10_000
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -164,12 +168,31 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+def tune_gc() -> None:
+    """Make the cyclic garbage collector cheap for a server that allocates in bursts.
+
+    A 1,000-record batch allocates a few hundred thousand objects (JSON, pydantic records, row
+    tuples), nearly all freed by reference counting; with CPython's default threshold (700)
+    that runs hundreds of young collections per batch and, every hundred of them, a full one
+    over everything the process ever imported. Measured in-process on PostgreSQL (20k records,
+    2-core machine under load): about 100 us of CPU per record with the defaults, 82 us with
+    the collector off. So the objects alive at start (modules, the app) are moved out of the
+    collector's sight (:func:`gc.freeze`) and the young generation is collected every
+    :data:`GC_GEN0_THRESHOLD` allocations: cycles are still collected, a little later.
+    """
+    gc.freeze()
+    _gen0, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
+
+
 def serve(settings: Settings) -> None:
     """Run :func:`serve_async` (with its own logging) until interrupted (blocking).
 
     The event loop is uvloop's where installed (:func:`event_loop_factory`), the HTTP parser
-    httptools' (:func:`~hedgerow.api.limits.header_timeout_protocol`).
+    httptools' (:func:`~hedgerow.api.limits.header_timeout_protocol`); the garbage collector is
+    tuned for bursts of allocations (:func:`tune_gc`).
     """
+    tune_gc()
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             runner.run(serve_async(settings, own_logging=True))

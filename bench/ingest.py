@@ -56,8 +56,8 @@ from hedgerow.client.records import CallRecord, estimate_prompt_tokens
 from hedgerow.controller.db import make_engine, upgrade_database
 from hedgerow.controller.ingest import ATTEMPT_COLUMNS, CALL_COLUMNS
 from hedgerow.controller.models import Attempt, Call, utc_now
-from tests.api.serve_process import running_serve
 from tests.conftest import create_pg_database, drop_pg_database
+from tests.serve_process import running_serve
 
 ROUTES = 10
 
@@ -87,7 +87,7 @@ def attempt_tuples(record: CallRecord, call_id: int) -> list[tuple[Any, ...]]:
         )
         rows.append(
             (call_id, index, a.upstream, a.role, a.start_s, a.first_token_s, a.end_s, a.outcome, a.status_code,
-             a.error_type, a.completion_tokens, tokens, estimated, a.cached_prompt_tokens)
+             a.error_type, a.completion_tokens, tokens, estimated, a.cached_prompt_tokens, record.started_at)
         )  # fmt: skip
     return rows
 
@@ -209,7 +209,11 @@ def sqlite3_method(path: str, batches: list[list[CallRecord]], ids: dict[str, in
             )
             connection.executemany(
                 insert_attempts,
-                [row for call_id, r in zip(call_ids, batch, strict=True) for row in attempt_tuples(r, call_id)],
+                [
+                    tuple(map(naive, row))
+                    for call_id, r in zip(call_ids, batch, strict=True)
+                    for row in attempt_tuples(r, call_id)
+                ],
             )
             connection.execute("COMMIT")
             written += len(batch)
@@ -290,9 +294,10 @@ async def run_store(store: str, url: str, records: int, batch: int, rounds: int,
                 stored = await count_calls(url) - before
                 results.append(
                     {"store": store, "method": name, "round": round_index, "records": written, "stored": stored,
-                     "seconds": elapsed, "records_per_s": written / elapsed}
+                     "seconds": elapsed, "records_per_s": written / elapsed, "load_1m": os.getloadavg()[0]}
                 )  # fmt: skip
-                print(f"  {store:<10} round {round_index} {name:<20} {written / elapsed:>9.0f} records/s", flush=True)
+                print(f"  {store:<10} round {round_index} {name:<20} {written / elapsed:>9.0f} records/s "
+                      f"(load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
     return results
 
 

@@ -35,6 +35,8 @@ __all__ = [
     "ASYNC_DRIVERS",
     "SQLITE_BUSY_TIMEOUT_S",
     "alembic_config",
+    "alembic_include_name",
+    "alembic_include_object",
     "async_database_url",
     "check_database_url",
     "check_ready",
@@ -139,6 +141,29 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     """An ``async_sessionmaker`` bound to ``engine`` (objects stay usable after commit)."""
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def alembic_include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Alembic ``include_name``: leave the day partitions of ``calls`` / ``attempts`` (PostgreSQL)
+    out of comparisons; they are made at run time (:mod:`hedgerow.controller.partitions`)."""
+    from hedgerow.controller.partitions import is_partition_name
+
+    return not (type_ == "table" and name is not None and is_partition_name(name))
+
+
+def alembic_include_object(dialect_name: str) -> Any:
+    """An Alembic ``include_object`` for ``dialect_name``: leaves out the models' objects that
+    exist on the other database only (``info={"dialect": ...}``, see
+    :func:`hedgerow.controller.models.on_dialect`)."""
+    from hedgerow.controller.models import on_dialect
+
+    def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+        if reflected:
+            return True
+        table = getattr(obj, "table", None)
+        return bool(on_dialect(obj, dialect_name) and (table is None or on_dialect(table, dialect_name)))
+
+    return include_object
 
 
 def alembic_config(url: str | None = None) -> Config:

@@ -12,10 +12,13 @@ Each table is written with one statement per batch, compiled once per process:
 - SQLite: one driver-level ``executemany`` of ``INSERT ... ON CONFLICT (request_id) DO
   NOTHING`` for the calls, one read of the ids it created (the newest rowids, see
   :func:`_write_sqlite`), one ``executemany`` for their attempts;
-- PostgreSQL: binary ``COPY`` of the calls into a session-local staging table, one ``INSERT
-  INTO calls SELECT ... FROM (DELETE FROM staging RETURNING ...) ORDER BY request_id ON
-  CONFLICT DO NOTHING RETURNING request_id, id``, then ``COPY`` of the new calls' attempts
-  straight into ``attempts``.
+- PostgreSQL: binary ``COPY`` of the calls into a session-local staging table, one statement
+  that moves them out of it, inserts their ``request_id`` into ``call_request_ids`` (``ON
+  CONFLICT DO NOTHING RETURNING``: the unique key, ``calls`` being partitioned by day) and
+  inserts into ``calls`` the records whose id it inserted, returning their ids; then ``COPY`` of
+  the new calls' attempts straight into ``attempts``. A batch with a day that has no partition
+  yet creates it first, in the batch's transaction before anything else is written
+  (:mod:`hedgerow.controller.partitions`).
 
 Records are any objects with the wire format's attributes (:class:`RecordFields`): the client's
 :class:`~hedgerow.client.records.CallRecord`, or the api's validated pydantic schema as it is,
@@ -38,6 +41,7 @@ from hedgerow.client.records import estimate_prompt_tokens
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import RouteLimitExceeded, StoreError
 from hedgerow.controller.models import Call, Route, utc_now
+from hedgerow.controller.partitions import day_of, ensure_day_partitions, missing_days
 from hedgerow.controller.policy import RouteConfig
 
 __all__ = [
@@ -323,7 +327,7 @@ CALL_COLUMNS: tuple[str, ...] = (
 ATTEMPT_COLUMNS: tuple[str, ...] = (
     "call_id", "attempt_index", "upstream", "role", "start_s", "first_token_s", "end_s", "outcome",
     "status_code", "error_type", "completion_tokens", "prompt_tokens", "prompt_tokens_estimated",
-    "cached_prompt_tokens",
+    "cached_prompt_tokens", "call_started_at",
 )  # fmt: skip
 
 _CALLS = Call.metadata.tables["calls"]
@@ -338,17 +342,26 @@ _SQLITE_INSERT_ATTEMPTS = (
     f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})"
 )
 _TIMESTAMP_COLUMNS = tuple(i for i, name in enumerate(CALL_COLUMNS) if name in ("started_at", "received_at"))
+_ATTEMPT_TIMESTAMP_COLUMNS = (ATTEMPT_COLUMNS.index("call_started_at"),)
 
 #: The PostgreSQL staging table: session-local, the columns of ``calls`` that ingest writes.
 _PG_STAGE = "hedgerow_ingest_calls"
 _PG_STAGE_DDL = (
     f"CREATE TEMPORARY TABLE IF NOT EXISTS {_PG_STAGE} AS SELECT {', '.join(CALL_COLUMNS)} FROM calls WITH NO DATA"
 )
+#: One statement: empty the staging table, claim each request id in ``call_request_ids`` (in
+#: sorted order: concurrent batches wait for each other instead of deadlocking; an id claimed by
+#: a transaction still in flight waits for it, then counts as a duplicate), insert the calls
+#: whose id this batch claimed, return their ids.
 _PG_MERGE = (
-    f"WITH staged AS (DELETE FROM {_PG_STAGE} RETURNING *) "
-    f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) "
-    f"SELECT {', '.join(CALL_COLUMNS)} FROM staged ORDER BY request_id "
-    "ON CONFLICT (request_id) DO NOTHING RETURNING request_id, id"
+    f"WITH staged AS (DELETE FROM {_PG_STAGE} RETURNING *), "
+    "claimed AS (INSERT INTO call_request_ids (request_id, started_at) "
+    "SELECT request_id, started_at FROM staged ORDER BY request_id "
+    "ON CONFLICT (request_id) DO NOTHING RETURNING request_id), "
+    f"written AS (INSERT INTO calls ({', '.join(CALL_COLUMNS)}) "
+    f"SELECT {', '.join('s.' + name for name in CALL_COLUMNS)} FROM staged s JOIN claimed USING (request_id) "
+    "ORDER BY s.request_id RETURNING request_id, id) "
+    "SELECT request_id, id FROM written"
 )
 
 
@@ -412,6 +425,7 @@ def _attempt_rows(batch: Sequence[RecordFields], call_ids: Mapping[str, int]) ->
                     tokens,
                     estimated,
                     attempt.cached_prompt_tokens,
+                    record.started_at,
                 )
             )
     return rows
@@ -444,6 +458,8 @@ async def _write_sqlite(
     if len(call_ids) != inserted:  # pragma: no cover - would mean another writer inside our lock
         raise StoreError(f"ingest: {inserted} calls inserted but {len(call_ids)} new ids read back")
     attempt_rows = _attempt_rows(batch, call_ids)
+    if to_text is not None:
+        attempt_rows = [_converted(row, _ATTEMPT_TIMESTAMP_COLUMNS, to_text) for row in attempt_rows]
     if attempt_rows:
         await connection.exec_driver_sql(_SQLITE_INSERT_ATTEMPTS, attempt_rows)
     return call_ids
@@ -524,6 +540,13 @@ async def ingest_calls(
     if not unique:
         return 0, duplicates
     batch = [unique[key] for key in sorted(unique)]
+    connection = await session.connection()
+    dialect = connection.dialect.name
+    if dialect == "postgresql":
+        # before any route is written: see "Deadlocks" in hedgerow.controller.partitions
+        days = {day_of(r.started_at) for r in batch}
+        if await missing_days(connection, days):
+            await ensure_day_partitions(connection, days)
     pairs = {(r.route, r.model) for r in batch}
     ids, missing = route_ids.lookup(pairs) if route_ids is not None else ({}, list(pairs))
     if missing:
@@ -536,8 +559,6 @@ async def ingest_calls(
         resolved.update(ids)
     received_at = utc_now()
     call_rows = [_call_row(r, ids[(r.route, r.model)], received_at) for r in batch]
-    connection = await session.connection()
-    dialect = connection.dialect.name
     if dialect == "postgresql":
         call_ids = await _write_postgresql(connection, batch, call_rows)
     elif dialect == "sqlite":

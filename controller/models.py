@@ -5,7 +5,11 @@ Tables (DESIGN.md "controller"):
 - ``routes``: one row per (route, model), with its budget and threshold bounds; created on the
   first ingest of a call for that pair, with defaults from :class:`hedgerow.settings.Settings`.
 - ``calls``: one row per :class:`hedgerow.client.records.CallRecord` (unique ``request_id``).
-- ``attempts``: one row per attempt of a call (``attempt_index`` keeps the record's order).
+- ``attempts``: one row per attempt of a call (``attempt_index`` keeps the record's order;
+  ``call_started_at`` repeats its call's ``started_at``, the key both tables are partitioned on).
+- ``call_request_ids`` (PostgreSQL only): the ``request_id`` of every stored call, the unique
+  key that makes ingest idempotent where ``calls`` is partitioned (see
+  :mod:`hedgerow.controller.partitions`).
 - ``thresholds``: the value published for a route; ``version`` increases whenever it changes.
 - ``threshold_history``: every controller decision, applied or held, and manual changes
   (``actor`` names who made a manual change; NULL for the controller job).
@@ -21,6 +25,16 @@ Tables (DESIGN.md "controller"):
 - ``change_counters``: one row per derived view that readers cache (``threshold_table``),
   whose ``version`` database triggers raise in the same transaction as every write the view
   depends on (migration 0008; see :mod:`hedgerow.controller.change_counters`).
+
+On PostgreSQL ``calls`` and ``attempts`` are partitioned by UTC day (migration 0010,
+:mod:`hedgerow.controller.partitions`), so a few objects differ by database; each carries
+``info={"dialect": name}`` and exists only there (:func:`on_dialect` tells Alembic which):
+
+- SQLite: the unique ``request_id`` of ``calls``, the foreign key ``attempts.call_id`` ->
+  ``calls.id`` and the unique (``call_id``, ``attempt_index``);
+- PostgreSQL: ``call_request_ids``; the primary keys, the unique (``call_id``,
+  ``attempt_index``) and the foreign key (``call_id`` -> that day's ``calls`` partition) are
+  made on each day partition, not on the partitioned parents (which Alembic does not compare).
 
 Every timestamp is a timezone-aware UTC datetime (:class:`UTCDateTime`), every duration a float
 number of seconds with the unit in the column name. Constraint names follow
@@ -39,6 +53,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -55,6 +70,7 @@ __all__ = [
     "Attempt",
     "Base",
     "Call",
+    "CallRequestId",
     "ChangeCounter",
     "HourlyRollup",
     "Lease",
@@ -64,6 +80,7 @@ __all__ = [
     "Threshold",
     "ThresholdHistory",
     "UTCDateTime",
+    "on_dialect",
     "utc_now",
 ]
 
@@ -78,6 +95,19 @@ NAMING_CONVENTION: dict[str, str] = {
 
 #: 64-bit ids on PostgreSQL; SQLite needs INTEGER for its rowid primary keys.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+#: ``info`` of a schema object that exists on SQLite only / on PostgreSQL only.
+SQLITE_ONLY: dict[str, str] = {"dialect": "sqlite"}
+POSTGRESQL_ONLY: dict[str, str] = {"dialect": "postgresql"}
+
+
+def on_dialect(obj: Any, dialect_name: str) -> bool:
+    """Whether the schema object ``obj`` (a table, column, index or constraint of these models)
+    exists on ``dialect_name``: objects marked ``info={"dialect": x}`` exist on ``x`` only."""
+    info = getattr(obj, "info", None) or {}
+    wanted = info.get("dialect")
+    return wanted is None or wanted == dialect_name
 
 
 def utc_now() -> datetime:
@@ -158,14 +188,19 @@ class Route(Base):
 class Call(Base):
     """One recorded call: every field of the CallRecord wire format (route/model via ``route_id``).
 
-    ``received_at`` is when the api stored it.
+    ``received_at`` is when the api stored it. ``request_id`` is unique: on SQLite by a unique
+    constraint of this table, on PostgreSQL (where the table is partitioned by ``started_at``
+    and a unique constraint would have to include it) by :class:`CallRequestId`.
     """
 
     __tablename__ = "calls"
-    __table_args__ = (Index(None, "route_id", "started_at"),)
+    __table_args__ = (
+        Index(None, "route_id", "started_at"),
+        UniqueConstraint("request_id", info=SQLITE_ONLY),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    request_id: Mapped[str] = mapped_column(String(200), unique=True)
+    request_id: Mapped[str] = mapped_column(String(200))
     route_id: Mapped[int] = mapped_column(BigId, ForeignKey("routes.id", ondelete="CASCADE"))
     started_at: Mapped[datetime]
     received_at: Mapped[datetime]
@@ -192,13 +227,23 @@ class Call(Base):
 
 
 class Attempt(Base):
-    """One attempt of a call, in the record's start order (``attempt_index`` 0, 1, ...)."""
+    """One attempt of a call, in the record's start order (``attempt_index`` 0, 1, ...).
+
+    ``call_started_at`` is the call's ``started_at``: the partition key on PostgreSQL, so a
+    call and its attempts live in the same day and are dropped together. There each day's
+    ``attempts`` partition has its foreign key to that day's ``calls`` partition (the SQLite
+    foreign key below is on the tables themselves).
+    """
 
     __tablename__ = "attempts"
-    __table_args__ = (UniqueConstraint("call_id", "attempt_index"),)
+    __table_args__ = (
+        UniqueConstraint("call_id", "attempt_index", info=SQLITE_ONLY),
+        ForeignKeyConstraint(["call_id"], ["calls.id"], ondelete="CASCADE", info=SQLITE_ONLY),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    call_id: Mapped[int] = mapped_column(BigId, ForeignKey("calls.id", ondelete="CASCADE"))
+    call_id: Mapped[int] = mapped_column(BigId)
+    call_started_at: Mapped[datetime]
     attempt_index: Mapped[int] = mapped_column(Integer)
     upstream: Mapped[str] = mapped_column(String(200))
     role: Mapped[str] = mapped_column(String(16))
@@ -214,6 +259,24 @@ class Attempt(Base):
     prompt_tokens_estimated: Mapped[bool] = mapped_column(Boolean, default=False)
     #: Of ``prompt_tokens``, those read from the upstream's prompt cache (when it reports them).
     cached_prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+
+
+class CallRequestId(Base):
+    """The ``request_id`` of a stored call (PostgreSQL only): ingest's unique key.
+
+    ``calls`` is partitioned by day there, and a unique constraint of a partitioned table must
+    include its partition key, so ``request_id`` alone cannot be unique in ``calls``; this
+    small, unpartitioned table holds it instead, written in the same transaction as the call
+    (``INSERT ... ON CONFLICT DO NOTHING`` decides which records are new). Rows are deleted by
+    retention once their day's partitions are dropped (``started_at``: the call's, indexed).
+    See :mod:`hedgerow.controller.partitions` for the alternatives weighed.
+    """
+
+    __tablename__ = "call_request_ids"
+    __table_args__ = (Index(None, "started_at", postgresql_using="brin"), {"info": POSTGRESQL_ONLY})
+
+    request_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    started_at: Mapped[datetime]
 
 
 class Threshold(Base):

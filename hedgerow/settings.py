@@ -74,7 +74,9 @@ class Settings(BaseSettings):
         max_batch_calls: largest batch accepted by ``POST /v1/calls`` (default 1000).
         retention_s: age after which raw calls and attempts are deleted, seconds (default
             1,209,600 = 14 days); only whole UTC hours whose hourly rollup is written, so weekly
-            figures survive. Must be >= ``max_window_s`` (the controller reads raw calls).
+            figures survive (on PostgreSQL whole days, dropped an hour after the day is this
+            old). Must be >= ``max_window_s`` (the controller reads raw calls). The api refuses
+            records that started longer ago than this.
         rollup_interval_s: seconds between two runs of the rollup + retention job on the
             lease holder (default 3600; the first run is 60 s after start, or sooner).
         retention_batch_rows: most calls (with their attempts) deleted per transaction

@@ -19,6 +19,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from hedgerow.controller.db import alembic_include_name, alembic_include_object
 from hedgerow.controller.models import Base
 
 config = context.config
@@ -41,6 +42,8 @@ def _configure(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_name=alembic_include_name,
+        include_object=alembic_include_object(connection.dialect.name),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from sqlalchemy import func, select
 
@@ -36,7 +38,7 @@ async def test_batch_over_the_limit_is_413(make_api, call_factory) -> None:
         assert ok.status_code == 202
     async with make_api() as (_app, api):  # the default limit is 1000
         minimal = [
-            {"request_id": f"m{i}", "route": "r", "model": "m", "started_at": "2026-11-29T08:00:00Z"}
+            {"request_id": f"m{i}", "route": "r", "model": "m", "started_at": datetime.now(UTC).isoformat()}
             for i in range(1001)
         ]
         assert (await api.post("/v1/calls", json={"calls": minimal})).status_code == 413
@@ -143,3 +145,26 @@ async def test_responses_records_keep_their_api_and_chat_records_read_chat(make_
         async with app.state.sessionmaker() as session:
             stored = dict((await session.execute(select(Call.request_id, Call.api))).all())
     assert stored == {"chat-1": "chat", "resp-1": "responses"}
+
+
+async def test_records_older_than_retention_are_refused_and_late_ones_within_it_get_their_day(
+    make_api, call_factory
+) -> None:
+    from hedgerow.controller.partitions import partition_days
+
+    now = datetime.now(UTC)
+    async with make_api(retention_s=3 * 86400.0) as (app, api):
+        late = call_factory("late", started_at=now - timedelta(days=2, hours=20))  # a day without a partition
+        too_old = call_factory("old", started_at=now - timedelta(days=3, minutes=1))
+        refused = await api.post("/v1/calls", json={"calls": [late.to_dict(), too_old.to_dict()]})
+        assert refused.status_code == 422
+        detail = refused.json()["detail"]
+        assert (detail["index"], detail["field"]) == (1, "started_at")
+        assert "HEDGEROW_RETENTION_S" in detail["message"]
+        accepted = await api.post("/v1/calls", json={"calls": [late.to_dict()]})
+        assert accepted.json() == {"accepted": 1, "duplicates": 0}
+        async with app.state.sessionmaker() as session:
+            assert await session.scalar(select(func.count()).select_from(Call)) == 1
+            if session.get_bind().dialect.name == "postgresql":
+                days = await partition_days(await session.connection())
+                assert late.started_at.date() in days

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import select, text
@@ -19,6 +19,7 @@ async def test_foreign_keys_are_enforced(sessionmaker) -> None:
             session.add(
                 Attempt(
                     call_id=12345,
+                    call_started_at=datetime.now(UTC),
                     attempt_index=0,
                     upstream="a",
                     role="primary",
