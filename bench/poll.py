@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hedgerow.controller.db import make_engine, make_sessionmaker, upgrade_database
 from hedgerow.controller.models import Route, Threshold
-from tests.api.serve_process import running_serve
 from tests.helpers import free_port
+from tests.serve_process import running_serve
 
 
 async def seed(url: str, routes: int) -> None:
