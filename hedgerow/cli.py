@@ -647,8 +647,10 @@ def replica(
         ),
     ),
 ) -> None:
-    """Serve one simulated OpenAI-compatible LLM replica (continuous batching, Splitwise timings):
-    chat completions and the Responses API, streamed or whole."""
+    """Serve one simulated OpenAI-compatible LLM replica: chat completions and the Responses API.
+
+    Continuous batching with Splitwise service times; streamed or whole answers.
+    """
     from pathlib import Path
 
     from hedgerow.sim.perf_model import PerfModelError
