@@ -204,3 +204,16 @@ async def test_no_table_column_hides_behind_a_sideways_scroll_on_a_desktop(conso
             assert hidden and max(hidden) <= 0, (path, hidden)
             await _no_sideways_scroll(page)
         assert_local_only(requests)
+
+
+async def test_a_history_page_past_the_store_s_integers_is_a_422_not_a_500(console: ServeProcess) -> None:
+    """``?page=99999999999999999999`` on a route's page answered 500 (the offset overflowed
+    SQLite's integer); now the page says which pages exist."""
+    async with open_page(viewport=(1280, 800)) as (page, requests):
+        await _login(page, console.url, "r3ad-token", "/ui/routes/summarize?model=m1")
+        answer = await page.goto(f"{console.url}/ui/routes/summarize?model=m1&page=99999999999999999999")
+        assert answer is not None and answer.status == 422
+        assert "page: must be from 1 to 1000000" in await page.inner_text("main")
+        last = await page.goto(f"{console.url}/ui/routes/summarize?model=m1&page=1000000")
+        assert last is not None and last.status == 200  # the last page there is: empty, not an error
+        assert_local_only(requests)
