@@ -71,7 +71,8 @@ def _request(method: str, api: str, token: str | None, path: str, **kwargs: Any)
     except httpx.HTTPError as exc:
         raise _fail(f"cannot reach the api at {api}: {exc}") from None
     if response.status_code >= 400:
-        raise _fail(f"{method} {path}: {response.status_code} {_error_text(response)}")
+        hint = " (give --token T or set HEDGEROW_TOKEN)" if response.status_code == 401 and not token else ""
+        raise _fail(f"{method} {path}: {response.status_code} {_error_text(response)}{hint}")
     return response.json()
 
 

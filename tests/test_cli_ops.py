@@ -133,3 +133,22 @@ def test_routes_history_takes_a_date_or_a_time_without_zone_as_utc(tmp_path: Pat
             assert len(json.loads(done.stdout)["history"]) == rows, since
     finally:
         served.stop()
+
+
+@pytest.mark.slow
+def test_routes_without_a_token_says_how_to_give_one(tmp_path: Path) -> None:
+    """Against an api with tokens, ``hedgerow routes list`` without one said only "401
+    authorization: missing or invalid bearer token"; it now names --token and HEDGEROW_TOKEN."""
+    from tests.serve_process import ServeProcess
+
+    env = {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600", "HEDGEROW_TOKENS": "r3ad-token:read"}
+    served = ServeProcess(f"sqlite:///{tmp_path / 't.db'}", tmp_path, env)
+    try:
+        bare = _cli("routes", "list", "--api", served.url)
+        assert bare.returncode == 1 and "--token" in bare.stderr and "HEDGEROW_TOKEN" in bare.stderr, bare.stderr
+        wrong = _cli("routes", "list", "--api", served.url, "--token", "nope")
+        assert wrong.returncode == 1 and "401" in wrong.stderr and "HEDGEROW_TOKEN" not in wrong.stderr
+        good = _cli("routes", "list", "--api", served.url, "--token", "r3ad-token")
+        assert good.returncode == 0, good.stderr
+    finally:
+        served.stop()
