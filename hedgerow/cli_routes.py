@@ -196,6 +196,12 @@ def route_history(
     """A route's threshold decisions, newest first (identical holds are one row with repeats)."""
     if not 1 <= limit <= 10000:
         raise _fail(f"--limit: must be from 1 to 10000, got {limit}", 2)
+    if reason is not None:
+        from hedgerow.controller.policy import REASON_CODES
+
+        if reason.strip() not in REASON_CODES:  # the api would answer an empty history
+            raise _fail(f"--reason: unknown code {reason!r}; codes: {', '.join(sorted(REASON_CODES))}", 2)
+        reason = reason.strip()
     since_text = _time_flag("--since", since)
     until_text = _time_flag("--until", until)
     params = _params(

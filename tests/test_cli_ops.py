@@ -93,7 +93,8 @@ def test_routes_flags_are_checked_before_any_request() -> None:
     """Contradictory or malformed ``hedgerow routes`` flags exit 2 naming the flag, with no api needed.
 
     ``--enable --disable`` used to apply the last one given (exit 0); ``--api notaurl`` and
-    ``--limit 0`` were sent anyway and reported as an unreachable api or an api refusal (exit 1).
+    ``--limit 0`` were sent anyway and reported as an unreachable api or an api refusal (exit 1);
+    a misspelt ``--reason`` gave an empty history (exit 0).
     """
     nowhere = "http://127.0.0.1:9"  # nothing listens: any request would exit 1
     for args, flag in (
@@ -103,6 +104,7 @@ def test_routes_flags_are_checked_before_any_request() -> None:
         (["history", "r", "--limit", "0", "--api", nowhere], "--limit"),
         (["history", "r", "--since", "yesterday", "--api", nowhere], "--since"),
         (["history", "r", "--until", "2026-13-01", "--api", nowhere], "--until"),
+        (["history", "r", "--reason", "budget_bond", "--api", nowhere], "--reason"),
     ):
         done = _cli("routes", *args)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
