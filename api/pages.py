@@ -50,12 +50,15 @@ from hedgerow.controller.policy import REASON_CODES as POLICY_REASON_CODES
 from hedgerow.controller.queries import get_history, get_route, resolve_model
 from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
-__all__ = ["HISTORY_PAGE_ROWS", "RANGES", "PageUser", "install_pages", "router"]
+__all__ = ["HISTORY_PAGE_ROWS", "MAX_HISTORY_PAGE", "RANGES", "PageUser", "install_pages", "router"]
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 #: The chart ranges a route's page offers, seconds.
 RANGES: dict[str, float] = {"1h": 3600.0, "6h": 21_600.0, "24h": 86_400.0, "7d": 604_800.0, "30d": 2_592_000.0}
+#: The last page number the history table takes (beyond it the offset would not fit SQLite's
+#: or PostgreSQL's integers, and no route keeps that much history).
+MAX_HISTORY_PAGE = 1_000_000
 #: History rows per page of the table.
 HISTORY_PAGE_ROWS = 50
 #: Reason codes offered by the history filter: every code the policy writes (any code, such as
@@ -167,6 +170,8 @@ async def _route_page(
         page = max(int(q.get("page", "1")), 1)
     except ValueError:
         page = 1
+    if page > MAX_HISTORY_PAGE:  # its offset would overflow the store's integers (a 500)
+        return error_page(request, user, 422, f"page: must be from 1 to {MAX_HISTORY_PAGE}, got {page}")
     problems = [control_character_error(value) for value in (route, model or "", reason or "")]
     if any(problems):
         return error_page(request, user, 422, next(p for p in problems if p))

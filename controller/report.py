@@ -117,7 +117,9 @@ class IsoWeek:
         """Parse ``2026-W48``.
 
         Raises:
-            ValueError: not ``YYYY-Www``, or a week that year does not have.
+            ValueError: not ``YYYY-Www``, a week that year does not have, or a week whose report
+                cannot be dated (the first week of year 1 has no previous week to compare with,
+                the last of year 9999 no end): those raised OverflowError deep in the report.
         """
         match = _WEEK.match(text.strip()) if isinstance(text, str) else None
         if match is None:
@@ -127,7 +129,13 @@ class IsoWeek:
             date.fromisocalendar(year, week, 1)
         except ValueError:
             raise ValueError(f"week {text!r} does not exist (ISO year {year} has no week {week})") from None
-        return cls(year, week)
+        parsed = cls(year, week)
+        try:
+            parsed.previous()
+            _ = parsed.until
+        except (OverflowError, ValueError):
+            raise ValueError(f"week {text!r} is out of range (weeks from 0001-W02 to 9999-W51)") from None
+        return parsed
 
     @classmethod
     def of(cls, moment: datetime) -> IsoWeek:
@@ -157,7 +165,7 @@ class IsoWeek:
         return IsoWeek.of(self.since - timedelta(days=1))
 
     def __str__(self) -> str:
-        return f"{self.year}-W{self.week:02d}"
+        return f"{self.year:04d}-W{self.week:02d}"
 
 
 @dataclass(frozen=True, slots=True)

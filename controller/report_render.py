@@ -150,10 +150,19 @@ def _cells(row: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _s(value: Any) -> str:
-    """Seconds as ms or s for people; an en dash when unknown."""
+    """Seconds as ms or s for people; an en dash when unknown.
+
+    Below 10 ms two significant digits (a 0.5 ms TPOT printed as "0 ms"), and a value that
+    rounds to 1000 ms is written in seconds (0.9996 s printed as "1000 ms").
+    """
     if value is None:
         return "–"
-    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+    size = abs(value)
+    if size == 0:
+        return "0 ms"
+    if size < 0.01:
+        return f"{value * 1000:.2g} ms"
+    return f"{value * 1000:.0f} ms" if size < 0.9995 else f"{value:.2f} s"
 
 
 def _pct(value: Any) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -60,6 +61,8 @@ def _request(method: str, api: str, token: str | None, path: str, **kwargs: Any)
     import httpx
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if not api.lower().startswith(("http://", "https://")):
+        raise _fail(f"--api: not an http:// or https:// URL, got {api!r}", 2)
     url = api.rstrip("/") + path
     try:
         response = httpx.request(method, url, headers=headers, timeout=_TIMEOUT_S, **kwargs)
@@ -68,7 +71,8 @@ def _request(method: str, api: str, token: str | None, path: str, **kwargs: Any)
     except httpx.HTTPError as exc:
         raise _fail(f"cannot reach the api at {api}: {exc}") from None
     if response.status_code >= 400:
-        raise _fail(f"{method} {path}: {response.status_code} {_error_text(response)}")
+        hint = " (give --token T or set HEDGEROW_TOKEN)" if response.status_code == 401 and not token else ""
+        raise _fail(f"{method} {path}: {response.status_code} {_error_text(response)}{hint}")
     return response.json()
 
 
@@ -190,7 +194,19 @@ def route_history(
     as_json: bool = _JSON,
 ) -> None:
     """A route's threshold decisions, newest first (identical holds are one row with repeats)."""
-    params = _params(model, applied="true" if applied else None, reason=reason, since=since, until=until, limit=limit)
+    if not 1 <= limit <= 10000:
+        raise _fail(f"--limit: must be from 1 to 10000, got {limit}", 2)
+    if reason is not None:
+        from hedgerow.controller.policy import REASON_CODES
+
+        if reason.strip() not in REASON_CODES:  # the api would answer an empty history
+            raise _fail(f"--reason: unknown code {reason!r}; codes: {', '.join(sorted(REASON_CODES))}", 2)
+        reason = reason.strip()
+    since_text = _time_flag("--since", since)
+    until_text = _time_flag("--until", until)
+    params = _params(
+        model, applied="true" if applied else None, reason=reason, since=since_text, until=until_text, limit=limit
+    )
     data = _request("GET", api, token, _route_path(route, "/history"), params=params)
     if as_json:
         _echo_json(data)
@@ -219,6 +235,26 @@ def route_history(
     _print_table(f"{route}: {len(rows)} decision(s)", columns, rows)
 
 
+def _time_flag(flag: str, value: str | None) -> str | None:
+    """An ISO 8601 date or time as the api takes it; one without a zone is UTC, as the table shows.
+
+    Raises:
+        typer.Exit: status 2 naming the flag when ``value`` is not ISO 8601.
+    """
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise _fail(
+            f"--{flag.lstrip('-')}: not an ISO 8601 date or time (e.g. 2026-12-01 or 2026-12-01T09:30Z), got {value!r}",
+            2,
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.isoformat()
+
+
 def _seconds_flag(flag: str, value: float | None) -> float | None:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise _fail(f"{flag}: must be a number of seconds > 0, got {value:g}", 2)
@@ -232,7 +268,8 @@ def set_route(
     budget: float = typer.Option(None, "--budget", metavar="F", help="Hedge budget, a fraction in (0, 1)."),
     pin: float = typer.Option(None, "--pin", metavar="S", help="Publish this hedge_after_s as is (seconds)."),
     unpin: bool = typer.Option(False, "--unpin", help="Let the controller decide again."),
-    enable: bool = typer.Option(None, "--enable/--disable", help="Turn hedging on or off for the route."),
+    enable_flag: bool = typer.Option(False, "--enable", help="Turn hedging on for the route."),
+    disable_flag: bool = typer.Option(False, "--disable", help="Turn hedging off for the route."),
     low: float = typer.Option(None, "--min", metavar="S", help="Lowest hedge_after_s, seconds."),
     high: float = typer.Option(None, "--max", metavar="S", help="Highest hedge_after_s, seconds."),
     default: float = typer.Option(None, "--default", metavar="S", help="Value while samples are too few, seconds."),
@@ -243,6 +280,9 @@ def set_route(
     """Change a route (admin scope): applied at once and audited in its history."""
     if pin is not None and unpin:
         raise _fail("--pin and --unpin: give one of them", 2)
+    if enable_flag and disable_flag:
+        raise _fail("--enable and --disable: give one of them", 2)
+    enable = True if enable_flag else False if disable_flag else None
     if budget is not None and not (math.isfinite(budget) and 0 < budget < 1):
         raise _fail(f"--budget: must be a fraction in (0, 1), got {budget:g}", 2)
     body: dict[str, Any] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -86,3 +87,70 @@ def test_no_option_of_any_command_shows_a_type_metavar() -> None:
         assert options, command
         typed = [line for line in options if re.search(r"<(str|int|float|bool|path)>", line)]
         assert not typed, (command, typed)
+
+
+def test_routes_flags_are_checked_before_any_request() -> None:
+    """Contradictory or malformed ``hedgerow routes`` flags exit 2 naming the flag, with no api needed.
+
+    ``--enable --disable`` used to apply the last one given (exit 0); ``--api notaurl`` and
+    ``--limit 0`` were sent anyway and reported as an unreachable api or an api refusal (exit 1);
+    a misspelt ``--reason`` gave an empty history (exit 0).
+    """
+    nowhere = "http://127.0.0.1:9"  # nothing listens: any request would exit 1
+    for args, flag in (
+        (["set", "r", "--enable", "--disable", "--api", nowhere], "--enable and --disable"),
+        (["list", "--api", "notaurl"], "--api"),
+        (["list", "--api", "ftp://example.org"], "--api"),
+        (["history", "r", "--limit", "0", "--api", nowhere], "--limit"),
+        (["history", "r", "--since", "yesterday", "--api", nowhere], "--since"),
+        (["history", "r", "--until", "2026-13-01", "--api", nowhere], "--until"),
+        (["history", "r", "--reason", "budget_bond", "--api", nowhere], "--reason"),
+    ):
+        done = _cli("routes", *args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert done.stderr.startswith(f"hedgerow: {flag}"), (args, done.stderr)
+
+
+@pytest.mark.slow
+def test_routes_history_takes_a_date_or_a_time_without_zone_as_utc(tmp_path: Path) -> None:
+    """``--since 2026-12-01`` (what the "time (UTC)" column shows) was refused by the api for its
+    missing zone (exit 1); a date or time without a zone is now UTC."""
+    from datetime import UTC, datetime, timedelta
+
+    import httpx
+
+    from tests.conftest import make_call
+    from tests.serve_process import ServeProcess
+
+    served = ServeProcess(f"sqlite:///{tmp_path / 'h.db'}", tmp_path, {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600"})
+    try:
+        now = datetime.now(UTC)
+        calls = [make_call(f"c{i}", started_at=now - timedelta(seconds=i + 1)) for i in range(60)]
+        assert httpx.post(f"{served.url}/v1/calls", json={"calls": [c.to_dict() for c in calls]}).status_code == 202
+        assert httpx.post(f"{served.url}/v1/controller/run").json()["ran"] is True
+        today, tomorrow = now.date().isoformat(), (now + timedelta(days=1)).date().isoformat()
+        for since, rows in ((today, 1), (f"{today}T00:00", 1), (tomorrow, 0)):
+            done = _cli("routes", "history", "summarize", "--since", since, "--json", "--api", served.url)
+            assert done.returncode == 0, (since, done.stderr)
+            assert len(json.loads(done.stdout)["history"]) == rows, since
+    finally:
+        served.stop()
+
+
+@pytest.mark.slow
+def test_routes_without_a_token_says_how_to_give_one(tmp_path: Path) -> None:
+    """Against an api with tokens, ``hedgerow routes list`` without one said only "401
+    authorization: missing or invalid bearer token"; it now names --token and HEDGEROW_TOKEN."""
+    from tests.serve_process import ServeProcess
+
+    env = {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600", "HEDGEROW_TOKENS": "r3ad-token:read"}
+    served = ServeProcess(f"sqlite:///{tmp_path / 't.db'}", tmp_path, env)
+    try:
+        bare = _cli("routes", "list", "--api", served.url)
+        assert bare.returncode == 1 and "--token" in bare.stderr and "HEDGEROW_TOKEN" in bare.stderr, bare.stderr
+        wrong = _cli("routes", "list", "--api", served.url, "--token", "nope")
+        assert wrong.returncode == 1 and "401" in wrong.stderr and "HEDGEROW_TOKEN" not in wrong.stderr
+        good = _cli("routes", "list", "--api", served.url, "--token", "r3ad-token")
+        assert good.returncode == 0, good.stderr
+    finally:
+        served.stop()

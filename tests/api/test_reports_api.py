@@ -123,3 +123,33 @@ async def test_cli_and_api_give_the_same_figures(make_api, database_url: str, tm
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "--week" in bad.stderr
+
+
+@pytest.mark.slow
+def test_weeks_at_the_ends_of_the_calendar_are_refused_not_a_500(tmp_path: Path) -> None:
+    """``2026-W49``-shaped weeks whose report cannot be dated (0001-W01 has no previous week,
+    9999-W52 no end) answered 500 from the api and the console and made ``hedgerow report
+    weekly`` say it could not read the store (exit 1); now they are a 422 naming ``week`` and
+    exit 2. The first week that can be reported is named with its four-digit year."""
+    import httpx
+
+    from tests.serve_process import ServeProcess
+
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    served = ServeProcess(db, tmp_path, {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600"})
+    try:
+        for week in ("0001-W01", "9999-W52"):
+            api = httpx.get(f"{served.url}/v1/reports/weekly", params={"week": week}, timeout=60)
+            assert api.status_code == 422 and api.json()["detail"]["field"] == "week", api.text
+            assert "out of range" in api.json()["detail"]["message"]
+            page = httpx.get(f"{served.url}/ui/reports/{week}/report.html", timeout=60)
+            assert page.status_code == 422 and "out of range" in page.text
+        first = httpx.get(f"{served.url}/v1/reports/weekly", params={"week": "0001-W02"}, timeout=60)
+        assert first.status_code == 200 and first.json()["week"] == "0001-W02"
+    finally:
+        served.stop()
+    done = subprocess.run(
+        [sys.executable, "-m", "hedgerow.cli", "report", "weekly", "--db", db, "--week", "0001-W01"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.startswith("hedgerow: --week:"), done.stderr

@@ -173,3 +173,17 @@ async def test_price_rows_are_an_audit_trail_and_reloading_adds_nothing(sessionm
     assert [(p.input_usd_per_mtok, p.actor) for p in prices] == [(1.0, "file:p.json"), (1.5, "alice")]
     assert PriceBook(prices).lookup("m", "any", MONDAY).input_usd_per_mtok == 1.5  # the newest correction
     assert PriceBook(prices).lookup("m", "any", MONDAY - timedelta(hours=1)) is None
+
+
+async def test_small_and_near_one_second_figures_are_written_as_measured(sessionmaker) -> None:
+    """A 0.5 ms TPOT was printed as "0 ms" and a 0.9996 s P99 as "1000 ms" in the HTML and
+    Markdown reports; now "0.5 ms" and "1.00 s"."""
+    from hedgerow.controller.report_render import to_html, to_markdown
+
+    await _store(sessionmaker, week_records(per_route=60))
+    report = await weekly_report(sessionmaker, "2026-W48", now=datetime(2026, 12, 1, tzinfo=UTC))
+    report["total"]["tpot_s"]["p50"] = 0.0005
+    report["total"]["ttft_s"]["p99"] = 0.9996
+    html, md = to_html(report), to_markdown(report)
+    assert "0.5 ms / " in html and "0 ms / " not in html
+    assert "TTFT P99 1.00 s delivered" in md and "1000 ms" not in md + html

@@ -187,3 +187,33 @@ async def test_the_reports_page_lists_weeks_and_shows_a_week_with_its_plots(cons
         assert (await http.get(f"/ui/reports/{week}/report.exe")).status_code == 404
     async with httpx.AsyncClient(base_url=console.url) as anonymous:
         assert (await anonymous.get(f"/ui/reports/{week}/report.json")).status_code == 303  # login first
+
+
+@pytest.mark.parametrize("viewport", [(1280, 800), (1024, 768)], ids=lambda v: f"{v[0]}x{v[1]}")
+async def test_no_table_column_hides_behind_a_sideways_scroll_on_a_desktop(console: ServeProcess, viewport) -> None:
+    """At 1280 px the routes table's "last change" and the history's "actor" columns were cut off
+    inside the table's scroll box (46 and 64 px; 260 px at 1024), with nothing showing there was
+    more. Tables now fit a desktop window and turn into stacked cards below 1180 px."""
+    async with open_page(viewport=viewport) as (page, requests):
+        await _login(page, console.url, "r3ad-token", "/ui/routes")
+        for path in ("/ui/routes", "/ui/routes/summarize?model=m1&range=24h"):
+            await page.goto(f"{console.url}{path}")
+            hidden = await page.evaluate(
+                "[...document.querySelectorAll('.scroll')].map(e => e.scrollWidth - e.clientWidth)"
+            )
+            assert hidden and max(hidden) <= 0, (path, hidden)
+            await _no_sideways_scroll(page)
+        assert_local_only(requests)
+
+
+async def test_a_history_page_past_the_store_s_integers_is_a_422_not_a_500(console: ServeProcess) -> None:
+    """``?page=99999999999999999999`` on a route's page answered 500 (the offset overflowed
+    SQLite's integer); now the page says which pages exist."""
+    async with open_page(viewport=(1280, 800)) as (page, requests):
+        await _login(page, console.url, "r3ad-token", "/ui/routes/summarize?model=m1")
+        answer = await page.goto(f"{console.url}/ui/routes/summarize?model=m1&page=99999999999999999999")
+        assert answer is not None and answer.status == 422
+        assert "page: must be from 1 to 1000000" in await page.inner_text("main")
+        last = await page.goto(f"{console.url}/ui/routes/summarize?model=m1&page=1000000")
+        assert last is not None and last.status == 200  # the last page there is: empty, not an error
+        assert_local_only(requests)
