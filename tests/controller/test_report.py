@@ -187,3 +187,21 @@ async def test_small_and_near_one_second_figures_are_written_as_measured(session
     html, md = to_html(report), to_markdown(report)
     assert "0.5 ms / " in html and "0 ms / " not in html
     assert "TTFT P99 1.00 s delivered" in md and "1000 ms" not in md + html
+
+
+async def test_the_calls_card_says_when_the_previous_week_has_no_data(sessionmaker) -> None:
+    """With no calls in the previous week the calls card read "vs 2026-W46" with no figure before it.
+
+    ``week_records`` puts 150 calls in W47 and none in W46, so W47's report has no previous week
+    and W48's has one.
+    """
+    from hedgerow.controller.report_render import to_html
+
+    await _store(sessionmaker, week_records(per_route=20))
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    first = await weekly_report(sessionmaker, "2026-W47", now=now)
+    assert first["total"]["calls"] > 0 and first["total"]["change"]["calls"]["delta"] is None
+    html = to_html(first)
+    assert "<span>no data in 2026-W46</span>" in html and "<span> vs 2026-W46</span>" not in html
+    second = to_html(await weekly_report(sessionmaker, "2026-W48", now=now))
+    assert " vs 2026-W47</span>" in second and "no data in" not in second
