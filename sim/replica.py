@@ -367,6 +367,13 @@ class _RequestIdMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
+def _event_stream(events: AsyncIterator[str]) -> StreamingResponse:
+    """An SSE response streaming ``events`` (chat chunks or Responses events), unbuffered by proxies."""
+    return StreamingResponse(
+        events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+
+
 def _sse(obj: Any) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
@@ -487,11 +494,7 @@ def create_replica_app(config: ReplicaConfig, perf: PerfModel | None = None) -> 
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         if chat.stream:
-            return StreamingResponse(
-                _stream(engine, chat, rid, completion_id, created),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
+            return _event_stream(_stream(engine, chat, rid, completion_id, created))
         return await _complete(request, engine, chat, rid, completion_id, created)
 
     @app.post("/v1/responses")
@@ -509,11 +512,7 @@ def create_replica_app(config: ReplicaConfig, perf: PerfModel | None = None) -> 
         rid = request.headers.get("x-request-id")
         shape = _ResponseShape(wanted)
         if wanted.stream:
-            return StreamingResponse(
-                _stream_response(engine, wanted, rid, shape),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
+            return _event_stream(_stream_response(engine, wanted, rid, shape))
         generated = await _generate_all(request, engine, wanted.prompt_tokens, wanted.output_tokens, rid)
         if generated is None:
             return _error(503, "request aborted (client disconnected or replica stopping)", type_="server_error")
