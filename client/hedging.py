@@ -1012,16 +1012,20 @@ class CallStream:
 
     def _settle(self, outcome: list[dict[str, Any]] | BaseException) -> None:
         """End phase 1: stop the timer and resolve ``_head`` with the first chunks or the error."""
-        self._racing = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._stop_racing()
         head = self._head
         if head is not None and not head.done():
             if isinstance(outcome, BaseException):
                 head.set_exception(outcome)
             else:
                 head.set_result(outcome)
+
+    def _stop_racing(self) -> None:
+        """Leave phase 1: attempt events go to the reader's queue, and the timer is off."""
+        self._racing = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _arm_timer(self) -> None:
         """Phase 1: have ``_on_timer`` called at the race's deadline (hedge timer, total timeout)."""
@@ -1099,10 +1103,7 @@ class CallStream:
     async def _finish(self) -> None:
         """Close every attempt, build the one record, hand it to telemetry."""
         self._execute(self._race.abandon(self._now()))
-        self._racing = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._stop_racing()
         head = self._head
         if head is not None:
             if not head.done():

@@ -247,7 +247,7 @@ def _time_flag(flag: str, value: str | None) -> str | None:
         moment = datetime.fromisoformat(value.strip())
     except ValueError:
         raise _fail(
-            f"--{flag.lstrip('-')}: not an ISO 8601 date or time (e.g. 2026-12-01 or 2026-12-01T09:30Z), got {value!r}",
+            f"{flag}: not an ISO 8601 date or time (e.g. 2026-12-01 or 2026-12-01T09:30Z), got {value!r}",
             2,
         ) from None
     if moment.tzinfo is None:

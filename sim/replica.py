@@ -60,10 +60,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -159,6 +159,9 @@ class ReplicaConfig:
         )
 
 
+_Parsed = TypeVar("_Parsed")
+
+
 class _BadRequest(Exception):
     def __init__(self, param: str, message: str) -> None:
         super().__init__(f"{param}: {message}")
@@ -246,7 +249,8 @@ def _input_text(value: Any) -> str:
     return "".join(texts)
 
 
-def _parse_responses_body(body: Any, default_output_tokens: int) -> _ResponsesRequest:
+def _model(body: Any) -> str:
+    """The ``model`` of a request body (a JSON object); raises ``_BadRequest`` naming the field."""
     if not isinstance(body, dict):
         raise _BadRequest("body", "must be a JSON object")
     model = body.get("model")
@@ -254,46 +258,69 @@ def _parse_responses_body(body: Any, default_output_tokens: int) -> _ResponsesRe
         raise _BadRequest("model", "is required")
     if not isinstance(model, str) or not model:
         raise _BadRequest("model", "must be a non-empty string")
+    return model
+
+
+def _check_output_fields(body: dict[str, Any], fields: tuple[str, ...]) -> None:
+    """Each of ``fields`` present in ``body`` is a token count in [1, MAX_OUTPUT_TOKENS]."""
+    for field in fields:
+        v = body.get(field)
+        if v is not None and not (_is_int(v) and 1 <= v <= MAX_OUTPUT_TOKENS):
+            raise _BadRequest(field, f"must be an integer in [1, {MAX_OUTPUT_TOKENS}], got {v!r}")
+
+
+def _stream_flag(body: dict[str, Any]) -> bool:
+    """``stream`` of a body: a boolean, absent or null meaning false."""
+    stream = body.get("stream", False)
+    if stream is None:
+        return False
+    if not isinstance(stream, bool):
+        raise _BadRequest("stream", f"must be a boolean, got {stream!r}")
+    return stream
+
+
+def _prompt_override(body: dict[str, Any]) -> int | None:
+    """``hedgerow_prompt_tokens`` of a body (an integer >= 0), or None when absent."""
+    prompt_tokens = body.get("hedgerow_prompt_tokens")
+    if prompt_tokens is not None and not (_is_int(prompt_tokens) and prompt_tokens >= 0):
+        raise _BadRequest("hedgerow_prompt_tokens", f"must be an integer >= 0, got {prompt_tokens!r}")
+    return prompt_tokens
+
+
+def _output_tokens(limit: int | None, wanted: int | None, default_output_tokens: int) -> tuple[int, bool]:
+    """Tokens to generate, and whether the client's ``limit`` cut the answer short.
+
+    ``wanted`` (``hedgerow_output_tokens``, else ``default_output_tokens``) is the answer's natural
+    length; a ``limit`` (``max_tokens`` and the like) not above ``wanted`` ends it at the limit.
+    """
+    if limit is None:
+        return (wanted if wanted is not None else default_output_tokens), False
+    if wanted is not None and wanted < limit:
+        return wanted, False
+    return limit, True
+
+
+def _parse_responses_body(body: Any, default_output_tokens: int) -> _ResponsesRequest:
+    model = _model(body)
     if body.get("input") is None:
         raise _BadRequest("input", "is required")
     text = _input_text(body["input"])
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise _BadRequest("instructions", f"must be a string or null, got {instructions!r}")
-    for field in ("max_output_tokens", "hedgerow_output_tokens"):
-        v = body.get(field)
-        if v is not None and not (_is_int(v) and 1 <= v <= MAX_OUTPUT_TOKENS):
-            raise _BadRequest(field, f"must be an integer in [1, {MAX_OUTPUT_TOKENS}], got {v!r}")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise _BadRequest("stream", f"must be a boolean, got {stream!r}")
-    prompt_tokens = body.get("hedgerow_prompt_tokens")
+    _check_output_fields(body, ("max_output_tokens", "hedgerow_output_tokens"))
+    stream = _stream_flag(body)
+    prompt_tokens = _prompt_override(body)
     if prompt_tokens is None:
         chars = len(text) + len(instructions or "")
         prompt_tokens = max(1, math.ceil(chars / CHARS_PER_TOKEN))
-    elif not (_is_int(prompt_tokens) and prompt_tokens >= 0):
-        raise _BadRequest("hedgerow_prompt_tokens", f"must be an integer >= 0, got {prompt_tokens!r}")
     limit = body.get("max_output_tokens")
-    wanted = body.get("hedgerow_output_tokens")
-    if limit is None:
-        output, incomplete = (wanted if wanted is not None else default_output_tokens), False
-    elif wanted is not None and wanted < limit:
-        output, incomplete = wanted, False
-    else:
-        output, incomplete = limit, True
+    output, incomplete = _output_tokens(limit, body.get("hedgerow_output_tokens"), default_output_tokens)
     return _ResponsesRequest(model, prompt_tokens, output, incomplete, stream, instructions, limit)
 
 
 def _parse_body(body: Any, default_output_tokens: int) -> _ChatRequest:
-    if not isinstance(body, dict):
-        raise _BadRequest("body", "must be a JSON object")
-    model = body.get("model")
-    if model is None:
-        raise _BadRequest("model", "is required")
-    if not isinstance(model, str) or not model:
-        raise _BadRequest("model", "must be a non-empty string")
+    model = _model(body)
     messages = body.get("messages")
     if messages is None:
         raise _BadRequest("messages", "is required")
@@ -304,42 +331,25 @@ def _parse_body(body: Any, default_output_tokens: int) -> _ChatRequest:
             raise _BadRequest(f"messages[{i}]", "must be an object")
         if not isinstance(m.get("role"), str):
             raise _BadRequest(f"messages[{i}].role", "is required and must be a string")
-    for field in ("max_completion_tokens", "max_tokens", "hedgerow_output_tokens"):
-        v = body.get(field)
-        if v is not None and not (_is_int(v) and 1 <= v <= MAX_OUTPUT_TOKENS):
-            raise _BadRequest(field, f"must be an integer in [1, {MAX_OUTPUT_TOKENS}], got {v!r}")
+    _check_output_fields(body, ("max_completion_tokens", "max_tokens", "hedgerow_output_tokens"))
     n = body.get("n")
     if n is not None and n != 1:
         raise _BadRequest("n", f"only n=1 is supported, got {n!r}")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise _BadRequest("stream", f"must be a boolean, got {stream!r}")
+    stream = _stream_flag(body)
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise _BadRequest("stream_options", "must be an object or null")
     include_usage = (options or {}).get("include_usage", False)
     if not isinstance(include_usage, bool):
         raise _BadRequest("stream_options.include_usage", f"must be a boolean, got {include_usage!r}")
-    prompt_tokens = body.get("hedgerow_prompt_tokens")
-    if prompt_tokens is None:
-        prompt_tokens = estimate_prompt_tokens(messages)
-    elif not (_is_int(prompt_tokens) and prompt_tokens >= 0):
-        raise _BadRequest("hedgerow_prompt_tokens", f"must be an integer >= 0, got {prompt_tokens!r}")
-    else:
-        estimate_prompt_tokens(messages)  # still validate the message contents
+    override = _prompt_override(body)
+    estimated = estimate_prompt_tokens(messages)  # validates the message contents either way
+    prompt_tokens = estimated if override is None else override
     limit = body.get("max_completion_tokens")
     if limit is None:
         limit = body.get("max_tokens")
-    wanted = body.get("hedgerow_output_tokens")
-    if limit is None:
-        output, reason = (wanted, "stop") if wanted is not None else (default_output_tokens, "stop")
-    elif wanted is not None and wanted < limit:
-        output, reason = wanted, "stop"
-    else:
-        output, reason = limit, "length"
-    return _ChatRequest(model, prompt_tokens, output, reason, stream, include_usage)
+    output, cut = _output_tokens(limit, body.get("hedgerow_output_tokens"), default_output_tokens)
+    return _ChatRequest(model, prompt_tokens, output, "length" if cut else "stop", stream, include_usage)
 
 
 class _RequestIdMiddleware:
@@ -458,37 +468,29 @@ def create_replica_app(config: ReplicaConfig, perf: PerfModel | None = None) -> 
             return _error(422, str(exc), type_="invalid_request_error", param="slowdown")
         return {"name": config.name, "slowdown": request.app.state.engine.slowdown}
 
-    async def admit(request: Request) -> Any:
-        """The JSON body of a request, or the error response to answer instead (bad JSON: 422;
-        a simulated overload: 503)."""
+    async def admit(request: Request, parse: Callable[[Any, int], _Parsed]) -> _Parsed | JSONResponse:
+        """The request's body parsed by ``parse``, or the error response to answer instead (bad
+        JSON or a bad field: 422 naming it; a simulated overload: 503)."""
         counters["requests"] += 1
         try:
-            return json.loads(await request.body())
-        except ValueError as exc:
+            try:
+                body = json.loads(await request.body())
+            except ValueError as exc:
+                raise _BadRequest("body", f"is not valid JSON ({exc})") from None
+            parsed = parse(body, config.default_output_tokens)
+        except _BadRequest as exc:
             counters["invalid"] += 1
-            return _error(422, f"body: is not valid JSON ({exc})", type_="invalid_request_error", param="body")
-
-    def refused() -> JSONResponse | None:
+            return _error(422, str(exc), type_="invalid_request_error", param=exc.param)
         if config.error_rate > 0 and rng.random() < config.error_rate:
             counters["rejected"] += 1
             return _error(503, f"replica {config.name} is overloaded (simulated error)", type_="server_error")
-        return None
-
-    def invalid(exc: _BadRequest) -> JSONResponse:
-        counters["invalid"] += 1
-        return _error(422, str(exc), type_="invalid_request_error", param=exc.param)
+        return parsed
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        body = await admit(request)
-        if isinstance(body, JSONResponse):
-            return body
-        try:
-            chat = _parse_body(body, config.default_output_tokens)
-        except _BadRequest as exc:
-            return invalid(exc)
-        if (error := refused()) is not None:
-            return error
+        chat = await admit(request, _parse_body)
+        if isinstance(chat, JSONResponse):
+            return chat
         engine: ReplicaEngine = request.app.state.engine
         rid = request.headers.get("x-request-id")
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
@@ -499,15 +501,9 @@ def create_replica_app(config: ReplicaConfig, perf: PerfModel | None = None) -> 
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Any:
-        body = await admit(request)
-        if isinstance(body, JSONResponse):
-            return body
-        try:
-            wanted = _parse_responses_body(body, config.default_output_tokens)
-        except _BadRequest as exc:
-            return invalid(exc)
-        if (error := refused()) is not None:
-            return error
+        wanted = await admit(request, _parse_responses_body)
+        if isinstance(wanted, JSONResponse):
+            return wanted
         engine: ReplicaEngine = request.app.state.engine
         rid = request.headers.get("x-request-id")
         shape = _ResponseShape(wanted)
@@ -515,7 +511,7 @@ def create_replica_app(config: ReplicaConfig, perf: PerfModel | None = None) -> 
             return _event_stream(_stream_response(engine, wanted, rid, shape))
         generated = await _generate_all(request, engine, wanted.prompt_tokens, wanted.output_tokens, rid)
         if generated is None:
-            return _error(503, "request aborted (client disconnected or replica stopping)", type_="server_error")
+            return _aborted()
         return shape.response("incomplete" if wanted.incomplete else "completed", generated)
 
     app.add_middleware(_RequestIdMiddleware, replica_name=config.name)
@@ -586,7 +582,7 @@ async def _complete(
     """Non-streaming completion: wait for every token, aborting if the client goes away."""
     generated = await _generate_all(request, engine, chat.prompt_tokens, chat.output_tokens, rid)
     if generated is None:
-        return _error(503, "request aborted (client disconnected or replica stopping)", type_="server_error")
+        return _aborted()
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -602,6 +598,11 @@ async def _complete(
         ],
         "usage": _usage(chat.prompt_tokens, generated),
     }
+
+
+def _aborted() -> JSONResponse:
+    """The 503 of a non-streaming request whose client left or whose replica is stopping."""
+    return _error(503, "request aborted (client disconnected or replica stopping)", type_="server_error")
 
 
 async def _generate_all(
@@ -722,13 +723,7 @@ async def _stream_response(
             opened = ""
             if first:  # the message and its part open in the same write as the first delta
                 opened = event("response.output_item.added", output_index=0, item=shape.item("in_progress", None))
-                opened += event(
-                    "response.content_part.added",
-                    item_id=shape.item_id,
-                    output_index=0,
-                    content_index=0,
-                    part=shape.part(""),
-                )
+                opened += event("response.content_part.added", **where, part=shape.part(""))
                 first = False
             yield opened + event("response.output_text.delta", **where, delta="tok " * item.tokens, logprobs=[])
             if item.finished:
@@ -737,13 +732,7 @@ async def _stream_response(
         text = "tok " * req.generated
         yield (
             event("response.output_text.done", **where, text=text, logprobs=[])
-            + event(
-                "response.content_part.done",
-                item_id=shape.item_id,
-                output_index=0,
-                content_index=0,
-                part=shape.part(text),
-            )
+            + event("response.content_part.done", **where, part=shape.part(text))
             + event("response.output_item.done", output_index=0, item=shape.item(status, text))
             + event(f"response.{status}", response=shape.response(status, req.generated))
         )
