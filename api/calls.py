@@ -19,14 +19,17 @@ The body is validated once, straight from its bytes, by pydantic's JSON parser
 (:func:`batch_model` ``.model_validate_json``: fields, the rules across fields and the batch
 size, which fails as soon as the list passes it); the validated records go to the store as they
 are (:func:`hedgerow.controller.ingest.ingest_calls`). Route ids are kept between batches in the
-app's :class:`~hedgerow.controller.ingest.RouteIdCache`.
+app's :class:`~hedgerow.controller.ingest.RouteIdCache`, and on PostgreSQL the days that have
+partitions in a :class:`~hedgerow.controller.partitions.DayPartitionCache`; a batch that meets a
+cached day dropped meanwhile (:class:`~hedgerow.controller.partitions.DayPartitionMissing`,
+nothing written) is run once more with the cache emptied.
 """
 
 from __future__ import annotations
 
 import json
 from contextlib import nullcontext
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -42,6 +45,7 @@ from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestO
 from hedgerow.controller.errors import RouteLimitExceeded
 from hedgerow.controller.events import log_rejected_batch
 from hedgerow.controller.ingest import ingest_calls
+from hedgerow.controller.partitions import DayPartitionCache, DayPartitionMissing
 
 __all__ = ["MAX_RECORD_BYTES", "batch_model", "field_path", "parse_batch", "router"]
 
@@ -180,31 +184,51 @@ async def post_calls(
         )
         _rejected(request, body, answer)
         return answer
-    stored: list[CallRecordIn] = []
-    resolved: dict[tuple[str, str], int] = {}
     route_ids = request.app.state.route_ids
-    try:
-        async with _one_writer(request), session.begin():
-            accepted, duplicates = await ingest_calls(
-                session,
-                records,
-                defaults=request.app.state.route_defaults,
-                max_routes=settings.max_routes,
-                max_models_per_route=settings.max_models_per_route,
-                stored=stored,
-                route_ids=route_ids,
-                resolved=resolved,
-            )
-    except RouteLimitExceeded as exc:
-        index = next(i for i, r in enumerate(records) if (r.route, r.model) == (exc.route, exc.model))
-        return _unprocessable(index, exc.field, str(exc))
+    partition_days = _partition_days(request, settings.retention_s)
+    for attempt in (1, 2):
+        stored: list[CallRecordIn] = []
+        resolved: dict[tuple[str, str], int] = {}
+        checked_days: set[date] = set()
+        try:
+            async with _one_writer(request), session.begin():
+                accepted, duplicates = await ingest_calls(
+                    session,
+                    records,
+                    defaults=request.app.state.route_defaults,
+                    max_routes=settings.max_routes,
+                    max_models_per_route=settings.max_models_per_route,
+                    stored=stored,
+                    route_ids=route_ids,
+                    resolved=resolved,
+                    partition_days=partition_days,
+                    checked_days=checked_days,
+                )
+            break
+        except RouteLimitExceeded as exc:
+            index = next(i for i, r in enumerate(records) if (r.route, r.model) == (exc.route, exc.model))
+            return _unprocessable(index, exc.field, str(exc))
+        except DayPartitionMissing:
+            partition_days.forget()  # a cached day was dropped: look every day up this time
+            if attempt == 2:
+                raise
     if len(resolved) > len(route_ids):  # maybe new pairs: learn them now that they are committed
         route_ids.add(resolved)
+    if checked_days:
+        partition_days.add(checked_days)
     metrics = request.app.state.metrics
     metrics.observe_records(stored)
     metrics.records_accepted.inc(accepted)
     metrics.records_duplicate.inc(duplicates)
     return IngestOut(accepted=accepted, duplicates=duplicates)
+
+
+def _partition_days(request: Request, retention_s: float) -> DayPartitionCache:
+    """The app's cache of days with partitions (made at the first batch; used on PostgreSQL only)."""
+    cache: DayPartitionCache | None = getattr(request.app.state, "partition_days", None)
+    if cache is None:
+        cache = request.app.state.partition_days = DayPartitionCache(retention_s)
+    return cache
 
 
 def _first_too_old(records: list[CallRecordIn], retention_s: float) -> int | None:

@@ -11,14 +11,18 @@ Each table is written with one statement per batch, compiled once per process:
 
 - SQLite: one driver-level ``executemany`` of ``INSERT ... ON CONFLICT (request_id) DO
   NOTHING`` for the calls, one read of the ids it created (the newest rowids, see
-  :func:`_write_sqlite`), one ``executemany`` for their attempts;
+  :func:`_write_sqlite`), one ``executemany`` for their attempts; the rows are built with their
+  timestamps already in the text SQLite stores (one pass, no second copy of the rows);
 - PostgreSQL: binary ``COPY`` of the calls into a session-local staging table, one statement
   that moves them out of it, inserts their ``request_id`` into ``call_request_ids`` (``ON
   CONFLICT DO NOTHING RETURNING``: the unique key, ``calls`` being partitioned by day) and
   inserts into ``calls`` the records whose id it inserted, returning their ids; then ``COPY`` of
   the new calls' attempts straight into ``attempts``. A batch with a day that has no partition
   yet creates it first, in the batch's transaction before anything else is written
-  (:mod:`hedgerow.controller.partitions`).
+  (:mod:`hedgerow.controller.partitions`); with a :class:`DayPartitionCache` only the days it
+  does not trust are looked up in the catalog. Every batch holds :data:`INGEST_LOCK` shared to
+  its commit, so that the fold can wait for the calls in flight
+  (:func:`hedgerow.controller.rollups.fold_hours`).
 
 Records are any objects with the wire format's attributes (:class:`RecordFields`): the client's
 :class:`~hedgerow.client.records.CallRecord`, or the api's validated pydantic schema as it is,
@@ -30,8 +34,8 @@ Measured by ``bench/ingest.py``; the figures are in the README's "Benchmarks".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import date, datetime
 from typing import Any, Protocol
 
 from sqlalchemy import func, select, tuple_
@@ -41,12 +45,19 @@ from hedgerow.client.records import estimate_prompt_tokens
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import RouteLimitExceeded, StoreError
 from hedgerow.controller.models import Call, Route, utc_now
-from hedgerow.controller.partitions import day_of, ensure_day_partitions, missing_days
+from hedgerow.controller.partitions import (
+    DayPartitionCache,
+    DayPartitionMissing,
+    day_of,
+    ensure_day_partitions,
+    missing_days,
+)
 from hedgerow.controller.policy import RouteConfig
 
 __all__ = [
     "ATTEMPT_COLUMNS",
     "CALL_COLUMNS",
+    "INGEST_LOCK",
     "AttemptFields",
     "RecordFields",
     "RouteIdCache",
@@ -58,6 +69,9 @@ __all__ = [
 
 #: Rows per INSERT statement (keeps SQLite under its bound-parameter limit).
 _CHUNK_ROWS = 200
+#: PostgreSQL: key of the transaction-scoped advisory lock every ingest batch holds shared
+#: ("hedgeing"); the fold takes it exclusively for a moment to learn which call ids are committed.
+INGEST_LOCK = 0x6865646765696E67 & 0x7FFFFFFFFFFFFFFF
 
 
 def route_defaults(settings: Any) -> RouteConfig:
@@ -331,8 +345,8 @@ ATTEMPT_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 
 _CALLS = Call.metadata.tables["calls"]
-#: The SQLite statements (driver-level ``executemany``: the rows are bound as they are, and the
-#: only column that needs converting, a timestamp, goes through its type's own bind processor).
+#: The SQLite statements (driver-level ``executemany``: the rows are bound as they are; their
+#: timestamps were converted when the rows were built, see :func:`_sqlite_stamp`).
 _SQLITE_INSERT_CALLS = (
     f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))}) "
     "ON CONFLICT (request_id) DO NOTHING"
@@ -341,9 +355,8 @@ _SQLITE_NEW_CALLS = "SELECT request_id, id FROM calls WHERE id > (SELECT max(id)
 _SQLITE_INSERT_ATTEMPTS = (
     f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})"
 )
-_TIMESTAMP_COLUMNS = tuple(i for i, name in enumerate(CALL_COLUMNS) if name in ("started_at", "received_at"))
-_ATTEMPT_TIMESTAMP_COLUMNS = (ATTEMPT_COLUMNS.index("call_started_at"),)
 
+_PG_LOCK = f"SELECT pg_advisory_xact_lock_shared({INGEST_LOCK})"
 #: The PostgreSQL staging table: session-local, the columns of ``calls`` that ingest writes.
 _PG_STAGE = "hedgerow_ingest_calls"
 _PG_STAGE_DDL = (
@@ -365,12 +378,20 @@ _PG_MERGE = (
 )
 
 
-def _call_row(record: RecordFields, route_id: int, received_at: datetime) -> tuple[Any, ...]:
-    """The ``calls`` row of a record, in :data:`CALL_COLUMNS` order."""
+#: How a timestamp is bound: as it is (PostgreSQL), or as the text SQLite stores.
+_Stamp = Callable[[datetime], Any]
+
+
+def _as_is(moment: datetime) -> datetime:
+    return moment
+
+
+def _call_row(record: RecordFields, route_id: int, received_at: Any, stamp: _Stamp) -> tuple[Any, ...]:
+    """The ``calls`` row of a record, in :data:`CALL_COLUMNS` order (``received_at`` already stamped)."""
     return (
         record.request_id,
         route_id,
-        record.started_at,
+        stamp(record.started_at),
         received_at,
         record.client,
         record.hedge_after_s,
@@ -394,17 +415,19 @@ def _call_row(record: RecordFields, route_id: int, received_at: datetime) -> tup
     )
 
 
-def _attempt_rows(batch: Sequence[RecordFields], call_ids: Mapping[str, int]) -> list[tuple[Any, ...]]:
+def _attempt_rows(batch: Sequence[RecordFields], call_ids: Mapping[str, int], stamp: _Stamp) -> list[tuple[Any, ...]]:
     """The ``attempts`` rows of the records written, in :data:`ATTEMPT_COLUMNS` order.
 
     An attempt without ``prompt_tokens`` (a version 1 record) gets the one estimate rule,
-    :func:`hedgerow.client.records.estimate_prompt_tokens`.
+    :func:`hedgerow.client.records.estimate_prompt_tokens`. ``stamp`` converts the call's
+    ``started_at`` (once per call) to what the driver binds.
     """
     rows: list[tuple[Any, ...]] = []
     for record in batch:
         call_id = call_ids.get(record.request_id)
         if call_id is None:
             continue
+        started_at = stamp(record.started_at)
         for index, attempt in enumerate(record.attempts):
             tokens, estimated = estimate_prompt_tokens(
                 attempt.prompt_tokens, attempt.prompt_tokens_estimated, attempt.status_code, record.prompt_tokens
@@ -425,14 +448,31 @@ def _attempt_rows(batch: Sequence[RecordFields], call_ids: Mapping[str, int]) ->
                     tokens,
                     estimated,
                     attempt.cached_prompt_tokens,
-                    record.started_at,
+                    started_at,
                 )
             )
     return rows
 
 
+def _sqlite_stamp(connection: AsyncConnection) -> _Stamp:
+    """How a timestamp is bound on SQLite: the column type's own bind processing.
+
+    The dialect's implementation of the column type (the zone check and conversion to naive UTC,
+    then SQLite's rendering) gives the text SQLite stores, always with microseconds, as every
+    other writer of the column does.
+    """
+    dialect = connection.dialect
+    to_text = _CALLS.c.started_at.type.dialect_impl(dialect).bind_processor(dialect)
+    if to_text is None:  # pragma: no cover - UTCDateTime always has one on SQLite
+        raise StoreError("SQLite: the timestamp column has no bind processor")
+    return to_text
+
+
 async def _write_sqlite(
-    connection: AsyncConnection, batch: Sequence[RecordFields], call_rows: list[tuple[Any, ...]]
+    connection: AsyncConnection,
+    batch: Sequence[RecordFields],
+    call_rows: list[tuple[Any, ...]],
+    stamp: _Stamp,
 ) -> dict[str, int]:
     """Write calls and attempts with one ``executemany`` each; returns the new calls' ids.
 
@@ -442,12 +482,6 @@ async def _write_sqlite(
     ``max(id) + 1`` (SQLite "ROWIDs and the INTEGER PRIMARY KEY"), so the ``n`` rows the
     statement inserted (its row count; conflicts insert nothing) are exactly the ``n`` largest ids.
     """
-    # the dialect's own implementation of the column type: it renders the text SQLite stores
-    # (always with microseconds, as every other writer of the column does)
-    timestamp_type = _CALLS.c.started_at.type
-    to_text = timestamp_type.dialect_impl(connection.dialect).bind_processor(connection.dialect)
-    if to_text is not None:
-        call_rows = [_converted(row, _TIMESTAMP_COLUMNS, to_text) for row in call_rows]
     result = await connection.exec_driver_sql(_SQLITE_INSERT_CALLS, call_rows)
     inserted = int(result.rowcount)
     if inserted <= 0:
@@ -457,20 +491,10 @@ async def _write_sqlite(
     call_ids = {row[0]: row[1] for row in fetched}
     if len(call_ids) != inserted:  # pragma: no cover - would mean another writer inside our lock
         raise StoreError(f"ingest: {inserted} calls inserted but {len(call_ids)} new ids read back")
-    attempt_rows = _attempt_rows(batch, call_ids)
-    if to_text is not None:
-        attempt_rows = [_converted(row, _ATTEMPT_TIMESTAMP_COLUMNS, to_text) for row in attempt_rows]
+    attempt_rows = _attempt_rows(batch, call_ids, stamp)
     if attempt_rows:
         await connection.exec_driver_sql(_SQLITE_INSERT_ATTEMPTS, attempt_rows)
     return call_ids
-
-
-def _converted(row: tuple[Any, ...], columns: tuple[int, ...], convert: Any) -> tuple[Any, ...]:
-    """``row`` with the values at ``columns`` passed through ``convert``."""
-    values = list(row)
-    for index in columns:
-        values[index] = convert(values[index])
-    return tuple(values)
 
 
 async def _write_postgresql(
@@ -478,20 +502,35 @@ async def _write_postgresql(
 ) -> dict[str, int]:
     """Write calls through a COPY to the staging table and one merge, attempts by COPY; returns new ids.
 
-    The DDL goes through SQLAlchemy first, which opens the session's transaction on the
-    connection, so the driver-level COPYs run inside it (a rollback leaves nothing behind).
+    The lock and the DDL go through SQLAlchemy first, which opens the session's transaction on
+    the connection, so the driver-level COPYs run inside it (a rollback leaves nothing behind).
+
+    Raises:
+        DayPartitionMissing: a row's day has no partition (dropped since it was checked or
+            cached); roll the transaction back.
     """
+    await connection.exec_driver_sql(_PG_LOCK)
     await connection.exec_driver_sql(_PG_STAGE_DDL)
     raw = await connection.get_raw_connection()
     driver = raw.driver_connection
     if driver is None:  # pragma: no cover - an open pooled connection always has its driver connection
         raise StoreError("the PostgreSQL connection has no driver connection")
     await driver.copy_records_to_table(_PG_STAGE, records=call_rows, columns=CALL_COLUMNS)
-    call_ids = {row[0]: row[1] for row in await driver.fetch(_PG_MERGE)}
-    attempt_rows = _attempt_rows(batch, call_ids)
-    if attempt_rows:
-        await driver.copy_records_to_table("attempts", records=attempt_rows, columns=ATTEMPT_COLUMNS)
+    try:
+        call_ids = {row[0]: row[1] for row in await driver.fetch(_PG_MERGE)}
+        attempt_rows = _attempt_rows(batch, call_ids, _as_is)
+        if attempt_rows:
+            await driver.copy_records_to_table("attempts", records=attempt_rows, columns=ATTEMPT_COLUMNS)
+    except Exception as exc:
+        if _is_missing_partition(exc):
+            raise DayPartitionMissing(f"ingest: {str(exc).splitlines()[0]}") from exc
+        raise
     return call_ids
+
+
+def _is_missing_partition(exc: BaseException) -> bool:
+    """Whether a driver error is PostgreSQL refusing a row no partition takes (SQLSTATE 23514)."""
+    return getattr(exc, "sqlstate", None) == "23514" and "no partition" in str(exc)
 
 
 async def ingest_calls(
@@ -504,6 +543,8 @@ async def ingest_calls(
     max_models_per_route: int | None = None,
     route_ids: RouteIdCache | None = None,
     resolved: dict[tuple[str, str], int] | None = None,
+    partition_days: DayPartitionCache | None = None,
+    checked_days: set[date] | None = None,
 ) -> tuple[int, int]:
     """Write a batch of call records (and their attempts) into the store.
 
@@ -524,6 +565,10 @@ async def ingest_calls(
             checked against the bounds (they exist). Not changed here.
         resolved: when given, receives every (route, model) id of the batch; hand it to
             ``route_ids.add`` once the transaction committed.
+        partition_days: PostgreSQL: days known to have partitions; the days it trusts are not
+            looked up (without it every day of the batch is). Not changed here.
+        checked_days: when given, receives the days looked up (and made if missing) in this
+            transaction; hand them to ``partition_days.add`` once it committed.
 
     Returns:
         ``(accepted, duplicates)``: records written, and records skipped because their
@@ -531,6 +576,9 @@ async def ingest_calls(
 
     Raises:
         RouteLimitExceeded: the batch would create a route past a bound; nothing was written.
+        DayPartitionMissing: PostgreSQL: a day of the batch had no partition when written (one
+            trusted from ``partition_days`` and dropped since); roll back, forget the cached
+            days and run the batch again.
         StoreError: a dialect other than SQLite and PostgreSQL.
     """
     unique: dict[str, RecordFields] = {}
@@ -545,8 +593,11 @@ async def ingest_calls(
     if dialect == "postgresql":
         # before any route is written: see "Deadlocks" in hedgerow.controller.partitions
         days = {day_of(r.started_at) for r in batch}
-        if await missing_days(connection, days):
-            await ensure_day_partitions(connection, days)
+        look_up = sorted(days) if partition_days is None else partition_days.unknown(days, now=utc_now())
+        if look_up and await missing_days(connection, look_up):
+            await ensure_day_partitions(connection, look_up)
+        if checked_days is not None:
+            checked_days.update(look_up)
     pairs = {(r.route, r.model) for r in batch}
     ids, missing = route_ids.lookup(pairs) if route_ids is not None else ({}, list(pairs))
     if missing:
@@ -557,14 +608,15 @@ async def ingest_calls(
         )
     if resolved is not None:
         resolved.update(ids)
-    received_at = utc_now()
-    call_rows = [_call_row(r, ids[(r.route, r.model)], received_at) for r in batch]
+    if dialect not in ("postgresql", "sqlite"):
+        raise StoreError(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
+    stamp = _as_is if dialect == "postgresql" else _sqlite_stamp(connection)
+    received_at = stamp(utc_now())
+    call_rows = [_call_row(r, ids[(r.route, r.model)], received_at, stamp) for r in batch]
     if dialect == "postgresql":
         call_ids = await _write_postgresql(connection, batch, call_rows)
-    elif dialect == "sqlite":
-        call_ids = await _write_sqlite(connection, batch, call_rows)
     else:
-        raise StoreError(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
+        call_ids = await _write_sqlite(connection, batch, call_rows, stamp)
     accepted = len(call_ids)
     if stored is not None:
         stored.extend(record for record in batch if record.request_id in call_ids)

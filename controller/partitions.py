@@ -63,10 +63,20 @@ Partitions are made
 * **ahead of need** by every retention run on the lease holder (hourly): yesterday to
   :data:`DAYS_AHEAD` days ahead, and by migration 0010 for today onwards;
 * **on demand** by ingest, for a batch that has a day without one (a late record, an odd
-  clock): one catalog look-up per batch finds the missing days, and they are created in the
-  batch's own transaction before anything else is written, under a transaction-scoped advisory
-  lock (:data:`PARTITION_LOCK`) so that concurrent creators of a day wait for each other instead
-  of failing. Creating tables inside the batch means a rolled-back batch leaves no partition.
+  clock): a catalog look-up finds the missing days, and they are created in the batch's own
+  transaction before anything else is written, under a transaction-scoped advisory lock
+  (:data:`PARTITION_LOCK`) so that concurrent creators of a day wait for each other instead of
+  failing. Creating tables inside the batch means a rolled-back batch leaves no partition.
+
+The api does not look the days up for every batch: each ``serve`` process keeps the days it
+has seen exist in a :class:`DayPartitionCache` (learnt after the batch committed, so a day made
+by a rolled-back batch is never cached). Only a day that is not cached costs the catalog
+look-up, whichever process made it. A cached day is trusted only while it ends after ``now -
+retention_s``: retention drops a day only once it ended ``retention_s`` + :data:`DROP_GRACE_S`
+ago, so it cannot have dropped a trusted day. A day dropped some other way (by hand, or by a
+process with a shorter retention) makes the batch fail with :class:`DayPartitionMissing`,
+nothing written; the api then forgets every cached day and runs the batch once more, which
+looks the days up and makes the missing one.
 
 Deadlocks
 ---------
@@ -94,11 +104,15 @@ from datetime import UTC, date, datetime, time, timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hedgerow.controller.errors import StoreError
+
 __all__ = [
     "DAYS_AHEAD",
     "DROP_GRACE_S",
     "PARTITIONED_TABLES",
     "PARTITION_LOCK",
+    "DayPartitionCache",
+    "DayPartitionMissing",
     "day_bounds",
     "day_of",
     "ensure_day_partitions",
@@ -239,3 +253,68 @@ async def ensure_day_partitions(connection: AsyncConnection, days: Iterable[date
             await connection.exec_driver_sql(statement)
         created.append(day)
     return created
+
+
+class DayPartitionMissing(StoreError):
+    """A row of a batch had no partition for its day, though the day was believed to exist.
+
+    Raised by ingest when a day trusted from a :class:`DayPartitionCache` was dropped meanwhile
+    (PostgreSQL refuses the row: SQLSTATE 23514, "no partition of relation ... found for
+    row"). The batch's transaction is unusable and must be rolled back (nothing of it is
+    written); forget the cached days and run the batch again.
+    """
+
+
+class DayPartitionCache:
+    """The UTC days whose ``calls`` and ``attempts`` partitions are known to exist, kept by one process.
+
+    Learns days only once the transaction that found or made them committed (:meth:`add`).
+    :meth:`unknown` trusts a known day only while it ends after ``now - retention_s``: older
+    days may be dropped by retention at any time (see the module docstring), so they are
+    looked up every time.
+
+    Args:
+        retention_s: the store's ``HEDGEROW_RETENTION_S``, seconds, > 0.
+        max_days: most days kept (the days a store can need are about ``retention_s`` / 1 day
+            plus :data:`DAYS_AHEAD`); past it the cache starts again empty.
+
+    Raises:
+        ValueError: ``retention_s`` <= 0 or ``max_days`` < 1.
+    """
+
+    def __init__(self, retention_s: float, max_days: int = 1000) -> None:
+        if not retention_s > 0:
+            raise ValueError(f"retention_s: must be > 0 seconds, got {retention_s!r}")
+        if max_days < 1:
+            raise ValueError(f"max_days: must be >= 1, got {max_days!r}")
+        self._retention = timedelta(seconds=retention_s)
+        self._max_days = max_days
+        self._days: set[date] = set()
+
+    def __len__(self) -> int:
+        """Days known."""
+        return len(self._days)
+
+    def unknown(self, days: Iterable[date], *, now: datetime) -> list[date]:
+        """Of ``days``, those to look up: not known, or ending at or before ``now - retention_s``.
+
+        Args:
+            days: UTC days, any order, repeats allowed.
+            now: the current time (aware).
+
+        Returns:
+            The days to look up, oldest first (empty: every day is trusted).
+        """
+        horizon = now - self._retention
+        return sorted({day for day in days if day not in self._days or day_bounds(day)[1] <= horizon})
+
+    def add(self, days: Iterable[date]) -> None:
+        """Remember days that exist (call only after the transaction that checked them committed)."""
+        new = set(days) - self._days
+        if len(self._days) + len(new) > self._max_days:
+            self._days.clear()
+        self._days.update(new)
+
+    def forget(self) -> None:
+        """Forget every day (after :class:`DayPartitionMissing`)."""
+        self._days.clear()

@@ -168,3 +168,34 @@ async def test_records_older_than_retention_are_refused_and_late_ones_within_it_
             if session.get_bind().dialect.name == "postgresql":
                 days = await partition_days(await session.connection())
                 assert late.started_at.date() in days
+
+
+async def test_a_cached_day_dropped_by_another_connection_is_made_again_and_the_batch_stored(
+    make_api, call_factory
+) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from hedgerow.controller.partitions import day_of, partition_name
+
+    started = datetime.now(UTC) - timedelta(days=2)
+    day = day_of(started)
+    async with make_api() as (app, api):
+        engine = app.state.sessionmaker.kw["bind"]
+        if engine.dialect.name != "postgresql":
+            pytest.skip("SQLite keeps plain tables")
+        first = await api.post("/v1/calls", json={"calls": [call_factory("a", started_at=started).to_dict()]})
+        assert first.json() == {"accepted": 1, "duplicates": 0}
+        assert app.state.partition_days.unknown([day], now=datetime.now(UTC)) == []  # learnt
+        other = create_async_engine(engine.url)
+        try:
+            async with other.begin() as connection:
+                await connection.execute(text(f"DROP TABLE {partition_name('attempts', day)}"))
+                await connection.execute(text(f"DROP TABLE {partition_name('calls', day)}"))
+        finally:
+            await other.dispose()
+        again = await api.post("/v1/calls", json={"calls": [call_factory("b", started_at=started).to_dict()]})
+        assert again.status_code == 202 and again.json() == {"accepted": 1, "duplicates": 0}
+        assert await _calls_stored(app) == 1  # "a" went with its day; "b" is in the day made again
+        async with app.state.sessionmaker() as session:
+            assert await session.scalar(text(f"SELECT request_id FROM {partition_name('calls', day)}")) == "b"

@@ -12,11 +12,20 @@ import dataclasses
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import event, func, select, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.models import Attempt, Call, HourlyRollup
-from hedgerow.controller.partitions import DAYS_AHEAD, day_of, missing_days, partition_days, partition_name
+from hedgerow.controller.partitions import (
+    DAYS_AHEAD,
+    DayPartitionCache,
+    DayPartitionMissing,
+    day_of,
+    missing_days,
+    partition_days,
+    partition_name,
+)
 from hedgerow.controller.retention import drop_folded_days, run_retention
 from hedgerow.controller.rollups import floor_hour, fold_hours, merge_rollups
 from hedgerow.settings import Settings
@@ -96,6 +105,83 @@ async def test_a_late_or_odd_record_gets_its_day_made_on_demand(sessionmaker, ca
         # posting them again makes nothing new
         assert await _ingest(sessionmaker, [late, odd]) == (0, 2)
         assert await _days(sessionmaker) == days
+
+
+def test_the_day_cache_trusts_known_days_only_inside_the_retention_horizon() -> None:
+    cache = DayPartitionCache(retention_s=14 * 86400)
+    today = NOW.date()
+    days = [today - 20 * DAY, today - 14 * DAY, today - 13 * DAY, today, today + DAY]
+    assert cache.unknown(days + days, now=NOW) == sorted(days)  # nothing known yet; repeats once
+    cache.add(days)
+    assert len(cache) == 5
+    # the day that ended before now - 14 days may be dropped by retention at any time: looked up;
+    # the one that ends after it (today - 14 days ends at NOW - 14 days + 11:40) is trusted
+    assert cache.unknown(days, now=NOW) == [today - 20 * DAY]
+    assert cache.unknown(days, now=NOW + DAY) == [today - 20 * DAY, today - 14 * DAY]
+    cache.forget()
+    assert cache.unknown([today], now=NOW) == [today]
+    small = DayPartitionCache(retention_s=86400, max_days=2)
+    small.add([today, today + DAY])
+    small.add([today + 2 * DAY])  # past the bound: starts again with the new day only
+    assert small.unknown([today, today + 2 * DAY], now=NOW) == [today]
+    with pytest.raises(ValueError, match="retention_s"):
+        DayPartitionCache(retention_s=0)
+    with pytest.raises(ValueError, match="max_days"):
+        DayPartitionCache(retention_s=1, max_days=0)
+
+
+async def _ingest_cached(sessionmaker, records, cache: DayPartitionCache) -> tuple[int, int]:
+    """Ingest as the api does: look up the days the cache does not trust, learn them on commit."""
+    checked: set[date] = set()
+    async with sessionmaker() as session, session.begin():
+        result = await ingest_calls(
+            session, records, defaults=route_defaults(Settings()), partition_days=cache, checked_days=checked
+        )
+    cache.add(checked)
+    return result
+
+
+async def test_cached_days_cost_no_catalog_query_and_a_dropped_day_fails_the_batch_whole(
+    sessionmaker, call_factory
+) -> None:
+    _pg_only(sessionmaker)
+    engine = sessionmaker.kw["bind"]
+    catalog_reads: list[str] = []
+
+    def count_catalog_reads(conn, cursor, statement, parameters, context, executemany) -> None:
+        if "pg_inherits" in statement:
+            catalog_reads.append(statement)
+
+    now = datetime.now(UTC)
+    day = day_of(now - 2 * DAY)
+    cache = DayPartitionCache(retention_s=Settings().retention_s)
+    event.listen(engine.sync_engine, "before_cursor_execute", count_catalog_reads)
+    try:
+        assert await _ingest_cached(sessionmaker, [call_factory("a", started_at=now - 2 * DAY)], cache) == (1, 0)
+        assert len(catalog_reads) >= 1
+        assert cache.unknown([day], now=now) == []
+        catalog_reads.clear()
+        assert await _ingest_cached(sessionmaker, [call_factory("b", started_at=now - 2 * DAY)], cache) == (1, 0)
+        assert catalog_reads == []  # the day was known: no look-up
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", count_catalog_reads)
+    # another connection drops the day (by hand: retention would not drop a day this recent)
+    other = create_async_engine(engine.url)
+    try:
+        async with other.begin() as connection:
+            await connection.execute(text(f"DROP TABLE {partition_name('attempts', day)}"))
+            await connection.execute(text(f"DROP TABLE {partition_name('calls', day)}"))
+    finally:
+        await other.dispose()
+    late = [call_factory("c", started_at=now - 2 * DAY), call_factory("d", started_at=now)]
+    with pytest.raises(DayPartitionMissing, match="no partition"):
+        await _ingest_cached(sessionmaker, late, cache)
+    assert await _count(sessionmaker, Call, Call.request_id.in_(["c", "d"])) == 0  # nothing of the batch
+    assert await _request_id_rows(sessionmaker) == 2
+    cache.forget()
+    assert await _ingest_cached(sessionmaker, late, cache) == (2, 0)  # looked up again and made
+    assert day in await _days(sessionmaker) and cache.unknown([day], now=now) == []
+    assert await _count(sessionmaker, Attempt, Attempt.call_started_at == now - 2 * DAY) == 1
 
 
 async def test_the_same_request_id_on_another_day_is_a_duplicate(sessionmaker, call_factory) -> None:
