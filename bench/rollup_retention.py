@@ -6,13 +6,16 @@ in batches of 1,000 (the workload of ``tests/controller/rollup_workload.py``: he
 errors, censored primaries). Then times, with the default 14-day retention:
 
 * ``fold (backlog)``: the first :func:`fold_hours` over every complete hour;
-* ``fold (no change)``: the same again, which must write nothing (the hourly steady state when no
-  old hour changed; it still scans the raw calls per hour);
+* ``fold (no change, full)`` and ``fold (no change)``: the same again, which must write nothing,
+  looking at every hour (``full=True``: what every fold did before folds became incremental) and
+  looking only at the calls since the last fold (the hourly steady state);
+* ``fold (new hour, full)`` and ``fold (new hour)``: after ``--new`` more calls of the last
+  complete hour (late records: that hour is refolded), each way in turn on its own new calls;
 * ``delete``: :func:`delete_folded_raw` of the hours older than the retention age;
 * ``merge week``: :func:`merge_rollups` of the last 7 days plus :meth:`Rollup.figures`.
 
 Run from the repository root: ``python bench/rollup_retention.py [--calls 50000] [--days 16]
-[--routes 3] [--db URL] [--json bench/results/rollup_retention.json]``. Prints a table and writes
+[--routes 3] [--new 1000] [--db URL] [--json bench/results/rollup_retention.json]``. Prints a table and writes
 JSON. Not a test: nothing is asserted. PostgreSQL: the database given is emptied first.
 """
 
@@ -52,7 +55,7 @@ async def _reset_postgres(url: str) -> None:
         await engine.dispose()
 
 
-async def run(url: str, calls: int, days: float, routes: int) -> dict:
+async def run(url: str, calls: int, days: float, routes: int, new: int = 1000) -> dict:
     """Fill the store, time each step; returns the JSON result."""
     if url.startswith("postgresql"):
         await _reset_postgres(url)
@@ -75,8 +78,21 @@ async def run(url: str, calls: int, days: float, routes: int) -> dict:
     folded = await fold_hours(sessionmaker, now=now)
     timings["fold (backlog)"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    refolded_full = await fold_hours(sessionmaker, now=now, full=True)
+    timings["fold (no change, full)"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     refolded = await fold_hours(sessionmaker, now=now)
     timings["fold (no change)"] = time.perf_counter() - t0
+    last_hour = floor_hour(now) - timedelta(hours=1)
+    new_hours: dict[str, int] = {}
+    for way, full in (("fold (new hour, full)", True), ("fold (new hour)", False)):
+        late = workload(new, seed=2 if full else 3, start=last_hour, span_s=3599, pairs=pairs,
+                        prefix="full" if full else "incr")  # fmt: skip
+        async with sessionmaker() as session, session.begin():
+            await ingest_calls(session, late, defaults=route_defaults(settings))
+        t0 = time.perf_counter()
+        new_hours[way] = len(await fold_hours(sessionmaker, now=now, full=full))
+        timings[way] = time.perf_counter() - t0
     cutoff = floor_hour(now - timedelta(seconds=settings.retention_s))
     t0 = time.perf_counter()
     deleted = await delete_folded_raw(sessionmaker, cutoff=cutoff, batch_rows=settings.retention_batch_rows, now=now)
@@ -91,7 +107,8 @@ async def run(url: str, calls: int, days: float, routes: int) -> dict:
     return {
         "database": url.split(":")[0],
         "calls": calls, "days": days, "routes": routes, "ingest_s": ingest_s,
-        "hours_folded": len(folded), "hours_refolded": len(refolded),
+        "hours_folded": len(folded), "hours_refolded": len(refolded) + len(refolded_full),
+        "new_hour_hours_written": new_hours, "new_calls": new,
         "hours_deleted": sum(1 for h in deleted if h.skipped is None),
         "calls_deleted": sum(h.calls for h in deleted),
         "timings_s": timings,
@@ -106,18 +123,19 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50_000)
     parser.add_argument("--days", type=float, default=16.0)
     parser.add_argument("--routes", type=int, default=3)
+    parser.add_argument("--new", type=int, default=1000, help="late calls added before each 'new hour' fold")
     parser.add_argument("--db", default=None, help="database URL (default: a temporary SQLite file)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         url = args.db or f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"
-        result = asyncio.run(run(url, args.calls, args.days, args.routes))
+        result = asyncio.run(run(url, args.calls, args.days, args.routes, args.new))
     print(f"{result['database']}: {result['calls']} calls over {result['days']:g} days, {result['routes']} routes "
           f"(ingest {result['ingest_s']:.1f} s); {result['hours_folded']} hours folded, "
           f"{result['hours_deleted']} hours / {result['calls_deleted']} calls deleted")  # fmt: skip
-    print(f"{'step':<18}{'seconds':>10}")
+    print(f"{'step':<24}{'seconds':>10}")
     for step, seconds in result["timings_s"].items():
-        print(f"{step:<18}{seconds:>10.2f}")
+        print(f"{step:<24}{seconds:>10.2f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))

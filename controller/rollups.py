@@ -27,9 +27,10 @@ sum of theirs (:meth:`Rollup.merged`), and weekly figures need no raw data.
 
 Folding: recompute whole hours, seal before deleting
 ----------------------------------------------------
-:func:`fold_hours` runs regularly (the retention job calls it first) over *every complete hour that
-still has raw calls*, not only old ones. One grouped query counts the raw calls per (route, hour)
-and their largest ``calls.id``; an hour is
+:func:`fold_hours` runs regularly (the retention job calls it first) over every complete hour that
+*may have changed*: the hours of the calls it has not looked at yet (see "Which hours a fold looks
+at" below), or, at a process's first fold, every complete hour that still has raw calls. A grouped
+query counts the raw calls of those (route, hour)s and their largest ``calls.id``; an hour is
 
 * **folded** when it has no rollup yet, and **re-folded** when its raw count or largest id differ
   from the rollup's ``calls`` / ``max_call_id`` (late exporter batches): the hour is recomputed
@@ -48,6 +49,29 @@ the sealed rollup (``UPDATE ... WHERE max_call_id = <old>``, so two runs cannot 
 only then becomes deletable. So a raw call is never deleted before it is counted in a rollup, and
 never counted twice.
 
+Which hours a fold looks at
+---------------------------
+Each process keeps, per sessionmaker, a *cursor*: a call id such that every call with an id at
+or below it was committed, and in a complete hour, when a fold that succeeded looked at it. The
+next fold reads only the calls above the cursor (a range of the primary key, on every day
+partition), so a run costs in proportion to the calls that arrived since the last one, not to
+the ``retention_s`` of raw calls kept; a late record is above the cursor (ids only grow) and
+brings its old hour back. The first fold of a process (and ``full=True``) looks at every hour,
+which also recomputes rollups of an older :data:`FOLD_VERSION`.
+
+The new cursor is the smaller of
+
+* the largest id committed when the fold began: on PostgreSQL read while holding
+  :data:`hedgerow.controller.ingest.INGEST_LOCK` exclusively (every ingest batch holds it shared
+  to its commit, and draws its ids after taking it), so every id at or below it is committed and
+  every call not yet visible gets a larger one; on SQLite the visible ``max(id)`` (one writer at a
+  time: a writer in flight gives its rows ids above it). If the lock is not granted within
+  :data:`CURSOR_LOCK_TIMEOUT_S` the cursor stays where it was;
+* one below the smallest id of a call in the current hour or later (not folded yet),
+
+and never below the old cursor. A fold that fails leaves it where it was, so a re-run looks at
+the same calls again (and recomputing is harmless).
+
 Weekly figures
 --------------
 :func:`merge_rollups` sums the rollups of whole hours ``[since, until)`` per (route, model) into a
@@ -63,18 +87,21 @@ The current, incomplete hour is never in a rollup.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, and_, cast, func, select, update
+from sqlalchemy import BigInteger, Integer, and_, cast, func, select, text, tuple_, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
 from hedgerow.client.records import estimate_prompt_tokens
 from hedgerow.controller.db import dialect_insert, rowcount
 from hedgerow.controller.errors import StoreError
+from hedgerow.controller.ingest import INGEST_LOCK
 from hedgerow.controller.models import Attempt, Call, HourlyRollup, Route, utc_now
 from hedgerow.controller.ttft_histogram import (
     HISTOGRAM_SCHEME,
@@ -90,6 +117,7 @@ __all__ = [
     "ATTEMPT_TOKEN_FIELDS",
     "CALL_STATUSES",
     "COUNTER_FIELDS",
+    "CURSOR_LOCK_TIMEOUT_S",
     "FOLD_VERSION",
     "HISTOGRAM_COLUMNS",
     "HOUR_S",
@@ -128,8 +156,13 @@ ATTEMPT_TOKEN_FIELDS = (
 )  # fmt: skip
 #: Keys of one upstream's entry in ``upstream_tokens``.
 UPSTREAM_TOKEN_KEYS = ("prompt", "cached", "completion", "extra_prompt", "extra_cached", "extra_completion")
-#: Version of the fold rules; an unsealed rollup of an older version is recomputed by the next fold.
+#: Version of the fold rules; an unsealed rollup of an older version is recomputed by a full fold.
 FOLD_VERSION = 2
+#: PostgreSQL: longest wait, seconds, for the ingest lock when a fold reads its cursor.
+CURSOR_LOCK_TIMEOUT_S = 5.0
+#: Per sessionmaker (so per store) of this process: the fold cursor (see "Which hours a fold
+#: looks at" in the module docstring).
+_cursors: weakref.WeakKeyDictionary[async_sessionmaker[AsyncSession], int] = weakref.WeakKeyDictionary()
 #: The histograms of a rollup: ``Rollup`` attribute -> ``hourly_rollups`` column.
 HISTOGRAM_COLUMNS = {
     "primary_ttft": "primary_ttft_hist",
@@ -603,19 +636,84 @@ async def _add_late(
     return rowcount(result) == 1
 
 
+async def _committed_max_id(sessionmaker: async_sessionmaker[AsyncSession]) -> int | None:
+    """The largest call id such that every call at or below it is committed (0: no call), or
+    None when PostgreSQL's ingest lock was not granted in time (see the module docstring)."""
+    async with sessionmaker() as session, session.begin():
+        connection = await session.connection()
+        if connection.dialect.name == "postgresql":
+            await connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(CURSOR_LOCK_TIMEOUT_S * 1000)}ms'")
+            try:
+                await connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": INGEST_LOCK})
+            except DBAPIError as exc:
+                log.warning("fold: the ingest lock was not granted; the cursor stays: %s",
+                            str(exc.orig).splitlines()[0])  # fmt: skip
+                return None
+        return int(await session.scalar(select(func.max(Call.id))) or 0)
+
+
+async def _hours_after(
+    session: AsyncSession, cursor: int, current_hour: datetime
+) -> tuple[set[tuple[int, datetime]], int | None]:
+    """The (route, hour)s before ``current_hour`` of the calls with ``id > cursor``, and the
+    smallest such id of a call in ``current_hour`` or later (None: no such call)."""
+    hour = hour_index_sql(session.get_bind().dialect.name).label("hour")
+    rows = await session.execute(
+        select(Call.route_id, hour, func.min(Call.id)).where(Call.id > cursor).group_by(Call.route_id, hour)
+    )
+    hours: set[tuple[int, datetime]] = set()
+    first_open: int | None = None
+    for rid, index, min_id in rows.all():
+        start = hour_of_index(index)
+        if start < current_hour:
+            hours.add((int(rid), start))
+        else:
+            first_open = int(min_id) if first_open is None else min(first_open, int(min_id))
+    return hours, first_open
+
+
+async def _count_hours(
+    session: AsyncSession, hours: set[tuple[int, datetime]]
+) -> dict[tuple[int, datetime], tuple[int, int]]:
+    """``{(route_id, hour_start): (calls, largest calls.id)}`` of the given hours (one query per
+    distinct hour, each an index range of ``(route_id, started_at)``)."""
+    by_hour: dict[datetime, list[int]] = {}
+    for rid, start in hours:
+        by_hour.setdefault(start, []).append(rid)
+    counts: dict[tuple[int, datetime], tuple[int, int]] = {}
+    for start, rids in sorted(by_hour.items()):
+        rows = await session.execute(
+            select(Call.route_id, func.count(), func.max(Call.id))
+            .where(Call.route_id.in_(sorted(rids)), Call.started_at >= start,
+                   Call.started_at < start + timedelta(seconds=HOUR_S))
+            .group_by(Call.route_id)
+        )  # fmt: skip
+        counts.update({(int(rid), start): (int(count), int(max_id)) for rid, count, max_id in rows.all()})
+    return counts
+
+
 async def fold_hours(
-    sessionmaker: async_sessionmaker[AsyncSession], *, now: datetime | None = None, route_id: int | None = None
+    sessionmaker: async_sessionmaker[AsyncSession],
+    *,
+    now: datetime | None = None,
+    route_id: int | None = None,
+    full: bool = False,
 ) -> list[FoldedHour]:
     """Fold every complete hour whose raw calls are not (or no longer) matched by its rollup.
 
-    Idempotent: a second run right after the first writes nothing (see the module docstring for
-    how new, changed and sealed hours are handled). Each hour is read in one short transaction
-    and written in another, which starts with its write (no SQLite snapshot upgrade).
+    Looks only at the hours of calls that arrived since this process's last fold of the same
+    store (its cursor), or at every hour on its first fold, with ``full``, or for one
+    ``route_id`` (see the module docstring). Idempotent: a second run right after the first
+    writes nothing. Each hour is read in one short transaction and written in another, which
+    starts with its write (no SQLite snapshot upgrade).
 
     Args:
-        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`; the cursor is kept
+            per sessionmaker.
         now: the current time (aware UTC; default: now). Hours ending after it are left out.
-        route_id: only this route (default: every route).
+        route_id: only this route (default: every route); looks at all its hours and leaves
+            the cursor as it is.
+        full: look at every hour even when a cursor is known.
 
     Returns:
         The hours written, ordered by (route, model, hour).
@@ -626,17 +724,25 @@ async def fold_hours(
     """
     now = utc_now() if now is None else now
     current_hour = floor_hour(now)
+    cursor = None if full or route_id is not None else _cursors.get(sessionmaker)
+    committed = None if route_id is not None else await _committed_max_id(sessionmaker)
     async with sessionmaker() as session:
-        raw = await scan_raw_hours(session, before=current_hour, route_id=route_id)
-        if not raw:
-            return []
-        oldest = min(hour for _, hour in raw)
-        query = select(HourlyRollup).where(HourlyRollup.hour_start >= oldest)
-        if route_id is not None:
-            query = query.where(HourlyRollup.route_id == route_id)
-        existing = {(r.route_id, r.hour_start): r for r in (await session.scalars(query)).all()}
-        names = {rid: (route, model) for rid, route, model in
-                 (await session.execute(select(Route.id, Route.route, Route.model))).all()}  # fmt: skip
+        if cursor is None:
+            raw = await scan_raw_hours(session, before=current_hour, route_id=route_id)
+            first_open = await session.scalar(select(func.min(Call.id)).where(Call.started_at >= current_hour))
+        else:
+            hours, first_open = await _hours_after(session, cursor, current_hour)
+            raw = await _count_hours(session, hours)
+        existing: dict[tuple[int, datetime], HourlyRollup] = {}
+        if raw:
+            query = select(HourlyRollup).where(HourlyRollup.hour_start >= min(hour for _, hour in raw))
+            if route_id is not None:
+                query = query.where(HourlyRollup.route_id == route_id)
+            elif cursor is not None:
+                query = query.where(tuple_(HourlyRollup.route_id, HourlyRollup.hour_start).in_(sorted(raw)))
+            existing = {(r.route_id, r.hour_start): r for r in (await session.scalars(query)).all()}
+            names = {rid: (route, model) for rid, route, model in
+                     (await session.execute(select(Route.id, Route.route, Route.model))).all()}  # fmt: skip
     written: list[FoldedHour] = []
     for (rid, hour), (count, max_id) in sorted(raw.items(), key=lambda kv: (names[kv[0][0]], kv[0][1])):
         row = existing.get((rid, hour))
@@ -657,6 +763,9 @@ async def fold_hours(
             continue  # the raw rows vanished meanwhile
         await _upsert(sessionmaker, rid, hour, rollup, folded_max, now)
         written.append(FoldedHour(route, model, hour, "new" if row is None else "refolded", rollup.calls))
+    if committed is not None:
+        bound = committed if first_open is None else min(committed, int(first_open) - 1)
+        _cursors[sessionmaker] = max(bound, _cursors.get(sessionmaker, 0))
     if written:
         log.info("folded %d hour(s) into hourly rollups", len(written))
     return written

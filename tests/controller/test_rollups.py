@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from collections import defaultdict
@@ -9,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select, text
 
 from hedgerow.controller.estimation import estimate_ttft
 from hedgerow.controller.ingest import ingest_calls, route_defaults
@@ -234,6 +235,72 @@ async def test_fold_matches_a_direct_computation_and_is_idempotent(sessionmaker)
 
 
 @pytest.mark.slow
+async def test_a_fold_looks_only_at_the_hours_of_calls_it_has_not_seen(sessionmaker) -> None:
+    records = workload(600, seed=21, start=START, span_s=6 * 3600, pairs=[("chat", "m1")])
+    await _store(sessionmaker, records)
+    first = await fold_hours(sessionmaker, now=NOW)
+    assert len(first) == 6
+    # an old hour's rollup disappears behind the fold's back: a fold that looked at every hour
+    # would make it again; one that reads only the calls since its last run does not
+    gone = START + timedelta(hours=1)
+    async with sessionmaker() as session, session.begin():
+        await session.execute(delete(HourlyRollup).where(HourlyRollup.hour_start == gone))
+    assert await fold_hours(sessionmaker, now=NOW) == []
+    # a late record in another old hour brings back that hour alone
+    late = workload(3, seed=22, start=START + timedelta(hours=4), span_s=3599, prefix="late", pairs=[("chat", "m1")])
+    await _store(sessionmaker, late)
+    assert [(f.hour_start, f.kind) for f in await fold_hours(sessionmaker, now=NOW)] == [
+        (START + timedelta(hours=4), "refolded")
+    ]
+    # a full fold (what a process's first fold is) finds the missing hour, and nothing else
+    assert [(f.hour_start, f.kind) for f in await fold_hours(sessionmaker, now=NOW, full=True)] == [(gone, "new")]
+    rows = await _rollups(sessionmaker)
+    grouped = _by_key(records + late)
+    assert set(rows) == set(grouped)
+    for key, row in rows.items():
+        _check_row(row, grouped[key])
+
+
+async def test_a_call_committed_after_the_fold_began_is_folded_by_the_next(sessionmaker) -> None:
+    """PostgreSQL: a batch that drew its ids before a later batch committed, and commits while a
+    fold runs, is not passed over by the fold's cursor (the fold waits for it)."""
+    if sessionmaker.kw["bind"].dialect.name != "postgresql":
+        pytest.skip("SQLite has one writer: a batch in flight always gets ids above every visible one")
+    early = workload(5, seed=31, start=START, span_s=3599, prefix="early", pairs=[("chat", "m1")])
+    later = workload(5, seed=32, start=START + timedelta(hours=1), span_s=3599, prefix="later", pairs=[("chat", "m1")])
+    await _store(sessionmaker, workload(1, seed=33, start=START, span_s=60, prefix="route", pairs=[("chat", "m1")]))
+    await fold_hours(sessionmaker, now=NOW)  # the process's first fold: the cursor is known from here on
+    written = asyncio.Event()
+    release = asyncio.Event()
+
+    async def in_flight() -> None:
+        async with sessionmaker() as session, session.begin():
+            await ingest_calls(session, early, defaults=route_defaults(Settings()))
+            written.set()
+            await release.wait()
+
+    batch = asyncio.create_task(in_flight())
+    await asyncio.wait_for(written.wait(), 60)
+    await _store(sessionmaker, later)  # committed, with ids above the batch in flight
+    fold = asyncio.create_task(fold_hours(sessionmaker, now=NOW))
+    async with sessionmaker() as session:
+        for _ in range(600):  # the fold waits for the ingest lock held by the batch in flight
+            waiting = await session.scalar(
+                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            )
+            await session.rollback()
+            if waiting:
+                break
+            await asyncio.sleep(0.1)
+    assert waiting == 1 and not fold.done()
+    release.set()
+    await batch
+    await fold
+    await fold_hours(sessionmaker, now=NOW)
+    rows = await _rollups(sessionmaker)
+    assert rows[("chat", "m1", START)].calls == 6 and rows[("chat", "m1", START + timedelta(hours=1))].calls == 5
+
+
 async def test_weekly_figures_from_rollups_equal_figures_from_raw(sessionmaker) -> None:
     monday = datetime(2026, 11, 23, tzinfo=UTC)
     records = workload(4000, seed=21, start=monday - timedelta(hours=5), span_s=7 * 86400 + 10 * 3600)
