@@ -9,9 +9,10 @@ the current ETag, every combination run against both servers one after the other
 round (interleaved, so the load of a shared machine falls on both alike).
 
 Run: ``python bench/poll.py [--routes 10,1000] [--pollers 1,16,64] [--seconds 2] [--rounds 2]
-[--json bench/results/poll.json]``. Prints a table (median polls/s over rounds, and hedgerow's
-share of the minimal app's rate) and writes JSON. Not a test: nothing is asserted; a run with
-any non-2xx/3xx answer or socket error is reported in its ``errors`` column.
+[--json bench/results/poll.json]``. Prints a table (median polls/s over rounds, hedgerow's share
+of the minimal app's rate, the range of the 1-minute load average over its runs) and writes
+JSON. Not a test: nothing is asserted; a run with any non-2xx/3xx answer or socket error is
+reported in its ``errors`` column.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import re
 import shutil
@@ -145,11 +147,13 @@ async def main(args: argparse.Namespace) -> None:
                                     measured = await asyncio.to_thread(
                                         run_wrk, f"{base}/v1/thresholds", count, args.seconds, etag
                                     )
+                                    load = os.getloadavg()[0]
                                     results.append({"routes": routes, "bytes": target["bytes"], "pollers": count,
                                                     "status": status, "server": server, "round": round_index,
-                                                    **measured})  # fmt: skip
+                                                    "load_1m": load, **measured})  # fmt: skip
                                     print(f"  round {round_index} routes {routes:>5} pollers {count:>3} {status} "
-                                          f"{server:<16} {measured['polls_per_s']:>9.0f}/s", flush=True)  # fmt: skip
+                                          f"{server:<16} {measured['polls_per_s']:>9.0f}/s (load {load:.1f})",
+                                          flush=True)  # fmt: skip
             finally:
                 for process in minimal_processes:
                     process.terminate()
@@ -157,12 +161,13 @@ async def main(args: argparse.Namespace) -> None:
     rows = summarise(results)
     print()
     print(f"{'routes':>6} {'bytes':>7} {'pollers':>7} {'status':>6} {'hedgerow polls/s':>17} "
-          f"{'minimal polls/s':>16} {'share':>6} {'p99 ms (hedgerow)':>18} {'errors':>6}")  # fmt: skip
+          f"{'minimal polls/s':>16} {'share':>6} {'p99 ms (hedgerow)':>18} {'errors':>6} {'load':>9}")  # fmt: skip
     for row in rows:
         p99 = row["hedgerow_latency_p99_s"]
         print(f"{row['routes']:>6} {row['bytes']:>7} {row['pollers']:>7} {row['status']:>6} "
               f"{row['hedgerow_polls_per_s']:>17.0f} {row['minimal_polls_per_s']:>16.0f} {row['share']:>6.0%} "
-              f"{(p99 or 0) * 1e3:>18.1f} {row['errors']:>6}")  # fmt: skip
+              f"{(p99 or 0) * 1e3:>18.1f} {row['errors']:>6} "
+              f"{row['load_1m_min']:>4.1f}-{row['load_1m_max']:<4.1f}")  # fmt: skip
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
@@ -187,7 +192,9 @@ def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                      "hedgerow_polls_per_s": ours_rate, "minimal_polls_per_s": theirs_rate,
                      "share": ours_rate / theirs_rate if theirs_rate else 0.0,
                      "hedgerow_latency_p99_s": statistics.median(p99s) if p99s else None,
-                     "errors": sum(r["errors"] for r in runs)})  # fmt: skip
+                     "errors": sum(r["errors"] for r in runs),
+                     "load_1m_min": min(r["load_1m"] for r in runs),
+                     "load_1m_max": max(r["load_1m"] for r in runs)})  # fmt: skip
     return rows
 
 
