@@ -93,7 +93,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, and_, cast, func, select, text, tuple_, update
+from sqlalchemy import BigInteger, Integer, and_, cast, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
@@ -738,8 +738,8 @@ async def fold_hours(
             query = select(HourlyRollup).where(HourlyRollup.hour_start >= min(hour for _, hour in raw))
             if route_id is not None:
                 query = query.where(HourlyRollup.route_id == route_id)
-            elif cursor is not None:
-                query = query.where(tuple_(HourlyRollup.route_id, HourlyRollup.hour_start).in_(sorted(raw)))
+            elif cursor is not None:  # the rollups of those hours only (their count is bounded by routes x hours)
+                query = query.where(HourlyRollup.hour_start.in_(sorted({hour for _, hour in raw})))
             existing = {(r.route_id, r.hour_start): r for r in (await session.scalars(query)).all()}
             names = {rid: (route, model) for rid, route, model in
                      (await session.execute(select(Route.id, Route.route, Route.model))).all()}  # fmt: skip

@@ -50,9 +50,12 @@ async def test_0004_upgrades_a_store_with_calls_and_rollups(database_url: str) -
         report = await weekly_report(sessionmaker, "2026-W48", now=NOW)
         tokens = report["total"]["tokens"]
         assert (tokens["prompt"], tokens["extra_prompt"], tokens["estimated_prompt"]) == (160, 80, 160)
-        # a rollup written by the older fold rules (fold_version 1) is recomputed by the next fold
+        # a rollup written by the older fold rules (fold_version 1) is recomputed by the next
+        # process's first fold, which looks at every hour (new rules come with a new process)
         async with sessionmaker() as session, session.begin():
             await session.execute(update(HourlyRollup).values(fold_version=1, extra_prompt_tokens=0))
+        assert await fold_hours(sessionmaker, now=NOW) == []  # this process has seen every call already
+        sessionmaker = make_sessionmaker(engine)
         [refolded] = await fold_hours(sessionmaker, now=NOW)
         assert refolded.kind == "refolded"
         async with sessionmaker() as session:
