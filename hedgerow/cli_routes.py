@@ -24,6 +24,8 @@ from urllib.parse import quote
 
 import typer
 
+from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT
+
 __all__ = ["DEFAULT_API_URL", "routes_app"]
 
 #: Where the api listens by default (``hedgerow serve``'s default address).
@@ -188,14 +190,14 @@ def route_history(
     reason: str = typer.Option(None, "--reason", metavar="CODE", help="Only rows with this reason code."),
     since: str = typer.Option(None, "--since", metavar="TIME", help="Only decisions seen at or after (ISO 8601)."),
     until: str = typer.Option(None, "--until", metavar="TIME", help="Only decisions made at or before (ISO 8601)."),
-    limit: int = typer.Option(50, "--limit", metavar="N", help="Most rows (1 to 10000)."),
+    limit: int = typer.Option(50, "--limit", metavar="N", help=f"Most rows (1 to {MAX_HISTORY_LIMIT})."),
     api: str = _API,
     token: str = _TOKEN,
     as_json: bool = _JSON,
 ) -> None:
     """A route's threshold decisions, newest first (identical holds are one row with repeats)."""
-    if not 1 <= limit <= 10000:
-        raise _fail(f"--limit: must be from 1 to 10000, got {limit}", 2)
+    if not 1 <= limit <= MAX_HISTORY_LIMIT:
+        raise _fail(f"--limit: must be from 1 to {MAX_HISTORY_LIMIT}, got {limit}", 2)
     if reason is not None:
         from hedgerow.controller.policy import REASON_CODES
 

@@ -154,3 +154,27 @@ def test_routes_without_a_token_says_how_to_give_one(tmp_path: Path) -> None:
         assert good.returncode == 0, good.stderr
     finally:
         served.stop()
+
+
+def test_the_history_limit_has_one_home_that_loads_no_web_framework() -> None:
+    """The CLI's ``--limit`` bound repeated ``api/routes.py``'s ``MAX_HISTORY_LIMIT`` (10,000) as a
+    literal, so the two could drift apart. Both now read ``hedgerow.api.ops_bounds``, which the CLI
+    imports without FastAPI: with the bound lowered there, the CLI and the api both follow."""
+    script = """
+import sys, typing
+import hedgerow.api.ops_bounds as bounds
+bounds.MAX_HISTORY_LIMIT = 5
+import hedgerow.cli_routes
+from typer.testing import CliRunner
+assert "fastapi" not in sys.modules, "the CLI's routes module loaded FastAPI"
+done = CliRunner().invoke(hedgerow.cli_routes.routes_app, ["history", "r", "--limit", "6", "--api", "http://127.0.0.1:9"])
+print(done.exit_code, done.output.strip())
+from hedgerow.api.routes import get_route_history
+query = typing.get_type_hints(get_route_history, include_extras=True)["limit"].__metadata__[0]
+print([getattr(m, "le", None) for m in query.metadata])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    cli_line, api_line = done.stdout.splitlines()[-2:]
+    assert cli_line.startswith("2 ") and "--limit: must be from 1 to 5, got 6" in cli_line, done.stdout
+    assert "5" in api_line, done.stdout
