@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy import func, select
 
 from hedgerow.api._page_kit import error_page, page_user, render_page
+from hedgerow.api.ops_bounds import unstarted_week_message
 from hedgerow.controller.models import Call, HourlyRollup, utc_now
 from hedgerow.controller.report import IsoWeek
 from hedgerow.controller.report_render import FORMATS, MEDIA_TYPES, render
@@ -69,11 +70,20 @@ async def reports_page(request: Request) -> HTMLResponse:
 
 
 def _parse_week(text: str) -> IsoWeek:
-    """The week of a path segment; ValueError names the segment."""
+    """The week of a path segment, up to the current week.
+
+    Raises:
+        ValueError: malformed, out of the calendar's range, or not started; the message names
+            the segment.
+    """
     try:
-        return IsoWeek.parse(text)
+        parsed = IsoWeek.parse(text)
     except ValueError as exc:
         raise ValueError(f"week {text!r}: {exc}") from None
+    unstarted = unstarted_week_message(parsed, IsoWeek.of(utc_now()))
+    if unstarted is not None:
+        raise ValueError(unstarted)
+    return parsed
 
 
 @router.get("/{week}", response_class=HTMLResponse)
