@@ -20,7 +20,7 @@ import json
 import math
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import typer
 
@@ -73,9 +73,24 @@ def _request(method: str, api: str, token: str | None, path: str, **kwargs: Any)
     except httpx.HTTPError as exc:
         raise _fail(f"cannot reach the api at {api}: {exc}") from None
     if response.status_code >= 400:
-        hint = " (give --token T or set HEDGEROW_TOKEN)" if response.status_code == 401 and not token else ""
-        raise _fail(f"{method} {path}: {response.status_code} {_error_text(response)}{hint}")
+        shown = unquote(path)  # the route as typed: team/chat, not team%2Fchat
+        raise _fail(f"{method} {shown}: {response.status_code} {_error_text(response)}{_hint(response, token)}")
     return response.json()
+
+
+def _hint(response: Any, token: str | None) -> str:
+    """What the user can do about an api refusal, in the CLI's terms (flags, variables); or ''."""
+    if response.status_code == 401 and not token:
+        return " (give --token T or set HEDGEROW_TOKEN)"
+    if response.status_code == 403:
+        return " (use a token with that scope: --token T or HEDGEROW_TOKEN)"
+    if response.status_code == 422 and "model" not in response.request.url.params:
+        try:
+            field = response.json()["detail"]["field"]
+        except (ValueError, KeyError, TypeError):
+            return ""
+        return " (with --model M)" if field == "model" else ""
+    return ""
 
 
 def _error_text(response: Any) -> str:

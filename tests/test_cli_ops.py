@@ -178,3 +178,35 @@ print([getattr(m, "le", None) for m in query.metadata])
     cli_line, api_line = done.stdout.splitlines()[-2:]
     assert cli_line.startswith("2 ") and "--limit: must be from 1 to 5, got 6" in cli_line, done.stdout
     assert "5" in api_line, done.stdout
+
+
+@pytest.mark.slow
+def test_routes_refusals_say_which_flag_helps_and_name_the_route_as_typed(tmp_path: Path) -> None:
+    """``hedgerow routes show team/chat`` on a route with two models said "GET
+    /v1/routes/team%2Fchat: 422 model: ... give model", and a read token's ``set`` "403 ... needs
+    one of admin": the path showed the route escaped and neither said which flag to use. Now the
+    route reads as typed and the hints name --model, and --token/HEDGEROW_TOKEN."""
+    import httpx
+
+    from tests.serve_process import ServeProcess
+
+    env = {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600", "HEDGEROW_TOKENS": "adm1n-token:admin,r3ad-token:read"}
+    served = ServeProcess(f"sqlite:///{tmp_path / 'm.db'}", tmp_path, env)
+    try:
+        admin = {"Authorization": "Bearer adm1n-token"}
+        for model in ("m1", "m2"):
+            made = httpx.put(f"{served.url}/v1/routes/team/chat", params={"model": model}, json={}, headers=admin)
+            assert made.status_code == 201, made.text
+        read = ("--api", served.url, "--token", "r3ad-token")
+        ambiguous = _cli("routes", "show", "team/chat", *read)
+        assert ambiguous.returncode == 1, ambiguous.stderr
+        assert ambiguous.stderr.startswith("hedgerow: GET /v1/routes/team/chat: 422 model:"), ambiguous.stderr
+        assert "--model M" in ambiguous.stderr
+        assert _cli("routes", "show", "team/chat", "--model", "m1", *read).returncode == 0
+        refused = _cli("routes", "set", "team/chat", "--model", "m1", "--budget", "0.2", *read)
+        assert refused.returncode == 1 and "403" in refused.stderr, refused.stderr
+        assert "--token" in refused.stderr and "HEDGEROW_TOKEN" in refused.stderr, refused.stderr
+        unknown = _cli("routes", "show", "team/chat", "--model", "m9", *read)
+        assert unknown.returncode == 1 and "404" in unknown.stderr and "--model M" not in unknown.stderr
+    finally:
+        served.stop()
