@@ -297,7 +297,7 @@ def _same_origin(request: Request) -> bool:
 
 
 def _form_fields(form: dict[str, str]) -> dict[str, Any]:
-    """The route settings of the change form.
+    """The route settings of the change form; the budget may be a fraction (0.05) or a percent (5%).
 
     Raises:
         RouteConfigInvalid: a number that is not one (``field`` names the form's field).
@@ -310,8 +310,9 @@ def _form_fields(form: dict[str, str]) -> dict[str, Any]:
                 fields[name] = None
                 continue
             raise RouteConfigInvalid(name, "required")
+        percent = name == "budget" and text.endswith("%")  # the console shows budgets as percent
         try:
-            value = float(text)
+            value = float(text.removesuffix("%").strip()) / 100 if percent else float(text)
         except ValueError:
             raise RouteConfigInvalid(name, f"not a number: {text!r}") from None
         if not math.isfinite(value):

@@ -6,6 +6,7 @@ import re
 from datetime import timedelta
 from html import unescape
 
+import pytest
 from sqlalchemy import select
 
 from hedgerow.controller.models import ThresholdHistory
@@ -59,3 +60,17 @@ async def test_a_route_older_than_the_range_keeps_the_range_asked_for(make_api) 
         assert page.status_code == 200 and "chart-note" not in page.text
         x, left, _right = _threshold_start_x(page.text)
         assert x == left  # in force since before the range: the line starts at its left edge
+
+
+async def test_the_change_form_takes_a_budget_as_shown_in_percent(make_api) -> None:
+    """The console shows budgets as percent ("10.0%") but the form refused "5%" as "not a number";
+    it now reads "5%" as 0.05 (and a fraction as before)."""
+    async with make_api() as (_app, api):
+        assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
+        form = {"default_hedge_after_s": "2", "min_hedge_after_s": "0.05", "max_hedge_after_s": "30", "enabled": "on"}
+        for text, budget in (("5%", 0.05), (" 12.5 % ", 0.125), ("0.2", 0.2)):
+            posted = await api.post("/ui/routes/r", params=M, data=form | {"budget": text})
+            assert posted.status_code == 303, (text, posted.text)
+            assert (await api.get("/v1/routes/r", params=M)).json()["budget"] == pytest.approx(budget), text
+        bad = await api.post("/ui/routes/r", params=M, data=form | {"budget": "5%%"})
+        assert bad.status_code == 422 and "not a number" in bad.text
