@@ -103,8 +103,8 @@ def time_chart(
     title: str,
     y_format: Callable[[float], str],
     y_floor: float = 0.0,
-    width: int = 800,
-    height: int = 240,
+    width: int = 560,
+    height: int = 220,
     note: str = "",
 ) -> Chart:
     """Lay out ``data`` over the time range ``[since, until]`` (x) and ``[0, max]`` (y).
