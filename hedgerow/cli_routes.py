@@ -230,11 +230,11 @@ def route_history(
         return
     rows = [
         [
-            h["computed_at"].replace("T", " ")[:19],
+            _history_time(h),
             _seconds(h["previous_hedge_after_s"]),
             _seconds(h["hedge_after_s"]),
             "yes" if h["applied"] else "held",
-            h["reason"],
+            h["reason"].replace(",", ", "),  # wraps between codes, not inside one
             str(h.get("repeats", 1)),
             str(h["samples"]),
             _seconds(h["p90_s"]),
@@ -250,6 +250,15 @@ def route_history(
         "hedge rate", "backup wins", "actor",
     ]  # fmt: skip
     _print_table(f"{route}: {len(rows)} decision(s)", columns, rows)
+
+
+def _history_time(row: dict[str, Any]) -> str:
+    """When a history row was decided; a repeated hold also shows its last tick (``to ...``),
+    which is what ``--since`` matches."""
+    first = str(row["computed_at"]).replace("T", " ")[:19]
+    if row.get("repeats", 1) > 1 and row.get("last_at"):
+        return f"{first}\nto {row['last_at'].replace('T', ' ')[:19]}"
+    return first
 
 
 def _time_flag(flag: str, value: str | None) -> str | None:

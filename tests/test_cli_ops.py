@@ -210,3 +210,32 @@ def test_routes_refusals_say_which_flag_helps_and_name_the_route_as_typed(tmp_pa
         assert unknown.returncode == 1 and "404" in unknown.stderr and "--model M" not in unknown.stderr
     finally:
         served.stop()
+
+
+def test_routes_history_shows_a_held_rows_last_tick_and_wraps_reasons_between_codes(monkeypatch) -> None:
+    """A hold repeated over many ticks showed only when it began, so ``--since 19:50`` seemed to
+    return a row from 19:47; and a reason such as ``hysteresis_hold,backups_rarely_win`` was cut
+    inside a code ("backups_rarely_" / "win"). The time cell now adds "to <last tick>" and the
+    codes are separated by ", " so the table wraps between them."""
+    import httpx
+    from typer.testing import CliRunner
+
+    from hedgerow.cli_routes import routes_app
+
+    row = {
+        "computed_at": "2026-12-02T19:47:38.000000Z", "last_at": "2026-12-02T19:53:02.000000Z", "repeats": 18,
+        "previous_hedge_after_s": 0.088, "hedge_after_s": 0.088, "applied": False,
+        "reason": "hysteresis_hold,backups_rarely_win,hedges_did_not_lower_p99", "samples": 2611, "p90_s": 0.07,
+        "p99_s": 0.152, "observed_hedge_rate": 0.026, "backup_win_rate": 0.088, "actor": None,
+    }  # fmt: skip
+
+    def answer(method: str, url: str, **_kwargs: object) -> httpx.Response:
+        return httpx.Response(200, json={"history": [row]}, request=httpx.Request(method, url))
+
+    monkeypatch.setattr(httpx, "request", answer)
+    monkeypatch.setenv("COLUMNS", "150")
+    done = CliRunner().invoke(routes_app, ["history", "summarize", "--api", "http://127.0.0.1:9"])
+    assert done.exit_code == 0, done.output
+    assert "to 2026-12-02 19:53:02" in done.output, done.output
+    for code in ("hysteresis_hold", "backups_rarely_win", "hedges_did_not_lower_p99"):
+        assert code in done.output, done.output  # whole, on one line
