@@ -33,6 +33,8 @@ router = APIRouter(prefix="/ui/reports", include_in_schema=False)
 
 #: The most weeks the list shows (two years).
 MAX_WEEKS = 104
+#: Where an error page of a report leads back to.
+_BACK = ("/ui/reports", "weekly reports")
 
 
 def _aware(moment: datetime) -> datetime:
@@ -93,7 +95,7 @@ async def report_page(request: Request, week: str) -> HTMLResponse:
     try:
         parsed = _parse_week(week)
     except ValueError as exc:
-        return error_page(request, user, 422, str(exc))
+        return error_page(request, user, 422, str(exc), back=_BACK)
     partial = parsed == IsoWeek.of(utc_now())
     return render_page(
         request, "report_week.html", user, title=f"Week {parsed}", week=str(parsed), partial=partial, formats=FORMATS
@@ -105,11 +107,11 @@ async def report_file(request: Request, week: str, fmt: str) -> Response:
     """The report of ``week`` in ``fmt`` (html, json, csv or md)."""
     user = page_user(request)
     if fmt not in FORMATS:
-        return error_page(request, user, 404, f"no report format {fmt!r}; formats: {', '.join(FORMATS)}")
+        return error_page(request, user, 404, f"no report format {fmt!r}; formats: {', '.join(FORMATS)}", back=_BACK)
     try:
         parsed = _parse_week(week)
     except ValueError as exc:
-        return error_page(request, user, 422, str(exc))
+        return error_page(request, user, 422, str(exc), back=_BACK)
     report = await weekly_report(request.app.state.sessionmaker, parsed)
     if fmt == "json":
         return JSONResponse(report)

@@ -158,7 +158,8 @@ def test_weeks_at_the_ends_of_the_calendar_are_refused_not_a_500(tmp_path: Path)
 async def test_a_week_that_has_not_started_is_refused_naming_it(make_api) -> None:
     """``2030-W01`` answered 200 with ``partial: true`` and 0 calls, which reads like an outage
     rather than a typo; now the api and both console pages answer 422 naming the week. The next
-    week is refused too; the current week is still reported as partial."""
+    week is refused too; the current week is still reported as partial. The console's error page
+    leads back to the weekly reports (it offered only "Back to the routes")."""
     from hedgerow.controller.models import utc_now
     from hedgerow.controller.report import IsoWeek
 
@@ -174,6 +175,7 @@ async def test_a_week_that_has_not_started_is_refused_naming_it(make_api) -> Non
             for path in (f"/ui/reports/{week}", f"/ui/reports/{week}/report.html"):
                 page = await api.get(path)
                 assert page.status_code == 422 and f"week {week} has not started" in page.text, path
+                assert '<a href="/ui/reports">Back to the weekly reports</a>' in page.text, path
         now = await api.get("/v1/reports/weekly", params={"week": str(current)})
         assert now.status_code == 200 and now.json()["partial"] is True
         assert (await api.get(f"/ui/reports/{current}")).status_code == 200
