@@ -122,6 +122,14 @@ def render_page(request: Request, name: str, user: PageUser | None, code: int = 
     return templates.TemplateResponse(request, name, {"user": user, **context}, status_code=code)
 
 
-def error_page(request: Request, user: PageUser | None, code: int, message: str) -> HTMLResponse:
-    """The error page with ``message`` (a sentence naming what was wrong), status ``code``."""
-    return render_page(request, "error.html", user, code, title="Error", message=message)
+def error_page(
+    request: Request,
+    user: PageUser | None,
+    code: int,
+    message: str,
+    *,
+    back: tuple[str, str] = ("/ui/routes", "routes"),
+) -> HTMLResponse:
+    """The error page with ``message`` (a sentence naming what was wrong), status ``code``, and a
+    link back to ``back`` (``(path, what)``: "Back to the <what>"; default the routes)."""
+    return render_page(request, "error.html", user, code, title="Error", message=message, back=back)

@@ -51,6 +51,8 @@ class Chart:
         x_ticks, y_ticks: ``(position, label)`` pairs.
         title: the chart's accessible name.
         empty: True when no series has a point to draw.
+        note: a sentence shown under the chart (e.g. why its range differs from the one asked
+            for); empty for none.
     """
 
     width: int
@@ -64,6 +66,7 @@ class Chart:
     x_ticks: list[tuple[float, str]] = field(default_factory=list)
     y_ticks: list[tuple[float, str]] = field(default_factory=list)
     empty: bool = True
+    note: str = ""
 
 
 def nice_ticks(high: float, count: int = 5) -> list[float]:
@@ -100,8 +103,9 @@ def time_chart(
     title: str,
     y_format: Callable[[float], str],
     y_floor: float = 0.0,
-    width: int = 800,
-    height: int = 240,
+    width: int = 560,
+    height: int = 220,
+    note: str = "",
 ) -> Chart:
     """Lay out ``data`` over the time range ``[since, until]`` (x) and ``[0, max]`` (y).
 
@@ -113,6 +117,7 @@ def time_chart(
         y_format: renders a y tick value (e.g. seconds or percent).
         y_floor: the y axis covers at least ``[0, y_floor]``.
         width, height: the ``viewBox`` size.
+        note: a sentence to show under the chart (``Chart.note``).
 
     Returns:
         The chart; ``empty`` when no series has a value.
@@ -171,4 +176,5 @@ def time_chart(
         x_ticks=x_ticks,
         y_ticks=[(y_of(v), y_format(v)) for v in ticks],
         empty=not any(s.path for s in drawn),
+        note=note,
     )

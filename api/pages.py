@@ -6,7 +6,8 @@ Pages:
   source, budget, last hour's hedge rate and backup win rate, flags, last change);
 - ``GET /ui/routes/{route}?model=&range=``: one route: step chart of the published threshold with
   the primary's P90/P99, chart of the hedge rate against the budget, over ``range`` (``1h``,
-  ``6h``, ``24h``, ``7d``, ``30d``); the history table (filters ``applied``, ``reason``, ``since``,
+  ``6h``, ``24h``, ``7d``, ``30d``; a route whose history starts inside the range gets charts fitted
+  to its data, with a note saying so); the history table (filters ``applied``, ``reason``, ``since``,
   ``until`` in UTC; 50 rows a page, ``page=``); the configuration, and with the admin scope a form;
 - ``POST /ui/routes/{route}?model=``: the form's change (admin), applied and audited like
   ``PATCH /v1/routes`` (:func:`hedgerow.controller.routes_admin.configure_route`), then back to
@@ -65,6 +66,45 @@ HISTORY_PAGE_ROWS = 50
 #: one of an older policy found in old rows, may be typed in the URL).
 REASON_CODES: tuple[str, ...] = tuple(sorted(POLICY_REASON_CODES))
 _FORM_BYTES = 4096
+#: The shortest time a route's charts show when fitted to a new route's data, seconds.
+MIN_FITTED_SPAN_S = 600.0
+
+
+def _at(row: dict[str, Any], key: str) -> datetime:
+    """A time of a history row (ISO 8601 text) as an aware datetime."""
+    return datetime.fromisoformat(row[key].replace("Z", "+00:00"))
+
+
+def _chart_start(series: list[dict[str, Any]], since: datetime, now: datetime, range_key: str) -> tuple[datetime, str]:
+    """Where a route's charts start, and the note that says why when it is not ``since``.
+
+    A route whose first decision falls inside the range (a new route) would have its data
+    squeezed against the right edge; its charts start shortly before that decision instead
+    (10% of its age earlier, and at least :data:`MIN_FITTED_SPAN_S` before ``now``).
+
+    Args:
+        series: the route's history rows for the charts, oldest first; the first one is the row
+            in force at ``since`` when there is one (see ``history_series``).
+        since, now: the range asked for (aware UTC).
+        range_key: the range's name (``24h``), for the note.
+
+    Returns:
+        ``(start, note)``: ``since`` and an empty note, or the fitted start and a sentence.
+    """
+    if not series:
+        return since, ""
+    first = _at(series[0], "computed_at")
+    if first <= since:
+        return since, ""
+    span_s = max((now - first).total_seconds() * 1.1, MIN_FITTED_SPAN_S)
+    start = now - timedelta(seconds=span_s)
+    if start <= since:
+        return since, ""
+    return (
+        start,
+        f"Fitted to the route's data: its first decision was at {first:%Y-%m-%d %H:%M} UTC, "
+        f"within the {range_key} range.",
+    )
 
 
 def _aware(text: str | None, field: str) -> datetime | None:
@@ -109,20 +149,19 @@ async def routes_page(request: Request) -> HTMLResponse:
     return render_page(request, "routes.html", user, title="Routes", rows=rows)
 
 
-def _charts(series: list[dict[str, Any]], route: dict[str, Any], since: datetime, until: datetime) -> list[Any]:
-    """The threshold chart and the hedge-rate chart of a route's page."""
-
-    def at(row: dict[str, Any], key: str) -> datetime:
-        return datetime.fromisoformat(row[key].replace("Z", "+00:00"))
-
-    threshold = [(at(row, "computed_at"), row["hedge_after_s"]) for row in series]
+def _charts(
+    series: list[dict[str, Any]], route: dict[str, Any], since: datetime, until: datetime, note: str = ""
+) -> list[Any]:
+    """The threshold chart and the hedge-rate chart of a route's page over ``[since, until]``,
+    each with ``note`` under it."""
+    threshold = [(_at(row, "computed_at"), row["hedge_after_s"]) for row in series]
     if not threshold and route["threshold"] is not None:  # published before the range, nothing since
         threshold = [(since, route["threshold"]["hedge_after_s"])]
     measured = [row for row in series if row["actor"] is None]
-    p90 = [(at(row, "last_at"), row["p90_s"]) for row in measured]
-    p99 = [(at(row, "last_at"), row["p99_s"]) for row in measured]
-    rate = [(at(row, "last_at"), row["observed_hedge_rate"]) for row in measured]
-    budget = [(at(row, "computed_at"), row["budget"]) for row in series] or [(since, route["budget"])]
+    p90 = [(_at(row, "last_at"), row["p90_s"]) for row in measured]
+    p99 = [(_at(row, "last_at"), row["p99_s"]) for row in measured]
+    rate = [(_at(row, "last_at"), row["observed_hedge_rate"]) for row in measured]
+    budget = [(_at(row, "computed_at"), row["budget"]) for row in series] or [(since, route["budget"])]
     return [
         time_chart(
             [
@@ -134,6 +173,7 @@ def _charts(series: list[dict[str, Any]], route: dict[str, Any], since: datetime
             until,
             title="Published threshold and the primary's P90/P99 TTFT, seconds",
             y_format=lambda v: f"{v:g} s",
+            note=note,
         ),
         time_chart(
             [
@@ -145,6 +185,7 @@ def _charts(series: list[dict[str, Any]], route: dict[str, Any], since: datetime
             title="Observed hedge rate against the budget",
             y_format=lambda v: f"{v * 100:g}%",
             y_floor=route["budget"] * 1.25,
+            note=note,
         ),
     ]
 
@@ -210,6 +251,7 @@ async def _route_page(
         "since": q.get("since", ""),
         "until": q.get("until", ""),
     }
+    chart_start, chart_note = _chart_start(series, since, now, range_key)
     current = {
         "budget": f"{config['budget']:g}",
         "default_hedge_after_s": f"{config['default_hedge_after_s']:g}",
@@ -226,7 +268,7 @@ async def _route_page(
         title=f"{route} · {chosen}",
         route=config,
         model=chosen,
-        charts=_charts(series, config, since, now),
+        charts=_charts(series, config, chart_start, now, chart_note),
         ranges=list(RANGES),
         rows=[row | {"flags": flags_of(row["reason"])} for row in rows[:HISTORY_PAGE_ROWS]],
         page=page,
@@ -255,7 +297,7 @@ def _same_origin(request: Request) -> bool:
 
 
 def _form_fields(form: dict[str, str]) -> dict[str, Any]:
-    """The route settings of the change form.
+    """The route settings of the change form; the budget may be a fraction (0.05) or a percent (5%).
 
     Raises:
         RouteConfigInvalid: a number that is not one (``field`` names the form's field).
@@ -268,8 +310,9 @@ def _form_fields(form: dict[str, str]) -> dict[str, Any]:
                 fields[name] = None
                 continue
             raise RouteConfigInvalid(name, "required")
+        percent = name == "budget" and text.endswith("%")  # the console shows budgets as percent
         try:
-            value = float(text)
+            value = float(text.removesuffix("%").strip()) / 100 if percent else float(text)
         except ValueError:
             raise RouteConfigInvalid(name, f"not a number: {text!r}") from None
         if not math.isfinite(value):

@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy import func, select
 
 from hedgerow.api._page_kit import error_page, page_user, render_page
+from hedgerow.api.ops_bounds import unstarted_week_message
 from hedgerow.controller.models import Call, HourlyRollup, utc_now
 from hedgerow.controller.report import IsoWeek
 from hedgerow.controller.report_render import FORMATS, MEDIA_TYPES, render
@@ -32,6 +33,8 @@ router = APIRouter(prefix="/ui/reports", include_in_schema=False)
 
 #: The most weeks the list shows (two years).
 MAX_WEEKS = 104
+#: Where an error page of a report leads back to.
+_BACK = ("/ui/reports", "weekly reports")
 
 
 def _aware(moment: datetime) -> datetime:
@@ -69,11 +72,20 @@ async def reports_page(request: Request) -> HTMLResponse:
 
 
 def _parse_week(text: str) -> IsoWeek:
-    """The week of a path segment; ValueError names the segment."""
+    """The week of a path segment, up to the current week.
+
+    Raises:
+        ValueError: malformed, out of the calendar's range, or not started; the message names
+            the segment.
+    """
     try:
-        return IsoWeek.parse(text)
+        parsed = IsoWeek.parse(text)
     except ValueError as exc:
         raise ValueError(f"week {text!r}: {exc}") from None
+    unstarted = unstarted_week_message(parsed, IsoWeek.of(utc_now()))
+    if unstarted is not None:
+        raise ValueError(unstarted)
+    return parsed
 
 
 @router.get("/{week}", response_class=HTMLResponse)
@@ -83,7 +95,7 @@ async def report_page(request: Request, week: str) -> HTMLResponse:
     try:
         parsed = _parse_week(week)
     except ValueError as exc:
-        return error_page(request, user, 422, str(exc))
+        return error_page(request, user, 422, str(exc), back=_BACK)
     partial = parsed == IsoWeek.of(utc_now())
     return render_page(
         request, "report_week.html", user, title=f"Week {parsed}", week=str(parsed), partial=partial, formats=FORMATS
@@ -95,11 +107,11 @@ async def report_file(request: Request, week: str, fmt: str) -> Response:
     """The report of ``week`` in ``fmt`` (html, json, csv or md)."""
     user = page_user(request)
     if fmt not in FORMATS:
-        return error_page(request, user, 404, f"no report format {fmt!r}; formats: {', '.join(FORMATS)}")
+        return error_page(request, user, 404, f"no report format {fmt!r}; formats: {', '.join(FORMATS)}", back=_BACK)
     try:
         parsed = _parse_week(week)
     except ValueError as exc:
-        return error_page(request, user, 422, str(exc))
+        return error_page(request, user, 422, str(exc), back=_BACK)
     report = await weekly_report(request.app.state.sessionmaker, parsed)
     if fmt == "json":
         return JSONResponse(report)

@@ -1,6 +1,7 @@
 """``GET /v1/reports/weekly?week=2026-W48&format=json|csv|html|md`` (read scope): the weekly report.
 
-``week`` defaults to the current ISO week (partial), ``format`` to ``json`` (schema
+``week`` defaults to the current ISO week (partial); a week that has not started is refused.
+``format`` defaults to ``json`` (schema
 ``hedgerow.weekly_report/1``, :mod:`hedgerow.controller.report`). The figures are those of
 ``hedgerow report weekly`` and of the scheduled job: all three call
 :func:`hedgerow.controller.report_store.weekly_report`. A bad ``week`` or ``format`` is 422
@@ -16,6 +17,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from hedgerow.api.auth import require_scope
+from hedgerow.api.ops_bounds import unstarted_week_message
+from hedgerow.controller.models import utc_now
 from hedgerow.controller.report import IsoWeek
 from hedgerow.controller.report_render import FORMATS, MEDIA_TYPES, render
 from hedgerow.controller.report_store import weekly_report
@@ -23,6 +26,12 @@ from hedgerow.controller.report_store import weekly_report
 __all__ = ["router"]
 
 router = APIRouter()
+
+
+def _bad_week(message: str) -> JSONResponse:
+    return JSONResponse(
+        {"detail": {"field": "week", "message": message}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
+    )
 
 
 @router.get(
@@ -35,7 +44,8 @@ router = APIRouter()
     },
 )
 async def get_weekly_report(request: Request, week: str | None = None, format: str = "json") -> Any:
-    """The report of ``week`` (default: the current one) in ``format`` (default json)."""
+    """The report of ``week`` (default: the current one) in ``format`` (default json); 422 for a
+    malformed week, one out of the calendar's range or one that has not started."""
     if format not in FORMATS:
         return JSONResponse(
             {"detail": {"field": "format", "message": f"must be one of {', '.join(FORMATS)}"}},
@@ -46,9 +56,10 @@ async def get_weekly_report(request: Request, week: str | None = None, format: s
         try:
             parsed = IsoWeek.parse(week)
         except ValueError as exc:
-            return JSONResponse(
-                {"detail": {"field": "week", "message": str(exc)}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
-            )
+            return _bad_week(str(exc))
+        unstarted = unstarted_week_message(parsed, IsoWeek.of(utc_now()))
+        if unstarted is not None:
+            return _bad_week(unstarted)
     report = await weekly_report(request.app.state.sessionmaker, parsed)
     if format == "json":
         return JSONResponse(report)

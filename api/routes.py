@@ -20,6 +20,7 @@ ingest and from a route change).
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -32,6 +33,7 @@ from hedgerow.api.auth import bearer_token, require_scope, token_actor
 from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
 from hedgerow.api.json_response import ApiJSONResponse
+from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT
 from hedgerow.api.schemas import (
     HISTORY_SUFFIX,
     PRINTABLE_PATTERN,
@@ -48,7 +50,6 @@ from hedgerow.controller.queries import get_history, get_route, list_routes, res
 from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
 __all__ = [
-    "MAX_HISTORY_LIMIT",
     "MAX_ROUTE_BODY_BYTES",
     "ModelQuery",
     "OptionalModelQuery",
@@ -58,8 +59,6 @@ __all__ = [
     "router",
 ]
 
-#: Largest ``limit`` of a history query.
-MAX_HISTORY_LIMIT = 10_000
 #: Largest body of a PUT/PATCH of a route, bytes (a full configuration is about 300).
 MAX_ROUTE_BODY_BYTES = 16_384
 
@@ -233,6 +232,9 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
         return _unprocessable("body", "JSON nested too deeply")
     if not isinstance(payload, dict):
         return _unprocessable("body", "must be a JSON object of route settings")
+    for name, value in payload.items():  # json.loads reads NaN and Infinity, which JSON itself has not
+        if name in schema.model_fields and isinstance(value, float) and not math.isfinite(value):
+            return _unprocessable(name, f"must be finite, got {json.dumps(value)}")
     try:
         body = schema.model_validate(payload)
     except ValidationError as exc:

@@ -37,10 +37,13 @@ def weekly(
 ) -> None:
     """Print (or write with -o) the weekly report of an ISO week (UTC), per route and model and in total.
 
-    Exit status: 0 written, 1 the store cannot be read, 2 a bad option.
+    Exit status: 0 written, 1 the store cannot be read, 2 a bad option (such as a week that has
+    not started).
     """
     import asyncio
+    from datetime import UTC, datetime
 
+    from hedgerow.api.ops_bounds import unstarted_week_message
     from hedgerow.cli import _require_existing_sqlite_file, _server_settings
     from hedgerow.controller.db import make_engine, make_sessionmaker
     from hedgerow.controller.errors import StoreError
@@ -54,6 +57,9 @@ def weekly(
         parsed = None if week is None else IsoWeek.parse(week)
     except ValueError as exc:
         raise _fail(f"--week: {exc}", 2) from None
+    unstarted = None if parsed is None else unstarted_week_message(parsed, IsoWeek.of(datetime.now(UTC)))
+    if unstarted is not None:
+        raise _fail(f"--week: {unstarted}", 2)
     settings = _server_settings(db)
     _require_existing_sqlite_file(settings.database_url)
 

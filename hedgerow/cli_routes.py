@@ -20,9 +20,11 @@ import json
 import math
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import typer
+
+from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT
 
 __all__ = ["DEFAULT_API_URL", "routes_app"]
 
@@ -71,9 +73,24 @@ def _request(method: str, api: str, token: str | None, path: str, **kwargs: Any)
     except httpx.HTTPError as exc:
         raise _fail(f"cannot reach the api at {api}: {exc}") from None
     if response.status_code >= 400:
-        hint = " (give --token T or set HEDGEROW_TOKEN)" if response.status_code == 401 and not token else ""
-        raise _fail(f"{method} {path}: {response.status_code} {_error_text(response)}{hint}")
+        shown = unquote(path)  # the route as typed: team/chat, not team%2Fchat
+        raise _fail(f"{method} {shown}: {response.status_code} {_error_text(response)}{_hint(response, token)}")
     return response.json()
+
+
+def _hint(response: Any, token: str | None) -> str:
+    """What the user can do about an api refusal, in the CLI's terms (flags, variables); or ''."""
+    if response.status_code == 401 and not token:
+        return " (give --token T or set HEDGEROW_TOKEN)"
+    if response.status_code == 403:
+        return " (use a token with that scope: --token T or HEDGEROW_TOKEN)"
+    if response.status_code == 422 and "model" not in response.request.url.params:
+        try:
+            field = response.json()["detail"]["field"]
+        except (ValueError, KeyError, TypeError):
+            return ""
+        return " (with --model M)" if field == "model" else ""
+    return ""
 
 
 def _error_text(response: Any) -> str:
@@ -188,14 +205,14 @@ def route_history(
     reason: str = typer.Option(None, "--reason", metavar="CODE", help="Only rows with this reason code."),
     since: str = typer.Option(None, "--since", metavar="TIME", help="Only decisions seen at or after (ISO 8601)."),
     until: str = typer.Option(None, "--until", metavar="TIME", help="Only decisions made at or before (ISO 8601)."),
-    limit: int = typer.Option(50, "--limit", metavar="N", help="Most rows (1 to 10000)."),
+    limit: int = typer.Option(50, "--limit", metavar="N", help=f"Most rows (1 to {MAX_HISTORY_LIMIT})."),
     api: str = _API,
     token: str = _TOKEN,
     as_json: bool = _JSON,
 ) -> None:
     """A route's threshold decisions, newest first (identical holds are one row with repeats)."""
-    if not 1 <= limit <= 10000:
-        raise _fail(f"--limit: must be from 1 to 10000, got {limit}", 2)
+    if not 1 <= limit <= MAX_HISTORY_LIMIT:
+        raise _fail(f"--limit: must be from 1 to {MAX_HISTORY_LIMIT}, got {limit}", 2)
     if reason is not None:
         from hedgerow.controller.policy import REASON_CODES
 
@@ -213,11 +230,11 @@ def route_history(
         return
     rows = [
         [
-            h["computed_at"].replace("T", " ")[:19],
+            _history_time(h),
             _seconds(h["previous_hedge_after_s"]),
             _seconds(h["hedge_after_s"]),
             "yes" if h["applied"] else "held",
-            h["reason"],
+            h["reason"].replace(",", ", "),  # wraps between codes, not inside one
             str(h.get("repeats", 1)),
             str(h["samples"]),
             _seconds(h["p90_s"]),
@@ -233,6 +250,15 @@ def route_history(
         "hedge rate", "backup wins", "actor",
     ]  # fmt: skip
     _print_table(f"{route}: {len(rows)} decision(s)", columns, rows)
+
+
+def _history_time(row: dict[str, Any]) -> str:
+    """When a history row was decided; a repeated hold also shows its last tick (``to ...``),
+    which is what ``--since`` matches."""
+    first = str(row["computed_at"]).replace("T", " ")[:19]
+    if row.get("repeats", 1) > 1 and row.get("last_at"):
+        return f"{first}\nto {row['last_at'].replace('T', ' ')[:19]}"
+    return first
 
 
 def _time_flag(flag: str, value: str | None) -> str | None:

@@ -154,3 +154,88 @@ def test_routes_without_a_token_says_how_to_give_one(tmp_path: Path) -> None:
         assert good.returncode == 0, good.stderr
     finally:
         served.stop()
+
+
+def test_the_history_limit_has_one_home_that_loads_no_web_framework() -> None:
+    """The CLI's ``--limit`` bound repeated ``api/routes.py``'s ``MAX_HISTORY_LIMIT`` (10,000) as a
+    literal, so the two could drift apart. Both now read ``hedgerow.api.ops_bounds``, which the CLI
+    imports without FastAPI: with the bound lowered there, the CLI and the api both follow."""
+    script = """
+import sys, typing
+import hedgerow.api.ops_bounds as bounds
+bounds.MAX_HISTORY_LIMIT = 5
+import hedgerow.cli_routes
+from typer.testing import CliRunner
+assert "fastapi" not in sys.modules, "the CLI's routes module loaded FastAPI"
+done = CliRunner().invoke(hedgerow.cli_routes.routes_app, ["history", "r", "--limit", "6", "--api", "http://127.0.0.1:9"])
+print(done.exit_code, done.output.strip())
+from hedgerow.api.routes import get_route_history
+query = typing.get_type_hints(get_route_history, include_extras=True)["limit"].__metadata__[0]
+print([getattr(m, "le", None) for m in query.metadata])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    cli_line, api_line = done.stdout.splitlines()[-2:]
+    assert cli_line.startswith("2 ") and "--limit: must be from 1 to 5, got 6" in cli_line, done.stdout
+    assert "5" in api_line, done.stdout
+
+
+@pytest.mark.slow
+def test_routes_refusals_say_which_flag_helps_and_name_the_route_as_typed(tmp_path: Path) -> None:
+    """``hedgerow routes show team/chat`` on a route with two models said "GET
+    /v1/routes/team%2Fchat: 422 model: ... give model", and a read token's ``set`` "403 ... needs
+    one of admin": the path showed the route escaped and neither said which flag to use. Now the
+    route reads as typed and the hints name --model, and --token/HEDGEROW_TOKEN."""
+    import httpx
+
+    from tests.serve_process import ServeProcess
+
+    env = {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600", "HEDGEROW_TOKENS": "adm1n-token:admin,r3ad-token:read"}
+    served = ServeProcess(f"sqlite:///{tmp_path / 'm.db'}", tmp_path, env)
+    try:
+        admin = {"Authorization": "Bearer adm1n-token"}
+        for model in ("m1", "m2"):
+            made = httpx.put(f"{served.url}/v1/routes/team/chat", params={"model": model}, json={}, headers=admin)
+            assert made.status_code == 201, made.text
+        read = ("--api", served.url, "--token", "r3ad-token")
+        ambiguous = _cli("routes", "show", "team/chat", *read)
+        assert ambiguous.returncode == 1, ambiguous.stderr
+        assert ambiguous.stderr.startswith("hedgerow: GET /v1/routes/team/chat: 422 model:"), ambiguous.stderr
+        assert "--model M" in ambiguous.stderr
+        assert _cli("routes", "show", "team/chat", "--model", "m1", *read).returncode == 0
+        refused = _cli("routes", "set", "team/chat", "--model", "m1", "--budget", "0.2", *read)
+        assert refused.returncode == 1 and "403" in refused.stderr, refused.stderr
+        assert "--token" in refused.stderr and "HEDGEROW_TOKEN" in refused.stderr, refused.stderr
+        unknown = _cli("routes", "show", "team/chat", "--model", "m9", *read)
+        assert unknown.returncode == 1 and "404" in unknown.stderr and "--model M" not in unknown.stderr
+    finally:
+        served.stop()
+
+
+def test_routes_history_shows_a_held_rows_last_tick_and_wraps_reasons_between_codes(monkeypatch) -> None:
+    """A hold repeated over many ticks showed only when it began, so ``--since 19:50`` seemed to
+    return a row from 19:47; and a reason such as ``hysteresis_hold,backups_rarely_win`` was cut
+    inside a code ("backups_rarely_" / "win"). The time cell now adds "to <last tick>" and the
+    codes are separated by ", " so the table wraps between them."""
+    import httpx
+    from typer.testing import CliRunner
+
+    from hedgerow.cli_routes import routes_app
+
+    row = {
+        "computed_at": "2026-12-02T19:47:38.000000Z", "last_at": "2026-12-02T19:53:02.000000Z", "repeats": 18,
+        "previous_hedge_after_s": 0.088, "hedge_after_s": 0.088, "applied": False,
+        "reason": "hysteresis_hold,backups_rarely_win,hedges_did_not_lower_p99", "samples": 2611, "p90_s": 0.07,
+        "p99_s": 0.152, "observed_hedge_rate": 0.026, "backup_win_rate": 0.088, "actor": None,
+    }  # fmt: skip
+
+    def answer(method: str, url: str, **_kwargs: object) -> httpx.Response:
+        return httpx.Response(200, json={"history": [row]}, request=httpx.Request(method, url))
+
+    monkeypatch.setattr(httpx, "request", answer)
+    monkeypatch.setenv("COLUMNS", "150")
+    done = CliRunner().invoke(routes_app, ["history", "summarize", "--api", "http://127.0.0.1:9"])
+    assert done.exit_code == 0, done.output
+    assert "to 2026-12-02 19:53:02" in done.output, done.output
+    for code in ("hysteresis_hold", "backups_rarely_win", "hedges_did_not_lower_p99"):
+        assert code in done.output, done.output  # whole, on one line

@@ -153,3 +153,42 @@ def test_weeks_at_the_ends_of_the_calendar_are_refused_not_a_500(tmp_path: Path)
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and done.stderr.startswith("hedgerow: --week:"), done.stderr
+
+
+async def test_a_week_that_has_not_started_is_refused_naming_it(make_api) -> None:
+    """``2030-W01`` answered 200 with ``partial: true`` and 0 calls, which reads like an outage
+    rather than a typo; now the api and both console pages answer 422 naming the week. The next
+    week is refused too; the current week is still reported as partial. The console's error page
+    leads back to the weekly reports (it offered only "Back to the routes")."""
+    from hedgerow.controller.models import utc_now
+    from hedgerow.controller.report import IsoWeek
+
+    current = IsoWeek.of(utc_now())
+    following = IsoWeek.of(current.until)
+    async with make_api() as (_app, api):
+        for week in ("2030-W01", str(following)):
+            answer = await api.get("/v1/reports/weekly", params={"week": week})
+            assert answer.status_code == 422, answer.text
+            detail = answer.json()["detail"]
+            assert detail["field"] == "week" and f"week {week} has not started" in detail["message"], detail
+            assert str(current) in detail["message"]
+            for path in (f"/ui/reports/{week}", f"/ui/reports/{week}/report.html"):
+                page = await api.get(path)
+                assert page.status_code == 422 and f"week {week} has not started" in page.text, path
+                assert '<a href="/ui/reports">Back to the weekly reports</a>' in page.text, path
+        now = await api.get("/v1/reports/weekly", params={"week": str(current)})
+        assert now.status_code == 200 and now.json()["partial"] is True
+        assert (await api.get(f"/ui/reports/{current}")).status_code == 200
+
+
+def test_report_cli_refuses_a_week_that_has_not_started(tmp_path: Path) -> None:
+    """``hedgerow report weekly --week 2030-W01`` printed an all-zero partial report (exit 0);
+    it now exits 2 naming the flag and the week, before it opens the store."""
+    missing = tmp_path / "absent.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "hedgerow.cli", "report", "weekly", "--week", "2030-W01", "--db", f"sqlite:///{missing}"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith("hedgerow: --week: week 2030-W01 has not started yet"), done.stderr
+    assert done.stdout == "" and not missing.exists()

@@ -63,3 +63,44 @@ async def test_html_report_renders_every_plot_and_stays_on_the_machine(tmp_path:
     assert "hedgerow weekly report 2026-W48" in text
     assert "no price" in text  # the route without a price says so
     assert "backups_rarely_win" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("viewport", [(1280, 800), (390, 844)])
+async def test_the_report_page_scrolls_once_inside_its_frame(tmp_path: Path, viewport: tuple[int, int]) -> None:
+    """``/ui/reports/<week>`` showed the report in a frame of 80% of the window's height under the
+    console's header, so the page scrolled a little and the report scrolled again inside it. Now
+    the page fills the window without scrolling and the frame takes the height left: the report
+    is the one thing that scrolls, and its end can be reached."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'report.db'}"
+    upgrade_database(url)
+    engine = make_engine(url)
+    try:
+        await fill_store(make_sessionmaker(engine), per_route=60)
+    finally:
+        await engine.dispose()
+    server = ServeProcess(url, tmp_path, {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600"})
+    try:
+        async with open_page(viewport=viewport) as (page, requests):
+            response = await page.goto(f"{server.url}/ui/reports/2026-W48")
+            assert response is not None and response.status == 200
+            frame = page.frame_locator("iframe.report")
+            await frame.locator("h1").wait_for(timeout=60_000)
+            sizes = await page.evaluate(
+                """() => {
+                    const frame = document.querySelector('iframe.report');
+                    const inner = frame.contentDocument.scrollingElement;
+                    const box = frame.getBoundingClientRect();
+                    return {page: document.scrollingElement.scrollHeight, window: window.innerHeight,
+                            frameTop: box.top, frameBottom: box.bottom,
+                            report: inner.scrollHeight, shown: inner.clientHeight};
+                }"""
+            )
+            await page.screenshot(path=str(tmp_path / "report_page.png"))
+            assert_local_only(requests)
+    finally:
+        server.stop()
+    assert sizes["page"] <= sizes["window"], sizes  # the page itself does not scroll
+    assert sizes["frameBottom"] <= sizes["window"], sizes  # the frame's end (and its scrollbar's) is on screen
+    assert sizes["frameBottom"] - sizes["frameTop"] > sizes["window"] / 2, sizes  # most of the window is report
+    assert sizes["report"] > sizes["shown"], sizes  # the report is longer than its frame: it scrolls there

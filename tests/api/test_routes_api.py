@@ -236,3 +236,27 @@ async def test_controller_run_ticks_now_and_reports_its_rows(make_api, call_fact
         second = await api.post("/v1/controller/run")
         assert second.json()["history"][0]["previous_hedge_after_s"] == row["hedge_after_s"]
         assert await _rows(app) == 2
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize(
+    "field", ["budget", "default_hedge_after_s", "min_hedge_after_s", "max_hedge_after_s", "pinned_hedge_after_s"]
+)
+async def test_non_finite_numbers_are_422_saying_must_be_finite(make_api, field: str, literal: str) -> None:
+    """Python's JSON reader takes ``NaN`` and ``Infinity``; ``{"budget": NaN}`` was answered
+    "Input should be less than 1" (and ``-Infinity`` "greater than 0"), where the console says
+    "must be finite". Every numeric route setting now gets the console's answer, by PUT and PATCH."""
+    async with make_api() as (_app, api):
+        assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
+        before = (await api.get("/v1/routes/r", params=M)).json()
+        for method in ("patch", "put"):
+            response = await api.request(
+                method.upper(),
+                "/v1/routes/r",
+                params=M,
+                content=f'{{"{field}": {literal}}}'.encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            assert response.status_code == 422, (method, response.text)
+            assert response.json()["detail"] == {"field": field, "message": f"must be finite, got {literal}"}
+        assert (await api.get("/v1/routes/r", params=M)).json() == before

@@ -1,0 +1,76 @@
+"""The route page's charts (``/ui/routes/{route}``): their time axis and its note."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from html import unescape
+
+import pytest
+from sqlalchemy import select
+
+from hedgerow.controller.models import ThresholdHistory
+
+M = {"model": "m1"}
+
+
+async def _age_history(app, by: timedelta) -> None:
+    """Move every history row ``by`` into the past, as if the route had been made then."""
+    async with app.state.sessionmaker() as session, session.begin():
+        for row in await session.scalars(select(ThresholdHistory)):
+            row.computed_at -= by
+            row.last_at -= by
+
+
+def _threshold_start_x(html: str) -> tuple[float, float, float]:
+    """The x of the published threshold's first point, and the plot area's left and right edges."""
+    path = re.search(r'<path class="series s-threshold" d="M([0-9.]+),', html)
+    axis = re.search(r'<line class="axis" x1="([0-9.]+)" x2="([0-9.]+)"', html)
+    assert path is not None and axis is not None, html
+    return float(path.group(1)), float(axis.group(1)), float(axis.group(2))
+
+
+async def test_a_new_routes_charts_are_fitted_to_its_data_and_say_so(make_api) -> None:
+    """A route made 2 h ago drew its whole history in the right 8% of the default 24 h chart.
+    Its charts now start shortly before its first decision (the threshold line starts in the
+    left tenth), and a note under each chart says the range was fitted and from when."""
+    async with make_api() as (app, api):
+        assert (await api.put("/v1/routes/fresh", params=M, json={"budget": 0.05})).status_code == 201
+        await _age_history(app, timedelta(hours=2))
+        page = await api.get("/ui/routes/fresh", params=M)
+        assert page.status_code == 200, page.text
+        x, left, right = _threshold_start_x(page.text)
+        assert x < left + 0.15 * (right - left), (x, left, right)
+        history = (await api.get("/v1/routes/fresh/history", params=M)).json()["history"]
+        first = history[-1]["computed_at"].replace("T", " ")[:16]  # 2026-12-02 17:39
+        notes = [unescape(n) for n in re.findall(r'<span class="chart-note">([^<]*)</span>', page.text)]
+        assert len(notes) == 2 and all("Fitted to the route's data" in n and "24h range" in n for n in notes), notes
+        assert first in notes[0], (first, notes)
+        # the 30 d range fits as well; 1 h is shorter than the data and stays as asked
+        assert "chart-note" in (await api.get("/ui/routes/fresh", params=M | {"range": "30d"})).text
+        one_hour = await api.get("/ui/routes/fresh", params=M | {"range": "1h"})
+        assert "chart-note" not in one_hour.text
+
+
+async def test_a_route_older_than_the_range_keeps_the_range_asked_for(make_api) -> None:
+    async with make_api() as (app, api):
+        assert (await api.put("/v1/routes/old", params=M, json={})).status_code == 201
+        await _age_history(app, timedelta(days=2))
+        page = await api.get("/ui/routes/old", params=M)
+        assert page.status_code == 200 and "chart-note" not in page.text
+        x, left, _right = _threshold_start_x(page.text)
+        assert x == left  # in force since before the range: the line starts at its left edge
+
+
+async def test_the_change_form_takes_a_budget_as_shown_in_percent(make_api) -> None:
+    """The console shows budgets as percent ("10.0%") but the form refused "5%" as "not a number";
+    it now reads "5%" as 0.05 (and a fraction as before)."""
+    async with make_api() as (_app, api):
+        assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
+        form = {"default_hedge_after_s": "2", "min_hedge_after_s": "0.05", "max_hedge_after_s": "30", "enabled": "on"}
+        for text, budget in (("5%", 0.05), (" 12.5 % ", 0.125), ("0.2", 0.2)):
+            posted = await api.post("/ui/routes/r", params=M, data=form | {"budget": text})
+            assert posted.status_code == 303, (text, posted.text)
+            assert (await api.get("/v1/routes/r", params=M)).json()["budget"] == pytest.approx(budget), text
+        bad = await api.post("/ui/routes/r", params=M, data=form | {"budget": "5%%"})
+        assert bad.status_code == 422 and "not a number" in bad.text
