@@ -120,6 +120,7 @@ Exactly one ``CallRecord`` is built per call, however it ends, and handed to the
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import math
@@ -174,6 +175,7 @@ NON_RETRYABLE_STATUSES = frozenset({400, 401, 403, 404, 422})
 
 #: Namespace of the per-attempt ``X-Request-ID`` UUIDs: ``uuid5(NAMESPACE_URL, "urn:hedgerow:attempt")``.
 ATTEMPT_ID_NAMESPACE = uuid.UUID("f7d48826-16ed-57b7-b49b-b1852ac7e596")
+_NAMESPACE_BYTES = ATTEMPT_ID_NAMESPACE.bytes
 
 #: Header naming the attempt's role (``primary``, ``backup``, ``backup2``) on every attempt.
 ATTEMPT_HEADER = "X-Hedgerow-Attempt"
@@ -193,9 +195,15 @@ def attempt_request_id(request_id: str, role: str) -> str:
 
     Returns:
         ``str(uuid.uuid5(ATTEMPT_ID_NAMESPACE, f"{request_id}-{role}"))``: the same inputs always
-        give the same id, so upstream logs can be matched to a call's record.
+        give the same id, so upstream logs can be matched to a call's record. Computed as RFC 9562
+        section 5.5 defines a version-5 UUID (SHA-1 of namespace and name, version and variant
+        bits set), without building a ``uuid.UUID`` (a third of the cost; the string is the same).
     """
-    return str(uuid.uuid5(ATTEMPT_ID_NAMESPACE, f"{request_id}-{role}"))
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + f"{request_id}-{role}".encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 9562 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 async def wait_tasks_shielded(tasks: Sequence[asyncio.Future[Any]]) -> None:
