@@ -326,10 +326,7 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         """
         twin = self._sync_twin()
         request.read()  # the body, in this thread: the portal then reads the cached bytes
-        response = PORTAL.run(twin.handle_async_request(request))
-        if isinstance(response.stream, httpx.AsyncByteStream):
-            response.stream = _PortalBody(response.stream)
-        return response
+        return PORTAL.run(_handle_on_portal(twin, request))
 
     def close(self) -> None:
         """Close the sync twin's connection pool (``httpx.Client.close`` calls it); idempotent.
@@ -488,14 +485,25 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         )
 
 
+async def _handle_on_portal(transport: HedgingTransport, request: httpx.Request) -> httpx.Response:
+    """On the portal loop: the async answer to ``request``, its body made a ``_PortalBody`` whose
+    reading task starts at once (the first pieces are queued before the calling thread asks)."""
+    response = await transport.handle_async_request(request)
+    if isinstance(response.stream, httpx.AsyncByteStream):
+        body = _PortalBody(response.stream)
+        body.start()
+        response.stream = body
+    return response
+
+
 class _PortalBody(httpx.SyncByteStream):
     """A sync response body fed by a task on the portal loop that reads an async one.
 
-    Iterating starts one task on the portal (``_pump``) that reads the async body to its end and
-    puts each piece into a thread-safe queue; the iterating thread takes the pieces from the
-    queue. So a streamed answer costs one hop to the portal per call, not one round trip per
-    chunk (which put +9 to +12 ms on the sync SDK's TTFT and doubled its CPU per chunk). An error
-    of the body is raised in the iterating thread, after the pieces before it.
+    One task on the portal (``_pump``, started by ``start`` on the portal, or else by the first
+    iteration) reads the async body to its end and puts each piece into a thread-safe queue; the
+    iterating thread takes the pieces from the queue. So a streamed answer costs no hop to the
+    portal per chunk (a round trip per chunk doubled the sync SDK's CPU per chunk). An error of
+    the body is raised in the iterating thread, after the pieces before it.
 
     ``close`` runs on the portal: it cancels the task if it still runs (which ends the hedged
     call: every attempt closed, the record ``cancelled``), waits for it to end, then closes the
@@ -508,8 +516,8 @@ class _PortalBody(httpx.SyncByteStream):
         self._iterated = False
         self._task: asyncio.Task[None] | None = None  # the pump; touched on the portal thread only
 
-    def _start(self) -> None:
-        """On the portal loop: start the pump (a closed body is not read)."""
+    def start(self) -> None:
+        """On the portal loop: start the pump, once (a closed body is not read)."""
         if self._task is None:
             self._task = asyncio.ensure_future(self._pump())
 
@@ -529,7 +537,7 @@ class _PortalBody(httpx.SyncByteStream):
         if self._iterated:
             raise RuntimeError("a hedged sync response body can be read only once")
         self._iterated = True
-        PORTAL.loop.call_soon_threadsafe(self._start)
+        PORTAL.loop.call_soon_threadsafe(self.start)  # no-op when already started
         get = self._pieces.get
         while True:
             piece = get()
