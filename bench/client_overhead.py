@@ -28,9 +28,12 @@ counts, ``process_time`` being the process's). The sync calls block the benchmar
 while they run, which nothing else needs meanwhile.
 
 Measured per mode: TTFT (request sent to the first token in the caller's hands; median and P99,
-ms) and CPU time per chunk (``time.process_time`` summed over that mode's calls, divided by the
-chunks it delivered). "Added" is hedging minus its baseline (of the medians, of the P99s);
-"ratio" is hedging CPU per chunk over the baseline's. Issue 12's target, against ``naive`` in the
+ms), CPU time per chunk (``time.process_time`` summed over that mode's calls, divided by the
+chunks it delivered) and the median CPU time from the call's start to its first token
+(``process_time``, us): the fixed cost behind the added TTFT, which, unlike the wall-clock TTFT,
+a loaded machine does not inflate by its waits for a core. "Added" is hedging minus its baseline
+(of the medians, of the P99s, of the CPU to the first token); "ratio" is hedging CPU per chunk
+over the baseline's. Issue 12's target, against ``naive`` in the
 same run: at most +0.2 ms TTFT median and x1.3 CPU per chunk.
 
 The upstream is a minimal asyncio SSE server in a **separate process** (this script with
@@ -129,15 +132,16 @@ def _is_token(chunk: dict[str, Any]) -> bool:
     return bool(choices and (choices[0].get("delta") or {}).get("content"))
 
 
-async def plain_call(http: httpx.AsyncClient, url: str, *, reuse: bool = True) -> tuple[float, int]:
-    """One call by hand; returns (TTFT s, chunks).
+async def plain_call(http: httpx.AsyncClient, url: str, *, reuse: bool = True) -> tuple[float, float, int]:
+    """One call by hand; returns (TTFT s, CPU s to the first token, chunks).
 
     With ``reuse`` the body is read to its end after ``[DONE]`` so that httpx keeps the
     connection for the next call; without it the loop stops at ``[DONE]`` and httpx closes the
     connection (its HTTP/1.1 message is unfinished), so every call connects anew.
     """
     start = time.perf_counter()
-    ttft = None
+    cpu_start = time.process_time()
+    ttft = cpu_first = None
     chunks = 0
     body = {**BODY, "stream": True, "stream_options": {"include_usage": True}}
     async with http.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
@@ -151,18 +155,20 @@ async def plain_call(http: httpx.AsyncClient, url: str, *, reuse: bool = True) -
             chunks += 1
             if ttft is None and _is_token(chunk):
                 ttft = time.perf_counter() - start
-    assert ttft is not None
-    return ttft, chunks
+                cpu_first = time.process_time() - cpu_start
+    assert ttft is not None and cpu_first is not None
+    return ttft, cpu_first, chunks
 
 
-async def naive_call(http: httpx.AsyncClient, url: str) -> tuple[float, int]:
-    """One call the way most apps stream by hand; returns (TTFT s, chunks).
+async def naive_call(http: httpx.AsyncClient, url: str) -> tuple[float, float, int]:
+    """One call the way most apps stream by hand; returns (TTFT s, CPU s to the first token, chunks).
 
     A plain ``httpx`` stream; each line that starts with ``data:`` is a chunk (``[DONE]`` ends
     the loop, after which the body is read to its end so the connection is reused).
     """
     start = time.perf_counter()
-    ttft = None
+    cpu_start = time.process_time()
+    ttft = cpu_first = None
     chunks = 0
     body = {**BODY, "stream": True, "stream_options": {"include_usage": True}}
     async with http.stream("POST", url, json=body) as response:
@@ -179,28 +185,34 @@ async def naive_call(http: httpx.AsyncClient, url: str) -> tuple[float, int]:
                 choices = chunk.get("choices") or []
                 if choices and (choices[0].get("delta") or {}).get("content"):
                     ttft = time.perf_counter() - start
-    assert ttft is not None
-    return ttft, chunks
+                    cpu_first = time.process_time() - cpu_start
+    assert ttft is not None and cpu_first is not None
+    return ttft, cpu_first, chunks
 
 
-def sync_sdk_call(sdk: Any) -> tuple[float, int]:
-    """One call through the sync openai SDK (``sdk`` is an ``openai.OpenAI``); (TTFT s, chunks)."""
+def sync_sdk_call(sdk: Any) -> tuple[float, float, int]:
+    """One call through the sync openai SDK (``sdk`` is an ``openai.OpenAI``); (TTFT s, CPU s to
+    the first token, chunks)."""
     start = time.perf_counter()
-    ttft = None
+    cpu_start = time.process_time()
+    ttft = cpu_first = None
     chunks = 0
     with sdk.chat.completions.create(**BODY, stream=True, stream_options={"include_usage": True}) as stream:
         for chunk in stream:
             chunks += 1
             if ttft is None and chunk.choices and chunk.choices[0].delta.content:
                 ttft = time.perf_counter() - start
-    assert ttft is not None
-    return ttft, chunks
+                cpu_first = time.process_time() - cpu_start
+    assert ttft is not None and cpu_first is not None
+    return ttft, cpu_first, chunks
 
 
-async def sdk_call(sdk: Any) -> tuple[float, int]:
-    """One call through the openai SDK (``sdk`` is an ``openai.AsyncOpenAI``); (TTFT s, chunks)."""
+async def sdk_call(sdk: Any) -> tuple[float, float, int]:
+    """One call through the openai SDK (``sdk`` is an ``openai.AsyncOpenAI``); (TTFT s, CPU s to
+    the first token, chunks)."""
     start = time.perf_counter()
-    ttft = None
+    cpu_start = time.process_time()
+    ttft = cpu_first = None
     chunks = 0
     stream = await sdk.chat.completions.create(**BODY, stream=True, stream_options={"include_usage": True})
     async with stream:
@@ -208,22 +220,25 @@ async def sdk_call(sdk: Any) -> tuple[float, int]:
             chunks += 1
             if ttft is None and chunk.choices and chunk.choices[0].delta.content:
                 ttft = time.perf_counter() - start
-    assert ttft is not None
-    return ttft, chunks
+                cpu_first = time.process_time() - cpu_start
+    assert ttft is not None and cpu_first is not None
+    return ttft, cpu_first, chunks
 
 
-async def hedging_call(client: HedgingClient) -> tuple[float, int]:
-    """One call through ``HedgingClient``; returns (TTFT s, chunks)."""
+async def hedging_call(client: HedgingClient) -> tuple[float, float, int]:
+    """One call through ``HedgingClient``; returns (TTFT s, CPU s to the first token, chunks)."""
     start = time.perf_counter()
-    ttft = None
+    cpu_start = time.process_time()
+    ttft = cpu_first = None
     chunks = 0
     async with client.stream_chat(BODY) as stream:
         async for chunk in stream:
             chunks += 1
             if ttft is None and _is_token(chunk):
                 ttft = time.perf_counter() - start
-    assert ttft is not None and stream.record is not None and not stream.record.hedged
-    return ttft, chunks
+                cpu_first = time.process_time() - cpu_start
+    assert ttft is not None and cpu_first is not None and stream.record is not None and not stream.record.hedged
+    return ttft, cpu_first, chunks
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -258,7 +273,7 @@ async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dic
             await stack.enter_async_context(httpx.AsyncClient(timeout=timeout, limits=limits)) for _ in range(3)
         ]
         client = await stack.enter_async_context(HedgingClient(upstreams, route="bench", policy=policy))
-        modes: dict[str, Callable[[], Awaitable[tuple[float, int]]]] = {
+        modes: dict[str, Callable[[], Awaitable[tuple[float, float, int]]]] = {
             "naive": lambda: naive_call(naive_http, url),
             "plain": lambda: plain_call(plain_http, url),
             "hedging": lambda: hedging_call(client),
@@ -294,12 +309,13 @@ async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dic
             for sync_sdk in (sync_direct, sync_hedged):
                 stack.callback(sync_sdk.close)
 
-            async def in_line(sdk: Any) -> tuple[float, int]:
+            async def in_line(sdk: Any) -> tuple[float, float, int]:
                 return sync_sdk_call(sdk)
 
             modes["sync_sdk"] = lambda: in_line(sync_direct)
             modes["sync_sdk_transport"] = lambda: in_line(sync_hedged)
         ttfts: dict[str, list[float]] = {name: [] for name in modes}
+        cpu_firsts: dict[str, list[float]] = {name: [] for name in modes}
         cpu = dict.fromkeys(modes, 0.0)
         chunks = dict.fromkeys(modes, 0)
         names = list(modes)
@@ -310,9 +326,10 @@ async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dic
             shift = i % len(names)  # rotate the order so no mode always runs first
             for name in names[shift:] + names[:shift]:
                 cpu_start = time.process_time()
-                ttft, n = await modes[name]()
+                ttft, cpu_first, n = await modes[name]()
                 cpu[name] += time.process_time() - cpu_start
                 ttfts[name].append(ttft)
+                cpu_firsts[name].append(cpu_first)
                 chunks[name] += n
     results: dict[str, Any] = {}
     for name in names:
@@ -320,6 +337,7 @@ async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dic
             "ttft_ms_median": statistics.median(ttfts[name]) * 1e3,
             "ttft_ms_p99": _quantile(ttfts[name], 0.99) * 1e3,
             "cpu_us_per_chunk": cpu[name] / chunks[name] * 1e6,
+            "cpu_us_to_first_token_median": statistics.median(cpu_firsts[name]) * 1e6,
             "cpu_s_total": cpu[name],
             "chunks": chunks[name],
         }
@@ -330,6 +348,8 @@ async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dic
                 "added_ttft_ms_median": results[mode]["ttft_ms_median"] - results[base]["ttft_ms_median"],
                 "added_ttft_ms_p99": results[mode]["ttft_ms_p99"] - results[base]["ttft_ms_p99"],
                 "cpu_per_chunk_ratio": results[mode]["cpu_us_per_chunk"] / results[base]["cpu_us_per_chunk"],
+                "added_cpu_us_to_first_token": results[mode]["cpu_us_to_first_token_median"]
+                - results[base]["cpu_us_to_first_token_median"],
             }
     return {"results": results, "added": added}
 
@@ -360,17 +380,17 @@ def main(calls: int, tokens: int, warmup: int, json_path: Path | None, with_sdk:
         f"{calls} streamed calls per mode, {tokens} content chunks each (+ role, finish, usage), "
         f"local SSE server in a child process"
     )
-    print(f"{'mode':<40} {'TTFT median ms':>15} {'TTFT P99 ms':>12} {'CPU us/chunk':>13}")
+    print(f"{'mode':<40} {'TTFT median ms':>15} {'TTFT P99 ms':>12} {'CPU us/chunk':>13} {'CPU us to 1st':>14}")
     for name in r:
         print(
             f"{name:<40} {r[name]['ttft_ms_median']:>15.3f} {r[name]['ttft_ms_p99']:>12.3f} "
-            f"{r[name]['cpu_us_per_chunk']:>13.2f}"
+            f"{r[name]['cpu_us_per_chunk']:>13.2f} {r[name]['cpu_us_to_first_token_median']:>14.0f}"
         )
     for pair, a in summary["added"].items():
         label = f"{pair} (ratio)"
         print(
             f"{label:<40} {a['added_ttft_ms_median']:>+15.3f} {a['added_ttft_ms_p99']:>+12.3f} "
-            f"{'x' + format(a['cpu_per_chunk_ratio'], '.2f'):>13}"
+            f"{'x' + format(a['cpu_per_chunk_ratio'], '.2f'):>13} {a['added_cpu_us_to_first_token']:>+14.0f}"
         )
     document = {
         "benchmark": "client_overhead",

@@ -1,4 +1,4 @@
-"""hedgerow.client: the hedging client (depends on httpx and httpx-sse only; apps embed it).
+"""hedgerow.client: the hedging client (depends on httpx and orjson only; apps embed it).
 
 ``HedgingClient`` streams a chat completion from a primary upstream and hedges to a backup when
 the first token is late; ``ThresholdPoller`` keeps measured thresholds fresh; ``TelemetryExporter``

@@ -69,6 +69,10 @@ class ChunkKind:
     finished: tuple[int, ...] = ()
 
 
+#: The kind of the common chunk (one unfinished choice with text content, no usage), shared.
+_ANSWER_TOKEN = ChunkKind(True, True, None, None)
+
+
 def _nonempty_text(value: Any) -> bool:
     return isinstance(value, str) and value != ""
 
@@ -105,11 +109,21 @@ def classify_chunk(chunk: dict[str, Any]) -> ChunkKind:
         A ``ChunkKind`` (the rules are in the module docstring); malformed parts (a non-list
         ``choices``, a non-dict ``delta``) count as no token rather than raising.
     """
+    usage = chunk.get("usage")
+    choices = chunk.get("choices")
+    # The common chunk first: one choice, not finished, no usage, a non-empty string content.
+    # It is an answer token whatever else its delta holds; the general rules below say the same.
+    if usage is None and type(choices) is list and len(choices) == 1:
+        choice = choices[0]
+        if type(choice) is dict and not choice.get("finish_reason") and choice.get("usage") is None:
+            delta = choice.get("delta")
+            if type(delta) is dict:
+                content = delta.get("content")
+                if type(content) is str and content:
+                    return _ANSWER_TOKEN
     token = answer = False
     finish_reason = None
     finished: tuple[int, ...] = ()
-    usage = chunk.get("usage")
-    choices = chunk.get("choices")
     if isinstance(choices, list):
         for choice in choices:
             if not isinstance(choice, dict):

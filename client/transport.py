@@ -90,8 +90,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -112,6 +114,7 @@ from hedgerow.client.hedging import (
     RecordSink,
     ThresholdSource,
     send_streaming,
+    wait_tasks_shielded,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
 from hedgerow.client.records import CallApi
@@ -184,9 +187,10 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
     Synchronous use (``handle_request``) runs the same calls on the process's portal loop
     (``hedgerow.client._portal``) through a twin of this transport that shares its budgets,
     telemetry sink and threshold source, so sync and async calls in one process are recorded,
-    budgeted and thresholded together. The response body is read chunk by chunk from the portal;
-    closing it ends the call as in async code (the loser is cancelled at the winner's first token
-    either way). The telemetry sink's ``submit`` is then called from the portal's thread
+    budgeted and thresholded together. A task on the portal reads the response body and hands its
+    pieces to the calling thread through a thread-safe queue (``_PortalBody``); closing the body
+    ends the call as in async code (the loser is cancelled at the winner's first token either
+    way). The telemetry sink's ``submit`` is then called from the portal's thread
     (``TelemetryExporter.submit`` is safe to call from any thread).
 
     Args:
@@ -322,10 +326,7 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         """
         twin = self._sync_twin()
         request.read()  # the body, in this thread: the portal then reads the cached bytes
-        response = PORTAL.run(twin.handle_async_request(request))
-        if isinstance(response.stream, httpx.AsyncByteStream):
-            response.stream = _PortalBody(response.stream)
-        return response
+        return PORTAL.run(_handle_on_portal(twin, request))
 
     def close(self) -> None:
         """Close the sync twin's connection pool (``httpx.Client.close`` calls it); idempotent.
@@ -484,27 +485,87 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         )
 
 
+async def _handle_on_portal(transport: HedgingTransport, request: httpx.Request) -> httpx.Response:
+    """On the portal loop: the async answer to ``request``, its body made a ``_PortalBody`` whose
+    reading task starts at once (the first pieces are queued before the calling thread asks)."""
+    response = await transport.handle_async_request(request)
+    if isinstance(response.stream, httpx.AsyncByteStream):
+        body = _PortalBody(response.stream)
+        body.start()
+        response.stream = body
+    return response
+
+
 class _PortalBody(httpx.SyncByteStream):
-    """A sync response body reading an async one on the portal loop, one piece per hop."""
+    """A sync response body fed by a task on the portal loop that reads an async one.
+
+    One task on the portal (``_pump``, started by ``start`` on the portal, or else by the first
+    iteration) reads the async body to its end and puts each piece into a thread-safe queue; the
+    iterating thread takes the pieces from the queue. So a streamed answer costs no hop to the
+    portal per chunk (a round trip per chunk doubled the sync SDK's CPU per chunk). An error of
+    the body is raised in the iterating thread, after the pieces before it.
+
+    ``close`` runs on the portal: it cancels the task if it still runs (which ends the hedged
+    call: every attempt closed, the record ``cancelled``), waits for it to end, then closes the
+    async body.
+    """
 
     def __init__(self, inner: httpx.AsyncByteStream) -> None:
         self._inner = inner
+        self._pieces: queue.SimpleQueue[bytes | _BodyEnd] = queue.SimpleQueue()
+        self._iterated = False
+        self._task: asyncio.Task[None] | None = None  # the pump; touched on the portal thread only
+
+    def start(self) -> None:
+        """On the portal loop: start the pump, once (a closed body is not read)."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._pump())
+
+    async def _pump(self) -> None:
+        put = self._pieces.put
+        try:
+            async for piece in self._inner:
+                put(piece)
+        except BaseException as exc:  # handed to the reading thread (a cancellation included)
+            put(_BodyEnd(exc))
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            put(_BodyEnd(None))
 
     def __iter__(self) -> Iterator[bytes]:
-        pieces = self._inner.__aiter__()
-
-        async def next_piece() -> bytes | None:
-            try:
-                return await pieces.__anext__()
-            except StopAsyncIteration:
-                return None
-
-        while (piece := PORTAL.run(next_piece())) is not None:
+        if self._iterated:
+            raise RuntimeError("a hedged sync response body can be read only once")
+        self._iterated = True
+        PORTAL.loop.call_soon_threadsafe(self.start)  # no-op when already started
+        get = self._pieces.get
+        while True:
+            piece = get()
+            if isinstance(piece, _BodyEnd):
+                if piece.error is not None:
+                    raise piece.error
+                return
             yield piece
 
+    async def _stop(self) -> None:
+        task = self._task
+        self._task = asyncio.current_task()  # so that a pump not yet started never starts
+        if task is not None and not task.done():
+            task.cancel()
+            await wait_tasks_shielded([task])
+        await self._inner.aclose()
+
     def close(self) -> None:
-        """Close the async body on the portal (ends the hedged call, closes its connections)."""
-        PORTAL.run(self._inner.aclose())
+        """Stop reading and close the async body on the portal (ends the hedged call, closes
+        its connections); waits until that is done."""
+        PORTAL.run(self._stop())
+
+
+@dataclass(frozen=True, slots=True)
+class _BodyEnd:
+    """The end of a ``_PortalBody``: ``error`` is what ended it, None for a clean end."""
+
+    error: BaseException | None
 
 
 class _ChatByteStream(httpx.AsyncByteStream):

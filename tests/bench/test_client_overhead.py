@@ -33,6 +33,8 @@ def test_client_overhead_smoke(tmp_path: Path) -> None:
         assert result["chunks"] == 20 * 11
         assert 0 < result["ttft_ms_median"] <= result["ttft_ms_p99"]
         assert result["cpu_us_per_chunk"] > 0
+        assert 0 < result["cpu_us_to_first_token_median"] < result["cpu_us_per_chunk"] * 11
+    assert all("added_cpu_us_to_first_token" in pair for pair in document["added"].values())
     assert set(document["added"]) == {
         "hedging - naive",
         "hedging - plain",

@@ -14,6 +14,8 @@ import time
 import uuid
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hedgerow.client import (
     AllAttemptsFailed,
@@ -400,3 +402,9 @@ async def test_the_first_token_reaches_the_caller_before_the_rest_of_a_burst_is_
     handover_s = (first_at - started) - record.attempts[0].first_token_s
     rest_s = last_at - first_at
     assert handover_s < rest_s / 4, f"first token handed over {handover_s * 1e3:.1f} ms after its parse"
+
+
+@given(request_id=st.text(max_size=40), role=st.sampled_from(["primary", "backup", "backup2", "backup3"]))
+def test_attempt_request_id_is_the_uuid5_of_the_call_id_and_role(request_id: str, role: str) -> None:
+    # Computed without uuid.UUID for speed: it must stay the very string uuid5 gives.
+    assert attempt_request_id(request_id, role) == str(uuid.uuid5(ATTEMPT_ID_NAMESPACE, f"{request_id}-{role}"))

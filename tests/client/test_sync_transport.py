@@ -19,6 +19,7 @@ import pytest
 
 from hedgerow.client import HedgePolicy, HedgingTransport, Upstream
 from hedgerow.sim import ReplicaConfig, ReplicaThread
+from tests.client.scripted_server import Script, ScriptedServer, chunk, sse
 from tests.helpers import Sink
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -127,3 +128,53 @@ async def test_sync_and_async_calls_of_one_transport_share_the_sink_and_the_budg
     # were capped at the burst depends on the interleaving). A budget per side would keep >= burst - 1.
     deposit = transport.unary_policy.budget
     assert burst - 2 - 1e-9 <= transport.unary_budget.tokens <= burst - 2 + 2 * deposit + 1e-9
+
+
+async def test_sync_stream_cut_mid_answer_gives_the_chunks_before_it_then_the_sdk_error() -> None:
+    # The portal task reads the body into a queue: an error after the first chunks must still
+    # reach the reading thread after those chunks, as the SDK's connection error.
+    pieces = sse(chunk("par", role="assistant"), chunk("tial"), done=False, gap_s=0.05)
+    async with ScriptedServer(Script(pieces=pieces)) as a:
+        sink = Sink()
+        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat", telemetry=sink)
+
+        def read() -> tuple[list[str | None], BaseException | None]:
+            got: list[str | None] = []
+            with sync_sdk(transport) as client:
+                stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+                try:
+                    for c in stream:
+                        got.append(c.choices[0].delta.content)
+                except openai.APIConnectionError as exc:
+                    return got, exc
+            return got, None
+
+        got, error = await asyncio.to_thread(read)
+    assert got == ["par", "tial"]
+    assert isinstance(error, openai.APIConnectionError) and isinstance(error.__cause__, httpx.ReadError)
+    (record,) = sink.records
+    assert record.status == "error" and record.error_type == "truncated"
+
+
+async def test_sync_stream_closed_while_the_upstream_stalls_ends_the_call_at_once() -> None:
+    # After the first chunk the upstream sends nothing for 30 s: the portal task is waiting for
+    # the next chunk when the app closes the stream. The close must end the call (record
+    # cancelled, connection closed) without waiting for the upstream.
+    pieces = sse(chunk("a", role="assistant"), chunk("b"), chunk(finish="stop"), gap_s=30.0)
+    async with ScriptedServer(Script(pieces=pieces)) as a:
+        sink = Sink()
+        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat", telemetry=sink)
+
+        def read_one_then_close() -> float:
+            with sync_sdk(transport) as client:
+                stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+                next(iter(stream))
+                started = time.monotonic()
+                stream.close()
+                return time.monotonic() - started
+
+        close_s = await asyncio.to_thread(read_one_then_close)
+    assert close_s < 10.0  # far below the 30 s gap: the waiting portal task was cancelled
+    (record,) = sink.records
+    assert record.status == "cancelled" and record.error_type == "caller_cancelled"
+    assert [a.outcome for a in record.attempts] == ["won"]

@@ -1,0 +1,124 @@
+"""Server-sent events from the raw bytes of a response body, a whole read at a time.
+
+The attempt reader of ``hedgerow.client.hedging`` feeds each piece of body it reads to
+``SseDecoder.feed`` and gets back every event the piece completed, as one list: no async
+generator per line or per event, no text decoding of the stream as a whole (an event's ``data``
+stays UTF-8 bytes, which JSON parsers read directly). The client reads every chunk of a streamed
+answer through here, so it is written for the common shape first (``data: {...}`` lines ending in
+``\\n``) and falls back to the general rules for the rest.
+
+Parsing follows the WHATWG HTML "event stream interpretation"
+(https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation):
+
+* a line ends at ``\\r\\n``, ``\\r`` or ``\\n``, also when the two bytes of a ``\\r\\n`` arrive in
+  two reads; a UTF-8 byte order mark at the start of the stream is skipped;
+* a line starting with ``:`` is a comment; otherwise the field name runs to the first ``:`` (the
+  whole line without one) and one space after the colon is dropped from the value;
+* ``data`` lines of one event are joined with ``\\n``; ``event`` names the event; ``id`` and
+  ``retry`` and unknown fields are ignored (a hedged call never reconnects);
+* a blank line ends the event. An event is produced when it has data or an ``event`` name (an
+  ``event: error`` without data is still an error), and is dropped otherwise.
+
+An unfinished last event (no blank line before the body ends) is dropped, as the standard says;
+an unfinished last *line* is kept by ``flush`` only in the sense that it never makes an event.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["SseDecoder", "SseEvent"]
+
+#: One event: its ``event`` name (``""`` when not named) and its ``data`` (UTF-8 bytes).
+SseEvent = tuple[str, bytes]
+
+_BOM: Final = b"\xef\xbb\xbf"
+
+
+class SseDecoder:
+    """Incremental SSE parser: ``feed(piece)`` returns the events that ``piece`` completed.
+
+    Holds back the unfinished last line (and a final ``\\r``, which may be the first half of a
+    ``\\r\\n``) until the next piece; memory is bounded by the caller (``_EventSizeCap`` of the
+    hedging client caps the bytes between two blank lines).
+    """
+
+    __slots__ = ("_data", "_event", "_rest", "_started")
+
+    def __init__(self) -> None:
+        self._rest = b""  # bytes after the last complete line ("\n"-normalised, maybe a final "\r")
+        self._data: list[bytes] = []  # data lines of the event being read
+        self._event = ""  # its event name
+        self._started = False  # past the byte order mark check
+
+    def feed(self, piece: bytes) -> list[SseEvent]:
+        """Parse one more piece of the body.
+
+        Args:
+            piece: the next bytes of the body, as read (any split, even inside a character or
+                between the ``\\r`` and ``\\n`` of a line end).
+
+        Returns:
+            The events completed by ``piece``, in order (often empty, often many).
+        """
+        text = self._rest + piece if self._rest else piece
+        if not self._started:
+            if len(text) < len(_BOM) and _BOM.startswith(text):
+                self._rest = text  # could still be the start of a byte order mark
+                return []
+            self._started = True
+            if text.startswith(_BOM):
+                text = text[len(_BOM) :]
+        if b"\r" in text:
+            hold = b""
+            if text.endswith(b"\r"):  # maybe the first half of a "\r\n": decide with the next piece
+                text, hold = text[:-1], b"\r"
+            text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            cut = text.rfind(b"\n")
+            self._rest = text[cut + 1 :] + hold
+        else:
+            cut = text.rfind(b"\n")
+            self._rest = text[cut + 1 :]
+        if cut < 0:
+            return []
+        events: list[SseEvent] = []
+        data = self._data
+        if not data and not self._event:
+            # The common shape: whole events of one "data:" line each, "\n"-separated.
+            blocks = text[: cut + 1].split(b"\n\n")
+            last = blocks.pop()  # complete lines after the last blank line ("\n"-terminated), or b""
+            for block in blocks:
+                if block.startswith(b"data:") and b"\n" not in block:
+                    value = block[5:]
+                    events.append(("", value[1:] if value.startswith(b" ") else value))
+                else:
+                    self._lines(block.split(b"\n"), events)
+                    self._end_event(events)
+            if last:
+                self._lines(last[:-1].split(b"\n"), events)
+            return events
+        self._lines(text[:cut].split(b"\n"), events)
+        return events
+
+    def _lines(self, lines: list[bytes], events: list[SseEvent]) -> None:
+        """Interpret complete lines (without their line ends) in order."""
+        for line in lines:
+            if not line:
+                self._end_event(events)
+            elif line.startswith(b":"):
+                continue
+            else:
+                name, colon, value = line.partition(b":")
+                if colon and value.startswith(b" "):
+                    value = value[1:]
+                if name == b"data":
+                    self._data.append(value)
+                elif name == b"event":
+                    self._event = value.decode("utf-8", "replace")
+
+    def _end_event(self, events: list[SseEvent]) -> None:
+        """A blank line: produce the event read so far (when it has data or a name), start anew."""
+        if self._data or self._event:
+            events.append((self._event, b"\n".join(self._data)))
+            self._data = []
+            self._event = ""
