@@ -36,6 +36,7 @@ from hedgerow.controller.db import (
 )
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
 from hedgerow.controller.ingest import RouteIdCache, route_defaults
+from hedgerow.controller.partitions import DayPartitionCache
 from hedgerow.controller.prices import read_price_file, store_price_file
 from hedgerow.controller.scheduler import ControllerScheduler
 from hedgerow.settings import Settings
@@ -161,6 +162,8 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     app.state.token_names = parse_token_names(settings.tokens)
     app.state.route_defaults = defaults
     app.state.route_ids = RouteIdCache()
+    # days known to have partitions (PostgreSQL only; see hedgerow.api.calls)
+    app.state.partition_days = DayPartitionCache(settings.retention_s)
     # SQLite has one writer: this process's batches take turns (see hedgerow.api.calls._one_writer)
     app.state.ingest_lock = asyncio.Lock() if check_database_url(settings.database_url).startswith("sqlite") else None
     app.state.metrics = metrics

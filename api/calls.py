@@ -185,7 +185,7 @@ async def post_calls(
         _rejected(request, body, answer)
         return answer
     route_ids = request.app.state.route_ids
-    partition_days = _partition_days(request, settings.retention_s)
+    partition_days: DayPartitionCache = request.app.state.partition_days
     for attempt in (1, 2):
         stored: list[CallRecordIn] = []
         resolved: dict[tuple[str, str], int] = {}
@@ -221,14 +221,6 @@ async def post_calls(
     metrics.records_accepted.inc(accepted)
     metrics.records_duplicate.inc(duplicates)
     return IngestOut(accepted=accepted, duplicates=duplicates)
-
-
-def _partition_days(request: Request, retention_s: float) -> DayPartitionCache:
-    """The app's cache of days with partitions (made at the first batch; used on PostgreSQL only)."""
-    cache: DayPartitionCache | None = getattr(request.app.state, "partition_days", None)
-    if cache is None:
-        cache = request.app.state.partition_days = DayPartitionCache(retention_s)
-    return cache
 
 
 def _first_too_old(records: list[CallRecordIn], retention_s: float) -> int | None:

@@ -387,7 +387,9 @@ class HourlyRollup(Base):
         call_ttft_hist: the same of the call's TTFT as the app saw it (with hedging).
         fold_version: the fold rules the row was computed with
             (:data:`hedgerow.controller.rollups.FOLD_VERSION`); an unsealed row of an older
-            version is recomputed by the next fold (rows folded before migration 0004 are 1).
+            version is recomputed by a process's first fold, which reads every complete hour
+            (later folds of the same process read only changed hours; rows folded before
+            migration 0004 are 1).
         primary_prompt_tokens .. extra_completion_tokens: prompt and completion tokens of the
             primary attempts, of the backup attempts, and of the extra attempts (every attempt
             that did not win, in a call with more than one attempt: what hedging cost).

@@ -9,8 +9,11 @@ from __future__ import annotations
 import random
 import socket
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
+
+from sqlalchemy import URL, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from hedgerow.client import CallRecord
 from tests.client.scripted_server import Script, chunk, sse, usage_chunk
@@ -84,3 +87,23 @@ def recent_calls(
         ).to_dict()
         for i in range(n)
     ]
+
+
+async def drop_day_partitions(url: URL, day: date) -> None:
+    """Drop one day's ``attempts`` and ``calls`` partitions from a connection of its own.
+
+    Stands for another process (an operator, another ``serve``) dropping a day that this
+    process's caches still hold; PostgreSQL only.
+
+    Args:
+        url: the store's SQLAlchemy URL (``engine.url``); day: the UTC day whose partitions go.
+    """
+    from hedgerow.controller.partitions import partition_name
+
+    other = create_async_engine(url)
+    try:
+        async with other.begin() as connection:
+            await connection.execute(text(f"DROP TABLE {partition_name('attempts', day)}"))
+            await connection.execute(text(f"DROP TABLE {partition_name('calls', day)}"))
+    finally:
+        await other.dispose()

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import func, select
 
 from hedgerow.controller.models import Call, Route
+from tests.helpers import drop_day_partitions
 
 
 async def _calls_stored(app) -> int:
@@ -174,7 +175,6 @@ async def test_a_cached_day_dropped_by_another_connection_is_made_again_and_the_
     make_api, call_factory
 ) -> None:
     from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
 
     from hedgerow.controller.partitions import day_of, partition_name
 
@@ -187,13 +187,7 @@ async def test_a_cached_day_dropped_by_another_connection_is_made_again_and_the_
         first = await api.post("/v1/calls", json={"calls": [call_factory("a", started_at=started).to_dict()]})
         assert first.json() == {"accepted": 1, "duplicates": 0}
         assert app.state.partition_days.unknown([day], now=datetime.now(UTC)) == []  # learnt
-        other = create_async_engine(engine.url)
-        try:
-            async with other.begin() as connection:
-                await connection.execute(text(f"DROP TABLE {partition_name('attempts', day)}"))
-                await connection.execute(text(f"DROP TABLE {partition_name('calls', day)}"))
-        finally:
-            await other.dispose()
+        await drop_day_partitions(engine.url, day)
         again = await api.post("/v1/calls", json={"calls": [call_factory("b", started_at=started).to_dict()]})
         assert again.status_code == 202 and again.json() == {"accepted": 1, "duplicates": 0}
         assert await _calls_stored(app) == 1  # "a" went with its day; "b" is in the day made again

@@ -13,7 +13,6 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from sqlalchemy import event, func, select, text
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.models import Attempt, Call, HourlyRollup
@@ -29,6 +28,7 @@ from hedgerow.controller.partitions import (
 from hedgerow.controller.retention import drop_folded_days, run_retention
 from hedgerow.controller.rollups import floor_hour, fold_hours, merge_rollups
 from hedgerow.settings import Settings
+from tests.helpers import drop_day_partitions
 
 NOW = datetime(2026, 11, 29, 12, 20, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -166,13 +166,7 @@ async def test_cached_days_cost_no_catalog_query_and_a_dropped_day_fails_the_bat
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", count_catalog_reads)
     # another connection drops the day (by hand: retention would not drop a day this recent)
-    other = create_async_engine(engine.url)
-    try:
-        async with other.begin() as connection:
-            await connection.execute(text(f"DROP TABLE {partition_name('attempts', day)}"))
-            await connection.execute(text(f"DROP TABLE {partition_name('calls', day)}"))
-    finally:
-        await other.dispose()
+    await drop_day_partitions(engine.url, day)
     late = [call_factory("c", started_at=now - 2 * DAY), call_factory("d", started_at=now)]
     with pytest.raises(DayPartitionMissing, match="no partition"):
         await _ingest_cached(sessionmaker, late, cache)
