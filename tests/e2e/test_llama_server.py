@@ -49,7 +49,9 @@ from tests.e2e.llama_env import LlamaEnv, LlamaEnvUnavailable, ensure_llama_env
 from tests.e2e.processes import stop_process
 from tests.helpers import Sink, free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+# One worker runs the whole module (`--dist loadgroup`): one pair of servers per run, not one per
+# worker, so four model copies do not compete for the two cores with the rest of the suite.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500), pytest.mark.xdist_group("llama-servers")]
 
 MODEL = "gemma-3-270m"
 #: Seconds without a first token before the client hedges.
@@ -143,6 +145,14 @@ class LlamaServer:
         """Terminate the process (kill after 15 s)."""
         stop_process(self.proc)
 
+    def exit_report(self) -> str | None:
+        """None while the process runs; else how it ended (signal or status) and its log's tail."""
+        code = self.proc.poll()
+        if code is None:
+            return None
+        how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        return f"llama server {self.name} (port {self.port}) {how}; log tail:\n{self.log_tail()}"
+
 
 @pytest.fixture(scope="module")
 def servers(llama_env: LlamaEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LlamaServer, LlamaServer]]:
@@ -160,6 +170,22 @@ def servers(llama_env: LlamaEnv, tmp_path_factory: pytest.TempPathFactory) -> It
     finally:
         for server in started:
             server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _servers_outlive_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that used the servers, fail it (at teardown) if one of them is gone.
+
+    A server that dies mid-test shows up in the test as a bare connection error; this names the
+    server, how it ended (a signal number says killed, crashed or out of memory) and its log.
+    """
+    yield
+    if "servers" not in request.fixturenames:
+        return
+    pair: tuple[LlamaServer, LlamaServer] = request.getfixturevalue("servers")
+    reports = [r for r in (server.exit_report() for server in pair) if r is not None]
+    if reports:
+        pytest.fail("\n\n".join(reports), pytrace=False)
 
 
 def _established(port: int, *, local: bool) -> int:
