@@ -1,8 +1,13 @@
 """Benchmark: what the hedging client adds to a streamed call when no hedge fires.
 
-The same N streamed chat completions (default 1,000) go to one local upstream several ways,
-interleaved call by call (rotating which goes first) so that drift in machine load hits
-them alike. Every way has an ``httpx`` client (connection pool) of its own: sharing one between
+The same streamed chat completion goes to one local upstream several ways, N rounds (default
+1,000), each round calling every way once in an order shuffled per round (seeded), so that drift in
+machine load hits every way alike and no way always follows another. Before each call the
+benchmark lets the work of the previous call finish (``settle``): the loop's other tasks, the
+portal thread's tasks (``--sdk``), a garbage collection. Without that, what one way left behind
+(its closing tasks, the portal finishing a sync call) was timed as part of the next way's call,
+which made the way measured after the hedged one (the baseline) look slow and the hedged one
+cheap. Every way has an ``httpx`` client (connection pool) of its own: sharing one between
 ``plain`` and ``plain_close`` once raised plain's TTFT median from 0.53 to 0.83 ms (each
 ``plain_close`` call leaves the pool a connection to replace) and made hedging look free.
 
@@ -27,14 +32,17 @@ the synchronous pair ``sync_sdk`` (``openai.OpenAI`` straight) and ``sync_sdk_tr
 counts, ``process_time`` being the process's). The sync calls block the benchmark's event loop
 while they run, which nothing else needs meanwhile.
 
-Measured per mode: TTFT (request sent to the first token in the caller's hands; median and P99,
-ms), CPU time per chunk (``time.process_time`` summed over that mode's calls, divided by the
-chunks it delivered) and the median CPU time from the call's start to its first token
-(``process_time``, us): the fixed cost behind the added TTFT, which, unlike the wall-clock TTFT,
-a loaded machine does not inflate by its waits for a core. "Added" is hedging minus its baseline
-(of the medians, of the P99s, of the CPU to the first token); "ratio" is hedging CPU per chunk
-over the baseline's. Issue 12's target, against ``naive`` in the
-same run: at most +0.2 ms TTFT median and x1.3 CPU per chunk.
+Measured per way: TTFT (request sent to the first token in the caller's hands; median, P90 and
+P99, ms), CPU time per chunk (the process's, ``time.process_time``, and the calling thread's,
+``time.thread_time``, each summed over the way's calls and divided by the chunks delivered; they
+differ for the sync transport, whose hedged call runs on the portal thread) and the median CPU
+time from the call's start to its first token (``process_time``, us): the fixed cost behind the
+added TTFT, which, unlike the wall-clock TTFT, a loaded machine does not inflate by its waits for
+a core. Differences are hedging minus its baseline (of the medians, P90s, P99s, of the CPU to the
+first token), and "paired" is the median of the per-round differences (both ways of a round ran
+within milliseconds of each other); "ratio" is hedging CPU per chunk over the baseline's.
+Issue 12's target, against ``naive`` in
+the same run: at most +0.2 ms TTFT median and x1.3 CPU per chunk.
 
 The upstream is a minimal asyncio SSE server in a **separate process** (this script with
 ``--serve``), not a simulated replica: the replica's engine, uvicorn and FastAPI add a millisecond
@@ -53,8 +61,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
+import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -259,14 +270,63 @@ PAIRS = (
     ("sync_sdk", "sync_sdk_transport"),
 )
 
+#: Longest wait (s) for other tasks of the benchmark's loop (or the portal's) to end between calls.
+SETTLE_LIMIT_S = 1.0
 
-async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dict[str, Any]:
-    """Interleave ``calls`` calls of each mode after ``warmup`` unmeasured ones; summarise."""
+
+async def _loop_idle(limit_s: float = SETTLE_LIMIT_S) -> None:
+    """Yield to the running loop until no task but the caller is left (at most ``limit_s``)."""
+    me = asyncio.current_task()
+    deadline = time.monotonic() + limit_s
+    while any(task is not me for task in asyncio.all_tasks()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.0005)
+
+
+async def settle(portal: asyncio.AbstractEventLoop | None) -> None:
+    """Let the work one way left behind finish before the next way is timed.
+
+    A way's call can leave work queued on its way out (closing tasks, a close of the portal's
+    body, the portal thread finishing the hedged call, garbage): without this it lands in the
+    time of whichever way runs next, and makes the way measured after the hedged one look slow.
+    Here: wait until the benchmark's loop has no other task, wait until the portal loop (when
+    one runs) has no task either, collect garbage, and yield once more.
+    """
+    await _loop_idle()
+    if portal is not None and portal.is_running():
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_loop_idle(), portal))
+    gc.collect()
+    await asyncio.sleep(0)
+
+
+class Sample:
+    """One measured call: wall TTFT (s), CPU to the first token and per call (s; the process's and
+    the calling thread's), chunks delivered."""
+
+    __slots__ = ("chunks", "cpu_first_s", "cpu_s", "thread_cpu_s", "ttft_s")
+
+    def __init__(self, ttft_s: float, cpu_first_s: float, cpu_s: float, thread_cpu_s: float, chunks: int) -> None:
+        self.ttft_s, self.cpu_first_s, self.cpu_s, self.thread_cpu_s, self.chunks = (
+            ttft_s,
+            cpu_first_s,
+            cpu_s,
+            thread_cpu_s,
+            chunks,
+        )
+
+
+async def run(port: int, calls: int, warmup: int, with_sdk: bool = False, seed: int = 12) -> dict[str, Any]:
+    """Run ``calls`` rounds after ``warmup`` unmeasured ones; summarise.
+
+    Each round calls every way once, in an order shuffled per round (``random.Random(seed)``),
+    and lets the loops settle (``settle``) before each call, so no way pays for another's
+    leftovers and drift in machine load hits every way alike.
+    """
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
     upstreams = [Upstream("local", f"http://127.0.0.1:{port}/v1"), Upstream("unused", f"http://127.0.0.1:{port}/v1")]
     policy = HedgePolicy(hedge_after_s=30.0)
     timeout = httpx.Timeout(None, connect=5.0)
+    portal: asyncio.AbstractEventLoop | None = None
     async with contextlib.AsyncExitStack() as stack:
         # One httpx client per way: a pool shared with plain_close's closed connections slows the others.
         naive_http, plain_http, close_http = [
@@ -283,6 +343,7 @@ async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dic
             import openai  # the dev extra; only this mode needs it
 
             from hedgerow.client import HedgingTransport
+            from hedgerow.client._portal import PORTAL
 
             direct = openai.AsyncOpenAI(
                 base_url=upstreams[0].base_url, api_key="x", max_retries=0, http_client=httpx.AsyncClient(limits=limits)
@@ -308,48 +369,68 @@ async def run(port: int, calls: int, warmup: int, with_sdk: bool = False) -> dic
             )
             for sync_sdk in (sync_direct, sync_hedged):
                 stack.callback(sync_sdk.close)
+            portal = PORTAL.loop
 
             async def in_line(sdk: Any) -> tuple[float, float, int]:
                 return sync_sdk_call(sdk)
 
             modes["sync_sdk"] = lambda: in_line(sync_direct)
             modes["sync_sdk_transport"] = lambda: in_line(sync_hedged)
-        ttfts: dict[str, list[float]] = {name: [] for name in modes}
-        cpu_firsts: dict[str, list[float]] = {name: [] for name in modes}
-        cpu = dict.fromkeys(modes, 0.0)
-        chunks = dict.fromkeys(modes, 0)
         names = list(modes)
+        samples: dict[str, list[Sample]] = {name: [] for name in names}
+        rng = random.Random(seed)
         for _ in range(warmup):
             for call in modes.values():
                 await call()
-        for i in range(calls):
-            shift = i % len(names)  # rotate the order so no mode always runs first
-            for name in names[shift:] + names[:shift]:
-                cpu_start = time.process_time()
-                ttft, cpu_first, n = await modes[name]()
-                cpu[name] += time.process_time() - cpu_start
-                ttfts[name].append(ttft)
-                cpu_firsts[name].append(cpu_first)
-                chunks[name] += n
+        gc.collect()
+        gc.freeze()  # the clients and modules: collections between calls then scan only new objects
+        try:
+            for _ in range(calls):
+                order = rng.sample(names, len(names))
+                for name in order:
+                    await settle(portal)
+                    cpu_start = time.process_time()
+                    thread_start = time.thread_time()
+                    ttft, cpu_first, n = await modes[name]()
+                    thread_cpu = time.thread_time() - thread_start
+                    cpu = time.process_time() - cpu_start
+                    samples[name].append(Sample(ttft, cpu_first, cpu, thread_cpu, n))
+        finally:
+            gc.unfreeze()
+    return summarise(samples)
+
+
+def summarise(samples: dict[str, list[Sample]]) -> dict[str, Any]:
+    """Per way: TTFT median/P90/P99 (ms), CPU per chunk (us; process and calling thread), median CPU
+    to the first token (us); per pair: the differences, the ratio, and the median of the per-round
+    TTFT differences (the two ways of a round ran next to each other)."""
     results: dict[str, Any] = {}
-    for name in names:
+    for name, rows in samples.items():
+        ttfts = [r.ttft_s for r in rows]
+        chunks = sum(r.chunks for r in rows)
         results[name] = {
-            "ttft_ms_median": statistics.median(ttfts[name]) * 1e3,
-            "ttft_ms_p99": _quantile(ttfts[name], 0.99) * 1e3,
-            "cpu_us_per_chunk": cpu[name] / chunks[name] * 1e6,
-            "cpu_us_to_first_token_median": statistics.median(cpu_firsts[name]) * 1e6,
-            "cpu_s_total": cpu[name],
-            "chunks": chunks[name],
+            "ttft_ms_median": statistics.median(ttfts) * 1e3,
+            "ttft_ms_p90": _quantile(ttfts, 0.90) * 1e3,
+            "ttft_ms_p99": _quantile(ttfts, 0.99) * 1e3,
+            "cpu_us_per_chunk": sum(r.cpu_s for r in rows) / chunks * 1e6,
+            "thread_cpu_us_per_chunk": sum(r.thread_cpu_s for r in rows) / chunks * 1e6,
+            "cpu_us_to_first_token_median": statistics.median(r.cpu_first_s for r in rows) * 1e6,
+            "cpu_s_total": sum(r.cpu_s for r in rows),
+            "chunks": chunks,
         }
     added = {}
     for base, mode in PAIRS:
         if mode in results:
+            b, m = results[base], results[mode]
+            paired = [x.ttft_s - y.ttft_s for x, y in zip(samples[mode], samples[base], strict=True)]
             added[f"{mode} - {base}"] = {
-                "added_ttft_ms_median": results[mode]["ttft_ms_median"] - results[base]["ttft_ms_median"],
-                "added_ttft_ms_p99": results[mode]["ttft_ms_p99"] - results[base]["ttft_ms_p99"],
-                "cpu_per_chunk_ratio": results[mode]["cpu_us_per_chunk"] / results[base]["cpu_us_per_chunk"],
-                "added_cpu_us_to_first_token": results[mode]["cpu_us_to_first_token_median"]
-                - results[base]["cpu_us_to_first_token_median"],
+                "added_ttft_ms_median": m["ttft_ms_median"] - b["ttft_ms_median"],
+                "added_ttft_ms_p90": m["ttft_ms_p90"] - b["ttft_ms_p90"],
+                "added_ttft_ms_p99": m["ttft_ms_p99"] - b["ttft_ms_p99"],
+                "paired_ttft_ms_median": statistics.median(paired) * 1e3,
+                "cpu_per_chunk_ratio": m["cpu_us_per_chunk"] / b["cpu_us_per_chunk"],
+                "thread_cpu_per_chunk_ratio": m["thread_cpu_us_per_chunk"] / b["thread_cpu_us_per_chunk"],
+                "added_cpu_us_to_first_token": m["cpu_us_to_first_token_median"] - b["cpu_us_to_first_token_median"],
             }
     return {"results": results, "added": added}
 
@@ -376,21 +457,30 @@ def main(calls: int, tokens: int, warmup: int, json_path: Path | None, with_sdk:
         child.terminate()
         child.wait(10)
     r = summary["results"]
+    load = os.getloadavg()
     print(
-        f"{calls} streamed calls per mode, {tokens} content chunks each (+ role, finish, usage), "
-        f"local SSE server in a child process"
+        f"{calls} rounds (each way once per round, shuffled order, loops settled between calls), {tokens} "
+        f"content chunks per call (+ role, finish, usage), local SSE server in a child process; "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end"
     )
-    print(f"{'mode':<40} {'TTFT median ms':>15} {'TTFT P99 ms':>12} {'CPU us/chunk':>13} {'CPU us to 1st':>14}")
+    head = ("TTFT p50 ms", "p90 ms", "p99 ms", "CPU us/chunk", "thread us/ch", "CPU us to 1st")
+    print(f"{'way':<34}" + "".join(f"{h:>14}" for h in head))
     for name in r:
+        x = r[name]
         print(
-            f"{name:<40} {r[name]['ttft_ms_median']:>15.3f} {r[name]['ttft_ms_p99']:>12.3f} "
-            f"{r[name]['cpu_us_per_chunk']:>13.2f} {r[name]['cpu_us_to_first_token_median']:>14.0f}"
+            f"{name:<34}{x['ttft_ms_median']:>14.3f}{x['ttft_ms_p90']:>14.3f}{x['ttft_ms_p99']:>14.3f}"
+            f"{x['cpu_us_per_chunk']:>14.2f}{x['thread_cpu_us_per_chunk']:>14.2f}"
+            f"{x['cpu_us_to_first_token_median']:>14.0f}"
         )
+    head = ("+TTFT p50 ms", "+p90 ms", "+p99 ms", "paired p50 ms", "CPU ratio", "thread ratio", "+CPU us to 1st")
+    print(f"{'difference':<34}" + "".join(f"{h:>14}" for h in head))
     for pair, a in summary["added"].items():
-        label = f"{pair} (ratio)"
         print(
-            f"{label:<40} {a['added_ttft_ms_median']:>+15.3f} {a['added_ttft_ms_p99']:>+12.3f} "
-            f"{'x' + format(a['cpu_per_chunk_ratio'], '.2f'):>13} {a['added_cpu_us_to_first_token']:>+14.0f}"
+            f"{pair:<34}{a['added_ttft_ms_median']:>+14.3f}{a['added_ttft_ms_p90']:>+14.3f}"
+            f"{a['added_ttft_ms_p99']:>+14.3f}{a['paired_ttft_ms_median']:>+14.3f}"
+            f"{'x' + format(a['cpu_per_chunk_ratio'], '.2f'):>14}"
+            f"{'x' + format(a['thread_cpu_per_chunk_ratio'], '.2f'):>14}"
+            f"{a['added_cpu_us_to_first_token']:>+14.0f}"
         )
     document = {
         "benchmark": "client_overhead",
@@ -400,6 +490,7 @@ def main(calls: int, tokens: int, warmup: int, json_path: Path | None, with_sdk:
         "calls": calls,
         "tokens": tokens,
         "warmup": warmup,
+        "load_average": list(load),
         **summary,
     }
     if json_path is not None:

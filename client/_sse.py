@@ -25,6 +25,7 @@ an unfinished last *line* is kept by ``flush`` only in the sense that it never m
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Final
 
 __all__ = ["SseDecoder", "SseEvent"]
@@ -61,11 +62,27 @@ class SseDecoder:
         Returns:
             The events completed by ``piece``, in order (often empty, often many).
         """
+        return list(self.events(piece))
+
+    def events(self, piece: bytes) -> Iterator[SseEvent]:
+        """Parse one more piece of the body lazily: each event is parsed when it is asked for.
+
+        The same events as ``feed``; a reader that hands the first token on before the rest of a
+        burst (a whole answer in one read) does not wait for the rest to be parsed. The iterator
+        must be read to its end (or dropped, which drops the rest of the piece's events) before
+        the next piece is given.
+
+        Args:
+            piece: as for ``feed``.
+
+        Yields:
+            The events completed by ``piece``, in order.
+        """
         text = self._rest + piece if self._rest else piece
         if not self._started:
             if len(text) < len(_BOM) and _BOM.startswith(text):
                 self._rest = text  # could still be the start of a byte order mark
-                return []
+                return
             self._started = True
             if text.startswith(_BOM):
                 text = text[len(_BOM) :]
@@ -80,25 +97,32 @@ class SseDecoder:
             cut = text.rfind(b"\n")
             self._rest = text[cut + 1 :]
         if cut < 0:
-            return []
+            return
         events: list[SseEvent] = []
-        data = self._data
-        if not data and not self._event:
+        if not self._data and not self._event:
             # The common shape: whole events of one "data:" line each, "\n"-separated.
-            blocks = text[: cut + 1].split(b"\n\n")
-            last = blocks.pop()  # complete lines after the last blank line ("\n"-terminated), or b""
-            for block in blocks:
+            start = 0
+            end = cut + 1
+            while True:
+                stop = text.find(b"\n\n", start, end)
+                if stop < 0:
+                    break
+                block = text[start:stop]
+                start = stop + 2
                 if block.startswith(b"data:") and b"\n" not in block:
                     value = block[5:]
-                    events.append(("", value[1:] if value.startswith(b" ") else value))
+                    yield ("", value[1:] if value.startswith(b" ") else value)
                 else:
                     self._lines(block.split(b"\n"), events)
                     self._end_event(events)
-            if last:
-                self._lines(last[:-1].split(b"\n"), events)
-            return events
+                    yield from events
+                    events.clear()
+            if start < end:  # complete lines after the last blank line ("\n"-terminated)
+                self._lines(text[start : end - 1].split(b"\n"), events)
+                yield from events
+            return
         self._lines(text[:cut].split(b"\n"), events)
-        return events
+        yield from events
 
     def _lines(self, lines: list[bytes], events: list[SseEvent]) -> None:
         """Interpret complete lines (without their line ends) in order."""

@@ -26,6 +26,12 @@ https://www.encode.io/httpcore/extensions/#trace, and ``httpx.AsyncBaseTransport
 The caller's cancellation is never swallowed: after the inner task ended (and a response that
 arrived anyway was closed), the ``CancelledError`` is raised again.
 
+A caller that cancels its task only through a ``CancelGate`` (the hedging client's attempt tasks,
+which nothing else cancels) passes the gate in the request's ``GATE_EXTENSION``: the inner send
+then runs in the caller's own task, with no task, shield and loop turns of its own per request
+(two event-loop turns before the first token), and the gate holds a cancellation asked for inside
+the window back until the request has started (at most ``SAFE_WAIT_S``), as above.
+
 Bodies: a request whose ``extensions`` carry ``BODY_LIMIT_EXTENSION`` (an int, bytes) gets a
 response body that fails with ``BodyTooLarge`` once more than that many bytes were read (the
 whole-response path uses it; streamed answers bound each SSE event instead).
@@ -45,10 +51,26 @@ import httpx
 
 from hedgerow.client.errors import AttemptError
 
-__all__ = ["BODY_LIMIT_EXTENSION", "SAFE_WAIT_S", "BodyTooLarge", "OwnedTransport", "close_shielded"]
+__all__ = [
+    "BODY_LIMIT_EXTENSION",
+    "GATE_EXTENSION",
+    "SAFE_WAIT_S",
+    "BodyTooLarge",
+    "CancelGate",
+    "OwnedTransport",
+    "close_shielded",
+]
 
 #: Request extension naming the largest response body (bytes) the caller will read.
 BODY_LIMIT_EXTENSION = "hedgerow.max_body_bytes"
+
+#: Request extension carrying the calling task's ``CancelGate``: the send runs in that task.
+GATE_EXTENSION = "hedgerow.cancel_gate"
+
+#: Trace events (suffixes) after which a new connection is in the connect-to-request window, and
+#: those that end the window (the request started, a TLS handshake started, something failed).
+_WINDOW_OPENS = ("connect_tcp.complete", "connect_unix_socket.complete", "start_tls.complete")
+_WINDOW_CLOSES = ("send_request_headers.started", "start_tls.started", ".failed")
 
 #: Longest wait (s) for a request inside the connect-to-request window before it is cancelled
 #: anyway; the window normally lasts one event-loop step (a TLS handshake at most).
@@ -118,15 +140,83 @@ class _Gate:
         """The ``trace`` extension's callback (chains the caller's own, if any)."""
         if self._inner is not None:
             await self._inner(event, info)
-        if event.endswith(("connect_tcp.complete", "connect_unix_socket.complete", "start_tls.complete")):
+        if event.endswith(_WINDOW_OPENS):
             if self.cancel_requested:
-                stream = info.get("return_value")
-                if stream is not None and hasattr(stream, "aclose"):
-                    await close_shielded(stream.aclose)
-                raise asyncio.CancelledError("hedgerow: connect completed after the request was cancelled")
+                await _refuse_connection(info)
             self.cancellable.clear()
-        elif event.endswith(("send_request_headers.started", "start_tls.started", ".failed")):
+        elif event.endswith(_WINDOW_CLOSES):
             self.cancellable.set()
+
+
+async def _refuse_connection(info: Mapping[str, Any]) -> None:
+    """From a trace hook: close the stream of a connect that completed after the request was
+    cancelled and fail the connect, which makes httpcore mark the connection closed and drop it."""
+    stream = info.get("return_value")
+    if stream is not None and hasattr(stream, "aclose"):
+        await close_shielded(stream.aclose)
+    raise asyncio.CancelledError("hedgerow: connect completed after the request was cancelled")
+
+
+class CancelGate:
+    """Cancels one task (``cancel``) except inside a new connection's connect-to-request window.
+
+    For a task that sends its requests through an ``OwnedTransport`` with this gate in the
+    request's ``GATE_EXTENSION`` and is never cancelled otherwise (``Task.cancel`` directly
+    could land in the window and orphan the connection, encode/httpcore#1093). The transport then
+    sends in that task itself. ``cancel`` cancels the task at once, unless a connect (or TLS
+    handshake) of its request has completed and the request has not started yet: then the
+    cancellation is delivered when the request starts or fails, or after ``SAFE_WAIT_S``. A
+    cancellation delivered during a connect that completes anyway is repaired as by the
+    transport's own gate (the new stream closed, the connect failed from the trace hook).
+
+    Args:
+        task: the task to cancel (the one that sends through the transport).
+    """
+
+    __slots__ = ("_asked", "_inner", "_late", "_task", "_window")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self._task = task
+        self._inner: _Trace | None = None
+        self._window = False  # inside the connect-to-request window
+        self._asked = False  # ``cancel`` was called
+        self._late: asyncio.TimerHandle | None = None  # a cancellation held back by the window
+
+    def cancel(self) -> None:
+        """Cancel the task now, or when its request leaves the window (at most ``SAFE_WAIT_S``).
+
+        Calls ``Task.cancel`` at most once per gate.
+        """
+        if self._asked:
+            return
+        self._asked = True
+        if not self._window:
+            self._task.cancel()
+        else:
+            self._late = asyncio.get_running_loop().call_later(SAFE_WAIT_S, self._deliver)
+
+    def _deliver(self) -> None:
+        if self._late is not None:
+            self._late.cancel()
+            self._late = None
+            self._task.cancel()
+
+    def chain(self, inner: _Trace | None) -> _Trace:
+        """The ``trace`` callback for the request, calling the caller's own ``inner`` first."""
+        self._inner = inner
+        return self.trace
+
+    async def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        """The ``trace`` extension's callback (chains the caller's own, if any)."""
+        if self._inner is not None:
+            await self._inner(event, info)
+        if event.endswith(_WINDOW_OPENS):
+            if self._asked:  # cancelled during the connect, which completed all the same
+                await _refuse_connection(info)
+            self._window = True
+        elif event.endswith(_WINDOW_CLOSES):
+            self._window = False
+            self._deliver()
 
 
 class _ShieldedBody(httpx.AsyncByteStream):
@@ -182,15 +272,21 @@ class OwnedTransport(httpx.AsyncBaseTransport):
         """
         extensions = dict(request.extensions)
         limit = extensions.pop(BODY_LIMIT_EXTENSION, None)
-        gate = _Gate(extensions.get("trace"))
-        extensions["trace"] = gate.trace
-        request.extensions = extensions
-        sending = asyncio.ensure_future(self._inner.handle_async_request(request))
-        try:
-            response = await asyncio.shield(sending)
-        except asyncio.CancelledError:
-            await _cancel_safely(sending, gate)
-            raise
+        own = extensions.pop(GATE_EXTENSION, None)
+        if isinstance(own, CancelGate):  # the caller's task cancels itself only through its gate
+            extensions["trace"] = own.chain(extensions.get("trace"))
+            request.extensions = extensions
+            response = await self._inner.handle_async_request(request)
+        else:
+            gate = _Gate(extensions.get("trace"))
+            extensions["trace"] = gate.trace
+            request.extensions = extensions
+            sending = asyncio.ensure_future(self._inner.handle_async_request(request))
+            try:
+                response = await asyncio.shield(sending)
+            except asyncio.CancelledError:
+                await _cancel_safely(sending, gate)
+                raise
         if isinstance(response.stream, httpx.AsyncByteStream):
             response.stream = _ShieldedBody(response.stream, limit if isinstance(limit, int) else None)
         return response

@@ -83,6 +83,8 @@ next call to that upstream skips the TCP and TLS handshakes. Every request goes 
 connection counted as active in the pool for good, encode/httpcore#1115) and delays the
 cancellation of a send that is between a new connection's connect and its request until it is
 past that window (a cancellation there orphans the connection, encode/httpcore#1093). An
+attempt's task sends its request itself (no task of the transport's per request) and is
+cancelled only through its ``CancelGate``, which keeps the cancellation out of that window. An
 attempt's task is cancelled at most once (``_cancel_task``) and the call waits for its tasks
 without ``gather`` (``wait_tasks_shielded``): a second cancellation reaching a loser that is
 already unwinding from the first aborts httpcore's own close of its connection half-way (anyio's
@@ -93,8 +95,9 @@ Stream size: an SSE event (or line) longer than ``HedgePolicy.max_event_bytes`` 
 fails its attempt with ``error_type`` ``event_too_large`` before the SSE decoder buffers more of
 it (before the first token: failover; after it: ``StreamError``).
 
-Reading: each attempt parses the SSE events of every read of its body at once
-(``hedgerow.client._sse``) and each event's JSON with ``orjson``. Up to the first token every chunk
+Reading: each attempt parses the SSE events of every read of its body one after the other
+(``hedgerow.client._sse``; an answer that came in one read is not parsed whole before its first
+token goes to the caller) and each event's JSON with ``orjson``. Up to the first token every chunk
 goes to the race on its own; after it, the chunks of one read go to the reader as one list, in one
 queue hand-off, timed when handed over.
 
@@ -124,6 +127,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import socket
 import time
 import uuid
@@ -139,7 +143,7 @@ import orjson
 from hedgerow.client._race import Action, AttemptState, Cancel, Race, Raise, Start, Won
 from hedgerow.client._responses import ResponsesAssembler, attempt_failure, classify_event
 from hedgerow.client._sse import SseDecoder
-from hedgerow.client._transport import OwnedTransport, close_shielded
+from hedgerow.client._transport import GATE_EXTENSION, CancelGate, OwnedTransport, close_shielded
 from hedgerow.client.budget import FailoverBudget, HedgeBudget
 from hedgerow.client.chunks import AnswerAssembler, classify_chunk
 from hedgerow.client.errors import (
@@ -204,6 +208,19 @@ def attempt_request_id(request_id: str, role: str) -> str:
     digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 9562 variant
     h = digest.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _random_request_id() -> str:
+    """A random call id: the 32 hex digits of a version-4 UUID, as ``uuid.uuid4().hex`` gives
+    (built from ``os.urandom`` without a ``uuid.UUID``, a fifth of the cost)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 9562 variant
+    return raw.hex()
+
+
+#: The record's ``started_at`` until the call has started (replaced when the record is built).
+_NOT_STARTED = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 async def wait_tasks_shielded(tasks: Sequence[asyncio.Future[Any]]) -> None:
@@ -472,7 +489,8 @@ class _Attempt:
     upstream: Upstream
     state: AttemptState
     task: asyncio.Task[None] | None = None
-    cancel_sent: bool = False  # ``task.cancel()`` was called: never call it twice (``_cancel_task``)
+    gate: CancelGate | None = None  # cancels ``task``, never inside a connect-to-request window
+    cancel_sent: bool = False  # the task was cancelled: never cancel it twice (``_cancel_task``)
     pending: list[dict[str, Any]] = field(default_factory=list)
     response_headers: httpx.Headers | None = None
 
@@ -641,7 +659,7 @@ class HedgingClient:
             order,
             wire,
             model=model,
-            request_id=request_id or uuid.uuid4().hex,
+            request_id=request_id or _random_request_id(),
             hedge_after_s=hedge_after_s,
             threshold_version=version,
             hedging_enabled=hedging_enabled,
@@ -758,7 +776,7 @@ class CallStream:
             request_id=request_id,
             route=client.route,
             model=model,
-            started_at=datetime.now(UTC),
+            started_at=_NOT_STARTED,  # set from ``_wall0`` when the record is built
             client=client.client_tag,
             threshold_version=threshold_version,
             choices=_choice_count(body) if api == "chat" else 1,
@@ -779,15 +797,17 @@ class CallStream:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._t0 = 0.0
+        self._wall0 = 0.0
 
     # -- context manager ---------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         self._t0 = time.monotonic()
-        self._race.started_at = datetime.now(UTC)
+        self._wall0 = time.time()  # the record's started_at, made into a datetime after the call
         self._head = asyncio.get_running_loop().create_future()
+        # The primary's task arms the timer when it sends (the hedge timer counts from there),
+        # one event-loop turn from now: no timer to arm and re-arm here.
         self._execute(self._race.begin(0.0))
-        self._arm_timer()
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
@@ -820,6 +840,7 @@ class CallStream:
                 attempt = _Attempt(self._order[state.index], state)
                 self._attempts.append(attempt)
                 attempt.task = asyncio.create_task(self._run_attempt(attempt), name=f"hedgerow-{state.header_role}")
+                attempt.gate = CancelGate(attempt.task)
             elif isinstance(action, Cancel):
                 self._cancel_task(self._attempts[action.attempt.index])
             elif isinstance(action, Won):
@@ -896,6 +917,7 @@ class CallStream:
                 content=self._content(),
                 headers=self._headers(attempt),
                 params=self._params,
+                extensions={GATE_EXTENSION: attempt.gate},
             )
             async with open_response(self._http, request) as response:
                 self._race.response(attempt.state, response.status_code)
@@ -917,7 +939,7 @@ class CallStream:
                 if isinstance(response.stream, httpx.AsyncByteStream):
                     response.stream = _EventSizeCap(response.stream, self._policy.max_event_bytes)
                 _check_sse(response)
-                decoder = SseDecoder()
+                events = SseDecoder().events  # lazy: a won first token goes out before the rest of its read is parsed
                 # After the first token, the chunks of one read go to the reader as one list, timed
                 # when handed over (before it, each chunk is timed and raced on its own).
                 batch: list[dict[str, Any]] = []
@@ -927,7 +949,7 @@ class CallStream:
                 async with aclosing(pieces):
                     try:
                         async for piece in pieces:
-                            for name, data in decoder.feed(piece):
+                            for name, data in events(piece):
                                 if name == "error":
                                     raise AttemptError("sse_error", f"SSE error event: {_text(data, 200)}")
                                 stripped = data.strip()
@@ -984,9 +1006,10 @@ class CallStream:
         generating. That happened when the caller left right after the first token (the win
         cancelled the loser, ``_finish`` cancelled it again before it had run).
         """
-        if attempt.task is not None and not attempt.task.done() and not attempt.cancel_sent:
+        task, gate = attempt.task, attempt.gate
+        if task is not None and gate is not None and not task.done() and not attempt.cancel_sent:
             attempt.cancel_sent = True
-            attempt.task.cancel()
+            gate.cancel()  # the send runs in this task: the gate keeps the cancel out of the connect window
 
     # -- the call ----------------------------------------------------------------------------
 
@@ -1177,6 +1200,7 @@ class CallStream:
     def _build_record(self) -> None:
         if self.record is not None:
             return
+        self._race.started_at = datetime.fromtimestamp(self._wall0, UTC)
         self.record = self._race.record()
         if self._client.telemetry is not None:
             try:

@@ -537,7 +537,11 @@ class _PortalBody(httpx.SyncByteStream):
         if self._iterated:
             raise RuntimeError("a hedged sync response body can be read only once")
         self._iterated = True
-        PORTAL.loop.call_soon_threadsafe(self.start)  # no-op when already started
+        if self._task is None:
+            # Not started on the portal (``_handle_on_portal`` starts it before handing the
+            # response over, so normally it is): a wake-up of the portal here for nothing would
+            # make its thread compete for the GIL with this one just as the first token arrives.
+            PORTAL.loop.call_soon_threadsafe(self.start)
         get = self._pieces.get
         while True:
             piece = get()

@@ -19,7 +19,13 @@ import httpx
 import pytest
 from packaging.requirements import Requirement
 
-from hedgerow.client._transport import BODY_LIMIT_EXTENSION, BodyTooLarge, OwnedTransport
+from hedgerow.client._transport import (
+    BODY_LIMIT_EXTENSION,
+    GATE_EXTENSION,
+    BodyTooLarge,
+    CancelGate,
+    OwnedTransport,
+)
 from hedgerow.client.background import cancel_and_wait
 from tests.client.scripted_server import Script, ScriptedServer, sse
 from tests.helpers import BODY, answer
@@ -109,6 +115,40 @@ async def test_a_cancellation_at_any_turn_leaves_no_connection_stuck_in_a_pool_o
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await asyncio.wait_for(call(), 5.0)  # the pool's one slot is free
+
+
+async def test_a_gated_cancellation_at_any_turn_leaves_no_connection_stuck_in_a_pool_of_one() -> None:
+    # The hedging client's way: the send runs in the caller's own task (no task of the
+    # transport's), which is cancelled only through its CancelGate, after 0, 1, 2, ... turns.
+    one = OwnedTransport(limits=httpx.Limits(max_connections=1))
+    async with ScriptedServer(answer()) as server, httpx.AsyncClient(transport=one) as http:
+        url = f"{server.base_url}/chat/completions"
+        gates: dict[asyncio.Task[None], CancelGate] = {}
+
+        async def call() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            request = http.build_request("POST", url, json=BODY, extensions={GATE_EXTENSION: gates[task]})
+            response = await http.send(request, stream=True)
+            try:
+                async for _ in response.aiter_bytes():
+                    pass
+            finally:
+                await response.aclose()
+
+        cancelled = 0
+        for turns in range(40):
+            task = asyncio.create_task(call())
+            gates[task] = CancelGate(task)
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            gates[task].cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            cancelled += task.cancelled()
+            fresh = asyncio.create_task(call())
+            gates[fresh] = CancelGate(fresh)
+            await asyncio.wait_for(fresh, 5.0)  # the pool's one slot is free
+        assert cancelled >= 5  # the early turns, the connect and the window among them, were cancelled
 
 
 async def test_the_callers_cancellation_propagates_and_the_upstream_sees_the_close() -> None:
