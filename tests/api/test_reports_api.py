@@ -192,3 +192,30 @@ def test_report_cli_refuses_a_week_that_has_not_started(tmp_path: Path) -> None:
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.startswith("hedgerow: --week: week 2030-W01 has not started yet"), done.stderr
     assert done.stdout == "" and not missing.exists()
+
+
+async def test_a_started_week_without_calls_says_so_in_the_api_and_the_cli(make_api, tmp_path: Path) -> None:
+    """The previous week of an empty store answered ``price_status: "priced"`` with a spend of
+    $0.0000 in every format, as if a priced week had cost nothing. Now the api's JSON says
+    ``no_calls`` with a "no calls" cost and null sums, its Markdown says no calls were recorded,
+    and ``hedgerow report weekly`` says so on stderr too (exit 0: the week is a valid one)."""
+    from hedgerow.controller.models import utc_now
+    from hedgerow.controller.report import IsoWeek
+
+    week = str(IsoWeek.of(utc_now()).previous())
+    async with make_api() as (_app, api):
+        report = (await api.get("/v1/reports/weekly", params={"week": week})).json()
+        md = (await api.get("/v1/reports/weekly", params={"week": week, "format": "md"})).text
+    assert report["no_calls"] is True and report["total"]["cost"]["price_status"] == "no calls"
+    assert report["total"]["cost"]["spend_usd"] is None
+    assert "no calls were recorded in this week" in md and "$0" not in md and "priced" not in md
+    db = f"sqlite:///{tmp_path / 'empty.db'}"
+    subprocess.run([sys.executable, "-m", "hedgerow.cli", "db", "upgrade", "--db", db], check=True, timeout=120,
+                   capture_output=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "hedgerow.cli", "report", "weekly", "--db", db, "--week", week, "--format", "csv"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(f"hedgerow: no calls in {week}"), done.stderr
+    assert ",no calls," in done.stdout and ",priced," not in done.stdout
