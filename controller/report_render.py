@@ -306,6 +306,7 @@ def to_html(report: Mapping[str, Any]) -> str:
         plots=plots,
         overhead=overhead,
         omitted=len(with_calls) - len(plotted),
+        days=_days_of(report),
     )
 
 
