@@ -83,7 +83,7 @@ class Metrics:
     def __init__(self) -> None:
         # process-wide in prometheus-client (it has no per-registry switch); this process's
         # metrics are all the api's, so none of them should carry a ``_created`` series
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         route_model = ["route", "model"]
