@@ -117,14 +117,14 @@ class IsoWeek:
 
     @classmethod
     def parse(cls, text: str) -> IsoWeek:
-        """Parse ``2026-W48``.
+        """Parse ``2026-W48`` (``2026-w48`` too: the ``W`` in either case).
 
         Raises:
             ValueError: not ``YYYY-Www``, a week that year does not have, or a week whose report
                 cannot be dated (the first week of year 1 has no previous week to compare with,
                 the last of year 9999 no end): those raised OverflowError deep in the report.
         """
-        match = _WEEK.match(text.strip()) if isinstance(text, str) else None
+        match = _WEEK.match(text.strip().upper()) if isinstance(text, str) else None
         if match is None:
             raise ValueError(f"week {text!r} is not an ISO week such as 2026-W48")
         year, week = int(match.group(1)), int(match.group(2))

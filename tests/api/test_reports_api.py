@@ -219,3 +219,18 @@ async def test_a_started_week_without_calls_says_so_in_the_api_and_the_cli(make_
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith(f"hedgerow: no calls in {week}"), done.stderr
     assert ",no calls," in done.stdout and ",priced," not in done.stdout
+
+
+async def test_a_week_typed_in_lower_case_is_taken_and_errors_name_the_week_once(make_api) -> None:
+    """``2026-w48`` (as ``date +%G-w%V`` or a hurried hand types it) was refused as "not an ISO
+    week such as 2026-W48"; the week is now read in either case, by the api, the console and the
+    CLI (one parser). The console's error for a bad week said the week twice ("week 'latest':
+    week 'latest' is not ...")."""
+    async with make_api() as (_app, api):
+        lower = await api.get("/v1/reports/weekly", params={"week": "2026-w48"})
+        assert lower.status_code == 200 and lower.json()["week"] == "2026-W48", lower.text
+        assert (await api.get("/ui/reports/2026-w48")).status_code == 200
+        for week in ("latest", "2026-W99"):
+            page = await api.get(f"/ui/reports/{week}")
+            assert page.status_code == 422, page.text
+            assert page.text.count(f"week &#39;{week}&#39;") == 1, page.text
