@@ -176,7 +176,7 @@ def _print_route(r: dict[str, Any]) -> None:
         ["min_hedge_after_s", _seconds(r["min_hedge_after_s"])],
         ["max_hedge_after_s", _seconds(r["max_hedge_after_s"])],
         ["pinned_hedge_after_s", _seconds(r["pinned_hedge_after_s"])],
-        ["updated_at", r["updated_at"]],
+        ["updated (UTC)", _when(r["updated_at"])],
     ]
     _print_table(f"{r['route']} · {r['model']}", ["setting", "value"], rows)
 
@@ -252,12 +252,29 @@ def route_history(
     _print_table(f"{route}: {len(rows)} decision(s)", columns, rows)
 
 
+def _when(text: str | None) -> str:
+    """An api timestamp (``2026-12-03T08:07:54.070048Z``) as the tables show times: ``2026-12-03 08:07:54``."""
+    return "-" if not text else text.replace("T", " ")[:19]
+
+
+def _setting(name: str, value: Any) -> str:
+    """A route setting's value as ``routes show`` prints it: the budget in percent, durations in
+    seconds, flags as yes/no, none as ``-``."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if name == "budget" and isinstance(value, int | float):
+        return _percent(value)
+    if isinstance(value, int | float) or value is None:
+        return _seconds(value)
+    return json.dumps(value)
+
+
 def _history_time(row: dict[str, Any]) -> str:
     """When a history row was decided; a repeated hold also shows its last tick (``to ...``),
     which is what ``--since`` matches."""
     first = str(row["computed_at"]).replace("T", " ")[:19]
     if row.get("repeats", 1) > 1 and row.get("last_at"):
-        return f"{first}\nto {row['last_at'].replace('T', ' ')[:19]}"
+        return f"{first}\nto {_when(row['last_at'])}"
     return first
 
 
@@ -346,6 +363,6 @@ def set_route(
     if not changes:
         typer.echo(f"hedgerow: {route} · {model}: nothing changed")
         return
-    rows = [[name, json.dumps(change["from"]), json.dumps(change["to"])] for name, change in changes.items()]
+    rows = [[name, _setting(name, change["from"]), _setting(name, change["to"])] for name, change in changes.items()]
     _print_table(f"{route} · {model}: changed", ["setting", "from", "to"], rows)
     _print_route(data["route"])

@@ -257,6 +257,8 @@ def test_routes_set_takes_a_budget_in_percent_as_the_console_does(tmp_path: Path
         for text, budget in (("5%", 0.05), ("12.5 %", 0.125), ("0.2", 0.2)):
             done = _cli("routes", "set", "r", "--budget", text, "--api", served.url)
             assert done.returncode == 0, (text, done.stderr)
+            if text == "5%":  # the change in the units routes show uses (it printed 0.1 -> 0.05)
+                assert "│ budget  │ 10.0% │ 5.0% │" in done.stdout, done.stdout
             assert httpx.get(f"{served.url}/v1/routes/r").json()["budget"] == pytest.approx(budget), text
     finally:
         served.stop()
