@@ -7,7 +7,9 @@ Counters count what **this process** ingested (each stored record once; duplicat
 batches are not calls), so with several ``serve`` processes Prometheus sums them; gauges of the
 published thresholds are read from the store at scrape time, so every process reports the same.
 Labels stay low-cardinality: route, model, status, trigger, winner, token type (never request
-ids, clients or users).
+ids, clients or users). No ``*_created`` series are served (prometheus-client's
+``disable_created_metrics``: the creation time of each counter and histogram child is OpenMetrics
+noise that Prometheus stores as one more series per child).
 
 =====================================================  =========  ==================================
 name                                                   type       labels
@@ -50,7 +52,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from hedgerow.api.auth import require_scope
@@ -79,6 +81,9 @@ class Metrics:
     """
 
     def __init__(self) -> None:
+        # process-wide in prometheus-client (it has no per-registry switch); this process's
+        # metrics are all the api's, so none of them should carry a ``_created`` series
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         route_model = ["route", "model"]

@@ -7,12 +7,13 @@ This module imports nothing beyond the standard library at run time.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hedgerow.controller.report import IsoWeek
 
-__all__ = ["MAX_HISTORY_LIMIT", "unstarted_week_message"]
+__all__ = ["MAX_HISTORY_LIMIT", "parse_budget", "unstarted_week_message"]
 
 #: Largest ``limit`` of a threshold-history query (``GET /v1/routes/{route}/history``,
 #: ``hedgerow routes history --limit``).
@@ -40,3 +41,31 @@ def unstarted_week_message(week: IsoWeek, current: IsoWeek) -> str | None:
         f"week {week} has not started yet (it starts {week.since:%Y-%m-%d} 00:00 UTC); "
         f"the latest report is of the current week, {current}"
     )
+
+
+def parse_budget(text: str) -> float:
+    """A hedge budget as typed by an operator: a fraction (``0.05``) or a percent (``5%``), as
+    the console and ``hedgerow routes`` show budgets in percent.
+
+    Only the number is read here; whether it lies in (0, 1) is the route's rule, checked where the
+    change is applied.
+
+    Args:
+        text: the typed text; spaces around the number and before ``%`` are allowed.
+
+    Returns:
+        The budget as a fraction (``5%`` gives 0.05).
+
+    Raises:
+        ValueError: not a number (``not a number: '5%%'``) or not finite (``must be finite,
+            got 'nan'``).
+    """
+    stripped = text.strip()
+    percent = stripped.endswith("%")
+    try:
+        value = float(stripped.removesuffix("%").strip())
+    except ValueError:
+        raise ValueError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"must be finite, got {text!r}")
+    return value / 100 if percent else value

@@ -43,6 +43,7 @@ from hedgerow.api._page_kit import (
 from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
 from hedgerow.api.charts import SeriesData, time_chart
 from hedgerow.api.metrics import metrics_response
+from hedgerow.api.ops_bounds import parse_budget
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
 from hedgerow.controller.models import utc_now
@@ -310,11 +311,11 @@ def _form_fields(form: dict[str, str]) -> dict[str, Any]:
                 fields[name] = None
                 continue
             raise RouteConfigInvalid(name, "required")
-        percent = name == "budget" and text.endswith("%")  # the console shows budgets as percent
-        try:
-            value = float(text.removesuffix("%").strip()) / 100 if percent else float(text)
-        except ValueError:
-            raise RouteConfigInvalid(name, f"not a number: {text!r}") from None
+        try:  # the console shows budgets as percent: "5%" is taken like 0.05
+            value = parse_budget(text) if name == "budget" else float(text)
+        except ValueError as exc:
+            message = str(exc) if name == "budget" else f"not a number: {text!r}"
+            raise RouteConfigInvalid(name, message) from None
         if not math.isfinite(value):
             raise RouteConfigInvalid(name, f"must be finite, got {text!r}")
         fields[name] = value

@@ -78,10 +78,7 @@ def _parse_week(text: str) -> IsoWeek:
         ValueError: malformed, out of the calendar's range, or not started; the message names
             the segment.
     """
-    try:
-        parsed = IsoWeek.parse(text)
-    except ValueError as exc:
-        raise ValueError(f"week {text!r}: {exc}") from None
+    parsed = IsoWeek.parse(text)  # its errors name the week already
     unstarted = unstarted_week_message(parsed, IsoWeek.of(utc_now()))
     if unstarted is not None:
         raise ValueError(unstarted)

@@ -26,7 +26,8 @@ Figures and where they come from
 * ``cost``: ``spend_usd`` over every attempt and ``overhead_usd`` over the extra attempts, each
   hour at the price in force at its start for its (model, upstream); ``overhead_share =
   overhead / spend``. ``price_status`` is ``priced``, ``partial`` (some tokens had no price: the
-  sums cover the priced ones) or ``no price`` (``spend_usd`` and ``overhead_usd`` null).
+  sums cover the priced ones), ``no price`` (``spend_usd`` and ``overhead_usd`` null) or ``no
+  calls`` (nothing to price: ``spend_usd``, ``overhead_usd`` and ``overhead_share`` null, not 0).
 * ``threshold``: the published ``hedge_after_s`` at the week's start and end, its range, the
   number of applied changes, the decisions (controller ticks, a repeated hold counted once per
   tick) and ``steps`` ``[[iso time, value], ...]`` (a step chart); ``flags``: how many history
@@ -39,9 +40,11 @@ Figures and where they come from
 * ``moved_most``: up to :data:`MOVED_MOST` routes with the largest change of delivered P99 and of
   overhead USD against the previous week.
 * ``partial``: the week has not ended at ``generated_at`` (figures up to then).
+* ``no_calls``: no call was recorded in the week (every figure is then a count of 0 or null:
+  rates, quantiles and spend are not measured, and no format presents them as 0).
 
 JSON schema ``hedgerow.weekly_report/1``: ``{"schema", "week", "since", "until", "generated_at",
-"partial", "quantile_relative_error", "levels", "routes": [section...], "total": section,
+"partial", "no_calls", "quantile_relative_error", "levels", "routes": [section...], "total": section,
 "moved_most": {"p99": [...], "overhead": [...]}, "previous_week"}``, where a section is
 ``{"route", "model", "calls", "calls_by_status", "hedges", "hedge_denied", "hedge_rate",
 "budget", "backup_wins", "backup_win_rate", "failovers", "ttft_s", "primary_ttft_s",
@@ -114,14 +117,14 @@ class IsoWeek:
 
     @classmethod
     def parse(cls, text: str) -> IsoWeek:
-        """Parse ``2026-W48``.
+        """Parse ``2026-W48`` (``2026-w48`` too: the ``W`` in either case).
 
         Raises:
             ValueError: not ``YYYY-Www``, a week that year does not have, or a week whose report
                 cannot be dated (the first week of year 1 has no previous week to compare with,
                 the last of year 9999 no end): those raised OverflowError deep in the report.
         """
-        match = _WEEK.match(text.strip()) if isinstance(text, str) else None
+        match = _WEEK.match(text.strip().upper()) if isinstance(text, str) else None
         if match is None:
             raise ValueError(f"week {text!r} is not an ISO week such as 2026-W48")
         year, week = int(match.group(1)), int(match.group(2))
@@ -267,11 +270,13 @@ def cost_of_hours(hours: Iterable[HourRollup], prices: PriceBook) -> dict[str, A
     Returns:
         ``{"spend_usd", "overhead_usd", "overhead_share", "price_status", "priced_tokens",
         "unpriced_tokens"}``; the sums cover the priced tokens; ``spend_usd``/``overhead_usd``
-        are None when nothing was priced but there were tokens ("no price").
+        are None when nothing was priced but there were tokens ("no price"), and when the hours
+        hold no call ("no calls": a spend of $0 would read as a measured, priced week).
     """
     spend = overhead = 0.0
-    priced = unpriced = 0
+    priced = unpriced = calls = 0
     for hour in hours:
+        calls += hour.rollup.calls
         tally = hour.rollup.upstream_tokens
         counted = 0
         for upstream, counts in tally.items():
@@ -290,7 +295,11 @@ def cost_of_hours(hours: Iterable[HourRollup], prices: PriceBook) -> dict[str, A
         r = hour.rollup
         unpriced += max(0, r.primary_prompt_tokens + r.primary_completion_tokens + r.backup_prompt_tokens
                         + r.backup_completion_tokens - counted)  # fmt: skip
-    if priced == 0 and unpriced > 0:
+    spend_usd: float | None
+    overhead_usd: float | None
+    if calls == 0:
+        status, spend_usd, overhead_usd = "no calls", None, None
+    elif priced == 0 and unpriced > 0:
         status, spend_usd, overhead_usd = "no price", None, None
     else:
         status = "partial" if unpriced else "priced"
@@ -495,6 +504,7 @@ def build_weekly_report(data: WeekData) -> dict[str, Any]:
         "until": format_timestamp(week.until),
         "generated_at": format_timestamp(data.generated_at),
         "partial": data.generated_at < week.until,
+        "no_calls": total["calls"] == 0,
         "quantile_relative_error": MAX_RELATIVE_ERROR,
         "levels": [_level(q) for q in TTFT_LEVELS],
         "previous_week": str(week.previous()),

@@ -8,6 +8,7 @@ paths (``svg.fonttype = "path"``), so the SVG needs no font from anywhere.
 from __future__ import annotations
 
 import io
+import math
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -97,7 +98,8 @@ def hedge_rate_svg(daily: Sequence[Mapping[str, Any]], budget: float | None, tit
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=_SIZE)
         days = _days(daily)
-        rates = [0.0 if d["hedge_rate"] is None else d["hedge_rate"] * 100.0 for d in daily]
+        # a day without calls has no hedge rate: no bar (NaN), not a bar of 0%
+        rates = [math.nan if d["hedge_rate"] is None else d["hedge_rate"] * 100.0 for d in daily]
         ax.bar(days, rates, width=0.6, color="#2a9d8f", label="hedge rate")
         if budget is not None:
             ax.axhline(budget * 100.0, color="#e76f51", linestyle="--", label=f"budget {budget:.0%}")

@@ -20,6 +20,7 @@ import csv
 import io
 import json
 from collections.abc import Mapping
+from datetime import date, timedelta
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -170,8 +171,8 @@ def _pct(value: Any) -> str:
 
 
 def _usd(value: Any, status: str | None = None) -> str:
-    if status == "no price":
-        return "no price"
+    if status in ("no price", "no calls"):
+        return str(status)
     if value is None:
         return "–"
     return f"${value:,.2f}" if abs(value) >= 1 else f"${value:,.4f}"
@@ -210,6 +211,11 @@ def summary_text(report: Mapping[str, Any]) -> str:
     t = report["total"]
     cost = t["cost"]
     partial = " (partial week)" if report["partial"] else ""
+    if t["calls"] == 0:  # nothing measured: no rate, latency or spend to state, not even 0
+        return (
+            f"hedgerow weekly report {report['week']}{partial}: no calls were recorded in this week "
+            f"({_days_of(report)}, UTC), so there is no latency, hedge rate or spend to report{_decided(report)}."
+        )
     return (
         f"hedgerow weekly report {report['week']}{partial}: {t['calls']:,} calls on {len(report['routes'])} route(s); "
         f"TTFT P99 {_s(t['ttft_s']['p99'])} delivered vs {_primary_text(t, 'p99')} primary "
@@ -220,10 +226,24 @@ def summary_text(report: Mapping[str, Any]) -> str:
     )
 
 
+def _days_of(report: Mapping[str, Any]) -> str:
+    """``Mon 2026-09-28 to Sun 2026-10-04``: the report's week as its first and last day."""
+    first = date.fromisoformat(report["since"][:10])
+    return f"Mon {first.isoformat()} to Sun {(first + timedelta(days=6)).isoformat()}"
+
+
+def _decided(report: Mapping[str, Any]) -> str:
+    """``; 2 route(s) had threshold decisions``-style clause for a week without calls, or ''."""
+    routes = len(report["routes"])
+    return f"; {routes} route(s) had threshold decisions" if routes else ""
+
+
 def to_markdown(report: Mapping[str, Any]) -> str:
     """Headline figures, the routes that moved most and one table row per route, as Markdown."""
     lines = [f"# hedgerow weekly report {report['week']}" + (" (partial)" if report["partial"] else ""), ""]
     lines += [summary_text(report), ""]
+    if report["total"]["calls"] == 0 and not report["routes"]:
+        return "\n".join(lines[:-1]) + "\n"
     lines += [
         "| route | model | calls | TTFT P99 | primary P99 | hedge rate | budget | backup wins | failovers "
         "| spend | overhead | share | threshold | flags |",
@@ -262,7 +282,9 @@ def to_html(report: Mapping[str, Any]) -> str:
     from hedgerow.controller import report_plots  # matplotlib: imported when a page is drawn, not at start
 
     sections = report["routes"]
-    plotted = sorted(sections, key=lambda s: -s["calls"])[:MAX_PLOTTED_ROUTES]
+    # a route with decisions but no call this week has nothing to plot (its bars would be 0s)
+    with_calls = [s for s in sections if s["calls"]]
+    plotted = sorted(with_calls, key=lambda s: -s["calls"])[:MAX_PLOTTED_ROUTES]
     plots = []
     for s in plotted:
         name = f"{s['route']} · {s['model']}"
@@ -276,14 +298,15 @@ def to_html(report: Mapping[str, Any]) -> str:
                 ),
             }
         )
-    overhead = report_plots.overhead_svg(sections) if sections else None
+    overhead = report_plots.overhead_svg(with_calls) if with_calls else None
     template = _ENV.get_template("weekly_report.html.j2")
     return template.render(
         report=report,
         summary=summary_text(report),
         plots=plots,
         overhead=overhead,
-        omitted=len(sections) - len(plotted),
+        omitted=len(with_calls) - len(plotted),
+        days=_days_of(report),
     )
 
 

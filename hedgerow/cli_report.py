@@ -38,7 +38,7 @@ def weekly(
     """Print (or write with -o) the weekly report of an ISO week (UTC), per route and model and in total.
 
     Exit status: 0 written, 1 the store cannot be read, 2 a bad option (such as a week that has
-    not started).
+    not started). A week without calls is written with null figures and a note on stderr.
     """
     import asyncio
     from datetime import UTC, datetime
@@ -76,6 +76,8 @@ def weekly(
         raise _fail(str(exc), 1) from None
     except Exception as exc:  # a store that is not migrated, unreachable, ...
         raise _fail(f"cannot read the store: {type(exc).__name__}: {str(exc).splitlines()[0]}", 1) from None
+    if report["total"]["calls"] == 0:  # said on stderr too, so a script's JSON of nulls is not read as figures
+        typer.echo(f"hedgerow: no calls in {report['week']}: the report has no latency, hedge rate or spend", err=True)
     text = render(report, fmt)
     if output is None:
         typer.echo(text, nl=False)

@@ -6,7 +6,7 @@ Commands (each prints a rich table, or with ``--json`` the api's JSON for script
 - ``hedgerow routes show ROUTE [--model M]``: one route's configuration and threshold;
 - ``hedgerow routes history ROUTE [--model M] [--applied] [--reason CODE] [--since T] [--until T]
   [--limit N]``: its decisions, newest first;
-- ``hedgerow routes set ROUTE [--model M] [--budget F] [--pin S | --unpin] [--enable | --disable]
+- ``hedgerow routes set ROUTE [--model M] [--budget F|P%] [--pin S | --unpin] [--enable | --disable]
   [--min S] [--max S] [--default S]``: change it (admin scope), audited.
 
 Where: ``--api URL`` (or ``HEDGEROW_API_URL``, default ``http://127.0.0.1:8400``) and ``--token T``
@@ -24,7 +24,7 @@ from urllib.parse import quote, unquote
 
 import typer
 
-from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT
+from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT, parse_budget
 
 __all__ = ["DEFAULT_API_URL", "routes_app"]
 
@@ -176,7 +176,7 @@ def _print_route(r: dict[str, Any]) -> None:
         ["min_hedge_after_s", _seconds(r["min_hedge_after_s"])],
         ["max_hedge_after_s", _seconds(r["max_hedge_after_s"])],
         ["pinned_hedge_after_s", _seconds(r["pinned_hedge_after_s"])],
-        ["updated_at", r["updated_at"]],
+        ["updated (UTC)", _when(r["updated_at"])],
     ]
     _print_table(f"{r['route']} · {r['model']}", ["setting", "value"], rows)
 
@@ -252,12 +252,29 @@ def route_history(
     _print_table(f"{route}: {len(rows)} decision(s)", columns, rows)
 
 
+def _when(text: str | None) -> str:
+    """An api timestamp (``2026-12-03T08:07:54.070048Z``) as the tables show times: ``2026-12-03 08:07:54``."""
+    return "-" if not text else text.replace("T", " ")[:19]
+
+
+def _setting(name: str, value: Any) -> str:
+    """A route setting's value as ``routes show`` prints it: the budget in percent, durations in
+    seconds, flags as yes/no, none as ``-``."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if name == "budget" and isinstance(value, int | float):
+        return _percent(value)
+    if isinstance(value, int | float) or value is None:
+        return _seconds(value)
+    return json.dumps(value)
+
+
 def _history_time(row: dict[str, Any]) -> str:
     """When a history row was decided; a repeated hold also shows its last tick (``to ...``),
     which is what ``--since`` matches."""
     first = str(row["computed_at"]).replace("T", " ")[:19]
     if row.get("repeats", 1) > 1 and row.get("last_at"):
-        return f"{first}\nto {row['last_at'].replace('T', ' ')[:19]}"
+        return f"{first}\nto {_when(row['last_at'])}"
     return first
 
 
@@ -291,7 +308,9 @@ def _seconds_flag(flag: str, value: float | None) -> float | None:
 def set_route(
     route: str = typer.Argument(..., metavar="ROUTE", show_default=False),
     model: str = _MODEL,
-    budget: float = typer.Option(None, "--budget", metavar="F", help="Hedge budget, a fraction in (0, 1)."),
+    budget_text: str = typer.Option(
+        None, "--budget", metavar="F", help="Hedge budget in (0, 1): a fraction or a percent (0.05 or 5%)."
+    ),
     pin: float = typer.Option(None, "--pin", metavar="S", help="Publish this hedge_after_s as is (seconds)."),
     unpin: bool = typer.Option(False, "--unpin", help="Let the controller decide again."),
     enable_flag: bool = typer.Option(False, "--enable", help="Turn hedging on for the route."),
@@ -309,8 +328,14 @@ def set_route(
     if enable_flag and disable_flag:
         raise _fail("--enable and --disable: give one of them", 2)
     enable = True if enable_flag else False if disable_flag else None
-    if budget is not None and not (math.isfinite(budget) and 0 < budget < 1):
-        raise _fail(f"--budget: must be a fraction in (0, 1), got {budget:g}", 2)
+    budget = None
+    if budget_text is not None:  # as the console's form: 0.05 or 5%
+        try:
+            budget = parse_budget(budget_text)
+        except ValueError as exc:
+            raise _fail(f"--budget: {exc}", 2) from None
+        if not 0 < budget < 1:
+            raise _fail(f"--budget: must be a fraction in (0, 1) or a percent in (0%, 100%), got {budget_text}", 2)
     body: dict[str, Any] = {}
     for name, flag, value in (
         ("pinned_hedge_after_s", "--pin", pin),
@@ -338,6 +363,6 @@ def set_route(
     if not changes:
         typer.echo(f"hedgerow: {route} · {model}: nothing changed")
         return
-    rows = [[name, json.dumps(change["from"]), json.dumps(change["to"])] for name, change in changes.items()]
+    rows = [[name, _setting(name, change["from"]), _setting(name, change["to"])] for name, change in changes.items()]
     _print_table(f"{route} · {model}: changed", ["setting", "from", "to"], rows)
     _print_route(data["route"])

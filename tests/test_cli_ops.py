@@ -239,3 +239,31 @@ def test_routes_history_shows_a_held_rows_last_tick_and_wraps_reasons_between_co
     assert "to 2026-12-02 19:53:02" in done.output, done.output
     for code in ("hysteresis_hold", "backups_rarely_win", "hedges_did_not_lower_p99"):
         assert code in done.output, done.output  # whole, on one line
+
+
+@pytest.mark.slow
+def test_routes_set_takes_a_budget_in_percent_as_the_console_does(tmp_path: Path) -> None:
+    """``hedgerow routes show`` prints budgets as "10.0%" and the console's form takes "5%", but
+    ``routes set --budget 5%`` was refused by the flag's type ("Input should be a valid number",
+    exit 2). It now takes a fraction or a percent by the console's one rule; a malformed or
+    out-of-range budget still exits 2 naming --budget, before any request."""
+    import httpx
+
+    from tests.serve_process import ServeProcess
+
+    served = ServeProcess(f"sqlite:///{tmp_path / 'b.db'}", tmp_path, {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600"})
+    try:
+        assert httpx.put(f"{served.url}/v1/routes/r", params={"model": "m1"}, json={}).status_code == 201
+        for text, budget in (("5%", 0.05), ("12.5 %", 0.125), ("0.2", 0.2)):
+            done = _cli("routes", "set", "r", "--budget", text, "--api", served.url)
+            assert done.returncode == 0, (text, done.stderr)
+            if text == "5%":  # the change in the units routes show uses (it printed 0.1 -> 0.05)
+                assert "│ budget  │ 10.0% │ 5.0% │" in done.stdout, done.stdout
+            assert httpx.get(f"{served.url}/v1/routes/r").json()["budget"] == pytest.approx(budget), text
+    finally:
+        served.stop()
+    nowhere = "http://127.0.0.1:9"
+    for text, message in (("5%%", "not a number"), ("150%", "must be a fraction in (0, 1)"), ("nan", "finite")):
+        done = _cli("routes", "set", "r", "--budget", text, "--api", nowhere)
+        assert done.returncode == 2, (text, done.stderr)
+        assert done.stderr.startswith("hedgerow: --budget:") and message in done.stderr, (text, done.stderr)

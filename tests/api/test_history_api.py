@@ -101,3 +101,26 @@ async def test_a_pin_outside_the_bounds_is_refused_naming_the_field(make_api) ->
         assert "30" in response.json()["detail"]["message"]
         threshold = (await api.get("/v1/routes/r", params=M)).json()["threshold"]
         assert threshold["hedge_after_s"] != 100.0
+
+
+async def test_a_repeated_hold_carries_its_latest_ticks_figures(make_api, call_factory) -> None:
+    """A held row merged over several ticks shows the figures of its latest tick (samples,
+    quantiles, rates, details), as DESIGN and the README say, with ``computed_at`` still its first
+    tick and ``last_at`` its latest; the stored row equals what the latest tick answered."""
+    async with make_api() as (_app, api):
+        await api.post("/v1/calls", json={"calls": recent_calls(call_factory, "a", 300, 1.0, route="r")})
+        for _ in range(3):
+            await api.post("/v1/controller/run")
+        before = (await api.get("/v1/routes/r/history")).json()["history"][0]
+        assert before["repeats"] == 2 and before["samples"] == 300, before
+        await api.post("/v1/calls", json={"calls": recent_calls(call_factory, "b", 200, 1.0, route="r")})
+        answer = (await api.post("/v1/controller/run")).json()["history"][0]
+        after = (await api.get("/v1/routes/r/history")).json()["history"][0]
+    assert answer["reason"] == before["reason"] and answer["repeats"] == 3, answer  # the same hold, merged
+    assert after == answer
+    assert after["computed_at"] == before["computed_at"] and after["last_at"] > before["last_at"]
+    assert after["samples"] == 500 and after["p90_s"] != before["p90_s"], (before, after)
+    assert (
+        after["details"] != before["details"]
+        and after["details"]["short_window"]["calls"] > (before["details"]["short_window"]["calls"])
+    )

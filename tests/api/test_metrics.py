@@ -140,3 +140,22 @@ async def test_metrics_need_the_read_scope_when_tokens_are_set(make_api) -> None
         assert (await api.get("/metrics")).status_code == 401
         assert (await api.get("/metrics", headers={"Authorization": "Bearer in"})).status_code == 403
         assert (await api.get("/metrics", headers={"Authorization": "Bearer r3ad"})).status_code == 200
+
+
+async def test_no_created_series_is_served(make_api, call_factory) -> None:
+    """prometheus-client adds a ``<name>_created`` gauge to every counter and histogram child (the
+    OpenMetrics creation time): one useless series per child for a Prometheus user. The app turns
+    them off where it builds its metrics, whatever the process's default was."""
+    from prometheus_client import enable_created_metrics
+
+    enable_created_metrics()  # the library's default, as in a fresh process
+    async with make_api() as (_app, api):
+        records = _batch(call_factory)
+        assert (await api.post("/v1/calls", json={"calls": [r.to_dict() for r in records]})).status_code == 202
+        assert (await api.post("/v1/controller/run")).json()["ran"] is True
+        text = (await api.get("/metrics")).text
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert any(line.startswith("hedgerow_calls_total{") for line in lines)  # counters are there
+    assert any(line.startswith("gen_ai_client_operation_time_to_first_chunk_seconds_bucket") for line in lines)
+    created = [line for line in text.splitlines() if "_created" in line]
+    assert created == [], created[:5]

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from tests.browser import assert_local_only, open_page
+from tests.e2e.console_seed import SEED_SETTINGS, seed_store
 from tests.serve_process import ServeProcess
 
 
@@ -36,3 +37,38 @@ async def test_chart_labels_are_readable_at_desktop_and_phone_widths(
         server.stop()
     assert len(heights) >= 12, heights  # x and y ticks of both charts
     assert min(heights) >= smallest_px, heights
+
+
+@pytest.mark.slow
+async def test_a_route_with_a_day_of_history_fits_a_phone_in_a_few_screens(tmp_path: Path) -> None:
+    """At 390 px the route page of a day of history was about 8,700 px long: each history row
+    was a card of twelve label/value lines (some 320 px). On a phone a row is now a short card
+    (when, from, to, applied, repeats, reason; the measured figures are on the charts), so the
+    page is under 4,000 px and no card is over 120 px; on a desktop the table keeps every
+    column."""
+    db = tmp_path / "console.db"
+    await seed_store(f"sqlite+aiosqlite:///{db}", hours=24, calls_per_hour=30)
+    server = ServeProcess(
+        f"sqlite+aiosqlite:///{db}", tmp_path, {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600", **SEED_SETTINGS}
+    )
+    measure = """() => ({page: document.scrollingElement.scrollHeight, wide: document.scrollingElement.scrollWidth,
+        cards: [...document.querySelectorAll('table.history tbody tr')].map(r => r.getBoundingClientRect().height),
+        samples: [...document.querySelectorAll('table.history td[data-label=samples]')].filter(
+            td => td.getBoundingClientRect().height > 0).length})"""
+    found = {}
+    try:
+        for width, height in ((390, 844), (1280, 800)):
+            async with open_page(viewport=(width, height)) as (page, requests):
+                response = await page.goto(f"{server.url}/ui/routes/summarize?range=24h")
+                assert response is not None and response.status == 200
+                found[width] = await page.evaluate(measure)
+                await page.screenshot(path=str(tmp_path / f"route_{width}.png"), full_page=True)
+                assert_local_only(requests)
+    finally:
+        server.stop()
+    phone, desktop = found[390], found[1280]
+    assert len(phone["cards"]) >= 10, phone  # a day of decisions: held runs and applied changes
+    assert phone["wide"] <= 390, phone
+    assert phone["page"] < 4000, phone
+    assert max(phone["cards"]) <= 120, phone
+    assert phone["samples"] == 0 and desktop["samples"] == len(desktop["cards"]), (phone, desktop)

@@ -192,3 +192,45 @@ def test_report_cli_refuses_a_week_that_has_not_started(tmp_path: Path) -> None:
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.startswith("hedgerow: --week: week 2030-W01 has not started yet"), done.stderr
     assert done.stdout == "" and not missing.exists()
+
+
+async def test_a_started_week_without_calls_says_so_in_the_api_and_the_cli(make_api, tmp_path: Path) -> None:
+    """The previous week of an empty store answered ``price_status: "priced"`` with a spend of
+    $0.0000 in every format, as if a priced week had cost nothing. Now the api's JSON says
+    ``no_calls`` with a "no calls" cost and null sums, its Markdown says no calls were recorded,
+    and ``hedgerow report weekly`` says so on stderr too (exit 0: the week is a valid one)."""
+    from hedgerow.controller.models import utc_now
+    from hedgerow.controller.report import IsoWeek
+
+    week = str(IsoWeek.of(utc_now()).previous())
+    async with make_api() as (_app, api):
+        report = (await api.get("/v1/reports/weekly", params={"week": week})).json()
+        md = (await api.get("/v1/reports/weekly", params={"week": week, "format": "md"})).text
+    assert report["no_calls"] is True and report["total"]["cost"]["price_status"] == "no calls"
+    assert report["total"]["cost"]["spend_usd"] is None
+    assert "no calls were recorded in this week" in md and "$0" not in md and "priced" not in md
+    db = f"sqlite:///{tmp_path / 'empty.db'}"
+    subprocess.run([sys.executable, "-m", "hedgerow.cli", "db", "upgrade", "--db", db], check=True, timeout=120,
+                   capture_output=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "hedgerow.cli", "report", "weekly", "--db", db, "--week", week, "--format", "csv"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(f"hedgerow: no calls in {week}"), done.stderr
+    assert ",no calls," in done.stdout and ",priced," not in done.stdout
+
+
+async def test_a_week_typed_in_lower_case_is_taken_and_errors_name_the_week_once(make_api) -> None:
+    """``2026-w48`` (as ``date +%G-w%V`` or a hurried hand types it) was refused as "not an ISO
+    week such as 2026-W48"; the week is now read in either case, by the api, the console and the
+    CLI (one parser). The console's error for a bad week said the week twice ("week 'latest':
+    week 'latest' is not ...")."""
+    async with make_api() as (_app, api):
+        lower = await api.get("/v1/reports/weekly", params={"week": "2026-w48"})
+        assert lower.status_code == 200 and lower.json()["week"] == "2026-W48", lower.text
+        assert (await api.get("/ui/reports/2026-w48")).status_code == 200
+        for week in ("latest", "2026-W99"):
+            page = await api.get(f"/ui/reports/{week}")
+            assert page.status_code == 422, page.text
+            assert page.text.count(f"week &#39;{week}&#39;") == 1, page.text

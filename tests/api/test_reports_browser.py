@@ -12,8 +12,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 
 from hedgerow.controller.db import make_engine, make_sessionmaker, upgrade_database
+from hedgerow.controller.models import Route
 from tests.browser import assert_local_only, open_page
 from tests.controller.report_store_helpers import fill_store
 from tests.serve_process import ServeProcess
@@ -104,3 +106,44 @@ async def test_the_report_page_scrolls_once_inside_its_frame(tmp_path: Path, vie
     assert sizes["frameBottom"] <= sizes["window"], sizes  # the frame's end (and its scrollbar's) is on screen
     assert sizes["frameBottom"] - sizes["frameTop"] > sizes["window"] / 2, sizes  # most of the window is report
     assert sizes["report"] > sizes["shown"], sizes  # the report is longer than its frame: it scrolls there
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1280, 1024])
+async def test_report_tables_fit_the_window_without_a_sideways_scroll(tmp_path: Path, width: int) -> None:
+    """The report's second route table had 18 unwrapped columns: 1,718 px wide, so at a 1280 px
+    window (and in the console's frame) the page scrolled sideways to show spend and flags. Now
+    its cells wrap and the columns are split over three tables: every table ends inside the
+    window, opened on its own and inside the console's frame, with a long route name too."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'report.db'}"
+    upgrade_database(url)
+    engine = make_engine(url)
+    try:
+        sessionmaker = make_sessionmaker(engine)
+        await fill_store(sessionmaker, per_route=60)
+        async with sessionmaker() as session, session.begin():  # a long route name, as teams name them
+            await session.execute(
+                update(Route).where(Route.route == "batch").values(route="team-platform/summarize-long-documents-v2")
+            )
+    finally:
+        await engine.dispose()
+    server = ServeProcess(url, tmp_path, {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600"})
+    measure = """doc => ({page: doc.scrollingElement.scrollWidth, shown: doc.scrollingElement.clientWidth,
+                tables: [...doc.querySelectorAll('table')].map(t => t.getBoundingClientRect().right),
+                body: doc.body.getBoundingClientRect().right})"""
+    try:
+        async with open_page(viewport=(width, 900)) as (page, requests):
+            response = await page.goto(f"{server.url}/v1/reports/weekly?week=2026-W48&format=html")
+            assert response is not None and response.status == 200
+            alone = await page.evaluate(f"({measure})(document)")
+            await page.screenshot(path=str(tmp_path / f"report_{width}.png"), full_page=True)
+            await page.goto(f"{server.url}/ui/reports/2026-W48")
+            await page.frame_locator("iframe.report").locator("h1").wait_for(timeout=60_000)
+            framed = await page.evaluate(f"({measure})(document.querySelector('iframe.report').contentDocument)")
+            assert_local_only(requests)
+    finally:
+        server.stop()
+    for sizes in (alone, framed):
+        assert len(sizes["tables"]) >= 3, sizes
+        assert sizes["page"] <= sizes["shown"], sizes  # no sideways scroll
+        assert max(sizes["tables"]) <= sizes["body"] + 0.5, sizes

@@ -10,6 +10,7 @@ reported ``[low_s, high_s)`` interval).
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -185,6 +186,7 @@ async def test_small_and_near_one_second_figures_are_written_as_measured(session
     report["total"]["tpot_s"]["p50"] = 0.0005
     report["total"]["ttft_s"]["p99"] = 0.9996
     html, md = to_html(report), to_markdown(report)
+    html = re.sub(r"<[^>]+>", "", html)  # the text, without the tags that keep a value on one line
     assert "0.5 ms / " in html and "0 ms / " not in html
     assert "TTFT P99 1.00 s delivered" in md and "1000 ms" not in md + html
 
@@ -205,3 +207,29 @@ async def test_the_calls_card_says_when_the_previous_week_has_no_data(sessionmak
     assert "<span>no data in 2026-W46</span>" in html and "<span> vs 2026-W46</span>" not in html
     second = to_html(await weekly_report(sessionmaker, "2026-W48", now=now))
     assert " vs 2026-W47</span>" in second and "no data in" not in second
+
+
+async def test_a_week_without_calls_says_so_and_claims_no_price_or_rate(sessionmaker) -> None:
+    """A week before any data read "0 calls ... spend $0.0000, price_status priced": a priced,
+    measured week of nothing. Now its cost is "no calls" with null sums, ``no_calls`` is true, and
+    no format shows a $0 spend, a 0% rate or a "priced" status; the summary says no calls were
+    recorded. The week after (with calls) is unchanged: priced, with figures."""
+    from hedgerow.controller.report_render import to_csv, to_html, to_markdown
+
+    await _store(sessionmaker, week_records(per_route=20))  # calls in W47 and W48, none in W40
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    empty = await weekly_report(sessionmaker, "2026-W40", now=now)
+    assert empty["no_calls"] is True and empty["total"]["calls"] == 0
+    cost = empty["total"]["cost"]
+    assert cost["price_status"] == "no calls", cost
+    assert cost["spend_usd"] is None and cost["overhead_usd"] is None and cost["overhead_share"] is None
+    assert empty["total"]["hedge_rate"] is None and empty["total"]["backup_win_rate"] is None
+    md, html, csv_text = to_markdown(empty), to_html(empty), to_csv(empty)
+    for text in (md, html):
+        assert "no calls were recorded in this week (Mon 2026-09-28 to Sun 2026-10-04, UTC)" in text, text[:600]
+        assert "$0" not in text and "0.0%" not in text and "priced" not in text
+    assert "spend_usd" in csv_text and ",no calls," in csv_text and ",priced," not in csv_text
+    busy = await weekly_report(sessionmaker, "2026-W48", now=now)
+    assert busy["no_calls"] is False and busy["total"]["cost"]["price_status"] in ("priced", "partial")
+    assert busy["total"]["cost"]["spend_usd"] > 0
+    assert "no calls were recorded" not in to_markdown(busy)
