@@ -118,6 +118,7 @@ import numpy as np
 from hedgerow.controller._policy_rules import RULES, Inputs, Proposal
 from hedgerow.controller.estimation import TTFTEstimate
 from hedgerow.controller.hedge_model import SurvivalCurve
+from hedgerow.controller.reason_codes import REASON_CODES
 
 __all__ = [
     "REASON_CODES",
@@ -131,30 +132,6 @@ __all__ = [
 
 #: Fewest calls in the short window before it is tested for over budget (rule 4).
 SHORT_WINDOW_MIN_CALLS = 20
-
-#: Every code ``decide`` can put in ``Decision.reason``.
-REASON_CODES = frozenset(
-    {
-        "disabled",
-        "pinned",
-        "too_few_samples",
-        "small_sample_raise",
-        "censored_raise",
-        "censored_hold",
-        "budget_bound",
-        "tail_min",
-        "cost_tie",
-        "raise_over_budget",
-        "hysteresis_hold",
-        "step_down_limited",
-        "clamped_min",
-        "clamped_max",
-        "drift_window",
-        "backups_rarely_win",
-        "hedges_did_not_lower_p99",
-        "config",
-    }
-)
 
 
 def _is_number(value: Any) -> bool:

@@ -7,6 +7,8 @@ Observations are built the way the tick builds them: records of calls go through
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -433,3 +435,22 @@ def test_wrong_argument_types_are_named() -> None:
         decide(CONFIG, 1.0, object(), KNOBS)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="knobs"):
         decide(CONFIG, 1.0, bare(None), object())  # type: ignore[arg-type]
+
+
+def test_reason_codes_validate_a_cli_flag_without_loading_numpy_or_scipy() -> None:
+    """``hedgerow routes history --reason`` imported the code set from ``policy``, which loads
+    numpy and scipy (about 1.7 s of imports) only to refuse an unknown code. The set now lives in
+    ``reason_codes``, re-exported by ``policy`` as the same object."""
+    script = """
+import sys
+from typer.testing import CliRunner
+import hedgerow.cli_routes
+done = CliRunner().invoke(hedgerow.cli_routes.routes_app, ["history", "r", "--reason", "bogus"])
+print(done.exit_code, "numpy" in sys.modules, "scipy" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "False", "False"], done.stdout
+    from hedgerow.controller import reason_codes
+
+    assert REASON_CODES is reason_codes.REASON_CODES
