@@ -3,7 +3,7 @@
 After a slowdown (or a recovery) the 1-hour window mixes two distributions and its estimate
 lags the new one by up to an hour. Each tick therefore compares the most recent part of the
 window with the rest, for a few candidate split points ``s`` (the last 2, 3, 5, 8, 12, 20, 30,
-40, 50 and 55 minutes): the log-rank test (Mantel 1966; ``scipy.stats.logrank``), which handles the
+40, 50, 55 and 58 minutes): the log-rank test (Mantel 1966; ``scipy.stats.logrank``), which handles the
 right-censored primaries of hedged calls like Kaplan-Meier does. The change point is the split
 with the largest log-rank statistic among those that pass (a maximally selected log-rank
 statistic, Lausen & Schumacher 1992), located more finely: the largest statistic on a 60 s grid
@@ -34,7 +34,11 @@ A split passes when
 The detection is stateless: a change 7 minutes ago is found again at the next tick by the
 8-minute split, so the window grows back with the data since the change until it reaches the
 configured window (then nothing older than the change is left to contrast; the splits reach to
-55 minutes so that a 1-hour window sheds the last minutes of an old regime too). Worked number
+58 minutes, 2 minutes of data short of a 1-hour window, so that the window sheds the last
+minutes of an old regime too: with 55 minutes as the longest, a change 57 minutes old left 3
+minutes of the slow regime mixed into 2 of the new one beyond that split, the medians differed
+by less than 1.75x, and the window went back to the full hour with those 3 slow minutes in it;
+slowdown_2x_and_back seeds 3 and 5 then moved the threshold up and back, 4 changes an hour). Worked number
 (``tests/controller/test_policy_drift.py``): 3 calls/s, lognormal TTFT (median 0.6 s, sigma
 0.5) for 50 minutes, then every TTFT doubled for 2 minutes: the 2-minute split is chosen
 (log-rank statistic 22.3, a z-score; median ratio 2.14; 347 recent samples).
@@ -53,7 +57,7 @@ __all__ = ["DEFAULT_SPLITS_S", "MIN_SINCE_S", "REFINE_STEP_S", "Change", "detect
 
 #: Candidate lengths of the recent part, seconds.
 DEFAULT_SPLITS_S: tuple[float, ...] = (
-    120.0, 180.0, 300.0, 480.0, 720.0, 1200.0, 1800.0, 2400.0, 3000.0, 3300.0,
+    120.0, 180.0, 300.0, 480.0, 720.0, 1200.0, 1800.0, 2400.0, 3000.0, 3300.0, 3480.0,
 )  # fmt: skip
 #: Step of the grid on which the change point is located once a split passed, seconds.
 REFINE_STEP_S = 60.0

@@ -95,3 +95,19 @@ def test_bad_arguments_name_themselves(kwargs: dict[str, float], name: str) -> N
         detect_change(age, ttft, censored, window_s=3600.0, min_samples=50, **kwargs)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="shape"):
         detect_change(age[:-1], ttft, censored, window_s=3600.0, min_samples=50)
+
+
+def test_the_last_minutes_of_an_old_regime_are_shed() -> None:
+    """A slowdown that ended 57 minutes ago leaves 3 slow minutes at the old end of a 1-hour
+    window. With 55 minutes as the longest split they were mixed with 2 minutes of the new
+    regime, the medians differed by less than 1.75x and the full hour was used, slow minutes
+    included (slowdown_2x_and_back seeds 3 and 5: 4 threshold changes an hour)."""
+    rng = np.random.default_rng(9)
+    age = np.sort(rng.uniform(0, 3600, 3 * 3600))[::-1]
+    ttft = 0.6 * np.exp(0.5 * rng.standard_normal(age.size))
+    ttft[age >= 57 * 60] *= 2.0
+    censored = np.zeros(age.size, dtype=bool)
+    change = detect_change(age, ttft, censored, window_s=3600.0, min_samples=50)
+    assert change is not None and change.since_s == 57 * 60.0 and change.median_ratio < 0.6
+    old_splits = tuple(s for s in DEFAULT_SPLITS_S if s <= 3300.0)
+    assert detect_change(age, ttft, censored, window_s=3600.0, min_samples=50, splits_s=old_splits) is None
