@@ -3,10 +3,16 @@
 After a slowdown (or a recovery) the 1-hour window mixes two distributions and its estimate
 lags the new one by up to an hour. Each tick therefore compares the most recent part of the
 window with the rest, for a few candidate split points ``s`` (the last 2, 3, 5, 8, 12, 20, 30,
-40, 50 and 55 minutes): the log-rank test (Mantel 1966; ``scipy.stats.logrank``), which handles the
+40, 50, 55 and 58 minutes): the log-rank test (Mantel 1966; ``scipy.stats.logrank``), which handles the
 right-censored primaries of hedged calls like Kaplan-Meier does. The change point is the split
 with the largest log-rank statistic among those that pass (a maximally selected log-rank
-statistic, Lausen & Schumacher 1992), and the window shrinks to the data since then.
+statistic, Lausen & Schumacher 1992), located more finely: the largest statistic on a 60 s grid
+strictly between that split's neighbours (never under 2 minutes, ``MIN_SINCE_S``). The window
+shrinks to the data since then. The coarse splits alone put a change 45 minutes old at 50
+minutes, so the new window held 5 minutes of the old regime, and as the change aged the window
+stepped from split to split with a different share of it: in ``bench/controller_eval.py``
+(slowdown_2x_and_back, seed 1) the threshold moved 8 times an hour in the second half hour after
+the recovery.
 
 A split passes when
 
@@ -28,7 +34,11 @@ A split passes when
 The detection is stateless: a change 7 minutes ago is found again at the next tick by the
 8-minute split, so the window grows back with the data since the change until it reaches the
 configured window (then nothing older than the change is left to contrast; the splits reach to
-55 minutes so that a 1-hour window sheds the last minutes of an old regime too). Worked number
+58 minutes, 2 minutes of data short of a 1-hour window, so that the window sheds the last
+minutes of an old regime too: with 55 minutes as the longest, a change 57 minutes old left 3
+minutes of the slow regime mixed into 2 of the new one beyond that split, the medians differed
+by less than 1.75x, and the window went back to the full hour with those 3 slow minutes in it;
+slowdown_2x_and_back seeds 3 and 5 then moved the threshold up and back, 4 changes an hour). Worked number
 (``tests/controller/test_policy_drift.py``): 3 calls/s, lognormal TTFT (median 0.6 s, sigma
 0.5) for 50 minutes, then every TTFT doubled for 2 minutes: the 2-minute split is chosen
 (log-rank statistic 22.3, a z-score; median ratio 2.14; 347 recent samples).
@@ -43,12 +53,16 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-__all__ = ["DEFAULT_SPLITS_S", "Change", "detect_change"]
+__all__ = ["DEFAULT_SPLITS_S", "MIN_SINCE_S", "REFINE_STEP_S", "Change", "detect_change"]
 
 #: Candidate lengths of the recent part, seconds.
 DEFAULT_SPLITS_S: tuple[float, ...] = (
-    120.0, 180.0, 300.0, 480.0, 720.0, 1200.0, 1800.0, 2400.0, 3000.0, 3300.0,
+    120.0, 180.0, 300.0, 480.0, 720.0, 1200.0, 1800.0, 2400.0, 3000.0, 3300.0, 3480.0,
 )  # fmt: skip
+#: Step of the grid on which the change point is located once a split passed, seconds.
+REFINE_STEP_S = 60.0
+#: Shortest window since a change, seconds: fewer minutes of data make a noisy estimate.
+MIN_SINCE_S = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +105,7 @@ def detect_change(
     alpha: float = 1e-3,
     min_ratio: float = 1.75,
     splits_s: tuple[float, ...] = DEFAULT_SPLITS_S,
+    refine_step_s: float = REFINE_STEP_S,
 ) -> Change | None:
     """The change point of the primary's TTFT distribution in a window, or None.
 
@@ -102,10 +117,15 @@ def detect_change(
         min_samples: fewest samples in each part for a split to be tried.
         alpha: family-wise false-alarm level over the splits, in (0, 1).
         min_ratio: smallest material ratio of the two parts' KM medians, >= 1.
-        splits_s: candidate lengths of the recent part, seconds.
+        splits_s: candidate lengths of the recent part, seconds, ascending.
+        refine_step_s: grid step on which the change point is located between the chosen
+            split's neighbours, seconds; 0 keeps the chosen split.
 
     Returns:
-        The ``Change`` of the passing split with the largest statistic, or None.
+        None when no split passes. Else the ``Change`` at the largest statistic among the
+        passing split and the points of the ``refine_step_s`` grid strictly between its
+        neighbouring splits (0 and the window's end at the ends) and not shorter than
+        ``MIN_SINCE_S``.
 
     Raises:
         ValueError: arrays of different shapes, ``alpha`` outside (0, 1) or ``min_ratio < 1``.
@@ -124,28 +144,52 @@ def detect_change(
     tried = [s for s in splits_s if s < window_s]
     best: Change | None = None
     for split in tried:
-        recent = age < split
-        n_recent, n_older = int(recent.sum()), int((~recent).sum())
-        if n_recent < min_samples or n_older < min_samples:
+        change = _split(age, durations, flags, split, min_samples)
+        if change is None or not change.p_value * len(tried) < alpha:
             continue
-        if flags[recent].all() or flags[~recent].all():
+        if max(change.median_ratio, 1.0 / change.median_ratio) < min_ratio:
             continue
-        x = stats.CensoredData(uncensored=durations[recent & ~flags], right=durations[recent & flags])
-        y = stats.CensoredData(uncensored=durations[~recent & ~flags], right=durations[~recent & flags])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            result = stats.logrank(x, y)
-        p_value = float(result.pvalue)
-        if not (math.isfinite(p_value) and p_value * len(tried) < alpha):
+        if best is None or change.statistic > best.statistic:
+            best = change
+    if best is None or refine_step_s <= 0:
+        return best
+    # locate the change between the chosen split's neighbours on a finer grid: the split with the
+    # largest statistic estimates the change point (Lausen & Schumacher 1992), and a coarse one
+    # that lies minutes past the change mixes the old regime into the new window
+    index = tried.index(best.since_s)
+    low = tried[index - 1] if index > 0 else 0.0
+    high = tried[index + 1] if index + 1 < len(tried) else window_s
+    for split in np.arange(refine_step_s, high, refine_step_s):
+        if split <= low or split < MIN_SINCE_S or split == best.since_s:
             continue
-        m_recent = _median(durations[recent], flags[recent])
-        m_older = _median(durations[~recent], flags[~recent])
-        if m_recent is None or m_older is None or min(m_recent, m_older) <= 0:
-            continue
-        ratio = m_recent / m_older
-        if max(ratio, 1.0 / ratio) < min_ratio:
-            continue
-        statistic = abs(float(result.statistic))
-        if best is None or statistic > best.statistic:
-            best = Change(float(split), statistic, p_value, ratio, n_recent, n_older)
+        change = _split(age, durations, flags, float(split), min_samples)
+        if change is not None and change.statistic > best.statistic:
+            best = change
     return best
+
+
+def _split(age: np.ndarray, durations: np.ndarray, flags: np.ndarray, split: float, min_samples: int) -> Change | None:
+    """The log-rank comparison of the samples younger than ``split`` with the older ones.
+
+    None when either part has fewer than ``min_samples`` samples, is all censored, or has no KM
+    median (or a median of 0).
+    """
+    recent = age < split
+    n_recent, n_older = int(recent.sum()), int((~recent).sum())
+    if n_recent < min_samples or n_older < min_samples:
+        return None
+    if flags[recent].all() or flags[~recent].all():
+        return None
+    x = stats.CensoredData(uncensored=durations[recent & ~flags], right=durations[recent & flags])
+    y = stats.CensoredData(uncensored=durations[~recent & ~flags], right=durations[~recent & flags])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.logrank(x, y)
+    p_value = float(result.pvalue)
+    if not math.isfinite(p_value):
+        return None
+    m_recent = _median(durations[recent], flags[recent])
+    m_older = _median(durations[~recent], flags[~recent])
+    if m_recent is None or m_older is None or min(m_recent, m_older) <= 0:
+        return None
+    return Change(float(split), abs(float(result.statistic)), p_value, m_recent / m_older, n_recent, n_older)

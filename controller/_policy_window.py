@@ -10,8 +10,11 @@ evaluation (``bench/controller_eval.py``, records from the simulation) both call
    compares the recent minutes with the rest (log-rank); on a change the window shrinks to the
    data since it (``Observation.drift`` records the split and the evidence).
 3. **Estimate.** Kaplan-Meier over the window's primary samples (``estimation``), widening
-   again while the samples are too few for the budget's tail (``too_few_for_budget``) and no
-   change was detected.
+   again while the samples are too few for the budget's tail (``too_few_for_budget``, or
+   fewer than ``TAIL_SAMPLES`` (30) expected beyond the budget quantile: ``samples * budget``)
+   and no change was detected. With ~18 samples beyond it (180 calls an hour at a 10% budget)
+   the budget target moved by 10-30% from one tick to the next as single samples entered and
+   left the window; 30 (300 samples at 10%) halves that noise's variance.
 4. **Counts and curves.** Calls, hedges, backup wins and wanted hedges of the window and of the
    short window (5 min); the short window's primary samples (the policy's over-budget test);
    the call-level TTFT P99; the backup's KM curve (from the backup's own send) once there are
@@ -36,7 +39,11 @@ from hedgerow.controller.policy import Observation
 if TYPE_CHECKING:
     from hedgerow.controller.policy import PolicyKnobs
 
-__all__ = ["WindowRecords", "observe_window", "ttft_sample"]
+__all__ = ["TAIL_SAMPLES", "WindowRecords", "observe_window", "ttft_sample"]
+
+#: Fewest samples expected beyond the budget quantile (``samples * budget``) before the window
+#: stops widening.
+TAIL_SAMPLES = 30
 
 
 def ttft_sample(start_s: float, first_token_s: float | None, end_s: float, outcome: str) -> tuple[float, bool] | None:
@@ -180,8 +187,15 @@ def observe_window(records: WindowRecords, *, settings: Any, budget: float | Non
                 "fresh": change.since_s <= float(settings.short_window_s),
             }
     estimate = _estimate(records, mask, budget, settings.confidence)
-    while drift is None and estimate is not None and estimate.too_few_for_budget and window < max_window:
-        window = min(window * 2, max_window)
+
+    while drift is None and estimate is not None and window < max_window:
+        wider = min(window * 2, max_window)
+        if not estimate.too_few_for_budget:
+            # widen for the budget's tail only while that brings more samples
+            thin = budget is not None and estimate.samples * budget < TAIL_SAMPLES
+            if not thin or int((in_window(wider) & has_sample).sum()) == estimate.samples:
+                break
+        window = wider
         mask = in_window(window)
         estimate = _estimate(records, mask, budget, settings.confidence)
 

@@ -131,6 +131,10 @@ class KMCurve:
         lower: the one-sided ``confidence`` lower bound on ``S`` (the log-log interval at
             two-sided level ``2 * confidence - 1``: 90% two-sided gives a 95% one-sided bound),
             shape (m,); NaN read as 0 (nothing proven).
+        upper_one_sided: the one-sided ``confidence`` upper bound on ``S`` (the other end of
+            that interval), shape (m,); NaN read as 1 (nothing proven). The policy keeps a
+            published value while this bound is within the budget (a new value must meet
+            ``upper``, the stricter one).
         event: True where a first token was observed at that time, shape (m,).
         samples: the number of durations.
         max_observed_s: the largest duration, seconds.
@@ -143,6 +147,7 @@ class KMCurve:
     event: np.ndarray
     samples: int
     max_observed_s: float
+    upper_one_sided: np.ndarray | None = None
 
     def _at(self, values: np.ndarray, t_s: np.ndarray | float, before: float) -> np.ndarray:
         index = np.searchsorted(self.times_s, np.asarray(t_s, dtype=float), side="right") - 1
@@ -151,6 +156,13 @@ class KMCurve:
     def upper_at(self, t_s: np.ndarray | float) -> np.ndarray:
         """The upper bound on ``S`` at ``t_s`` (seconds, any shape); NaN read as 1."""
         return self._at(np.where(np.isfinite(self.upper), self.upper, 1.0), t_s, 1.0)
+
+    def upper_one_sided_at(self, t_s: np.ndarray | float) -> np.ndarray:
+        """The one-sided upper bound on ``S`` at ``t_s`` (seconds, any shape); NaN read as 1.
+
+        ``upper`` (the two-sided bound, stricter) where the one-sided one was not kept."""
+        values = self.upper if self.upper_one_sided is None else self.upper_one_sided
+        return self._at(np.where(np.isfinite(values), values, 1.0), t_s, 1.0)
 
     def lower_at(self, t_s: np.ndarray | float) -> np.ndarray:
         """The one-sided lower bound on ``S`` at ``t_s`` (seconds, any shape); NaN read as 0."""
@@ -203,7 +215,10 @@ def km_curve(durations_s: np.ndarray, censored: np.ndarray, confidence: float) -
     upper = _fill_upper_at_zero(two_sided.high.probabilities, survival, times, durations_s, confidence)
     lower = np.where(survival <= 0.0, 0.0, one_sided.low.probabilities)
     event = np.isin(times, durations_s[~censored])
-    return KMCurve(times, survival, upper, lower, event, int(durations_s.size), float(durations_s.max()))
+    upper_one_sided = np.where(survival <= 0.0, upper, one_sided.high.probabilities)
+    return KMCurve(
+        times, survival, upper, lower, event, int(durations_s.size), float(durations_s.max()), upper_one_sided
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,16 +52,24 @@ published), in this order:
    proportion over the budget is not enough: 31 of 300 (10.3%) gives a lower bound of 0.076
    and no raise. After a detected change the short window holds only data since the change.
 5. **Stability** (``stability``, only against a published value). A proposal of the objective
-   is not followed (``hysteresis_hold``) while the current value is within the budget, inside
-   the objective's search range (at or below the primary's own tail quantile), and its
-   predicted tail is not shown worse than the proposal's: the current value's one-sided
-   ``confidence`` lower limit, its predicted quantile at ``quantile_lower_level(n, q)`` (the
-   order-statistic bound: P97.5 for 160 samples, P98.83 for 10,000 at P99), is at most the
-   proposal's predicted tail (plus ``p99_tolerance``). Any change under ``knobs.hysteresis``
-   (5%) relative is held, except raises on evidence; a decrease is cut to ``current * (1 -
-   max_step_down)`` (``step_down_limited``). Neither hold nor step limit applies while a
-   detected change is fresh (within the short window): the value then belongs to the old
-   regime.
+   is not followed (``hysteresis_hold``) while the current value is within the budget (the
+   one-sided ``confidence`` upper bound on ``S`` there, ``KMCurve.upper_one_sided``, is
+   ``<= budget``: a new value must meet the stricter two-sided bound of the target, a kept one
+   the one-sided bound, so a value at the target is not pushed out by the next sample) and
+   the short window does not show it over budget, and either (a) its predicted tail is not
+   shown worse than the proposal's: the two predictions rest on the same samples, so they are
+   compared at the same levels, those of ``quantile_level_band(n, q)`` (the order-statistic
+   band of the ``q`` quantile: P97.5, P99, P99.7 for 160 samples; P98.83, P99, P99.16 for
+   10,000), and the current is shown worse only when its predicted quantile exceeds the
+   proposal's by more than ``p99_tolerance`` at every level of the band; or (b) the proposal
+   is a decrease and the current value lies no further above the budget target than the
+   target lies above the KM budget quantile (the target's own sampling noise). Any change
+   under ``knobs.hysteresis`` (5%) relative is held, except raises on evidence; a decrease of
+   a value inside the objective's search range is cut to ``current * (1 - max_step_down)``
+   (``step_down_limited``); a value above it (at or above the primary's own tail quantile, as
+   after a small sample's raise to the maximum) is no candidate and is left in one step.
+   Neither hold nor step limit applies while a detected change is fresh (within the short
+   window): the value then belongs to the old regime.
 6. **Clamp** (``clamp``) to ``[min_hedge_after_s, max_hedge_after_s]``; a value at a bound
    always carries ``clamped_min`` / ``clamped_max`` (also when the search itself stopped there).
 7. **Drift note** (``drift_note``): ``drift_window`` when the window was shrunk to the data since
@@ -94,8 +102,9 @@ budget_bound              the objective's value, bound by the budget constraint
 tail_min                  the objective's value, at the lowest predicted tail
 cost_tie                  the objective's value, the fewest hedges within the tail tolerance
 raise_over_budget         the short window shows the value over budget: raised
-hysteresis_hold           the data do not show the current tail worse, or the change is under
-                          ``hysteresis``: held
+hysteresis_hold           the current value is within the budget and the data do not show its
+                          tail worse (or the decrease is within the target's noise), or the
+                          change is under ``hysteresis``: held
 step_down_limited         (modifier) a decrease was cut to ``max_step_down``
 clamped_min/clamped_max   (modifier) the value is at (or was clamped to) a route bound
 drift_window              (modifier) the window was shrunk to the data since a detected change
@@ -118,6 +127,7 @@ import numpy as np
 from hedgerow.controller._policy_rules import RULES, Inputs, Proposal
 from hedgerow.controller.estimation import TTFTEstimate
 from hedgerow.controller.hedge_model import SurvivalCurve
+from hedgerow.controller.reason_codes import REASON_CODES
 
 __all__ = [
     "REASON_CODES",
@@ -131,30 +141,6 @@ __all__ = [
 
 #: Fewest calls in the short window before it is tested for over budget (rule 4).
 SHORT_WINDOW_MIN_CALLS = 20
-
-#: Every code ``decide`` can put in ``Decision.reason``.
-REASON_CODES = frozenset(
-    {
-        "disabled",
-        "pinned",
-        "too_few_samples",
-        "small_sample_raise",
-        "censored_raise",
-        "censored_hold",
-        "budget_bound",
-        "tail_min",
-        "cost_tie",
-        "raise_over_budget",
-        "hysteresis_hold",
-        "step_down_limited",
-        "clamped_min",
-        "clamped_max",
-        "drift_window",
-        "backups_rarely_win",
-        "hedges_did_not_lower_p99",
-        "config",
-    }
-)
 
 
 def _is_number(value: Any) -> bool:

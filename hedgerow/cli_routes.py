@@ -214,7 +214,7 @@ def route_history(
     if not 1 <= limit <= MAX_HISTORY_LIMIT:
         raise _fail(f"--limit: must be from 1 to {MAX_HISTORY_LIMIT}, got {limit}", 2)
     if reason is not None:
-        from hedgerow.controller.policy import REASON_CODES
+        from hedgerow.controller.reason_codes import REASON_CODES
 
         if reason.strip() not in REASON_CODES:  # the api would answer an empty history
             raise _fail(f"--reason: unknown code {reason!r}; codes: {', '.join(sorted(REASON_CODES))}", 2)

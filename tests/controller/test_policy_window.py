@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hedgerow.controller._policy_window import WindowRecords, observe_window, ttft_sample
+from hedgerow.controller._policy_window import TAIL_SAMPLES, WindowRecords, observe_window, ttft_sample
 from hedgerow.controller.policy import PolicyKnobs
 from hedgerow.settings import Settings
 
@@ -38,8 +38,25 @@ def observe(recs: WindowRecords, settings: Settings | None = None):  # type: ign
 
 def test_window_doubles_while_samples_are_too_few() -> None:
     age = np.linspace(3 * 3600, 2.5 * 3600, 80)  # 2.5-3 hours old
-    obs = observe(make(age, np.full(80, 0.3)))
+    settings = Settings()
+    obs = observe_window(make(age, np.full(80, 0.3)), settings=settings, budget=None, knobs=PolicyKnobs())
     assert obs.window_s == 4 * 3600 and obs.estimate is not None and obs.estimate.samples == 80
+
+
+def test_window_widens_until_the_budget_tail_holds_enough_samples() -> None:
+    """small_windows (bench/controller_eval.py --suite scenarios, 3 calls/min): a 1-hour window
+    of ~180 primaries expects 18 beyond the 10% budget quantile, and its budget target moved
+    4.1-5.8 s between one-minute ticks, so the threshold changed 2-6 times an hour. The window
+    now widens until ``samples * budget >= TAIL_SAMPLES`` (300 samples at 10%)."""
+    rng = np.random.default_rng(3)
+    age = np.sort(rng.uniform(0, 3 * 3600, 540))[::-1]  # 3 calls/min for 3 hours
+    primary = np.exp(rng.standard_normal(540))
+    obs = observe(make(age, primary))
+    assert TAIL_SAMPLES == 30
+    assert obs.window_s == 2 * 3600 and obs.estimate is not None
+    assert obs.estimate.samples == int((age < 7200).sum()) >= 300
+    wide = observe_window(make(age, primary), settings=Settings(), budget=0.5, knobs=PolicyKnobs())
+    assert wide.window_s == 3600  # 180 samples expect 90 beyond a 50% budget's quantile
 
 
 def test_counts_of_the_window_and_the_short_window() -> None:
