@@ -48,8 +48,8 @@ from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
 from hedgerow.controller.models import utc_now
 from hedgerow.controller.overview import flags_of, history_series, route_overview
-from hedgerow.controller.policy import REASON_CODES as POLICY_REASON_CODES
 from hedgerow.controller.queries import get_history, get_route, resolve_model
+from hedgerow.controller.reason_codes import REASON_CODES as POLICY_REASON_CODES
 from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
 __all__ = ["HISTORY_PAGE_ROWS", "MAX_HISTORY_PAGE", "RANGES", "PageUser", "install_pages", "router"]
