@@ -53,6 +53,19 @@ def test_plain_sqlite_urls_work_where_db_is_taken(tmp_path: Path) -> None:
     assert result.returncode == 0 and '"history": []' in result.stdout
 
 
+@pytest.mark.parametrize(
+    "command", [["report", "weekly"], ["db", "retention"], ["controller", "run-once"]], ids=" ".join
+)
+def test_a_store_not_migrated_exits_1_saying_to_upgrade_in_every_command(command: list[str], tmp_path: Path) -> None:
+    """A SQLite file that exists but was never migrated is named as such, with the command that fixes it."""
+    import sqlite3
+
+    sqlite3.connect(tmp_path / "empty.db").close()
+    result = _cli(*command, "--db", f"sqlite:///{tmp_path / 'empty.db'}")
+    assert result.returncode == 1, result.stderr
+    assert "revision none (empty)" in result.stderr and "run `hedgerow db upgrade`" in result.stderr, result.stderr
+
+
 def test_errors_name_the_flag_or_the_variable_the_user_typed(tmp_path: Path) -> None:
     flag = _cli("serve", "--log-format", "xml", cwd=tmp_path)
     assert flag.returncode == 2 and flag.stderr.startswith("hedgerow: --log-format: "), flag.stderr
