@@ -952,6 +952,9 @@ def db_retention(
         typer.echo(json.dumps(report.to_dict(), indent=2))
         return
     summary = report.to_dict()
+    if fold_only:
+        typer.echo(f"hedgerow: folded {summary['folded_hours']} hour(s); deleted nothing (--fold-only)")
+        return
     typer.echo(
         f"hedgerow: folded {summary['folded_hours']} hour(s); deleted {summary['deleted_calls']} "
         f"call(s) and {summary['deleted_attempts']} attempt(s) started before {summary['cutoff']}"

@@ -66,6 +66,16 @@ def test_a_store_not_migrated_exits_1_saying_to_upgrade_in_every_command(command
     assert "revision none (empty)" in result.stderr and "run `hedgerow db upgrade`" in result.stderr, result.stderr
 
 
+def test_retention_fold_only_says_it_deleted_nothing(tmp_path: Path) -> None:
+    """``db retention --fold-only`` printed "deleted 0 call(s) ... started before <cutoff>", as if
+    it had looked for old calls; it deletes nothing and now says so."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    assert _cli("db", "upgrade", "--db", url).returncode == 0
+    result = _cli("db", "retention", "--db", url, "--fold-only")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "hedgerow: folded 0 hour(s); deleted nothing (--fold-only)", result.stdout
+
+
 def test_errors_name_the_flag_or_the_variable_the_user_typed(tmp_path: Path) -> None:
     flag = _cli("serve", "--log-format", "xml", cwd=tmp_path)
     assert flag.returncode == 2 and flag.stderr.startswith("hedgerow: --log-format: "), flag.stderr
