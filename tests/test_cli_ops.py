@@ -127,6 +127,7 @@ def test_routes_flags_are_checked_before_any_request() -> None:
         (["set", "r", "--enable", "--disable", "--api", nowhere], "--enable and --disable"),
         (["list", "--api", "notaurl"], "--api"),
         (["list", "--api", "ftp://example.org"], "--api"),
+        (["list", "--api", f"{nowhere}/v1/"], "--api"),  # the upstreams' form: was GET /v1/v1/routes, a 404
         (["history", "r", "--limit", "0", "--api", nowhere], "--limit"),
         (["history", "r", "--since", "yesterday", "--api", nowhere], "--since"),
         (["history", "r", "--until", "2026-13-01", "--api", nowhere], "--until"),
