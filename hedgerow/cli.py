@@ -414,10 +414,12 @@ async def _run_call(
 )
 def call(
     upstream: list[str] = typer.Option(
-        ..., "--upstream", help="NAME=BASE_URL (ends in /v1); repeat; the first is the primary."
+        ..., "--upstream", metavar="NAME=URL", help="NAME=BASE_URL (ends in /v1); repeat; the first is the primary."
     ),
-    model: str = typer.Option(None, "--model", help="Model name (required with --prompt; replaces the one in --body)."),
-    prompt: str = typer.Option(None, "--prompt", help="The user message."),
+    model: str = typer.Option(
+        None, "--model", metavar="M", help="Model name (required with --prompt; replaces the one in --body)."
+    ),
+    prompt: str = typer.Option(None, "--prompt", metavar="TEXT", help="The user message."),
     body: str = typer.Option(
         None, "--body", metavar="FILE", help="A JSON request body file for the API ('-' reads stdin)."
     ),
@@ -427,7 +429,9 @@ def call(
         metavar="API",
         help="chat (POST /v1/chat/completions) or responses (POST /v1/responses).",
     ),
-    route: str = typer.Option("default", "--route", help="Route name recorded with the call (1 to 200 characters)."),
+    route: str = typer.Option(
+        "default", "--route", metavar="ROUTE", help="Route name recorded with the call (1 to 200 characters)."
+    ),
     hedge_after: str = typer.Option(
         "2.0", "--hedge-after", metavar="S", help="Seconds without a first token before hedging."
     ),
@@ -625,22 +629,29 @@ def demo(
 
 @app.command()
 def replica(
-    port: int = typer.Option(..., "--port", help="TCP port to listen on (0 = pick a free one)."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind."),
+    port: int = typer.Option(..., "--port", metavar="P", help="TCP port to listen on (0 = pick a free one)."),
+    host: str = typer.Option("127.0.0.1", "--host", metavar="HOST", help="Interface to bind."),
     time_scale: float = typer.Option(
-        1.0, "--time-scale", help="Factor on every service time (0.1 = 10x faster than the GPU)."
+        1.0, "--time-scale", metavar="X", help="Factor on every service time (0.1 = 10x faster than the GPU)."
     ),
-    slowdown: float = typer.Option(1.0, "--slowdown", help="Degradation factor on every service time."),
-    max_batch: int = typer.Option(64, "--max-batch", help="Largest running batch."),
-    tokens_per_chunk: int = typer.Option(1, "--tokens-per-chunk", help="Tokens per SSE chunk after the first."),
-    name: str = typer.Option("replica", "--name", help="Replica name (stats, logs, X-Hedgerow-Replica)."),
-    error_rate: float = typer.Option(0.0, "--error-rate", help="Fraction of requests answered HTTP 503."),
-    stall_rate: float = typer.Option(0.0, "--stall-rate", help="Fraction of requests that stall once mid-stream."),
-    stall_s: float = typer.Option(0.0, "--stall-s", help="Length of such a stall, wall seconds."),
-    seed: int = typer.Option(None, "--seed", help="Seed of the random choices."),
+    slowdown: float = typer.Option(1.0, "--slowdown", metavar="F", help="Degradation factor on every service time."),
+    max_batch: int = typer.Option(64, "--max-batch", metavar="N", help="Largest running batch."),
+    tokens_per_chunk: int = typer.Option(
+        1, "--tokens-per-chunk", metavar="N", help="Tokens per SSE chunk after the first."
+    ),
+    name: str = typer.Option(
+        "replica", "--name", metavar="NAME", help="Replica name (stats, logs, X-Hedgerow-Replica)."
+    ),
+    error_rate: float = typer.Option(0.0, "--error-rate", metavar="F", help="Fraction of requests answered HTTP 503."),
+    stall_rate: float = typer.Option(
+        0.0, "--stall-rate", metavar="F", help="Fraction of requests that stall once mid-stream."
+    ),
+    stall_s: float = typer.Option(0.0, "--stall-s", metavar="S", help="Length of such a stall, wall seconds."),
+    seed: int = typer.Option(None, "--seed", metavar="N", help="Seed of the random choices."),
     perf_model: str = typer.Option(
         None,
         "--perf-model",
+        metavar="FILE",
         help=(
             "Splitwise perf_model.csv (default: ../shared/data/traces/splitwise_perf_model.csv, "
             "else an embedded table)."
@@ -941,6 +952,9 @@ def db_retention(
         typer.echo(json.dumps(report.to_dict(), indent=2))
         return
     summary = report.to_dict()
+    if fold_only:
+        typer.echo(f"hedgerow: folded {summary['folded_hours']} hour(s); deleted nothing (--fold-only)")
+        return
     typer.echo(
         f"hedgerow: folded {summary['folded_hours']} hour(s); deleted {summary['deleted_calls']} "
         f"call(s) and {summary['deleted_attempts']} attempt(s) started before {summary['cutoff']}"

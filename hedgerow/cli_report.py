@@ -45,7 +45,7 @@ def weekly(
 
     from hedgerow.api.ops_bounds import unstarted_week_message
     from hedgerow.cli import _require_existing_sqlite_file, _server_settings
-    from hedgerow.controller.db import make_engine, make_sessionmaker
+    from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
     from hedgerow.controller.errors import StoreError
     from hedgerow.controller.report import IsoWeek
     from hedgerow.controller.report_render import FORMATS, render
@@ -66,6 +66,7 @@ def weekly(
     async def build() -> dict[str, Any]:
         engine = make_engine(settings.database_url)
         try:
+            await check_ready(engine)  # an empty or old store: "run `hedgerow db upgrade`", as the other commands say
             return await weekly_report(make_sessionmaker(engine), parsed)
         finally:
             await engine.dispose()

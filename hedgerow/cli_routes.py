@@ -65,6 +65,8 @@ def _request(method: str, api: str, token: str | None, path: str, **kwargs: Any)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     if not api.lower().startswith(("http://", "https://")):
         raise _fail(f"--api: not an http:// or https:// URL, got {api!r}", 2)
+    if api.rstrip("/").lower().endswith("/v1"):  # the upstreams' form; here it would ask for /v1/v1/...
+        raise _fail(f"--api: the api's root URL, without /v1 (e.g. http://127.0.0.1:8400), got {api!r}", 2)
     url = api.rstrip("/") + path
     try:
         response = httpx.request(method, url, headers=headers, timeout=_TIMEOUT_S, **kwargs)

@@ -53,6 +53,29 @@ def test_plain_sqlite_urls_work_where_db_is_taken(tmp_path: Path) -> None:
     assert result.returncode == 0 and '"history": []' in result.stdout
 
 
+@pytest.mark.parametrize(
+    "command", [["report", "weekly"], ["db", "retention"], ["controller", "run-once"]], ids=" ".join
+)
+def test_a_store_not_migrated_exits_1_saying_to_upgrade_in_every_command(command: list[str], tmp_path: Path) -> None:
+    """A SQLite file that exists but was never migrated is named as such, with the command that fixes it."""
+    import sqlite3
+
+    sqlite3.connect(tmp_path / "empty.db").close()
+    result = _cli(*command, "--db", f"sqlite:///{tmp_path / 'empty.db'}")
+    assert result.returncode == 1, result.stderr
+    assert "revision none (empty)" in result.stderr and "run `hedgerow db upgrade`" in result.stderr, result.stderr
+
+
+def test_retention_fold_only_says_it_deleted_nothing(tmp_path: Path) -> None:
+    """``db retention --fold-only`` printed "deleted 0 call(s) ... started before <cutoff>", as if
+    it had looked for old calls; it deletes nothing and now says so."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    assert _cli("db", "upgrade", "--db", url).returncode == 0
+    result = _cli("db", "retention", "--db", url, "--fold-only")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "hedgerow: folded 0 hour(s); deleted nothing (--fold-only)", result.stdout
+
+
 def test_errors_name_the_flag_or_the_variable_the_user_typed(tmp_path: Path) -> None:
     flag = _cli("serve", "--log-format", "xml", cwd=tmp_path)
     assert flag.returncode == 2 and flag.stderr.startswith("hedgerow: --log-format: "), flag.stderr
@@ -75,17 +98,20 @@ def test_help_shows_flags_without_type_metavars_and_untruncated() -> None:
 
 
 def test_no_option_of_any_command_shows_a_type_metavar() -> None:
+    """Every option of every command shows a named metavar (``--upstream NAME=URL``), never
+    typer's type (``<list[str]>``, ``<int>``, ``<float>``)."""
     import re
 
     commands = [
         ("db", "upgrade"), ("db", "retention"), ("controller", "run-once"), ("report", "weekly"),
         ("routes", "list"), ("routes", "show"), ("routes", "history"), ("routes", "set"), ("serve",),
+        ("call",), ("replica",), ("demo",),
     ]  # fmt: skip
     for command in commands:
         text = _cli(*command, "--help").stdout
         options = [line for line in text.splitlines() if line.lstrip().startswith("-")]
         assert options, command
-        typed = [line for line in options if re.search(r"<(str|int|float|bool|path)>", line)]
+        typed = [line for line in options if re.search(r"<[a-z]+(\[[a-z, ]+\])?>", line)]
         assert not typed, (command, typed)
 
 
@@ -101,6 +127,7 @@ def test_routes_flags_are_checked_before_any_request() -> None:
         (["set", "r", "--enable", "--disable", "--api", nowhere], "--enable and --disable"),
         (["list", "--api", "notaurl"], "--api"),
         (["list", "--api", "ftp://example.org"], "--api"),
+        (["list", "--api", f"{nowhere}/v1/"], "--api"),  # the upstreams' form: was GET /v1/v1/routes, a 404
         (["history", "r", "--limit", "0", "--api", nowhere], "--limit"),
         (["history", "r", "--since", "yesterday", "--api", nowhere], "--since"),
         (["history", "r", "--until", "2026-13-01", "--api", nowhere], "--until"),

@@ -72,3 +72,25 @@ async def test_a_route_with_a_day_of_history_fits_a_phone_in_a_few_screens(tmp_p
     assert phone["page"] < 4000, phone
     assert max(phone["cards"]) <= 120, phone
     assert phone["samples"] == 0 and desktop["samples"] == len(desktop["cards"]), (phone, desktop)
+
+
+@pytest.mark.slow
+async def test_console_pages_request_nothing_that_fails(tmp_path: Path) -> None:
+    """Chromium asks for ``/favicon.ico`` on every page without an icon link; the console had
+    none, so each page logged a 404 in the browser's console. The pages now declare an empty
+    inline icon, and loading them logs no error."""
+    server = ServeProcess(f"sqlite:///{tmp_path / 'f.db'}", tmp_path, {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600"})
+    try:
+        made = httpx.put(f"{server.url}/v1/routes/r", params={"model": "m1"}, json={}, timeout=60)
+        assert made.status_code == 201, made.text
+        async with open_page() as (page, requests):
+            errors: list[str] = []  # the icon's request is not a page event; its failure is logged
+            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            for path in ("/ui/routes", "/ui/routes/r?model=m1", "/ui/reports"):
+                response = await page.goto(f"{server.url}{path}", wait_until="networkidle")
+                assert response is not None and response.status == 200, path
+                await page.wait_for_timeout(500)  # the icon is asked for after the load
+            assert_local_only(requests)
+    finally:
+        server.stop()
+    assert errors == []
