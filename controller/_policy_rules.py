@@ -428,8 +428,9 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
     1.457 s, 5% better). With 1.2% of primaries in a slow mode, the current value's predicted
     P98.75 falls in the body and lies below the proposal's P99, so comparing a lower level of
     the current value with the proposal's P99 would hold 0.869 s; at the same levels the
-    current value is worse at each, and it moves. A value above the objective's search range (above the primary's own tail
-    quantile) is left in one step: the step limit guards a candidate against noise.
+    current value is worse at each, and it moves. A value above the objective's search range
+    (above the primary's own tail quantile) is left in one step: the step limit guards a
+    candidate against noise.
     Neither the hold nor the step-down limit applies while a detected change is *fresh* (it
     lies within the short window, ``drift["fresh"]``): both guard an incumbent value against
     noise, and a value set for the regime before a change that passed the log-rank test is no
