@@ -9,6 +9,7 @@ Pages:
   ``6h``, ``24h``, ``7d``, ``30d``; a route whose history starts inside the range gets charts fitted
   to its data, with a note saying so); the history table (filters ``applied``, ``reason``, ``since``,
   ``until`` in UTC; 50 rows a page, ``page=``); the configuration, and with the admin scope a form;
+  a ``range``, ``page``, ``applied``, ``since`` or ``until`` it cannot honour is a 422 page naming it;
 - ``POST /ui/routes/{route}?model=``: the form's change (admin), applied and audited like
   ``PATCH /v1/routes`` (:func:`hedgerow.controller.routes_admin.configure_route`), then back to
   the route's page (303);
@@ -204,16 +205,17 @@ async def _route_page(
     q = request.query_params
     range_key = q.get("range") or "24h"
     if range_key not in RANGES:
-        range_key = "24h"
+        return error_page(request, user, 422, f"range: must be one of {', '.join(RANGES)}, got {range_key!r}")
     applied_text = q.get("applied", "")
+    if applied_text not in ("", "true", "false"):
+        return error_page(request, user, 422, f"applied: must be true, false or empty, got {applied_text!r}")
     applied = {"true": True, "false": False}.get(applied_text)
     reason = q.get("reason", "").strip() or None
-    try:
-        page = max(int(q.get("page", "1")), 1)
-    except ValueError:
-        page = 1
-    if page > MAX_HISTORY_PAGE:  # its offset would overflow the store's integers (a 500)
-        return error_page(request, user, 422, f"page: must be from 1 to {MAX_HISTORY_PAGE}, got {page}")
+    page_text = q.get("page", "").strip() or "1"
+    # a page past MAX_HISTORY_PAGE would overflow the store's integers in its offset
+    if not page_text.isdecimal() or not 1 <= int(page_text) <= MAX_HISTORY_PAGE:
+        return error_page(request, user, 422, f"page: must be from 1 to {MAX_HISTORY_PAGE}, got {page_text!r}")
+    page = int(page_text)
     problems = [control_character_error(value) for value in (route, model or "", reason or "")]
     if any(problems):
         return error_page(request, user, 422, next(p for p in problems if p))

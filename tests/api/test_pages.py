@@ -74,3 +74,26 @@ async def test_the_change_form_takes_a_budget_as_shown_in_percent(make_api) -> N
             assert (await api.get("/v1/routes/r", params=M)).json()["budget"] == pytest.approx(budget), text
         bad = await api.post("/ui/routes/r", params=M, data=form | {"budget": "5%%"})
         assert bad.status_code == 422 and "not a number" in bad.text
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ({"range": "2y"}, "range: must be one of 1h, 6h, 24h, 7d, 30d, got &#39;2y&#39;"),
+        ({"page": "abc"}, "page: must be from 1 to 1000000, got &#39;abc&#39;"),
+        ({"page": "0"}, "page: must be from 1 to 1000000, got &#39;0&#39;"),
+        ({"page": "-3"}, "page: must be from 1 to 1000000, got &#39;-3&#39;"),
+        ({"applied": "maybe"}, "applied: must be true, false or empty, got &#39;maybe&#39;"),
+    ],
+)
+async def test_a_bad_range_page_or_applied_filter_is_422_naming_it(make_api, query, message) -> None:
+    """The route page refuses a query it cannot honour with a 422 naming the parameter: a page
+    drawn with a default in its place would be read as the one asked for."""
+    async with make_api() as (_app, api):
+        assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
+        page = await api.get("/ui/routes/r", params=M | query)
+        assert page.status_code == 422, page.text
+        assert message in page.text
+        assert (
+            await api.get("/ui/routes/r", params=M | {"range": "7d", "page": "1", "applied": "true"})
+        ).status_code == 200
