@@ -951,14 +951,24 @@ def db_retention(
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
         return
-    summary = report.to_dict()
+    typer.echo(retention_line(report.to_dict(), fold_only=fold_only))
+
+
+def retention_line(summary: dict[str, Any], *, fold_only: bool) -> str:
+    """The one line ``db retention`` prints for a run's ``RetentionReport.to_dict()`` summary.
+
+    Args:
+        summary: ``folded_hours``, ``deleted_calls``, ``deleted_attempts``, ``cutoff``,
+            ``skipped_hours`` and ``dropped_days`` (ISO dates; PostgreSQL only) of the run.
+        fold_only: the run deleted nothing (``--fold-only``).
+    """
     if fold_only:
-        typer.echo(f"hedgerow: folded {summary['folded_hours']} hour(s); deleted nothing (--fold-only)")
-        return
-    typer.echo(
+        return f"hedgerow: folded {summary['folded_hours']} hour(s); deleted nothing (--fold-only)"
+    return (
         f"hedgerow: folded {summary['folded_hours']} hour(s); deleted {summary['deleted_calls']} "
         f"call(s) and {summary['deleted_attempts']} attempt(s) started before {summary['cutoff']}"
         + (f"; kept {summary['skipped_hours']} hour(s) not yet rolled up" if summary["skipped_hours"] else "")
+        + (f"; dropped the partitions of {', '.join(summary['dropped_days'])}" if summary["dropped_days"] else "")
     )
 
 

@@ -294,3 +294,23 @@ def test_routes_set_takes_a_budget_in_percent_as_the_console_does(tmp_path: Path
         done = _cli("routes", "set", "r", "--budget", text, "--api", nowhere)
         assert done.returncode == 2, (text, done.stderr)
         assert done.stderr.startswith("hedgerow: --budget:") and message in done.stderr, (text, done.stderr)
+
+
+def test_the_retention_line_names_the_days_whose_partitions_were_dropped() -> None:
+    from hedgerow.cli import retention_line
+
+    summary = {
+        "folded_hours": 3,
+        "deleted_calls": 40,
+        "deleted_attempts": 52,
+        "cutoff": "2026-11-19T09:00:00+00:00",
+        "skipped_hours": 0,
+        "dropped_days": ["2026-11-17", "2026-11-18"],
+    }
+    line = retention_line(summary, fold_only=False)
+    assert line == (
+        "hedgerow: folded 3 hour(s); deleted 40 call(s) and 52 attempt(s) started before "
+        "2026-11-19T09:00:00+00:00; dropped the partitions of 2026-11-17, 2026-11-18"
+    )
+    assert "dropped" not in retention_line(summary | {"dropped_days": []}, fold_only=False)
+    assert retention_line(summary, fold_only=True).endswith("deleted nothing (--fold-only)")
