@@ -66,14 +66,35 @@ class Portal:
             raise
 
     def stop(self) -> None:
-        """Stop the loop and its thread (at exit; a later ``run`` starts a new one)."""
+        """Stop the loop and its thread, then close the loop (at exit; a later ``run`` starts a
+        new one). Tasks still on the loop are cancelled and given ``CANCEL_WAIT_S`` to unwind;
+        a loop whose thread does not end in that time is left open rather than closed under it.
+        """
         with self._lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
-        if loop is not None and not loop.is_closed():
+        if loop is None or loop.is_closed():
+            return
+        if loop.is_running():
+            with contextlib.suppress(BaseException):
+                asyncio.run_coroutine_threadsafe(_wind_down(), loop).result(timeout=CANCEL_WAIT_S)
             loop.call_soon_threadsafe(loop.stop)
-            if thread is not None:
-                thread.join(timeout=CANCEL_WAIT_S)
+        if thread is not None:
+            thread.join(timeout=CANCEL_WAIT_S)
+            if thread.is_alive():
+                return
+        loop.close()
+
+
+async def _wind_down() -> None:
+    """On the portal's loop: cancel its other tasks, wait for them, and close async generators."""
+    loop = asyncio.get_running_loop()
+    others = [t for t in asyncio.all_tasks(loop) if t is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    if others:
+        await asyncio.wait(others, timeout=CANCEL_WAIT_S)
+    await loop.shutdown_asyncgens()
 
 
 PORTAL = Portal()
