@@ -127,7 +127,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import socket
 import time
 import uuid
@@ -208,19 +207,6 @@ def attempt_request_id(request_id: str, role: str) -> str:
     digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 9562 variant
     h = digest.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-def _random_request_id() -> str:
-    """A random call id: the 32 hex digits of a version-4 UUID, as ``uuid.uuid4().hex`` gives
-    (built from ``os.urandom`` without a ``uuid.UUID``, a fifth of the cost)."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 9562 variant
-    return raw.hex()
-
-
-#: The record's ``started_at`` until the call has started (replaced when the record is built).
-_NOT_STARTED = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 async def wait_tasks_shielded(tasks: Sequence[asyncio.Future[Any]]) -> None:
@@ -659,7 +645,7 @@ class HedgingClient:
             order,
             wire,
             model=model,
-            request_id=request_id or _random_request_id(),
+            request_id=request_id or uuid.uuid4().hex,
             hedge_after_s=hedge_after_s,
             threshold_version=version,
             hedging_enabled=hedging_enabled,
@@ -776,7 +762,7 @@ class CallStream:
             request_id=request_id,
             route=client.route,
             model=model,
-            started_at=_NOT_STARTED,  # set from ``_wall0`` when the record is built
+            started_at=datetime.now(UTC),
             client=client.client_tag,
             threshold_version=threshold_version,
             choices=_choice_count(body) if api == "chat" else 1,
@@ -797,13 +783,12 @@ class CallStream:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._t0 = 0.0
-        self._wall0 = 0.0
 
     # -- context manager ---------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         self._t0 = time.monotonic()
-        self._wall0 = time.time()  # the record's started_at, made into a datetime after the call
+        self._race.started_at = datetime.now(UTC)
         self._head = asyncio.get_running_loop().create_future()
         # The primary's task arms the timer when it sends (the hedge timer counts from there),
         # one event-loop turn from now: no timer to arm and re-arm here.
@@ -1200,7 +1185,6 @@ class CallStream:
     def _build_record(self) -> None:
         if self.record is not None:
             return
-        self._race.started_at = datetime.fromtimestamp(self._wall0, UTC)
         self.record = self._race.record()
         if self._client.telemetry is not None:
             try:
