@@ -288,11 +288,12 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
         code, binding = "tail_min", "tail"
     else:
         code, binding = "cost_tie", "cost"
-    at_current = float(predicted_quantiles(primary, g, np.array([x.base]), q, replay)[0])
     levels = quantile_level_band(curve.samples, q, x.knobs.confidence)
     paired = np.array(
         [predicted_quantiles(primary, g, np.array([x.base, value]), level, replay) for level in levels]
     )  # (levels, 2): the current value's and the choice's predicted tail at each level
+    at_current = float(paired[levels.index(q), 0])  # the band always holds q itself
+    rate_upper_at_current = float(curve.upper_one_sided_at(x.base))
     details: dict[str, Any] = {
         "objective": {
             "quantile": q,
@@ -310,8 +311,8 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
             "predicted_tail_at_current_by_level_s": [_finite(v) for v in paired[:, 0]],
             "predicted_tail_at_chosen_by_level_s": [_finite(v) for v in paired[:, 1]],
             "hedge_rate_at_current": float(primary(x.base)),
-            "hedge_rate_upper_at_current": float(curve.upper_one_sided_at(x.base)),
-            "current_within_budget": bool(float(curve.upper_one_sided_at(x.base)) <= budget + 1e-12),
+            "hedge_rate_upper_at_current": rate_upper_at_current,
+            "current_within_budget": rate_upper_at_current <= budget + 1e-12,
             "hedge_rate_at_chosen": float(curve.survival_curve()(value)),
             "hedge_rate_upper_at_chosen": float(curve.upper_at(value)),
             "win_probability_at_chosen": choice.win_probability_at_choice,
@@ -448,18 +449,12 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
         and objective_details is not None
         and objective_details["current_within_budget"]
         and not _short_window_over(x, base)
-        and _tail_not_shown_worse(p, x)
+        and (
+            _tail_not_shown_worse(p, x)  # its tail is as good
+            or (p.value < base and _within_target_noise(base, objective_details))  # the decrease is noise
+        )
     ):
-        return hold  # the current value meets the budget and its tail is as good
-    if (
-        p.binding in ("budget", "tail", "cost")
-        and objective_details is not None
-        and p.value < base
-        and objective_details["current_within_budget"]
-        and not _short_window_over(x, base)
-        and _within_target_noise(base, objective_details)
-    ):
-        return hold  # a decrease within the budget target's own sampling noise
+        return hold  # the current value meets the budget and is as good as the proposal
     if abs(p.value - base) / base < x.knobs.hysteresis and p.binding not in ("evidence",):
         return hold
     floor = base * (1.0 - x.knobs.max_step_down)

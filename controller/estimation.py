@@ -147,7 +147,7 @@ class KMCurve:
     event: np.ndarray
     samples: int
     max_observed_s: float
-    upper_one_sided: np.ndarray | None = None
+    upper_one_sided: np.ndarray
 
     def _at(self, values: np.ndarray, t_s: np.ndarray | float, before: float) -> np.ndarray:
         index = np.searchsorted(self.times_s, np.asarray(t_s, dtype=float), side="right") - 1
@@ -158,11 +158,8 @@ class KMCurve:
         return self._at(np.where(np.isfinite(self.upper), self.upper, 1.0), t_s, 1.0)
 
     def upper_one_sided_at(self, t_s: np.ndarray | float) -> np.ndarray:
-        """The one-sided upper bound on ``S`` at ``t_s`` (seconds, any shape); NaN read as 1.
-
-        ``upper`` (the two-sided bound, stricter) where the one-sided one was not kept."""
-        values = self.upper if self.upper_one_sided is None else self.upper_one_sided
-        return self._at(np.where(np.isfinite(values), values, 1.0), t_s, 1.0)
+        """The one-sided upper bound on ``S`` at ``t_s`` (seconds, any shape); NaN read as 1."""
+        return self._at(np.where(np.isfinite(self.upper_one_sided), self.upper_one_sided, 1.0), t_s, 1.0)
 
     def lower_at(self, t_s: np.ndarray | float) -> np.ndarray:
         """The one-sided lower bound on ``S`` at ``t_s`` (seconds, any shape); NaN read as 0."""
