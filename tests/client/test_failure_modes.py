@@ -129,7 +129,7 @@ async def test_no_headers_by_hedge_after_hedges():
         assert attempts_of(record) == [("a", "cancelled", None), ("b", "won", None)]
         primary, backup = record.attempts
         assert primary.status_code is None and primary.censored  # cancelled before its headers
-        assert backup.start_s == pytest.approx(0.5, abs=0.3)
+        assert 0.5 <= backup.start_s < 2.0  # at the hedge timer, long before the primary's 10 s
         assert len(a.requests) == 1 and len(b.requests) == 1
         assert await a.wait_disconnect(0) is not None
 

@@ -45,13 +45,14 @@ async def test_slow_primary_hedges_and_backup_wins_with_loser_closed():
         assert result.text == "w0 w1 w2 "
         assert record.hedged and record.hedge_reason == "ttft_timeout" and record.winner == "backup"
         assert record.status == "ok"
-        # TTFT = hedge_after_s + the backup's own TTFT (0.5 + 0.3), with a wide margin.
-        assert 0.75 <= record.ttft_s <= 1.5
+        # TTFT = hedge_after_s + the backup's own TTFT (0.5 + 0.3), with a margin for a loaded
+        # machine; without the hedge it would be the primary's 5 s.
+        assert 0.75 <= record.ttft_s <= 2.5
         assert elapsed < 3.0
         primary, backup = record.attempts
         assert primary.outcome == "cancelled" and primary.first_token_s is None
         assert primary.censored and primary.end_s == pytest.approx(record.ttft_s, abs=0.05)
-        assert backup.outcome == "won" and backup.start_s == pytest.approx(0.5, abs=0.2)
+        assert backup.outcome == "won" and 0.5 <= backup.start_s < 1.5
         assert record.completion_tokens == 3 and record.prompt_tokens == 7
         # The primary's connection was closed by the client, promptly.
         closed_at = await slow.wait_disconnect(0)
@@ -284,7 +285,7 @@ async def test_a_polled_threshold_is_used_and_recorded():
         result = await client.chat(BODY)
     record = result.record
     assert record.hedged and record.hedge_after_s == 0.2 and record.threshold_version == 7
-    assert record.attempts[1].start_s == pytest.approx(0.2, abs=0.15)
+    assert 0.2 <= record.attempts[1].start_s < 1.0  # the polled 0.2 s, not the policy's 5 s
 
 
 async def test_a_route_disabled_by_the_api_does_not_hedge():

@@ -558,7 +558,7 @@ async def test_non_streaming_calls_use_the_unary_routes_threshold() -> None:
         assert thresholds.asked == [("chat.unary", "m")]
         (record,) = sink.records
         assert record.route == "chat.unary" and record.hedge_after_s == 0.3 and record.threshold_version == 7
-        assert record.hedge_reason == "ttft_timeout" and record.attempts[1].start_s == pytest.approx(0.3, abs=0.25)
+        assert record.hedge_reason == "ttft_timeout" and 0.3 <= record.attempts[1].start_s < 2.0
 
 
 async def test_concurrent_calls_share_one_transport(replicas) -> None:
