@@ -44,6 +44,9 @@ _API = typer.Option(
 _TOKEN = typer.Option(
     None, "--token", metavar="T", envvar="HEDGEROW_TOKEN", help="Bearer token (HEDGEROW_TOKEN).", show_default=False
 )
+_ROUTE = typer.Argument(
+    ..., metavar="ROUTE", help="The route's name, as `hedgerow routes list` shows it.", show_default=False
+)
 _MODEL = typer.Option(None, "--model", metavar="M", help="The route's model (optional when it has one).")
 _JSON = typer.Option(False, "--json", help="Print the api's JSON instead of a table.")
 
@@ -185,7 +188,7 @@ def _print_route(r: dict[str, Any]) -> None:
 
 @routes_app.command("show")
 def show_route(
-    route: str = typer.Argument(..., metavar="ROUTE", show_default=False),
+    route: str = _ROUTE,
     model: str = _MODEL,
     api: str = _API,
     token: str = _TOKEN,
@@ -201,7 +204,7 @@ def show_route(
 
 @routes_app.command("history")
 def route_history(
-    route: str = typer.Argument(..., metavar="ROUTE", show_default=False),
+    route: str = _ROUTE,
     model: str = _MODEL,
     applied: bool = typer.Option(False, "--applied", help="Only applied changes (no holds)."),
     reason: str = typer.Option(None, "--reason", metavar="CODE", help="Only rows with this reason code."),
@@ -308,7 +311,7 @@ def _seconds_flag(flag: str, value: float | None) -> float | None:
 
 @routes_app.command("set")
 def set_route(
-    route: str = typer.Argument(..., metavar="ROUTE", show_default=False),
+    route: str = _ROUTE,
     model: str = _MODEL,
     budget_text: str = typer.Option(
         None, "--budget", metavar="F", help="Hedge budget in (0, 1): a fraction or a percent (0.05 or 5%)."
