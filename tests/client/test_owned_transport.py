@@ -151,6 +151,48 @@ async def test_a_gated_cancellation_at_any_turn_leaves_no_connection_stuck_in_a_
         assert cancelled >= 5  # the early turns, the connect and the window among them, were cancelled
 
 
+@pytest.mark.parametrize("partial", [False, True], ids=["whole-body", "partial-body"])
+async def test_a_gated_cancellation_during_the_tasks_own_close_waits_for_the_close(partial: bool) -> None:
+    # The gated task closes its response in itself (CancelGate.close): a cancellation asked for
+    # while that close is suspended inside httpcore must wait until the close has ended, then
+    # still reach the task. Delivered at once, it would leave the pool's only connection active.
+    one = OwnedTransport(limits=httpx.Limits(max_connections=1))
+    async with ScriptedServer(answer()) as server, httpx.AsyncClient(transport=one) as http:
+        url = f"{server.base_url}/chat/completions"
+        gates: dict[asyncio.Task[None], CancelGate] = {}
+
+        async def call(closing: asyncio.Event | None = None) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            request = http.build_request("POST", url, json=BODY, extensions={GATE_EXTENSION: gates[task]})
+            response = await http.send(request, stream=True)
+            async for _ in response.stream:  # the body itself: httpx's iterators close it at the end
+                if partial:
+                    break
+            if closing is not None:
+                closing.set()
+            await response.aclose()
+
+        cancelled_in_close = 0
+        for turns in range(6):
+            closing = asyncio.Event()
+            task = asyncio.create_task(call(closing))
+            gates[task] = CancelGate(task)
+            await closing.wait()  # the task is in its close now, or past it
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            in_close = not task.done()
+            gates[task].cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            if in_close:
+                assert task.cancelled(), f"turn {turns}: the cancellation was swallowed"
+                cancelled_in_close += 1
+            fresh = asyncio.create_task(call())
+            gates[fresh] = CancelGate(fresh)
+            await asyncio.wait_for(fresh, 5.0)  # the pool's one slot is free
+        assert cancelled_in_close >= 1  # at least one cancellation landed inside a close
+
+
 async def test_the_callers_cancellation_propagates_and_the_upstream_sees_the_close() -> None:
     # Headers come after 5 s: the caller is cancelled while waiting for them.
     async with ScriptedServer(Script(header_delay_s=5.0, pieces=sse({"choices": []}))) as server:
