@@ -937,12 +937,13 @@ class CallStream:
                             for name, data in events(piece):
                                 if name == "error":
                                     raise AttemptError("sse_error", f"SSE error event: {_text(data, 200)}")
-                                stripped = data.strip()
-                                if stripped == b"[DONE]":
-                                    done_at = self._now()
-                                    break
-                                if not stripped:
-                                    continue
+                                if not data.startswith(b"{"):  # a chunk needs no strip: [DONE], blank?
+                                    stripped = data.strip()
+                                    if stripped == b"[DONE]":
+                                        done_at = self._now()
+                                        break
+                                    if not stripped:
+                                        continue
                                 chunk = _parse_chunk(data)
                                 if responses:
                                     stopped = attempt_failure(chunk, delta_seen)
@@ -1131,6 +1132,8 @@ class CallStream:
             winner = self._winner
             assert winner is not None, "phase 1 returns with a winner unless the call already ended"
             chunk = race.chunk
+            winner_chunk = race.winner_chunk
+            winner_state = winner.state
             classify = self._classify
             events = self._events
             while True:
@@ -1146,12 +1149,12 @@ class CallStream:
                 if at >= deadline:
                     self._execute(race.tick(at))
                 if kind == "chunks":  # the chunks of one read
-                    state = attempt.state
                     if attempt is winner:
                         for item in payload:
-                            chunk(state, classify(item), at)
+                            winner_chunk(winner_state, classify(item), at)
                             yield item
                     else:  # a loser's, read before its cancellation took effect: counted as wasted
+                        state = attempt.state
                         for item in payload:
                             chunk(state, classify(item), at)
                     continue
