@@ -193,6 +193,56 @@ async def test_a_gated_cancellation_during_the_tasks_own_close_waits_for_the_clo
         assert cancelled_in_close >= 1  # at least one cancellation landed inside a close
 
 
+class _RecordingGate(CancelGate):
+    """A CancelGate that records the trace events httpcore hands it."""
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        super().__init__(task)
+        self.events: list[str] = []
+
+    async def trace(self, event: str, info: Any) -> None:
+        self.events.append(event)
+        await super().trace(event, info)
+
+
+@pytest.mark.parametrize("caller_traces", [False, True], ids=["gate-only", "caller-trace"])
+async def test_a_gated_request_is_traced_until_it_starts_unless_the_caller_traces_it(caller_traces: bool) -> None:
+    # After send_request_headers.started no connect window can open: the gate takes its trace
+    # out of the request and httpcore stops tracing. A caller's own trace still sees every event.
+    seen: list[str] = []
+
+    async def own(event: str, info: Any) -> None:
+        seen.append(event)
+
+    async with ScriptedServer(answer()) as server, httpx.AsyncClient(transport=OwnedTransport()) as http:
+        url = f"{server.base_url}/chat/completions"
+
+        async def call() -> _RecordingGate:
+            task = asyncio.current_task()
+            assert task is not None
+            gate = _RecordingGate(task)
+            extensions: dict[str, Any] = {GATE_EXTENSION: gate}
+            if caller_traces:
+                extensions["trace"] = own
+            request = http.build_request("POST", url, json=BODY, extensions=extensions)
+            response = await http.send(request, stream=True)
+            try:
+                async for _ in response.aiter_bytes():
+                    pass
+            finally:
+                await response.aclose()
+            return gate
+
+        for _ in range(2):  # a new connection, then a reused one
+            seen.clear()
+            events = (await asyncio.wait_for(call(), 5.0)).events
+            if caller_traces:
+                assert events == seen and events[-1] == "http11.response_closed.complete", events
+            else:
+                # The step under way when the trace was taken out still reports its end.
+                assert events[-2:] == ["http11.send_request_headers.started", "http11.send_request_headers.complete"]
+
+
 async def test_the_callers_cancellation_propagates_and_the_upstream_sees_the_close() -> None:
     # Headers come after 5 s: the caller is cancelled while waiting for them.
     async with ScriptedServer(Script(header_delay_s=5.0, pieces=sse({"choices": []}))) as server:
