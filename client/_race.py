@@ -342,7 +342,7 @@ class Race:
         chunks without a token; ``(Won(attempt), Cancel(other)...)`` for the first token.
         """
         if attempt is self.winner:
-            self._winner_chunk(attempt, info, now)
+            self.winner_chunk(attempt, info, now)
             return NO_ACTIONS
         if not attempt.alive:
             if attempt.outcome == "cancelled":  # tokens it sent before its cancellation took effect
@@ -363,7 +363,7 @@ class Race:
         actions: list[Action] = [Won(attempt), *self._cancel_others(attempt, now)]
         if attempt.finished:
             self._finished_choices.update(attempt.finished)
-        self._winner_chunk(attempt, info, now)
+        self.winner_chunk(attempt, info, now)
         return tuple(actions)
 
     def completed(self, attempt: AttemptState, now: float, usage: dict[str, Any] | None = None) -> tuple[Action, ...]:
@@ -525,7 +525,13 @@ class Race:
         attempt.outcome = "won"
         self._failover_budget.record_success()
 
-    def _winner_chunk(self, winner: AttemptState, info: ChunkKind, now: float) -> None:
+    def winner_chunk(self, winner: AttemptState, info: ChunkKind, now: float) -> None:
+        """The winner ``winner`` delivered one more chunk after its first token, at ``now``.
+
+        The same as ``chunk(winner, info, now)`` for the winner (which always returns no action),
+        without its dispatch: the front ends call it once per streamed chunk. Counts the token,
+        the answer time, the inter-token gap, usage and finished choices.
+        """
         if info.usage is not None:
             self._note_usage(winner, info.usage)
         if info.finished:

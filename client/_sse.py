@@ -107,16 +107,16 @@ class SseDecoder:
                 stop = text.find(b"\n\n", start, end)
                 if stop < 0:
                     break
-                block = text[start:stop]
-                start = stop + 2
-                if block.startswith(b"data:") and b"\n" not in block:
-                    value = block[5:]
-                    yield ("", value[1:] if value.startswith(b" ") else value)
+                if text.startswith(b"data:", start) and text.find(b"\n", start, stop) < 0:
+                    # One copy of the value, sliced from the text (text[stop] is a line end).
+                    begin = start + 6 if text[start + 5] == 32 else start + 5  # 32: one space dropped
+                    yield ("", text[begin:stop])
                 else:
-                    self._lines(block.split(b"\n"), events)
+                    self._lines(text[start:stop].split(b"\n"), events)
                     self._end_event(events)
                     yield from events
                     events.clear()
+                start = stop + 2
             if start < end:  # complete lines after the last blank line ("\n"-terminated)
                 self._lines(text[start : end - 1].split(b"\n"), events)
                 yield from events

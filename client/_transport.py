@@ -20,8 +20,10 @@ https://www.encode.io/httpcore/extensions/#trace, and ``httpx.AsyncBaseTransport
    Once the request is under way, httpcore's own ``except BaseException`` path closes the
    connection.
 2. **A cancellation while a response is being closed** leaves the connection counted as active
-   (encode/httpcore#1115). Every response body is wrapped so that its ``aclose`` runs to its end in
-   a task of its own (``close_shielded``), whoever closes it.
+   (encode/httpcore#1115). Every response body is wrapped so that its ``aclose`` runs to its end
+   whoever closes it: in a task of its own (``close_shielded``), or, when the gated task that sent
+   the request closes it (below), in that task with its gate holding a cancellation back until the
+   close has ended (``CancelGate.close``).
 
 The caller's cancellation is never swallowed: after the inner task ended (and a response that
 arrived anyway was closed), the ``CancelledError`` is raised again.
@@ -30,7 +32,9 @@ A caller that cancels its task only through a ``CancelGate`` (the hedging client
 which nothing else cancels) passes the gate in the request's ``GATE_EXTENSION``: the inner send
 then runs in the caller's own task, with no task, shield and loop turns of its own per request
 (two event-loop turns before the first token), and the gate holds a cancellation asked for inside
-the window back until the request has started (at most ``SAFE_WAIT_S``), as above.
+the window back until the request has started (at most ``SAFE_WAIT_S``), as above. That task's
+close of the response runs in the task too (no task, shield and four loop handles per close),
+the gate holding a cancellation asked for meanwhile back until the close has ended.
 
 Bodies: a request whose ``extensions`` carry ``BODY_LIMIT_EXTENSION`` (an int, bytes) gets a
 response body that fails with ``BodyTooLarge`` once more than that many bytes were read (the
@@ -169,31 +173,65 @@ class CancelGate:
     cancellation delivered during a connect that completes anyway is repaired as by the
     transport's own gate (the new stream closed, the connect failed from the trace hook).
 
+    The gate also closes the task's responses (``close``): in the task itself, holding a
+    cancellation asked for meanwhile back until the close has ended (encode/httpcore#1115).
+
     Args:
         task: the task to cancel (the one that sends through the transport).
     """
 
-    __slots__ = ("_asked", "_inner", "_late", "_task", "_window")
+    __slots__ = ("_asked", "_closing", "_extensions", "_inner", "_late", "_task", "_window")
 
     def __init__(self, task: asyncio.Task[Any]) -> None:
         self._task = task
         self._inner: _Trace | None = None
+        self._extensions: dict[str, Any] | None = None  # the request's, to take the trace out of
         self._window = False  # inside the connect-to-request window
+        self._closing = False  # the task is closing a response (``close``)
         self._asked = False  # ``cancel`` was called
         self._late: asyncio.TimerHandle | None = None  # a cancellation held back by the window
 
     def cancel(self) -> None:
-        """Cancel the task now, or when its request leaves the window (at most ``SAFE_WAIT_S``).
+        """Cancel the task now, when its request leaves the window (at most ``SAFE_WAIT_S``), or
+        when the close of a response it is running (``close``) has ended.
 
-        Calls ``Task.cancel`` at most once per gate.
+        Calls ``Task.cancel`` at most once per gate (a cancellation held back by a close is raised
+        by ``close`` in the task instead).
         """
         if self._asked:
             return
         self._asked = True
+        if self._closing:
+            return  # ``close`` raises CancelledError in the task once the close has ended
         if not self._window:
             self._task.cancel()
         else:
             self._late = asyncio.get_running_loop().call_later(SAFE_WAIT_S, self._deliver)
+
+    async def close(self, close: Callable[[], Awaitable[object]]) -> None:
+        """Run ``close()`` (a response's close) to its end, whatever cancellation comes meanwhile.
+
+        In the gate's own task, when no cancellation of it was asked for yet, the close runs in
+        the task (no task of its own): a ``cancel`` asked for meanwhile is held back and raised
+        here as ``asyncio.CancelledError`` once the close has ended, as ``close_shielded`` would
+        re-raise it. Anywhere else (another task, or a task already being cancelled) it is
+        ``close_shielded(close)``.
+
+        Raises:
+            asyncio.CancelledError: when the task was cancelled meanwhile (after the close).
+            Exception: whatever the close itself raised.
+        """
+        task = self._task
+        if self._asked or self._closing or asyncio.current_task() is not task or task.cancelling():
+            await close_shielded(close)
+            return
+        self._closing = True
+        try:
+            await close()
+        finally:
+            self._closing = False
+            if self._asked:  # asked for during the close: delivered now, in the task itself
+                raise asyncio.CancelledError("hedgerow: cancelled while closing a response")
 
     def _deliver(self) -> None:
         if self._late is not None:
@@ -201,9 +239,19 @@ class CancelGate:
             self._late = None
             self._task.cancel()
 
-    def chain(self, inner: _Trace | None) -> _Trace:
-        """The ``trace`` callback for the request, calling the caller's own ``inner`` first."""
+    def chain(self, inner: _Trace | None, extensions: dict[str, Any] | None = None) -> _Trace:
+        """The ``trace`` callback for the request, calling the caller's own ``inner`` first.
+
+        Args:
+            inner: the caller's own ``trace`` callback, or None.
+            extensions: the request's extensions dict, which httpcore reads the ``trace`` of at
+                each traced step. Without ``inner``, the callback takes itself out of it once the
+                request has started (``send_request_headers.started``): no window can open after
+                that, and httpcore then skips its trace work for the rest of the request (the
+                step under way reports its end; eight awaited callbacks fewer per request).
+        """
         self._inner = inner
+        self._extensions = extensions if inner is None else None
         return self.trace
 
     async def trace(self, event: str, info: Mapping[str, Any]) -> None:
@@ -217,15 +265,20 @@ class CancelGate:
         elif event.endswith(_WINDOW_CLOSES):
             self._window = False
             self._deliver()
+            if self._extensions is not None and event.endswith("send_request_headers.started"):
+                self._extensions.pop("trace", None)  # the request is on its connection: no window left
+                self._extensions = None
 
 
 class _ShieldedBody(httpx.AsyncByteStream):
     """A response body whose ``aclose`` runs to its end when the closing task is cancelled, and
-    that fails with ``BodyTooLarge`` past ``limit`` bytes (None: no limit)."""
+    that fails with ``BodyTooLarge`` past ``limit`` bytes (None: no limit). With the sending
+    task's ``gate`` the close goes through ``CancelGate.close``, else ``close_shielded``."""
 
-    def __init__(self, inner: httpx.AsyncByteStream, limit: int | None) -> None:
+    def __init__(self, inner: httpx.AsyncByteStream, limit: int | None, gate: CancelGate | None = None) -> None:
         self._inner = inner
         self._limit = limit
+        self._gate = gate
         self._pieces: AsyncIterator[bytes] | None = None
         self._read = 0
 
@@ -244,8 +297,11 @@ class _ShieldedBody(httpx.AsyncByteStream):
         return piece
 
     async def aclose(self) -> None:
-        """Close the inner body with ``close_shielded``."""
-        await close_shielded(self._inner.aclose)
+        """Close the inner body with ``CancelGate.close`` (with a gate) or ``close_shielded``."""
+        if self._gate is not None:
+            await self._gate.close(self._inner.aclose)
+        else:
+            await close_shielded(self._inner.aclose)
 
 
 class OwnedTransport(httpx.AsyncBaseTransport):
@@ -273,8 +329,9 @@ class OwnedTransport(httpx.AsyncBaseTransport):
         extensions = dict(request.extensions)
         limit = extensions.pop(BODY_LIMIT_EXTENSION, None)
         own = extensions.pop(GATE_EXTENSION, None)
-        if isinstance(own, CancelGate):  # the caller's task cancels itself only through its gate
-            extensions["trace"] = own.chain(extensions.get("trace"))
+        gated = own if isinstance(own, CancelGate) else None
+        if gated is not None:  # the caller's task cancels itself only through its gate
+            extensions["trace"] = gated.chain(extensions.get("trace"), extensions)
             request.extensions = extensions
             response = await self._inner.handle_async_request(request)
         else:
@@ -288,7 +345,7 @@ class OwnedTransport(httpx.AsyncBaseTransport):
                 await _cancel_safely(sending, gate)
                 raise
         if isinstance(response.stream, httpx.AsyncByteStream):
-            response.stream = _ShieldedBody(response.stream, limit if isinstance(limit, int) else None)
+            response.stream = _ShieldedBody(response.stream, limit if isinstance(limit, int) else None, gated)
         return response
 
     async def aclose(self) -> None:

@@ -78,13 +78,15 @@ Request headers of every attempt:
 Connections: a finished stream is read to the end of its HTTP body (at most ``DRAIN_TIMEOUT_S``
 and ``DRAIN_LIMIT_BYTES`` after ``[DONE]``) so that its connection goes back to the pool and the
 next call to that upstream skips the TCP and TLS handshakes. Every request goes through an
-``OwnedTransport`` (``hedgerow.client._transport``): it closes response bodies with
-``close_shielded`` (a task cancelled while httpx closes a response would otherwise leave the
-connection counted as active in the pool for good, encode/httpcore#1115) and delays the
-cancellation of a send that is between a new connection's connect and its request until it is
-past that window (a cancellation there orphans the connection, encode/httpcore#1093). An
-attempt's task sends its request itself (no task of the transport's per request) and is
-cancelled only through its ``CancelGate``, which keeps the cancellation out of that window. An
+``OwnedTransport`` (``hedgerow.client._transport``): it closes response bodies so that a
+cancellation cannot cut the close short (a task cancelled while httpx closes a response would
+otherwise leave the connection counted as active in the pool for good, encode/httpcore#1115) and
+delays the cancellation of a send that is between a new connection's connect and its request
+until it is past that window (a cancellation there orphans the connection, encode/httpcore#1093).
+An attempt's task sends its request itself (no task of the transport's per request) and is
+cancelled only through its ``CancelGate``, which keeps the cancellation out of that window and
+out of the task's own close of its response (``CancelGate.close``: the close runs in the task,
+a cancellation asked for meanwhile is raised when it has ended). An
 attempt's task is cancelled at most once (``_cancel_task``) and the call waits for its tasks
 without ``gather`` (``wait_tasks_shielded``): a second cancellation reaching a loser that is
 already unwinding from the first aborts httpcore's own close of its connection half-way (anyio's
@@ -398,7 +400,7 @@ async def open_response(http: httpx.AsyncClient, request: httpx.Request) -> Asyn
     try:
         yield response
     finally:
-        await response.aclose()  # runs to its end: OwnedTransport's body closes with close_shielded
+        await response.aclose()  # runs to its end: OwnedTransport's body closes through the gate or close_shielded
 
 
 async def _drain(pieces: AsyncIterator[bytes]) -> None:
@@ -937,12 +939,13 @@ class CallStream:
                             for name, data in events(piece):
                                 if name == "error":
                                     raise AttemptError("sse_error", f"SSE error event: {_text(data, 200)}")
-                                stripped = data.strip()
-                                if stripped == b"[DONE]":
-                                    done_at = self._now()
-                                    break
-                                if not stripped:
-                                    continue
+                                if not data.startswith(b"{"):  # a chunk needs no strip: [DONE], blank?
+                                    stripped = data.strip()
+                                    if stripped == b"[DONE]":
+                                        done_at = self._now()
+                                        break
+                                    if not stripped:
+                                        continue
                                 chunk = _parse_chunk(data)
                                 if responses:
                                     stopped = attempt_failure(chunk, delta_seen)
@@ -1131,6 +1134,8 @@ class CallStream:
             winner = self._winner
             assert winner is not None, "phase 1 returns with a winner unless the call already ended"
             chunk = race.chunk
+            winner_chunk = race.winner_chunk
+            winner_state = winner.state
             classify = self._classify
             events = self._events
             while True:
@@ -1146,12 +1151,12 @@ class CallStream:
                 if at >= deadline:
                     self._execute(race.tick(at))
                 if kind == "chunks":  # the chunks of one read
-                    state = attempt.state
                     if attempt is winner:
                         for item in payload:
-                            chunk(state, classify(item), at)
+                            winner_chunk(winner_state, classify(item), at)
                             yield item
                     else:  # a loser's, read before its cancellation took effect: counted as wasted
+                        state = attempt.state
                         for item in payload:
                             chunk(state, classify(item), at)
                     continue

@@ -151,6 +151,98 @@ async def test_a_gated_cancellation_at_any_turn_leaves_no_connection_stuck_in_a_
         assert cancelled >= 5  # the early turns, the connect and the window among them, were cancelled
 
 
+@pytest.mark.parametrize("partial", [False, True], ids=["whole-body", "partial-body"])
+async def test_a_gated_cancellation_during_the_tasks_own_close_waits_for_the_close(partial: bool) -> None:
+    # The gated task closes its response in itself (CancelGate.close): a cancellation asked for
+    # while that close is suspended inside httpcore must wait until the close has ended, then
+    # still reach the task. Delivered at once, it would leave the pool's only connection active.
+    one = OwnedTransport(limits=httpx.Limits(max_connections=1))
+    async with ScriptedServer(answer()) as server, httpx.AsyncClient(transport=one) as http:
+        url = f"{server.base_url}/chat/completions"
+        gates: dict[asyncio.Task[None], CancelGate] = {}
+
+        async def call(closing: asyncio.Event | None = None) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            request = http.build_request("POST", url, json=BODY, extensions={GATE_EXTENSION: gates[task]})
+            response = await http.send(request, stream=True)
+            async for _ in response.stream:  # the body itself: httpx's iterators close it at the end
+                if partial:
+                    break
+            if closing is not None:
+                closing.set()
+            await response.aclose()
+
+        cancelled_in_close = 0
+        for turns in range(6):
+            closing = asyncio.Event()
+            task = asyncio.create_task(call(closing))
+            gates[task] = CancelGate(task)
+            await closing.wait()  # the task is in its close now, or past it
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            in_close = not task.done()
+            gates[task].cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            if in_close:
+                assert task.cancelled(), f"turn {turns}: the cancellation was swallowed"
+                cancelled_in_close += 1
+            fresh = asyncio.create_task(call())
+            gates[fresh] = CancelGate(fresh)
+            await asyncio.wait_for(fresh, 5.0)  # the pool's one slot is free
+        assert cancelled_in_close >= 1  # at least one cancellation landed inside a close
+
+
+class _RecordingGate(CancelGate):
+    """A CancelGate that records the trace events httpcore hands it."""
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        super().__init__(task)
+        self.events: list[str] = []
+
+    async def trace(self, event: str, info: Any) -> None:
+        self.events.append(event)
+        await super().trace(event, info)
+
+
+@pytest.mark.parametrize("caller_traces", [False, True], ids=["gate-only", "caller-trace"])
+async def test_a_gated_request_is_traced_until_it_starts_unless_the_caller_traces_it(caller_traces: bool) -> None:
+    # After send_request_headers.started no connect window can open: the gate takes its trace
+    # out of the request and httpcore stops tracing. A caller's own trace still sees every event.
+    seen: list[str] = []
+
+    async def own(event: str, info: Any) -> None:
+        seen.append(event)
+
+    async with ScriptedServer(answer()) as server, httpx.AsyncClient(transport=OwnedTransport()) as http:
+        url = f"{server.base_url}/chat/completions"
+
+        async def call() -> _RecordingGate:
+            task = asyncio.current_task()
+            assert task is not None
+            gate = _RecordingGate(task)
+            extensions: dict[str, Any] = {GATE_EXTENSION: gate}
+            if caller_traces:
+                extensions["trace"] = own
+            request = http.build_request("POST", url, json=BODY, extensions=extensions)
+            response = await http.send(request, stream=True)
+            try:
+                async for _ in response.aiter_bytes():
+                    pass
+            finally:
+                await response.aclose()
+            return gate
+
+        for _ in range(2):  # a new connection, then a reused one
+            seen.clear()
+            events = (await asyncio.wait_for(call(), 5.0)).events
+            if caller_traces:
+                assert events == seen and events[-1] == "http11.response_closed.complete", events
+            else:
+                # The step under way when the trace was taken out still reports its end.
+                assert events[-2:] == ["http11.send_request_headers.started", "http11.send_request_headers.complete"]
+
+
 async def test_the_callers_cancellation_propagates_and_the_upstream_sees_the_close() -> None:
     # Headers come after 5 s: the caller is cancelled while waiting for them.
     async with ScriptedServer(Script(header_delay_s=5.0, pieces=sse({"choices": []}))) as server:
