@@ -11,7 +11,10 @@ Parsing follows the WHATWG HTML "event stream interpretation"
 (https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation):
 
 * a line ends at ``\\r\\n``, ``\\r`` or ``\\n``, also when the two bytes of a ``\\r\\n`` arrive in
-  two reads; a UTF-8 byte order mark at the start of the stream is skipped;
+  two reads: a ``\\r`` ends its line at once (so a body whose last event ends in ``\\r\\r`` gives
+  that event without waiting for bytes that never come), and a ``\\n`` that opens the next read
+  right after it is the second half of the same line end; a UTF-8 byte order mark at the start of
+  the stream is skipped;
 * a line starting with ``:`` is a comment; otherwise the field name runs to the first ``:`` (the
   whole line without one) and one space after the colon is dropped from the value;
 * ``data`` lines of one event are joined with ``\\n``; ``event`` names the event; ``id`` and
@@ -39,15 +42,17 @@ _BOM: Final = b"\xef\xbb\xbf"
 class SseDecoder:
     """Incremental SSE parser: ``feed(piece)`` returns the events that ``piece`` completed.
 
-    Holds back the unfinished last line (and a final ``\\r``, which may be the first half of a
-    ``\\r\\n``) until the next piece; memory is bounded by the caller (``_EventSizeCap`` of the
-    hedging client caps the bytes between two blank lines).
+    Holds back the unfinished last line until the next piece, and remembers a piece that ended in
+    ``\\r`` (a line end already) so that a ``\\n`` opening the next piece is not a second one; memory
+    is bounded by the caller (``_EventSizeCap`` of the hedging client caps the bytes between two
+    blank lines).
     """
 
-    __slots__ = ("_data", "_event", "_rest", "_started")
+    __slots__ = ("_cr", "_data", "_event", "_rest", "_started")
 
     def __init__(self) -> None:
-        self._rest = b""  # bytes after the last complete line ("\n"-normalised, maybe a final "\r")
+        self._rest = b""  # bytes after the last complete line ("\n"-normalised)
+        self._cr = False  # the last piece ended in "\r": a "\n" opening the next one is its pair
         self._data: list[bytes] = []  # data lines of the event being read
         self._event = ""  # its event name
         self._started = False  # past the byte order mark check
@@ -79,6 +84,10 @@ class SseDecoder:
             The events completed by ``piece``, in order.
         """
         text = self._rest + piece if self._rest else piece
+        if self._cr:  # the "\r" ended its line, so nothing was held back: text is the piece
+            self._cr = False
+            if text.startswith(b"\n"):
+                text = text[1:]
         if not self._started:
             if len(text) < len(_BOM) and _BOM.startswith(text):
                 self._rest = text  # could still be the start of a byte order mark
@@ -87,12 +96,10 @@ class SseDecoder:
             if text.startswith(_BOM):
                 text = text[len(_BOM) :]
         if b"\r" in text:
-            hold = b""
-            if text.endswith(b"\r"):  # maybe the first half of a "\r\n": decide with the next piece
-                text, hold = text[:-1], b"\r"
+            self._cr = text.endswith(b"\r")  # maybe the first half of a "\r\n" split between reads
             text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
             cut = text.rfind(b"\n")
-            self._rest = text[cut + 1 :] + hold
+            self._rest = text[cut + 1 :]
         else:
             cut = text.rfind(b"\n")
             self._rest = text[cut + 1 :]

@@ -25,6 +25,8 @@ CASES: dict[str, tuple[bytes, list[SseEvent]]] = {
     "a line that only looks like data": (b"datum: x\n\ndata: y\n\n", [("", b"y")]),
     "CRLF line ends": (b"data: a\r\n\r\ndata: b\r\n\r\n", [("", b"a"), ("", b"b")]),
     "CR line ends": (b"data: a\r\rdata: b\r\rdata: c\r", [("", b"a"), ("", b"b")]),
+    "CR line ends to the last byte": (b"data: a\r\rdata: b\r\r", [("", b"a"), ("", b"b")]),
+    "CRLF and CR mixed": (b"data: a\r\n\rdata: b\r\r\n", [("", b"a"), ("", b"b")]),
     "a byte order mark": (b"\xef\xbb\xbfdata: a\n\n", [("", b"a")]),
     "an unfinished last event is dropped": (b"data: a\n\ndata: b\n", [("", b"a")]),
 }
