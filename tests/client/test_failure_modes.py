@@ -365,7 +365,12 @@ async def test_caller_abandoning_the_stream_closes_every_attempt(how):
 
             if how == "task_cancelled":
                 task = asyncio.create_task(consume())
-                await asyncio.sleep(0.6)  # hedge sent, no token yet
+                # Cancelled once the hedge reached its server (due at 0.3 s), well before the
+                # primary's first token (1.0 s after its request): polled, as a stall of this
+                # process can hold the hedge's send past any fixed sleep.
+                async with asyncio.timeout(10):
+                    while not b.requests:
+                        await asyncio.sleep(0.01)
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
