@@ -97,7 +97,9 @@ async def test_connection_refused_fails_over_at_once():
     assert record.hedged and record.hedge_reason == "primary_error" and record.winner == "backup"
     assert attempts_of(record) == [("a", "failed", "ConnectError"), ("b", "won", None)]
     assert record.attempts[0].status_code is None
-    assert record.attempts[1].start_s < 1.0  # at once, not after hedge_after_s (5 s)
+    # At once, not after hedge_after_s (5 s); up to 3 s leaves room for a loaded machine here and
+    # in the fail-over tests below.
+    assert record.attempts[1].start_s < 3.0
     assert len(b.requests) == 1 and sink.records == [record]
 
 
@@ -168,7 +170,7 @@ async def test_http_408_409_429_5xx_fail_over(status):
     assert record.status == "ok" and result.text == "w0 w1 w2 "
     assert record.hedge_reason == "primary_error" and record.winner == "backup" and not record.hedge_denied
     assert attempts_of(record) == [("a", "failed", f"http_{status}"), ("b", "won", None)]
-    assert record.attempts[0].status_code == status and record.attempts[1].start_s < 1.0
+    assert record.attempts[0].status_code == status and record.attempts[1].start_s < 3.0
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
@@ -226,7 +228,7 @@ async def test_http_200_non_sse_body_fails_over(kind):
     assert record.status == "ok" and result.text == "w0 w1 w2 "  # nothing of the bad body leaked
     assert record.hedge_reason == "primary_error" and record.winner == "backup"
     assert attempts_of(record) == [("a", "failed", "malformed_stream"), ("b", "won", None)]
-    assert record.attempts[0].status_code == 200 and record.attempts[1].start_s < 1.0
+    assert record.attempts[0].status_code == 200 and record.attempts[1].start_s < 3.0
 
 
 SSE_ERRORS = {
@@ -248,7 +250,7 @@ async def test_sse_error_payload_before_first_token_fails_over(kind):
     assert record.status == "ok" and result.text == "w0 w1 w2 "
     assert record.hedge_reason == "primary_error" and record.winner == "backup"
     assert attempts_of(record) == [("a", "failed", "sse_error"), ("b", "won", None)]
-    assert record.attempts[1].start_s < 1.0
+    assert record.attempts[1].start_s < 3.0  # at once, not after hedge_after_s (5 s)
 
 
 @pytest.mark.parametrize("kind", sorted(SSE_ERRORS))
@@ -289,7 +291,7 @@ async def test_stream_ending_before_any_token_fails_over(kind):
     assert record.status == "ok" and result.text == "w0 w1 w2 "
     assert record.hedge_reason == "primary_error" and record.winner == "backup"
     assert attempts_of(record) == [("a", "failed", "empty_stream"), ("b", "won", None)]
-    assert record.attempts[1].start_s < 1.0
+    assert record.attempts[1].start_s < 3.0  # at once, not after hedge_after_s (5 s)
 
 
 CUTS = {
@@ -365,7 +367,12 @@ async def test_caller_abandoning_the_stream_closes_every_attempt(how):
 
             if how == "task_cancelled":
                 task = asyncio.create_task(consume())
-                await asyncio.sleep(0.6)  # hedge sent, no token yet
+                # Cancelled once the hedge reached its server (due at 0.3 s), well before the
+                # primary's first token (1.0 s after its request): polled, as a stall of this
+                # process can hold the hedge's send past any fixed sleep.
+                async with asyncio.timeout(10):
+                    while not b.requests:
+                        await asyncio.sleep(0.01)
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task

@@ -248,7 +248,9 @@ async def test_the_callers_cancellation_propagates_and_the_upstream_sees_the_clo
     async with ScriptedServer(Script(header_delay_s=5.0, pieces=sse({"choices": []}))) as server:
         async with httpx.AsyncClient(transport=OwnedTransport()) as http:
             task = asyncio.create_task(http.post(f"{server.base_url}/chat/completions", json=BODY))
-            await asyncio.sleep(0.3)
+            async with asyncio.timeout(10):  # polled: a loaded machine may take a while to send it
+                while not server.requests:
+                    await asyncio.sleep(0.01)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             assert task.cancelled()

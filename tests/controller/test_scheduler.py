@@ -14,13 +14,19 @@ from hedgerow.settings import Settings
 
 
 async def test_only_the_lease_holder_ticks_and_hands_over(sessionmaker, call_factory) -> None:
-    settings = Settings(controller_interval_s=0.3, lease_ttl_s=1.5)
+    # A 6 s lease renewed at every 0.3 s tick: a renewal held up by a loaded machine for less than
+    # 5 s does not let the second take over. The hand-over below needs no expiry (the first
+    # releases the lease at shutdown).
+    settings = Settings(controller_interval_s=0.3, lease_ttl_s=6.0)
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, [call_factory("a")], defaults=route_defaults(settings))
     first = ControllerScheduler(sessionmaker, settings, holder="first")
     second = ControllerScheduler(sessionmaker, settings, holder="second")
     first.start()
-    await asyncio.sleep(0.2)  # the first takes the lease at start
+    deadline = time.monotonic() + 30  # the first takes the lease at start (polled: a loaded machine)
+    while not first.holding and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert first.holding, "the first scheduler did not take the lease at start"
     second.start()
     try:
         deadline = time.monotonic() + 90  # ticks every 0.3 s; a loaded machine may take far longer

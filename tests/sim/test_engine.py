@@ -154,7 +154,9 @@ async def test_prefill_of_a_new_prompt_pauses_the_decoding_of_the_batch() -> Non
             if chunk.finished or len(arrivals) > 40:
                 break
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
-    assert max(gaps[:2]) < 0.3  # decoding alone: steps of ~15 ms
+    # Decoding alone: steps of ~15 ms. The bound leaves a loaded machine ~0.5 s and stays below
+    # the 0.7 s that marks the prefill's gap, so decode steps as long as a prefill fail it.
+    assert max(gaps[:2]) < 0.6
     assert max(gaps) > 0.7, gaps  # one gap spans the long prefill
 
 
