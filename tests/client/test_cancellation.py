@@ -512,8 +512,6 @@ async def test_sequential_calls_reuse_one_connection():
 # the loser, the caller left before the loser's task had run, and the call's end cancelled that
 # task a second time, in the middle of httpcore's own close of the connection.
 
-RECLAIM_WARNING = "left open by a cancelled attempt"
-
 
 def established_to(port: int) -> int:
     """ESTABLISHED TCP sockets of this machine whose remote end is 127.0.0.1:``port`` (Linux
@@ -540,7 +538,7 @@ def silent_body() -> Script:
 
 
 @pytest.mark.parametrize("loser", ["primary", "backup"])
-async def test_break_at_the_first_token_closes_the_loser_at_once(loser, caplog):
+async def test_break_at_the_first_token_closes_the_loser_at_once(loser):
     async with ScriptedServer(loser_scripts(loser)[0]) as a, ScriptedServer(loser_scripts(loser)[1]) as b:
         servers = {"primary": a, "backup": b}
         async with HedgingClient(
@@ -557,10 +555,9 @@ async def test_break_at_the_first_token_closes_the_loser_at_once(loser, caplog):
             assert closed_at is not None, f"the {loser}'s connection is still open"
             assert closed_at - left_at < 1.0
             assert pool_state(client_pool(client))[0] == 0
-    assert RECLAIM_WARNING not in caplog.text  # closed by the attempt itself, not the safety net
 
 
-async def test_twenty_breaks_at_the_first_token_leave_nothing_open_and_hedges_keep_working(caplog):
+async def test_twenty_breaks_at_the_first_token_leave_nothing_open_and_hedges_keep_working():
     # With the leak, each call left one connection to the slow upstream ACTIVE: with a pool of
     # 10, the 11th call's hedge waited for a connection forever (each call is bounded here).
     async with (
@@ -585,4 +582,3 @@ async def test_twenty_breaks_at_the_first_token_leave_nothing_open_and_hedges_ke
             assert await slow.wait_disconnect(index, timeout_s=2.0) is not None, f"call {index} leaked"
         assert pool_state(client_pool(client))[0] == 0
         assert established_to(slow.port) in (0, -1)
-    assert RECLAIM_WARNING not in caplog.text
