@@ -7,6 +7,9 @@ published), in this order:
 
 1. **Route state** (``route_state``). A disabled route keeps its value (or the default), source
    ``"disabled"``; a pinned route publishes the pinned value as is (no clamp), ``"pinned"``.
+   A pin's value is the operator's, not the controller's: once the route is unpinned
+   (``decide(..., current_source="pinned")``), the rules start from the default as if nothing
+   were published, so a route with too few samples returns to its default.
 2. **Small samples** (``small_sample``). With no estimate, fewer than ``knobs.min_samples``
    primary samples after the window widened (``_policy_window``: 1 h doubling up to 24 h), or
    too few for the budget's tail (``TTFTEstimate.too_few_for_budget``), no quantile is
@@ -132,12 +135,16 @@ from hedgerow.controller.reason_codes import REASON_CODES
 __all__ = [
     "REASON_CODES",
     "SHORT_WINDOW_MIN_CALLS",
+    "SOURCES",
     "Decision",
     "Observation",
     "PolicyKnobs",
     "RouteConfig",
     "decide",
 ]
+
+#: The sources a published value may carry (``thresholds.source``; ``decide`` gives the first four).
+SOURCES = frozenset({"controller", "default", "pinned", "disabled", "manual"})
 
 #: Fewest calls in the short window before it is tested for over budget (rule 4).
 SHORT_WINDOW_MIN_CALLS = 20
@@ -511,6 +518,8 @@ def decide(
     current_hedge_after_s: float | None,
     observation: Observation,
     knobs: PolicyKnobs,
+    *,
+    current_source: str | None = None,
 ) -> Decision:
     """Decide the ``hedge_after_s`` to publish for one (route, model) this tick.
 
@@ -521,6 +530,12 @@ def decide(
         observation: what the tick measured; ``observation.estimate`` must have been computed
             with ``budget=config.budget``.
         knobs: the policy knobs.
+        current_source: who set ``current_hedge_after_s`` (the published threshold's source:
+            ``controller``, ``default``, ``pinned`` or ``disabled``), or None (taken as the
+            controller's). ``pinned`` on a route that is no longer pinned means the value is the
+            operator's, not the controller's: the rules then start from the default as if
+            nothing were published (no incumbent to keep), so an unpinned route with too few
+            samples returns to its default; ``applied`` still compares with the published value.
 
     Returns:
         The ``Decision`` (value, applied, reason codes, source, details with the binding
@@ -528,8 +543,9 @@ def decide(
 
     Raises:
         TypeError: ``config``, ``observation`` or ``knobs`` of the wrong type (named).
-        ValueError: ``current_hedge_after_s`` not a finite number > 0, or the estimate's budget
-            differs from ``config.budget`` (the message names the argument).
+        ValueError: ``current_hedge_after_s`` not a finite number > 0, ``current_source`` not a
+            known source, or the estimate's budget differs from ``config.budget`` (the message
+            names the argument).
     """
     if not isinstance(config, RouteConfig):
         raise TypeError(f"config must be a RouteConfig, got {type(config).__name__}")
@@ -539,6 +555,8 @@ def decide(
         raise TypeError(f"knobs must be a PolicyKnobs, got {type(knobs).__name__}")
     if current_hedge_after_s is not None:
         _check_positive("current_hedge_after_s", current_hedge_after_s)
+    if current_source is not None and current_source not in SOURCES:
+        raise ValueError(f"current_source must be one of {sorted(SOURCES)} or None, got {current_source!r}")
     estimate = observation.estimate
     if (
         config.enabled
@@ -551,8 +569,10 @@ def decide(
             f" ({config.budget!r}): the target is only meaningful for the route's budget"
         )
     current = None if current_hedge_after_s is None else float(current_hedge_after_s)
-    base = config.default_hedge_after_s if current is None else current
-    inputs = Inputs(config, current, base, observation, knobs)
+    # a pin is the operator's value: once unpinned, the controller has no value of its own yet
+    own = None if current_source == "pinned" and config.pinned_hedge_after_s is None else current
+    base = config.default_hedge_after_s if own is None else own
+    inputs = Inputs(config, own, base, observation, knobs)
     proposal = Proposal(base, (), "controller", "samples")
     for rule in RULES:
         proposal = rule(proposal, inputs)

@@ -141,6 +141,22 @@ def test_small_sample_keeps_a_value_the_data_are_consistent_with() -> None:
     assert test["lower_bound"] == pytest.approx(stats.beta.ppf(0.05, 3, 18))
 
 
+def test_an_unpinned_value_is_not_the_controllers_to_keep() -> None:
+    # the same 20 calls that keep a controller's 2.0 s: a pin's 0.5 s, once unpinned, is not
+    # kept (a quarter of these calls would hedge there), the default is published
+    x = np.array([0.5] * 17 + [3.0, 3.5, 4.0])
+    d = decide(CONFIG, 0.5, observe(records(x)), KNOBS, current_source="pinned")
+    assert (d.hedge_after_s, d.applied, d.reason, d.source) == (2.0, True, "too_few_samples", "default")
+    kept = decide(CONFIG, 0.5, observe(records(x)), KNOBS, current_source="controller")
+    assert (kept.hedge_after_s, kept.applied) == (0.5, False)
+    # still pinned (e.g. disabled while pinned): the pin's value stays
+    pinned = dataclasses.replace(CONFIG, pinned_hedge_after_s=0.5, enabled=False)
+    held = decide(pinned, 0.5, observe(records(x)), KNOBS, current_source="pinned")
+    assert (held.hedge_after_s, held.source) == (0.5, "disabled")
+    with pytest.raises(ValueError, match="current_source"):
+        decide(CONFIG, 0.5, observe(records(x)), KNOBS, current_source="operator")
+
+
 def test_small_sample_raises_when_the_data_show_the_budget_exceeded() -> None:
     # 20 calls, 5 slower than 2.0 s (a quarter hedges there): lower bound 0.104 > 0.10, so the
     # value goes where the samples show the budget met with 95% confidence; 20 samples show
