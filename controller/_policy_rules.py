@@ -430,8 +430,8 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
     P98.75 falls in the body and lies below the proposal's P99, so comparing a lower level of
     the current value with the proposal's P99 would hold 0.869 s; at the same levels the
     current value is worse at each, and it moves. A value above the objective's search range
-    (above the primary's own tail quantile) is left in one step: the step limit guards a
-    candidate against noise.
+    (above the primary's own tail quantile) is no candidate: it is neither held nor stepped
+    down but left in one step (the hold and the step limit guard a candidate against noise).
     Neither the hold nor the step-down limit applies while a detected change is *fresh* (it
     lies within the short window, ``drift["fresh"]``): both guard an incumbent value against
     noise, and a value set for the regime before a change that passed the log-rank test is no
@@ -444,9 +444,11 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
     base = x.base
     hold = p.with_value(base, ("hysteresis_hold",), "hysteresis")
     objective_details = p.details.get("objective")
+    above_search = objective_details is not None and base > objective_details["search_top_s"]
     if (
         p.binding in ("budget", "tail", "cost")
         and objective_details is not None
+        and not above_search
         and objective_details["current_within_budget"]
         and not _short_window_over(x, base)
         and (
@@ -458,7 +460,6 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
     if abs(p.value - base) / base < x.knobs.hysteresis and p.binding not in ("evidence",):
         return hold
     floor = base * (1.0 - x.knobs.max_step_down)
-    above_search = objective_details is not None and base > objective_details["search_top_s"]
     if p.value < floor and not above_search:
         return p.with_value(floor, (*p.codes, "step_down_limited"), "step_down")
     return p

@@ -70,7 +70,11 @@ published), in this order:
    under ``knobs.hysteresis`` (5%) relative is held, except raises on evidence; a decrease of
    a value inside the objective's search range is cut to ``current * (1 - max_step_down)``
    (``step_down_limited``); a value above it (at or above the primary's own tail quantile, as
-   after a small sample's raise to the maximum) is no candidate and is left in one step.
+   after a small sample's raise to the maximum) is no candidate: it is neither held nor
+   stepped down, but left in one step. With few samples the top of the P99's band is not
+   identified, so nothing shows such a value worse and the hold would keep it: few_calls
+   (``bench/controller_eval.py --suite scenarios``, seed 0) kept the 30 s maximum for 93
+   ticks after the objective first ran (73 samples), and left it at 129 samples.
    Neither hold nor step limit applies while a detected change is fresh (within the short
    window): the value then belongs to the old regime.
 6. **Clamp** (``clamp``) to ``[min_hedge_after_s, max_hedge_after_s]``; a value at a bound

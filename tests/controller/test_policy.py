@@ -356,6 +356,27 @@ def test_a_value_above_the_search_range_is_left_in_one_step() -> None:
     )
 
 
+def test_a_value_above_the_search_range_is_not_held() -> None:
+    """few_calls (bench/controller_eval.py --suite scenarios, seed 0): the small-sample raise
+    put the value at the 30 s maximum; once the objective ran (73 samples) the hold kept 30 s
+    for another 93 ticks, because with so few samples the P99 band's top level is not
+    identified and nothing shows 30 s worse. A value above the primary's own tail quantile
+    is no candidate of the objective and no incumbent to keep."""
+    obs = observe(records(lognormal(80, 1.0, 1.0, 0)))
+    d = decide(CONFIG, 30.0, obs, KNOBS)
+    obj = d.details["objective"]
+    assert obj["search_top_s"] < 30.0 and obj["current_within_budget"]
+    # the tail test alone would hold 30 s: at some level of the band it is not shown worse
+    assert not all(
+        cur is not None and new is not None and cur > (1 + KNOBS.p99_tolerance) * new
+        for cur, new in zip(
+            obj["predicted_tail_at_current_by_level_s"], obj["predicted_tail_at_chosen_by_level_s"], strict=True
+        )
+    )
+    assert codes(d)[0] != "hysteresis_hold" and d.applied
+    assert d.hedge_after_s == pytest.approx(obj["chosen_s"], abs=1e-4)
+
+
 def test_new_values_are_published_at_a_tenth_of_a_millisecond() -> None:
     primary = lognormal(5000, 0.6, 0.5, 22)
     d = decide(CONFIG, None, observe(hedged_at(primary, lognormal(5000, 0.6, 0.5, 23), 1.2)), KNOBS)
