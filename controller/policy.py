@@ -77,6 +77,13 @@ published), in this order:
    ticks after the objective first ran (73 samples), and left it at 129 samples.
    Neither hold nor step limit applies while a detected change is fresh (within the short
    window): the value then belongs to the old regime.
+   Why the kept value's bound is one-sided (``bench/controller_eval.py --suite scenarios``,
+   seeds 0-5): it lets a value whose true rate sits just above the budget stay until its
+   one-sided bound crosses it (heavy_tail_budget seed 1: 9 of 180 ticks at a true 0.103). A
+   hold on the two-sided bound removed those 9 ticks but moved small_windows more often
+   (changes per hour at steady state 1.5, 1.5, 0.5, 1.5, 5.0, 2.0 against 2.0, 0.5, 0.5,
+   1.0, 1.0, 1.0; seed 4 over the limit of 2) and raised the regret in 10 of those 12 runs of
+   the two scenarios (small_windows seed 4: 1.236 to 1.318).
 6. **Clamp** (``clamp``) to ``[min_hedge_after_s, max_hedge_after_s]``; a value at a bound
    always carries ``clamped_min`` / ``clamped_max`` (also when the search itself stopped there).
 7. **Drift note** (``drift_note``): ``drift_window`` when the window was shrunk to the data since
