@@ -70,11 +70,14 @@ published), in this order:
    under ``knobs.hysteresis`` (5%) relative is held, except raises on evidence; a decrease of
    a value inside the objective's search range is cut to ``current * (1 - max_step_down)``
    (``step_down_limited``); a value above it (at or above the primary's own tail quantile, as
-   after a small sample's raise to the maximum) is no candidate: it is neither held nor
-   stepped down, but left in one step. With few samples the top of the P99's band is not
-   identified, so nothing shows such a value worse and the hold would keep it: few_calls
-   (``bench/controller_eval.py --suite scenarios``, seed 0) kept the 30 s maximum for 93
-   ticks after the objective first ran (73 samples), and left it at 129 samples.
+   after a small sample's raise to the maximum) is no candidate: it is not stepped down but
+   left in one step, and it is not held when the proposal's predicted tail is lower by more
+   than ``p99_tolerance`` at the quantile itself. The band's lower levels cannot show that,
+   since a level whose primary quantile lies below the proposal predicts the same for both:
+   few_calls (``bench/controller_eval.py --suite scenarios``, seed 0) kept the 30 s maximum
+   for 93 ticks after the objective first ran (73 samples), and left it at 129 samples.
+   Against a proposal with the same predicted tail (e.g. the search's top, the primary's own
+   tail quantile) such a value is held.
    Neither hold nor step limit applies while a detected change is fresh (within the short
    window): the value then belongs to the old regime.
    Why the kept value's bound is one-sided (``bench/controller_eval.py --suite scenarios``,

@@ -373,6 +373,8 @@ def test_a_value_above_the_search_range_is_not_held() -> None:
             obj["predicted_tail_at_current_by_level_s"], obj["predicted_tail_at_chosen_by_level_s"], strict=True
         )
     )
+    # at the P99 itself the proposal's predicted tail beats 30 s's (the primary's own) by > 2%
+    assert obj["predicted_tail_at_current_s"] > (1 + KNOBS.p99_tolerance) * obj["predicted_tail_at_chosen_s"]
     assert codes(d)[0] != "hysteresis_hold" and d.applied
     assert d.hedge_after_s == pytest.approx(obj["chosen_s"], abs=1e-4)
 
