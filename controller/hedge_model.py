@@ -58,7 +58,7 @@ the primaries as they were under the *current* threshold: when a host is overloa
 threshold would also have drained its queue (fewer slow primaries, fewer wanted hedges), which
 the replay cannot see, so after a slowdown the efficient target errs *high*. In
 ``bench/controller_eval.py`` (3x slowdown of one of 5 replicas) it settled near 0.85-0.92 s,
-1.1-1.6 s and 1.0-1.2 s on seeds 0-2 where 0.743 s was the best fixed value in hindsight;
+1.1-1.6 s and 0.85-1.2 s on seeds 0-2 where 0.743 s was the best fixed value in hindsight;
 taking the smallest best ``t`` when ``bucket_limited`` (above) lowers that bias without a model
 of the queues. What the replay sees there: the window's tail is the overload transient right
 after the slowdown, when the wanted hedge rate was 15-17% and the bucket ran dry. At the tick
