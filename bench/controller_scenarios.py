@@ -53,6 +53,14 @@ percentile 3-48; 20,000 draws), i.e. 19 minutes at 0.72 calls/min (4-67); the ch
 passing within 2 ticks (about 1.44 calls) is under 2%. So "at most 2 ticks over budget from a
 cold start" cannot be met here from that default by any test at that confidence; a controller
 can only shorten the time over budget after the test passes (a raise that lands within budget).
+The policy's raise already lands within budget at the tick the test passes: no value below
+the maximum is shown within budget yet (fewer than 29 samples, or primaries censored by won
+hedges, counted as possibly still waiting), so it goes to the route's maximum (30 s, true rate
+0.000). Every tick over budget of seeds 0-2 (43, 72, 37) lies before that tick: the test
+passed at the 27th, 40th and 31st sample (7 of 27, 8 of 40 and 7 of 31 known over 2.0 s:
+lower bounds 0.129, 0.104, 0.111); at p = 0.244 the test is still waiting at the 27th call
+with probability 0.29, at the 40th with 0.15. The value then stays at 30 s while the samples
+identify no budget quantile (73 samples on seed 0), and the objective takes over.
 """
 
 from __future__ import annotations

@@ -406,6 +406,16 @@ def _tail_not_shown_worse(p: Proposal, x: Inputs) -> bool:
     return False
 
 
+def _worse_at_quantile(objective_details: dict[str, Any], tolerance: float) -> bool:
+    """True when the current value's predicted tail quantile exceeds the proposal's by more than
+    ``tolerance`` (relative) at the quantile itself (an unidentified one counts as infinite)."""
+    current = objective_details["predicted_tail_at_current_s"]
+    chosen = objective_details["predicted_tail_at_chosen_s"]
+    if chosen is None:
+        return False
+    return current is None or current > (1.0 + tolerance) * chosen + 1e-12
+
+
 def _within_target_noise(value_s: float, objective_details: dict[str, Any]) -> bool:
     """True when ``value_s`` lies no further above the budget target than the target lies above
     the KM budget quantile (the point estimate that the target bounds)."""
@@ -430,8 +440,11 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
     P98.75 falls in the body and lies below the proposal's P99, so comparing a lower level of
     the current value with the proposal's P99 would hold 0.869 s; at the same levels the
     current value is worse at each, and it moves. A value above the objective's search range
-    (above the primary's own tail quantile) is left in one step: the step limit guards a
-    candidate against noise.
+    (above the primary's own tail quantile) is no candidate: it is not stepped down but left in
+    one step (the step limit guards a candidate against noise), and it is not held when the
+    proposal's predicted tail beats its own by more than the tolerance at the quantile itself
+    (``_worse_at_quantile``). The band's lower levels cannot show that: a level whose primary
+    quantile lies below the proposal predicts the same for both.
     Neither the hold nor the step-down limit applies while a detected change is *fresh* (it
     lies within the short window, ``drift["fresh"]``): both guard an incumbent value against
     noise, and a value set for the regime before a change that passed the log-rank test is no
@@ -444,9 +457,14 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
     base = x.base
     hold = p.with_value(base, ("hysteresis_hold",), "hysteresis")
     objective_details = p.details.get("objective")
+    above_search = objective_details is not None and base > objective_details["search_top_s"]
+    outdone = (
+        objective_details is not None and above_search and _worse_at_quantile(objective_details, x.knobs.p99_tolerance)
+    )
     if (
         p.binding in ("budget", "tail", "cost")
         and objective_details is not None
+        and not outdone
         and objective_details["current_within_budget"]
         and not _short_window_over(x, base)
         and (
@@ -458,7 +476,6 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
     if abs(p.value - base) / base < x.knobs.hysteresis and p.binding not in ("evidence",):
         return hold
     floor = base * (1.0 - x.knobs.max_step_down)
-    above_search = objective_details is not None and base > objective_details["search_top_s"]
     if p.value < floor and not above_search:
         return p.with_value(floor, (*p.codes, "step_down_limited"), "step_down")
     return p

@@ -304,10 +304,11 @@ class _StaleInputs(Exception):
     """The route's configuration or published value changed between a decision's reads and its
     publish (e.g. a ``PATCH`` landed in between); carries the values as re-read."""
 
-    def __init__(self, route: Route, current: float | None) -> None:
+    def __init__(self, route: Route, current: float | None, current_source: str | None) -> None:
         super().__init__(f"route {route.route!r} model {route.model!r} changed while deciding")
         self.route = route
         self.current = current
+        self.current_source = current_source
 
 
 def _detached_route(route: Route) -> Route:
@@ -438,7 +439,7 @@ async def _publish(
         fresh, threshold = await lock_route(session, route.id)
         fresh_current = None if threshold is None else threshold.hedge_after_s
         if _config(fresh) != _config(route) or fresh_current != previous:
-            raise _StaleInputs(_detached_route(fresh), fresh_current)
+            raise _StaleInputs(_detached_route(fresh), fresh_current, None if threshold is None else threshold.source)
         samples = 0 if estimate is None else estimate.samples
         censored = 0 if estimate is None else estimate.censored
         merged = await _merge_repeat(session, fresh, fresh_current, decision, actor, now)
@@ -539,15 +540,15 @@ async def run_tick(
     knobs = PolicyKnobs.from_settings(settings)
     async with sessionmaker() as session:
         result = await session.execute(
-            select(Route, Threshold.hedge_after_s)
+            select(Route, Threshold.hedge_after_s, Threshold.source)
             .outerjoin(Threshold, Threshold.route_id == Route.id)
             .order_by(Route.route, Route.model)
         )
-        routes = [(route, current) for route, current in result.all()]
+        routes = [(route, current, source) for route, current, source in result.all()]
     written: list[dict[str, Any]] = []
-    for route, current in routes:
+    for route, current, source in routes:
         try:
-            row = await tick_route(sessionmaker, settings, route, current, now=now, knobs=knobs)
+            row = await tick_route(sessionmaker, settings, route, current, now=now, knobs=knobs, current_source=source)
             written.append(row)
             if row["applied"]:
                 log_threshold_change(row)
@@ -567,6 +568,7 @@ async def tick_route(
     actor: str | None = None,
     reason_prefix: str | None = None,
     extra_details: dict[str, Any] | None = None,
+    current_source: str | None = None,
 ) -> dict[str, Any]:
     """Observe, decide and publish for one route; returns the history row written.
 
@@ -588,6 +590,9 @@ async def tick_route(
         reason_prefix: a code put before the decision's reason codes (``"config"`` for a
             configuration change), or None.
         extra_details: merged into the row's ``details`` (e.g. ``{"changes": ...}``).
+        current_source: the published value's source (``thresholds.source``), or None; passed
+            to ``policy.decide`` (a ``pinned`` value on an unpinned route is not the
+            controller's: the decision starts from the default).
 
     Raises:
         ValueError: the stored route configuration is out of range (named in the message).
@@ -601,7 +606,7 @@ async def tick_route(
         async with sessionmaker() as session:
             observation = await observe_route(session, route, settings, now, knobs)
         # the objective replays the window's calls through the bucket: off the event loop
-        decision = await asyncio.to_thread(decide, config, current, observation, knobs)
+        decision = await asyncio.to_thread(decide, config, current, observation, knobs, current_source=current_source)
         details = history_details(decision, observation, settings) | (extra_details or {})
         if reason_prefix:
             decision = replace(decision, reason=f"{reason_prefix},{decision.reason}")
@@ -618,7 +623,7 @@ async def tick_route(
             )
         except _StaleInputs as stale:
             log.info("%s: deciding again from the values as re-read", stale)
-            route, current = stale.route, stale.current
+            route, current, current_source = stale.route, stale.current, stale.current_source
     raise ControllerError(
         f"route {route.route!r} model {route.model!r} changed {PUBLISH_ATTEMPTS} times while its"
         " threshold was being decided; nothing published this tick"

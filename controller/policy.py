@@ -7,6 +7,9 @@ published), in this order:
 
 1. **Route state** (``route_state``). A disabled route keeps its value (or the default), source
    ``"disabled"``; a pinned route publishes the pinned value as is (no clamp), ``"pinned"``.
+   A pin's value is the operator's, not the controller's: once the route is unpinned
+   (``decide(..., current_source="pinned")``), the rules start from the default as if nothing
+   were published, so a route with too few samples returns to its default.
 2. **Small samples** (``small_sample``). With no estimate, fewer than ``knobs.min_samples``
    primary samples after the window widened (``_policy_window``: 1 h doubling up to 24 h), or
    too few for the budget's tail (``TTFTEstimate.too_few_for_budget``), no quantile is
@@ -67,9 +70,26 @@ published), in this order:
    under ``knobs.hysteresis`` (5%) relative is held, except raises on evidence; a decrease of
    a value inside the objective's search range is cut to ``current * (1 - max_step_down)``
    (``step_down_limited``); a value above it (at or above the primary's own tail quantile, as
-   after a small sample's raise to the maximum) is no candidate and is left in one step.
+   after a small sample's raise to the maximum) is no candidate: it is not stepped down but
+   left in one step, and it is not held when the proposal's predicted tail is lower by more
+   than ``p99_tolerance`` at the quantile itself. The band's lower levels cannot show that,
+   since a level whose primary quantile lies below the proposal predicts the same for both:
+   with the band alone, few_calls (``bench/controller_eval.py --suite scenarios``, seed 0)
+   keeps the 30 s maximum for 93 ticks after the objective first runs (73 samples); with the
+   test at the quantile it moves at once, and its regret goes from 1.366 to 1.326. Worked
+   number (``tests/controller/test_policy.py``, 80 lognormal samples): predicted P99 7.41 s at
+   30 s against 7.23 s at the proposal (2.4% lower), and the same 6.18 s at P97.5.
+   Against a proposal with the same predicted tail (e.g. the search's top, the primary's own
+   tail quantile) such a value is held.
    Neither hold nor step limit applies while a detected change is fresh (within the short
    window): the value then belongs to the old regime.
+   Why the kept value's bound is one-sided (``bench/controller_eval.py --suite scenarios``,
+   seeds 0-5): it lets a value whose true rate sits just above the budget stay until its
+   one-sided bound crosses it (heavy_tail_budget seed 1: 9 of 180 ticks at a true 0.103). A
+   hold on the two-sided bound removed those 9 ticks but moved small_windows more often
+   (changes per hour at steady state 1.5, 1.5, 0.5, 1.5, 5.0, 2.0 against 2.0, 0.5, 0.5,
+   1.0, 1.0, 1.0; seed 4 over the limit of 2) and raised the regret in 10 of those 12 runs of
+   the two scenarios (small_windows seed 4: 1.236 to 1.318).
 6. **Clamp** (``clamp``) to ``[min_hedge_after_s, max_hedge_after_s]``; a value at a bound
    always carries ``clamped_min`` / ``clamped_max`` (also when the search itself stopped there).
 7. **Drift note** (``drift_note``): ``drift_window`` when the window was shrunk to the data since
@@ -132,12 +152,16 @@ from hedgerow.controller.reason_codes import REASON_CODES
 __all__ = [
     "REASON_CODES",
     "SHORT_WINDOW_MIN_CALLS",
+    "SOURCES",
     "Decision",
     "Observation",
     "PolicyKnobs",
     "RouteConfig",
     "decide",
 ]
+
+#: The sources a published value may carry (``thresholds.source``; ``decide`` gives the first four).
+SOURCES = frozenset({"controller", "default", "pinned", "disabled", "manual"})
 
 #: Fewest calls in the short window before it is tested for over budget (rule 4).
 SHORT_WINDOW_MIN_CALLS = 20
@@ -511,6 +535,8 @@ def decide(
     current_hedge_after_s: float | None,
     observation: Observation,
     knobs: PolicyKnobs,
+    *,
+    current_source: str | None = None,
 ) -> Decision:
     """Decide the ``hedge_after_s`` to publish for one (route, model) this tick.
 
@@ -521,6 +547,12 @@ def decide(
         observation: what the tick measured; ``observation.estimate`` must have been computed
             with ``budget=config.budget``.
         knobs: the policy knobs.
+        current_source: who set ``current_hedge_after_s`` (the published threshold's source:
+            ``controller``, ``default``, ``pinned`` or ``disabled``), or None (taken as the
+            controller's). ``pinned`` on a route that is no longer pinned means the value is the
+            operator's, not the controller's: the rules then start from the default as if
+            nothing were published (no incumbent to keep), so an unpinned route with too few
+            samples returns to its default; ``applied`` still compares with the published value.
 
     Returns:
         The ``Decision`` (value, applied, reason codes, source, details with the binding
@@ -528,8 +560,9 @@ def decide(
 
     Raises:
         TypeError: ``config``, ``observation`` or ``knobs`` of the wrong type (named).
-        ValueError: ``current_hedge_after_s`` not a finite number > 0, or the estimate's budget
-            differs from ``config.budget`` (the message names the argument).
+        ValueError: ``current_hedge_after_s`` not a finite number > 0, ``current_source`` not a
+            known source, or the estimate's budget differs from ``config.budget`` (the message
+            names the argument).
     """
     if not isinstance(config, RouteConfig):
         raise TypeError(f"config must be a RouteConfig, got {type(config).__name__}")
@@ -539,6 +572,8 @@ def decide(
         raise TypeError(f"knobs must be a PolicyKnobs, got {type(knobs).__name__}")
     if current_hedge_after_s is not None:
         _check_positive("current_hedge_after_s", current_hedge_after_s)
+    if current_source is not None and current_source not in SOURCES:
+        raise ValueError(f"current_source must be one of {sorted(SOURCES)} or None, got {current_source!r}")
     estimate = observation.estimate
     if (
         config.enabled
@@ -551,8 +586,10 @@ def decide(
             f" ({config.budget!r}): the target is only meaningful for the route's budget"
         )
     current = None if current_hedge_after_s is None else float(current_hedge_after_s)
-    base = config.default_hedge_after_s if current is None else current
-    inputs = Inputs(config, current, base, observation, knobs)
+    # a pin is the operator's value: once unpinned, the controller has no value of its own yet
+    own = None if current_source == "pinned" and config.pinned_hedge_after_s is None else current
+    base = config.default_hedge_after_s if own is None else own
+    inputs = Inputs(config, own, base, observation, knobs)
     proposal = Proposal(base, (), "controller", "samples")
     for rule in RULES:
         proposal = rule(proposal, inputs)

@@ -275,6 +275,10 @@ async def configure_route(
             await session.flush()
             before = None if threshold is None else (threshold.hedge_after_s, threshold.enabled)
             current = None if threshold is None else threshold.hedge_after_s
+            # an unpin hands the route back to the controller: the value in force was the pin's
+            # (also when a disable kept it), not the controller's
+            unpinned = "pinned_hedge_after_s" in changes and wanted["pinned_hedge_after_s"] is None
+            source = "pinned" if unpinned else (None if threshold is None else threshold.source)
             extra: dict[str, Any] = {"changes": changes}
             if created:
                 extra["created"] = True
@@ -288,6 +292,7 @@ async def configure_route(
                 actor=actor,
                 reason_prefix=CONFIG_REASON,
                 extra_details=extra,
+                current_source=source,
             )
             await session.flush()
             threshold = await session.get(Threshold, row.id)

@@ -260,3 +260,34 @@ async def test_non_finite_numbers_are_422_saying_must_be_finite(make_api, field:
             assert response.status_code == 422, (method, response.text)
             assert response.json()["detail"] == {"field": field, "message": f"must be finite, got {literal}"}
         assert (await api.get("/v1/routes/r", params=M)).json() == before
+
+
+async def test_unpinning_returns_a_route_with_too_few_samples_to_its_default(make_api, call_factory) -> None:
+    """A pin is the operator's value, not the controller's: after ``--unpin`` a route whose
+    samples are too few for a quantile publishes its default again, not the pinned value."""
+    async with make_api() as (_app, api):
+        await api.post("/v1/calls", json={"calls": _calls(call_factory, "u", 1, 0.3)})
+        await api.post("/v1/controller/run")
+
+        async def published() -> tuple[float, str]:
+            t = (await api.get("/v1/thresholds/summarize", params=M)).json()
+            return t["hedge_after_s"], t["source"]
+
+        assert await published() == (2.0, "default")
+        await api.patch("/v1/routes/summarize", params=M, json={"pinned_hedge_after_s": 0.5})
+        assert await published() == (0.5, "pinned")
+        unpinned = await api.patch("/v1/routes/summarize", params=M, json={"pinned_hedge_after_s": None})
+        assert unpinned.status_code == 200, unpinned.text
+        history = unpinned.json()["history"]
+        assert history["reason"] == "config,too_few_samples" and history["applied"] is True
+        assert (history["previous_hedge_after_s"], history["hedge_after_s"]) == (0.5, 2.0)
+        assert await published() == (2.0, "default")
+        await api.post("/v1/controller/run")  # the next tick keeps the value
+        assert (await published())[0] == 2.0
+        # pinned, then disabled (the pin's value is kept, source "disabled"), then enabled and
+        # unpinned in one change: the default again
+        await api.patch("/v1/routes/summarize", params=M, json={"pinned_hedge_after_s": 0.7})
+        await api.patch("/v1/routes/summarize", params=M, json={"enabled": False})
+        assert await published() == (0.7, "disabled")
+        await api.patch("/v1/routes/summarize", params=M, json={"enabled": True, "pinned_hedge_after_s": None})
+        assert await published() == (2.0, "default")

@@ -141,6 +141,22 @@ def test_small_sample_keeps_a_value_the_data_are_consistent_with() -> None:
     assert test["lower_bound"] == pytest.approx(stats.beta.ppf(0.05, 3, 18))
 
 
+def test_an_unpinned_value_is_not_the_controllers_to_keep() -> None:
+    # the same 20 calls that keep a controller's 2.0 s: a pin's 0.5 s, once unpinned, is not
+    # kept (a quarter of these calls would hedge there), the default is published
+    x = np.array([0.5] * 17 + [3.0, 3.5, 4.0])
+    d = decide(CONFIG, 0.5, observe(records(x)), KNOBS, current_source="pinned")
+    assert (d.hedge_after_s, d.applied, d.reason, d.source) == (2.0, True, "too_few_samples", "default")
+    kept = decide(CONFIG, 0.5, observe(records(x)), KNOBS, current_source="controller")
+    assert (kept.hedge_after_s, kept.applied) == (0.5, False)
+    # still pinned (e.g. disabled while pinned): the pin's value stays
+    pinned = dataclasses.replace(CONFIG, pinned_hedge_after_s=0.5, enabled=False)
+    held = decide(pinned, 0.5, observe(records(x)), KNOBS, current_source="pinned")
+    assert (held.hedge_after_s, held.source) == (0.5, "disabled")
+    with pytest.raises(ValueError, match="current_source"):
+        decide(CONFIG, 0.5, observe(records(x)), KNOBS, current_source="operator")
+
+
 def test_small_sample_raises_when_the_data_show_the_budget_exceeded() -> None:
     # 20 calls, 5 slower than 2.0 s (a quarter hedges there): lower bound 0.104 > 0.10, so the
     # value goes where the samples show the budget met with 95% confidence; 20 samples show
@@ -338,6 +354,29 @@ def test_a_value_above_the_search_range_is_left_in_one_step() -> None:
     assert "step_down_limited" not in codes(d) and d.hedge_after_s == pytest.approx(
         d.details["objective"]["chosen_s"], abs=1e-4
     )
+
+
+def test_a_value_above_the_search_range_is_not_held() -> None:
+    """few_calls (bench/controller_eval.py --suite scenarios, seed 0): the small-sample raise
+    put the value at the 30 s maximum; once the objective ran (73 samples) the hold kept 30 s
+    for another 93 ticks, because with so few samples the P99 band's top level is not
+    identified and nothing shows 30 s worse. A value above the primary's own tail quantile
+    is no candidate of the objective and no incumbent to keep."""
+    obs = observe(records(lognormal(80, 1.0, 1.0, 0)))
+    d = decide(CONFIG, 30.0, obs, KNOBS)
+    obj = d.details["objective"]
+    assert obj["search_top_s"] < 30.0 and obj["current_within_budget"]
+    # the tail test alone would hold 30 s: at some level of the band it is not shown worse
+    assert not all(
+        cur is not None and new is not None and cur > (1 + KNOBS.p99_tolerance) * new
+        for cur, new in zip(
+            obj["predicted_tail_at_current_by_level_s"], obj["predicted_tail_at_chosen_by_level_s"], strict=True
+        )
+    )
+    # at the P99 itself the proposal's predicted tail beats 30 s's (the primary's own) by > 2%
+    assert obj["predicted_tail_at_current_s"] > (1 + KNOBS.p99_tolerance) * obj["predicted_tail_at_chosen_s"]
+    assert codes(d)[0] != "hysteresis_hold" and d.applied
+    assert d.hedge_after_s == pytest.approx(obj["chosen_s"], abs=1e-4)
 
 
 def test_new_values_are_published_at_a_tenth_of_a_millisecond() -> None:
