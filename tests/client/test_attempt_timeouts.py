@@ -21,7 +21,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from hedgerow.client import AllAttemptsFailed, HedgePolicy, HedgingClient, Upstream
+from hedgerow.client import AllAttemptsFailed, HedgingClient, Upstream
+from hedgerow.client._transport import CancelGate
 from hedgerow.client.hedging import DRAIN_TIMEOUT_S
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
 from tests.helpers import BODY
@@ -107,10 +108,9 @@ async def test_a_close_at_the_end_of_an_error_body_outlasting_the_excerpt_timeou
         assert active_connections(slow) == 0
 
 
-async def test_a_caller_leaving_during_the_drain_is_not_a_second_cancellation_with_the_drains_timeout() -> None:
+async def test_a_caller_leaving_during_the_drain_leaves_nothing_active() -> None:
     # The caller leaves at the usage chunk, while the winner's task waits in the drain for a body
-    # end that never comes: the gate cancels the task, whose read's clean-up (the connection's
-    # close) then runs past the drain's timeout. That timeout must not cancel the task again.
+    # end that never comes: the gate cancels the task, whose clean-up outlasts the drain's timeout.
     slow = _SlowClose(delay_s=DRAIN_TIMEOUT_S + 0.5)
     async with (
         ScriptedServer(whole_answer(keep_alive=False)) as server,
@@ -125,21 +125,90 @@ async def test_a_caller_leaving_during_the_drain_is_not_a_second_cancellation_wi
         assert await server.wait_disconnect(0, timeout_s=3.0) is not None
 
 
-async def test_a_caller_leaving_while_the_drains_timeout_unwinds_the_task_cancels_it_once() -> None:
-    # The drain's timeout cancels the read first (the body never ends); its clean-up takes 1 s;
-    # the caller's own timeout ends the call 0.3 s after the usage chunk, in that clean-up. The
-    # gate's cancellation must wait for it rather than land in it, and still end the task.
-    slow = _SlowClose(delay_s=1.0)
-    async with (
-        ScriptedServer(whole_answer(keep_alive=False)) as server,
-        HedgingClient([Upstream("a", server.base_url)], transport=slow) as client,
-    ):
-        with pytest.raises(TimeoutError):
-            async with client.stream_chat(BODY) as stream:
-                async for piece in stream:
-                    if piece.get("usage"):
-                        async with asyncio.timeout(0.3):
-                            await asyncio.sleep(10)
-        assert stream.record is not None and stream.record.status == "cancelled"
-        assert active_connections(slow) == 0
-        assert await server.wait_disconnect(0, timeout_s=3.0) is not None
+# -- CancelGate.timeout: one cancellation of the task at a time ------------------------------------
+
+
+async def _timed_clean_up(gate_of: dict[asyncio.Task[None], CancelGate], timeout_s: float, cut: list[str]) -> None:
+    """In a gated task: wait in ``gate.timeout(timeout_s)``; when cancelled, a 0.3 s clean-up (as
+    httpcore's close of a connection after a cancelled read) that notes in ``cut`` if it is cut."""
+    task = asyncio.current_task()
+    assert task is not None
+    async with gate_of[task].timeout(timeout_s):
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            try:
+                await asyncio.sleep(0.3)
+            except asyncio.CancelledError:
+                cut.append("clean-up cut short by a second cancellation")
+                raise
+            raise
+
+
+async def test_a_gate_cancel_while_the_tasks_own_timeout_unwinds_it_comes_after_the_unwinding() -> None:
+    cut: list[str] = []
+    gates: dict[asyncio.Task[None], CancelGate] = {}
+    task = asyncio.create_task(_timed_clean_up(gates, 0.02, cut))
+    gates[task] = CancelGate(task)
+    await asyncio.sleep(0.15)  # the timeout expired; the clean-up runs until about 0.32 s
+    assert not task.done()
+    gates[task].cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert cut == [] and task.cancelled()  # cancelled, not a TimeoutError: the gate's cancel won
+
+
+async def test_a_gate_cancel_turns_the_tasks_own_timeout_off() -> None:
+    cut: list[str] = []
+    gates: dict[asyncio.Task[None], CancelGate] = {}
+    task = asyncio.create_task(_timed_clean_up(gates, 0.15, cut))
+    gates[task] = CancelGate(task)
+    await asyncio.sleep(0.02)
+    gates[task].cancel()  # the clean-up then runs until about 0.32 s, past the timeout's 0.15 s
+    await asyncio.gather(task, return_exceptions=True)
+    assert cut == [] and task.cancelled()
+
+
+async def test_the_gates_timeout_is_a_timeout() -> None:
+    gates: dict[asyncio.Task[None], CancelGate] = {}
+
+    async def wait() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        async with gates[task].timeout(0.02):
+            await asyncio.sleep(10)
+
+    task = asyncio.create_task(wait())
+    gates[task] = CancelGate(task)
+    with pytest.raises(TimeoutError):
+        await task
+
+
+@pytest.mark.parametrize("cancelled", [False, True], ids=["timeout-only", "gate-cancel-too"])
+async def test_a_close_in_the_task_outlasting_its_own_timeout_ends_before_the_timeout_or_cancel(
+    cancelled: bool,
+) -> None:
+    # The close runs in the task (CancelGate.close) inside gate.timeout(0.05) and takes 0.25 s:
+    # the timeout expires after the close (TimeoutError), and a gate cancel at 0.1 s is raised
+    # after it (CancelledError, the timeout not turned back on).
+    closed: list[str] = []
+    gates: dict[asyncio.Task[None], CancelGate] = {}
+
+    async def slow_close() -> None:
+        await asyncio.sleep(0.25)
+        closed.append("closed")
+
+    async def close_in_timeout() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        async with gates[task].timeout(0.05):
+            await gates[task].close(slow_close)
+            await asyncio.sleep(10)
+
+    task = asyncio.create_task(close_in_timeout())
+    gates[task] = CancelGate(task)
+    if cancelled:
+        await asyncio.sleep(0.1)
+        gates[task].cancel()
+    outcome = (await asyncio.gather(task, return_exceptions=True))[0]
+    assert closed == ["closed"]
+    assert task.cancelled() if cancelled else isinstance(outcome, TimeoutError)
