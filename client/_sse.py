@@ -83,6 +83,8 @@ class SseDecoder:
         Yields:
             The events completed by ``piece``, in order.
         """
+        if not piece:  # an empty read: nothing to parse, and a pending "\r" stays pending
+            return
         text = self._rest + piece if self._rest else piece
         if self._cr:  # the "\r" ended its line, so nothing was held back: text is the piece
             self._cr = False

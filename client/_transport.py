@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any, Self
 
 import httpx
@@ -175,12 +176,14 @@ class CancelGate:
 
     The gate also closes the task's responses (``close``): in the task itself, holding a
     cancellation asked for meanwhile back until the close has ended (encode/httpcore#1115).
+    A timeout of the task's own cancels the task directly: the task takes it from ``timeout``,
+    which keeps it from cutting a close short or from being a second cancellation.
 
     Args:
         task: the task to cancel (the one that sends through the transport).
     """
 
-    __slots__ = ("_asked", "_closing", "_extensions", "_inner", "_late", "_task", "_window")
+    __slots__ = ("_asked", "_closing", "_deferred", "_extensions", "_inner", "_late", "_task", "_timeout", "_window")
 
     def __init__(self, task: asyncio.Task[Any]) -> None:
         self._task = task
@@ -190,19 +193,29 @@ class CancelGate:
         self._closing = False  # the task is closing a response (``close``)
         self._asked = False  # ``cancel`` was called
         self._late: asyncio.TimerHandle | None = None  # a cancellation held back by the window
+        self._timeout: asyncio.Timeout | None = None  # the task's own timeout under way (``timeout``)
+        self._deferred = False  # ``cancel`` came while that timeout's cancellation was under way
 
     def cancel(self) -> None:
         """Cancel the task now, when its request leaves the window (at most ``SAFE_WAIT_S``), or
         when the close of a response it is running (``close``) has ended.
 
         Calls ``Task.cancel`` at most once per gate (a cancellation held back by a close is raised
-        by ``close`` in the task instead).
+        by ``close`` in the task instead), and never while the task's own ``timeout`` is cancelling
+        it: that timeout is turned off first, or, when it has expired already, the cancellation is
+        raised by ``timeout`` once its block has ended.
         """
         if self._asked:
             return
         self._asked = True
         if self._closing:
             return  # ``close`` raises CancelledError in the task once the close has ended
+        timeout = self._timeout
+        if timeout is not None:
+            if timeout.expired():  # its Task.cancel is under way: a second one could cut a close short
+                self._deferred = True
+                return
+            timeout.reschedule(None)  # one cancellation at a time: this one
         if not self._window:
             self._task.cancel()
         else:
@@ -214,8 +227,9 @@ class CancelGate:
         In the gate's own task, when no cancellation of it was asked for yet, the close runs in
         the task (no task of its own): a ``cancel`` asked for meanwhile is held back and raised
         here as ``asyncio.CancelledError`` once the close has ended, as ``close_shielded`` would
-        re-raise it. Anywhere else (another task, or a task already being cancelled) it is
-        ``close_shielded(close)``.
+        re-raise it; inside the task's own ``timeout`` the timeout is off during the close (its
+        expiry would cut the close short) and back on, at its deadline, after it. Anywhere else
+        (another task, or a task already being cancelled) it is ``close_shielded(close)``.
 
         Raises:
             asyncio.CancelledError: when the task was cancelled meanwhile (after the close).
@@ -226,12 +240,46 @@ class CancelGate:
             await close_shielded(close)
             return
         self._closing = True
+        timeout = self._timeout  # not expired: the task would be cancelling
+        when = None
+        if timeout is not None:
+            when = timeout.when()
+            timeout.reschedule(None)
         try:
             await close()
         finally:
             self._closing = False
             if self._asked:  # asked for during the close: delivered now, in the task itself
                 raise asyncio.CancelledError("hedgerow: cancelled while closing a response")
+            if timeout is not None:
+                timeout.reschedule(when)  # a deadline passed meanwhile expires at once
+
+    @asynccontextmanager
+    async def timeout(self, delay_s: float) -> AsyncIterator[None]:
+        """``asyncio.timeout(delay_s)`` for a block of the gate's own task (not nested).
+
+        The timeout's expiry cancels the task directly, bypassing the gate; this block tells the
+        gate, so that the timeout is off while ``close`` closes a response in the task (the expiry
+        would cut the close short; it comes after the close instead) and a ``cancel`` is not a second
+        cancellation of a task that the expiry is already unwinding (which would cut httpcore's
+        close of the connection short, encode/httpcore#1115): before the expiry ``cancel`` turns
+        the timeout off, after it the cancellation is raised here once the block has ended.
+
+        Raises:
+            TimeoutError: as ``asyncio.timeout`` does, when the block outlasted ``delay_s``.
+            asyncio.CancelledError: when ``cancel`` was called meanwhile.
+        """
+        try:
+            async with asyncio.timeout(delay_s) as timeout:
+                self._timeout = timeout
+                try:
+                    yield
+                finally:
+                    self._timeout = None
+        finally:
+            if self._deferred:
+                self._deferred = False
+                raise asyncio.CancelledError("hedgerow: cancelled while a timeout of the task was under way")
 
     def _deliver(self) -> None:
         if self._late is not None:

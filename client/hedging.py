@@ -86,7 +86,9 @@ until it is past that window (a cancellation there orphans the connection, encod
 An attempt's task sends its request itself (no task of the transport's per request) and is
 cancelled only through its ``CancelGate``, which keeps the cancellation out of that window and
 out of the task's own close of its response (``CancelGate.close``: the close runs in the task,
-a cancellation asked for meanwhile is raised when it has ended). An
+a cancellation asked for meanwhile is raised when it has ended); the task's own timeouts (the
+drain, the error excerpt) are ``CancelGate.timeout``, so that their expiry neither cuts that close
+short nor is a second cancellation. An
 attempt's task is cancelled at most once (``_cancel_task``) and the call waits for its tasks
 without ``gather`` (``wait_tasks_shielded``): a second cancellation reaching a loser that is
 already unwinding from the first aborts httpcore's own close of its connection half-way (anyio's
@@ -403,15 +405,16 @@ async def open_response(http: httpx.AsyncClient, request: httpx.Request) -> Asyn
         await response.aclose()  # runs to its end: OwnedTransport's body closes through the gate or close_shielded
 
 
-async def _drain(pieces: AsyncIterator[bytes]) -> None:
+async def _drain(pieces: AsyncIterator[bytes], gate: CancelGate) -> None:
     """Read what follows ``[DONE]`` up to the body's end, briefly, so the connection is reusable.
 
-    Bounded by ``DRAIN_TIMEOUT_S`` and ``DRAIN_LIMIT_BYTES`` of body; an error or the bound just
-    ends it (the connection is then closed rather than reused).
+    Bounded by ``DRAIN_TIMEOUT_S`` (through ``gate``, the attempt task's ``CancelGate``: httpx
+    closes the response at the body's end, inside the timeout) and ``DRAIN_LIMIT_BYTES`` of body;
+    an error or the bound just ends it (the connection is then closed rather than reused).
     """
     received = 0
     with suppress(TimeoutError, httpx.HTTPError, AttemptError):
-        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+        async with gate.timeout(DRAIN_TIMEOUT_S):
             async for piece in pieces:
                 received += len(piece)
                 if received > DRAIN_LIMIT_BYTES:
@@ -890,6 +893,8 @@ class CallStream:
         """Send one attempt and forward its events to the call's queue until it ends."""
         put = self._events.put_nowait
         assert self._http is not None
+        gate = attempt.gate
+        assert gate is not None, "_execute gives the task its gate before the task runs"
         # The send: stamped when the attempt actually starts, which is later than its creation
         # when the event loop is busy; TTFT and the hedge deadline are measured from here.
         self._race.sent(attempt.state, self._now())
@@ -904,14 +909,14 @@ class CallStream:
                 content=self._content(),
                 headers=self._headers(attempt),
                 params=self._params,
-                extensions={GATE_EXTENSION: attempt.gate},
+                extensions={GATE_EXTENSION: gate},
             )
             async with open_response(self._http, request) as response:
                 self._race.response(attempt.state, response.status_code)
                 attempt.response_headers = response.headers
                 if response.status_code != 200:
                     # The status decides; the body is only an excerpt for the error, read briefly.
-                    excerpt = await _body_excerpt(response)
+                    excerpt = await _body_excerpt(response, gate)
                     if response.status_code in NON_RETRYABLE_STATUSES:
                         hint = not_found_hint(attempt.upstream) if response.status_code == 404 else None
                         raise UpstreamError(attempt.upstream.name, response.status_code, excerpt, hint=hint)
@@ -972,7 +977,7 @@ class CallStream:
                             put(("chunks", attempt, batch, self._now()))
                         raise
                     if done_at is not None:
-                        await _drain(pieces)
+                        await _drain(pieces, gate)
             end: tuple[str, _Attempt, Any, float] = ("end", attempt, None, self._now() if done_at is None else done_at)
         except asyncio.CancelledError:
             raise
@@ -1198,17 +1203,18 @@ class CallStream:
                 log.exception("telemetry sink refused a record")
 
 
-async def _body_excerpt(response: httpx.Response, limit: int = 300, wait_s: float = 0.5) -> str:
+async def _body_excerpt(response: httpx.Response, gate: CancelGate, limit: int = 300, wait_s: float = 0.5) -> str:
     """Up to ``limit`` characters of an error response's body, waiting at most ``wait_s`` for it.
 
     A failing upstream may send its status line and then nothing: the failover must not wait
-    for a body that never comes.
+    for a body that never comes. The wait is timed through ``gate`` (the attempt task's
+    ``CancelGate``): httpx closes the response at the body's end, inside the timeout.
     """
     received = b""
     try:
         # aiter_bytes is an async generator function (annotated as an iterator): close it on exit.
         chunks = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
-        async with asyncio.timeout(wait_s), aclosing(chunks) as pieces:
+        async with gate.timeout(wait_s), aclosing(chunks) as pieces:
             async for piece in pieces:
                 received += piece
                 if len(received) >= limit:

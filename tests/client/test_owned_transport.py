@@ -19,6 +19,7 @@ import httpx
 import pytest
 from packaging.requirements import Requirement
 
+from hedgerow.client import _transport
 from hedgerow.client._transport import (
     BODY_LIMIT_EXTENSION,
     GATE_EXTENSION,
@@ -315,3 +316,41 @@ async def test_cancel_and_wait_does_not_swallow_the_callers_cancellation() -> No
     assert waiter.cancelled()  # propagated, not absorbed with the worker's own CancelledError
     await asyncio.gather(worker, return_exceptions=True)
     assert worker.cancelled()
+
+
+async def test_a_gated_request_that_never_leaves_the_window_is_cancelled_after_safe_wait_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An inner transport that reports a completed connect and then never starts the request: the
+    # gate holds a cancellation asked for in the window back, for SAFE_WAIT_S (0.3 s here) and no
+    # longer; asked for a second time meanwhile, it is still delivered once.
+    monkeypatch.setattr(_transport, "SAFE_WAIT_S", 0.3)
+    connected = asyncio.Event()
+
+    class NeverStarts(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            await request.extensions["trace"]("connection.connect_tcp.complete", {"return_value": None})
+            connected.set()
+            await asyncio.sleep(30)
+            raise AssertionError("not reached")
+
+    transport = OwnedTransport(NeverStarts())
+    gates: dict[asyncio.Task[httpx.Response], CancelGate] = {}
+
+    async def send() -> httpx.Response:
+        task = asyncio.current_task()
+        assert task is not None
+        request = httpx.Request("GET", "http://example.invalid/", extensions={GATE_EXTENSION: gates[task]})  # type: ignore[index]
+        return await transport.handle_async_request(request)
+
+    task = asyncio.create_task(send())
+    gates[task] = CancelGate(task)
+    await asyncio.wait_for(connected.wait(), 5.0)
+    asked_at = asyncio.get_running_loop().time()
+    gates[task].cancel()
+    await asyncio.sleep(0.1)
+    assert not task.done()  # held back: the request is in the window
+    gates[task].cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    waited_s = asyncio.get_running_loop().time() - asked_at
+    assert task.cancelled() and 0.3 - 0.01 <= waited_s < 10.0

@@ -8,7 +8,12 @@ over to (several lines, named events, comments, CR and CRLF line ends, a byte or
 
 from __future__ import annotations
 
+import itertools
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hedgerow.client._sse import SseDecoder, SseEvent
 
@@ -52,3 +57,53 @@ def test_the_events_do_not_depend_on_how_the_body_is_split(name: str) -> None:
 def test_feed_returns_the_same_events_as_a_list() -> None:
     body, expected = CASES["two data lines are joined"]
     assert SseDecoder().feed(body) == expected
+
+
+# -- any body, any split: against a plain reading of the standard ---------------------------------
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+_TOKENS = [b"data:", b"data: ", b"event: error", b"event:", b":", b"id: 1", b"x", b" ", b"{}", b"\r", b"\n", b"\r\n"]
+
+
+def reference(body: bytes) -> list[SseEvent]:
+    """The events of a whole ``body`` by the module's rules, read line by line (no fast path)."""
+    body = body.removeprefix(b"\xef\xbb\xbf")
+    lines = _LINE_END.split(body)[:-1]  # the part after the last line end is an unfinished line
+    events: list[SseEvent] = []
+    data: list[bytes] = []
+    name = ""
+    for line in lines:
+        if not line:
+            if data or name:
+                events.append((name, b"\n".join(data)))
+            data, name = [], ""
+        elif not line.startswith(b":"):
+            field, colon, value = line.partition(b":")
+            value = value[1:] if colon and value.startswith(b" ") else value
+            if field == b"data":
+                data.append(value)
+            elif field == b"event":
+                name = value.decode("utf-8", "replace")
+    return events
+
+
+@settings(max_examples=500, deadline=None)
+@given(bom=st.booleans(), tokens=st.lists(st.sampled_from(_TOKENS), max_size=40), data=st.data())
+def test_any_body_split_anywhere_even_into_empty_reads_gives_the_standards_events(
+    bom: bool, tokens: list[bytes], data: st.DataObject
+) -> None:
+    body = (b"\xef\xbb\xbf" if bom else b"") + b"".join(tokens)
+    # Cuts anywhere, and often right after a "\r" (the CRLF split); a cut drawn twice is an empty read.
+    after_cr = [i + 1 for i, byte in enumerate(body) if byte == 13]
+    anywhere = st.integers(min_value=0, max_value=len(body))
+    where = st.one_of(anywhere, st.sampled_from(after_cr)) if after_cr else anywhere
+    cuts = data.draw(st.lists(where, max_size=12), label="cuts")
+    cuts += data.draw(st.lists(st.sampled_from(cuts), max_size=4), label="empty reads") if cuts else []
+    bounds = [0, *sorted(cuts), len(body)]
+    pieces = [body[start:end] for start, end in itertools.pairwise(bounds)]
+    assert decode(pieces) == reference(body), pieces
+
+
+def test_an_empty_read_between_the_cr_and_the_lf_of_a_line_end_changes_nothing() -> None:
+    # The "\r" ended its line; the "\n" after the empty read is still its pair, not a blank line.
+    assert decode([b"data: a\r", b"", b"\ndata: b\r\n\r\n"]) == [("", b"a\nb")]
