@@ -34,6 +34,16 @@ from tests.helpers import BODY, answer
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
+async def send_and_read(http: httpx.AsyncClient, request: httpx.Request) -> None:
+    """Send ``request`` streamed, read its whole body, and close the response in any case."""
+    response = await http.send(request, stream=True)
+    try:
+        async for _ in response.aiter_bytes():
+            pass
+    finally:
+        await response.aclose()
+
+
 def pinned(name: str) -> Requirement:
     """The requirement on ``name`` in pyproject.toml's dependencies."""
     for line in PYPROJECT.read_text().splitlines():
@@ -130,12 +140,7 @@ async def test_a_gated_cancellation_at_any_turn_leaves_no_connection_stuck_in_a_
             task = asyncio.current_task()
             assert task is not None
             request = http.build_request("POST", url, json=BODY, extensions={GATE_EXTENSION: gates[task]})
-            response = await http.send(request, stream=True)
-            try:
-                async for _ in response.aiter_bytes():
-                    pass
-            finally:
-                await response.aclose()
+            await send_and_read(http, request)
 
         cancelled = 0
         for turns in range(40):
@@ -226,12 +231,7 @@ async def test_a_gated_request_is_traced_until_it_starts_unless_the_caller_trace
             if caller_traces:
                 extensions["trace"] = own
             request = http.build_request("POST", url, json=BODY, extensions=extensions)
-            response = await http.send(request, stream=True)
-            try:
-                async for _ in response.aiter_bytes():
-                    pass
-            finally:
-                await response.aclose()
+            await send_and_read(http, request)
             return gate
 
         for _ in range(2):  # a new connection, then a reused one
