@@ -944,7 +944,7 @@ class CallStream:
                             for name, data in events(piece):
                                 if name == "error":
                                     raise AttemptError("sse_error", f"SSE error event: {_text(data, 200)}")
-                                if not data.startswith(b"{"):  # a chunk needs no strip: [DONE], blank?
+                                if not data.startswith(b"{"):  # only non-JSON needs a strip: [DONE], blank
                                     stripped = data.strip()
                                     if stripped == b"[DONE]":
                                         done_at = self._now()
