@@ -46,6 +46,7 @@ class Inputs:
         base: ``current``, or the default when nothing was published, seconds.
         observation: the tick's observation (its estimate was computed with ``config.budget``).
         knobs: the policy knobs.
+        current_source: who set ``current`` (``thresholds.source``), or None.
     """
 
     config: RouteConfig
@@ -53,6 +54,7 @@ class Inputs:
     base: float
     observation: Observation
     knobs: PolicyKnobs
+    current_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +192,7 @@ def small_sample(p: Proposal, x: Inputs) -> Proposal:
     estimate = x.observation.estimate
     if estimate is not None and estimate.samples >= x.knobs.min_samples and not estimate.too_few_for_budget:
         return p
-    source = "default" if x.current is None else "controller"
+    source = "default" if x.current is None or x.current_source == "default" else "controller"
     durations = np.asarray(x.observation.primary_durations_s, dtype=float)
     flags = np.asarray(x.observation.primary_censored, dtype=bool)
     if estimate is None or durations.size == 0:

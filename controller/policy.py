@@ -9,7 +9,9 @@ published), in this order:
    ``"disabled"``; a pinned route publishes the pinned value as is (no clamp), ``"pinned"``.
    A pin's value is the operator's, not the controller's: once the route is unpinned
    (``decide(..., current_source="pinned")``), the rules start from the default as if nothing
-   were published, so a route with too few samples returns to its default.
+   were published, so a route with too few samples returns to its default. A published
+   default (``current_source="default"``) that differs from the route's default now (the
+   default was changed) is not kept either: the new default is published.
 2. **Small samples** (``small_sample``). With no estimate, fewer than ``knobs.min_samples``
    primary samples after the window widened (``_policy_window``: 1 h doubling up to 24 h), or
    too few for the budget's tail (``TTFTEstimate.too_few_for_budget``), no quantile is
@@ -553,6 +555,8 @@ def decide(
             operator's, not the controller's: the rules then start from the default as if
             nothing were published (no incumbent to keep), so an unpinned route with too few
             samples returns to its default; ``applied`` still compares with the published value.
+            ``default`` likewise when the value is no longer the route's default, and a default
+            kept for too few samples keeps the source ``default``.
 
     Returns:
         The ``Decision`` (value, applied, reason codes, source, details with the binding
@@ -586,10 +590,13 @@ def decide(
             f" ({config.budget!r}): the target is only meaningful for the route's budget"
         )
     current = None if current_hedge_after_s is None else float(current_hedge_after_s)
-    # a pin is the operator's value: once unpinned, the controller has no value of its own yet
-    own = None if current_source == "pinned" and config.pinned_hedge_after_s is None else current
+    # a pin is the operator's value: once unpinned, the controller has no value of its own yet;
+    # nor is a published default that the route's default no longer equals
+    unpinned = current_source == "pinned" and config.pinned_hedge_after_s is None
+    stale_default = current_source == "default" and current != config.default_hedge_after_s
+    own = None if unpinned or stale_default else current
     base = config.default_hedge_after_s if own is None else own
-    inputs = Inputs(config, own, base, observation, knobs)
+    inputs = Inputs(config, own, base, observation, knobs, current_source)
     proposal = Proposal(base, (), "controller", "samples")
     for rule in RULES:
         proposal = rule(proposal, inputs)

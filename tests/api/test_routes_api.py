@@ -141,7 +141,8 @@ async def test_changes_that_move_the_published_value_bump_the_version(make_api, 
         )
         assert clamp.status_code == 200, clamp.text
         assert "clamped_max" in clamp.json()["history"]["reason"].split(",")
-        assert await published() == (0.5, True, 5, "controller")
+        # too few samples: the new default, 0.5 s, at the new max
+        assert await published() == (0.5, True, 5, "default")
 
 
 @pytest.mark.parametrize(
@@ -291,3 +292,25 @@ async def test_unpinning_returns_a_route_with_too_few_samples_to_its_default(mak
         assert await published() == (0.7, "disabled")
         await api.patch("/v1/routes/summarize", params=M, json={"enabled": True, "pinned_hedge_after_s": None})
         assert await published() == (2.0, "default")
+
+
+async def test_a_new_default_is_published_on_a_route_still_at_its_default(make_api, call_factory) -> None:
+    """A route with too few samples publishes its default: a changed default is published at
+    once, and a default kept by a tick stays labelled ``default`` (not ``controller``)."""
+    async with make_api() as (_app, api):
+        await api.post("/v1/calls", json={"calls": _calls(call_factory, "d", 1, 0.3)})
+        await api.post("/v1/controller/run")
+
+        async def published() -> tuple[float, str]:
+            t = (await api.get("/v1/thresholds/summarize", params=M)).json()
+            return t["hedge_after_s"], t["source"]
+
+        assert await published() == (2.0, "default")
+        await api.post("/v1/controller/run")
+        assert await published() == (2.0, "default")
+        changed = await api.patch("/v1/routes/summarize", params=M, json={"default_hedge_after_s": 1.0})
+        assert changed.status_code == 200, changed.text
+        history = changed.json()["history"]
+        assert history["reason"] == "config,too_few_samples" and history["applied"] is True
+        assert (history["previous_hedge_after_s"], history["hedge_after_s"]) == (2.0, 1.0)
+        assert await published() == (1.0, "default")
