@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import random
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -263,17 +264,24 @@ async def test_non_finite_numbers_are_422_saying_must_be_finite(make_api, field:
         assert (await api.get("/v1/routes/r", params=M)).json() == before
 
 
+async def _one_call_and_a_tick(api, call_factory, tag: str) -> Callable[[], Awaitable[tuple[float, str]]]:
+    """Ingest one call of route ``summarize`` and run a tick; returns a reader of the published
+    (hedge_after_s, source)."""
+    await api.post("/v1/calls", json={"calls": _calls(call_factory, tag, 1, 0.3)})
+    await api.post("/v1/controller/run")
+
+    async def published() -> tuple[float, str]:
+        t = (await api.get("/v1/thresholds/summarize", params=M)).json()
+        return t["hedge_after_s"], t["source"]
+
+    return published
+
+
 async def test_unpinning_returns_a_route_with_too_few_samples_to_its_default(make_api, call_factory) -> None:
     """A pin is the operator's value, not the controller's: after ``--unpin`` a route whose
     samples are too few for a quantile publishes its default again, not the pinned value."""
     async with make_api() as (_app, api):
-        await api.post("/v1/calls", json={"calls": _calls(call_factory, "u", 1, 0.3)})
-        await api.post("/v1/controller/run")
-
-        async def published() -> tuple[float, str]:
-            t = (await api.get("/v1/thresholds/summarize", params=M)).json()
-            return t["hedge_after_s"], t["source"]
-
+        published = await _one_call_and_a_tick(api, call_factory, "u")
         assert await published() == (2.0, "default")
         await api.patch("/v1/routes/summarize", params=M, json={"pinned_hedge_after_s": 0.5})
         assert await published() == (0.5, "pinned")
@@ -298,13 +306,7 @@ async def test_a_new_default_is_published_on_a_route_still_at_its_default(make_a
     """A route with too few samples publishes its default: a changed default is published at
     once, and a default kept by a tick stays labelled ``default`` (not ``controller``)."""
     async with make_api() as (_app, api):
-        await api.post("/v1/calls", json={"calls": _calls(call_factory, "d", 1, 0.3)})
-        await api.post("/v1/controller/run")
-
-        async def published() -> tuple[float, str]:
-            t = (await api.get("/v1/thresholds/summarize", params=M)).json()
-            return t["hedge_after_s"], t["source"]
-
+        published = await _one_call_and_a_tick(api, call_factory, "d")
         assert await published() == (2.0, "default")
         await api.post("/v1/controller/run")
         assert await published() == (2.0, "default")
