@@ -799,8 +799,8 @@ class CallStream:
         self._t0 = time.monotonic()
         self._race.started_at = datetime.now(UTC)
         self._head = asyncio.get_running_loop().create_future()
-        # The primary's task arms the timer when it sends (the hedge timer counts from there),
-        # one event-loop turn from now: no timer to arm and re-arm here.
+        # The primary's task has the timer armed once its request is under way (the hedge timer
+        # counts from its send), a loop turn or two from now: no timer to arm and re-arm here.
         self._execute(self._race.begin(0.0))
         return self
 
