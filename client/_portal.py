@@ -6,6 +6,9 @@ uses; the hedged call itself (tasks for the attempts, timers, cancellation) need
 coroutine there and blocks the calling thread until it ends, returning its result or raising its
 exception. An interrupt of the waiting thread (``KeyboardInterrupt``) cancels the coroutine and
 waits briefly (``CANCEL_WAIT_S``) for it to unwind, so its connections are closed.
+``PORTAL.start_soon(coro)`` runs one there without waiting, from any thread, the portal's own
+included: code that may run on the portal's thread without being of its loop (a finalizer that a
+garbage collection runs there) cannot wait for that loop, which would wait for it in turn.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class Portal:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._started: set[asyncio.Task[Any]] = set()  # start_soon's tasks (the loop keeps weak references)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -64,6 +68,27 @@ class Portal:
                 with contextlib.suppress(BaseException):  # a second interrupt included
                     concurrent.futures.wait([future], timeout=CANCEL_WAIT_S)
             raise
+
+    def in_thread(self) -> bool:
+        """True when called from the portal's own thread (where ``run`` raises)."""
+        return threading.current_thread() is self._thread
+
+    def start_soon(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coroutine`` on the portal's loop as a task, without waiting for it.
+
+        Callable from any thread, the portal's own included (a finalizer run there by a garbage
+        collection), where ``run`` cannot wait. The task is kept until it ends; an exception of
+        it is logged by asyncio, nobody being there to receive it.
+        """
+        loop = self.loop
+        if self.in_thread():
+            self._keep(loop.create_task(coroutine))
+        else:
+            loop.call_soon_threadsafe(lambda: self._keep(loop.create_task(coroutine)))
+
+    def _keep(self, task: asyncio.Task[Any]) -> None:
+        self._started.add(task)
+        task.add_done_callback(self._started.discard)
 
     def stop(self) -> None:
         """Stop the loop and its thread, then close the loop (at exit; a later ``run`` starts a

@@ -187,6 +187,10 @@ _NAMESPACE_BYTES = ATTEMPT_ID_NAMESPACE.bytes
 #: Header naming the attempt's role (``primary``, ``backup``, ``backup2``) on every attempt.
 ATTEMPT_HEADER = "X-Hedgerow-Attempt"
 
+#: The request body's JSON encoder (as ``json.dumps(body, ensure_ascii=False, separators=(",", ":"),
+#: allow_nan=False)``, made once: ``json.dumps`` with options builds an encoder per call).
+_encode_body = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
 #: After ``[DONE]``, how long (s) and how much SSE data (bytes) the client reads to reach the end
 #: of the HTTP body, so that the connection can be reused; normally the end comes at once.
 DRAIN_TIMEOUT_S = 0.05
@@ -795,8 +799,8 @@ class CallStream:
         self._t0 = time.monotonic()
         self._race.started_at = datetime.now(UTC)
         self._head = asyncio.get_running_loop().create_future()
-        # The primary's task arms the timer when it sends (the hedge timer counts from there),
-        # one event-loop turn from now: no timer to arm and re-arm here.
+        # The primary's task has the timer armed once its request is under way (the hedge timer
+        # counts from its send), a loop turn or two from now: no timer to arm and re-arm here.
         self._execute(self._race.begin(0.0))
         return self
 
@@ -850,7 +854,7 @@ class CallStream:
         """The request body as JSON bytes, encoded once per call (as httpx's ``json=`` encodes it;
         a value JSON cannot hold, such as NaN, raises ``ValueError`` in the attempt as before)."""
         if self._encoded is None:
-            self._encoded = json.dumps(self._body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+            self._encoded = _encode_body(self._body).encode()
         return self._encoded
 
     def _headers(self, attempt: _Attempt) -> dict[str, str] | httpx.Headers:
@@ -898,7 +902,11 @@ class CallStream:
         # The send: stamped when the attempt actually starts, which is later than its creation
         # when the event loop is busy; TTFT and the hedge deadline are measured from here.
         self._race.sent(attempt.state, self._now())
-        self._arm_timer()
+        # The timer is armed one loop turn later, while the request is in flight, rather than
+        # before it is sent: it fires at the same time (its delay counts from the deadline, fixed by
+        # the send above), and arming it is idempotent (an event meanwhile arms it first, a win
+        # or the call's end turns it off).
+        asyncio.get_running_loop().call_soon(self._arm_timer)
         done_at: float | None = None
         responses = self.api == "responses"
         delta_seen = False

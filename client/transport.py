@@ -561,7 +561,16 @@ class _PortalBody(httpx.SyncByteStream):
 
     def close(self) -> None:
         """Stop reading and close the async body on the portal (ends the hedged call, closes
-        its connections); waits until that is done."""
+        its connections); waits until that is done.
+
+        On the portal's own thread, which cannot wait for its loop (the sync SDK's dropped stream
+        is a generator in a reference cycle, whose finalizer closes the response in whichever
+        thread the garbage collection runs, often the portal's), the stop is started there and
+        not waited for.
+        """
+        if PORTAL.in_thread():
+            PORTAL.start_soon(self._stop())
+            return
         PORTAL.run(self._stop())
 
 

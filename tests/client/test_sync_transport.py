@@ -10,6 +10,8 @@ the same transport uses.
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
 import time
 from collections.abc import Iterator
 
@@ -18,6 +20,7 @@ import openai
 import pytest
 
 from hedgerow.client import HedgePolicy, HedgingTransport, Upstream
+from hedgerow.client._portal import PORTAL
 from hedgerow.sim import ReplicaConfig, ReplicaThread
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse
 from tests.helpers import Sink
@@ -178,3 +181,44 @@ async def test_sync_stream_closed_while_the_upstream_stalls_ends_the_call_at_onc
     (record,) = sink.records
     assert record.status == "cancelled" and record.error_type == "caller_cancelled"
     assert [a.outcome for a in record.attempts] == ["won"]
+
+
+async def test_sync_stream_dropped_and_collected_on_the_portal_thread_ends_the_call() -> None:
+    # The sync SDK's stream is a generator in a reference cycle: an app that breaks out of it and
+    # drops it leaves it to the cyclic garbage collector, which runs in whichever thread allocates,
+    # often the portal's own. Its finalizer closes the response there: the close must end the call
+    # (as a close from the app's thread does) instead of failing because it cannot wait for the
+    # portal from the portal's own thread.
+    pieces = sse(chunk("a", role="assistant"), chunk("b"), chunk(finish="stop"), gap_s=30.0)
+    async with ScriptedServer(Script(pieces=pieces)) as a:
+        sink = Sink()
+        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat", telemetry=sink)
+        client = sync_sdk(transport)
+        unraisable: list[BaseException | None] = []
+
+        def read_one_then_drop() -> None:
+            stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+            for _ in stream:
+                break  # the app breaks out and drops the stream without closing it
+
+        def collect_on_the_portal() -> None:
+            async def collect() -> None:
+                gc.collect()  # finalizes the dropped stream here, on the portal's thread
+
+            PORTAL.run(collect())
+
+        gc.disable()  # no collection on the test's threads before the portal's own
+        hook, sys.unraisablehook = sys.unraisablehook, lambda args: unraisable.append(args.exc_value)
+        try:
+            await asyncio.to_thread(read_one_then_drop)
+            await asyncio.to_thread(collect_on_the_portal)
+            deadline = time.monotonic() + 10.0  # far below the upstream's 30 s gap
+            while not sink.records and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        finally:
+            sys.unraisablehook = hook
+            gc.enable()
+            await asyncio.to_thread(client.close)
+    assert unraisable == []
+    (record,) = sink.records
+    assert record.status == "cancelled" and record.error_type == "caller_cancelled"
