@@ -73,10 +73,11 @@ therefore cannot match a fixed value's pooled P99 over a run whose slowest 1% is
 transient's calls. The budget's evidence rule (``policy`` rule 4) binds there too: a fixed
 0.743 s is shown over budget (one-sided 95% lower bound on the trailing 5-minute wanted rate
 above 10%) at 4-5 of the 14 ticks after the slowdown (5-minute wanted rates up to 15-18%), and
-the rule raises the adaptive value in the transient to 0.7-3.7 s (seeds 0-5); but it costs less than the objective: with
-the rule off the pooled P99 is 1.580 s instead of 1.590 s (seeds 0-2) and 1.463 s instead of
-1.515 s (seeds 3-5, without the tail test). After the transient, ``_policy_drift.detect_tail_recovery`` takes it out of
-the window 4-8 minutes after its end (until then the search keeps rationing tokens for it).
+the rule raises the adaptive value in the transient to 0.7-3.7 s (seeds 0-5); but it costs
+less than the objective: with the rule off the pooled P99 is 1.580 s instead of 1.590 s
+(seeds 0-2) and 1.463 s instead of 1.515 s (seeds 3-5, without the tail test). After the
+transient, ``_policy_drift.detect_tail_recovery`` takes it out of the window 4-8 minutes after
+its end (until then the search keeps rationing tokens for it).
 Neither dropping the replay (seed 0 1.52 s, seed 1 2.44 s, against 1.40 s and 1.92 s with it)
 nor replaying only the last 15 minutes (1.44 s, 2.31 s) helps: during the transient the
 replay's rationing is what keeps its P99 down.
