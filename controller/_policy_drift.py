@@ -1,4 +1,4 @@
-"""Detect a change of the primary's TTFT distribution inside the estimation window (log-rank).
+"""Detect a change of the primary's TTFT distribution inside the estimation window.
 
 After a slowdown (or a recovery) the 1-hour window mixes two distributions and its estimate
 lags the new one by up to an hour. Each tick therefore compares the most recent part of the
@@ -31,21 +31,35 @@ A split passes when
   ratio with a 1-minute split, 1.68 s at 1.75, 1.62 s at 1.75 without the 1-minute split
   (1.57 s before drift detection existed).
 
-What the median test cannot see is a change confined to the tail. In that replay (seed 1) the
-slow replica's queue lasts about 5 minutes after the slowdown: per minute, the primaries'
-durations (censored ones at their censoring time) had a P99 of mostly 0.6-0.9 s before and
-3.0-6.2 s during it, a P90 of 0.5 s before and 0.7-1.9 s during it, and a median of 0.13 s
-before and 0.13-0.26 s during it. At every tick in the 20 minutes after the slowdown 4-7 splits
-pass the log-rank test (largest statistic 17-27), but their medians differ by 1.01-1.69x during
-the queue and by at most 1.25x after it, so the window keeps the queue's minutes for the hour;
-and after the queue the largest statistic is at a split whose recent part still holds the queue
-(8-30 minutes), never at one that starts after it. A window cut by hand at the queue's end (2040
-s, at every later tick) brings the pooled adaptive P99 of seeds 0-2 from 1.668 s to only 1.585 s
-(best fixed 1.420 s): after the queue the P99 of seeds 1 and 2 is then 1.437 s and 1.362 s
-against 1.277 s and 1.204 s at a fixed 0.743 s, and during it seed 2's is 7.90 s against 5.24 s.
-A materiality test on the P90 as well as the median (either way, with the detection repeated
-inside the cut window) follows the queue's start and raises the threshold into it (pooled P99
-2.51 s; seed 1 3.97 s).
+**Tail recovery** (``detect_tail_recovery``). The median test cannot see a change confined to
+the tail. In that replay (seed 1) the slow replica's queue lasts about 5 minutes after the
+slowdown: per minute, the primaries' durations (censored ones at their censoring time) had a P99
+of mostly 0.6-0.9 s before and 3.0-6.2 s during it, a P90 of 0.5 s before and 0.7-1.9 s during
+it, and a median of 0.13 s before and 0.13-0.26 s during it. Their medians differ by 1.01-1.69x
+during the queue and by at most 1.25x after it, so the median test keeps the queue's minutes in
+the window for the hour, and the objective's P99 over that window is the queue's: at the tick
+26 minutes after the slowdown (seed 1) the predicted P99 with the bucket replay is 2.30 s at
+0.743 s and 1.94 s at 1.2 s, while over the calls since the queue it is 1.40 s at 0.743 s and
+1.67 s at 1.2 s; the threshold stayed at 1.27-1.58 s for the rest of the run. So when no
+median change passes, the tails are compared, one-sidedly: for each split, the older part's KM
+P99 (the policy's ``tail_quantile``) is the level, each part's primaries known to have waited
+past it are counted, and the split passes when the one-sided Fisher exact test (recent share
+lower) passes the same Bonferroni-corrected ``alpha`` and the older share is at least
+``min_ratio`` times the recent one; the smallest p-value wins, located on the 60 s grid. Only a
+*lighter* recent tail cuts the window: a heavier one is a queue building up, and following it
+(a materiality test on the P90 as well as the median, either way) raised the threshold into the
+queue (pooled P99 2.51 s; seed 1 3.97 s); the short window's over-budget test (rule 4) answers
+a queue. With 1% of the older part beyond the level, 0 of ``n`` recent primaries pass at
+``n`` of about 1,000 (Fisher p about ``0.99 ** n`` times 11 splits), so the cut comes 4-8
+minutes after the queue's end: in ``bench/controller_eval.py`` (seeds 0-2) at 2400-2520 s,
+after which the threshold goes to 0.55-0.80 s (seed 2 loses the cut 5 minutes later, when a
+smaller surge enters the recent part, and sits at 0.86-0.96 s for 13 minutes), and the pooled
+adaptive P99 goes from 1.668 s to 1.590 s (best fixed 1.420 s); seeds 3-5, whose threshold
+already settled at 0.85-0.97 s after the queue, stay at 1.520 s (1.515 s without the test). Worked number
+(``tests/controller/test_policy_drift.py``): the window of the log-rank example without the
+slowdown, but 10% of the calls of a 7-minute queue that ended 12 minutes ago 8x slower: no
+median change; the tail test cuts at 720 s (level 4.37 s, 0 of 2,184 recent primaries past it
+against 71 of 7,176 older ones, p = 5.9e-9).
 
 The detection is stateless: a change 7 minutes ago is found again at the next tick by the
 8-minute split, so the window grows back with the data since the change until it reaches the
@@ -69,7 +83,15 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-__all__ = ["DEFAULT_SPLITS_S", "MIN_SINCE_S", "REFINE_STEP_S", "Change", "detect_change"]
+__all__ = [
+    "DEFAULT_SPLITS_S",
+    "MIN_SINCE_S",
+    "REFINE_STEP_S",
+    "Change",
+    "TailRecovery",
+    "detect_change",
+    "detect_tail_recovery",
+]
 
 #: Candidate lengths of the recent part, seconds.
 DEFAULT_SPLITS_S: tuple[float, ...] = (
@@ -209,3 +231,154 @@ def _split(age: np.ndarray, durations: np.ndarray, flags: np.ndarray, split: flo
     if m_recent is None or m_older is None or min(m_recent, m_older) <= 0:
         return None
     return Change(float(split), abs(float(result.statistic)), p_value, m_recent / m_older, n_recent, n_older)
+
+
+def _km_quantile(durations: np.ndarray, censored: np.ndarray, q: float) -> float | None:
+    """KM quantile ``q`` of right-censored durations, or None when the curve never reaches it."""
+    if censored.all():
+        return None
+    data = stats.CensoredData(uncensored=durations[~censored], right=durations[censored])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        sf = stats.ecdf(data).sf
+    reached = np.flatnonzero(sf.probabilities <= 1.0 - q + 1e-12)
+    return float(sf.quantiles[reached[0]]) if reached.size else None
+
+
+def _exceedances(durations: np.ndarray, censored: np.ndarray, level_s: float) -> tuple[int, int]:
+    """``(over, known)``: primaries known to have had no first token by ``level_s``, of those
+    whose fate there is known (a primary censored before ``level_s`` is not)."""
+    early = censored & (durations < level_s)
+    over = np.where(censored, durations >= level_s, durations > level_s)
+    return int(np.count_nonzero(over)), int(durations.size - np.count_nonzero(early))
+
+
+@dataclass(frozen=True, slots=True)
+class TailRecovery:
+    """A recent part of the window whose tail is lighter than the older part's.
+
+    Attributes:
+        since_s: seconds before the window's end where the recent part starts (the new window).
+        level_s: the older part's KM ``q`` quantile, seconds: the tail level compared.
+        recent_over / recent_known: recent primaries known past ``level_s``, of those known.
+        older_over / older_known: the same in the older part.
+        p_value: one-sided Fisher exact p-value (recent share lower; not yet multiplied by the
+            number of splits).
+        recent_samples / older_samples: sizes of the two parts.
+    """
+
+    since_s: float
+    level_s: float
+    recent_over: int
+    recent_known: int
+    older_over: int
+    older_known: int
+    p_value: float
+    recent_samples: int
+    older_samples: int
+
+
+def detect_tail_recovery(
+    age_s: np.ndarray,
+    durations_s: np.ndarray,
+    censored: np.ndarray,
+    *,
+    window_s: float,
+    min_samples: int,
+    alpha: float = 1e-3,
+    min_ratio: float = 1.75,
+    q: float = 0.99,
+    splits_s: tuple[float, ...] = DEFAULT_SPLITS_S,
+    refine_step_s: float = REFINE_STEP_S,
+) -> TailRecovery | None:
+    """The start of a recent part whose tail is lighter than the older part's, or None.
+
+    One-sided: only a *lighter* recent tail passes (see the module docstring for why). For each
+    split, ``level_s`` is the older part's KM ``q`` quantile and each part's primaries known to
+    have had no first token by then are counted (``_exceedances``). A split passes when both
+    parts hold ``min_samples``, the older share is at least ``min_ratio`` times the recent one,
+    and the one-sided Fisher exact test (``scipy.stats.fisher_exact``, recent share lower) has
+    a p-value times the number of splits tried below ``alpha``. The passing split with the
+    smallest p-value is kept, then located on the ``refine_step_s`` grid between its
+    neighbouring splits like ``detect_change`` (never under ``MIN_SINCE_S``).
+
+    Args:
+        age_s / durations_s / censored: as ``detect_change``, shape (n,) each.
+        window_s: the window's length, seconds; splits at or beyond it are not tried.
+        min_samples: fewest samples in each part for a split to be tried.
+        alpha: family-wise false-alarm level over the splits, in (0, 1).
+        min_ratio: smallest material ratio of the older share over the recent one, >= 1.
+        q: the tail level in (0, 1) (the policy's ``tail_quantile``).
+        splits_s: candidate lengths of the recent part, seconds, ascending.
+        refine_step_s: grid step of the location, seconds; 0 keeps the chosen split.
+
+    Returns:
+        The ``TailRecovery`` with the smallest p-value, or None when no split passes.
+
+    Raises:
+        ValueError: arrays of different shapes, ``alpha`` outside (0, 1), ``min_ratio < 1`` or
+            ``q`` outside (0, 1).
+    """
+    age = np.asarray(age_s, dtype=float)
+    durations = np.asarray(durations_s, dtype=float)
+    flags = np.asarray(censored, dtype=bool)
+    if not (age.shape == durations.shape == flags.shape):
+        raise ValueError(
+            f"age_s, durations_s and censored differ in shape: {age.shape}, {durations.shape}, {flags.shape}"
+        )
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    if not (math.isfinite(min_ratio) and min_ratio >= 1):
+        raise ValueError(f"min_ratio must be a finite number >= 1, got {min_ratio!r}")
+    if not 0 < q < 1:
+        raise ValueError(f"q must be in (0, 1), got {q!r}")
+    tried = [s for s in splits_s if s < window_s]
+    best: TailRecovery | None = None
+    for split in tried:
+        found = _tail_split(age, durations, flags, split, min_samples, q, min_ratio)
+        if found is None or not found.p_value * len(tried) < alpha:
+            continue
+        if best is None or found.p_value < best.p_value:
+            best = found
+    if best is None or refine_step_s <= 0:
+        return best
+    index = tried.index(best.since_s)
+    low = tried[index - 1] if index > 0 else 0.0
+    high = tried[index + 1] if index + 1 < len(tried) else window_s
+    for split in np.arange(refine_step_s, high, refine_step_s):
+        if split <= low or split < MIN_SINCE_S or split == best.since_s:
+            continue
+        found = _tail_split(age, durations, flags, float(split), min_samples, q, min_ratio)
+        if found is not None and found.p_value < best.p_value:
+            best = found
+    return best
+
+
+def _tail_split(
+    age: np.ndarray,
+    durations: np.ndarray,
+    flags: np.ndarray,
+    split: float,
+    min_samples: int,
+    q: float,
+    min_ratio: float,
+) -> TailRecovery | None:
+    """The one-sided tail comparison of ``detect_tail_recovery`` at one split.
+
+    None when it cannot be made (a part under ``min_samples``, no older ``q`` quantile, no
+    older exceedance) or the older share is not ``min_ratio`` times the recent one.
+    """
+    recent = age < split
+    n_recent, n_older = int(recent.sum()), int((~recent).sum())
+    if n_recent < min_samples or n_older < min_samples:
+        return None
+    level = _km_quantile(durations[~recent], flags[~recent], q)
+    if level is None:
+        return None
+    r_over, r_known = _exceedances(durations[recent], flags[recent], level)
+    o_over, o_known = _exceedances(durations[~recent], flags[~recent], level)
+    if r_known == 0 or o_over == 0 or o_over / o_known < min_ratio * r_over / r_known:
+        return None
+    table = [[r_over, r_known - r_over], [o_over, o_known - o_over]]
+    p_value = float(stats.fisher_exact(table, alternative="less").pvalue)
+    return TailRecovery(float(split), level, r_over, r_known, o_over, o_known, p_value, n_recent, n_older)

@@ -7,8 +7,11 @@ evaluation (``bench/controller_eval.py``, records from the simulation) both call
 1. **Window.** The calls started in the last ``window_s`` (default 1 h); while they hold fewer
    than ``min_samples`` primary samples the window doubles up to ``max_window_s`` (24 h).
 2. **Drift.** In an unwidened window, :func:`hedgerow.controller._policy_drift.detect_change`
-   compares the recent minutes with the rest (log-rank); on a change the window shrinks to the
-   data since it (``Observation.drift`` records the split and the evidence).
+   compares the recent minutes with the rest (log-rank, with a material change of the median);
+   when it finds none, :func:`hedgerow.controller._policy_drift.detect_tail_recovery` tests
+   whether the recent tail is lighter than the older one (a past queue). On either the window
+   shrinks to the data since the change (``Observation.drift`` records the split and the
+   evidence; ``drift["test"]`` is ``median`` or ``tail``).
 3. **Estimate.** Kaplan-Meier over the window's primary samples (``estimation``), widening
    again while the samples are too few for the budget's tail (``too_few_for_budget``, or
    fewer than ``TAIL_SAMPLES`` (30) expected beyond the budget quantile: ``samples * budget``)
@@ -26,12 +29,13 @@ attempt cancelled before it is right-censored at its elapsed time, a failed atte
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hedgerow.controller._policy_drift import detect_change
+from hedgerow.controller._policy_drift import detect_change, detect_tail_recovery
 from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
 from hedgerow.controller.hedge_model import SurvivalCurve, km_survival
 from hedgerow.controller.policy import Observation
@@ -174,18 +178,34 @@ def observe_window(records: WindowRecords, *, settings: Any, budget: float | Non
         )
         if change is not None:
             window = change.since_s
-            mask = in_window(window)
             drift = {
+                "test": "median",
                 "since_s": change.since_s,
                 "statistic": change.statistic,
                 "p_value": change.p_value,
                 "median_ratio": change.median_ratio,
                 "recent_samples": change.recent_samples,
                 "older_samples": change.older_samples,
-                # the change lies within the short window: the published value was set for the
-                # old regime, so the policy follows the objective without its hold and step limit
-                "fresh": change.since_s <= float(settings.short_window_s),
             }
+        else:
+            recovery = detect_tail_recovery(
+                age[sel],
+                records.primary_s[sel],
+                records.primary_censored[sel],
+                window_s=window,
+                min_samples=settings.min_samples,
+                alpha=knobs.drift_alpha,
+                min_ratio=knobs.drift_min_ratio,
+                q=knobs.tail_quantile,
+            )
+            if recovery is not None:
+                window = recovery.since_s
+                drift = {"test": "tail"} | dataclasses.asdict(recovery)
+        if drift is not None:
+            mask = in_window(window)
+            # the change lies within the short window: the published value was set for the
+            # old regime, so the policy follows the objective without its hold and step limit
+            drift["fresh"] = window <= float(settings.short_window_s)
     estimate = _estimate(records, mask, budget, settings.confidence)
 
     while drift is None and estimate is not None and window < max_window:

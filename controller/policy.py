@@ -95,7 +95,8 @@ published), in this order:
 6. **Clamp** (``clamp``) to ``[min_hedge_after_s, max_hedge_after_s]``; a value at a bound
    always carries ``clamped_min`` / ``clamped_max`` (also when the search itself stopped there).
 7. **Drift note** (``drift_note``): ``drift_window`` when the window was shrunk to the data since
-   a detected change of the primary's TTFT distribution (``_policy_drift``).
+   a detected change of the primary's TTFT distribution, or since its tail recovered from a
+   past queue (``_policy_drift``).
 
 Then flags (every path, once ``hedges >= min_hedges_for_flag``): ``backups_rarely_win`` (backup
 win rate under ``min_backup_win_rate``: the backup probably shares the primary's queue) and
@@ -376,8 +377,10 @@ class Observation:
             binomial test), shape (k,) each.
         backup_curve: the backup's KM survival curve from its own send (``_policy_window``),
             or None with too few backup samples (the primary's curve stands in).
-        drift: the detected change when the window was shrunk to the data since it
-            (``since_s``, ``statistic``, ``p_value``, ``median_ratio``, sample counts), or None.
+        drift: the detected change when the window was shrunk to the data since it, or None:
+            ``test`` (``median``: ``since_s``, ``statistic``, ``p_value``, ``median_ratio``,
+            sample counts; ``tail``: the fields of ``_policy_drift.TailRecovery``) and
+            ``fresh`` (the change lies within the short window).
         backup_durations_s / backup_censored: the hedges' backup TTFT samples of the same window,
             measured from the backup's own send: its TTFT when it had a first token, else the
             time it was cancelled at (censored); failed backups are not samples. Shape (m,).

@@ -1,11 +1,11 @@
-"""Tests of the drift detection (``_policy_drift.detect_change``, log-rank)."""
+"""Tests of the drift detection (``_policy_drift``: ``detect_change``, log-rank; ``detect_tail_recovery``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hedgerow.controller._policy_drift import DEFAULT_SPLITS_S, MIN_SINCE_S, detect_change
+from hedgerow.controller._policy_drift import DEFAULT_SPLITS_S, MIN_SINCE_S, detect_change, detect_tail_recovery
 
 
 def window(minutes_slow: float, *, factor: float = 2.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -111,3 +111,53 @@ def test_the_last_minutes_of_an_old_regime_are_shed() -> None:
     assert change is not None and change.since_s == 57 * 60.0 and change.median_ratio < 0.6
     old_splits = tuple(s for s in DEFAULT_SPLITS_S if s <= 3300.0)
     assert detect_change(age, ttft, censored, window_s=3600.0, min_samples=50, splits_s=old_splits) is None
+
+
+def transient(ended_min: float, *, seed: int = 0, share: float = 0.1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """3 calls/s over 52 minutes, lognormal TTFT (median 0.6 s, sigma 0.5); in the 7 minutes
+    that ended ``ended_min`` minutes ago, a random ``share`` of the calls is 8x slower (a queue
+    on one replica: the tail moves, the median does not)."""
+    rng = np.random.default_rng(seed)
+    n = 3 * 52 * 60
+    age = np.sort(rng.uniform(0, 52 * 60, n))[::-1]
+    ttft = 0.6 * np.exp(0.5 * rng.standard_normal(n))
+    inside = (age >= ended_min * 60) & (age < (ended_min + 7) * 60)
+    ttft[inside & (rng.random(n) < share)] *= 8.0
+    return age, ttft, np.zeros(n, dtype=bool)
+
+
+def test_tail_recovery_worked_number_in_module_docstring() -> None:
+    age, ttft, censored = transient(12.0)
+    assert detect_change(age, ttft, censored, window_s=3600.0, min_samples=50) is None  # medians alike
+    change = detect_tail_recovery(age, ttft, censored, window_s=3600.0, min_samples=50)
+    assert change is not None and change.since_s == 720.0
+    assert change.recent_samples == int((age < 720).sum()) == 2184
+    assert (change.recent_over, change.recent_known, change.older_over) == (0, 2184, 71)
+    assert change.older_over / change.older_known == pytest.approx(0.0099, abs=1e-4)
+    assert change.level_s == pytest.approx(4.37, abs=0.01) and change.p_value == pytest.approx(5.9e-9, rel=0.02)
+
+
+def test_tail_recovery_is_one_sided_and_quiet_without_a_transient() -> None:
+    for seed in range(5):
+        assert detect_tail_recovery(*transient(0.0, seed=seed, share=0.0), window_s=3600.0, min_samples=50) is None
+        # a transient under way (the recent tail heavier) is no recovery
+        assert detect_tail_recovery(*transient(0.0, seed=seed), window_s=3600.0, min_samples=50) is None
+
+
+def test_tail_recovery_leaves_the_transient_out() -> None:
+    for ended in (8.0, 20.0, 40.0):
+        for seed in range(3):
+            age, ttft, censored = transient(ended, seed=seed)
+            change = detect_tail_recovery(age, ttft, censored, window_s=3600.0, min_samples=50)
+            assert change is not None and MIN_SINCE_S <= change.since_s <= ended * 60.0, (ended, seed, change)
+    with pytest.raises(ValueError, match="shape"):
+        detect_tail_recovery(age[:-1], ttft, censored, window_s=3600.0, min_samples=50)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [({"alpha": 0.0}, "alpha"), ({"min_ratio": 0.5}, "min_ratio"), ({"q": 1.0}, "q must")],
+)
+def test_tail_recovery_bad_arguments_name_themselves(kwargs: dict[str, float], name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        detect_tail_recovery(*transient(12.0), window_s=3600.0, min_samples=50, **kwargs)  # type: ignore[arg-type]
