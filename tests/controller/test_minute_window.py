@@ -6,7 +6,7 @@ batches, one of them posted twice and one mixing stored and new records, plus ca
 after the span read. For every route, the counters and the five histograms that
 ``read_minutes`` returns must equal those computed from ``jobs.window_records`` of the same
 span. Concurrent ingest into the same minutes (one transaction held open while the other
-writes) must sum, not overwrite. Retention deletes the minutes no tick can read.
+writes) must sum, not overwrite. The retention job deletes the minutes no tick can read.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from hedgerow.controller._minute_window import read_minutes
 from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.jobs import window_records
 from hedgerow.controller.minute_counts import KINDS, minute_index
-from hedgerow.controller.minute_store import prune_minutes
 from hedgerow.controller.models import Call, MinuteAggregate, Route
+from hedgerow.controller.retention import run_retention
 from hedgerow.controller.ttft_histogram import N_BUCKETS, histogram_of
 from hedgerow.settings import Settings
 from tests.controller.rollup_workload import workload
@@ -144,7 +144,8 @@ async def test_retention_deletes_minutes_no_tick_can_read(sessionmaker) -> None:
     old = workload(100, seed=11, start=now - timedelta(hours=26), span_s=3600, prefix="o")
     recent = workload(100, seed=12, start=now - timedelta(hours=23), span_s=3600, prefix="n")
     await _ingest(sessionmaker, old + recent)
-    deleted = await prune_minutes(sessionmaker, now=now, max_window_s=24 * 3600)
+    report = await run_retention(sessionmaker, Settings(max_window_s=24 * 3600), now=now)
+    deleted = report.pruned_minutes
     async with sessionmaker() as session:
         left = (
             await session.execute(select(func.min(MinuteAggregate.minute_index), func.sum(MinuteAggregate.calls)))
