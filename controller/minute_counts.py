@@ -29,15 +29,15 @@ one ``numpy.frombuffer`` (:func:`decode_many`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
 import numpy as np
 
 from hedgerow.controller._policy_window import ttft_sample
-from hedgerow.controller.ttft_histogram import N_BUCKETS, bucket_index
+from hedgerow.controller.ttft_histogram import N_BUCKETS, bucket_indices
 
 __all__ = [
     "BACKUP_CENSORED",
@@ -67,6 +67,8 @@ PRIMARY_OBSERVED, PRIMARY_CENSORED, BACKUP_OBSERVED, BACKUP_CENSORED, CALL_TTFT 
 KINDS: tuple[str, ...] = ("primary_observed", "primary_censored", "backup_observed", "backup_censored", "call_ttft")
 
 _PAIR = np.dtype("<u4")
+#: Distinct keys of one row: 5 kinds x N_BUCKETS.
+_KEYS = len(KINDS) * N_BUCKETS
 
 
 class CallSamples(NamedTuple):
@@ -150,94 +152,129 @@ def minute_index(moment: datetime) -> int:
     return math.floor(moment.timestamp() / MINUTE_S)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class MinuteCounts:
-    """The counters and sparse histograms of one (route, minute), as summed in Python.
+    """The counters and sparse histograms of one (route, minute).
 
     Attributes:
         calls, hedged, backup_wins, denied, wanted: counters (see the module docstring).
-        histograms: ``{key: count}``, ``key = kind * N_BUCKETS + bucket``.
+        keys: int64, sorted, ``kind * N_BUCKETS + bucket`` of each non-empty histogram bucket.
+        counts: int64, the count of each key (> 0).
     """
 
-    calls: int = 0
-    hedged: int = 0
-    backup_wins: int = 0
-    denied: int = 0
-    wanted: int = 0
-    histograms: dict[int, int] = field(default_factory=dict)
-
-    def add(self, samples: CallSamples) -> None:
-        """Count one call.
-
-        Raises:
-            ValueError: a negative, NaN or infinite duration (``ttft_histogram.bucket_index``).
-        """
-        self.calls += 1
-        self.hedged += samples.hedged
-        self.backup_wins += samples.backup_won
-        self.denied += samples.denied
-        self.wanted += samples.hedged or samples.denied
-        if samples.primary_s is not None:
-            self._count(PRIMARY_CENSORED if samples.primary_censored else PRIMARY_OBSERVED, samples.primary_s)
-        if samples.backup_s is not None:
-            self._count(BACKUP_CENSORED if samples.backup_censored else BACKUP_OBSERVED, samples.backup_s)
-        if samples.call_ttft_s is not None and not math.isnan(samples.call_ttft_s):
-            self._count(CALL_TTFT, samples.call_ttft_s)
-
-    def _count(self, kind: int, duration_s: float) -> None:
-        key = kind * N_BUCKETS + bucket_index(duration_s)
-        self.histograms[key] = self.histograms.get(key, 0) + 1
+    calls: int
+    hedged: int
+    backup_wins: int
+    denied: int
+    wanted: int
+    keys: np.ndarray
+    counts: np.ndarray
 
     def counters(self) -> tuple[int, int, int, int, int]:
         """``(calls, hedged, backup_wins, denied, wanted)``."""
         return self.calls, self.hedged, self.backup_wins, self.denied, self.wanted
 
 
-def count_minutes(calls: Iterable[tuple[int, datetime, CallSamples]]) -> dict[tuple[int, int], MinuteCounts]:
-    """Sum calls into their (route, minute).
+def _floats(column: Sequence[float | None]) -> np.ndarray:
+    return np.array(column, dtype=float)  # None reads as NaN
+
+
+def count_minutes(
+    route_ids: Sequence[int], started_at: Sequence[datetime], samples: Sequence[CallSamples]
+) -> dict[tuple[int, int], MinuteCounts]:
+    """Sum calls into their (route, minute), vectorised.
 
     Args:
-        calls: ``(route_id, started_at, samples)`` per call (``started_at`` aware UTC).
+        route_ids / started_at / samples: one entry per call (``started_at`` aware UTC).
 
     Returns:
         ``{(route_id, minute_index): MinuteCounts}``.
+
+    Raises:
+        ValueError: a negative or infinite duration (``ttft_histogram.bucket_indices``), or
+            arguments of different lengths.
     """
-    out: dict[tuple[int, int], MinuteCounts] = {}
-    for route_id, started_at, samples in calls:
-        key = (route_id, minute_index(started_at))
-        counts = out.get(key)
-        if counts is None:
-            counts = out[key] = MinuteCounts()
-        counts.add(samples)
-    return out
+    n = len(samples)
+    if not (len(route_ids) == len(started_at) == n):
+        raise ValueError(f"{len(route_ids)} route ids, {len(started_at)} start times, {n} samples")
+    if n == 0:
+        return {}
+    cols = list(zip(*samples, strict=True))
+    primary_s, backup_s, call_s = _floats(cols[0]), _floats(cols[5]), _floats(cols[7])
+    primary_cens, hedged, won, denied, backup_cens = (np.array(cols[i], dtype=bool) for i in (1, 2, 3, 4, 6))
+    stamps = np.fromiter((t.timestamp() for t in started_at), dtype=float, count=n)
+    minutes = np.floor(stamps / MINUTE_S).astype(np.int64)
+    first = int(minutes.min())
+    # one int64 per (route, minute): route ids and a batch's span of minutes both fit 32 bits
+    combined = (np.asarray(route_ids, dtype=np.int64) << 32) | (minutes - first)
+    groups, inverse = np.unique(combined, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    size = len(groups)
+    group_keys = zip((groups >> 32).tolist(), ((groups & 0xFFFFFFFF) + first).tolist(), strict=True)
+
+    def per_group(flags: np.ndarray | None) -> list[int]:
+        sums: list[int] = np.bincount(inverse, weights=flags, minlength=size).astype(np.int64).tolist()
+        return sums
+
+    has_primary, has_backup, has_call = ~np.isnan(primary_s), ~np.isnan(backup_s), ~np.isnan(call_s)
+    parts = []
+    for kind, mask, values in (
+        (PRIMARY_OBSERVED, has_primary & ~primary_cens, primary_s),
+        (PRIMARY_CENSORED, has_primary & primary_cens, primary_s),
+        (BACKUP_OBSERVED, has_backup & ~backup_cens, backup_s),
+        (BACKUP_CENSORED, has_backup & backup_cens, backup_s),
+        (CALL_TTFT, has_call, call_s),
+    ):
+        parts.append(inverse[mask] * _KEYS + kind * N_BUCKETS + bucket_indices(values[mask]))
+    flat, counts = np.unique(np.concatenate(parts), return_counts=True)
+    bounds = np.searchsorted(flat // _KEYS, np.arange(size + 1)).tolist()
+    keys = flat % _KEYS
+    totals = zip(
+        per_group(None),
+        per_group(hedged),
+        per_group(won),
+        per_group(denied),
+        per_group(hedged | denied),
+        strict=True,
+    )
+    return {
+        (route_id, minute): MinuteCounts(*sums, keys[bounds[i] : bounds[i + 1]], counts[bounds[i] : bounds[i + 1]])
+        for i, ((route_id, minute), sums) in enumerate(zip(group_keys, totals, strict=True))
+    }
 
 
-def encode(histograms: Mapping[int, int]) -> bytes:
-    """The stored form of sparse histograms ``{key: count}``: sorted ``<u4`` pairs, zeros left out."""
-    items = sorted((k, c) for k, c in histograms.items() if c)
-    return np.asarray(items, dtype=_PAIR).reshape(-1).tobytes() if items else b""
+def encode(keys: np.ndarray, counts: np.ndarray) -> bytes:
+    """The stored form of sparse histograms: ``<u4`` ``(key, count)`` pairs.
+
+    Args:
+        keys: sorted, distinct keys (``kind * N_BUCKETS + bucket``).
+        counts: their counts (> 0).
+    """
+    return np.column_stack((keys, counts)).astype(_PAIR).tobytes()
 
 
-def decode(blob: bytes | None) -> dict[int, int]:
-    """Sparse histograms ``{key: count}`` of a stored value (None or empty: none).
+def decode(blob: bytes | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys, counts)`` (int64) of a stored value (None or empty: none).
 
     Raises:
         ValueError: a value whose length is not a whole number of pairs.
     """
     if not blob:
-        return {}
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     if len(blob) % 8:
         raise ValueError(f"a histogram value of {len(blob)} bytes is not whole (key, count) uint32 pairs")
-    pairs = np.frombuffer(blob, dtype=_PAIR).reshape(-1, 2)
-    return dict(zip(pairs[:, 0].tolist(), pairs[:, 1].tolist(), strict=True))
+    pairs = np.frombuffer(blob, dtype=_PAIR).reshape(-1, 2).astype(np.int64)
+    return pairs[:, 0], pairs[:, 1]
 
 
-def merge_encoded(stored: bytes | None, added: Mapping[int, int]) -> bytes:
-    """The stored histograms plus ``added`` (element-wise sum), encoded."""
-    total = decode(stored)
-    for key, count in added.items():
-        total[key] = total.get(key, 0) + count
-    return encode(total)
+def merge_encoded(stored: bytes | None, keys: np.ndarray, counts: np.ndarray) -> bytes:
+    """The stored histograms plus ``(keys, counts)`` (element-wise sum), encoded."""
+    old_keys, old_counts = decode(stored)
+    if old_keys.size == 0:
+        return encode(keys, counts)
+    merged, inverse = np.unique(np.concatenate((old_keys, keys)), return_inverse=True)
+    sums = np.bincount(inverse.reshape(-1), weights=np.concatenate((old_counts, counts)), minlength=merged.size)
+    return encode(merged, sums.astype(np.int64))
 
 
 def decode_many(blobs: Sequence[bytes | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

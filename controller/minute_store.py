@@ -103,10 +103,10 @@ def merged_rows(counts: dict[Key, MinuteCounts], stored: dict[Key, Sequence[Any]
         added = counts[key]
         old = stored.get(key)
         if old is None:
-            rows.append((*key, *added.counters(), encode(added.histograms)))
+            rows.append((*key, *added.counters(), encode(added.keys, added.counts)))
         else:
             sums = (int(a) + b for a, b in zip(old[2:7], added.counters(), strict=True))
-            rows.append((*key, *sums, merge_encoded(old[7], added.histograms)))
+            rows.append((*key, *sums, merge_encoded(old[7], added.keys, added.counts)))
     return rows
 
 
@@ -179,7 +179,10 @@ async def add_records(connection: AsyncConnection, records: Iterable[tuple[int, 
     Raises:
         ValueError: a negative, NaN or infinite duration (roll the transaction back).
     """
-    counts = count_minutes((route_id, r.started_at, record_samples(r)) for route_id, r in records)
+    pairs = list(records)
+    counts = count_minutes(
+        [route_id for route_id, _ in pairs], [r.started_at for _, r in pairs], [record_samples(r) for _, r in pairs]
+    )
     await add_minutes(connection, counts)
 
 

@@ -114,14 +114,11 @@ def backfill(connection: sa.Connection) -> int:
             {"first": first, "last": last_id},
         ):
             attempts.setdefault(call_id, []).append((role, start_s, first_token_s, end_s, outcome))
-        counted = []
-        for call_id, route_id, started_at, hedge_reason, hedge_denied, winner, ttft_s in calls:
+        samples = []
+        for call_id, _route_id, _started_at, hedge_reason, hedge_denied, winner, ttft_s in calls:
             primary, backup = first_samples(attempts.get(call_id, ()))
-            moment = _aware(started_at)
-            counted.append(
-                (route_id, moment, call_samples(hedge_reason, hedge_denied, winner, ttft_s, primary, backup))
-            )
-        counts = count_minutes(counted)
+            samples.append(call_samples(hedge_reason, hedge_denied, winner, ttft_s, primary, backup))
+        counts = count_minutes([c[1] for c in calls], [_aware(c[2]) for c in calls], samples)
         rows = merged_rows(counts, _stored(connection, sorted(counts)))
         connection.execute(upsert, [dict(zip(COLUMNS, row, strict=True)) for row in rows])
         total += len(calls)
