@@ -107,11 +107,11 @@ async def read_minutes(
     first = math.ceil(since.timestamp() / MINUTE_S)
     end = math.ceil(until.timestamp() / MINUTE_S)
     table = MinuteAggregate.__table__
-    query = (
-        select(table.c.route_id, table.c.minute_index, *(table.c[name] for name in _COUNTERS), table.c.histograms)
-        .where(table.c.minute_index >= first, table.c.minute_index < end)
-        .order_by(table.c.route_id, table.c.minute_index)
-    )
+    query = select(
+        table.c.route_id, table.c.minute_index, *(table.c[name] for name in _COUNTERS), table.c.histograms
+    ).where(
+        table.c.minute_index >= first, table.c.minute_index < end
+    )  # no ORDER BY: the index on minute_index finds the rows, numpy sorts them
     if route_ids is not None:
         query = query.where(table.c.route_id.in_(route_ids))
     rows = (await connection.execute(query)).all()
@@ -119,7 +119,10 @@ async def read_minutes(
         return {}
     columns = list(zip(*rows, strict=True))
     numbers = np.array(columns[:7], dtype=np.int64)  # route_id, minute_index, the counters
-    entry_row, keys, counts = decode_many(columns[7])
+    order = np.lexsort((numbers[1], numbers[0]))  # by route, then minute
+    numbers = numbers[:, order]
+    blobs = columns[7]
+    entry_row, keys, counts = decode_many([blobs[i] for i in order.tolist()])
     routes, starts = np.unique(numbers[0], return_index=True)
     stops = np.append(starts[1:], len(rows))
     entry_starts = np.searchsorted(entry_row, starts)

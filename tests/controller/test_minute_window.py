@@ -81,6 +81,18 @@ async def _check_equal(sessionmaker, since=SINCE, until=UNTIL) -> int:
             assert got.totals() == {k: want[k] for k in ("calls", "hedged", "backup_wins", "denied", "wanted")}
             for kind in KINDS:
                 assert np.array_equal(got.histogram(kind), want[kind]), (route_id, kind)
+            # per minute, in order: the calls of each minute, and a histogram of the later half
+            records = await window_records(session, route_id, since, until)
+            minute_of = np.floor((until.timestamp() - records.age_s) / 60).astype(np.int64)
+            seen, calls = np.unique(minute_of, return_counts=True)
+            assert got.minutes.tolist() == seen.tolist() and got.calls.tolist() == calls.tolist()
+            middle = int(seen[len(seen) // 2])
+            later = minute_of >= middle
+            observed = later & ~np.isnan(records.primary_s) & ~records.primary_censored
+            assert np.array_equal(
+                got.histogram("primary_observed", since_minute=middle), _dense(records.primary_s[observed])
+            )
+            assert got.totals(since_minute=middle)["calls"] == int(later.sum())
             compared += want["calls"]
     return compared
 
