@@ -10,6 +10,10 @@ Minutes are read whole: with ``since`` and ``until`` on whole minutes the figure
 those of the calls started in ``[since, until)`` (``jobs.window_records`` reads ``(since,
 until]``: the same calls unless one started exactly on a bound); otherwise the minute holding
 ``until`` is in, the one holding ``since`` out (its start is before ``since``).
+
+What the aggregates lose against the raw calls: counts are exact; a duration is known to its
+bucket (``ttft_histogram``: 4.7 % wide, the midpoint within 2.33 % of any value in it) and a
+call's start to its minute, so a window's edge is placed to within 60 s.
 """
 
 from __future__ import annotations
