@@ -21,7 +21,7 @@ Cells whose calls in all (routes x calls) pass ``--max-total-calls`` (default 1,
 machine) are listed as skipped, not run.
 
 Run: ``python bench/controller_tick.py [--routes 10,100,1000] [--calls 1000,10000]
-[--repeats 3] [--max-total-calls 1000000] [--json bench/results/controller_tick.json]``.
+[--repeats 3] [--no-tick] [--max-total-calls 1000000] [--json bench/results/controller_tick.json]``.
 Prints a table (median of ``--repeats``) and writes JSON. Not a test: nothing is asserted.
 """
 
@@ -169,8 +169,8 @@ async def read_minute_window(url: str, now: datetime, window_s: float) -> tuple[
         await engine.dispose()
 
 
-async def measure(url: str, routes: int, calls: int, repeats: int) -> dict[str, Any]:
-    """Seed a fresh store at ``url``; time ``repeats`` ticks and row reads, interleaved."""
+async def measure(url: str, routes: int, calls: int, repeats: int, *, tick: bool = True) -> dict[str, Any]:
+    """Seed a fresh store at ``url``; time ``repeats`` ticks and reads, interleaved (no tick: reads only)."""
     await asyncio.to_thread(upgrade_database, url)
     now = datetime.now(UTC)
     seed_s = await seed(url, routes, calls, now)
@@ -185,16 +185,17 @@ async def measure(url: str, routes: int, calls: int, repeats: int) -> dict[str, 
     read_count = 0
     try:
         for _ in range(repeats):
-            started = time.perf_counter()
-            rows = await run_tick(sessionmaker, settings, now=now)
-            ticks.append(time.perf_counter() - started)
+            if tick:
+                started = time.perf_counter()
+                rows = await run_tick(sessionmaker, settings, now=now)
+                ticks.append(time.perf_counter() - started)
             seconds, read_count = await read_rows(url, now, settings.window_s)
             reads.append(seconds)
             seconds, minute_rows, entries = await read_minute_window(url, now, settings.window_s)
             minute_reads.append(seconds)
     finally:
         await engine.dispose()
-    tick_s = statistics.median(ticks)
+    tick_s = statistics.median(ticks) if ticks else float("nan")
     return {
         "routes": routes,
         "calls_per_route": calls,
@@ -245,12 +246,14 @@ async def main(args: argparse.Namespace) -> None:
                     continue
                 if store == "sqlite":
                     with tempfile.TemporaryDirectory() as tmp:
-                        result = await measure(f"sqlite+aiosqlite:///{tmp}/bench.db", routes, calls, args.repeats)
+                        result = await measure(
+                            f"sqlite+aiosqlite:///{tmp}/bench.db", routes, calls, args.repeats, tick=not args.no_tick
+                        )
                 else:
                     assert pg_server is not None
                     url = await create_pg_database(pg_server, "hedgerow_bench")
                     try:
-                        result = await measure(url, routes, calls, args.repeats)
+                        result = await measure(url, routes, calls, args.repeats, tick=not args.no_tick)
                     finally:
                         await drop_pg_database(url)
                 results.append({"store": store, **result})
@@ -289,6 +292,7 @@ if __name__ == "__main__":
     parser.add_argument("--routes", default="10,100,1000", help="comma-separated route counts")
     parser.add_argument("--calls", default="1000,10000", help="comma-separated calls per route")
     parser.add_argument("--repeats", type=int, default=3, help="ticks (and row reads) per cell")
+    parser.add_argument("--no-tick", action="store_true", help="time the reads only (tick columns nan)")
     parser.add_argument("--max-total-calls", type=int, default=1_000_000, help="skip cells with more calls in all")
     parser.add_argument("--pg", default=None, help="PostgreSQL server url (default: HEDGEROW_TEST_DATABASE_URL)")
     parser.add_argument("--json", type=Path, default=Path("bench/results/controller_tick.json"))
