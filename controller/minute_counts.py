@@ -108,11 +108,15 @@ def first_samples(attempts: Iterable[tuple[str, float, float | None, float, str]
         ``(primary, backup)``: each ``(duration_s, censored)`` or None (no such attempt, or it
         failed).
     """
-    found: dict[str, Sample] = {}
+    primary: Sample = None
+    backup: Sample = None
+    want_primary = want_backup = True  # only the first attempt of each role counts
     for role, start_s, first_token_s, end_s, outcome in attempts:
-        if role in ("primary", "backup") and role not in found:  # only the first of each role counts
-            found[role] = ttft_sample(start_s, first_token_s, end_s, outcome)
-    return found.get("primary"), found.get("backup")
+        if want_primary and role == "primary":
+            primary, want_primary = ttft_sample(start_s, first_token_s, end_s, outcome), False
+        elif want_backup and role == "backup":
+            backup, want_backup = ttft_sample(start_s, first_token_s, end_s, outcome), False
+    return primary, backup
 
 
 def call_samples(

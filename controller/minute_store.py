@@ -84,7 +84,7 @@ Key = tuple[int, int]
 def record_samples(record: Any) -> CallSamples:
     """The :class:`~hedgerow.controller.minute_counts.CallSamples` of a call record (wire fields:
     ``hedge_reason``, ``hedge_denied``, ``winner``, ``ttft_s``, ``attempts`` in order)."""
-    primary, backup = first_samples((a.role, a.start_s, a.first_token_s, a.end_s, a.outcome) for a in record.attempts)
+    primary, backup = first_samples([(a.role, a.start_s, a.first_token_s, a.end_s, a.outcome) for a in record.attempts])
     return call_samples(record.hedge_reason, record.hedge_denied, record.winner, record.ttft_s, primary, backup)
 
 
