@@ -1,7 +1,7 @@
 """Read every route's minute aggregates of a span at once, as numpy arrays (the tick's store side).
 
 One query reads the ``minute_aggregates`` rows of all routes (or of the routes asked for) whose
-minute starts in ``[since, until)``; their histograms are decoded together
+minute starts in ``[since, until)`` (on PostgreSQL as one row of arrays); their histograms are decoded together
 (:func:`hedgerow.controller.minute_counts.decode_many`) and split per route. The cost is one
 row per (route, minute) with data and one (key, count) pair per non-empty (kind, bucket) of
 that minute: bounded by 5 x 330 pairs however many calls the minute had.
@@ -21,11 +21,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from hedgerow.controller.errors import StoreError
 from hedgerow.controller.minute_counts import KINDS, MINUTE_S, decode_many
 from hedgerow.controller.models import MinuteAggregate
 from hedgerow.controller.ttft_histogram import N_BUCKETS
@@ -91,6 +93,26 @@ class RouteMinutes:
         return {name: int(getattr(self, name)[take].sum()) for name in _COUNTERS}
 
 
+#: PostgreSQL: every column as one array (asyncpg decodes 8 arrays much faster than SQLAlchemy
+#: builds a row object per (route, minute)).
+_PG_READ = (
+    "SELECT array_agg(route_id), array_agg(minute_index), "
+    + ", ".join(f"array_agg({name})" for name in _COUNTERS)
+    + ", array_agg(histograms) FROM minute_aggregates WHERE minute_index >= $1 AND minute_index < $2 "
+    "AND ($3::bigint[] IS NULL OR route_id = ANY($3::bigint[]))"
+)
+
+
+async def _fetch_postgresql(conn: AsyncConnection, first: int, end: int, route_ids: list[int] | None) -> list[Any]:
+    """The columns of the rows read, through the driver (one row of arrays)."""
+    raw = await conn.get_raw_connection()
+    driver = raw.driver_connection
+    if driver is None:  # pragma: no cover - an open pooled connection always has its driver connection
+        raise StoreError("the PostgreSQL connection has no driver connection")
+    row = await driver.fetchrow(_PG_READ, first, end, route_ids)
+    return [] if row is None or row[0] is None else list(row)
+
+
 async def read_minutes(
     connection: AsyncSession | AsyncConnection,
     since: datetime,
@@ -110,25 +132,28 @@ async def read_minutes(
     """
     first = math.ceil(since.timestamp() / MINUTE_S)
     end = math.ceil(until.timestamp() / MINUTE_S)
-    table = MinuteAggregate.__table__
-    query = select(
-        table.c.route_id, table.c.minute_index, *(table.c[name] for name in _COUNTERS), table.c.histograms
-    ).where(
-        table.c.minute_index >= first, table.c.minute_index < end
-    )  # no ORDER BY: the index on minute_index finds the rows, numpy sorts them
-    if route_ids is not None:
-        query = query.where(table.c.route_id.in_(route_ids))
-    rows = (await connection.execute(query)).all()
-    if not rows:
+    conn = await connection.connection() if isinstance(connection, AsyncSession) else connection
+    if conn.dialect.name == "postgresql":
+        columns = await _fetch_postgresql(conn, first, end, route_ids)
+    else:
+        table = MinuteAggregate.__table__
+        query = select(
+            table.c.route_id, table.c.minute_index, *(table.c[name] for name in _COUNTERS), table.c.histograms
+        ).where(table.c.minute_index >= first, table.c.minute_index < end)
+        if route_ids is not None:
+            query = query.where(table.c.route_id.in_(route_ids))
+        # no ORDER BY: the index on minute_index finds the rows, numpy sorts them
+        columns = list(zip(*(await conn.execute(query)).all(), strict=True))
+    if not columns or not columns[0]:
         return {}
-    columns = list(zip(*rows, strict=True))
+    rows_read = len(columns[0])
     numbers = np.array(columns[:7], dtype=np.int64)  # route_id, minute_index, the counters
     order = np.lexsort((numbers[1], numbers[0]))  # by route, then minute
     numbers = numbers[:, order]
     blobs = columns[7]
     entry_row, keys, counts = decode_many([blobs[i] for i in order.tolist()])
     routes, starts = np.unique(numbers[0], return_index=True)
-    stops = np.append(starts[1:], len(rows))
+    stops = np.append(starts[1:], rows_read)
     entry_starts = np.searchsorted(entry_row, starts)
     entry_stops = np.searchsorted(entry_row, stops)
     out: dict[int, RouteMinutes] = {}
