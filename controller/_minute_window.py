@@ -47,10 +47,10 @@ class RouteMinutes:
         calls, hedged, backup_wins, denied, wanted: int64 (m,), the counters of each minute
             (``minute_counts``).
         entry_minute: int64 (e,), position in ``minutes`` of each histogram entry.
-        entry_kind: int64 (e,), its kind (``minute_counts.KINDS``: 0 primary observed, 1 primary
+        entry_kind: uint32 (e,), its kind (``minute_counts.KINDS``: 0 primary observed, 1 primary
             censored, 2 backup observed, 3 backup censored, 4 call TTFT).
-        entry_bucket: int64 (e,), its bucket (``ttft_histogram``, 0..329).
-        entry_count: int64 (e,), its count (> 0).
+        entry_bucket: uint32 (e,), its bucket (``ttft_histogram``, 0..329).
+        entry_count: uint32 (e,), its count (> 0).
     """
 
     minutes: np.ndarray

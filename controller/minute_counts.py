@@ -288,8 +288,8 @@ def decode_many(blobs: Sequence[bytes | None]) -> tuple[np.ndarray, np.ndarray, 
         blobs: stored values, one per row.
 
     Returns:
-        ``(row, key, count)``: int64 arrays of one length, one entry per (row, key) pair, rows
-        in the order given.
+        ``(row, key, count)``: arrays of one length (int64 rows, uint32 keys and counts), one
+        entry per (row, key) pair, rows in the order given.
 
     Raises:
         ValueError: a value that is not whole pairs.
@@ -298,6 +298,6 @@ def decode_many(blobs: Sequence[bytes | None]) -> tuple[np.ndarray, np.ndarray, 
     lengths = np.fromiter((len(b) for b in parts), dtype=np.int64, count=len(parts))
     if np.any(lengths % 8):
         raise ValueError("a histogram value is not whole (key, count) uint32 pairs")
-    pairs = np.frombuffer(b"".join(parts), dtype=_PAIR).reshape(-1, 2).astype(np.int64)
+    pairs = np.frombuffer(b"".join(parts), dtype=_PAIR).reshape(-1, 2)
     rows = np.repeat(np.arange(len(parts), dtype=np.int64), lengths // 8)
-    return rows, pairs[:, 0], pairs[:, 1]
+    return rows, pairs[:, 0].copy(), pairs[:, 1].copy()  # contiguous uint32
