@@ -11,14 +11,17 @@ issue 14 part 2 (a tick that reads routes x minutes x buckets, not calls).
 
 Beside each tick, interleaved with it, the same run times the floor of any raw-row tick: one
 SQLAlchemy Core query fetching the window's primary attempts (route, TTFT or censoring time)
-without ORM objects, estimation or writes (``read rows``).
+without ORM objects, estimation or writes (``read rows``); and the store side of the
+histogram tick: every route's minute aggregates of the window read and decoded into per-route
+numpy arrays (``hedgerow.controller._minute_window.read_minutes``, ``read minutes``), whose
+cost grows with routes x minutes x non-empty buckets, not with calls.
 
 Cells whose calls in all (routes x calls) pass ``--max-total-calls`` (default 1,000,000; the
 1,000 x 10,000 cell is 10 million calls, ~10 minutes of seeding and a tick of minutes on this
 machine) are listed as skipped, not run.
 
 Run: ``python bench/controller_tick.py [--routes 10,100,1000] [--calls 1000,10000]
-[--repeats 3] [--max-total-calls 1000000] [--json bench/results/controller_tick.json]``.
+[--repeats 3] [--no-tick] [--max-total-calls 1000000] [--json bench/results/controller_tick.json]``.
 Prints a table (median of ``--repeats``) and writes JSON. Not a test: nothing is asserted.
 """
 
@@ -44,6 +47,7 @@ from sqlalchemy import select, text
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hedgerow.client.records import AttemptRecord, CallRecord
+from hedgerow.controller._minute_window import read_minutes
 from hedgerow.controller.db import make_engine, make_sessionmaker, upgrade_database
 from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.jobs import run_tick
@@ -146,8 +150,27 @@ async def read_rows(url: str, now: datetime, window_s: float) -> tuple[float, in
         await engine.dispose()
 
 
-async def measure(url: str, routes: int, calls: int, repeats: int) -> dict[str, Any]:
-    """Seed a fresh store at ``url``; time ``repeats`` ticks and row reads, interleaved."""
+async def read_minute_window(url: str, now: datetime, window_s: float) -> tuple[float, int, int]:
+    """The histogram tick's read: every route's minute aggregates of the window as numpy arrays.
+
+    Returns:
+        ``(seconds, minute rows, histogram entries)``.
+    """
+    engine = make_engine(url)
+    try:
+        started = time.perf_counter()
+        async with engine.connect() as connection:
+            minutes = await read_minutes(connection, now - timedelta(seconds=window_s), now)
+        seconds = time.perf_counter() - started
+        rows = sum(m.minutes.size for m in minutes.values())
+        entries = sum(m.entry_count.size for m in minutes.values())
+        return seconds, rows, entries
+    finally:
+        await engine.dispose()
+
+
+async def measure(url: str, routes: int, calls: int, repeats: int, *, tick: bool = True) -> dict[str, Any]:
+    """Seed a fresh store at ``url``; time ``repeats`` ticks and reads, interleaved (no tick: reads only)."""
     await asyncio.to_thread(upgrade_database, url)
     now = datetime.now(UTC)
     seed_s = await seed(url, routes, calls, now)
@@ -156,18 +179,23 @@ async def measure(url: str, routes: int, calls: int, repeats: int) -> dict[str, 
     sessionmaker = make_sessionmaker(engine)
     ticks: list[float] = []
     reads: list[float] = []
+    minute_reads: list[float] = []
+    minute_rows = entries = 0
     rows: list[dict[str, Any]] = []
     read_count = 0
     try:
         for _ in range(repeats):
-            started = time.perf_counter()
-            rows = await run_tick(sessionmaker, settings, now=now)
-            ticks.append(time.perf_counter() - started)
+            if tick:
+                started = time.perf_counter()
+                rows = await run_tick(sessionmaker, settings, now=now)
+                ticks.append(time.perf_counter() - started)
             seconds, read_count = await read_rows(url, now, settings.window_s)
             reads.append(seconds)
+            seconds, minute_rows, entries = await read_minute_window(url, now, settings.window_s)
+            minute_reads.append(seconds)
     finally:
         await engine.dispose()
-    tick_s = statistics.median(ticks)
+    tick_s = statistics.median(ticks) if ticks else float("nan")
     return {
         "routes": routes,
         "calls_per_route": calls,
@@ -179,6 +207,10 @@ async def measure(url: str, routes: int, calls: int, repeats: int) -> dict[str, 
         "tick_us_per_call": tick_s / (routes * calls) * 1e6,
         "read_rows_s_median": statistics.median(reads),
         "rows_read": read_count,
+        "read_minutes_s_median": statistics.median(minute_reads),
+        "read_minutes_s_runs": minute_reads,
+        "minute_rows_read": minute_rows,
+        "histogram_entries_read": entries,
         "decisions": len(rows),
         "samples_first_route": rows[0]["samples"] if rows else None,
     }
@@ -214,23 +246,27 @@ async def main(args: argparse.Namespace) -> None:
                     continue
                 if store == "sqlite":
                     with tempfile.TemporaryDirectory() as tmp:
-                        result = await measure(f"sqlite+aiosqlite:///{tmp}/bench.db", routes, calls, args.repeats)
+                        result = await measure(
+                            f"sqlite+aiosqlite:///{tmp}/bench.db", routes, calls, args.repeats, tick=not args.no_tick
+                        )
                 else:
                     assert pg_server is not None
                     url = await create_pg_database(pg_server, "hedgerow_bench")
                     try:
-                        result = await measure(url, routes, calls, args.repeats)
+                        result = await measure(url, routes, calls, args.repeats, tick=not args.no_tick)
                     finally:
                         await drop_pg_database(url)
                 results.append({"store": store, **result})
                 print(
                     f"  {store:<10} {routes:>5} routes x {calls:>6} calls: tick {result['tick_s_median']:.2f} s, "
-                    f"read rows {result['read_rows_s_median']:.2f} s (seeded in {result['seed_s']:.0f} s)",
+                    f"read rows {result['read_rows_s_median']:.2f} s, "
+                    f"read minutes {result['read_minutes_s_median']:.3f} s (seeded in {result['seed_s']:.0f} s)",
                     flush=True,
                 )
     print()
     print(f"{'store':<11} {'routes':>6} {'calls/route':>11} {'calls':>9} {'tick s':>8} {'ms/route':>9} "
-          f"{'us/call':>8} {'read rows s':>12} {'tick/read':>9}")  # fmt: skip
+          f"{'us/call':>8} {'read rows s':>12} {'tick/read':>9} {'read min s':>10} {'min rows':>8} "
+          f"{'entries':>9}")  # fmt: skip
     for r in results:
         cell = f"{r['store']:<11} {r['routes']:>6} {r['calls_per_route']:>11} {r['calls']:>9}"
         if "skipped" in r:
@@ -239,7 +275,8 @@ async def main(args: argparse.Namespace) -> None:
         ratio = r["tick_s_median"] / max(r["read_rows_s_median"], 1e-9)
         print(
             f"{cell} {r['tick_s_median']:>8.2f} {r['tick_ms_per_route']:>9.1f} {r['tick_us_per_call']:>8.1f} "
-            f"{r['read_rows_s_median']:>12.2f} {ratio:>9.1f}"
+            f"{r['read_rows_s_median']:>12.2f} {ratio:>9.1f} {r['read_minutes_s_median']:>10.3f} "
+            f"{r['minute_rows_read']:>8} {r['histogram_entries_read']:>9}"
         )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -255,6 +292,7 @@ if __name__ == "__main__":
     parser.add_argument("--routes", default="10,100,1000", help="comma-separated route counts")
     parser.add_argument("--calls", default="1000,10000", help="comma-separated calls per route")
     parser.add_argument("--repeats", type=int, default=3, help="ticks (and row reads) per cell")
+    parser.add_argument("--no-tick", action="store_true", help="time the reads only (tick columns nan)")
     parser.add_argument("--max-total-calls", type=int, default=1_000_000, help="skip cells with more calls in all")
     parser.add_argument("--pg", default=None, help="PostgreSQL server url (default: HEDGEROW_TEST_DATABASE_URL)")
     parser.add_argument("--json", type=Path, default=Path("bench/results/controller_tick.json"))

@@ -8,6 +8,10 @@ the load of a shared machine falls on all of them alike:
 - ``api x1`` / ``api x4``: a real ``hedgerow serve`` process (uvicorn, loopback HTTP) and 1 or 4
   concurrent posters, each posting pre-serialised batches of ``--batch`` records (JSON built
   before the clock starts); the figure is records stored per second of wall time;
+- ``api x1 no-minutes`` / ``api x4 no-minutes``: the same, through a second ``serve`` process
+  on the same store whose ingest skips the per-minute aggregates (``minute_store.add_records``
+  replaced by a no-op in that process only): what keeping the tick's aggregates costs ingest,
+  measured in the same rounds;
 - ``core executemany``: SQLAlchemy Core ``executemany`` of the same rows from this process (one
   ``INSERT ... RETURNING id`` for the calls, one for the attempts, per batch, one transaction
   each) — the floor of any SQLAlchemy path;
@@ -60,6 +64,13 @@ from tests.conftest import create_pg_database, drop_pg_database
 from tests.serve_process import running_serve
 
 ROUTES = 10
+#: Run in the ``no-minutes`` server before its CLI: ingest without the per-minute aggregates.
+_NO_MINUTES = (
+    "import hedgerow.controller.ingest as _ingest\n"
+    "async def _skip(*args, **kwargs):\n"
+    "    return None\n"
+    "_ingest.add_records = _skip"
+)
 
 
 def make_records(count: int, tag: str, now: datetime) -> list[CallRecord]:
@@ -237,18 +248,23 @@ async def run_store(store: str, url: str, records: int, batch: int, rounds: int,
     await asyncio.to_thread(upgrade_database, url)
     now = datetime.now(UTC)
     results: list[dict[str, Any]] = []
-    async with running_serve(url, workdir) as served:
+    async with (
+        running_serve(url, workdir) as served,
+        running_serve(url, workdir, prelude=_NO_MINUTES, logs="serve-no-minutes") as plain,
+    ):
         # create the routes through the api itself (and warm it up)
         warm = make_records(ROUTES * 10, "warm", now)
         await api_method(served.base, 1, [json.dumps({"calls": [r.to_dict() for r in warm]}).encode()])
         ids = await route_ids(url)
         methods: dict[str, Callable[[list[list[CallRecord]]], Awaitable[int]]] = {}
 
-        def api(posters: int) -> Callable[[list[list[CallRecord]]], Awaitable[int]]:
+        await api_method(plain.base, 1, [json.dumps({"calls": [r.to_dict() for r in warm]}).encode()])
+
+        def api(posters: int, base: str = served.base) -> Callable[[list[list[CallRecord]]], Awaitable[int]]:
             async def run(batches: list[list[CallRecord]]) -> int:
                 bodies = [json.dumps({"calls": [r.to_dict() for r in b]}).encode() for b in batches]
                 start = time.perf_counter()
-                accepted = await api_method(served.base, posters, bodies)
+                accepted = await api_method(base, posters, bodies)
                 run.elapsed = time.perf_counter() - start  # type: ignore[attr-defined]
                 return accepted
 
@@ -256,6 +272,8 @@ async def run_store(store: str, url: str, records: int, batch: int, rounds: int,
 
         methods["api x1"] = api(1)
         methods["api x4"] = api(4)
+        methods["api x1 no-minutes"] = api(1, plain.base)
+        methods["api x4 no-minutes"] = api(4, plain.base)
 
         async def core(batches: list[list[CallRecord]]) -> int:
             start = time.perf_counter()
@@ -317,6 +335,11 @@ def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if base is not None and row["method"].startswith("api"):
                 share = row["median_records_per_s"] / base["median_records_per_s"]
                 row[f"share_of_{baseline.replace(' ', '_')}"] = share
+        plain = next(
+            (b for b in rows if b["store"] == row["store"] and b["method"] == f"{row['method']} no-minutes"), None
+        )
+        if plain is not None:
+            row["share_of_no_minutes"] = row["median_records_per_s"] / plain["median_records_per_s"]
     return rows
 
 
@@ -336,13 +359,13 @@ async def main(args: argparse.Namespace) -> None:
             await drop_pg_database(url)
     rows = summarise(results)
     print()
-    print(f"{'store':<11} {'method':<20} {'records/s (median)':>19} {'min..max':>17} {'vs baseline':>22}")
+    print(f"{'store':<11} {'method':<20} {'records/s (median)':>19} {'min..max':>17} {'vs baseline':>36}")
     for row in rows:
         shares = [f"{k.removeprefix('share_of_')} {v:.0%}" for k, v in row.items() if k.startswith("share_of_")]
         spread = f"{row['min_records_per_s']:.0f}..{row['max_records_per_s']:.0f}"
         print(
             f"{row['store']:<11} {row['method']:<20} {row['median_records_per_s']:>19.0f} {spread:>17} "
-            f"{', '.join(s for s in shares if not s.startswith('core')) or '':>22}"
+            f"{', '.join(s for s in shares if not s.startswith('core')) or '':>36}"
         )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

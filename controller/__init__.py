@@ -11,7 +11,9 @@
   runner), :mod:`~hedgerow.controller.scheduler` (APScheduler);
 - history: :mod:`~hedgerow.controller.rollups` (hourly rollups, weekly merges, histogram
   quantiles via :mod:`~hedgerow.controller.ttft_histogram`), :mod:`~hedgerow.controller.retention`
-  (deletes raw calls once rolled up).
+  (deletes raw calls once rolled up); :mod:`~hedgerow.controller.minute_counts` and
+  :mod:`~hedgerow.controller.minute_store` (per-minute aggregates kept by ingest),
+  :func:`read_minutes` (all routes' minutes of a span, for the tick).
 
 No FastAPI here: the api imports this package, never the other way round.
 """
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 from hedgerow._lazy import lazy_getattr
 
 if TYPE_CHECKING:
+    from hedgerow.controller._minute_window import RouteMinutes, read_minutes
     from hedgerow.controller.db import (
         check_ready,
         downgrade_database,
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
         Call,
         HourlyRollup,
         Lease,
+        MinuteAggregate,
         Route,
         Threshold,
         ThresholdHistory,
@@ -89,6 +93,8 @@ _LOCATION = {
     "EfficientChoice": "hedgerow.controller.hedge_model",
     "efficient_threshold": "hedgerow.controller.hedge_model",
     "km_survival": "hedgerow.controller.hedge_model",
+    "RouteMinutes": "hedgerow.controller._minute_window",
+    "read_minutes": "hedgerow.controller._minute_window",
     "ingest_calls": "hedgerow.controller.ingest",
     "route_defaults": "hedgerow.controller.ingest",
     "run_once": "hedgerow.controller.jobs",
@@ -102,6 +108,7 @@ _LOCATION = {
     "Call": "hedgerow.controller.models",
     "HourlyRollup": "hedgerow.controller.models",
     "Lease": "hedgerow.controller.models",
+    "MinuteAggregate": "hedgerow.controller.models",
     "Route": "hedgerow.controller.models",
     "Threshold": "hedgerow.controller.models",
     "ThresholdHistory": "hedgerow.controller.models",
@@ -153,6 +160,7 @@ __all__ = [
     # rollups and retention
     "HourlyRollup",
     "Lease",
+    "MinuteAggregate",
     "Observation",
     "PolicyKnobs",
     "RetentionReport",
@@ -160,6 +168,7 @@ __all__ = [
     "Route",
     "RouteConfig",
     "RouteConfigInvalid",
+    "RouteMinutes",
     "RouteRollup",
     "StoreError",
     "StoreNotReady",
@@ -186,6 +195,7 @@ __all__ = [
     "make_engine",
     "make_sessionmaker",
     "merge_rollups",
+    "read_minutes",
     "release_lease",
     "route_defaults",
     "run_once",

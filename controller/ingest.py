@@ -24,6 +24,10 @@ Each table is written with one statement per batch, compiled once per process:
   its commit, so that the fold can wait for the calls in flight
   (:func:`hedgerow.controller.rollups.fold_hours`).
 
+Last, in the same transaction, the calls inserted are counted into the per-(route, minute)
+aggregates the controller's tick reads (:mod:`hedgerow.controller.minute_store`): only those
+inserted, so a re-posted record is counted once; a rolled-back batch counts nothing.
+
 Records are any objects with the wire format's attributes (:class:`RecordFields`): the client's
 :class:`~hedgerow.client.records.CallRecord`, or the api's validated pydantic schema as it is,
 so a batch posted to the api is never copied into a second object per record. Route ids are
@@ -44,6 +48,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from hedgerow.client.records import estimate_prompt_tokens
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import RouteLimitExceeded, StoreError
+from hedgerow.controller.minute_store import add_records
 from hedgerow.controller.models import Call, Route, utc_now
 from hedgerow.controller.partitions import (
     DayPartitionCache,
@@ -617,6 +622,8 @@ async def ingest_calls(
         call_ids = await _write_postgresql(connection, batch, call_rows)
     else:
         call_ids = await _write_sqlite(connection, batch, call_rows, stamp)
+    if call_ids:  # the calls this batch inserted, into the tick's minute aggregates
+        await add_records(connection, [(ids[(r.route, r.model)], r) for r in batch if r.request_id in call_ids])
     accepted = len(call_ids)
     if stored is not None:
         stored.extend(record for record in batch if record.request_id in call_ids)

@@ -55,11 +55,12 @@ import numpy as np
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from hedgerow.controller._policy_window import WindowRecords, observe_window, ttft_sample
+from hedgerow.controller._policy_window import WindowRecords, observe_window
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
 from hedgerow.controller.errors import ControllerError
 from hedgerow.controller.estimation import QUANTILE_LEVELS
 from hedgerow.controller.events import log_threshold_change
+from hedgerow.controller.minute_counts import call_samples, first_samples
 from hedgerow.controller.models import (
     Attempt,
     Call,
@@ -147,7 +148,9 @@ async def window_records(session: AsyncSession, route_id: int, since: datetime, 
     Per call: its first ``primary`` attempt as a TTFT sample and, for a hedge (``hedge_reason ==
     "ttft_timeout"``), its first ``backup`` attempt measured from the backup's own send, both by
     ``_policy_window.ttft_sample`` (the one sample rule); the call-level TTFT (failovers left
-    out: they measure the failover, not the hedge); hedged, backup won, denied.
+    out: they measure the failover, not the hedge); hedged, backup won, denied. The rules are
+    ``minute_counts.first_samples`` and ``minute_counts.call_samples``, which ingest's minute
+    aggregates use too.
 
     Args:
         session: an open session.
@@ -168,29 +171,14 @@ async def window_records(session: AsyncSession, route_id: int, since: datetime, 
         .where(*in_window, Attempt.role.in_(("primary", "backup")))
         .order_by(Attempt.call_id, Attempt.attempt_index)
     )
-    first: dict[tuple[int, str], tuple[float, bool] | None] = {}
+    by_call: dict[int, list[tuple[str, float, float | None, float, str]]] = {}
     for call_id, role, start_s, first_token_s, end_s, outcome in attempts.all():
-        key = (call_id, role)
-        if key not in first:  # only the call's first attempt of each role counts
-            first[key] = ttft_sample(start_s, first_token_s, end_s, outcome)
+        by_call.setdefault(call_id, []).append((role, start_s, first_token_s, end_s, outcome))
     rows: list[tuple[Any, ...]] = []
     for call_id, started_at, hedge_reason, hedge_denied, winner, ttft_s in calls:
-        hedged = hedge_reason == "ttft_timeout"
-        primary = first.get((call_id, "primary"))
-        backup = first.get((call_id, "backup")) if hedged else None
-        rows.append(
-            (
-                (until - started_at).total_seconds(),
-                None if primary is None else primary[0],
-                False if primary is None else primary[1],
-                hedged,
-                hedged and winner == "backup",
-                bool(hedge_denied),
-                None if backup is None else backup[0],
-                False if backup is None else backup[1],
-                None if hedge_reason == "primary_error" else ttft_s,
-            )
-        )
+        primary, backup = first_samples(by_call.get(call_id, ()))
+        samples = call_samples(hedge_reason, hedge_denied, winner, ttft_s, primary, backup)
+        rows.append(((until - started_at).total_seconds(), *samples))
     return WindowRecords.from_rows(rows)
 
 

@@ -16,6 +16,9 @@ Tables (DESIGN.md "controller"):
 - ``leases``: which process runs the scheduled jobs (see :mod:`hedgerow.controller.lease`).
 - ``hourly_rollups``: one row per (route, model) and UTC hour of calls, folded from the raw rows
   so weekly figures survive their deletion (see :mod:`hedgerow.controller.rollups`).
+- ``minute_aggregates``: one row per (route, model) and UTC minute of calls, the counters and
+  TTFT histograms the controller's tick reads, kept up to date by ingest in the batch's
+  transaction (see :mod:`hedgerow.controller.minute_counts`).
 - ``prices``: USD per million tokens of a model (optionally of one upstream), in force from a
   whole UTC hour; rows are never overwritten, so they are also the audit trail of price changes
   (see :mod:`hedgerow.controller.prices`).
@@ -56,6 +59,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     UniqueConstraint,
@@ -74,6 +78,7 @@ __all__ = [
     "ChangeCounter",
     "HourlyRollup",
     "Lease",
+    "MinuteAggregate",
     "Price",
     "ReportDelivery",
     "Route",
@@ -440,6 +445,44 @@ class HourlyRollup(Base):
     tpot_hist: Mapped[dict[str, int] | None] = mapped_column(JSON)
     e2e_hist: Mapped[dict[str, int] | None] = mapped_column(JSON)
     upstream_tokens: Mapped[dict[str, dict[str, int]] | None] = mapped_column(JSON)
+
+
+class MinuteAggregate(Base):
+    """The calls of one (route, model) started in one UTC minute, as the controller's tick reads them.
+
+    Written by ingest in the same transaction as the calls (only calls that batch inserted; see
+    :mod:`hedgerow.controller.minute_store`), backfilled by migration 0011, deleted by retention
+    once older than the tick's widest window (``max_window_s``). Every field is additive: the
+    figures of any set of minutes are the sums of theirs. The sample rules are those of
+    :mod:`hedgerow.controller.minute_counts`.
+
+    Attributes:
+        route_id: the ``routes.id``.
+        minute_index: whole minutes from 1970-01-01 UTC; the minute is ``[60 * minute_index,
+            60 * minute_index + 60)`` seconds of ``calls.started_at``.
+        calls: calls stored.
+        hedged: calls hedged because the primary was slow (``hedge_reason = ttft_timeout``).
+        backup_wins: hedged calls whose backup won.
+        denied: calls whose wanted hedge the client's bucket denied (``hedge_denied``).
+        wanted: calls hedged or denied.
+        histograms: sparse TTFT histograms of five kinds (primary observed and censored, backup
+            observed and censored, call TTFT) in the bucket scheme
+            :data:`hedgerow.controller.ttft_histogram.HISTOGRAM_SCHEME`, encoded as sorted
+            little-endian uint32 ``(kind * 330 + bucket, count)`` pairs
+            (:func:`hedgerow.controller.minute_counts.encode`).
+    """
+
+    __tablename__ = "minute_aggregates"
+    __table_args__ = (Index(None, "minute_index"),)
+
+    route_id: Mapped[int] = mapped_column(BigId, ForeignKey("routes.id", ondelete="CASCADE"), primary_key=True)
+    minute_index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    calls: Mapped[int] = mapped_column(Integer)
+    hedged: Mapped[int] = mapped_column(Integer)
+    backup_wins: Mapped[int] = mapped_column(Integer)
+    denied: Mapped[int] = mapped_column(Integer)
+    wanted: Mapped[int] = mapped_column(Integer)
+    histograms: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class Price(Base):

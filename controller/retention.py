@@ -41,6 +41,9 @@ and the next :data:`~hedgerow.controller.partitions.DAYS_AHEAD` days' partitions
 Re-running is safe at every step: folding recomputes, sealing is conditional, deleting a batch
 twice deletes nothing the second time, and an interrupted run resumes where it stopped. Rollups
 are kept forever (one row per route and hour: about 9,000 a year per route).
+
+Each run also deletes the ``minute_aggregates`` rows no tick can read any more (minutes older
+than ``max_window_s`` and one minute; at most 1,441 rows per route stay).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker, rowcount
+from hedgerow.controller.minute_store import prune_minutes
 from hedgerow.controller.models import Attempt, Call, HourlyRollup, Route, ThresholdHistory, utc_now
 from hedgerow.controller.partitions import (
     DAYS_AHEAD,
@@ -131,6 +135,8 @@ class RetentionReport:
         dropped_days: PostgreSQL: days whose ``calls`` / ``attempts`` partitions were dropped.
         pruned_request_ids: PostgreSQL: ``call_request_ids`` rows deleted.
         created_days: PostgreSQL: days whose partitions this run created ahead of need.
+        pruned_minutes: ``minute_aggregates`` rows deleted (older than the tick's widest window,
+            :func:`hedgerow.controller.minute_store.prune_minutes`).
     """
 
     now: datetime
@@ -141,6 +147,7 @@ class RetentionReport:
     dropped_days: list[date] = field(default_factory=list)
     pruned_request_ids: int = 0
     created_days: list[date] = field(default_factory=list)
+    pruned_minutes: int = 0
 
     @property
     def deleted_calls(self) -> int:
@@ -165,6 +172,7 @@ class RetentionReport:
             "dropped_days": [day.isoformat() for day in self.dropped_days],
             "pruned_request_ids": self.pruned_request_ids,
             "created_days": [day.isoformat() for day in self.created_days],
+            "pruned_minutes": self.pruned_minutes,
             "folded": [h.to_dict() for h in self.folded],
             "deleted": [h.to_dict() for h in self.deleted],
         }
@@ -518,13 +526,15 @@ async def run_retention(
     now: datetime | None = None,
     delete_raw: bool = True,
 ) -> RetentionReport:
-    """Fold every changed complete hour, then delete raw rows older than ``settings.retention_s``
-    and threshold history older than ``settings.history_retention_s`` (held decisions) or
+    """Fold every changed complete hour, then delete raw rows older than ``settings.retention_s``,
+    minute aggregates older than ``settings.max_window_s`` (:func:`prune_minutes`) and threshold
+    history older than ``settings.history_retention_s`` (held decisions) or
     ``settings.applied_history_retention_s`` (applied changes), see :func:`prune_history`.
 
     Args:
         sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
-        settings: a ``hedgerow.settings.Settings`` (``retention_s``, ``retention_batch_rows``).
+        settings: a ``hedgerow.settings.Settings`` (``retention_s``, ``retention_batch_rows``,
+            ``max_window_s``, the history retentions).
         now: the run's time (aware UTC; default: now).
         delete_raw: False folds only.
 
@@ -556,8 +566,9 @@ async def run_retention(
         deleted = await delete_folded_raw(
             sessionmaker, cutoff=cutoff, batch_rows=settings.retention_batch_rows, now=now
         )
-    pruned = 0
+    pruned = pruned_minutes = 0
     if delete_raw:
+        pruned_minutes = await prune_minutes(sessionmaker, now=now, max_window_s=settings.max_window_s)
         pruned = await prune_history(
             sessionmaker,
             held_before=now - timedelta(seconds=settings.history_retention_s),
@@ -566,7 +577,7 @@ async def run_retention(
         )
     report = RetentionReport(
         now=now, cutoff=cutoff, folded=folded, deleted=deleted, pruned_history=pruned,
-        dropped_days=dropped, pruned_request_ids=pruned_ids, created_days=created,
+        dropped_days=dropped, pruned_request_ids=pruned_ids, created_days=created, pruned_minutes=pruned_minutes,
     )  # fmt: skip
     if dropped:
         log.info("retention: dropped the partitions of %d day(s): %s", len(dropped),

@@ -87,6 +87,7 @@ __all__ = [
     "BucketQuantile",
     "bucket_bounds",
     "bucket_index",
+    "bucket_indices",
     "bucket_value_s",
     "counts_from_json",
     "counts_to_json",
@@ -151,6 +152,25 @@ def bucket_index(ttft_s: float) -> int:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"ttft_s = {ttft_s!r}: a duration must be finite and >= 0 seconds")
     return int(np.searchsorted(_EDGES, value, side="right"))
+
+
+def bucket_indices(durations_s: np.ndarray) -> np.ndarray:
+    """:func:`bucket_index` of many durations at once.
+
+    Args:
+        durations_s: float array of durations in seconds (each finite, ``>= 0``), any shape.
+
+    Returns:
+        int64 array of the same shape, the bucket of each.
+
+    Raises:
+        ValueError: a negative, NaN or infinite duration (the first named in the message).
+    """
+    values = np.asarray(durations_s, dtype=float)
+    bad = ~np.isfinite(values) | (values < 0)
+    if bad.any():
+        raise ValueError(f"ttft_s = {values[bad].flat[0]!r}: a duration must be finite and >= 0 seconds")
+    return np.searchsorted(_EDGES, values, side="right").astype(np.int64)
 
 
 def _check_index(index: int) -> int:

@@ -32,12 +32,15 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 
 
-def _command(database_url: str) -> list[str]:
-    return [sys.executable, "-m", "hedgerow.cli", "serve", "--db", database_url, "--port", "0"]
+def _command(database_url: str, prelude: str | None = None) -> list[str]:
+    args = ["serve", "--db", database_url, "--port", "0"]
+    if prelude is None:
+        return [sys.executable, "-m", "hedgerow.cli", *args]
+    return [sys.executable, "-c", f"{prelude}\nfrom hedgerow.cli import main\nmain()", *args]
 
 
-def _log_paths(cwd: Path) -> tuple[Path, Path]:
-    return cwd / "serve.out.log", cwd / "serve.err.log"
+def _log_paths(cwd: Path, stem: str = "serve") -> tuple[Path, Path]:
+    return cwd / f"{stem}.out.log", cwd / f"{stem}.err.log"
 
 
 def _tail(path: Path, chars: int = 2000) -> str:
@@ -132,17 +135,23 @@ def rss_bytes(pid: int) -> int:
 
 
 @asynccontextmanager
-async def running_serve(database_url: str, cwd: Path, **env: str) -> AsyncIterator[Served]:
+async def running_serve(
+    database_url: str, cwd: Path, *, prelude: str | None = None, logs: str = "serve", **env: str
+) -> AsyncIterator[Served]:
     """Start ``hedgerow serve --port 0`` with ``HEDGEROW_*`` variables ``env``; SIGTERM (then kill) at exit.
+
+    ``prelude``: Python run in the server process before the CLI starts (a benchmark's A/B
+    switch), or None. ``logs``: the stem of its log files in ``cwd`` (two servers at once need
+    two).
 
     Raises:
         AssertionError: the server did not announce its address within 60 s, or did not stop
             within 30 s of SIGTERM (it is then killed).
     """
-    out_path, err_path = _log_paths(cwd)
+    out_path, err_path = _log_paths(cwd, logs)
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         process = await asyncio.create_subprocess_exec(
-            *_command(database_url),
+            *_command(database_url, prelude),
             stdout=out,
             stderr=err,
             stdin=asyncio.subprocess.DEVNULL,

@@ -20,7 +20,7 @@ from hedgerow.controller.partitions import is_partition_name
 
 TABLES = {
     "routes", "calls", "attempts", "thresholds", "threshold_history", "leases", "hourly_rollups", "prices",
-    "report_deliveries", "change_counters",
+    "report_deliveries", "change_counters", "minute_aggregates",
 }  # fmt: skip
 #: Tables of PostgreSQL only (day partitions aside).
 PG_TABLES = {"call_request_ids"}

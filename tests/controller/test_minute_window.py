@@ -1,0 +1,168 @@
+"""Minute aggregates kept by ingest equal the raw calls as the tick reads them (``window_records``).
+
+A varied workload (hedges either side winning, censored primaries, failovers, failed calls,
+denied hedges; ``rollup_workload``) over three routes and ~40 minutes is ingested in several
+batches, one of them posted twice and one mixing stored and new records, plus calls before and
+after the span read. For every route, the counters and the five histograms that
+``read_minutes`` returns must equal those computed from ``jobs.window_records`` of the same
+span. Concurrent ingest into the same minutes (one transaction held open while the other
+writes) must sum, not overwrite. The retention job deletes the minutes no tick can read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from sqlalchemy import func, select
+
+from hedgerow.controller._minute_window import read_minutes
+from hedgerow.controller.ingest import ingest_calls, route_defaults
+from hedgerow.controller.jobs import window_records
+from hedgerow.controller.minute_counts import KINDS, minute_index
+from hedgerow.controller.models import Call, MinuteAggregate, Route
+from hedgerow.controller.retention import run_retention
+from hedgerow.controller.ttft_histogram import N_BUCKETS, histogram_of
+from hedgerow.settings import Settings
+from tests.controller.rollup_workload import workload
+
+#: The span read: whole minutes.
+SINCE = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+UNTIL = SINCE + timedelta(minutes=40)
+
+
+def _dense(values: np.ndarray) -> np.ndarray:
+    counts = np.zeros(N_BUCKETS, dtype=np.int64)
+    for index, count in histogram_of(values.tolist()).items():
+        counts[index] = count
+    return counts
+
+
+def _expected(records) -> dict:
+    """Counters and histograms of ``WindowRecords`` (the raw-call read of the tick)."""
+    primary = ~np.isnan(records.primary_s)
+    backup = records.hedged & ~np.isnan(records.backup_s)
+    ttft = ~np.isnan(records.call_ttft_s)
+    return {
+        "calls": int(records.age_s.size),
+        "hedged": int(records.hedged.sum()),
+        "backup_wins": int(records.backup_won.sum()),
+        "denied": int(records.denied.sum()),
+        "wanted": int((records.hedged | records.denied).sum()),
+        "primary_observed": _dense(records.primary_s[primary & ~records.primary_censored]),
+        "primary_censored": _dense(records.primary_s[primary & records.primary_censored]),
+        "backup_observed": _dense(records.backup_s[backup & ~records.backup_censored]),
+        "backup_censored": _dense(records.backup_s[backup & records.backup_censored]),
+        "call_ttft": _dense(records.call_ttft_s[ttft]),
+    }
+
+
+async def _ingest(sessionmaker, batch) -> tuple[int, int]:
+    async with sessionmaker() as session, session.begin():
+        return await ingest_calls(session, batch, defaults=route_defaults(Settings()))
+
+
+async def _check_equal(sessionmaker, since=SINCE, until=UNTIL) -> int:
+    """Compare every route's minutes with its raw calls; returns the calls compared."""
+    async with sessionmaker() as session:
+        routes = (await session.scalars(select(Route.id))).all()
+        minutes = await read_minutes(session, since, until)
+        compared = 0
+        for route_id in routes:
+            want = _expected(await window_records(session, route_id, since, until))
+            got = minutes.get(route_id)
+            if want["calls"] == 0:
+                assert got is None
+                continue
+            assert got is not None
+            assert got.totals() == {k: want[k] for k in ("calls", "hedged", "backup_wins", "denied", "wanted")}
+            for kind in KINDS:
+                assert np.array_equal(got.histogram(kind), want[kind]), (route_id, kind)
+            # per minute, in order: the calls of each minute, and a histogram of the later half
+            records = await window_records(session, route_id, since, until)
+            minute_of = np.floor((until.timestamp() - records.age_s) / 60).astype(np.int64)
+            seen, calls = np.unique(minute_of, return_counts=True)
+            assert got.minutes.tolist() == seen.tolist() and got.calls.tolist() == calls.tolist()
+            middle = int(seen[len(seen) // 2])
+            later = minute_of >= middle
+            observed = later & ~np.isnan(records.primary_s) & ~records.primary_censored
+            assert np.array_equal(
+                got.histogram("primary_observed", since_minute=middle), _dense(records.primary_s[observed])
+            )
+            assert got.totals(since_minute=middle)["calls"] == int(later.sum())
+            compared += want["calls"]
+    return compared
+
+
+async def test_minutes_equal_raw_calls_and_reposts_change_nothing(sessionmaker) -> None:
+    inside = workload(3000, seed=3, start=SINCE, span_s=40 * 60)
+    before = workload(100, seed=4, start=SINCE - timedelta(minutes=30), span_s=29 * 60, prefix="b")
+    after = workload(100, seed=5, start=UNTIL + timedelta(minutes=1), span_s=20 * 60, prefix="a")
+    records = inside + before + after
+    kinds = {r.hedge_reason for r in inside} | {("denied", r.hedge_denied) for r in inside}
+    assert {"ttft_timeout", "primary_error", None, ("denied", True)} <= kinds  # the workload has every case
+    batches = [records[i : i + 700] for i in range(0, len(records), 700)]
+    for batch in batches:
+        await _ingest(sessionmaker, batch)
+    assert await _check_equal(sessionmaker) == 3000
+    async with sessionmaker() as session:
+        rows_before = (await session.execute(select(MinuteAggregate).order_by("route_id", "minute_index"))).all()
+        snapshot = [(r.route_id, r.minute_index, r.calls, r.histograms) for (r,) in rows_before]
+    # a batch posted again, and one mixing stored and new records: only the new ones are counted
+    assert await _ingest(sessionmaker, batches[1]) == (0, len(batches[1]))
+    extra = workload(50, seed=6, start=SINCE, span_s=40 * 60, prefix="x")
+    assert await _ingest(sessionmaker, batches[2][:100] + extra) == (50, 100)
+    assert await _check_equal(sessionmaker) == 3050
+    async with sessionmaker() as session:
+        total = await session.scalar(select(func.sum(MinuteAggregate.calls)))
+    assert total == len(records) + 50
+    assert snapshot  # rows existed before the re-posts
+
+
+async def test_a_bad_batch_counts_nothing(sessionmaker) -> None:
+    good = workload(200, seed=7, start=SINCE, span_s=600)
+    await _ingest(sessionmaker, good)
+    bad = workload(20, seed=8, start=SINCE, span_s=600, prefix="bad")
+    # a negative TTFT is no duration: counting it fails after the calls were written, and the
+    # whole batch (calls, attempts, counts) rolls back
+    bad[-1] = dataclasses.replace(bad[-1], ttft_s=-1.0)
+    with pytest.raises(ValueError, match="ttft_s"):
+        await _ingest(sessionmaker, bad)
+    assert await _check_equal(sessionmaker) == 200
+    async with sessionmaker() as session:
+        assert await session.scalar(select(func.count()).select_from(Call)) == 200
+
+
+async def test_concurrent_ingest_into_the_same_minutes_sums(sessionmaker) -> None:
+    first = workload(400, seed=9, start=SINCE, span_s=300, prefix="f", pairs=(("chat", "m1"),))
+    second = workload(400, seed=10, start=SINCE, span_s=300, prefix="s", pairs=(("chat", "m1"),))
+    await _ingest(sessionmaker, first[:10])  # the route and some minutes exist before
+    async with sessionmaker() as held:
+        async with held.begin():
+            await ingest_calls(held, first[10:], defaults=route_defaults(Settings()))
+            # the other writer runs while this transaction holds its rows (it waits on them)
+            other = asyncio.create_task(_ingest(sessionmaker, second))
+            await asyncio.sleep(0.5)
+            assert not other.done()
+        assert await other == (400, 0)
+    assert await _check_equal(sessionmaker) == 800
+
+
+async def test_retention_deletes_minutes_no_tick_can_read(sessionmaker) -> None:
+    now = SINCE + timedelta(hours=30)
+    old = workload(100, seed=11, start=now - timedelta(hours=26), span_s=3600, prefix="o")
+    recent = workload(100, seed=12, start=now - timedelta(hours=23), span_s=3600, prefix="n")
+    await _ingest(sessionmaker, old + recent)
+    report = await run_retention(sessionmaker, Settings(max_window_s=24 * 3600), now=now)
+    deleted = report.pruned_minutes
+    async with sessionmaker() as session:
+        left = (
+            await session.execute(select(func.min(MinuteAggregate.minute_index), func.sum(MinuteAggregate.calls)))
+        ).one()
+    assert deleted > 0
+    assert left[1] == 100  # every recent call kept, every old one gone
+    assert left[0] >= minute_index(now - timedelta(hours=24)) - 1
+    assert await _check_equal(sessionmaker, now - timedelta(hours=24), now) == 100
