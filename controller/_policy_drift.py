@@ -168,17 +168,7 @@ def detect_change(
     Raises:
         ValueError: arrays of different shapes, ``alpha`` outside (0, 1) or ``min_ratio < 1``.
     """
-    age = np.asarray(age_s, dtype=float)
-    durations = np.asarray(durations_s, dtype=float)
-    flags = np.asarray(censored, dtype=bool)
-    if not (age.shape == durations.shape == flags.shape):
-        raise ValueError(
-            f"age_s, durations_s and censored differ in shape: {age.shape}, {durations.shape}, {flags.shape}"
-        )
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    if not (math.isfinite(min_ratio) and min_ratio >= 1):
-        raise ValueError(f"min_ratio must be a finite number >= 1, got {min_ratio!r}")
+    age, durations, flags = _checked(age_s, durations_s, censored, alpha, min_ratio)
     tried = [s for s in splits_s if s < window_s]
     best: Change | None = None
     for split in tried:
@@ -194,16 +184,43 @@ def detect_change(
     # locate the change between the chosen split's neighbours on a finer grid: the split with the
     # largest statistic estimates the change point (Lausen & Schumacher 1992), and a coarse one
     # that lies minutes past the change mixes the old regime into the new window
-    index = tried.index(best.since_s)
-    low = tried[index - 1] if index > 0 else 0.0
-    high = tried[index + 1] if index + 1 < len(tried) else window_s
-    for split in np.arange(refine_step_s, high, refine_step_s):
-        if split <= low or split < MIN_SINCE_S or split == best.since_s:
-            continue
-        change = _split(age, durations, flags, float(split), min_samples)
+    for split in _refine_points(tried, best.since_s, window_s, refine_step_s):
+        change = _split(age, durations, flags, split, min_samples)
         if change is not None and change.statistic > best.statistic:
             best = change
     return best
+
+
+def _checked(
+    age_s: np.ndarray, durations_s: np.ndarray, censored: np.ndarray, alpha: float, min_ratio: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The samples as arrays, with the knobs both tests share checked.
+
+    Raises:
+        ValueError: arrays of different shapes, ``alpha`` outside (0, 1) or ``min_ratio < 1``.
+    """
+    age = np.asarray(age_s, dtype=float)
+    durations = np.asarray(durations_s, dtype=float)
+    flags = np.asarray(censored, dtype=bool)
+    if not (age.shape == durations.shape == flags.shape):
+        raise ValueError(
+            f"age_s, durations_s and censored differ in shape: {age.shape}, {durations.shape}, {flags.shape}"
+        )
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    if not (math.isfinite(min_ratio) and min_ratio >= 1):
+        raise ValueError(f"min_ratio must be a finite number >= 1, got {min_ratio!r}")
+    return age, durations, flags
+
+
+def _refine_points(tried: list[float], since_s: float, window_s: float, refine_step_s: float) -> list[float]:
+    """The ``refine_step_s`` grid points strictly between the chosen split's neighbouring splits
+    (0 and ``window_s`` at the ends), not under ``MIN_SINCE_S``, the chosen split left out."""
+    index = tried.index(since_s)
+    low = tried[index - 1] if index > 0 else 0.0
+    high = tried[index + 1] if index + 1 < len(tried) else window_s
+    grid = np.arange(refine_step_s, high, refine_step_s)
+    return [float(split) for split in grid if not (split <= low or split < MIN_SINCE_S or split == since_s)]
 
 
 def _split(age: np.ndarray, durations: np.ndarray, flags: np.ndarray, split: float, min_samples: int) -> Change | None:
@@ -319,17 +336,7 @@ def detect_tail_recovery(
         ValueError: arrays of different shapes, ``alpha`` outside (0, 1), ``min_ratio < 1`` or
             ``q`` outside (0, 1).
     """
-    age = np.asarray(age_s, dtype=float)
-    durations = np.asarray(durations_s, dtype=float)
-    flags = np.asarray(censored, dtype=bool)
-    if not (age.shape == durations.shape == flags.shape):
-        raise ValueError(
-            f"age_s, durations_s and censored differ in shape: {age.shape}, {durations.shape}, {flags.shape}"
-        )
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    if not (math.isfinite(min_ratio) and min_ratio >= 1):
-        raise ValueError(f"min_ratio must be a finite number >= 1, got {min_ratio!r}")
+    age, durations, flags = _checked(age_s, durations_s, censored, alpha, min_ratio)
     if not 0 < q < 1:
         raise ValueError(f"q must be in (0, 1), got {q!r}")
     tried = [s for s in splits_s if s < window_s]
@@ -342,13 +349,8 @@ def detect_tail_recovery(
             best = found
     if best is None or refine_step_s <= 0:
         return best
-    index = tried.index(best.since_s)
-    low = tried[index - 1] if index > 0 else 0.0
-    high = tried[index + 1] if index + 1 < len(tried) else window_s
-    for split in np.arange(refine_step_s, high, refine_step_s):
-        if split <= low or split < MIN_SINCE_S or split == best.since_s:
-            continue
-        found = _tail_split(age, durations, flags, float(split), min_samples, q, min_ratio)
+    for split in _refine_points(tried, best.since_s, window_s, refine_step_s):
+        found = _tail_split(age, durations, flags, split, min_samples, q, min_ratio)
         if found is not None and found.p_value < best.p_value:
             best = found
     return best

@@ -167,15 +167,14 @@ def observe_window(records: WindowRecords, *, settings: Any, budget: float | Non
     drift: dict[str, Any] | None = None
     if window == float(settings.window_s) and knobs.drift_alpha > 0:
         sel = mask & has_sample
-        change = detect_change(
-            age[sel],
-            records.primary_s[sel],
-            records.primary_censored[sel],
-            window_s=window,
-            min_samples=settings.min_samples,
-            alpha=knobs.drift_alpha,
-            min_ratio=knobs.drift_min_ratio,
-        )
+        samples = (age[sel], records.primary_s[sel], records.primary_censored[sel])
+        tests = {
+            "window_s": window,
+            "min_samples": settings.min_samples,
+            "alpha": knobs.drift_alpha,
+            "min_ratio": knobs.drift_min_ratio,
+        }
+        change = detect_change(*samples, **tests)
         if change is not None:
             window = change.since_s
             drift = {
@@ -188,16 +187,7 @@ def observe_window(records: WindowRecords, *, settings: Any, budget: float | Non
                 "older_samples": change.older_samples,
             }
         else:
-            recovery = detect_tail_recovery(
-                age[sel],
-                records.primary_s[sel],
-                records.primary_censored[sel],
-                window_s=window,
-                min_samples=settings.min_samples,
-                alpha=knobs.drift_alpha,
-                min_ratio=knobs.drift_min_ratio,
-                q=knobs.tail_quantile,
-            )
+            recovery = detect_tail_recovery(*samples, **tests, q=knobs.tail_quantile)
             if recovery is not None:
                 window = recovery.since_s
                 drift = {"test": "tail"} | dataclasses.asdict(recovery)
