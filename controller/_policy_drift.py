@@ -3,7 +3,7 @@
 After a slowdown (or a recovery) the 1-hour window mixes two distributions and its estimate
 lags the new one by up to an hour. Each tick therefore compares the most recent part of the
 window with the rest, for a few candidate split points ``s`` (the last 2, 3, 5, 8, 12, 20, 30,
-40, 50, 55 and 58 minutes): the log-rank test (Mantel 1966; ``scipy.stats.logrank``), which handles the
+40, 50, 55 and 58 minutes): the log-rank test (Mantel 1966; ``_km.logrank_z``), which handles the
 right-censored primaries of hedged calls like Kaplan-Meier does. The change point is the split
 with the largest log-rank statistic among those that pass (a maximally selected log-rank
 statistic, Lausen & Schumacher 1992), located more finely: the largest statistic on a 60 s grid
@@ -77,11 +77,12 @@ slowdown_2x_and_back seeds 3 and 5 then moved the threshold up and back, 4 chang
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
+
+from hedgerow.controller._km import logrank_z, risk_table
 
 __all__ = [
     "DEFAULT_SPLITS_S",
@@ -121,16 +122,6 @@ class Change:
     median_ratio: float
     recent_samples: int
     older_samples: int
-
-
-def _median(durations: np.ndarray, censored: np.ndarray) -> float | None:
-    """KM median of right-censored durations, or None when the curve never reaches 0.5."""
-    if censored.all():
-        return None
-    data = stats.CensoredData(uncensored=durations[~censored], right=durations[censored])
-    sf = stats.ecdf(data).sf
-    reached = np.flatnonzero(sf.probabilities <= 0.5)
-    return float(sf.quantiles[reached[0]]) if reached.size else None
 
 
 def detect_change(
@@ -235,31 +226,24 @@ def _split(age: np.ndarray, durations: np.ndarray, flags: np.ndarray, split: flo
         return None
     if flags[recent].all() or flags[~recent].all():
         return None
-    x = stats.CensoredData(uncensored=durations[recent & ~flags], right=durations[recent & flags])
-    y = stats.CensoredData(uncensored=durations[~recent & ~flags], right=durations[~recent & flags])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        result = stats.logrank(x, y)
-    p_value = float(result.pvalue)
+    x = risk_table(durations[recent], flags[recent])
+    y = risk_table(durations[~recent], flags[~recent])
+    statistic = logrank_z(x, y)
+    p_value = float(2.0 * special.ndtr(-abs(statistic)))
     if not math.isfinite(p_value):
         return None
-    m_recent = _median(durations[recent], flags[recent])
-    m_older = _median(durations[~recent], flags[~recent])
+    m_recent = x.quantile_s(0.5)
+    m_older = y.quantile_s(0.5)
     if m_recent is None or m_older is None or min(m_recent, m_older) <= 0:
         return None
-    return Change(float(split), abs(float(result.statistic)), p_value, m_recent / m_older, n_recent, n_older)
+    return Change(float(split), abs(statistic), p_value, m_recent / m_older, n_recent, n_older)
 
 
 def _km_quantile(durations: np.ndarray, censored: np.ndarray, q: float) -> float | None:
     """KM quantile ``q`` of right-censored durations, or None when the curve never reaches it."""
     if censored.all():
         return None
-    data = stats.CensoredData(uncensored=durations[~censored], right=durations[censored])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        sf = stats.ecdf(data).sf
-    reached = np.flatnonzero(sf.probabilities <= 1.0 - q + 1e-12)
-    return float(sf.quantiles[reached[0]]) if reached.size else None
+    return risk_table(durations, censored).quantile_s(q)
 
 
 def _exceedances(durations: np.ndarray, censored: np.ndarray, level_s: float) -> tuple[int, int]:

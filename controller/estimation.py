@@ -87,13 +87,12 @@ scipy docs: ``scipy.stats.ecdf``, ``scipy.stats.CensoredData``,
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
+from hedgerow.controller._km import RiskTable, risk_table
 from hedgerow.controller.hedge_model import SurvivalCurve
 
 __all__ = ["CI_METHOD", "QUANTILE_LEVELS", "KMCurve", "TTFTEstimate", "estimate_ttft"]
@@ -198,24 +197,26 @@ class KMCurve:
         return SurvivalCurve(self.times_s[self.event], self.survival[self.event], self.samples)
 
 
-def km_curve(durations_s: np.ndarray, censored: np.ndarray, confidence: float) -> KMCurve | None:
-    """The ``KMCurve`` of validated arrays, or None when every sample is censored."""
-    if censored.all():
+def km_curve(table: RiskTable, confidence: float, survival: np.ndarray | None = None) -> KMCurve | None:
+    """The ``KMCurve`` of a sample's risk table, or None when every sample is censored.
+
+    Args:
+        table: the sample's ``_km.RiskTable``.
+        confidence: the level of ``KMCurve.upper`` (two-sided) and of the one-sided bounds.
+        survival: ``table.survival()`` when already computed.
+    """
+    events = table.event_mask
+    if not events.any():
         return None
-    data = stats.CensoredData(uncensored=durations_s[~censored], right=durations_s[censored])
-    sf = stats.ecdf(data).sf
-    times, survival = sf.quantiles, sf.probabilities
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        two_sided = sf.confidence_interval(confidence_level=confidence, method=CI_METHOD)
-        one_sided = sf.confidence_interval(confidence_level=max(2.0 * confidence - 1.0, 0.01), method=CI_METHOD)
-    upper = _fill_upper_at_zero(two_sided.high.probabilities, survival, times, durations_s, confidence)
-    lower = np.where(survival <= 0.0, 0.0, one_sided.low.probabilities)
-    event = np.isin(times, durations_s[~censored])
-    upper_one_sided = np.where(survival <= 0.0, upper, one_sided.high.probabilities)
-    return KMCurve(
-        times, survival, upper, lower, event, int(durations_s.size), float(durations_s.max()), upper_one_sided
-    )
+    survival = table.survival() if survival is None else survival
+    times = table.times_s
+    _, high = table.loglog_bounds(confidence, survival)
+    one_low, one_high = table.loglog_bounds(max(2.0 * confidence - 1.0, 0.01), survival)
+    upper = _fill_upper_at_zero(high, survival, table.at_risk, confidence)
+    lower = np.where(survival <= 0.0, 0.0, one_low)
+    upper_one_sided = np.where(survival <= 0.0, upper, one_high)
+    max_observed_s = float(times[-1])
+    return KMCurve(times, survival, upper, lower, events, int(table.total), max_observed_s, upper_one_sided)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,10 +293,37 @@ class TTFTEstimate:
         raise ValueError(f"q must be one of {sorted(QUANTILE_LEVELS.values())}, got {q!r}")
 
 
+def _flags(censored: Sequence[bool]) -> np.ndarray:
+    """``censored`` as a bool array; every entry must be a bool (or 0 or 1).
+
+    Raises:
+        ValueError: the first entry that is not, named by its index.
+    """
+    values = np.asarray(censored)
+    if values.dtype == np.bool_:
+        return values
+    if values.dtype.kind in "iuf":
+        bad = np.flatnonzero((values != 0) & (values != 1))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"censored[{i}] = {values[i].item()!r}: must be a bool")
+        return values.astype(bool)
+    flags = list(censored)
+    for i, flag in enumerate(flags):
+        if not isinstance(flag, (bool, np.bool_)) and (isinstance(flag, str) or flag not in (0, 1)):
+            raise ValueError(f"censored[{i}] = {flag!r}: must be a bool")
+    return np.asarray([bool(flag) for flag in flags], dtype=bool)
+
+
 def _validate(
-    durations_s: Sequence[float], censored: Sequence[bool], budget: float | None, confidence: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Check the inputs of ``estimate_ttft``; return them as numpy arrays (float, bool)."""
+    durations_s: Sequence[float],
+    censored: Sequence[bool],
+    budget: float | None,
+    confidence: float,
+    weights: Sequence[float] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Check the inputs of ``estimate_ttft``; return them as numpy arrays (float, bool, float
+    weights or None)."""
     try:
         n_durations = len(durations_s)
         n_censored = len(censored)
@@ -317,21 +345,27 @@ def _validate(
         raise ValueError(
             f"durations_s[{i}] = {durations[i]!r}: durations must be finite and >= 0 seconds ({bad.size} bad value(s))"
         )
-    flags = []
-    for i, flag in enumerate(censored):
-        if not isinstance(flag, (bool, np.bool_)) and flag not in (0, 1):
-            raise ValueError(f"censored[{i}] = {flag!r}: must be a bool")
-        flags.append(bool(flag))
+    flags = _flags(censored)
+    w: np.ndarray | None = None
+    if weights is not None:
+        try:
+            w = np.asarray(weights, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"weights must hold whole numbers >= 1: {exc}") from None
+        if w.shape != durations.shape:
+            raise ValueError(f"weights has shape {w.shape}, durations_s {durations.shape}")
+        bad = np.flatnonzero(~np.isfinite(w) | (w < 1) | (w != np.floor(w)))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"weights[{i}] = {w[i].item()!r}: weights must be whole numbers >= 1")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < 1):
         raise ValueError(f"budget must be a fraction in (0, 1) or None, got {budget!r}")
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (0 < confidence < 1):
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    return durations, np.asarray(flags, dtype=bool)
+    return durations, flags, w
 
 
-def _fill_upper_at_zero(
-    upper: np.ndarray, sf: np.ndarray, event_times: np.ndarray, durations: np.ndarray, confidence: float
-) -> np.ndarray:
+def _fill_upper_at_zero(upper: np.ndarray, sf: np.ndarray, at_risk: np.ndarray, confidence: float) -> np.ndarray:
     """Replace the undefined (NaN) upper bound where ``S(t) = 0`` by an exact binomial bound.
 
     At such a time every one of the ``n`` primaries still at risk had its first token by ``t``.
@@ -340,17 +374,24 @@ def _fill_upper_at_zero(
     out of ``n``); multiplied by the upper bound just before ``t`` it bounds ``S(t)``. Example:
     1,000 identical TTFTs of 0.5 s give an upper bound of 0.0037 at 0.5 s, so 0.5 s is the
     target at any budget above that, instead of no target at all.
+
+    Args:
+        upper: the log-log upper bound at each time, shape (m,).
+        sf: ``S`` at each time, shape (m,).
+        at_risk: the weight at risk at each time (``RiskTable.at_risk``), shape (m,).
+        confidence: the bound's two-sided level.
     """
     upper = np.array(upper, dtype=float)
     alpha = 1.0 - confidence
     for j in np.flatnonzero(~np.isfinite(upper) & (sf <= 0.0)):
-        at_risk = int(np.count_nonzero(durations >= event_times[j]))
         before = upper[j - 1] if j > 0 and np.isfinite(upper[j - 1]) else 1.0
-        upper[j] = before * (1.0 - (alpha / 2.0) ** (1.0 / max(at_risk, 1)))
+        upper[j] = before * (1.0 - (alpha / 2.0) ** (1.0 / max(int(at_risk[j]), 1)))
     return upper
 
 
-def _target_all_events(durations: np.ndarray, budget: float, confidence: float) -> float | None:
+def _target_all_events(
+    durations: np.ndarray, weights: np.ndarray | None, budget: float, confidence: float
+) -> float | None:
     """The budget target with every sample counted as an observed first token, seconds, or None.
 
     Counting a censored primary as a first token at its censoring time ``c`` (it was at least
@@ -364,15 +405,13 @@ def _target_all_events(durations: np.ndarray, budget: float, confidence: float) 
     Example: 120 samples at budget 0.05 need 3 at risk; the all-events bound of the ops
     review's repro first gets under 0.05 at the 119th sorted sample (2 at risk): ``None``.
     """
-    result = stats.ecdf(durations)
-    times = result.sf.quantiles
-    sf = result.sf.probabilities
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        interval = result.sf.confidence_interval(confidence_level=confidence, method=CI_METHOD)
-    upper = _fill_upper_at_zero(interval.high.probabilities, sf, times, durations, confidence)
-    at_risk = durations.size - np.searchsorted(np.sort(durations), times, side="left")
-    enough = at_risk >= durations.size * budget / 2.0
+    table = risk_table(durations, np.zeros(durations.size, dtype=bool), weights)
+    sf = table.survival()
+    times = table.times_s
+    _, high = table.loglog_bounds(confidence, sf)
+    upper = _fill_upper_at_zero(high, sf, table.at_risk, confidence)
+    at_risk = table.at_risk
+    enough = at_risk >= table.total * budget / 2.0
     ok = np.flatnonzero(np.isfinite(upper) & (upper <= budget + _EPS) & enough)
     return float(times[ok[0]]) if ok.size else None
 
@@ -383,6 +422,7 @@ def estimate_ttft(
     *,
     budget: float | None = None,
     confidence: float = 0.95,
+    weights: Sequence[float] | None = None,
 ) -> TTFTEstimate:
     """Kaplan-Meier quantiles and the budget target of right-censored primary TTFTs.
 
@@ -394,6 +434,9 @@ def estimate_ttft(
             (TTFT > duration), ``False`` where it is an observed TTFT.
         budget: hedge budget, a fraction in (0, 1); when given, ``target_s`` is computed.
         confidence: level of the pointwise log-log confidence interval on ``S(t)``, in (0, 1).
+        weights: how many samples each entry stands for (whole numbers >= 1), shape (n,); None:
+            1 each. A histogram's (bucket duration, censored, count) entries give the estimate
+            of the samples it counts; ``samples`` and ``censored`` are then sums of weights.
 
     Returns:
         A ``TTFTEstimate``; quantiles the data cannot identify, and ``target_s`` when no observed
@@ -402,44 +445,40 @@ def estimate_ttft(
     Raises:
         ValueError: empty input, ``durations_s`` and ``censored`` of different lengths, a
             negative, NaN or infinite duration, a non-bool censoring flag, ``budget`` outside
-            (0, 1), or ``confidence`` outside (0, 1). The message names the argument.
+            (0, 1), ``confidence`` outside (0, 1), or a weight that is not a whole number >= 1.
+            The message names the argument.
 
-    Source: Kaplan & Meier (1958); ``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``.
+    Source: Kaplan & Meier (1958), computed by ``_km.risk_table`` (the arithmetic of
+    ``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``, with weights).
     """
-    durations, is_censored = _validate(durations_s, censored, budget, confidence)
-    samples = int(durations.size)
-    n_censored = int(is_censored.sum())
-    max_observed_s = float(durations.max())
+    durations, is_censored, w = _validate(durations_s, censored, budget, confidence, weights)
+    table = risk_table(durations, is_censored, w)
+    samples = int(table.total)
+    n_censored = samples - int(table.events.sum())
+    max_observed_s = float(table.times_s[-1])
 
     quantiles: dict[str, float | None] = dict.fromkeys(QUANTILE_LEVELS)
     target_s: float | None = None
+    curve: KMCurve | None = None
     if n_censored < samples:  # at least one first token: the KM curve has a step
-        data = stats.CensoredData(uncensored=durations[~is_censored], right=durations[is_censored])
-        result = stats.ecdf(data)
-        times = result.sf.quantiles  # sorted distinct durations, censoring times included
-        sf = result.sf.probabilities
+        sf = table.survival()
+        curve = km_curve(table, confidence, sf)
         # Only times at which a first token was observed are candidates: S(t) steps there.
-        events = np.isin(times, durations[~is_censored])
-        event_times = times[events]
+        events = table.event_mask
+        event_times = table.times_s[events]
         event_cdf = 1.0 - sf[events]
         for name, level in QUANTILE_LEVELS.items():
             reached = np.flatnonzero(event_cdf >= level - _EPS)
             quantiles[name] = float(event_times[reached[0]]) if reached.size else None
         if budget is not None:
-            with warnings.catch_warnings():
-                # scipy warns where the interval is undefined (S = 0 or 1); NaN is handled below.
-                warnings.simplefilter("ignore", RuntimeWarning)
-                interval = result.sf.confidence_interval(confidence_level=confidence, method=CI_METHOD)
-            upper = _fill_upper_at_zero(
-                interval.high.probabilities[events], sf[events], event_times, durations, confidence
-            )
+            _, high = table.loglog_bounds(confidence, sf)
+            upper = _fill_upper_at_zero(high[events], sf[events], table.at_risk[events], confidence)
             ok = np.flatnonzero(np.isfinite(upper) & (upper <= budget + _EPS))
             target_s = float(event_times[ok[0]]) if ok.size else None
     target_all_events_s: float | None = None
     if budget is not None and target_s is None and n_censored > 0:
-        target_all_events_s = _target_all_events(durations, budget, confidence)
+        target_all_events_s = _target_all_events(durations, w, budget, confidence)
 
-    curve = km_curve(durations, is_censored, confidence)
     return TTFTEstimate(
         samples=samples,
         censored=n_censored,

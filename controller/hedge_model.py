@@ -94,19 +94,19 @@ the efficient target is 0.549 s: 9.4x fewer hedges for the same P99 (the P99.9 p
 instead of 0.956 s).
 
 Sources: the product form is the survival of ``min(T, t + B)`` for independent ``T`` and ``B``;
-Kaplan & Meier (1958) through ``scipy.stats.ecdf``; J. Dean and L. A. Barroso, "The Tail at
+Kaplan & Meier (1958) (``_km.risk_table``); J. Dean and L. A. Barroso, "The Tail at
 Scale", CACM 56(2), 2013, for hedged requests and their cost.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+
+from hedgerow.controller._km import risk_table
 
 __all__ = [
     "BucketReplay",
@@ -175,7 +175,7 @@ def km_survival(durations_s: Sequence[float], censored: Sequence[bool]) -> Survi
         censored: shape (n,), True where the duration is a censoring time.
 
     Returns:
-        The curve (``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``), stepping only at the
+        The curve (``_km.risk_table``: the product-limit estimate), stepping only at the
         observed (uncensored) times; with no uncensored sample it is 1 everywhere.
 
     Raises:
@@ -191,12 +191,9 @@ def km_survival(durations_s: Sequence[float], censored: Sequence[bool]) -> Survi
         raise ValueError("durations_s must be finite and >= 0 seconds")
     if flags.all():
         return SurvivalCurve(np.empty(0), np.empty(0), int(durations.size))
-    data = stats.CensoredData(uncensored=durations[~flags], right=durations[flags])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        sf = stats.ecdf(data).sf
-    times, values = sf.quantiles, sf.probabilities
-    keep = np.isin(times, durations[~flags])  # S steps only where a first token was seen
+    table = risk_table(durations, flags)
+    keep = table.event_mask  # S steps only where a first token was seen
+    times, values = table.times_s, table.survival()
     return SurvivalCurve(times[keep], values[keep], int(durations.size))
 
 
