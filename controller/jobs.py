@@ -86,6 +86,7 @@ __all__ = [
     "count_calls",
     "history_details",
     "lock_route",
+    "lock_routes",
     "observe_route",
     "run_once",
     "run_tick",
@@ -350,8 +351,33 @@ async def lock_route(session: AsyncSession, route_id: int) -> tuple[Route, Thres
     return route, threshold
 
 
-async def _merge_repeat(
-    session: AsyncSession,
+async def _latest_history(session: AsyncSession, route_ids: list[int]) -> dict[int, ThresholdHistory]:
+    """Each route's latest history row (by ``computed_at``, then ``id``), one query for all.
+
+    Args:
+        session: an open session.
+        route_ids: the ``routes.id`` values.
+
+    Returns:
+        ``{route_id: row}`` for the routes with any history.
+    """
+    if not route_ids:
+        return {}
+    latest_id = (
+        select(ThresholdHistory.id)
+        .where(ThresholdHistory.route_id == Route.id)
+        .order_by(ThresholdHistory.computed_at.desc(), ThresholdHistory.id.desc())
+        .limit(1)
+        .correlate(Route)
+        .scalar_subquery()
+    )
+    ids = select(latest_id).select_from(Route).where(Route.id.in_(route_ids))
+    rows = await session.scalars(select(ThresholdHistory).where(ThresholdHistory.id.in_(ids)))
+    return {row.route_id: row for row in rows}
+
+
+def _merge_repeat(
+    latest: ThresholdHistory | None,
     route: Route,
     current: float | None,
     decision: Decision,
@@ -367,7 +393,7 @@ async def _merge_repeat(
     manual changes and every change of reason stay rows of their own.
 
     Args:
-        session: the publishing session (the route's publish lock is held).
+        latest: the route's latest history row (:func:`_latest_history`), or None.
         route: the route as re-read under the lock.
         current: the value published now (before this decision), seconds, or None.
         decision: this tick's decision.
@@ -379,12 +405,6 @@ async def _merge_repeat(
     """
     if decision.applied or actor is not None or current is None:
         return None
-    latest = await session.scalar(
-        select(ThresholdHistory)
-        .where(ThresholdHistory.route_id == route.id)
-        .order_by(ThresholdHistory.computed_at.desc(), ThresholdHistory.id.desc())
-        .limit(1)
-    )
     if latest is None or latest.applied or latest.actor is not None:
         return None
     same = (
@@ -422,75 +442,173 @@ async def _publish(
     again. Otherwise the history row's ``previous_hedge_after_s`` is the value as re-read, so
     each history row's ``previous_hedge_after_s`` equals the value the row before it published.
     """
-    estimate = observation.estimate
     async with sessionmaker() as session, session.begin():
         fresh, threshold = await lock_route(session, route.id)
         fresh_current = None if threshold is None else threshold.hedge_after_s
         if _config(fresh) != _config(route) or fresh_current != previous:
             raise _StaleInputs(_detached_route(fresh), fresh_current, None if threshold is None else threshold.source)
-        samples = 0 if estimate is None else estimate.samples
-        censored = 0 if estimate is None else estimate.censored
-        merged = await _merge_repeat(session, fresh, fresh_current, decision, actor, now)
-        if merged is not None:
-            merged.window_s = observation.window_s
-            merged.samples, merged.censored = samples, censored
-            if estimate is not None:
-                merged.p50_s, merged.p75_s, merged.p90_s = estimate.p50_s, estimate.p75_s, estimate.p90_s
-                merged.p95_s, merged.p99_s = estimate.p95_s, estimate.p99_s
-            else:
-                merged.p50_s = merged.p75_s = merged.p90_s = merged.p95_s = merged.p99_s = None
-            merged.observed_hedge_rate = observation.observed_hedge_rate
-            merged.backup_win_rate = observation.backup_win_rate
-            merged.details = details or None
-            await session.flush()
-            return history_row_dict(merged, fresh)
-        history = ThresholdHistory(
-            route_id=fresh.id,
-            computed_at=now,
-            last_at=now,
-            repeats=1,
-            previous_hedge_after_s=fresh_current,
-            hedge_after_s=decision.hedge_after_s,
-            applied=decision.applied,
-            reason=decision.reason,
-            source=decision.source,
-            window_s=observation.window_s,
-            samples=samples,
-            censored=censored,
-            p50_s=None if estimate is None else estimate.p50_s,
-            p75_s=None if estimate is None else estimate.p75_s,
-            p90_s=None if estimate is None else estimate.p90_s,
-            p95_s=None if estimate is None else estimate.p95_s,
-            p99_s=None if estimate is None else estimate.p99_s,
-            observed_hedge_rate=observation.observed_hedge_rate,
-            backup_win_rate=observation.backup_win_rate,
-            budget=fresh.budget,
-            actor=actor,
-            details=details or None,
-        )
-        session.add(history)
-        if threshold is None:
-            session.add(
-                Threshold(
-                    route_id=fresh.id,
-                    hedge_after_s=decision.hedge_after_s,
-                    enabled=fresh.enabled,
-                    source=decision.source,
-                    version=1,
-                    updated_at=now,
-                )
-            )
-        else:
-            changed = threshold.hedge_after_s != decision.hedge_after_s or threshold.enabled != fresh.enabled
-            if changed:
-                threshold.version += 1
-            if changed or threshold.source != decision.source:
-                threshold.hedge_after_s = decision.hedge_after_s
-                threshold.enabled = fresh.enabled
-                threshold.source = decision.source
-                threshold.updated_at = now
+        latest = (await _latest_history(session, [fresh.id])).get(fresh.id)
+        row = _write_decision(session, fresh, threshold, latest, decision, observation, now, details, actor)
         await session.flush()
-    return history_row_dict(history, fresh)
+    return history_row_dict(row, fresh)
+
+
+def _write_decision(
+    session: AsyncSession,
+    fresh: Route,
+    threshold: Threshold | None,
+    latest: ThresholdHistory | None,
+    decision: Decision,
+    observation: Observation,
+    now: datetime,
+    details: dict[str, Any],
+    actor: str | None,
+) -> ThresholdHistory:
+    """Stage one decision's history row (new, or the latest one counted again) and threshold.
+
+    The caller holds the route's publish lock (:func:`lock_route` or :func:`lock_routes`) and
+    has checked that ``fresh`` and ``threshold`` are what the decision was made from; it
+    flushes. Returns the history row written or updated.
+    """
+    estimate = observation.estimate
+    fresh_current = None if threshold is None else threshold.hedge_after_s
+    samples = 0 if estimate is None else estimate.samples
+    censored = 0 if estimate is None else estimate.censored
+    merged = _merge_repeat(latest, fresh, fresh_current, decision, actor, now)
+    if merged is not None:
+        merged.window_s = observation.window_s
+        merged.samples, merged.censored = samples, censored
+        if estimate is not None:
+            merged.p50_s, merged.p75_s, merged.p90_s = estimate.p50_s, estimate.p75_s, estimate.p90_s
+            merged.p95_s, merged.p99_s = estimate.p95_s, estimate.p99_s
+        else:
+            merged.p50_s = merged.p75_s = merged.p90_s = merged.p95_s = merged.p99_s = None
+        merged.observed_hedge_rate = observation.observed_hedge_rate
+        merged.backup_win_rate = observation.backup_win_rate
+        merged.details = details or None
+        return merged
+    history = ThresholdHistory(
+        route_id=fresh.id,
+        computed_at=now,
+        last_at=now,
+        repeats=1,
+        previous_hedge_after_s=fresh_current,
+        hedge_after_s=decision.hedge_after_s,
+        applied=decision.applied,
+        reason=decision.reason,
+        source=decision.source,
+        window_s=observation.window_s,
+        samples=samples,
+        censored=censored,
+        p50_s=None if estimate is None else estimate.p50_s,
+        p75_s=None if estimate is None else estimate.p75_s,
+        p90_s=None if estimate is None else estimate.p90_s,
+        p95_s=None if estimate is None else estimate.p95_s,
+        p99_s=None if estimate is None else estimate.p99_s,
+        observed_hedge_rate=observation.observed_hedge_rate,
+        backup_win_rate=observation.backup_win_rate,
+        budget=fresh.budget,
+        actor=actor,
+        details=details or None,
+    )
+    session.add(history)
+    if threshold is None:
+        session.add(
+            Threshold(
+                route_id=fresh.id,
+                hedge_after_s=decision.hedge_after_s,
+                enabled=fresh.enabled,
+                source=decision.source,
+                version=1,
+                updated_at=now,
+            )
+        )
+    else:
+        changed = threshold.hedge_after_s != decision.hedge_after_s or threshold.enabled != fresh.enabled
+        if changed:
+            threshold.version += 1
+        if changed or threshold.source != decision.source:
+            threshold.hedge_after_s = decision.hedge_after_s
+            threshold.enabled = fresh.enabled
+            threshold.source = decision.source
+            threshold.updated_at = now
+    return history
+
+
+async def lock_routes(session: AsyncSession, route_ids: list[int]) -> dict[int, tuple[Route, Threshold | None]]:
+    """:func:`lock_route` for many routes at once: take their publish locks, re-read them.
+
+    The first statement takes the locks: on SQLite the no-op ``UPDATE`` of :func:`lock_route`
+    (the database's write lock), on PostgreSQL ``SELECT ... ORDER BY id FOR NO KEY UPDATE``
+    (the strength of that ``UPDATE``), in ``id`` order so that two writers of overlapping sets
+    wait for each other instead of deadlocking. Then the routes and their thresholds are re-read
+    (``populate_existing``), the thresholds ``FOR UPDATE`` on PostgreSQL.
+
+    Args:
+        session: a session whose transaction is open.
+        route_ids: the ``routes.id`` values.
+
+    Returns:
+        ``{route_id: (route, threshold)}`` for the routes that still exist.
+    """
+    if not route_ids:
+        return {}
+    if (await session.connection()).dialect.name == "postgresql":
+        await session.execute(
+            select(Route.id).where(Route.id.in_(route_ids)).order_by(Route.id).with_for_update(key_share=True)
+        )
+    else:
+        await session.execute(
+            update(Route)
+            .where(Route.id.in_(route_ids))
+            .values(budget=Route.budget)
+            .execution_options(synchronize_session=False)
+        )
+    routes = await session.scalars(
+        select(Route).where(Route.id.in_(route_ids)).execution_options(populate_existing=True)
+    )
+    thresholds = await session.scalars(
+        select(Threshold)
+        .where(Threshold.route_id.in_(route_ids))
+        .order_by(Threshold.route_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    by_route = {threshold.route_id: threshold for threshold in thresholds}
+    return {route.id: (route, by_route.get(route.id)) for route in routes}
+
+
+@dataclass(slots=True)
+class _Decided:
+    """One route's decision of a tick, with what it was decided from."""
+
+    route: Route
+    current: float | None
+    source: str | None
+    observation: Observation
+    decision: Decision
+    details: dict[str, Any]
+
+
+async def _decide_route(
+    session: AsyncSession,
+    settings: Any,
+    route: Route,
+    current: float | None,
+    source: str | None,
+    now: datetime,
+    knobs: PolicyKnobs,
+    reason_prefix: str | None = None,
+    extra_details: dict[str, Any] | None = None,
+) -> _Decided:
+    """Observe one route through ``session`` and decide."""
+    observation = await observe_route(session, route, settings, now, knobs)
+    # the objective replays the window's calls through the bucket: off the event loop
+    decision = await asyncio.to_thread(decide, _config(route), current, observation, knobs, current_source=source)
+    details = history_details(decision, observation, settings) | (extra_details or {})
+    if reason_prefix:
+        decision = replace(decision, reason=f"{reason_prefix},{decision.reason}")
+    return _Decided(route, current, source, observation, decision, details)
 
 
 async def run_tick(
@@ -498,8 +616,14 @@ async def run_tick(
 ) -> list[dict[str, Any]]:
     """One controller tick over every (route, model).
 
-    A route whose tick fails (e.g. a stored configuration out of range) is logged and skipped;
-    the others go on.
+    Every route is observed and decided first (reads only); then one transaction takes every
+    route's publish lock (:func:`lock_routes`), checks that each route's configuration and
+    published value are still those its decision was made from (a route changed in between,
+    e.g. by a ``PATCH``, is observed and decided again under the lock, from the values as
+    re-read), and writes every history row and threshold. A route whose observation or
+    decision fails (e.g. a stored configuration out of range) is logged and skipped; the others
+    go on. Should the shared write itself fail, each route is published in a transaction of its
+    own instead (:func:`tick_route`), so that one bad row costs only its route.
 
     Args:
         sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
@@ -533,16 +657,79 @@ async def run_tick(
             .order_by(Route.route, Route.model)
         )
         routes = [(route, current, source) for route, current, source in result.all()]
-    written: list[dict[str, Any]] = []
+    decided: list[_Decided] = []
     for route, current, source in routes:
         try:
-            row = await tick_route(sessionmaker, settings, route, current, now=now, knobs=knobs, current_source=source)
-            written.append(row)
-            if row["applied"]:
-                log_threshold_change(row)
+            async with sessionmaker() as session:
+                decided.append(await _decide_route(session, settings, route, current, source, now, knobs))
         except Exception:
             log.exception("controller tick failed for route %r model %r", route.route, route.model)
+    try:
+        written = await _publish_all(sessionmaker, settings, decided, now, knobs)
+    except Exception:
+        log.exception("controller tick: the shared publish failed; publishing route by route")
+        written = []
+        for item in decided:
+            try:
+                written.append(
+                    await tick_route(
+                        sessionmaker,
+                        settings,
+                        item.route,
+                        item.current,
+                        now=now,
+                        knobs=knobs,
+                        current_source=item.source,
+                    )
+                )
+            except Exception:
+                log.exception("controller tick failed for route %r model %r", item.route.route, item.route.model)
+    for row in written:
+        if row["applied"]:
+            log_threshold_change(row)
     return written
+
+
+async def _publish_all(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Any,
+    decided: list[_Decided],
+    now: datetime,
+    knobs: PolicyKnobs,
+) -> list[dict[str, Any]]:
+    """Write every decision of a tick in one transaction (see :func:`run_tick`)."""
+    if not decided:
+        return []
+    ids = [item.route.id for item in decided]
+    rows: list[tuple[ThresholdHistory, Route]] = []
+    async with sessionmaker() as session, session.begin():
+        locked = await lock_routes(session, ids)
+        latest = await _latest_history(session, ids)
+        for item in decided:
+            if item.route.id not in locked:
+                log.info("route %r model %r was deleted during the tick", item.route.route, item.route.model)
+                continue
+            fresh, threshold = locked[item.route.id]
+            current = None if threshold is None else threshold.hedge_after_s
+            chosen = item
+            if _config(fresh) != _config(item.route) or current != item.current:
+                source = None if threshold is None else threshold.source
+                log.info("route %r model %r changed while deciding: deciding again", fresh.route, fresh.model)
+                chosen = await _decide_route(session, settings, fresh, current, source, now, knobs)
+            history = _write_decision(
+                session,
+                fresh,
+                threshold,
+                latest.get(fresh.id),
+                chosen.decision,
+                chosen.observation,
+                now,
+                chosen.details,
+                None,
+            )
+            rows.append((history, fresh))
+        await session.flush()
+        return [history_row_dict(history, route) for history, route in rows]
 
 
 async def tick_route(
@@ -590,23 +777,19 @@ async def tick_route(
     knobs = knobs or PolicyKnobs.from_settings(settings)
     current = current_hedge_after_s
     for _ in range(PUBLISH_ATTEMPTS):
-        config = _config(route)
         async with sessionmaker() as session:
-            observation = await observe_route(session, route, settings, now, knobs)
-        # the objective replays the window's calls through the bucket: off the event loop
-        decision = await asyncio.to_thread(decide, config, current, observation, knobs, current_source=current_source)
-        details = history_details(decision, observation, settings) | (extra_details or {})
-        if reason_prefix:
-            decision = replace(decision, reason=f"{reason_prefix},{decision.reason}")
+            item = await _decide_route(
+                session, settings, route, current, current_source, now, knobs, reason_prefix, extra_details
+            )
         try:
             return await _publish(
                 sessionmaker,
                 route,
                 current,
-                decision,
-                observation,
+                item.decision,
+                item.observation,
                 now,
-                details=details,
+                details=item.details,
                 actor=actor,
             )
         except _StaleInputs as stale:

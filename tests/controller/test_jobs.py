@@ -634,3 +634,72 @@ async def test_a_route_change_between_decide_and_publish_is_not_overwritten(
     assert history[0]["previous_hedge_after_s"] is None
     for before, after in itertools.pairwise(history):
         assert after["previous_hedge_after_s"] == before["hedge_after_s"]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [({"pinned_hedge_after_s": 7.0}, (7.0, True, "pinned")), ({"enabled": False}, (None, False, "disabled"))],
+    ids=["pin", "disable"],
+)
+async def test_a_route_change_before_the_ticks_shared_publish_is_decided_again_under_the_lock(
+    sessionmaker, call_factory, change, expected
+) -> None:
+    from hedgerow.controller.routes_admin import configure_route
+
+    settings = Settings(default_hedge_after_s=2.0)
+    records = [
+        call_factory(f"c{i}", started_at=NOW - timedelta(seconds=10 + i), primary_ttft_s=0.1 + i / 500)
+        for i in range(300)
+    ]
+    await _store(sessionmaker, records, settings)
+    [first] = await run_tick(sessionmaker, settings, now=NOW)
+    published = first["hedge_after_s"]
+    later = NOW + timedelta(seconds=60)
+
+    async def operator_change() -> None:
+        await configure_route(sessionmaker, settings, "summarize", "m1", change, replace=False, actor="ops", now=later)
+
+    # run_tick's sessions: 1 lists the routes, 2 observes the one route, 3 publishes every route
+    hooked = _ChangeBeforePublish(sessionmaker, operator_change, publish_at=3)
+    [row] = await run_tick(hooked, settings, now=later + timedelta(seconds=1))
+    value, enabled, source = expected
+    value = published if value is None else value
+    assert (row["hedge_after_s"], row["source"], row["previous_hedge_after_s"]) == (value, source, value)
+    assert hooked.opened == 3  # decided again inside the publish transaction, under the lock
+    async with sessionmaker() as session:
+        threshold = (await session.scalars(select(Threshold))).one()
+        history = list(reversed(await get_history(session, "summarize", "m1", limit=10)))
+    assert (threshold.hedge_after_s, threshold.enabled, threshold.source, threshold.version) == (
+        value,
+        enabled,
+        source,
+        2,
+    )
+    assert [h["reason"].split(",")[0] for h in history[1:]] == ["config", source]
+    for before, after in itertools.pairwise(history):
+        assert after["previous_hedge_after_s"] == before["hedge_after_s"]
+
+
+async def test_a_failed_shared_publish_falls_back_to_one_transaction_per_route(
+    sessionmaker, call_factory, monkeypatch, caplog
+) -> None:
+    from hedgerow.controller import jobs
+
+    settings = Settings(default_hedge_after_s=2.0)
+    records = [
+        call_factory(f"{route}-{i}", route=route, started_at=NOW - timedelta(seconds=10 + i), primary_ttft_s=0.2)
+        for route in ("a", "b")
+        for i in range(50)
+    ]
+    await _store(sessionmaker, records, settings)
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("the shared write failed")
+
+    monkeypatch.setattr(jobs, "_publish_all", broken)
+    rows = await run_tick(sessionmaker, settings, now=NOW)
+    assert [r["route"] for r in rows] == ["a", "b"]
+    assert "publishing route by route" in caplog.text
+    async with sessionmaker() as session:
+        assert await session.scalar(select(func.count()).select_from(ThresholdHistory)) == 2
+        assert await session.scalar(select(func.count()).select_from(Threshold)) == 2
