@@ -135,6 +135,7 @@ def detect_change(
     min_ratio: float = 1.75,
     splits_s: tuple[float, ...] = DEFAULT_SPLITS_S,
     refine_step_s: float = REFINE_STEP_S,
+    weights: np.ndarray | None = None,
 ) -> Change | None:
     """The change point of the primary's TTFT distribution in a window, or None.
 
@@ -149,6 +150,8 @@ def detect_change(
         splits_s: candidate lengths of the recent part, seconds, ascending.
         refine_step_s: grid step on which the change point is located between the chosen
             split's neighbours, seconds; 0 keeps the chosen split.
+        weights: how many samples each entry stands for (whole numbers >= 1), shape (n,);
+            None: 1 each (a histogram's entries are tested as the samples they count).
 
     Returns:
         None when no split passes. Else the ``Change`` at the largest statistic among the
@@ -159,11 +162,11 @@ def detect_change(
     Raises:
         ValueError: arrays of different shapes, ``alpha`` outside (0, 1) or ``min_ratio < 1``.
     """
-    age, durations, flags = _checked(age_s, durations_s, censored, alpha, min_ratio)
+    sample = _checked(age_s, durations_s, censored, alpha, min_ratio, weights)
     tried = [s for s in splits_s if s < window_s]
     best: Change | None = None
     for split in tried:
-        change = _split(age, durations, flags, split, min_samples)
+        change = _split(sample, split, min_samples)
         if change is None or not change.p_value * len(tried) < alpha:
             continue
         if max(change.median_ratio, 1.0 / change.median_ratio) < min_ratio:
@@ -176,15 +179,30 @@ def detect_change(
     # largest statistic estimates the change point (Lausen & Schumacher 1992), and a coarse one
     # that lies minutes past the change mixes the old regime into the new window
     for split in _refine_points(tried, best.since_s, window_s, refine_step_s):
-        change = _split(age, durations, flags, split, min_samples)
+        change = _split(sample, split, min_samples)
         if change is not None and change.statistic > best.statistic:
             best = change
     return best
 
 
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    """The samples both tests cut: ages, durations, censoring flags and weights, shape (n,)."""
+
+    age: np.ndarray
+    durations: np.ndarray
+    flags: np.ndarray
+    weights: np.ndarray
+
+
 def _checked(
-    age_s: np.ndarray, durations_s: np.ndarray, censored: np.ndarray, alpha: float, min_ratio: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    age_s: np.ndarray,
+    durations_s: np.ndarray,
+    censored: np.ndarray,
+    alpha: float,
+    min_ratio: float,
+    weights: np.ndarray | None,
+) -> _Sample:
     """The samples as arrays, with the knobs both tests share checked.
 
     Raises:
@@ -193,15 +211,17 @@ def _checked(
     age = np.asarray(age_s, dtype=float)
     durations = np.asarray(durations_s, dtype=float)
     flags = np.asarray(censored, dtype=bool)
-    if not (age.shape == durations.shape == flags.shape):
+    w = np.ones(durations.shape) if weights is None else np.asarray(weights, dtype=float)
+    if not (age.shape == durations.shape == flags.shape == w.shape):
         raise ValueError(
-            f"age_s, durations_s and censored differ in shape: {age.shape}, {durations.shape}, {flags.shape}"
+            f"age_s, durations_s, censored and weights differ in shape: {age.shape}, {durations.shape},"
+            f" {flags.shape}, {w.shape}"
         )
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     if not (math.isfinite(min_ratio) and min_ratio >= 1):
         raise ValueError(f"min_ratio must be a finite number >= 1, got {min_ratio!r}")
-    return age, durations, flags
+    return _Sample(age, durations, flags, w)
 
 
 def _refine_points(tried: list[float], since_s: float, window_s: float, refine_step_s: float) -> list[float]:
@@ -214,20 +234,21 @@ def _refine_points(tried: list[float], since_s: float, window_s: float, refine_s
     return [float(split) for split in grid if not (split <= low or split < MIN_SINCE_S or split == since_s)]
 
 
-def _split(age: np.ndarray, durations: np.ndarray, flags: np.ndarray, split: float, min_samples: int) -> Change | None:
+def _split(sample: _Sample, split: float, min_samples: int) -> Change | None:
     """The log-rank comparison of the samples younger than ``split`` with the older ones.
 
     None when either part has fewer than ``min_samples`` samples, is all censored, or has no KM
     median (or a median of 0).
     """
-    recent = age < split
-    n_recent, n_older = int(recent.sum()), int((~recent).sum())
+    durations, flags, w = sample.durations, sample.flags, sample.weights
+    recent = sample.age < split
+    n_recent, n_older = int(w[recent].sum()), int(w[~recent].sum())
     if n_recent < min_samples or n_older < min_samples:
         return None
     if flags[recent].all() or flags[~recent].all():
         return None
-    x = risk_table(durations[recent], flags[recent])
-    y = risk_table(durations[~recent], flags[~recent])
+    x = risk_table(durations[recent], flags[recent], w[recent])
+    y = risk_table(durations[~recent], flags[~recent], w[~recent])
     statistic = logrank_z(x, y)
     p_value = float(2.0 * special.ndtr(-abs(statistic)))
     if not math.isfinite(p_value):
@@ -239,19 +260,12 @@ def _split(age: np.ndarray, durations: np.ndarray, flags: np.ndarray, split: flo
     return Change(float(split), abs(statistic), p_value, m_recent / m_older, n_recent, n_older)
 
 
-def _km_quantile(durations: np.ndarray, censored: np.ndarray, q: float) -> float | None:
-    """KM quantile ``q`` of right-censored durations, or None when the curve never reaches it."""
-    if censored.all():
-        return None
-    return risk_table(durations, censored).quantile_s(q)
-
-
-def _exceedances(durations: np.ndarray, censored: np.ndarray, level_s: float) -> tuple[int, int]:
+def _exceedances(durations: np.ndarray, censored: np.ndarray, weights: np.ndarray, level_s: float) -> tuple[int, int]:
     """``(over, known)``: primaries known to have had no first token by ``level_s``, of those
-    whose fate there is known (a primary censored before ``level_s`` is not)."""
+    whose fate there is known (a primary censored before ``level_s`` is not); weighted counts."""
     early = censored & (durations < level_s)
     over = np.where(censored, durations >= level_s, durations > level_s)
-    return int(np.count_nonzero(over)), int(durations.size - np.count_nonzero(early))
+    return int(weights[over].sum()), int(weights.sum() - weights[early].sum())
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +305,7 @@ def detect_tail_recovery(
     q: float = 0.99,
     splits_s: tuple[float, ...] = DEFAULT_SPLITS_S,
     refine_step_s: float = REFINE_STEP_S,
+    weights: np.ndarray | None = None,
 ) -> TailRecovery | None:
     """The start of a recent part whose tail is lighter than the older part's, or None.
 
@@ -312,6 +327,7 @@ def detect_tail_recovery(
         q: the tail level in (0, 1) (the policy's ``tail_quantile``).
         splits_s: candidate lengths of the recent part, seconds, ascending.
         refine_step_s: grid step of the location, seconds; 0 keeps the chosen split.
+        weights: as ``detect_change``.
 
     Returns:
         The ``TailRecovery`` with the smallest p-value, or None when no split passes.
@@ -320,13 +336,13 @@ def detect_tail_recovery(
         ValueError: arrays of different shapes, ``alpha`` outside (0, 1), ``min_ratio < 1`` or
             ``q`` outside (0, 1).
     """
-    age, durations, flags = _checked(age_s, durations_s, censored, alpha, min_ratio)
+    sample = _checked(age_s, durations_s, censored, alpha, min_ratio, weights)
     if not 0 < q < 1:
         raise ValueError(f"q must be in (0, 1), got {q!r}")
     tried = [s for s in splits_s if s < window_s]
     best: TailRecovery | None = None
     for split in tried:
-        found = _tail_split(age, durations, flags, split, min_samples, q, min_ratio)
+        found = _tail_split(sample, split, min_samples, q, min_ratio)
         if found is None or not found.p_value * len(tried) < alpha:
             continue
         if best is None or found.p_value < best.p_value:
@@ -334,35 +350,31 @@ def detect_tail_recovery(
     if best is None or refine_step_s <= 0:
         return best
     for split in _refine_points(tried, best.since_s, window_s, refine_step_s):
-        found = _tail_split(age, durations, flags, split, min_samples, q, min_ratio)
+        found = _tail_split(sample, split, min_samples, q, min_ratio)
         if found is not None and found.p_value < best.p_value:
             best = found
     return best
 
 
-def _tail_split(
-    age: np.ndarray,
-    durations: np.ndarray,
-    flags: np.ndarray,
-    split: float,
-    min_samples: int,
-    q: float,
-    min_ratio: float,
-) -> TailRecovery | None:
+def _tail_split(sample: _Sample, split: float, min_samples: int, q: float, min_ratio: float) -> TailRecovery | None:
     """The one-sided tail comparison of ``detect_tail_recovery`` at one split.
 
     None when it cannot be made (a part under ``min_samples``, no older ``q`` quantile, no
     older exceedance) or the older share is not ``min_ratio`` times the recent one.
     """
-    recent = age < split
-    n_recent, n_older = int(recent.sum()), int((~recent).sum())
+    durations, flags, w = sample.durations, sample.flags, sample.weights
+    recent = sample.age < split
+    n_recent, n_older = int(w[recent].sum()), int(w[~recent].sum())
     if n_recent < min_samples or n_older < min_samples:
         return None
-    level = _km_quantile(durations[~recent], flags[~recent], q)
+    older = ~recent
+    if flags[older].all():
+        return None
+    level = risk_table(durations[older], flags[older], w[older]).quantile_s(q)
     if level is None:
         return None
-    r_over, r_known = _exceedances(durations[recent], flags[recent], level)
-    o_over, o_known = _exceedances(durations[~recent], flags[~recent], level)
+    r_over, r_known = _exceedances(durations[recent], flags[recent], w[recent], level)
+    o_over, o_known = _exceedances(durations[older], flags[older], w[older], level)
     if r_known == 0 or o_over == 0 or o_over / o_known < min_ratio * r_over / r_known:
         return None
     table = [[r_over, r_known - r_over], [o_over, o_known - o_over]]

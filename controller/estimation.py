@@ -320,7 +320,7 @@ def _validate(
     censored: Sequence[bool],
     budget: float | None,
     confidence: float,
-    weights: Sequence[float] | None = None,
+    weights: Sequence[float] | np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Check the inputs of ``estimate_ttft``; return them as numpy arrays (float, bool, float
     weights or None)."""
@@ -422,7 +422,7 @@ def estimate_ttft(
     *,
     budget: float | None = None,
     confidence: float = 0.95,
-    weights: Sequence[float] | None = None,
+    weights: Sequence[float] | np.ndarray | None = None,
 ) -> TTFTEstimate:
     """Kaplan-Meier quantiles and the budget target of right-censored primary TTFTs.
 

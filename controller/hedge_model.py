@@ -167,19 +167,23 @@ class SurvivalCurve:
         return float(self.values[-1]) if self.values.size else 1.0
 
 
-def km_survival(durations_s: Sequence[float], censored: Sequence[bool]) -> SurvivalCurve:
+def km_survival(
+    durations_s: Sequence[float], censored: Sequence[bool], weights: Sequence[float] | np.ndarray | None = None
+) -> SurvivalCurve:
     """Kaplan-Meier survival curve of right-censored durations.
 
     Args:
         durations_s: one duration per attempt, seconds, shape (n,), finite and >= 0.
         censored: shape (n,), True where the duration is a censoring time.
+        weights: how many attempts each entry stands for, shape (n,); None: 1 each.
 
     Returns:
         The curve (``_km.risk_table``: the product-limit estimate), stepping only at the
         observed (uncensored) times; with no uncensored sample it is 1 everywhere.
 
     Raises:
-        ValueError: empty input, lengths differ, or a negative or non-finite duration.
+        ValueError: empty input, lengths differ (weights included), or a negative or non-finite
+            duration.
     """
     durations = np.asarray(durations_s, dtype=float)
     flags = np.asarray(censored, dtype=bool)
@@ -189,12 +193,16 @@ def km_survival(durations_s: Sequence[float], censored: Sequence[bool]) -> Survi
         raise ValueError(f"durations_s and censored differ in length ({durations.size} != {flags.size})")
     if not np.all(np.isfinite(durations)) or durations.min() < 0:
         raise ValueError("durations_s must be finite and >= 0 seconds")
+    w = None if weights is None else np.asarray(weights, dtype=float)
+    if w is not None and w.shape != durations.shape:
+        raise ValueError(f"weights has shape {w.shape}, durations_s {durations.shape}")
+    samples = int(durations.size if w is None else w.sum())
     if flags.all():
-        return SurvivalCurve(np.empty(0), np.empty(0), int(durations.size))
-    table = risk_table(durations, flags)
+        return SurvivalCurve(np.empty(0), np.empty(0), samples)
+    table = risk_table(durations, flags, w)
     keep = table.event_mask  # S steps only where a first token was seen
     times, values = table.times_s, table.survival()
-    return SurvivalCurve(times[keep], values[keep], int(durations.size))
+    return SurvivalCurve(times[keep], values[keep], samples)
 
 
 def predicted_survival(

@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hedgerow.controller._policy_window import TAIL_SAMPLES, WindowRecords, observe_window, ttft_sample
+from hedgerow.controller._policy_window import (
+    TAIL_SAMPLES,
+    CallCounts,
+    Samples,
+    WindowData,
+    WindowRecords,
+    observe_window,
+    ttft_sample,
+)
 from hedgerow.controller.policy import PolicyKnobs
 from hedgerow.settings import Settings
 
@@ -127,3 +135,73 @@ def test_a_recovered_tail_shrinks_the_window_to_the_data_since_it() -> None:
     calm = primary.copy()
     calm[queue] = 0.6 * np.exp(0.5 * rng.standard_normal(int(queue.sum())))
     assert observe(make(age, calm)).drift is None
+
+
+def _grouped(records: WindowRecords) -> WindowData:
+    """The records as weighted entries: one per distinct (age, duration, censored) of each kind,
+    one counter entry per distinct age (what a histogram per minute and bucket holds)."""
+
+    def samples(age: np.ndarray, durations: np.ndarray, censored: np.ndarray) -> Samples:
+        keys, counts = np.unique(np.column_stack((age, durations, censored)), axis=0, return_counts=True)
+        return Samples(keys[:, 0], keys[:, 1], keys[:, 2].astype(bool), counts)
+
+    data = records.data()
+    c = data.counts
+    ages, inverse = np.unique(c.age_s, return_inverse=True)
+
+    def per_age(values: np.ndarray) -> np.ndarray:
+        return np.bincount(inverse, weights=values.astype(float), minlength=ages.size)
+
+    return WindowData(
+        primary=samples(data.primary.age_s, data.primary.durations_s, data.primary.censored),
+        backup=samples(data.backup.age_s, data.backup.durations_s, data.backup.censored),
+        call_ttft=samples(data.call_ttft.age_s, data.call_ttft.durations_s, data.call_ttft.censored),
+        counts=CallCounts(
+            ages, per_age(c.calls), per_age(c.hedged), per_age(c.backup_wins), per_age(c.denied), per_age(c.wanted)
+        ),
+    )
+
+
+@pytest.mark.parametrize("shift", [1.0, 2.5], ids=["steady", "slowdown"])
+def test_weighted_entries_observe_what_their_calls_do(shift: float) -> None:
+    """Calls on a 60 s grid with durations on a 0.05 s grid, given once per call and once as
+    (minute, duration, count) entries: the same observation (the window rules read weights)."""
+    rng = np.random.default_rng(3)
+    n = 6000
+    age = np.floor(rng.uniform(0, 3600, n) / 60) * 60 + 30
+    primary = np.round(rng.lognormal(np.log(0.5), 0.6, n), 2)
+    primary[age < 600] *= shift  # the last 10 minutes slower: the log-rank test cuts there
+    primary = np.round(primary / 0.05) * 0.05 + 0.05
+    hedged = primary > 1.0
+    backup = np.where(hedged, np.round(rng.lognormal(np.log(0.4), 0.5, n), 1) + 0.1, np.nan)
+    won = hedged & (backup + 1.0 < primary)
+    censored = won  # the primaries the backup beat were cancelled at its first token
+    primary = np.where(won, np.round(backup + 1.0, 2), primary)
+    records = make(
+        age[::-1].copy(),
+        primary[::-1].copy(),
+        primary_censored=censored[::-1].copy(),
+        hedged=hedged[::-1].copy(),
+        backup_won=won[::-1].copy(),
+        backup_s=backup[::-1].copy(),
+        backup_censored=(hedged & ~won)[::-1].copy(),
+        call_ttft_s=np.minimum(primary, np.where(hedged, backup + 1.0, np.inf))[::-1].copy(),
+    )
+    one = observe(records)
+    weighted = observe_window(
+        _grouped(records), settings=Settings(), budget=0.10, knobs=PolicyKnobs.from_settings(Settings())
+    )
+    assert (one.drift is not None) == (shift > 1.0)
+    assert weighted.estimate is not None and one.estimate is not None
+    for name in ("samples", "censored", "p50_s", "p90_s", "p99_s", "target_s", "target_all_events_s"):
+        assert getattr(weighted.estimate, name) == getattr(one.estimate, name), name
+    for name in (
+        "window_s", "calls", "hedges", "observed_hedge_rate", "backup_win_rate", "short_window_calls",
+        "short_window_hedge_rate", "call_ttft_samples", "call_p99_s", "short_window_target_s",
+        "wanted_hedge_rate", "drift",
+    ):  # fmt: skip
+        assert getattr(weighted, name) == getattr(one, name), name
+    for name in ("primary_durations_s", "short_durations_s", "backup_durations_s"):
+        assert sorted(getattr(weighted, name)) == sorted(getattr(one, name)), name
+    assert weighted.backup_curve is not None and one.backup_curve is not None
+    assert np.array_equal(weighted.backup_curve.values, one.backup_curve.values)
