@@ -55,7 +55,7 @@ __all__ = [
     "decode_many",
     "encode",
     "first_samples",
-    "merge_encoded",
+    "merge_many",
     "minute_index",
 ]
 
@@ -271,14 +271,40 @@ def decode(blob: bytes | None) -> tuple[np.ndarray, np.ndarray]:
     return pairs[:, 0], pairs[:, 1]
 
 
-def merge_encoded(stored: bytes | None, keys: np.ndarray, counts: np.ndarray) -> bytes:
-    """The stored histograms plus ``(keys, counts)`` (element-wise sum), encoded."""
-    old_keys, old_counts = decode(stored)
-    if old_keys.size == 0:
-        return encode(keys, counts)
-    merged, inverse = np.unique(np.concatenate((old_keys, keys)), return_inverse=True)
-    sums = np.bincount(inverse.reshape(-1), weights=np.concatenate((old_counts, counts)), minlength=merged.size)
-    return encode(merged, sums.astype(np.int64))
+def merge_many(stored: Sequence[bytes | None], added: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[bytes]:
+    """Each stored value plus its added ``(keys, counts)`` (element-wise sums), encoded; all rows
+    in one vectorised pass.
+
+    Args:
+        stored: stored values, one per row (None or empty: none yet).
+        added: ``(keys, counts)`` to add to each row, in the same order (sorted, distinct keys).
+
+    Returns:
+        The encoded sums, one per row.
+
+    Raises:
+        ValueError: lengths differ, or a stored value that is not whole pairs.
+    """
+    if len(stored) != len(added):
+        raise ValueError(f"{len(stored)} stored values but {len(added)} additions")
+    rows = len(stored)
+    old_row, old_keys, old_counts = decode_many(stored)
+    sizes = np.fromiter((keys.size for keys, _ in added), dtype=np.int64, count=rows)
+    new_row = np.repeat(np.arange(rows, dtype=np.int64), sizes)
+    parts_keys = [np.asarray(keys, dtype=np.int64) for keys, _ in added]
+    parts_counts = [np.asarray(counts, dtype=np.int64) for _, counts in added]
+    combined = np.concatenate(
+        (
+            old_row * _KEYS + old_keys.astype(np.int64),
+            new_row * _KEYS + np.concatenate(parts_keys or [np.zeros(0, np.int64)]),
+        )
+    )
+    weights = np.concatenate((old_counts.astype(np.int64), np.concatenate(parts_counts or [np.zeros(0, np.int64)])))
+    flat, inverse = np.unique(combined, return_inverse=True)
+    sums = np.bincount(inverse.reshape(-1), weights=weights, minlength=flat.size).astype(np.int64)
+    pairs = np.column_stack((flat % _KEYS, sums)).astype(_PAIR)
+    bounds = np.searchsorted(flat // _KEYS, np.arange(rows + 1)).tolist()
+    return [pairs[bounds[i] : bounds[i + 1]].tobytes() for i in range(rows)]
 
 
 def decode_many(blobs: Sequence[bytes | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

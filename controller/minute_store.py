@@ -34,9 +34,8 @@ from hedgerow.controller.minute_counts import (
     MinuteCounts,
     call_samples,
     count_minutes,
-    encode,
     first_samples,
-    merge_encoded,
+    merge_many,
     minute_index,
 )
 from hedgerow.controller.models import MinuteAggregate
@@ -98,15 +97,17 @@ def merged_rows(counts: dict[Key, MinuteCounts], stored: dict[Key, Sequence[Any]
     Returns:
         Rows in :data:`COLUMNS` order, sorted by key.
     """
+    keys = sorted(counts)
+    blobs = merge_many(
+        [None if (old := stored.get(key)) is None else old[7] for key in keys],
+        [(counts[key].keys, counts[key].counts) for key in keys],
+    )
     rows: list[tuple[Any, ...]] = []
-    for key in sorted(counts):
-        added = counts[key]
+    for key, blob in zip(keys, blobs, strict=True):
+        added = counts[key].counters()
         old = stored.get(key)
-        if old is None:
-            rows.append((*key, *added.counters(), encode(added.keys, added.counts)))
-        else:
-            sums = (int(a) + b for a, b in zip(old[2:7], added.counters(), strict=True))
-            rows.append((*key, *sums, merge_encoded(old[7], added.keys, added.counts)))
+        sums = added if old is None else tuple(int(a) + b for a, b in zip(old[2:7], added, strict=True))
+        rows.append((*key, *sums, blob))
     return rows
 
 

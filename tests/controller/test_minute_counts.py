@@ -18,7 +18,7 @@ from hedgerow.controller.minute_counts import (
     decode,
     decode_many,
     encode,
-    merge_encoded,
+    merge_many,
     minute_index,
 )
 from hedgerow.controller.ttft_histogram import N_BUCKETS, bucket_index, bucket_indices
@@ -71,9 +71,13 @@ def test_encoding_round_trips_and_merges() -> None:
     blob = encode(keys, counts)
     assert len(blob) == 3 * 8
     assert [a.tolist() for a in decode(blob)] == [keys.tolist(), counts.tolist()]
-    merged = merge_encoded(blob, np.array([0, 400]), np.array([5, 1]))
+    merged, fresh, nothing = merge_many(
+        [blob, None, b""], [(np.array([0, 400]), np.array([5, 1])), (keys, counts), (np.zeros(0), np.zeros(0))]
+    )
     assert [a.tolist() for a in decode(merged)] == [[0, 3, 400, 1649], [5, 1, 8, 2**31]]
-    assert merge_encoded(None, keys, counts) == blob
+    assert fresh == blob and nothing == b""
+    with pytest.raises(ValueError, match="2 stored values but 1 additions"):
+        merge_many([blob, None], [(keys, counts)])
     rows, all_keys, all_counts = decode_many([blob, b"", None, merged])
     assert rows.tolist() == [0, 0, 0, 3, 3, 3, 3]
     assert all_keys.tolist() == [3, 400, 1649, 0, 3, 400, 1649]
