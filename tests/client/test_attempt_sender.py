@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import uuid
 from collections.abc import Callable
 
 import httpx
@@ -89,12 +90,24 @@ async def test_an_attempt_sends_each_header_once_the_later_source_winning_case_i
     assert seen[0].extensions["timeout"]["connect"] == client.policy.connect_timeout_s
 
 
-async def test_an_upstream_header_named_like_an_attempt_id_is_sent_instead_of_it() -> None:
+async def test_an_upstream_header_named_like_an_attempt_id_or_host_is_sent_instead_of_it() -> None:
     seen: list[httpx.Request] = []
-    upstream = Upstream("a", "http://a.test/v1", headers={"X-Request-ID": "0f5e3b8c-0000-4000-8000-000000000000"})
-    async with HedgingClient([upstream], transport=recording(seen)) as client:
+    fixed = "0f5e3b8c-0000-4000-8000-000000000000"
+    upstream = Upstream("a", "http://a.test:8080/v1", headers={"X-Request-ID": fixed, "host": "api.internal"})
+    async with HedgingClient([upstream, Upstream("b", "http://b.test:8081/v1")], transport=recording(seen)) as client:
         await text_of(client)
-    assert seen[0].headers.get_list("x-request-id") == ["0f5e3b8c-0000-4000-8000-000000000000"]
+        await text_of(client, primary="b")
+    assert seen[0].headers.get_list("x-request-id") == [fixed]
+    assert seen[0].headers.get_list("host") == ["api.internal"]
+    assert seen[1].headers.get_list("host") == ["b.test:8081"]  # as httpx sets it: host and port
+
+
+async def test_the_default_call_id_is_a_random_version_4_uuid_in_hex() -> None:
+    async with HedgingClient([Upstream("a", "http://a.test/v1")], transport=recording([])) as client:
+        ids = [client.stream_chat(BODY).request_id for _ in range(50)]
+    assert len(set(ids)) == 50
+    assert all(len(i) == 32 and uuid.UUID(hex=i).hex == i and uuid.UUID(hex=i).version == 4 for i in ids)
+    assert all(uuid.UUID(hex=i).variant == uuid.RFC_4122 for i in ids)
 
 
 async def test_a_cookie_an_upstream_sets_is_sent_back_as_httpx_would() -> None:
