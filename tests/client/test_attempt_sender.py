@@ -61,7 +61,8 @@ async def test_an_attempt_sends_each_header_once_the_later_source_winning_case_i
     for items in (with_caller, plain):
         names = [k for k, _ in items]
         assert len(names) == len(set(names)), items  # no header twice
-    defaults = httpx.AsyncClient().headers
+    async with httpx.AsyncClient() as plain_client:  # httpx's default headers, for comparison
+        defaults = plain_client.headers
     content_length = str(len(seen[0].content))
     assert dict(with_caller) == {
         "host": "a.test",
