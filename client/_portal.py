@@ -80,11 +80,13 @@ class Portal:
         collection), where ``run`` cannot wait. The task is kept until it ends; an exception of
         it is logged by asyncio, nobody being there to receive it.
         """
-        loop = self.loop
         if self.in_thread():
-            self._keep(loop.create_task(coroutine))
-        else:
-            loop.call_soon_threadsafe(lambda: self._keep(loop.create_task(coroutine)))
+            # The running loop, not ``self.loop``: a finalizer run here may have interrupted this
+            # thread inside ``self.loop``, whose lock is held then.
+            self._keep(asyncio.get_running_loop().create_task(coroutine))
+            return
+        loop = self.loop
+        loop.call_soon_threadsafe(lambda: self._keep(loop.create_task(coroutine)))
 
     def _keep(self, task: asyncio.Task[Any]) -> None:
         self._started.add(task)

@@ -331,12 +331,19 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
     def close(self) -> None:
         """Close the sync twin's connection pool (``httpx.Client.close`` calls it); idempotent.
 
-        The async side is closed by ``aclose``.
+        Waits until the pool is closed, except on the portal's own thread, which cannot wait for
+        its loop (openai's ``SyncHttpxClientWrapper.__del__`` closes the client in whichever
+        thread the garbage collection runs, often the portal's): there the close is started on
+        the portal's loop and not waited for. The async side is closed by ``aclose``.
         """
         with self._twin_lock:
             twin, self._twin = self._twin, None
-        if twin is not None:
-            PORTAL.run(twin.aclose())
+        if twin is None:
+            return
+        if PORTAL.in_thread():
+            PORTAL.start_soon(twin.aclose())
+            return
+        PORTAL.run(twin.aclose())
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Hedge a chat completion, or pass any other request to the primary upstream.

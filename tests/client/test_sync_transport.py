@@ -222,3 +222,36 @@ async def test_sync_stream_dropped_and_collected_on_the_portal_thread_ends_the_c
     assert unraisable == []
     (record,) = sink.records
     assert record.status == "cancelled" and record.error_type == "caller_cancelled"
+
+
+async def test_sync_transport_closed_on_the_portal_thread_closes_its_pool_without_waiting() -> None:
+    # openai's ``SyncHttpxClientWrapper.__del__`` closes its ``httpx.Client``, and so this
+    # transport, in whichever thread the garbage collection runs: often the portal's own, which
+    # cannot wait for its own loop. The close must not raise nor hang there, and must still close
+    # the twin's pool (the kept-alive connection to the upstream ends).
+    script = Script(pieces=sse(chunk("a", role="assistant"), chunk(finish="stop")), keep_alive=True)
+    async with ScriptedServer(script) as a:
+        transport = HedgingTransport([Upstream("a", a.base_url)], route="chat", telemetry=Sink())
+        client = sync_sdk(transport)
+
+        def one_call() -> str:
+            stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+            return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+        assert await asyncio.to_thread(one_call) == "a"
+        twin = transport._twin
+        assert twin is not None and twin._http is not None
+
+        async def close_on_the_portal() -> None:
+            transport.close()  # synchronously, on the portal's thread (as a finalizer run there)
+
+        # A deadlock fails the test after 10 s instead of hanging it.
+        await asyncio.wait_for(asyncio.to_thread(PORTAL.run, close_on_the_portal()), timeout=10.0)
+        assert transport._twin is None
+        # The close runs on the portal, not waited for: the kept-alive connection ends, then the
+        # twin's client is dropped.
+        assert await a.wait_disconnect(0, timeout_s=5.0) is not None
+        deadline = time.monotonic() + 5.0
+        while twin._http is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert twin._closed and twin._http is None
