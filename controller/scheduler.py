@@ -82,6 +82,7 @@ class ControllerScheduler:
         self._scheduler: AsyncIOScheduler | None = None
         self._running: set[asyncio.Task[Any]] = set()
         self._lock = asyncio.Lock()
+        self._renew_lock = asyncio.Lock()
         self.rollups = 0
         self.last_rollup: RetentionReport | None = None
         self._rollup_lock = asyncio.Lock()
@@ -99,17 +100,22 @@ class ControllerScheduler:
         """
         if self._stopping:
             return False
-        before = self.holding
-        try:
-            self.holding = await acquire_lease(
-                self.sessionmaker, CONTROLLER_LEASE, self.holder, self.settings.lease_ttl_s
-            )
-        except Exception:
-            log.exception("could not renew the controller lease")
-            self.holding = False
-        if self.holding != before:
-            self._lease_changed()
-        return self.holding
+        # the tick, rollup and report jobs renew on their own: one renewal at a time, so that a
+        # change of the lease is seen (and logged) once
+        async with self._renew_lock:
+            before = self.holding
+            try:
+                self.holding = await acquire_lease(
+                    self.sessionmaker, CONTROLLER_LEASE, self.holder, self.settings.lease_ttl_s
+                )
+            except Exception as exc:
+                # one line: while the store is down this repeats every renewal
+                first_line = (str(exc).splitlines() or [""])[0]
+                log.warning("could not renew the controller lease: %s: %s", type(exc).__name__, first_line)
+                self.holding = False
+            if self.holding != before:
+                self._lease_changed()
+            return self.holding
 
     def _lease_changed(self, *, released: bool = False) -> None:
         log_lease_change(CONTROLLER_LEASE, self.holder, self.holding, released=released)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from sqlalchemy import func, select
@@ -46,3 +47,26 @@ async def test_only_the_lease_holder_ticks_and_hands_over(sessionmaker, call_fac
     async with sessionmaker() as session:
         ticks = await session.scalar(select(func.sum(ThresholdHistory.repeats)))
     assert ticks == first.ticks + second.ticks  # each tick is a row or a repeat of one (one route)
+
+
+async def test_a_lost_lease_is_logged_once_when_the_jobs_renew_at_once(sessionmaker, monkeypatch, caplog) -> None:
+    """The tick, rollup and report jobs renew on their own; when the store goes away under two
+    renewals at once, ``lease_lost`` is one line, and each failure one line without a traceback."""
+    from hedgerow.controller import scheduler as module
+
+    scheduler = ControllerScheduler(sessionmaker, Settings(), holder="only")
+    assert await scheduler.renew()
+
+    async def store_down(*_args, **_kwargs):
+        await asyncio.sleep(0.05)  # both renewals are under way before either fails
+        raise OSError("connection refused\nsecond line")
+
+    monkeypatch.setattr(module, "acquire_lease", store_down)
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    assert await asyncio.gather(scheduler.renew(), scheduler.renew()) == [False, False]
+    lost = [r for r in caplog.records if r.getMessage().startswith("lease_lost")]
+    failures = [r for r in caplog.records if "could not renew" in r.getMessage()]
+    assert len(lost) == 1
+    assert len(failures) == 2 and all(r.exc_info is None for r in failures)
+    assert failures[0].getMessage() == "could not renew the controller lease: OSError: connection refused"
