@@ -14,17 +14,21 @@ made through this process at once (:meth:`ThresholdCache.invalidate`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.change_counters import read_change_counter
 from hedgerow.controller.queries import list_thresholds
 
 __all__ = ["CachedTable", "ThresholdCache"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,8 @@ class ThresholdCache:
         self._checked_at = -math.inf
         self._generation = 0  # raised by invalidate(): a check in flight then does not count
         self._lock = asyncio.Lock()
+        #: True while the last check failed and the table served is the last one rendered.
+        self.serving_stale = False
         #: Counter reads and renders made (for tests and benchmarks).
         self.counter_reads = 0
         self.renders = 0
@@ -91,9 +97,15 @@ class ThresholdCache:
 
         One check at a time: requests arriving during a check wait for it and share its result.
 
+        When the check fails (the store is down: a driver, pool or socket error) and a table was
+        rendered before, that table is served (stale if error, as HTTP caches do): clients keep
+        the thresholds they would have kept anyway, and a client process that starts during an
+        outage gets them instead of its defaults. The next check comes ``check_interval_s``
+        later; the start and the end of such a stretch are logged once each.
+
         Raises:
-            sqlalchemy.exc.SQLAlchemyError: the store cannot be read (nothing cached yet, or the
-                check itself failed: an error is not hidden behind a stale table).
+            sqlalchemy.exc.SQLAlchemyError / OSError: the store cannot be read and nothing was
+                cached yet.
         """
         table = self.fresh()
         if table is not None:
@@ -103,14 +115,26 @@ class ThresholdCache:
             if table is not None:
                 return table
             started, generation = self._clock(), self._generation
-            async with self._sessionmaker() as session:
-                version = await read_change_counter(session)
-                self.counter_reads += 1
-                table = self._table
-                if table is None or version is None or version != table.version:
-                    body, etag = self._render(await list_thresholds(session))
-                    self.renders += 1
-                    table = CachedTable(body, etag, version)
+            try:
+                async with self._sessionmaker() as session:
+                    version = await read_change_counter(session)
+                    self.counter_reads += 1
+                    table = self._table
+                    if table is None or version is None or version != table.version:
+                        body, etag = self._render(await list_thresholds(session))
+                        self.renders += 1
+                        table = CachedTable(body, etag, version)
+            except (SQLAlchemyError, OSError) as exc:
+                if self._table is None:
+                    raise
+                if not self.serving_stale:
+                    log.warning("threshold table: the store cannot be read (%s); serving the last table", exc)
+                    self.serving_stale = True
+                self._checked_at = started
+                return self._table
+            if self.serving_stale:
+                log.info("threshold table: the store can be read again")
+                self.serving_stale = False
             self._table = table
             if generation == self._generation:
                 self._checked_at = started

@@ -28,6 +28,7 @@ from hedgerow.api.limits import DEFAULT_BODY_LIMIT_BYTES, BodyLimitMiddleware
 from hedgerow.api.metrics import Metrics
 from hedgerow.api.openapi import build_openapi
 from hedgerow.api.pages import install_pages
+from hedgerow.api.store_errors import STORE_ERRORS, store_unavailable
 from hedgerow.controller.db import (
     check_database_url,
     make_engine,
@@ -172,6 +173,9 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     install_docs(app)
     install_pages(app)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
+
+    for error in STORE_ERRORS:
+        app.add_exception_handler(error, store_unavailable)
 
     @app.exception_handler(UnknownRoute)
     async def unknown_route(_request: Request, exc: UnknownRoute) -> JSONResponse:

@@ -38,6 +38,9 @@ hedgerow_controller_tick_duration_seconds              histogram  (ticks run by 
 hedgerow_controller_last_success_timestamp_seconds     gauge      (Unix time of the last tick)
 hedgerow_lease_held                                    gauge      lease (1 while this process
                                                                   holds it)
+hedgerow_store_up                                      gauge      (1 when the scrape could read
+                                                                  the store; at 0 the threshold
+                                                                  series are left out)
 hedgerow_hedge_after_seconds                           gauge      route, model (published value)
 hedgerow_threshold_info                                gauge      route, model, version, source
 =====================================================  =========  ==================================
@@ -45,6 +48,7 @@ hedgerow_threshold_info                                gauge      route, model, 
 
 from __future__ import annotations
 
+import logging
 from collections import Counter as Tally
 from collections import defaultdict
 from collections.abc import Iterable
@@ -56,6 +60,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from hedgerow.api.auth import require_scope
+from hedgerow.api.store_errors import STORE_ERRORS, is_store_down
 from hedgerow.client.records import estimate_prompt_tokens
 from hedgerow.controller.ingest import RecordFields
 from hedgerow.controller.lease import CONTROLLER_LEASE
@@ -71,6 +76,8 @@ TTFT_BUCKETS_S: tuple[float, ...] = (
 TICK_BUCKETS_S: tuple[float, ...] = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 router = APIRouter()
+
+log = logging.getLogger(__name__)
 
 
 class Metrics:
@@ -141,6 +148,7 @@ class Metrics:
         self.lease_held = Gauge(
             "hedgerow_lease_held", "1 while this process holds the lease, else 0.", ["lease"], registry=r
         )
+        self.store_up = Gauge("hedgerow_store_up", "1 when the last scrape could read the store, else 0.", registry=r)
         self.hedge_after = Gauge(
             "hedgerow_hedge_after_seconds", "The published hedge_after_s, seconds.", route_model, registry=r
         )
@@ -233,7 +241,18 @@ async def metrics(request: Request) -> Response:
 async def metrics_response(request: Request) -> Response:
     """The ``/metrics`` answer for an authorized ``request`` (also served to the console's login)."""
     app_metrics: Metrics = request.app.state.metrics
-    async with request.app.state.sessionmaker() as session:
-        app_metrics.set_thresholds(await list_thresholds(session))
+    try:
+        async with request.app.state.sessionmaker() as session:
+            app_metrics.set_thresholds(await list_thresholds(session))
+    except STORE_ERRORS as exc:
+        reason = await is_store_down(request)
+        if reason is None:
+            raise
+        # this process's own series still count; the threshold gauges are dropped, not stale
+        log.warning("/metrics: %s (%s)", reason, type(exc).__name__)
+        app_metrics.set_thresholds([])
+        app_metrics.store_up.set(0)
+    else:
+        app_metrics.store_up.set(1)
     app_metrics.set_lease(request.app.state.scheduler.holding)
     return Response(app_metrics.render(), media_type=CONTENT_TYPE_LATEST)

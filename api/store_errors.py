@@ -1,0 +1,76 @@
+"""What a request answers when the store cannot be reached: 503 naming the store, one log line.
+
+A database that goes away (stopped, refusing connections, its connections terminated) makes every
+query raise an error of the driver or of the connection pool: SQLAlchemy's ``DBAPIError`` family,
+its pool ``TimeoutError``, or a bare ``OSError`` from the socket. Not every such error means the
+store is down (a constraint violation is a ``DBAPIError`` too), so :func:`store_unavailable`
+asks the store itself, as ``GET /readyz`` does (``controller.db.check_ready``, bounded by
+:data:`CHECK_TIMEOUT_S`): when that check fails too the request answers
+
+- ``503`` with ``{"detail": {"field": "database", "message": ...}}`` and ``Retry-After: 5``
+  (the api's error shape), or the console's error page for a page under ``/ui``;
+- one warning line in the log (the method, the path and the check's reason), not a traceback
+  per request;
+
+and otherwise the error goes on as the bug it is (a 500 with its traceback). ``GET
+/v1/thresholds`` keeps serving the table it rendered last (``_threshold_cache``) and ``/metrics``
+keeps serving this process's own series (``metrics``), each with ``hedgerow_store_up`` at 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy.exc import SQLAlchemyError
+
+from hedgerow.api._page_kit import error_page
+from hedgerow.controller.db import check_ready
+from hedgerow.controller.errors import StoreNotReady
+
+__all__ = ["CHECK_TIMEOUT_S", "STORE_ERRORS", "UNAVAILABLE_MESSAGE", "is_store_down", "store_unavailable"]
+
+log = logging.getLogger(__name__)
+
+#: The exceptions a query raises when the store may be down (checked before answering 503).
+STORE_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, OSError)
+#: Seconds the readiness check may take before the store counts as down.
+CHECK_TIMEOUT_S = 2.0
+#: What a client is told (the database's own error, which may name hosts and users, is logged).
+UNAVAILABLE_MESSAGE = "the store is unavailable: database unreachable or not migrated (details in the server log)"
+
+
+async def is_store_down(request: Request) -> str | None:
+    """Why the app's store cannot serve now (``check_ready``'s reason), or None when it can."""
+    try:
+        await asyncio.wait_for(check_ready(request.app.state.engine), CHECK_TIMEOUT_S)
+    except StoreNotReady as exc:
+        return str(exc)
+    except TimeoutError:
+        return f"database did not answer within {CHECK_TIMEOUT_S:g} s"
+    return None
+
+
+async def store_unavailable(request: Request, exc: Exception) -> Response:
+    """The app's handler of :data:`STORE_ERRORS` (see the module docstring).
+
+    Raises:
+        Exception: ``exc`` again when the store answers (the error is not an outage).
+    """
+    reason = await is_store_down(request)
+    if reason is None:
+        raise exc
+    log.warning("%s %s: %s (%s: %s)", request.method, request.url.path, reason, type(exc).__name__, _first_line(exc))
+    if request.url.path.startswith("/ui"):
+        return error_page(request, None, 503, UNAVAILABLE_MESSAGE)
+    return JSONResponse(
+        {"detail": {"field": "database", "message": UNAVAILABLE_MESSAGE}},
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0]

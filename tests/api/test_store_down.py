@@ -1,0 +1,74 @@
+"""What the service answers while its store is unreachable (``hedgerow.api.store_errors``).
+
+The store "goes away" by pointing the running app at a database that cannot be opened (a SQLite
+file in a folder removed after the engine was made): every query then fails as it does when a server refuses
+connections, and ``check_ready`` (``/readyz``'s check) fails too.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from hedgerow.controller.db import make_engine, make_sessionmaker
+from tests.helpers import recent_calls
+
+
+def _store_goes_away(app, tmp_path) -> None:
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    engine = make_engine(f"sqlite+aiosqlite:///{folder}/store.db")
+    folder.rmdir()  # the file can no longer be opened
+    app.state.engine = engine
+    app.state.sessionmaker = make_sessionmaker(engine)
+    app.state.thresholds._sessionmaker = app.state.sessionmaker  # the poll cache's own reads too
+
+
+async def test_an_unreachable_store_is_a_503_naming_it_and_one_log_line(
+    make_api, call_factory, tmp_path, caplog
+) -> None:
+    async with make_api(threshold_check_interval_s=0.0) as (app, client):
+        calls = recent_calls(call_factory, "a", 300, 1.0)
+        assert (await client.post("/v1/calls", json={"calls": calls})).status_code == 202
+        assert (await client.post("/v1/controller/run")).status_code == 200
+        table = await client.get("/v1/thresholds")
+        assert table.status_code == 200 and table.json()["thresholds"]
+        _store_goes_away(app, tmp_path)
+        caplog.clear()
+        caplog.set_level(logging.INFO)
+        for path in ("/v1/routes", "/v1/routes/summarize/history", "/v1/reports/weekly"):
+            answer = await client.get(path)
+            assert answer.status_code == 503, path
+            assert answer.headers["retry-after"] == "5"
+            assert answer.json()["detail"]["field"] == "database"
+            assert "store is unavailable" in answer.json()["detail"]["message"]
+        page = await client.get("/ui/routes")
+        assert page.status_code == 503 and "text/html" in page.headers["content-type"]
+        assert "store is unavailable" in page.text
+        # polls keep the table rendered last; metrics keep this process's own series
+        stale = await client.get("/v1/thresholds")
+        assert stale.status_code == 200 and stale.content == table.content
+        metrics = await client.get("/metrics")
+        assert metrics.status_code == 200
+        assert "hedgerow_store_up 0.0" in metrics.text and "hedgerow_records_accepted_total" in metrics.text
+        assert "hedgerow_hedge_after_seconds{" not in metrics.text
+        assert (await client.get("/readyz")).status_code == 503
+        assert not [r for r in caplog.records if r.exc_info], "no traceback while the store is down"
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any(m.startswith("GET /v1/routes: database not reachable") for m in warnings), warnings
+
+
+async def test_a_store_error_while_the_store_answers_is_still_a_500(make_api, monkeypatch) -> None:
+    """A driver error that is not an outage (the store answers ``check_ready``) stays a 500."""
+    from sqlalchemy.exc import IntegrityError
+
+    from hedgerow.api import routes as routes_api
+
+    async def broken(*_args, **_kwargs):
+        raise IntegrityError("INSERT ...", {}, Exception("a constraint"))
+
+    async with make_api() as (_app, client):
+        monkeypatch.setattr(routes_api, "list_routes", broken)
+        with pytest.raises(IntegrityError):  # the ASGI transport re-raises what the app did not answer
+            await client.get("/v1/routes")
