@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
-from hedgerow.controller.hedge_model import BucketReplay, efficient_threshold, predicted_quantiles
+from hedgerow.controller.hedge_model import BucketReplay, efficient_threshold, predicted_quantiles, win_probability
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -70,7 +70,8 @@ class Proposal:
             (too few, value kept), ``evidence`` (a binomial bound showed the budget exceeded),
             ``censored`` (left a censored region), ``budget`` (the objective's budget
             constraint), ``tail`` (the objective's minimum), ``cost`` (the fewest hedges within
-            the tail tolerance), ``hysteresis``, ``step_down``, ``min`` or ``max`` (the bounds).
+            the tail tolerance), ``replay`` (a bucket-limited search's higher value not
+            followed), ``hysteresis``, ``step_down``, ``min`` or ``max`` (the bounds).
         settled: True once a rule fixed the value so that the search rules are skipped
             (pinned, disabled, small samples).
         details: machine-readable inputs of the rules that acted.
@@ -320,7 +321,16 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
     replay = _replay(x)
     choice = efficient_threshold(primary, backup, low, top, tolerance=x.knobs.p99_tolerance, q=q, replay=replay)
     value = choice.hedge_after_s
-    if math.isclose(value, low):
+    # A bucket-limited search that puts its best value above the current one rests on the
+    # replay's one-sided error (``hedge_model``: the replay holds the primaries as observed
+    # under the current value, so it cannot see that a lower threshold drains an overloaded
+    # upstream's queue, nor that a higher one lets it grow; both favour higher thresholds).
+    # Its prediction is self-consistent only at the current value, which is therefore kept.
+    replay_hold = choice.bucket_limited and x.current is not None and low <= x.base < value
+    if replay_hold:
+        value = x.base
+        code, binding = "replay_hold", "replay"
+    elif math.isclose(value, low):
         code, binding = ("budget_bound", "budget") if low == target else ("clamped_min", "min")
     elif choice.p99_at_choice_s <= choice.min_p99_s + 1e-12:
         code, binding = "tail_min", "tail"
@@ -339,9 +349,11 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
             "budget_quantile_s": _primary_quantile(curve, 1.0 - budget),
             "search_low_s": low,
             "search_top_s": top,
+            "bucket_limited": choice.bucket_limited,
+            "search_choice_s": choice.hedge_after_s,
             "primary_tail_s": primary_tail_s,
             "chosen_s": value,
-            "predicted_tail_at_chosen_s": _finite(choice.p99_at_choice_s),
+            "predicted_tail_at_chosen_s": _finite(at_current if replay_hold else choice.p99_at_choice_s),
             "predicted_min_tail_s": _finite(choice.min_p99_s),
             "predicted_tail_at_budget_target_s": _finite(choice.p99_at_budget_s),
             "predicted_tail_at_current_s": _finite(at_current),
@@ -353,7 +365,9 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
             "current_within_budget": rate_upper_at_current <= budget + 1e-12,
             "hedge_rate_at_chosen": float(curve.survival_curve()(value)),
             "hedge_rate_upper_at_chosen": float(curve.upper_at(value)),
-            "win_probability_at_chosen": choice.win_probability_at_choice,
+            "win_probability_at_chosen": (
+                win_probability(primary, g, value) if replay_hold else choice.win_probability_at_choice
+            ),
             "backup_curve": choice.backup_source,
             "bucket_replay": replay is not None,
             "tolerance": x.knobs.p99_tolerance,

@@ -41,6 +41,19 @@ published), in this order:
    budget's edge), ``cost_tie`` (a higher, cheaper value within the tolerance). There is no
    separate "move to the P99" rule: when backups rarely win, the model sees it (its backup
    curve), and a high threshold wins only if the predicted tail says so.
+   **Replay hold.** When the search is bucket-limited (``hedge_model.efficient_threshold``: the
+   budget target's predicted tail is worse than the lowest because the replayed bucket runs
+   dry there) and its value lies above the current one, the current value is kept
+   (``replay_hold``, binding ``replay``). The replay holds the primaries as they were under the
+   current value: it cannot see that a lower threshold drains an overloaded upstream's queue
+   (its backups win and cancel the slow primaries) nor that a higher one lets it grow, so its
+   error favours higher thresholds and its prediction is self-consistent only at the current
+   value. A raise in that regime comes from the budget's evidence (rule 4). On
+   ``bench/controller_eval.py`` (Azure trace, one replica of five 3x slower half way) the
+   search put 1.08-1.58 s into the slowdown's 7-minute queue (seed 1), where replays at fixed
+   values count the fewest calls over 1.5 s at 0.85 s (140, against 230 at 1.25 s and 313 at
+   1.5 s); with the hold, and rule 4's raise below, the queue's minutes run at 0.71-1.05 s
+   (seeds 0-2).
    **Censored region.** When no time qualifies because the budget quantile lies where the
    primaries were cancelled (``target_s`` None, the value at or below the largest censoring
    time), the value moves to the lowest one the data can support,
@@ -130,6 +143,8 @@ censored_hold             the budget quantile is censored above the value's cens
 budget_bound              the objective's value, bound by the budget constraint
 tail_min                  the objective's value, at the lowest predicted tail
 cost_tie                  the objective's value, the fewest hedges within the tail tolerance
+replay_hold               the objective's search is bucket-limited and its value lies above the
+                          current one: the current value is kept (the replay favours raises)
 raise_over_budget         the short window shows the value over budget: raised
 hysteresis_hold           the current value is within the budget and the data do not show its
                           tail worse (or the decrease is within the target's noise), or the

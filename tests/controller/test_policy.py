@@ -273,6 +273,53 @@ def test_censored_hold_above_every_censoring_time() -> None:
     assert codes(d)[0] == "censored_hold" and d.hedge_after_s == 1.0
 
 
+def bunched_slow_calls() -> Observation:
+    """50 minutes of calls, 95% fast (0.05-0.3 s) and 5% in a 0.5-0.9 s lump, with a burst of
+    1,000 calls in the middle: 60% in the lump and 10% on a slow host (3-5 s). The budget target
+    lies in the lump (0.69 s); there the burst's wants run the replayed bucket dry and its slow
+    calls go unhedged (predicted P99 3.18 s); past the lump (0.885 s) they fit (1.03 s)."""
+    rng = np.random.default_rng(21)
+
+    def mix(n: int, p: list[float]) -> np.ndarray:
+        kind = rng.choice(3, size=n, p=p)
+        fast = rng.uniform(0.05, 0.3, n)
+        return np.where(kind == 0, fast, np.where(kind == 1, rng.uniform(0.5, 0.9, n), rng.uniform(3.0, 5.0, n)))
+
+    primary = np.concatenate([mix(2500, [0.95, 0.05, 0.0]), mix(1000, [0.3, 0.6, 0.1]), mix(2500, [0.95, 0.05, 0.0])])
+    age = np.linspace(3500, 1, primary.size)
+    return observe(records(primary, age_s=age), settings=Settings(drift_alpha=0.0))
+
+
+def test_a_bucket_limited_raise_is_not_followed_from_a_published_value() -> None:
+    obs = bunched_slow_calls()
+    first = decide(CONFIG, None, obs, KNOBS)  # nothing published: the search's value
+    od = first.details["objective"]
+    assert od["bucket_limited"] and codes(first)[0] == "tail_min"
+    assert od["budget_target_s"] == pytest.approx(0.690, abs=1e-3)
+    assert first.hedge_after_s == pytest.approx(0.885, abs=1e-3)
+    assert od["predicted_tail_at_budget_target_s"] == pytest.approx(3.18, abs=0.01)
+    assert od["predicted_min_tail_s"] == pytest.approx(1.03, abs=0.01)
+    # published 0.75 s, within the search range below its value: kept on the replay's word
+    held = decide(CONFIG, 0.75, obs, KNOBS)
+    assert (held.hedge_after_s, held.applied, codes(held)[0], held.details["binding"]) == (
+        0.75,
+        False,
+        "replay_hold",
+        "replay",
+    )
+    assert held.details["objective"]["search_choice_s"] == pytest.approx(0.885, abs=1e-3)
+    assert (
+        held.details["objective"]["predicted_tail_at_chosen_s"]
+        == held.details["objective"]["predicted_tail_at_current_s"]
+    )
+    # a value below the budget target is no candidate to keep: the search's value is taken
+    below = decide(CONFIG, 0.6, obs, KNOBS)
+    assert below.hedge_after_s == pytest.approx(0.885, abs=1e-3) and codes(below)[0] != "replay_hold"
+    # nor is a value above the search's: that is a decrease, for the stability rule
+    above = decide(CONFIG, 1.5, obs, KNOBS)
+    assert codes(above)[0] != "replay_hold"
+
+
 # --- rule 4: evidence of over budget ---------------------------------------------------------
 
 
