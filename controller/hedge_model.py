@@ -42,7 +42,8 @@ dry at the budget target; then the **smallest** ``t`` with the smallest predicte
 and the tolerance is not spent upwards. Reason: the replay's error in that regime is one-sided
 (see below: it cannot see that earlier hedges drain an overloaded host's queue, so it overrates
 high thresholds), and every step up lengthens the primaries' tail that the next tick's replay
-sees (a feedback loop towards ever higher thresholds).
+sees (a feedback loop towards ever higher thresholds). For the same reason the policy does not
+follow a bucket-limited choice above its current value (``policy`` rule 3, ``replay_hold``).
 
 Assumption and where it fails
 -----------------------------
@@ -60,27 +61,21 @@ the replay cannot see, so after a slowdown the efficient target errs *high*. In
 ``bench/controller_eval.py`` (3x slowdown of one of 5 replicas, seeds 0-2) the window's tail
 is the overload transient right after the slowdown, when the wanted hedge rate was 13-18% and
 the bucket ran dry: 81-90% of its calls slower than 1.56 s had their hedge denied. While the
-transient is in the window, the objective's P99 is the transient's (2-3 s), and the search
-raises the threshold to 0.9-1.6 s (seed 1: 1.08 s and 1.48 s in the transient's 4th and 5th
-minutes). For the transient's own P99 that is about right: replayed at fixed thresholds, its
-P99 (the 7 minutes after the slowdown, seeds 0-2) is 3.6/5.6/4.6 s at 0.743 s, 3.0/5.0/4.2 s
-at 1.0 s, 2.6/5.1/3.7 s at 1.25 s and 2.9/5.3/3.8 s at 1.5 s. But the run's pooled P99 lies
-near 1.4-1.6 s, and the transient's calls slower than 1.562 s number 362 at 0.743 s, 319 at
-0.85 s, 355 at 1.0 s, 505 at 1.25 s and 702 at 1.5 s: with the transient's calls of a fixed
-1.25 s put in place of those of a fixed 0.743 s, the pooled P99 is 1.673 s (1.451 s at 0.743 s
-throughout; 1.495 s with 1.0 s in the transient). A rule that minimises each window's P99
-therefore cannot match a fixed value's pooled P99 over a run whose slowest 1% is mostly the
-transient's calls. The budget's evidence rule (``policy`` rule 4) binds there too: a fixed
-0.743 s is shown over budget (one-sided 95% lower bound on the trailing 5-minute wanted rate
-above 10%) at 4-5 of the 14 ticks after the slowdown (5-minute wanted rates up to 15-18%), and
-the rule raises the adaptive value in the transient to 0.7-3.7 s (seeds 0-5); but it costs
-less than the objective: with the rule off the pooled P99 is 1.580 s instead of 1.590 s
-(seeds 0-2) and 1.463 s instead of 1.515 s (seeds 3-5, without the tail test). After the
-transient, ``_policy_drift.detect_tail_recovery`` takes it out of the window 4-8 minutes after
-its end (until then the search keeps rationing tokens for it).
-Neither dropping the replay (seed 0 1.52 s, seed 1 2.44 s, against 1.40 s and 1.92 s with it)
-nor replaying only the last 15 minutes (1.44 s, 2.31 s) helps: during the transient the
-replay's rationing is what keeps its P99 down.
+transient is in the window, the search's predicted P99 is the transient's (2-3 s) and its
+minimum lies at 1.1-1.8 s. The replay puts it there, not the backup curve nor the independence
+assumption: on seed 1's window at 2,040 s the predicted P99 is 2.88 s at 0.5 s and 2.24 s at
+1.5 s with the replay, 2.81 s and 1.99 s with the primary's curve in place of the backup's, and
+1.01 s and 1.98 s without the replay. Without it the model misses the denied hedges (it
+predicts 0.17% of the window's calls over 2.0 s at 0.743 s, the replay 1.5%, while the window's
+observed call P99 is 1.96 s); with it the minimum sits where the error above puts it. Replayed
+at fixed thresholds, the transient's calls (seed 1, 3,649 of them) over 2.0 s number 140 at
+0.743 s, 100 at 0.85 s, 110 at 1.0 s, 128 at 1.25 s and 111 at 1.5 s, and over 1.5 s (the
+level of the run's pooled P99) 175, 140, 178, 230 and 313. ``policy`` therefore does not follow
+a bucket-limited search above the current value (``replay_hold``); a raise there comes from the
+budget's evidence. After the transient, ``_policy_drift.detect_tail_recovery`` takes it out of
+the window 4-8 minutes after its end; until then the replay keeps rationing tokens for a queue
+that is over (seed 1 at 2,340 s: predicted P99 2.81 s at 0.743 s and 2.22 s at 1.5 s, while the
+fixed replays count 27 and 124 calls over 1.5 s after the transient).
 
 Worked number (the code's own output; ``tests/controller/test_hedge_model.py`` checks it):
 10,000 uncensored primary TTFTs drawn with ``numpy.random.default_rng(7)``: 87% uniform in

@@ -41,6 +41,19 @@ published), in this order:
    budget's edge), ``cost_tie`` (a higher, cheaper value within the tolerance). There is no
    separate "move to the P99" rule: when backups rarely win, the model sees it (its backup
    curve), and a high threshold wins only if the predicted tail says so.
+   **Replay hold.** When the search is bucket-limited (``hedge_model.efficient_threshold``: the
+   budget target's predicted tail is worse than the lowest because the replayed bucket runs
+   dry there) and its value lies above the current one, the current value is kept
+   (``replay_hold``, binding ``replay``). The replay holds the primaries as they were under the
+   current value: it cannot see that a lower threshold drains an overloaded upstream's queue
+   (its backups win and cancel the slow primaries) nor that a higher one lets it grow, so its
+   error favours higher thresholds and its prediction is self-consistent only at the current
+   value. A raise in that regime comes from the budget's evidence (rule 4). On
+   ``bench/controller_eval.py`` (Azure trace, one replica of five 3x slower half way) the
+   search put 1.08-1.58 s into the slowdown's 7-minute queue (seed 1), where replays at fixed
+   values count the fewest calls over 1.5 s at 0.85 s (140, against 230 at 1.25 s and 313 at
+   1.5 s); with the hold, and rule 4's raise below, the queue's minutes run at 0.71-1.05 s
+   (seeds 0-2).
    **Censored region.** When no time qualifies because the budget quantile lies where the
    primaries were cancelled (``target_s`` None, the value at or below the largest censoring
    time), the value moves to the lowest one the data can support,
@@ -52,10 +65,16 @@ published), in this order:
    ``x`` = those known to have waited past ``v`` (a hedge fired at a threshold ``>= v``
    always counts; one fired below ``v`` only when its primary was seen still waiting at
    ``v``), ``n`` = the samples; when the one-sided Clopper-Pearson lower bound on ``x / n``
-   exceeds the budget, ``v`` is raised to the smallest value the short window shows within
-   the budget (the upper bound of rule 2; ``raise_over_budget``, binding ``evidence``). A raw
-   proportion over the budget is not enough: 31 of 300 (10.3%) gives a lower bound of 0.076
-   and no raise. After a detected change the short window holds only data since the change.
+   exceeds the budget, ``v`` is raised to the smallest value the same test accepts
+   (``_policy_rules.least_accepted_value``; ``raise_over_budget``, binding ``evidence``): a
+   value the rule accepts from the objective is one it accepts from itself, and the window's
+   budget bound (rule 3) is what holds a value within the budget with confidence. Rule 2's
+   stricter target (the short window's upper bound within the budget, primaries cancelled
+   before the value counted as still waiting) overshoots in a queue, where most slow
+   primaries' hedges won early: on the Azure replay it put 3.7 s into the queue's worst
+   minute (seed 2). A raw proportion over the budget is not enough: 31 of 300 (10.3%) gives
+   a lower bound of 0.076 and no raise. After a detected change the short window holds only
+   data since the change.
 5. **Stability** (``stability``, only against a published value). A proposal of the objective
    is not followed (``hysteresis_hold``) while the current value is within the budget (the
    one-sided ``confidence`` upper bound on ``S`` there, ``KMCurve.upper_one_sided``, is
@@ -124,6 +143,8 @@ censored_hold             the budget quantile is censored above the value's cens
 budget_bound              the objective's value, bound by the budget constraint
 tail_min                  the objective's value, at the lowest predicted tail
 cost_tie                  the objective's value, the fewest hedges within the tail tolerance
+replay_hold               the objective's search is bucket-limited and its value lies above the
+                          current one: the current value is kept (the replay favours raises)
 raise_over_budget         the short window shows the value over budget: raised
 hysteresis_hold           the current value is within the budget and the data do not show its
                           tail worse (or the decrease is within the target's noise), or the

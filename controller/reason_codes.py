@@ -23,6 +23,7 @@ REASON_CODES: frozenset[str] = frozenset(
         "budget_bound",
         "tail_min",
         "cost_tie",
+        "replay_hold",
         "raise_over_budget",
         "hysteresis_hold",
         "step_down_limited",

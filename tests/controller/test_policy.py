@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from hedgerow.controller._policy_rules import binomial_upper_bound, quantile_level_band
+from hedgerow.controller._policy_rules import (
+    binomial_lower_bound,
+    binomial_upper_bound,
+    known_over,
+    least_accepted_value,
+    quantile_level_band,
+    supported_value,
+)
 from hedgerow.controller._policy_window import WindowRecords, observe_window
 from hedgerow.controller.estimation import TTFTEstimate
 from hedgerow.controller.policy import (
@@ -266,6 +273,53 @@ def test_censored_hold_above_every_censoring_time() -> None:
     assert codes(d)[0] == "censored_hold" and d.hedge_after_s == 1.0
 
 
+def bunched_slow_calls() -> Observation:
+    """50 minutes of calls, 95% fast (0.05-0.3 s) and 5% in a 0.5-0.9 s lump, with a burst of
+    1,000 calls in the middle: 60% in the lump and 10% on a slow host (3-5 s). The budget target
+    lies in the lump (0.69 s); there the burst's wants run the replayed bucket dry and its slow
+    calls go unhedged (predicted P99 3.18 s); past the lump (0.885 s) they fit (1.03 s)."""
+    rng = np.random.default_rng(21)
+
+    def mix(n: int, p: list[float]) -> np.ndarray:
+        kind = rng.choice(3, size=n, p=p)
+        fast = rng.uniform(0.05, 0.3, n)
+        return np.where(kind == 0, fast, np.where(kind == 1, rng.uniform(0.5, 0.9, n), rng.uniform(3.0, 5.0, n)))
+
+    primary = np.concatenate([mix(2500, [0.95, 0.05, 0.0]), mix(1000, [0.3, 0.6, 0.1]), mix(2500, [0.95, 0.05, 0.0])])
+    age = np.linspace(3500, 1, primary.size)
+    return observe(records(primary, age_s=age), settings=Settings(drift_alpha=0.0))
+
+
+def test_a_bucket_limited_raise_is_not_followed_from_a_published_value() -> None:
+    obs = bunched_slow_calls()
+    first = decide(CONFIG, None, obs, KNOBS)  # nothing published: the search's value
+    od = first.details["objective"]
+    assert od["bucket_limited"] and codes(first)[0] == "tail_min"
+    assert od["budget_target_s"] == pytest.approx(0.690, abs=1e-3)
+    assert first.hedge_after_s == pytest.approx(0.885, abs=1e-3)
+    assert od["predicted_tail_at_budget_target_s"] == pytest.approx(3.18, abs=0.01)
+    assert od["predicted_min_tail_s"] == pytest.approx(1.03, abs=0.01)
+    # published 0.75 s, within the search range below its value: kept on the replay's word
+    held = decide(CONFIG, 0.75, obs, KNOBS)
+    assert (held.hedge_after_s, held.applied, codes(held)[0], held.details["binding"]) == (
+        0.75,
+        False,
+        "replay_hold",
+        "replay",
+    )
+    assert held.details["objective"]["search_choice_s"] == pytest.approx(0.885, abs=1e-3)
+    assert (
+        held.details["objective"]["predicted_tail_at_chosen_s"]
+        == held.details["objective"]["predicted_tail_at_current_s"]
+    )
+    # a value below the budget target is no candidate to keep: the search's value is taken
+    below = decide(CONFIG, 0.6, obs, KNOBS)
+    assert below.hedge_after_s == pytest.approx(0.885, abs=1e-3) and codes(below)[0] != "replay_hold"
+    # nor is a value above the search's: that is a decrease, for the stability rule
+    above = decide(CONFIG, 1.5, obs, KNOBS)
+    assert codes(above)[0] != "replay_hold"
+
+
 # --- rule 4: evidence of over budget ---------------------------------------------------------
 
 
@@ -297,6 +351,49 @@ def test_a_confident_excess_raises_to_what_the_short_window_supports() -> None:
     # a proposal the short window shows over budget is raised by rule 4 itself
     capped = decide(RouteConfig(max_hedge_after_s=5.5), 5.0, short_observation(60), KNOBS)
     assert capped.hedge_after_s == 5.5 and "clamped_max" in codes(capped)
+
+
+def test_the_raise_goes_to_the_least_value_the_test_accepts() -> None:
+    # 300 recent primaries spread over 0.5-3.0 s: a calm hour's value is shown over budget; the
+    # raise stops at the first sample duration the lower bound no longer condemns, below the
+    # value where the short window would show the budget met (rule 2's upper bound)
+    calm = lognormal(3000, 0.5, 0.5, 10)
+    recent = np.random.default_rng(31).uniform(0.5, 3.0, 300)
+    age = np.concatenate([np.linspace(3500, 400, 3000), np.linspace(290, 1, 300)])
+    obs = observe(records(np.concatenate([calm, recent]), age_s=age), settings=Settings(drift_alpha=0.0))
+    d = decide(CONFIG, 1.3, obs, KNOBS)
+    test = d.details["over_budget_test"]
+    assert codes(d)[0] == "raise_over_budget" and d.details["binding"] == "evidence" and test["over_budget"]
+    durations, flags = np.asarray(obs.short_durations_s), np.asarray(obs.short_censored, dtype=bool)
+    start = test["value_s"]
+    raised = least_accepted_value(durations, flags, 0.10, 0.95, start)
+    assert d.hedge_after_s == round(raised, 4)
+    assert binomial_lower_bound(*known_over(durations, flags, raised), 0.95) <= 0.10
+    below = durations[(durations > start) & (durations < raised)].max()
+    assert binomial_lower_bound(*known_over(durations, flags, below), 0.95) > 0.10
+    upper, _ = supported_value(durations, flags, 0.10, 0.95, start, 30.0)
+    assert upper > raised
+
+
+def test_least_accepted_value_worked_numbers() -> None:
+    # the docstring's numbers: the first candidate past the evidence, not the upper bound's
+    spiked = np.array([6.0] * 60 + [0.4] * 240)
+    assert least_accepted_value(spiked, np.zeros(300, dtype=bool), 0.10, 0.95, 5.0) == 6.0
+    even = np.linspace(0.001, 1.0, 1000)
+    flat = np.zeros(1000, dtype=bool)
+    value = least_accepted_value(even, flat, 0.10, 0.95, 0.5)
+    assert value == pytest.approx(0.884) and known_over(even, flat, value) == (116, 1000)
+    assert binomial_lower_bound(116, 1000, 0.95) == pytest.approx(0.0997, abs=5e-5)
+    upper, _ = supported_value(even, flat, 0.10, 0.95, 0.5, 30.0)
+    assert upper == pytest.approx(0.916) and known_over(even, flat, upper) == (84, 1000)
+    # with censoring, the vectorized search agrees with the test applied to every candidate
+    rng = np.random.default_rng(5)
+    durations = rng.lognormal(0.0, 1.0, 400)
+    flags = rng.random(400) < 0.3
+    start = float(np.median(durations))
+    candidates = [*np.unique(durations[durations > start]), np.nextafter(durations.max(), np.inf)]
+    first = next(v for v in candidates if binomial_lower_bound(*known_over(durations, flags, v), 0.95) <= 0.10)
+    assert least_accepted_value(durations, flags, 0.10, 0.95, start) == first
 
 
 def test_hedges_below_the_value_under_test_are_no_evidence_against_it() -> None:
