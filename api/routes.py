@@ -138,6 +138,8 @@ async def get_route_history(
     for name, value in (("since", since), ("until", until)):
         if value is not None and value.tzinfo is None:
             return _unprocessable(name, "must carry a timezone (e.g. Z)")
+    if since is not None and until is not None and since > until:
+        return _unprocessable("since", f"must not be after until ({since.isoformat()} > {until.isoformat()})")
     chosen = await resolve_model(session, route, model)
     rows = await get_history(
         session, route, chosen, limit=limit, offset=offset, since=since, until=until, applied=applied, reason=reason

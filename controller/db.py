@@ -44,6 +44,7 @@ __all__ = [
     "dialect_insert",
     "downgrade_database",
     "head_revision",
+    "known_revisions",
     "make_engine",
     "make_sessionmaker",
     "migrate_engine",
@@ -184,6 +185,11 @@ def alembic_config(url: str | None = None) -> Config:
 def head_revision() -> str | None:
     """The head revision of the shipped migrations."""
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def known_revisions() -> set[str]:
+    """The ids of the shipped migrations' revisions."""
+    return {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
 
 
 def _run_outside_loop(fn: Any, *args: Any) -> None:

@@ -10,6 +10,7 @@ are printed as one line and exit with status 1 or 2, never as a traceback.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -565,6 +566,14 @@ def demo(
             raise fail(f"--json: folder does not exist: {parent}", 2)
         if not os.access(parent, os.W_OK):
             raise fail(f"--json: folder is not writable: {parent}", 2)
+    if report_dir is not None:
+        # made now, not after minutes of load: a folder that cannot be made fails the flag at once
+        try:
+            report_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise fail(f"--report-dir: cannot make the folder {report_dir}: {exc.strerror or exc}", 2) from None
+        if not os.access(report_dir, os.W_OK):
+            raise fail(f"--report-dir: folder is not writable: {report_dir}", 2)
     config = DemoConfig.quick(**overrides) if quick else DemoConfig(**overrides)
     console = Console(width=max(120, Console().width))
     shift = config.change_of_conditions()
@@ -828,7 +837,7 @@ def db_upgrade(
     revision: str = typer.Option("head", "--revision", metavar="REV", help="Target revision."),
 ) -> None:
     """Migrate the store to the newest schema (or to --revision)."""
-    from hedgerow.controller.db import head_revision, upgrade_database
+    from hedgerow.controller.db import known_revisions, upgrade_database
     from hedgerow.controller.errors import StoreError
 
     settings = _server_settings(db)
@@ -838,8 +847,25 @@ def db_upgrade(
         raise fail(str(exc), 2) from None
     except Exception as exc:
         raise fail(f"migration failed: {type(exc).__name__}: {str(exc).splitlines()[0]}", 1) from None
-    target = head_revision() if revision == "head" else revision
-    typer.echo(f"hedgerow: database migrated to revision {target}")
+    current = asyncio.run(_revision_of(settings.database_url))
+    if revision not in ("head", current) and revision in known_revisions():
+        # alembic's upgrade does nothing for a target behind the store's revision
+        typer.echo(
+            f"hedgerow: database is at revision {current}, past {revision}: nothing done (upgrade never goes back)"
+        )
+        return
+    typer.echo(f"hedgerow: database migrated to revision {current}")
+
+
+async def _revision_of(url: str) -> str | None:
+    """The revision the store at ``url`` is at (one connection, closed)."""
+    from hedgerow.controller.db import current_revision, make_engine
+
+    engine = make_engine(url)
+    try:
+        return await current_revision(engine)
+    finally:
+        await engine.dispose()
 
 
 @controller_app.command("run-once")

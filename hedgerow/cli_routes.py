@@ -226,6 +226,8 @@ def route_history(
         reason = reason.strip()
     since_text = _time_flag("--since", since)
     until_text = _time_flag("--until", until)
+    if since_text and until_text and datetime.fromisoformat(since_text) > datetime.fromisoformat(until_text):
+        raise _fail(f"--since: must not be after --until ({since_text} > {until_text})", 2)
     params = _params(
         model, applied="true" if applied else None, reason=reason, since=since_text, until=until_text, limit=limit
     )

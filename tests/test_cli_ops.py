@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,7 @@ def test_routes_flags_are_checked_before_any_request() -> None:
         (["history", "r", "--limit", "0", "--api", nowhere], "--limit"),
         (["history", "r", "--since", "yesterday", "--api", nowhere], "--since"),
         (["history", "r", "--until", "2026-13-01", "--api", nowhere], "--until"),
+        (["history", "r", "--since", "2026-12-04T14:25", "--until", "2026-12-04T14:24", "--api", nowhere], "--since"),
         (["history", "r", "--reason", "budget_bond", "--api", nowhere], "--reason"),
     ):
         done = _cli("routes", *args)
@@ -314,3 +316,14 @@ def test_the_retention_line_names_the_days_whose_partitions_were_dropped() -> No
     )
     assert "dropped" not in retention_line(summary | {"dropped_days": []}, fold_only=False)
     assert retention_line(summary, fold_only=True).endswith("deleted nothing (--fold-only)")
+
+
+def test_demo_report_dir_is_checked_before_the_run(tmp_path: Path) -> None:
+    """A report folder that cannot be made failed only after minutes of load, losing the run."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    started = time.monotonic()
+    done = _cli("demo", "--quick", "--report-dir", str(blocker / "report"), cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith("hedgerow: --report-dir: cannot make the folder"), done.stderr
+    assert time.monotonic() - started < 60  # refused at once, no replica or api started

@@ -360,6 +360,11 @@ async def test_query_parameter_errors_name_the_field(make_api) -> None:
             ("/v1/routes/r/history", {"model": "m1", "limit": "many"}, "limit"),
             ("/v1/routes/r/history", {"model": "m1", "since": "garbage"}, "since"),
             ("/v1/routes/r/history", {"model": "m1", "since": "2026-11-29T08:00:00"}, "since"),
+            (
+                "/v1/routes/r/history",
+                {"model": "m1", "since": "2026-12-04T14:25:00Z", "until": "2026-12-04T14:24:00Z"},
+                "since",
+            ),
             ("/v1/routes/r/history", {}, "model"),
             ("/v1/routes/r", {}, "model"),
             ("/v1/thresholds/r", {}, "model"),

@@ -33,6 +33,9 @@ def test_db_upgrade_and_run_once(tmp_path, call_factory) -> None:
     assert not (tmp_path / "cli.db").exists()  # a missing store is reported, not created empty
     upgraded = runner.invoke(app, ["db", "upgrade", "--db", url])
     assert upgraded.exit_code == 0 and f"revision {head_revision()}" in upgraded.output
+    behind = runner.invoke(app, ["db", "upgrade", "--db", url, "--revision", "0005"])  # upgrade never goes back
+    assert behind.exit_code == 0, behind.output
+    assert f"at revision {head_revision()}, past 0005: nothing done" in behind.output
     _seed(url, [call_factory(f"c{i}") for i in range(5)])
     as_json = runner.invoke(app, ["controller", "run-once", "--db", url, "--json"])
     assert as_json.exit_code == 0, as_json.output
