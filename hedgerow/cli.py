@@ -540,7 +540,15 @@ def demo(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from hedgerow.sim.demo import CHANGES, DemoConfig, DemoError, results_table, run_demo, write_json
+    from hedgerow.sim.demo import (
+        CHANGES,
+        DemoConfig,
+        DemoError,
+        build_workload,
+        results_table,
+        run_demo,
+        write_json,
+    )
 
     overrides: dict[str, Any] = {"trace_path": trace, "json_path": json_path, "seed": seed, "report_dir": report_dir}
     if duration is not None:
@@ -575,6 +583,11 @@ def demo(
         if not os.access(report_dir, os.W_OK):
             raise fail(f"--report-dir: folder is not writable: {report_dir}", 2)
     config = DemoConfig.quick(**overrides) if quick else DemoConfig(**overrides)
+    if trace is not None:
+        try:  # read now (the rows one way replays): a file that is not a trace fails the flag at once
+            build_workload(config)
+        except DemoError as exc:
+            raise fail(str(exc), 2) from None
     console = Console(width=max(120, Console().width))
     shift = config.change_of_conditions()
     fixed = (

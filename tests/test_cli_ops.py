@@ -327,3 +327,13 @@ def test_demo_report_dir_is_checked_before_the_run(tmp_path: Path) -> None:
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.startswith("hedgerow: --report-dir: cannot make the folder"), done.stderr
     assert time.monotonic() - started < 60  # refused at once, no replica or api started
+
+
+def test_demo_trace_that_is_not_a_trace_is_refused_before_the_run(tmp_path: Path) -> None:
+    """A file without the trace's columns failed after the banner with exit 1."""
+    bad = tmp_path / "not-a-trace.csv"
+    bad.write_text("a,b,c\n1,2,3\n")
+    done = _cli("demo", "--quick", "--trace", str(bad), cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith("hedgerow: --trace"), done.stderr
+    assert "missing column 'TIMESTAMP'" in done.stderr and "workload" not in done.stdout  # no banner
