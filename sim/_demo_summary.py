@@ -394,7 +394,7 @@ def results_table(results: Sequence[ModeResult], budget: float) -> Any:
         "P90",
         "P99",
         "P99.9",
-        f"hedged\n(≤{budget:.0%})",
+        f"hedged\n(bgt {budget:.0%})",
         "backup\nwins",
         "loser\nprompt",
         "loser\ncompl",
@@ -469,7 +469,7 @@ def conclusion_sentences(
     first = (
         "Hedging: when a call's first token is later than hedge_after_s, the client sends one backup "
         "request to another replica, keeps whichever answers first and cancels the other; a token "
-        f"bucket caps backups at the budget, {budget:.0%} of calls."
+        f"bucket caps backups at the budget, {budget:.0%} of calls over the run (its burst may add a few)."
     )
     did = []
     for r in results:

@@ -149,7 +149,7 @@ def test_table_has_a_row_per_way_and_part_and_fits_the_console() -> None:
     console = Console(width=120, record=True)
     console.print(results_table(results, 0.10))
     lines = console.export_text().splitlines()
-    assert "P99.9" in "\n".join(lines) and "(≤10%)" in "\n".join(lines)
+    assert "P99.9" in "\n".join(lines) and "(bgt 10%)" in "\n".join(lines)
     rows = [line.split() for line in lines if line.split()[:1] in (["none"], ["fixed"], ["adaptive"])]
     assert [r[:2] for r in rows] == [["none", "before"], ["fixed", "before"], ["adaptive", "before"]]
     parts = [word for line in lines for word in line.split()[:2] if word in ("before", "after", "whole")]
