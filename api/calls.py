@@ -75,8 +75,8 @@ def _unprocessable(index: int | None, field: str, message: str) -> JSONResponse:
     )
 
 
-def _too_large(message: str) -> JSONResponse:
-    return JSONResponse({"detail": message}, status_code=status.HTTP_413_CONTENT_TOO_LARGE)
+def _too_large(message: str, field: str = "body") -> JSONResponse:
+    return JSONResponse({"detail": {"field": field, "message": message}}, status_code=status.HTTP_413_CONTENT_TOO_LARGE)
 
 
 @lru_cache(maxsize=8)
@@ -103,7 +103,7 @@ def _error_answer(error: ErrorDetails, max_calls: int) -> JSONResponse:
     if loc == ("calls",) and kind == "too_long":
         actual = (error.get("ctx") or {}).get("actual_length")
         size = f"batch of {actual} calls" if actual is not None else "batch"
-        return _too_large(f"{size} exceeds max_batch_calls={max_calls}")
+        return _too_large(f"{size} exceeds max_batch_calls={max_calls}", "calls")
     if kind == "json_invalid":
         message = error["msg"].removeprefix("Invalid JSON: ")
         if "recursion limit" in message:

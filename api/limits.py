@@ -61,7 +61,8 @@ class BodyLimitMiddleware:
         body_read_timeout_s: seconds within which the whole body must arrive (from the request
             head), > 0.
 
-    Answers are JSON ``{"detail": "..."}`` naming the limit, with ``Connection: close``.
+    Answers are JSON ``{"detail": {"field": "body", "message": "..."}}`` naming the limit, with
+    ``Connection: close``.
     """
 
     def __init__(self, app: Any, limit_for: Callable[[str, str], int], body_read_timeout_s: float) -> None:
@@ -142,8 +143,9 @@ def _content_length(scope: Scope) -> int | None:
 
 
 async def _refuse(send: Send, status_code: int, message: str) -> None:
-    """Answer ``{"detail": message}`` with ``status_code`` and close the connection."""
-    body = json.dumps({"detail": message}).encode()
+    """Answer ``{"detail": {"field": "body", "message": message}}`` (the api's error shape) with
+    ``status_code`` and close the connection."""
+    body = json.dumps({"detail": {"field": "body", "message": message}}).encode()
     await send(
         {
             "type": "http.response.start",

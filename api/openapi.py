@@ -9,8 +9,9 @@
   ``HTTPValidationError`` (which the server never sends);
 - 401 and 403 on each operation protected by the bearer scheme (declared by
   :data:`hedgerow.api.auth.BEARER_SCHEME`);
-- 413 (body over its limit) and 408 (body too slow) on operations with a body, and 503 on
-  ``/v1/calls`` while the server shuts down.
+- 413 (body over its limit) and 408 (body too slow) on operations with a body, and 503 on every
+  operation but the health checks: the store is unavailable (``store_errors``), or the server
+  shuts down before a body arrived.
 """
 
 from __future__ import annotations
@@ -121,8 +122,18 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
             if any(p.get("in") == "path" for p in operation.get("parameters", [])) and "404" not in responses:
                 responses["404"] = _error("no such path (a route name with a control character matches no path)")
             if "requestBody" in operation:
-                responses["413"] = _error("the body is over its limit (refused while it streams)")
-                responses["408"] = _error("the body did not arrive within HEDGEROW_BODY_READ_TIMEOUT_S")
+                responses["413"] = _error(
+                    "the body is over its limit (refused while it streams); field: body", "FieldError"
+                )
+                responses["408"] = _error(
+                    "the body did not arrive within HEDGEROW_BODY_READ_TIMEOUT_S; field: body", "FieldError"
+                )
+            if path not in ("/healthz", "/readyz") and "503" not in responses:
+                responses["503"] = _error(
+                    "the store is unavailable (field: database; with Retry-After), or the server is shutting"
+                    " down before a body arrived (field: body)",
+                    "FieldError",
+                )
             if operation.get("security"):  # declared by require_scope's bearer scheme
                 responses["401"] = _error(
                     "missing or invalid bearer token (when tokens are configured); field: authorization", "FieldError"

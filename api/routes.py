@@ -154,7 +154,7 @@ async def history_is_read_only() -> JSONResponse:
     """405: the history is read-only (without this, ``PUT /v1/routes/a/history`` would change a
     route named ``a/history``)."""
     return JSONResponse(
-        {"detail": "the threshold history is read-only"},
+        {"detail": {"field": "method", "message": "the threshold history is read-only: use GET"}},
         status_code=status.HTTP_405_METHOD_NOT_ALLOWED,
         headers={"Allow": "GET"},
     )

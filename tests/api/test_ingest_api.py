@@ -34,7 +34,8 @@ async def test_batch_over_the_limit_is_413(make_api, call_factory) -> None:
     async with make_api(max_batch_calls=5) as (_app, api):
         response = await api.post("/v1/calls", json={"calls": [call_factory(f"r{i}").to_dict() for i in range(6)]})
         assert response.status_code == 413
-        assert "max_batch_calls=5" in response.json()["detail"]
+        assert response.json()["detail"]["field"] == "calls"
+        assert "max_batch_calls=5" in response.json()["detail"]["message"]
         ok = await api.post("/v1/calls", json={"calls": [call_factory(f"r{i}").to_dict() for i in range(5)]})
         assert ok.status_code == 202
     async with make_api() as (_app, api):  # the default limit is 1000
