@@ -35,12 +35,15 @@ The short window saw 20.1% of 199 calls hedged, but at 1.5 s: only 1 of its prim
 to have waited past 2.535 s, no evidence against it. The call-level P99 (2.535 s) is under 0.95
 x the primary's P99 lower bound (3.542 s), so the hedges provably lowered the P99: no flag.
 
-Reads and writes of a route use separate short transactions, the write one starting with a
-write (:func:`lock_route`), so a SQLite writer never has to upgrade a stale read snapshot. The
-decision is made from values read before that transaction; the publish re-reads them under the
-lock and decides again when they changed (optimistic, :func:`tick_route`), so a configuration
-change that lands between a tick's reads and its write is never overwritten, and every history
-row's ``previous_hedge_after_s`` is the value the row before it published.
+Reads and writes use separate short transactions, the write one starting with a write
+(:func:`lock_routes` / :func:`lock_route`), so a SQLite writer never has to upgrade a stale read
+snapshot. A tick (:func:`run_tick`) observes and decides every route first, then publishes every
+decision in one transaction: it takes all the routes' publish locks, re-reads their configuration
+and published value, and decides again, under the lock, any route whose values changed since
+they were read. A single route's change (:func:`tick_route`, used by the route admin) publishes
+optimistically in a transaction of its own and decides again when the values changed. Either way
+a configuration change that lands between a tick's reads and its write is never overwritten, and
+every history row's ``previous_hedge_after_s`` is the value the row before it published.
 """
 
 from __future__ import annotations
