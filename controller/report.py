@@ -15,10 +15,13 @@ Figures and where they come from
 * ``ttft_s``: the delivered (with hedging) TTFT quantiles P50/P90/P99/P99.9 of the call-level
   histogram, within :data:`~hedgerow.controller.ttft_histogram.MAX_RELATIVE_ERROR` (2.33 %).
 * ``primary_ttft_s``: the primary's TTFT at the same levels, Kaplan-Meier over the censored
-  primary histogram (:func:`~hedgerow.controller.ttft_histogram.km_quantile`): what the app would
-  have seen without hedging. Each is ``{"value_s", "low_s", "high_s"}``: the exact KM quantile lies
-  in ``[low_s, high_s)``; ``value_s`` is null where censoring hides it (``low_s`` is then a lower
-  bound). ``p99_saved_s = primary P99 - delivered P99`` (null unless both are known).
+  primary histogram (:func:`~hedgerow.controller.ttft_histogram.km_quantile`): what the same calls'
+  primary upstreams took. It does not show what hedging did to the upstreams' load (cancelled
+  primaries free capacity, backups add work), so ``p99_saved_s`` is the gain of the backups over
+  the primaries of the same calls, not the gain over a week without hedging. Each is
+  ``{"value_s", "low_s", "high_s"}``: the exact KM quantile lies in ``[low_s, high_s)``;
+  ``value_s`` is null where censoring hides it (``low_s`` is then a lower bound).
+  ``p99_saved_s = primary P99 - delivered P99`` (null unless both are known).
 * ``tpot_s`` P50/P90 and ``e2e_s`` P50/P99: the TPOT and e2e histograms (same error).
 * ``tokens``: prompt and completion tokens over every attempt, per role (primary, backup), those
   of the extra attempts (every attempt that did not win, in a call with more than one: losers
