@@ -531,6 +531,13 @@ def demo(
         metavar="DIR",
         help="Where the run's weekly report (HTML, JSON) is written.",
     ),
+    perf_model: Path = typer.Option(
+        None,
+        "--perf-model",
+        metavar="FILE",
+        help="The replicas' Splitwise speed table (default: ../shared/data/traces/splitwise_perf_model.csv, "
+        "else the one beside --trace, else the embedded copy).",
+    ),
 ) -> None:
     """Run api, controller, three replicas (one degraded) and hedging clients; compare three ways."""
     import asyncio
@@ -549,6 +556,7 @@ def demo(
         run_demo,
         write_json,
     )
+    from hedgerow.sim.perf_model import default_perf_model_path
 
     overrides: dict[str, Any] = {"trace_path": trace, "json_path": json_path, "seed": seed, "report_dir": report_dir}
     if duration is not None:
@@ -568,6 +576,12 @@ def demo(
     overrides["change"] = change
     if trace is not None and not trace.is_file():
         raise fail(f"--trace: not a file: {trace}", 2)
+    if perf_model is not None and not perf_model.is_file():
+        raise fail(f"--perf-model: not a file: {perf_model}", 2)
+    if perf_model is None and trace is not None and default_perf_model_path() is None:
+        beside = trace.resolve().parent / "splitwise_perf_model.csv"
+        perf_model = beside if beside.is_file() else None
+    overrides["perf_model_path"] = perf_model
     if json_path is not None:
         parent = json_path.resolve().parent
         if not parent.is_dir():

@@ -158,6 +158,9 @@ class DemoConfig:
         json_path: where the caller should write the results as JSON (``write_json``), or None.
         report_dir: where the weekly report of the run is written (HTML and JSON), or None.
         price_usd_per_mtok: the demo price of the model, (input, output) USD per million tokens.
+        perf_model_path: the Splitwise speed table the replicas read (``hedgerow replica
+            --perf-model``), or None: the shared copy the replicas look for themselves, else
+            their embedded table.
 
     Raises:
         ValueError: ``change`` not one of ``CHANGES``, or ``change_fraction`` /
@@ -185,6 +188,7 @@ class DemoConfig:
     json_path: Path | None = None
     report_dir: Path | None = Path("hedgerow-demo-report")
     price_usd_per_mtok: tuple[float, float] = (0.60, 2.40)
+    perf_model_path: Path | None = None
 
     def __post_init__(self) -> None:
         if self.change not in CHANGES:
@@ -579,6 +583,7 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
                             str(config.tokens_per_chunk),
                             "--seed",
                             str(config.seed + i),
+                            *(["--perf-model", str(config.perf_model_path)] if config.perf_model_path else []),
                         ],
                     )
                     upstreams.append(Upstream(name, f"http://127.0.0.1:{port}/v1"))
@@ -664,7 +669,7 @@ async def _perf_model_notice(http: httpx.AsyncClient, upstreams: Sequence[Upstre
         return None
     return (
         f"notice: {', '.join(fallen)} {'uses' if len(fallen) == 1 else 'use'} the embedded Splitwise speed table "
-        "(../shared/data/traces/splitwise_perf_model.csv was not found)"
+        "(../shared/data/traces/splitwise_perf_model.csv was not found; give the file with --perf-model)"
     )
 
 

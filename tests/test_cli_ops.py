@@ -337,3 +337,9 @@ def test_demo_trace_that_is_not_a_trace_is_refused_before_the_run(tmp_path: Path
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.startswith("hedgerow: --trace"), done.stderr
     assert "missing column 'TIMESTAMP'" in done.stderr and "workload" not in done.stdout  # no banner
+
+
+def test_demo_perf_model_that_is_not_a_file_is_refused(tmp_path: Path) -> None:
+    done = _cli("demo", "--quick", "--perf-model", str(tmp_path / "none.csv"), cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith("hedgerow: --perf-model: not a file"), done.stderr
