@@ -440,6 +440,11 @@ def install_pages(app: FastAPI) -> None:
     app.include_router(router)
     app.include_router(report_pages.router)
 
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        """The service's root opens the console (a browser pointed at the service finds it)."""
+        return RedirectResponse("/ui/routes", status_code=status.HTTP_303_SEE_OTHER)
+
     @app.exception_handler(LoginNeeded)
     async def login_needed(_request: Request, exc: LoginNeeded) -> RedirectResponse:
         return RedirectResponse(f"/ui/login?{urlencode({'next': exc.next_url})}", status_code=status.HTTP_303_SEE_OTHER)

@@ -219,13 +219,18 @@ def _call_policy(hedge_after: str, stall_timeout: str | None, total_timeout: str
     ``--budget 0`` disables hedging altogether (the bucket also gets no burst); any other budget
     keeps the default burst, so a single call may hedge (the bucket starts full).
     """
+    from hedgerow.api.ops_bounds import parse_budget
     from hedgerow.client import HedgePolicy
 
+    try:  # as `routes set --budget` and the console take it: 0.05 or 5%
+        budget_value = parse_budget(budget)
+    except ValueError as exc:
+        raise fail(f"--budget: must be a fraction in [0, 1] or a percent (0.05 or 5%): {exc}", 2) from None
     values = {
         "hedge_after_s": _parse_number("--hedge-after", hedge_after, "a number of seconds >= 0"),
         "stall_timeout_s": _parse_number("--stall-timeout", stall_timeout, "a number of seconds > 0"),
         "total_timeout_s": _parse_number("--total-timeout", total_timeout, "a number of seconds > 0"),
-        "budget": _parse_number("--budget", budget, "a fraction in [0, 1]"),
+        "budget": budget_value,
     }
     if values["budget"] == 0:
         values["budget_burst"] = 0
@@ -447,7 +452,8 @@ def call(
         "0.10",
         "--budget",
         metavar="F",
-        help="Hedge budget, a fraction of calls in [0, 1]; 0 disables hedging (failover stays).",
+        help="Hedge budget, a fraction of calls in [0, 1] or a percent (0.05 or 5%); 0 disables hedging "
+        "(failover stays).",
     ),
     max_tokens: str = typer.Option(
         None, "--max-tokens", metavar="N", help="max_tokens of the request, an integer > 0."

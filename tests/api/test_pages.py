@@ -97,3 +97,11 @@ async def test_a_bad_range_page_or_applied_filter_is_422_naming_it(make_api, que
         assert (
             await api.get("/ui/routes/r", params=M | {"range": "7d", "page": "1", "applied": "true"})
         ).status_code == 200
+
+
+async def test_the_root_opens_the_console(make_api) -> None:
+    """``GET /`` was a JSON 404: a browser pointed at the service now lands on the routes page."""
+    async with make_api() as (_app, api):
+        for path in ("/", "/ui", "/ui/"):
+            answer = await api.get(path)
+            assert answer.status_code == 303 and answer.headers["location"] == "/ui/routes", path

@@ -171,6 +171,7 @@ async def test_plain_output_streams_the_text_and_a_failure_is_one_line():
         (["--budget", "1.5"], "--budget"),
         (["--budget", "nan"], "--budget"),
         (["--budget", "ten percent"], "--budget"),
+        (["--budget", "150%"], "--budget"),
         (["--hedge-after", "-0.5"], "--hedge-after"),
         (["--upstream", "no-equals-sign"], "--upstream"),
     ],
@@ -433,3 +434,16 @@ async def test_api_responses_streams_a_responses_call_and_records_its_api():
 async def test_api_must_be_chat_or_responses():
     code, _, stderr = await run_call("--api", "completions", "--upstream", "a=http://127.0.0.1:9/v1")
     assert code == 2 and "--api: must be chat or responses" in stderr
+
+
+def test_a_budget_in_percent_is_taken_as_routes_set_takes_it():
+    """``--budget 5%`` was refused ("must be a fraction") where ``routes set --budget 5%`` is taken."""
+    proc = subprocess.run(
+        [HEDGEROW, "call", "--upstream", "a=http://127.0.0.1:9/v1", "--model", "m", "--prompt", "hi", "--budget", "5%"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr  # the flags are fine; nothing listens on port 9
+    assert "--budget" not in proc.stderr
