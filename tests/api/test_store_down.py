@@ -72,3 +72,45 @@ async def test_a_store_error_while_the_store_answers_is_still_a_500(make_api, mo
         monkeypatch.setattr(routes_api, "list_routes", broken)
         with pytest.raises(IntegrityError):  # the ASGI transport re-raises what the app did not answer
             await client.get("/v1/routes")
+
+
+async def test_a_postgresql_server_that_refuses_the_store_is_a_503_and_recovers(call_factory, caplog) -> None:
+    """The outage as an operator makes it: the database stops taking connections and its
+    sessions are terminated under a running app; then it takes them again."""
+    import asyncpg
+    import httpx
+    from sqlalchemy.engine import make_url
+
+    from hedgerow.api.app import create_app
+    from hedgerow.settings import Settings
+    from tests.conftest import _admin_params, fresh_pg_database
+
+    async with fresh_pg_database("hedgerow_down") as url:
+        name = make_url(url).database
+        app = create_app(Settings(database_url=url, controller_interval_s=3600.0, threshold_check_interval_s=0.0))
+        admin = await asyncpg.connect(**_admin_params(url))
+        try:
+            async with app.router.lifespan_context(app):
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://hedgerow.test") as client:
+                    calls = recent_calls(call_factory, "a", 300, 1.0)
+                    assert (await client.post("/v1/calls", json={"calls": calls})).status_code == 202
+                    assert (await client.post("/v1/controller/run")).status_code == 200
+                    table = await client.get("/v1/thresholds")
+                    assert table.status_code == 200
+                    await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+                    await admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+                    )
+                    caplog.clear()
+                    down = await client.get("/v1/routes")
+                    assert down.status_code == 503 and down.json()["detail"]["field"] == "database"
+                    assert (await client.get("/v1/thresholds")).content == table.content
+                    assert "hedgerow_store_up 0.0" in (await client.get("/metrics")).text
+                    assert not [r for r in caplog.records if r.exc_info], "no traceback while the store is down"
+                    await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+                    back = await client.get("/v1/routes")
+                    assert back.status_code == 200 and back.json()["routes"], back.text
+        finally:
+            await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+            await admin.close()
