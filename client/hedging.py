@@ -135,7 +135,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -406,13 +406,16 @@ async def send_streaming(http: httpx.AsyncClient, request: httpx.Request) -> htt
 
 
 @asynccontextmanager
-async def open_response(http: httpx.AsyncClient, request: httpx.Request) -> AsyncIterator[httpx.Response]:
-    """Send ``request`` as a stream, yield its response, close it on exit.
+async def open_response(
+    send: Callable[[httpx.Request], Awaitable[httpx.Response]], request: httpx.Request
+) -> AsyncIterator[httpx.Response]:
+    """Send ``request`` with ``send`` (a streaming send: ``send_streaming`` bound to a client, or
+    ``_AttemptSender.send``), yield its response, close it on exit.
 
     Over an ``OwnedTransport`` neither the send nor the close leaks a connection when the task
-    is cancelled meanwhile. Raises what ``http.send`` raises.
+    is cancelled meanwhile. Raises what ``send`` raises.
     """
-    response = await send_streaming(http, request)
+    response = await send(request)
     try:
         yield response
     finally:
@@ -1050,8 +1053,7 @@ class CallStream:
         delta_seen = False
         try:
             assert self._sender is not None
-            response = await self._sender.send(self._request(attempt, gate))
-            try:
+            async with open_response(self._sender.send, self._request(attempt, gate)) as response:
                 self._race.response(attempt.state, response.status_code)
                 attempt.response_headers = response.headers
                 if response.status_code != 200:
@@ -1118,8 +1120,6 @@ class CallStream:
                         raise
                     if done_at is not None:
                         await _drain(pieces, gate)
-            finally:
-                await response.aclose()  # runs to its end: OwnedTransport's body closes through the gate
             end: tuple[str, _Attempt, Any, float] = ("end", attempt, None, self._now() if done_at is None else done_at)
         except asyncio.CancelledError:
             raise

@@ -44,6 +44,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import httpx
@@ -60,6 +61,7 @@ from hedgerow.client.hedging import (
     attempt_request_id,
     not_found_hint,
     open_response,
+    send_streaming,
     wait_tasks_shielded,
 )
 from hedgerow.client.policy import HedgePolicy, Upstream
@@ -306,7 +308,7 @@ class _UnaryCall:
             params=self._params,
             extensions={BODY_LIMIT_EXTENSION: self._max_body_bytes},
         )
-        async with open_response(self._http, request) as response:
+        async with open_response(partial(send_streaming, self._http), request) as response:
             await response.aread()  # over max_body_bytes: BodyTooLarge (a failure that fails over)
         self._race.response(attempt.state, response.status_code)
         if response.status_code != 200:
