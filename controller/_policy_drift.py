@@ -83,6 +83,7 @@ import numpy as np
 from scipy import special, stats
 
 from hedgerow.controller._km import logrank_z, risk_table
+from hedgerow.controller._policy_rules import known_over_counts
 
 __all__ = [
     "DEFAULT_SPLITS_S",
@@ -262,10 +263,9 @@ def _split(sample: _Sample, split: float, min_samples: int) -> Change | None:
 
 def _exceedances(durations: np.ndarray, censored: np.ndarray, weights: np.ndarray, level_s: float) -> tuple[int, int]:
     """``(over, known)``: primaries known to have had no first token by ``level_s``, of those
-    whose fate there is known (a primary censored before ``level_s`` is not); weighted counts."""
-    early = censored & (durations < level_s)
-    over = np.where(censored, durations >= level_s, durations > level_s)
-    return int(weights[over].sum()), int(weights.sum() - weights[early].sum())
+    whose fate there is known (``_policy_rules.known_over``'s rule, weighted)."""
+    over, known = known_over_counts(durations, censored, np.array([level_s]), weights)
+    return int(over[0]), int(known[0])
 
 
 @dataclass(frozen=True, slots=True)

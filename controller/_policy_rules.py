@@ -31,6 +31,7 @@ __all__ = [
     "binomial_lower_bound",
     "binomial_upper_bound",
     "known_over",
+    "known_over_counts",
     "least_accepted_value",
     "quantile_level_band",
     "supported_value",
@@ -104,9 +105,38 @@ def known_over(durations_s: np.ndarray, censored: np.ndarray, value_s: float) ->
     Returns:
         ``(over, known)``.
     """
-    early = censored & (durations_s < value_s)
-    over = np.where(censored, durations_s >= value_s, durations_s > value_s)
-    return int(np.count_nonzero(over)), int(durations_s.size - np.count_nonzero(early))
+    over, known = known_over_counts(durations_s, censored, np.array([value_s], dtype=float))
+    return int(over[0]), int(known[0])
+
+
+def known_over_counts(
+    durations_s: np.ndarray, censored: np.ndarray, values_s: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`known_over` at every value of ``values_s`` at once (one sort).
+
+    Args:
+        durations_s / censored: the samples, shape (n,).
+        values_s: the values, seconds, shape (k,).
+        weights: how many primaries each sample stands for, shape (n,); None: 1 each.
+
+    Returns:
+        ``(over, known)``, shape (k,) each (float with weights, int without).
+    """
+    durations = np.asarray(durations_s, dtype=float)
+    flags = np.asarray(censored, dtype=bool)
+    w = np.ones(durations.size) if weights is None else np.asarray(weights, dtype=float)
+    values = np.asarray(values_s, dtype=float)
+    order = np.argsort(durations, kind="stable")
+    sorted_d, sorted_c, sorted_w = durations[order], flags[order], w[order]
+    observed_d, observed_w = sorted_d[~sorted_c], np.concatenate(([0.0], np.cumsum(sorted_w[~sorted_c])))
+    cut_d, cut_w = sorted_d[sorted_c], np.concatenate(([0.0], np.cumsum(sorted_w[sorted_c])))
+    # over: observed TTFTs past v, or censored at or after v; unknown: censored before v
+    cut_before = cut_w[np.searchsorted(cut_d, values, side="left")]
+    over = (observed_w[-1] - observed_w[np.searchsorted(observed_d, values, side="right")]) + (cut_w[-1] - cut_before)
+    known = w.sum() - cut_before
+    if weights is None:
+        return over.astype(np.int64), known.astype(np.int64)
+    return over, known
 
 
 def binomial_lower_bound(successes: int, trials: int, confidence: float) -> float:
@@ -195,16 +225,9 @@ def least_accepted_value(
         The accepted value, seconds (``> start_s``).
     """
     durations = np.asarray(durations_s, dtype=float)
-    flags = np.asarray(censored, dtype=bool)
     above = np.unique(durations[durations > start_s])
     candidates = np.append(above, np.nextafter(durations.max(initial=start_s), math.inf))
-    observed = np.sort(durations[~flags])
-    cut = np.sort(durations[flags])
-    # over: observed TTFTs past v, or censored at or after v; unknown: censored before v
-    over = (observed.size - np.searchsorted(observed, candidates, side="right")) + (
-        cut.size - np.searchsorted(cut, candidates, side="left")
-    )
-    known = durations.size - np.searchsorted(cut, candidates, side="left")
+    over, known = known_over_counts(durations, censored, candidates)
     with np.errstate(invalid="ignore", divide="ignore"):
         lower = np.where(over > 0, stats.beta.ppf(1.0 - confidence, np.maximum(over, 1), known - over + 1), 0.0)
     accepted = np.flatnonzero(lower <= budget)
