@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.api.store_errors import STORE_ERRORS
 from hedgerow.controller.change_counters import read_change_counter
 from hedgerow.controller.queries import list_thresholds
 
@@ -104,8 +104,8 @@ class ThresholdCache:
         later; the start and the end of such a stretch are logged once each.
 
         Raises:
-            sqlalchemy.exc.SQLAlchemyError / OSError: the store cannot be read and nothing was
-                cached yet.
+            sqlalchemy.exc.SQLAlchemyError / OSError (``store_errors.STORE_ERRORS``): the store
+                cannot be read and nothing was cached yet.
         """
         table = self.fresh()
         if table is not None:
@@ -124,7 +124,7 @@ class ThresholdCache:
                         body, etag = self._render(await list_thresholds(session))
                         self.renders += 1
                         table = CachedTable(body, etag, version)
-            except (SQLAlchemyError, OSError) as exc:
+            except STORE_ERRORS as exc:
                 if self._table is None:
                     raise
                 if not self.serving_stale:

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import SQLAlchemyError
 
 from hedgerow.api._page_kit import error_page
+from hedgerow.client.errors import describe
 from hedgerow.controller.db import check_ready
 from hedgerow.controller.errors import StoreNotReady
 
@@ -62,7 +63,7 @@ async def store_unavailable(request: Request, exc: Exception) -> Response:
     reason = await is_store_down(request)
     if reason is None:
         raise exc
-    log.warning("%s %s: %s (%s: %s)", request.method, request.url.path, reason, type(exc).__name__, _first_line(exc))
+    log.warning("%s %s: %s (%s)", request.method, request.url.path, reason, describe(exc))
     if request.url.path.startswith("/ui"):
         return error_page(request, None, 503, UNAVAILABLE_MESSAGE)
     return JSONResponse(
@@ -70,7 +71,3 @@ async def store_unavailable(request: Request, exc: Exception) -> Response:
         status_code=503,
         headers={"Retry-After": "5"},
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [""])[0]

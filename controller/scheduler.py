@@ -30,6 +30,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.client.errors import describe
 from hedgerow.controller.events import log_flag_changes, log_lease_change
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, make_holder_id, release_lease
@@ -110,8 +111,7 @@ class ControllerScheduler:
                 )
             except Exception as exc:
                 # one line: while the store is down this repeats every renewal
-                first_line = (str(exc).splitlines() or [""])[0]
-                log.warning("could not renew the controller lease: %s: %s", type(exc).__name__, first_line)
+                log.warning("could not renew the controller lease: %s", describe(exc))
                 self.holding = False
             if self.holding != before:
                 self._lease_changed()
