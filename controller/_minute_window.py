@@ -27,14 +27,28 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from hedgerow.controller._policy_window import CallCounts, Samples, WindowData
 from hedgerow.controller.errors import StoreError
-from hedgerow.controller.minute_counts import KINDS, MINUTE_S, decode_many
+from hedgerow.controller.minute_counts import (
+    BACKUP_CENSORED,
+    BACKUP_OBSERVED,
+    CALL_TTFT,
+    KINDS,
+    MINUTE_S,
+    PRIMARY_CENSORED,
+    PRIMARY_OBSERVED,
+    decode_many,
+)
 from hedgerow.controller.models import MinuteAggregate
-from hedgerow.controller.ttft_histogram import N_BUCKETS
+from hedgerow.controller.ttft_histogram import N_BUCKETS, bucket_bounds, bucket_value_s
 
-__all__ = ["RouteMinutes", "read_minutes"]
+__all__ = ["RouteMinutes", "read_minutes", "window_data"]
 
 _COUNTERS = ("calls", "hedged", "backup_wins", "denied", "wanted")
+#: The value each bucket stands for (``ttft_histogram.bucket_value_s``), seconds, by bucket.
+_BUCKET_VALUES_S = np.array([bucket_value_s(i) for i in range(N_BUCKETS)])
+#: Each bucket's lower edge, seconds, by bucket.
+_BUCKET_LOWER_S = np.array([bucket_bounds(i)[0] for i in range(N_BUCKETS)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +146,8 @@ async def read_minutes(
     """
     first = math.ceil(since.timestamp() / MINUTE_S)
     end = math.ceil(until.timestamp() / MINUTE_S)
-    conn = await connection.connection() if isinstance(connection, AsyncSession) else connection
+    # a session, or anything that stands in for one (the route admin's joined session)
+    conn = connection if isinstance(connection, AsyncConnection) else await connection.connection()
     if conn.dialect.name == "postgresql":
         columns = await _fetch_postgresql(conn, first, end, route_ids)
     else:
@@ -174,3 +189,79 @@ async def read_minutes(
             entry_count=counts[e_start:e_stop],
         )
     return out
+
+
+def _early_censorings(keys: np.ndarray, counts: np.ndarray, censored: np.ndarray) -> np.ndarray:
+    """How many of each censored entry's count to place at its bucket's lower edge: half of
+    each (kind, bucket)'s censorings over the span, spread over its entries in their order
+    (whole numbers: entry ``i`` gets ``floor(C_i / 2) - floor(C_(i-1) / 2)`` of the running
+    total ``C``); 0 for observed entries. Shape (e,), int64."""
+    early = np.zeros(keys.size, dtype=np.int64)
+    index = np.flatnonzero(censored)
+    if index.size == 0:
+        return early
+    order = index[np.argsort(keys[index], kind="stable")]
+    running = np.cumsum(counts[order])
+    group_start = np.r_[True, keys[order][1:] != keys[order][:-1]]
+    before_group = np.maximum.accumulate(np.where(group_start, running - counts[order], 0))
+    after = running - before_group
+    early[order] = after // 2 - (after - counts[order]) // 2
+    return early
+
+
+def window_data(minutes: RouteMinutes, now: datetime) -> WindowData:
+    """One route's minute aggregates as the weighted :class:`~._policy_window.WindowData` the
+    window rules read (``_policy_window.observe_window``).
+
+    Each non-empty (minute, kind, bucket) is one sample entry: its duration the bucket's value
+    (``ttft_histogram.bucket_value_s``: the geometric midpoint, within 2.33 % of every duration in
+    the bucket), its weight the count. Censorings are split: half of a bucket's (over the span)
+    sit at its lower edge, before its first tokens, the rest at its value, tied with them (and
+    so still at risk there). Kaplan-Meier over the entries is then the life-table estimate for
+    grouped data (censorings at risk for half their bucket; Cutler & Ederer 1958, as
+    ``ttft_histogram.km_quantile``): all censorings at the value would bias ``S`` up (the upper
+    bound of ``ttft_histogram``), all at the edge down. On the worked number of ``jobs``
+    (2,000 Exp(1 s) primaries hedged at 1.5 s, 324 censored) the raw calls give P50 0.709 s,
+    P90 2.402 s, P95 2.754 s and a budget target of 2.535 s; the minutes give 0.708, 2.455
+    (+2.2 %), 2.692 (-2.3 %) and 2.570 s (+1.4 %), each within one bucket (4.7 %), which
+    ``tests/controller/test_jobs.py`` checks. With every censoring at its bucket's value the
+    P95 was not identified at all (the upward bias), with every one at the edge the target
+    fell 3.2 %. Each minute's counters are one :class:`CallCounts` entry.
+    Every entry's age is that of the minute's middle, ``now - (minute start + 30 s)``, floored at
+    0 (the minute holding ``now`` is as old as ``now``'s own calls): a window of ``span_s`` then
+    holds the minutes whose middle lies within it, so its edge is placed to within 30 s.
+
+    Args:
+        minutes: the route's minutes (:func:`read_minutes`), none starting after ``now``.
+        now: the tick's time (aware UTC).
+
+    Returns:
+        The route's ``WindowData``.
+    """
+    middle_age_s = now.timestamp() - (minutes.minutes * float(MINUTE_S) + MINUTE_S / 2.0)
+    minute_age_s = np.maximum(middle_age_s, 0.0)
+    kinds, buckets, counts = minutes.entry_kind, minutes.entry_bucket, minutes.entry_count.astype(np.int64)
+    censored = (kinds == PRIMARY_CENSORED) | (kinds == BACKUP_CENSORED)
+    early = _early_censorings(kinds * N_BUCKETS + buckets, counts, censored)
+    # each censored entry twice: its early share at the bucket's lower edge, the rest at its value
+    entry = np.concatenate([np.arange(kinds.size), np.flatnonzero(early > 0)])
+    weights = np.concatenate([counts - early, early[early > 0]]).astype(float)
+    values_s = np.concatenate([_BUCKET_VALUES_S[buckets], _BUCKET_LOWER_S[buckets[early > 0]]])
+    keep = weights > 0
+    entry, weights, values_s = entry[keep], weights[keep], values_s[keep]
+    entry_kinds = kinds[entry]
+    entry_age_s = minute_age_s[minutes.entry_minute[entry]]
+
+    def samples(observed: int, censored: int | None) -> Samples:
+        take = entry_kinds == observed if censored is None else (entry_kinds == observed) | (entry_kinds == censored)
+        flags = np.zeros(int(take.sum()), dtype=bool) if censored is None else entry_kinds[take] == censored
+        return Samples(entry_age_s[take], values_s[take], flags, weights[take])
+
+    return WindowData(
+        primary=samples(PRIMARY_OBSERVED, PRIMARY_CENSORED),
+        backup=samples(BACKUP_OBSERVED, BACKUP_CENSORED),
+        call_ttft=samples(CALL_TTFT, None),
+        counts=CallCounts(
+            minute_age_s, minutes.calls, minutes.hedged, minutes.backup_wins, minutes.denied, minutes.wanted
+        ),
+    )

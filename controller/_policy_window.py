@@ -21,7 +21,9 @@ evaluation (``bench/controller_eval.py``, records from the simulation) both call
 4. **Counts and curves.** Calls, hedges, backup wins and wanted hedges of the window and of the
    short window (5 min); the short window's primary samples (the policy's over-budget test);
    the call-level TTFT P99; the backup's KM curve (from the backup's own send) once there are
-   ``min_backup_samples`` of them.
+   ``min_backup_samples`` of them; the window's latest ``knobs.replay_max_calls`` primaries one
+   per call in arrival order (rules 2 and 3: the binomial counts of small samples and the
+   bucket replay, whose cost grows with the calls it replays).
 
 The input is one entry per call (:class:`WindowRecords`) or weighted entries (:class:`WindowData`:
 samples of each kind with a weight, counters by age), such as a histogram's (minute, bucket, count)
@@ -263,6 +265,25 @@ def _estimate(primary: Samples, mask: np.ndarray, budget: float | None, confiden
     )
 
 
+def _latest_in_order(primary: Samples, mask: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The masked primaries one per call in arrival order (oldest first), the latest ``limit``.
+
+    Entries of one age (a histogram's buckets of one minute) stand for calls whose order within
+    the minute is unknown; they are put in a fixed pseudo-random order (seed 0), not by duration,
+    so that slow calls are not bunched at the end of each minute in the bucket replay.
+
+    Returns:
+        ``(durations_s, censored, age_s)``, each of shape (min(calls, limit),).
+    """
+    durations, censored, age = primary.expanded(np.flatnonzero(mask))
+    if primary.weights_of(mask) is None:
+        order = np.argsort(-age, kind="stable")
+    else:
+        order = np.lexsort((np.random.default_rng(0).random(age.size), -age))
+    order = order[-limit:]
+    return durations[order], censored[order], age[order]
+
+
 def _rate(part: int, whole: int) -> float | None:
     return None if whole == 0 else part / whole
 
@@ -371,10 +392,7 @@ def observe_window(
         backup_curve = km_survival(
             backup.durations_s[backup_sel], backup.censored[backup_sel], backup.weights_of(backup_sel)
         )
-    # the window's primaries one per call in arrival order (oldest first): rules 2 and 3
-    order = np.argsort(-primary.age_s[mask], kind="stable")
-    in_order = np.flatnonzero(mask)[order]
-    window_d, window_c, window_age = primary.expanded(in_order)
+    window_d, window_c, window_age = _latest_in_order(primary, mask, knobs.replay_max_calls)
     short_d, short_c, _ = primary.expanded(short_sample)
     backup_d, backup_c, _ = backup.expanded(backup_sel)
     return Observation(

@@ -2,12 +2,14 @@
 
 Per route, each tick (DESIGN.md "controller"):
 
-1. read the route's calls started in ``(now - window_s, now]`` (:func:`window_records`: per call
-   its first primary attempt and, for a hedge, its first backup attempt as TTFT samples by
-   ``_policy_window.ttft_sample``: a first token is observed, a cancel before it is censored, a
-   failed attempt is no sample; hedged, backup won, denied by the bucket, the call-level TTFT
-   with failovers left out); when the primary samples are fewer than ``min_samples``, or too
-   few for the budget's tail with no drift detected, read ``max_window_s`` instead;
+1. read every route's minute aggregates of the last ``window_s`` in one query
+   (:func:`observe_routes`; ingest keeps them in the calls' own transaction: per minute the
+   counters and the log-bucketed histograms of the primary's and the backup's TTFT samples,
+   observed and censored, and of the call-level TTFT, by the sample rules of
+   :func:`window_records`), never the raw calls; the routes whose primary samples are fewer
+   than ``min_samples``, or too few for the budget's tail with no drift detected, are read
+   again over ``max_window_s``. The cost grows with routes x minutes x non-empty buckets, not
+   with calls; durations are known to their bucket (``_minute_window``);
 2. build the observation with ``_policy_window.observe_window``, the code the virtual-time
    benchmark runs too: the window doubles while samples are too few, shrinks to the data since
    a change the log-rank test detects (``_policy_drift``), and yields the Kaplan-Meier estimate
@@ -25,15 +27,17 @@ test_worked_number_in_module_docstring`` checks it): 2,000 calls in the last 50 
 TTFT ~ Exp(mean 1 s) (true P90 = ln 10 = 2.303 s), hedged at 1.5 s with a backup TTFT ~ Exp(mean
 0.5 s), ``random.Random(1)``. 479 calls hedged (23.95%); the backup won 324 of them, so 324
 primaries are censored. The uncensored TTFTs alone give P90 = 1.465 s (far too low); the KM
-estimate gives P50 0.709 s, P90 2.402 s, P95 2.754 s, and P99 null with
-``details.quantile_lower_bounds_s.p99_s`` = 3.542 s (the one-sided 95% bound: the KM lower
+estimate over the minute aggregates gives P50 0.708 s, P90 2.455 s, P95 2.692 s (over the raw
+samples: 0.709, 2.402, 2.754 s; each within a bucket), and P99 null with
+``details.quantile_lower_bounds_s.p99_s`` = 3.548 s (the one-sided 95% bound: the KM lower
 bound stays above 0.01 up to the longest duration seen; the true P99 is 4.605 s). The target
-(upper 95% bound on S(t) <= 0.10) is 2.535 s, where the true P(TTFT > t) = 7.9%. The objective
-(479 backup samples, the bucket replayed) predicts a call P99 of 3.299 s there, the lowest of
-the search, so 2.535 s is published (``budget_bound``): a lower value would risk the budget.
-The short window saw 20.1% of 199 calls hedged, but at 1.5 s: only 1 of its primaries is known
-to have waited past 2.535 s, no evidence against it. The call-level P99 (2.535 s) is under 0.95
-x the primary's P99 lower bound (3.542 s), so the hedges provably lowered the P99: no flag.
+(upper 95% bound on S(t) <= 0.10) is 2.570 s (raw: 2.535 s), where the true P(TTFT > t) = 7.7%.
+The objective (479 backup samples, the bucket replayed) predicts a call P99 of 3.422 s there,
+the lowest of the search, and 3.489 s at 2.638 s, within the 2% tolerance with fewer hedges,
+so 2.638 s is published (``cost_tie``). The short window saw 20.1% of 199 calls hedged, but at
+1.5 s: only 1 of its primaries is known to have waited past 2.638 s, no evidence against it.
+The call-level P99 (2.570 s) is under 0.95 x the primary's P99 lower bound (3.548 s), so the
+hedges provably lowered the P99: no flag.
 
 Reads and writes use separate short transactions, the write one starting with a write
 (:func:`lock_routes` / :func:`lock_route`), so a SQLite writer never has to upgrade a stale read
@@ -58,12 +62,13 @@ import numpy as np
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from hedgerow.controller._policy_window import WindowRecords, observe_window
+from hedgerow.controller._minute_window import read_minutes, window_data
+from hedgerow.controller._policy_window import CallCounts, Samples, WindowData, WindowRecords, observe_window
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
 from hedgerow.controller.errors import ControllerError
 from hedgerow.controller.estimation import QUANTILE_LEVELS
 from hedgerow.controller.events import log_threshold_change
-from hedgerow.controller.minute_counts import call_samples, first_samples
+from hedgerow.controller.minute_counts import MINUTE_S, call_samples, first_samples
 from hedgerow.controller.models import (
     Attempt,
     Call,
@@ -91,6 +96,7 @@ __all__ = [
     "lock_route",
     "lock_routes",
     "observe_route",
+    "observe_routes",
     "run_once",
     "run_tick",
     "tick_route",
@@ -101,6 +107,10 @@ log = logging.getLogger(__name__)
 
 #: How many times :func:`tick_route` decides again when the route changed under it.
 PUBLISH_ATTEMPTS = 5
+
+_NO_SAMPLES = Samples(np.empty(0), np.empty(0), np.empty(0, dtype=bool), np.empty(0))
+#: A route without minutes in the span read.
+_EMPTY_WINDOW = WindowData(_NO_SAMPLES, _NO_SAMPLES, _NO_SAMPLES, CallCounts(*(np.empty(0),) * 6))
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,18 +207,78 @@ async def backup_samples(session: AsyncSession, route_id: int, since: datetime, 
     return BackupSamples(tuple(records.backup_s[has].tolist()), tuple(records.backup_censored[has].tolist()))
 
 
-def _samples(records: WindowRecords) -> int:
-    return int(np.count_nonzero(~np.isnan(records.primary_s)))
+def _needs_wide(observation: Observation, settings: Any) -> bool:
+    """Whether the route's observation of ``window_s`` asks for the ``max_window_s`` span: too
+    few primary samples, or too few for the budget's tail and no change detected."""
+    estimate = observation.estimate
+    if estimate is None or estimate.samples < settings.min_samples:
+        return True
+    return observation.drift is None and estimate.too_few_for_budget
+
+
+async def observe_routes(
+    session: AsyncSession, routes: list[Route], settings: Any, now: datetime, knobs: PolicyKnobs | None = None
+) -> dict[int, Observation]:
+    """Everything one tick sees of each route, from the minute aggregates (no raw calls read).
+
+    One query reads every route's minutes of the last ``window_s`` (``_minute_window.
+    read_minutes``), each route's become weighted ``WindowData`` (``_minute_window.
+    window_data``: a (minute, bucket) entry per count, at the bucket's value and the minute's
+    middle) and go through ``_policy_window.observe_window``; the routes whose samples are fewer
+    than ``min_samples``, or too few for the budget's tail with no drift detected, are read again
+    over ``max_window_s`` (one more query for all of them) and observed again. The cost is one
+    entry per non-empty (minute, kind, bucket), bounded per minute, whatever the calls; what
+    bucketing changes against the raw calls is stated in ``_minute_window``.
+
+    Args:
+        session: an open session.
+        routes: the route rows.
+        settings: a ``hedgerow.settings.Settings``.
+        now: the tick's time (aware UTC): the minutes up to the one holding it are read.
+        knobs: the policy knobs (default: from ``settings``).
+
+    Returns:
+        ``{route id: Observation}`` for every route given, but those whose observation failed
+        (logged with their traceback).
+    """
+    knobs = knobs or PolicyKnobs.from_settings(settings)
+    ids = [route.id for route in routes]
+    # a minute belongs to a window when its middle does: read half a minute beyond the span
+    spans = {"short": float(settings.window_s), "wide": max(float(settings.max_window_s), float(settings.window_s))}
+
+    async def read(span_s: float, route_ids: list[int]) -> dict[int, WindowData]:
+        since = now - timedelta(seconds=span_s + MINUTE_S / 2)
+        minutes = await read_minutes(session, since, now, route_ids=route_ids)
+        return {rid: window_data(minutes[rid], now) if rid in minutes else _EMPTY_WINDOW for rid in route_ids}
+
+    def observe(items: list[tuple[Route, WindowData]]) -> dict[int, Observation]:
+        out = {}
+        for route, window in items:
+            try:
+                out[route.id] = observe_window(window, settings=settings, budget=_budget(route), knobs=knobs)
+            except Exception:
+                log.exception("controller tick failed to observe route %r model %r", route.route, route.model)
+        return out
+
+    by_id = {route.id: route for route in routes}
+    data = await read(spans["short"], ids)
+    observations = await asyncio.to_thread(observe, [(by_id[rid], data[rid]) for rid in ids])
+    if spans["wide"] > spans["short"]:
+        wide = [rid for rid in ids if rid in observations and _needs_wide(observations[rid], settings)]
+        if wide:
+            data = await read(spans["wide"], wide)
+            observations |= await asyncio.to_thread(observe, [(by_id[rid], data[rid]) for rid in wide])
+    return observations
+
+
+def _budget(route: Route) -> float | None:
+    return route.budget if 0.0 < route.budget < 1.0 else None
 
 
 async def observe_route(
     session: AsyncSession, route: Route, settings: Any, now: datetime, knobs: PolicyKnobs | None = None
 ) -> Observation:
-    """Everything one tick sees of a route (``_policy_window.observe_window`` on its records).
-
-    The calls of the last ``window_s`` are read; when their primary samples are fewer than
-    ``min_samples``, or too few for the budget's tail with no drift detected, the calls of the
-    last ``max_window_s`` are read instead and ``observe_window`` widens within them.
+    """Everything one tick sees of one route: :func:`observe_routes` of that route alone.
 
     Args:
         session: an open session.
@@ -220,21 +290,7 @@ async def observe_route(
     Returns:
         The :class:`Observation` for :func:`decide`.
     """
-    knobs = knobs or PolicyKnobs.from_settings(settings)
-    budget = route.budget if 0.0 < route.budget < 1.0 else None
-    records = await window_records(session, route.id, now - timedelta(seconds=settings.window_s), now)
-    wide = settings.max_window_s > settings.window_s
-    if wide and _samples(records) < settings.min_samples:
-        records = await window_records(session, route.id, now - timedelta(seconds=settings.max_window_s), now)
-        wide = False
-    observation: Observation = await asyncio.to_thread(
-        observe_window, records, settings=settings, budget=budget, knobs=knobs
-    )
-    estimate = observation.estimate
-    if wide and observation.drift is None and estimate is not None and estimate.too_few_for_budget:
-        records = await window_records(session, route.id, now - timedelta(seconds=settings.max_window_s), now)
-        observation = await asyncio.to_thread(observe_window, records, settings=settings, budget=budget, knobs=knobs)
-    return observation
+    return (await observe_routes(session, [route], settings, now, knobs))[route.id]
 
 
 def _config(route: Route) -> RouteConfig:
@@ -607,11 +663,45 @@ async def _decide_route(
     """Observe one route through ``session`` and decide."""
     observation = await observe_route(session, route, settings, now, knobs)
     # the objective replays the window's calls through the bucket: off the event loop
-    decision = await asyncio.to_thread(decide, _config(route), current, observation, knobs, current_source=source)
+    return await asyncio.to_thread(
+        _decided, settings, route, current, source, observation, knobs, reason_prefix, extra_details
+    )
+
+
+def _decided(
+    settings: Any,
+    route: Route,
+    current: float | None,
+    source: str | None,
+    observation: Observation,
+    knobs: PolicyKnobs,
+    reason_prefix: str | None = None,
+    extra_details: dict[str, Any] | None = None,
+) -> _Decided:
+    """Decide one route from its observation (pure)."""
+    decision = decide(_config(route), current, observation, knobs, current_source=source)
     details = history_details(decision, observation, settings) | (extra_details or {})
     if reason_prefix:
         decision = replace(decision, reason=f"{reason_prefix},{decision.reason}")
     return _Decided(route, current, source, observation, decision, details)
+
+
+def _decide_all(
+    settings: Any,
+    routes: list[tuple[Route, float | None, str | None]],
+    observations: dict[int, Observation],
+    knobs: PolicyKnobs,
+) -> list[_Decided]:
+    """Decide every observed route; a route whose decision fails is logged and left out."""
+    decided = []
+    for route, current, source in routes:
+        if route.id not in observations:
+            continue
+        try:
+            decided.append(_decided(settings, route, current, source, observations[route.id], knobs))
+        except Exception:
+            log.exception("controller tick failed for route %r model %r", route.route, route.model)
+    return decided
 
 
 async def run_tick(
@@ -631,8 +721,8 @@ async def run_tick(
     Args:
         sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
         settings: a ``hedgerow.settings.Settings``.
-        now: the tick's time (aware UTC; default: the current time). Calls started after it are
-            ignored. This is the virtual-time entry point: ingest records with
+        now: the tick's time (aware UTC; default: the current time). Calls started after the
+            minute holding it are ignored (the minute aggregates place a call to its minute). This is the virtual-time entry point: ingest records with
             ``hedgerow.controller.ingest_calls`` (any ``started_at``) and call
             ``run_tick(sessionmaker, settings, now=t)`` for increasing ``t`` to replay a
             workload against a store; the decisions are those a live controller would make.
@@ -660,13 +750,10 @@ async def run_tick(
             .order_by(Route.route, Route.model)
         )
         routes = [(route, current, source) for route, current, source in result.all()]
-    decided: list[_Decided] = []
-    for route, current, source in routes:
-        try:
-            async with sessionmaker() as session:
-                decided.append(await _decide_route(session, settings, route, current, source, now, knobs))
-        except Exception:
-            log.exception("controller tick failed for route %r model %r", route.route, route.model)
+    async with sessionmaker() as session:
+        observations = await observe_routes(session, [route for route, _, _ in routes], settings, now, knobs)
+    # the objective replays each window's latest calls through the bucket: off the event loop
+    decided = await asyncio.to_thread(_decide_all, settings, routes, observations, knobs)
     try:
         written = await _publish_all(sessionmaker, settings, decided, now, knobs)
     except Exception:

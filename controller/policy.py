@@ -278,6 +278,9 @@ class PolicyKnobs:
             rule 3; with fewer, the primary's curve stands in for it, >= 1.
         client_budget_burst: capacity (tokens) of the clients' hedge bucket assumed by the objective's
             bucket replay, >= 0; 0 leaves the bucket's denials out of the prediction.
+        replay_max_calls: most calls the observation keeps for rules 2 and 3 (the window's
+            latest, in arrival order), >= 1: the bucket replay costs time per call, and the
+            curves it is combined with come from the whole window.
 
     Raises:
         ValueError: a field out of range (named in the message).
@@ -297,6 +300,7 @@ class PolicyKnobs:
     p99_tolerance: float = 0.02
     min_backup_samples: int = 20
     client_budget_burst: float = 10.0
+    replay_max_calls: int = 4000
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_samples, int) or isinstance(self.min_samples, bool) or (self.min_samples < 1):
@@ -326,6 +330,9 @@ class PolicyKnobs:
             raise ValueError(f"client_budget_burst must be a finite number >= 0, got {self.client_budget_burst!r}")
         if self.min_backup_samples < 1:
             raise ValueError(f"min_backup_samples must be an integer >= 1, got {self.min_backup_samples!r}")
+        _check_count("replay_max_calls", self.replay_max_calls)
+        if self.replay_max_calls < 1:
+            raise ValueError(f"replay_max_calls must be an integer >= 1, got {self.replay_max_calls!r}")
 
     @classmethod
     def from_settings(cls, settings: Any) -> PolicyKnobs:
@@ -336,7 +343,8 @@ class PolicyKnobs:
                 ``max_step_down``, ``confidence``, ``tail_quantile``, ``drift_alpha``,
                 ``drift_min_ratio``, ``min_backup_win_rate``,
                 ``min_hedges_for_flag``, ``short_window_min_calls``, ``min_p99_improvement``,
-                ``p99_tolerance``, ``min_backup_samples`` and ``client_budget_burst`` are read.
+                ``p99_tolerance``, ``min_backup_samples``, ``client_budget_burst`` and
+                ``replay_max_calls`` are read.
 
         Returns:
             The knobs.
@@ -359,6 +367,7 @@ class PolicyKnobs:
             p99_tolerance=settings.p99_tolerance,
             min_backup_samples=settings.min_backup_samples,
             client_budget_burst=settings.client_budget_burst,
+            replay_max_calls=settings.replay_max_calls,
         )
 
 

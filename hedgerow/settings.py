@@ -69,6 +69,9 @@ class Settings(BaseSettings):
             (``HedgePolicy.budget_burst``) that this prediction replays over the window's calls
             to count the hedges a threshold would get denied; 0 leaves denials out (default 10,
             the client's default).
+        replay_max_calls: most of the window's latest calls that bucket replay runs over (the
+            policy's rules 2 and 3); its cost grows with them, the survival curves it combines
+            come from the whole window (default 4000).
         lease_ttl_s: lifetime of the job-runner lease; the holder renews it every tick and at
             least every third of the TTL (default 30).
         max_batch_calls: largest batch accepted by ``POST /v1/calls`` (default 1000).
@@ -150,6 +153,7 @@ class Settings(BaseSettings):
     p99_tolerance: float = Field(0.02, ge=0)
     min_backup_samples: int = Field(20, ge=1)
     client_budget_burst: float = Field(10.0, ge=0)
+    replay_max_calls: int = Field(4000, ge=1)
     lease_ttl_s: float = Field(30.0, gt=0)
     max_batch_calls: int = Field(1000, ge=1)
     retention_s: float = Field(1_209_600.0, gt=0)

@@ -119,7 +119,8 @@ async def test_a_repeated_hold_carries_its_latest_ticks_figures(make_api, call_f
     assert answer["reason"] == before["reason"] and answer["repeats"] == 3, answer  # the same hold, merged
     assert after == answer
     assert after["computed_at"] == before["computed_at"] and after["last_at"] > before["last_at"]
-    assert after["samples"] == 500 and after["p90_s"] != before["p90_s"], (before, after)
+    # (quantiles are bucket values, so the same bucket may hold both ticks' P90)
+    assert after["samples"] == 500 and after["observed_hedge_rate"] is not None, (before, after)
     assert (
         after["details"] != before["details"]
         and after["details"]["short_window"]["calls"] > (before["details"]["short_window"]["calls"])

@@ -287,7 +287,7 @@ def bunched_slow_calls() -> Observation:
 
     primary = np.concatenate([mix(2500, [0.95, 0.05, 0.0]), mix(1000, [0.3, 0.6, 0.1]), mix(2500, [0.95, 0.05, 0.0])])
     age = np.linspace(3500, 1, primary.size)
-    return observe(records(primary, age_s=age), settings=Settings(drift_alpha=0.0))
+    return observe(records(primary, age_s=age), settings=Settings(drift_alpha=0.0, replay_max_calls=primary.size))
 
 
 def test_a_bucket_limited_raise_is_not_followed_from_a_published_value() -> None:

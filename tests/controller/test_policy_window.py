@@ -187,9 +187,12 @@ def test_weighted_entries_observe_what_their_calls_do(shift: float) -> None:
         backup_censored=(hedged & ~won)[::-1].copy(),
         call_ttft_s=np.minimum(primary, np.where(hedged, backup + 1.0, np.inf))[::-1].copy(),
     )
-    one = observe(records)
+    # every call in the replay arrays: which calls are the latest 1,000 differs between the two
+    # forms (a minute's entries have no order), so the arrays are compared whole
+    settings = Settings(replay_max_calls=n)
+    one = observe(records, settings)
     weighted = observe_window(
-        _grouped(records), settings=Settings(), budget=0.10, knobs=PolicyKnobs.from_settings(Settings())
+        _grouped(records), settings=settings, budget=0.10, knobs=PolicyKnobs.from_settings(settings)
     )
     assert (one.drift is not None) == (shift > 1.0)
     assert weighted.estimate is not None and one.estimate is not None
@@ -205,3 +208,26 @@ def test_weighted_entries_observe_what_their_calls_do(shift: float) -> None:
         assert sorted(getattr(weighted, name)) == sorted(getattr(one, name)), name
     assert weighted.backup_curve is not None and one.backup_curve is not None
     assert np.array_equal(weighted.backup_curve.values, one.backup_curve.values)
+
+
+def test_the_replay_arrays_hold_the_latest_calls_in_arrival_order() -> None:
+    """``replay_max_calls`` bounds rules 2 and 3's arrays to the window's latest calls, oldest
+    first; with weighted entries a minute's calls are spread, not sorted by duration."""
+    age = np.arange(3000, 0, -1.0)  # oldest first, one call a second
+    obs = observe(make(age, age / 1000.0), Settings(replay_max_calls=500, drift_alpha=0.0))
+    assert len(obs.primary_durations_s) == 500
+    assert obs.primary_started_s == tuple((-age[-500:]).tolist())
+    assert obs.primary_durations_s == tuple((age[-500:] / 1000.0).tolist())
+    minute = WindowData(
+        primary=Samples(np.full(100, 30.0), np.arange(1, 101) / 10.0, np.zeros(100, bool), np.ones(100) * 2),
+        backup=Samples(np.empty(0), np.empty(0), np.empty(0, bool), np.empty(0)),
+        call_ttft=Samples(np.empty(0), np.empty(0), np.empty(0, bool), np.empty(0)),
+        counts=CallCounts(np.array([30.0]), np.array([200]), *(np.zeros(1),) * 4),
+    )
+    spread = observe_window(
+        minute, settings=Settings(replay_max_calls=150), budget=0.10, knobs=PolicyKnobs(replay_max_calls=150)
+    )
+    durations = np.asarray(spread.primary_durations_s)
+    assert durations.size == 150 and sorted(durations) != list(durations)
+    # the first and last 50 of a sorted order would be 0.1-2.5 s and 7.6-10 s
+    assert 2.0 < durations[:50].mean() < 8.0 and 2.0 < durations[-50:].mean() < 8.0
