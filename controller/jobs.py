@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -688,7 +689,7 @@ def _decided(
 
 def _decide_all(
     settings: Any,
-    routes: list[tuple[Route, float | None, str | None]],
+    routes: Sequence[tuple[Route, float | None, str | None]],
     observations: dict[int, Observation],
     knobs: PolicyKnobs,
 ) -> list[_Decided]:
@@ -722,7 +723,8 @@ async def run_tick(
         sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
         settings: a ``hedgerow.settings.Settings``.
         now: the tick's time (aware UTC; default: the current time). Calls started after the
-            minute holding it are ignored (the minute aggregates place a call to its minute). This is the virtual-time entry point: ingest records with
+            minute holding it are ignored (the minute aggregates place a call to its minute).
+            This is the virtual-time entry point: ingest records with
             ``hedgerow.controller.ingest_calls`` (any ``started_at``) and call
             ``run_tick(sessionmaker, settings, now=t)`` for increasing ``t`` to replay a
             workload against a store; the decisions are those a live controller would make.

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from hedgerow.controller._minute_window import read_minutes
+from hedgerow.controller._minute_window import _early_censorings, read_minutes, window_data
 from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.jobs import window_records
+from hedgerow.controller.jobs import observe_routes, window_records
 from hedgerow.controller.minute_counts import KINDS, minute_index
 from hedgerow.controller.models import Call, MinuteAggregate, Route
 from hedgerow.controller.retention import run_retention
-from hedgerow.controller.ttft_histogram import N_BUCKETS, histogram_of
+from hedgerow.controller.ttft_histogram import BUCKET_RATIO, N_BUCKETS, histogram_of
 from hedgerow.settings import Settings
 from tests.controller.rollup_workload import workload
 
@@ -166,3 +166,67 @@ async def test_retention_deletes_minutes_no_tick_can_read(sessionmaker) -> None:
     assert left[1] == 100  # every recent call kept, every old one gone
     assert left[0] >= minute_index(now - timedelta(hours=24)) - 1
     assert await _check_equal(sessionmaker, now - timedelta(hours=24), now) == 100
+
+
+def test_half_of_each_buckets_censorings_sit_at_its_lower_edge() -> None:
+    """``_early_censorings``: per (kind, bucket), floor(C_i / 2) - floor(C_(i-1) / 2) of the
+    running total, so the bucket's entries together put half (rounded down) at the edge."""
+    keys = np.array([5, 7, 5, 5, 7, 9, 5])
+    counts = np.array([1, 3, 1, 1, 2, 4, 5])
+    censored = np.array([True, True, True, True, True, False, True])
+    early = _early_censorings(keys, counts, censored)
+    assert early.tolist() == [0, 1, 1, 0, 1, 0, 3]  # key 5: running 1, 2, 3, 8 -> 0, 1, 1, 4
+    for key in (5, 7):
+        assert early[keys == key].sum() == counts[keys == key].sum() // 2
+
+
+async def test_window_data_stands_for_every_call_of_the_minutes(sessionmaker) -> None:
+    """The weighted entries the tick observes carry every call and sample of the minutes read:
+    weights sum to the counts, durations are bucket values (or a censoring's bucket edge) within
+    a bucket of the raw samples, and ages place each minute at its middle."""
+    records = workload(600, seed=4, start=SINCE, span_s=1800.0)
+    await _ingest(sessionmaker, records)
+    now = SINCE + timedelta(minutes=30, seconds=20)
+    async with sessionmaker() as session:
+        minutes = await read_minutes(session, SINCE, now)
+        route_ids = (await session.scalars(select(Route.id))).all()
+        for route_id in route_ids:
+            raw = (await window_records(session, route_id, SINCE, now)).data()
+            data = window_data(minutes[route_id], now)
+            for kind in ("primary", "backup", "call_ttft"):
+                got, want = getattr(data, kind), getattr(raw, kind)
+                assert got.weight.sum() == want.weight.sum(), kind
+                assert got.weight[got.censored].sum() == want.weight[want.censored].sum(), kind
+                # the same distribution to within a bucket: compare weighted medians
+                assert np.median(np.repeat(got.durations_s, got.weight.astype(int))) == pytest.approx(
+                    np.median(want.durations_s), rel=BUCKET_RATIO - 1
+                ), kind
+            assert data.counts.calls.sum() == raw.counts.calls.sum()
+            assert data.counts.hedged.sum() == raw.counts.hedged.sum()
+            ages = np.unique(data.primary.age_s)
+            assert np.all((ages + 30.0) % 60.0 == pytest.approx(20.0)) or ages.min() == 0.0
+
+
+async def test_observe_routes_reads_the_wide_window_only_for_routes_that_need_it(sessionmaker) -> None:
+    """A busy route is observed over ``window_s``; a quiet one, whose samples are too few, over
+    ``max_window_s``, including calls older than the hour; every route is in the answer."""
+    now = SINCE + timedelta(hours=3)
+    busy = [
+        dataclasses.replace(r, route="busy", model="m")
+        for r in workload(400, seed=5, start=now - timedelta(minutes=50), span_s=2900.0)
+    ]
+    quiet = [
+        dataclasses.replace(r, route="quiet", model="m")
+        for r in workload(30, seed=6, start=now - timedelta(hours=2, minutes=50), span_s=9000.0, prefix="q")
+    ]
+    await _ingest(sessionmaker, busy + quiet)
+    settings = Settings()
+    async with sessionmaker() as session:
+        routes = list((await session.scalars(select(Route).order_by(Route.route))).all())
+        observations = await observe_routes(session, routes, settings, now)
+        raw_quiet = await window_records(session, routes[1].id, now - timedelta(hours=24), now)
+    by_name = {route.route: observations[route.id] for route in routes}
+    assert set(by_name) == {"busy", "quiet"}
+    assert by_name["busy"].window_s == settings.window_s
+    assert by_name["quiet"].window_s == settings.max_window_s
+    assert by_name["quiet"].calls == raw_quiet.age_s.size == 30
