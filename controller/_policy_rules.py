@@ -9,6 +9,7 @@ binomial counts and, in arrival order, for the hedge model's replay of the clien
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -139,6 +140,7 @@ def known_over_counts(
     return over, known
 
 
+@functools.lru_cache(maxsize=8192)  # pure in its scalars; the tick asks again per route
 def binomial_lower_bound(successes: int, trials: int, confidence: float) -> float:
     """One-sided Clopper-Pearson lower bound on a binomial proportion.
 
@@ -151,6 +153,7 @@ def binomial_lower_bound(successes: int, trials: int, confidence: float) -> floa
     return float(stats.beta.ppf(1.0 - confidence, successes, trials - successes + 1))
 
 
+@functools.lru_cache(maxsize=8192)  # pure in its scalars; the tick asks again per route
 def binomial_upper_bound(successes: int, trials: int, confidence: float) -> float:
     """One-sided Clopper-Pearson upper bound on a binomial proportion.
 
@@ -434,6 +437,7 @@ def over_budget_evidence(p: Proposal, x: Inputs) -> Proposal:
     return p.with_value(value, ("raise_over_budget",), "evidence", over_budget_test=test | {"raised_to_s": value})
 
 
+@functools.lru_cache(maxsize=8192)  # pure in its scalars; the tick asks again per route
 def quantile_level_band(n: int, q: float, confidence: float) -> tuple[float, ...]:
     """The levels between which the sample quantile of the true ``q`` one lies, and ``q``.
 
