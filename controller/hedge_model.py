@@ -97,7 +97,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -233,9 +233,26 @@ class BucketReplay:
     censored: np.ndarray
     budget: float
     burst: float
+    #: replays already run, by thresholds: ``(primary, index, denied)`` (a decision asks for the
+    #: same current and proposed values at each level of its tail band)
+    _runs: dict[bytes, tuple[SurvivalCurve, np.ndarray, np.ndarray]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 def _replay_active(
+    primary: SurvivalCurve, replay: BucketReplay, thresholds_s: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_run_replay`, once per thresholds and primary curve for one ``replay``."""
+    key = np.asarray(thresholds_s, dtype=float).tobytes()
+    run = replay._runs.get(key)
+    if run is None or run[0] is not primary:
+        run = (primary, *_run_replay(primary, replay, thresholds_s))
+        replay._runs[key] = run
+    return run[1], run[2]
+
+
+def _run_replay(
     primary: SurvivalCurve, replay: BucketReplay, thresholds_s: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """The bucket replay of ``denial_probabilities``, on the calls that can want a hedge.
