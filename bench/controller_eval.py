@@ -67,10 +67,14 @@ hour at steady state, clamp values published and whether they were labelled; the
 targets of the issue are printed MET / NOT MET with their figures. Both suites drive the same
 ``VirtualController``, whose tick builds ``WindowRecords`` and runs
 ``hedgerow.controller._policy_window.observe_window`` and ``decide``: the code of the live tick.
+With ``--minutes`` the records reach those rules as the live tick reads them from the store,
+minute aggregates (``hedgerow.controller._minute_window``: each duration at its bucket's value,
+each start in its minute).
 
 Run: ``python bench/controller_eval.py [--suite trace|scenarios] [--scenario NAME] [--json FILE]
 [--out-dir bench/results] [--duration S] [--rate R] [--budget B] [--seed N] [--seeds K]
-[--window-s S] [--interval-s S]``. Prints a table and whether each target is met, writes JSON (``--json``, default
+[--window-s S] [--interval-s S] [--minutes]``. Prints a table and whether each target is met,
+writes JSON (``--json``, default
 ``OUT_DIR/controller_eval.json``) and ``OUT_DIR/controller_eval.png`` (the adaptive threshold,
 the 5-minute hedge rates and the 5-minute TTFT P99 over time, first seed). Not a test: nothing is
 asserted; exits 2 with a message when the trace file is absent or an option is out of range.
@@ -87,12 +91,14 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hedgerow.controller._policy_window import WindowRecords, observe_window
+from hedgerow.controller._minute_window import minutes_of, window_data
+from hedgerow.controller._policy_window import WindowData, WindowRecords, observe_window
 from hedgerow.controller.policy import PolicyKnobs, RouteConfig, decide
 from hedgerow.settings import Settings
 from hedgerow.sim.perf_model import load_perf_model
@@ -134,6 +140,9 @@ class VirtualController:
     Args:
         config: the route's configuration (budget, default/min/max ``hedge_after_s``).
         settings: windows, ``min_samples``, ``confidence`` and the policy knobs.
+        minutes: give the rules the calls as the live tick reads them, minute aggregates
+            (``_minute_window.minutes_of`` and ``window_data``: durations to their bucket,
+            starts to their minute), instead of one entry per call.
 
     Attributes:
         current: the published ``hedge_after_s`` (None before the first publication).
@@ -142,9 +151,10 @@ class VirtualController:
             ``observed_hedge_rate``, ``short_window_hedge_rate``, ``backup_win_rate``.
     """
 
-    def __init__(self, config: RouteConfig, settings: Settings) -> None:
+    def __init__(self, config: RouteConfig, settings: Settings, *, minutes: bool = False) -> None:
         self.config = config
         self.settings = settings
+        self.minutes = minutes
         self.knobs = PolicyKnobs.from_settings(settings)
         self.current: float | None = None
         self.history: list[dict[str, Any]] = []
@@ -200,7 +210,11 @@ class VirtualController:
             call_ttft_s=np.asarray(self._ttft, dtype=float)[keep],
         )
         budget = self.config.budget if 0.0 < self.config.budget < 1.0 else None
-        observation = observe_window(records, settings=self.settings, budget=budget, knobs=self.knobs)
+        data: WindowRecords | WindowData = records
+        if self.minutes:
+            at = datetime.fromtimestamp(now, UTC)
+            data = window_data(minutes_of(records, at), at)
+        observation = observe_window(data, settings=self.settings, budget=budget, knobs=self.knobs)
         estimate = observation.estimate
         window = observation.window_s
         decision = decide(self.config, self.current, observation, self.knobs)
@@ -476,7 +490,7 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
     say("adaptive")
     runs, histories = [], []
     for seed in seeds:
-        controller = VirtualController(route, settings)
+        controller = VirtualController(route, settings, minutes=args.minutes)
         result = simulate(
             workload,
             perf,
@@ -516,6 +530,7 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
         "adaptive_final_hedge_after_s": [h[-1]["hedge_after_s"] if h else None for h in histories],
         "adaptive_history": adaptive.history,
         "config": {
+            "minutes": args.minutes,
             "trace": str(args.trace),
             "requests": len(workload),
             "span_s": span_s,
@@ -720,7 +735,7 @@ def run_scenarios(args: argparse.Namespace, progress: Any = None) -> dict[str, A
         )
         for seed in range(args.seed, args.seed + args.seeds):
             started = time.perf_counter()
-            controller = VirtualController(route, settings)
+            controller = VirtualController(route, settings, minutes=args.minutes)
             calls = simulate_scenario(scenario, controller, seed, settings.controller_interval_s)
             for result in evaluate_scenario(
                 scenario,
@@ -738,6 +753,7 @@ def run_scenarios(args: argparse.Namespace, progress: Any = None) -> dict[str, A
             say(f"{scenario.name} seed {seed}: {len(calls)} calls, {time.perf_counter() - started:.1f} s")
     return {
         "benchmark": "controller_eval_scenarios",
+        "minutes": args.minutes,
         "rows": rows,
         "summary": scenario_targets(rows),
         "ticks": ticks,  # per run: [t_s, hedge_after_s, reason, window_s, samples]
@@ -888,6 +904,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--window-s", type=float, default=None, help="controller window (default HEDGEROW_WINDOW_S or 3600)"
+    )
+    parser.add_argument(
+        "--minutes",
+        action="store_true",
+        help="feed the controller minute aggregates, as the live tick reads them (default: one entry per call)",
     )
     parser.add_argument(
         "--out-dir",

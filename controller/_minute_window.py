@@ -27,7 +27,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from hedgerow.controller._policy_window import CallCounts, Samples, WindowData
+from hedgerow.controller._policy_window import CallCounts, Samples, WindowData, WindowRecords
 from hedgerow.controller.errors import StoreError
 from hedgerow.controller.minute_counts import (
     BACKUP_CENSORED,
@@ -40,9 +40,9 @@ from hedgerow.controller.minute_counts import (
     decode_many,
 )
 from hedgerow.controller.models import MinuteAggregate
-from hedgerow.controller.ttft_histogram import N_BUCKETS, bucket_bounds, bucket_value_s
+from hedgerow.controller.ttft_histogram import N_BUCKETS, bucket_bounds, bucket_indices, bucket_value_s
 
-__all__ = ["RouteMinutes", "read_minutes", "window_data"]
+__all__ = ["RouteMinutes", "minutes_of", "read_minutes", "window_data"]
 
 _COUNTERS = ("calls", "hedged", "backup_wins", "denied", "wanted")
 #: The value each bucket stands for (``ttft_histogram.bucket_value_s``), seconds, by bucket.
@@ -264,4 +264,58 @@ def window_data(minutes: RouteMinutes, now: datetime) -> WindowData:
         counts=CallCounts(
             minute_age_s, minutes.calls, minutes.hedged, minutes.backup_wins, minutes.denied, minutes.wanted
         ),
+    )
+
+
+def minutes_of(records: WindowRecords, now: datetime) -> RouteMinutes:
+    """The minute aggregates that ingest would keep of one route's records (pure, no store).
+
+    Each call goes to the minute holding its start (``now - age_s``) and each of its samples to
+    its kind's bucket, as ``minute_counts.count_minutes`` does at ingest; the virtual-time
+    evaluation (``bench/controller_eval.py --minutes``) feeds the tick's rules through it what
+    the live tick reads from the store.
+
+    Args:
+        records: the route's calls, one entry per call (ages from ``now``).
+        now: the time the ages are measured from (aware UTC).
+
+    Returns:
+        A :class:`RouteMinutes` (minutes without calls left out).
+    """
+    started_s = now.timestamp() - records.age_s
+    minute = np.floor(started_s / MINUTE_S).astype(np.int64)
+    minutes, inverse = np.unique(minute, return_inverse=True)
+    inverse = inverse.reshape(-1)
+
+    def per_minute(flags: np.ndarray) -> np.ndarray:
+        return np.bincount(inverse, weights=flags.astype(float), minlength=minutes.size).astype(np.int64)
+
+    primary, backup, ttft = (
+        ~np.isnan(records.primary_s),
+        records.hedged & ~np.isnan(records.backup_s),
+        ~np.isnan(records.call_ttft_s),
+    )
+    parts = [
+        (PRIMARY_OBSERVED, primary & ~records.primary_censored, records.primary_s),
+        (PRIMARY_CENSORED, primary & records.primary_censored, records.primary_s),
+        (BACKUP_OBSERVED, backup & ~records.backup_censored, records.backup_s),
+        (BACKUP_CENSORED, backup & records.backup_censored, records.backup_s),
+        (CALL_TTFT, ttft, records.call_ttft_s),
+    ]
+    keys = np.concatenate(
+        [inverse[m] * (len(KINDS) * N_BUCKETS) + kind * N_BUCKETS + bucket_indices(v[m]) for kind, m, v in parts]
+    ).astype(np.int64)
+    entries, counts = np.unique(keys, return_counts=True)
+    within = entries % (len(KINDS) * N_BUCKETS)
+    return RouteMinutes(
+        minutes=minutes,
+        calls=np.bincount(inverse, minlength=minutes.size).astype(np.int64),
+        hedged=per_minute(records.hedged),
+        backup_wins=per_minute(records.backup_won),
+        denied=per_minute(records.denied),
+        wanted=per_minute(records.hedged | records.denied),
+        entry_minute=entries // (len(KINDS) * N_BUCKETS),
+        entry_kind=(within // N_BUCKETS).astype(np.uint32),
+        entry_bucket=(within % N_BUCKETS).astype(np.uint32),
+        entry_count=counts.astype(np.uint32),
     )

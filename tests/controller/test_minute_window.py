@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from hedgerow.controller._minute_window import _early_censorings, read_minutes, window_data
+from hedgerow.controller._minute_window import _early_censorings, minutes_of, read_minutes, window_data
 from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.jobs import observe_routes, window_records
 from hedgerow.controller.minute_counts import KINDS, minute_index
@@ -230,3 +230,22 @@ async def test_observe_routes_reads_the_wide_window_only_for_routes_that_need_it
     assert by_name["busy"].window_s == settings.window_s
     assert by_name["quiet"].window_s == settings.max_window_s
     assert by_name["quiet"].calls == raw_quiet.age_s.size == 30
+
+
+async def test_minutes_of_the_records_are_what_ingest_kept(sessionmaker) -> None:
+    """``minutes_of`` (the virtual-time evaluation's ``--minutes``) gives, from one route's
+    records, the minutes and entries that ingest stored and ``read_minutes`` returns."""
+    await _ingest(sessionmaker, workload(500, seed=7, start=SINCE, span_s=1800.0))
+    now = SINCE + timedelta(minutes=30)
+    async with sessionmaker() as session:
+        stored = await read_minutes(session, SINCE, now)
+        for route_id, got in stored.items():
+            made = minutes_of(await window_records(session, route_id, SINCE, now), now)
+            for name in ("minutes", "calls", "hedged", "backup_wins", "denied", "wanted"):
+                assert getattr(made, name).tolist() == getattr(got, name).tolist(), name
+
+            def entries(m):
+                return sorted(zip(m.entry_minute.tolist(), m.entry_kind.tolist(), m.entry_bucket.tolist(),
+                                  m.entry_count.tolist(), strict=True))  # fmt: skip
+
+            assert entries(made) == entries(got)
