@@ -27,17 +27,18 @@ test_worked_number_in_module_docstring`` checks it): 2,000 calls in the last 50 
 TTFT ~ Exp(mean 1 s) (true P90 = ln 10 = 2.303 s), hedged at 1.5 s with a backup TTFT ~ Exp(mean
 0.5 s), ``random.Random(1)``. 479 calls hedged (23.95%); the backup won 324 of them, so 324
 primaries are censored. The uncensored TTFTs alone give P90 = 1.465 s (far too low); the KM
-estimate over the minute aggregates gives P50 0.708 s, P90 2.455 s, P95 2.692 s (over the raw
-samples: 0.709, 2.402, 2.754 s; each within a bucket), and P99 null with
-``details.quantile_lower_bounds_s.p99_s`` = 3.548 s (the one-sided 95% bound: the KM lower
-bound stays above 0.01 up to the longest duration seen; the true P99 is 4.605 s). The target
-(upper 95% bound on S(t) <= 0.10) is 2.570 s (raw: 2.535 s), where the true P(TTFT > t) = 7.7%.
-The objective (479 backup samples, the bucket replayed) predicts a call P99 of 3.422 s there,
-the lowest of the search, and 3.489 s at 2.638 s, within the 2% tolerance with fewer hedges,
-so 2.638 s is published (``cost_tie``). The short window saw 20.1% of 199 calls hedged, but at
-1.5 s: only 1 of its primaries is known to have waited past 2.638 s, no evidence against it.
-The call-level P99 (2.570 s) is under 0.95 x the primary's P99 lower bound (3.548 s), so the
-hedges provably lowered the P99: no flag.
+estimate over the minute aggregates (each duration at its bucket's end, ``_minute_window``)
+gives P50 0.724 s and P90 2.512 s, at or above the raw samples' 0.709 and 2.402 s by less than
+a bucket; its curve does not reach 0.95, so P95 and P99 are null with one-sided 95% lower
+bounds in ``details.quantile_lower_bounds_s`` of 2.630 s (the raw samples give a P95 of
+2.754 s) and 3.631 s (the KM lower bound stays above 0.01 up to the longest duration seen; the
+true P99 is 4.605 s). The target (upper 95% bound on S(t) <= 0.10) is 2.630 s (raw: 2.535 s),
+where the true P(TTFT > t) = 7.2%. The objective (479 backup samples, the bucket replayed)
+predicts a call P99 of 3.542 s there, the lowest of the search, and 3.611 s at 2.6985 s,
+within the 2% tolerance with fewer hedges, so 2.6985 s is published (``cost_tie``). The short
+window saw 20.1% of 199 calls hedged, but at 1.5 s: only 1 of its primaries is known to have
+waited past 2.6985 s, no evidence against it. The call-level P99 (2.630 s) is under 0.95 x the
+primary's P99 lower bound (3.631 s), so the hedges provably lowered the P99: no flag.
 
 Reads and writes use separate short transactions, the write one starting with a write
 (:func:`lock_routes` / :func:`lock_route`), so a SQLite writer never has to upgrade a stale read
