@@ -342,6 +342,8 @@ CALL_COLUMNS: tuple[str, ...] = (
     "status", "error_type", "ttft_s", "ttfo_s", "tpot_s", "e2e_s", "max_itl_s", "prompt_tokens",
     "completion_tokens", "wasted_completion_tokens", "api",
 )  # fmt: skip
+#: Where a ``calls`` row holds its ``started_at``.
+_STARTED_AT = CALL_COLUMNS.index("started_at")
 #: Columns of ``attempts`` written by ingest, in the order of the rows built for them.
 ATTEMPT_COLUMNS: tuple[str, ...] = (
     "call_id", "attempt_index", "upstream", "role", "start_s", "first_token_s", "end_s", "outcome",
@@ -420,19 +422,22 @@ def _call_row(record: RecordFields, route_id: int, received_at: Any, stamp: _Sta
     )
 
 
-def _attempt_rows(batch: Sequence[RecordFields], call_ids: Mapping[str, int], stamp: _Stamp) -> list[tuple[Any, ...]]:
+def _attempt_rows(
+    batch: Sequence[RecordFields], call_rows: Sequence[tuple[Any, ...]], call_ids: Mapping[str, int]
+) -> list[tuple[Any, ...]]:
     """The ``attempts`` rows of the records written, in :data:`ATTEMPT_COLUMNS` order.
 
     An attempt without ``prompt_tokens`` (a version 1 record) gets the one estimate rule,
-    :func:`hedgerow.client.records.estimate_prompt_tokens`. ``stamp`` converts the call's
-    ``started_at`` (once per call) to what the driver binds.
+    :func:`hedgerow.client.records.estimate_prompt_tokens`. ``call_rows`` are the batch's
+    ``calls`` rows (:func:`_call_row`, in the order of ``batch``): each attempt's
+    ``call_started_at`` is its call's ``started_at`` as already bound there.
     """
     rows: list[tuple[Any, ...]] = []
-    for record in batch:
+    for record, call_row in zip(batch, call_rows, strict=True):
         call_id = call_ids.get(record.request_id)
         if call_id is None:
             continue
-        started_at = stamp(record.started_at)
+        started_at = call_row[_STARTED_AT]
         for index, attempt in enumerate(record.attempts):
             tokens, estimated = estimate_prompt_tokens(
                 attempt.prompt_tokens, attempt.prompt_tokens_estimated, attempt.status_code, record.prompt_tokens
@@ -477,7 +482,6 @@ async def _write_sqlite(
     connection: AsyncConnection,
     batch: Sequence[RecordFields],
     call_rows: list[tuple[Any, ...]],
-    stamp: _Stamp,
 ) -> dict[str, int]:
     """Write calls and attempts with one ``executemany`` each; returns the new calls' ids.
 
@@ -496,7 +500,7 @@ async def _write_sqlite(
     call_ids = {row[0]: row[1] for row in fetched}
     if len(call_ids) != inserted:  # pragma: no cover - would mean another writer inside our lock
         raise StoreError(f"ingest: {inserted} calls inserted but {len(call_ids)} new ids read back")
-    attempt_rows = _attempt_rows(batch, call_ids, stamp)
+    attempt_rows = _attempt_rows(batch, call_rows, call_ids)
     if attempt_rows:
         await connection.exec_driver_sql(_SQLITE_INSERT_ATTEMPTS, attempt_rows)
     return call_ids
@@ -523,7 +527,7 @@ async def _write_postgresql(
     await driver.copy_records_to_table(_PG_STAGE, records=call_rows, columns=CALL_COLUMNS)
     try:
         call_ids = {row[0]: row[1] for row in await driver.fetch(_PG_MERGE)}
-        attempt_rows = _attempt_rows(batch, call_ids, _as_is)
+        attempt_rows = _attempt_rows(batch, call_rows, call_ids)
         if attempt_rows:
             await driver.copy_records_to_table("attempts", records=attempt_rows, columns=ATTEMPT_COLUMNS)
     except Exception as exc:
@@ -621,7 +625,7 @@ async def ingest_calls(
     if dialect == "postgresql":
         call_ids = await _write_postgresql(connection, batch, call_rows)
     else:
-        call_ids = await _write_sqlite(connection, batch, call_rows, stamp)
+        call_ids = await _write_sqlite(connection, batch, call_rows)
     if call_ids:  # the calls this batch inserted, into the tick's minute aggregates
         await add_records(connection, [(ids[(r.route, r.model)], r) for r in batch if r.request_id in call_ids])
     accepted = len(call_ids)
