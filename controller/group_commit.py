@@ -103,9 +103,20 @@ class GroupCommitWriter(Generic[T, R]):
         self._queue: asyncio.Queue[_Job[T, R] | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        #: Groups committed or failed, and the jobs they held (for tests and metrics).
+        self._writing = 0
+        #: Groups written (committed or failed) and the jobs they held.
         self.groups = 0
         self.jobs = 0
+
+    @property
+    def queued(self) -> int:
+        """Jobs waiting for their group."""
+        return self._queue.qsize()
+
+    @property
+    def writing(self) -> int:
+        """Jobs of the group being written now (0: the writer is idle)."""
+        return self._writing
 
     def start(self) -> None:
         """Start the writer task on the running event loop.
@@ -169,6 +180,7 @@ class GroupCommitWriter(Generic[T, R]):
             return
         done: list[tuple[_Job[T, R], R]] = []
         failed: list[tuple[_Job[T, R], Exception]] = []
+        self._writing = len(live)
         try:
             async with self._sessionmaker() as session, session.begin():
                 connection = await session.connection()
@@ -190,6 +202,7 @@ class GroupCommitWriter(Generic[T, R]):
                 raise
             return
         finally:
+            self._writing = 0
             self.groups += 1
             self.jobs += len(live)
         for job, error in failed:
