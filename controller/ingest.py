@@ -10,9 +10,10 @@ transactions wait on each other instead of deadlocking.
 Each table is written with one statement per batch, compiled once per process:
 
 - SQLite: one driver-level ``executemany`` of ``INSERT ... ON CONFLICT (request_id) DO
-  NOTHING`` for the calls, one read of the ids it created (the newest rowids, see
-  :func:`_write_sqlite`), one ``executemany`` for their attempts; the rows are built with their
-  timestamps already in the text SQLite stores (one pass, no second copy of the rows);
+  NOTHING`` for the calls, one read of the ids it created (the newest rowids: only the largest
+  when every call was new, see :func:`_write_sqlite`), one ``executemany`` for their attempts;
+  the rows are built with their timestamps already in the text SQLite stores (one pass, no
+  second copy of the rows);
 - PostgreSQL: binary ``COPY`` of the calls into a session-local staging table, one statement
   that moves them out of it, inserts their ``request_id`` into ``call_request_ids`` (``ON
   CONFLICT DO NOTHING RETURNING``: the unique key, ``calls`` being partitioned by day) and
@@ -359,6 +360,7 @@ _SQLITE_INSERT_CALLS = (
     "ON CONFLICT (request_id) DO NOTHING"
 )
 _SQLITE_NEW_CALLS = "SELECT request_id, id FROM calls WHERE id > (SELECT max(id) FROM calls) - ?"
+_SQLITE_LAST_CALL = "SELECT max(id) FROM calls"
 _SQLITE_INSERT_ATTEMPTS = (
     f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})"
 )
@@ -485,21 +487,29 @@ async def _write_sqlite(
 ) -> dict[str, int]:
     """Write calls and attempts with one ``executemany`` each; returns the new calls' ids.
 
-    SQLite's ``executemany`` cannot return rows, so the new ids are read back by their rowids:
+    SQLite's ``executemany`` cannot return rows, so the new ids are known from their rowids:
     the insert of the calls takes the database's write lock (one writer at a time, held to the
     commit), and while it is held a table with an ``INTEGER PRIMARY KEY`` gives each new row
     ``max(id) + 1`` (SQLite "ROWIDs and the INTEGER PRIMARY KEY"), so the ``n`` rows the
-    statement inserted (its row count; conflicts insert nothing) are exactly the ``n`` largest ids.
+    statement inserted (its row count; conflicts insert nothing) are exactly the ``n`` largest
+    ids, given in the order of ``call_rows``. When every row was inserted (no duplicate, the
+    usual case) only the largest id is read; otherwise the ``n`` newest rows are.
     """
     result = await connection.exec_driver_sql(_SQLITE_INSERT_CALLS, call_rows)
     inserted = int(result.rowcount)
     if inserted <= 0:
         return {}
-    rows = await connection.exec_driver_sql(_SQLITE_NEW_CALLS, (inserted,))
-    fetched: list[Any] = list(rows.all())
-    call_ids = {row[0]: row[1] for row in fetched}
-    if len(call_ids) != inserted:  # pragma: no cover - would mean another writer inside our lock
-        raise StoreError(f"ingest: {inserted} calls inserted but {len(call_ids)} new ids read back")
+    if inserted == len(call_rows):
+        last = int((await connection.exec_driver_sql(_SQLITE_LAST_CALL)).scalar_one())
+        call_ids = {
+            row[0]: call_id for row, call_id in zip(call_rows, range(last - inserted + 1, last + 1), strict=True)
+        }
+    else:
+        rows = await connection.exec_driver_sql(_SQLITE_NEW_CALLS, (inserted,))
+        fetched: list[Any] = list(rows.all())
+        call_ids = {row[0]: row[1] for row in fetched}
+        if len(call_ids) != inserted:  # pragma: no cover - would mean another writer inside our lock
+            raise StoreError(f"ingest: {inserted} calls inserted but {len(call_ids)} new ids read back")
     attempt_rows = _attempt_rows(batch, call_rows, call_ids)
     if attempt_rows:
         await connection.exec_driver_sql(_SQLITE_INSERT_ATTEMPTS, attempt_rows)
