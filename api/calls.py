@@ -42,6 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from hedgerow.api.auth import require_scope
 from hedgerow.api.deps import get_session, get_settings
 from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
+from hedgerow.controller.db import make_engine, make_sessionmaker
 from hedgerow.controller.errors import RouteLimitExceeded
 from hedgerow.controller.events import log_rejected_batch
 from hedgerow.controller.group_commit import GroupCommitWriter
@@ -279,19 +280,27 @@ def make_ingest_writer(state: Any) -> GroupCommitWriter[list[CallRecordIn], Stor
     SQLite has one writer: concurrent batches of one process written in transactions of their
     own take turns on its lock and each pay a commit. The writer runs the batches waiting
     together in one transaction, each in a savepoint of its own
-    (:class:`~hedgerow.controller.group_commit.GroupCommitWriter`). PostgreSQL writes batches
-    concurrently, each in its own transaction.
+    (:class:`~hedgerow.controller.group_commit.GroupCommitWriter`), on an engine of its own whose
+    connection runs the statements of its transactions on the event loop's thread
+    (:mod:`hedgerow.controller.sqlite_inline`; disposed when the writer closes). PostgreSQL
+    writes batches concurrently, each in its own transaction.
 
     Args:
-        state: the app's ``state``, with ``sessionmaker`` and ``engine`` set.
+        state: the app's ``state``, with ``engine`` set.
     """
     if state.engine.dialect.name != "sqlite":
         return None
+    engine = make_engine(state.settings.database_url, inline_in_transaction=True)
 
     async def work(session: AsyncSession, records: list[CallRecordIn]) -> StoredBatch:
         return await store_batch(state, session, records)
 
-    return GroupCommitWriter(state.sessionmaker, work, on_commit=lambda batch: learn_batch(state, batch))
+    return GroupCommitWriter(
+        make_sessionmaker(engine),
+        work,
+        on_commit=lambda batch: learn_batch(state, batch),
+        on_close=engine.dispose,
+    )
 
 
 async def _store_alone(state: Any, session: AsyncSession, records: list[CallRecordIn]) -> StoredBatch:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,7 @@ def check_database_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
+def make_engine(url: str, *, inline_in_transaction: bool = False, **kwargs: Any) -> AsyncEngine:
     """Create an async engine for the store.
 
     On SQLite every connection gets foreign keys on, WAL journaling and a busy timeout of
@@ -115,6 +116,10 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
 
     Args:
         url: ``sqlite+aiosqlite:///path`` or ``postgresql+asyncpg://user@host:port/db``.
+        inline_in_transaction: SQLite: connections that run the statements of an open
+            transaction on the event loop's thread
+            (:mod:`hedgerow.controller.sqlite_inline`; only for transactions opened with
+            ``BEGIN IMMEDIATE``). Ignored on PostgreSQL.
         **kwargs: passed to :func:`sqlalchemy.ext.asyncio.create_async_engine`.
 
     Raises:
@@ -124,6 +129,11 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
     if url.startswith("sqlite"):
         connect_args = dict(kwargs.pop("connect_args", {}))
         connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_S)
+        if inline_in_transaction:
+            from hedgerow.controller.sqlite_inline import connect_inline_in_transaction
+
+            path = make_url(url).database or ":memory:"
+            kwargs["async_creator"] = partial(connect_inline_in_transaction, path, **connect_args)
         engine = create_async_engine(url, connect_args=connect_args, **kwargs)
 
         @event.listens_for(engine.sync_engine, "connect")

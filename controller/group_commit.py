@@ -74,6 +74,8 @@ class GroupCommitWriter(Generic[T, R]):
         on_commit: called with each job's result once its group committed (also for a job
             whose waiter was cancelled meanwhile): learn what the committed rows make true
             (caches, counters). An exception it raises is logged, not passed on.
+        on_close: awaited by :meth:`aclose` once the task stopped (e.g. dispose of an engine
+            of the writer's own).
         max_jobs: most jobs per transaction, >= 1.
         begin_sql: the statement that opens the group's transaction (default ``BEGIN
             IMMEDIATE``: SQLite's write lock at once; it also makes the driver's transaction
@@ -90,6 +92,7 @@ class GroupCommitWriter(Generic[T, R]):
         work: Callable[[AsyncSession, T], Awaitable[R]],
         *,
         on_commit: Callable[[R], None] | None = None,
+        on_close: Callable[[], Awaitable[None]] | None = None,
         max_jobs: int = 8,
         begin_sql: str = "BEGIN IMMEDIATE",
     ) -> None:
@@ -98,6 +101,7 @@ class GroupCommitWriter(Generic[T, R]):
         self._sessionmaker = sessionmaker
         self._work = work
         self._on_commit = on_commit
+        self._on_close = on_close
         self._max_jobs = max_jobs
         self._begin_sql = begin_sql
         self._queue: asyncio.Queue[_Job[T, R] | None] = asyncio.Queue()
@@ -142,14 +146,18 @@ class GroupCommitWriter(Generic[T, R]):
         return await future
 
     async def aclose(self) -> None:
-        """Write every job queued so far, then stop the task; later ``submit`` calls fail."""
+        """Write every job queued so far, stop the task, then await ``on_close``; later
+        ``submit`` calls fail."""
         if self._closed:
             return
         self._closed = True
-        if self._task is None:
-            return
-        self._queue.put_nowait(None)
-        await self._task
+        try:
+            if self._task is not None:
+                self._queue.put_nowait(None)
+                await self._task
+        finally:
+            if self._on_close is not None:
+                await self._on_close()
 
     async def _run(self) -> None:
         stopping = False
