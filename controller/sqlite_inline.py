@@ -13,13 +13,14 @@ waits in SQLite's busy handler for the write lock) and runs every statement of a
 transaction on the calling thread. Meant for a connection whose transactions all start with
 ``BEGIN IMMEDIATE`` (the group commit writer, :mod:`hedgerow.controller.group_commit`): once it
 holds the write lock nothing it runs waits for a lock in WAL mode (readers never block a writer),
-so the loop is held only for the work itself (and the commit's fsync), never for another
-process. A deferred transaction would take the lock at its first write, inline: do not use these
-connections for those.
+so the loop is held only for one statement at a time (an ``executemany`` of a batch, or the
+commit's fsync), never for another process. A deferred transaction would take the lock at its
+first write, inline: do not use these connections for those.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable
 from functools import partial
@@ -34,10 +35,17 @@ class InlineInTransaction(aiosqlite.Connection):
     """An aiosqlite connection that runs calls on the caller's thread inside a transaction."""
 
     async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run ``fn`` here when the connection is in a transaction, else in aiosqlite's thread."""
+        """Run ``fn`` here when the connection is in a transaction, else in aiosqlite's thread.
+
+        After a call run here the loop gets a turn (``asyncio.sleep(0)``), as it would while
+        waiting for aiosqlite's thread: other requests wait for one statement, not for a whole
+        transaction.
+        """
         connection = self._connection
         if self._running and connection is not None and connection.in_transaction:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            await asyncio.sleep(0)
+            return result
         return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]  # aiosqlite's own
 
 
