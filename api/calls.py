@@ -23,6 +23,11 @@ app's :class:`~hedgerow.controller.ingest.RouteIdCache`, and on PostgreSQL the d
 partitions in a :class:`~hedgerow.controller.partitions.DayPartitionCache`; a batch that meets a
 cached day dropped meanwhile (:class:`~hedgerow.controller.partitions.DayPartitionMissing`,
 nothing written) is run once more with the cache emptied.
+
+On PostgreSQL each batch is written in a transaction of its own. On SQLite the batches go to the
+app's group commit writer (:func:`make_ingest_writer`): the batches waiting together share one
+transaction, each in its own savepoint, so a batch refused there (a route past a bound: its 422)
+rolls back alone; every answer goes out after the group's commit.
 """
 
 from __future__ import annotations
