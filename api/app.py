@@ -1,15 +1,14 @@
 """The FastAPI app factory.
 
 ``create_app(settings)`` wires the routers and a lifespan that, on start-up, makes the engine,
-migrates the store to head, and starts the controller's scheduler (APScheduler 3
-``AsyncIOScheduler``: the lease every ``lease_ttl_s / 3``, a tick every ``controller_interval_s``
-while holding the lease); on shut-down it stops the scheduler, releases the lease and disposes of
-the engine.
+migrates the store to head, starts (on SQLite) the group commit writer of ``POST /v1/calls`` and
+the controller's scheduler (APScheduler 3 ``AsyncIOScheduler``: the lease every ``lease_ttl_s /
+3``, a tick every ``controller_interval_s`` while holding the lease); on shut-down it stops the
+scheduler, releases the lease, writes the batches still queued and disposes of the engine.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -137,11 +136,18 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
             app.state.sessionmaker = sessionmaker
             app.state.scheduler = scheduler
             app.state.thresholds = threshold_cache
+            writer = calls.make_ingest_writer(app.state)
+            if writer is not None:
+                writer.start()
+            app.state.ingest_writer = writer
             if run_scheduler:
                 scheduler.start()
             yield
         finally:
             await scheduler.shutdown()
+            if app.state.ingest_writer is not None:
+                await app.state.ingest_writer.aclose()  # the batches queued so far are written
+                app.state.ingest_writer = None
             await engine.dispose()
 
     app = FastAPI(
@@ -165,8 +171,8 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     app.state.route_ids = RouteIdCache()
     # days known to have partitions (PostgreSQL only; see hedgerow.api.calls)
     app.state.partition_days = DayPartitionCache(settings.retention_s)
-    # SQLite has one writer: this process's batches take turns (see hedgerow.api.calls._one_writer)
-    app.state.ingest_lock = asyncio.Lock() if check_database_url(settings.database_url).startswith("sqlite") else None
+    # SQLite: the group commit writer of POST /v1/calls, made by the lifespan (hedgerow.api.calls)
+    app.state.ingest_writer = None
     app.state.metrics = metrics
     for module in (calls, thresholds, routes, controller, health, prices, reports, metrics_api):
         app.include_router(module.router)

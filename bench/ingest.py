@@ -18,7 +18,8 @@ the load of a shared machine falls on all of them alike:
 - ``COPY`` (PostgreSQL): asyncpg's binary ``COPY`` of the calls (ids drawn from the sequence
   first) and of their attempts;
 - ``sqlite3 executemany`` (SQLite): the standard library's ``executemany`` of the calls (ids
-  given) and attempts, on its own connection with the store's pragmas.
+  given) and attempts, on its own connection with the store's pragmas
+  (``hedgerow.controller.db.SQLITE_PRAGMAS``: WAL, ``synchronous=FULL``), a commit per batch.
 
 Every method writes fresh ``request_id`` values (nothing is a duplicate) into the same tables,
 so the store grows alike for all. Records are those of ``bench/controller_tick.py``'s generator
@@ -57,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controller_tick import synthetic_records
 
 from hedgerow.client.records import CallRecord, estimate_prompt_tokens
-from hedgerow.controller.db import make_engine, upgrade_database
+from hedgerow.controller.db import SQLITE_PRAGMAS, make_engine, upgrade_database
 from hedgerow.controller.ingest import ATTEMPT_COLUMNS, CALL_COLUMNS
 from hedgerow.controller.models import Attempt, Call, utc_now
 from tests.conftest import create_pg_database, drop_pg_database
@@ -193,8 +194,8 @@ async def copy_method(url: str, batches: list[list[CallRecord]], ids: dict[str, 
 def sqlite3_method(path: str, batches: list[list[CallRecord]], ids: dict[str, int]) -> int:
     """The standard library's sqlite3 executemany of calls (ids given) and attempts, a transaction per batch."""
     connection = sqlite3.connect(path, timeout=30, isolation_level=None)
-    connection.execute("PRAGMA foreign_keys=ON")
-    connection.execute("PRAGMA journal_mode=WAL")
+    for pragma in SQLITE_PRAGMAS:
+        connection.execute(pragma)
     columns = ("id", *CALL_COLUMNS)
     insert_calls = f"INSERT INTO calls ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
     insert_attempts = (

@@ -10,9 +10,10 @@ transactions wait on each other instead of deadlocking.
 Each table is written with one statement per batch, compiled once per process:
 
 - SQLite: one driver-level ``executemany`` of ``INSERT ... ON CONFLICT (request_id) DO
-  NOTHING`` for the calls, one read of the ids it created (the newest rowids, see
-  :func:`_write_sqlite`), one ``executemany`` for their attempts; the rows are built with their
-  timestamps already in the text SQLite stores (one pass, no second copy of the rows);
+  NOTHING`` for the calls, one read of the ids it created (the newest rowids: only the largest
+  when every call was new, see :func:`_write_sqlite`), one ``executemany`` for their attempts;
+  the rows are built with their timestamps already in the text SQLite stores (one pass, no
+  second copy of the rows);
 - PostgreSQL: binary ``COPY`` of the calls into a session-local staging table, one statement
   that moves them out of it, inserts their ``request_id`` into ``call_request_ids`` (``ON
   CONFLICT DO NOTHING RETURNING``: the unique key, ``calls`` being partitioned by day) and
@@ -342,6 +343,8 @@ CALL_COLUMNS: tuple[str, ...] = (
     "status", "error_type", "ttft_s", "ttfo_s", "tpot_s", "e2e_s", "max_itl_s", "prompt_tokens",
     "completion_tokens", "wasted_completion_tokens", "api",
 )  # fmt: skip
+#: Where a ``calls`` row holds its ``started_at``.
+_STARTED_AT = CALL_COLUMNS.index("started_at")
 #: Columns of ``attempts`` written by ingest, in the order of the rows built for them.
 ATTEMPT_COLUMNS: tuple[str, ...] = (
     "call_id", "attempt_index", "upstream", "role", "start_s", "first_token_s", "end_s", "outcome",
@@ -357,6 +360,7 @@ _SQLITE_INSERT_CALLS = (
     "ON CONFLICT (request_id) DO NOTHING"
 )
 _SQLITE_NEW_CALLS = "SELECT request_id, id FROM calls WHERE id > (SELECT max(id) FROM calls) - ?"
+_SQLITE_LAST_CALL = "SELECT max(id) FROM calls"
 _SQLITE_INSERT_ATTEMPTS = (
     f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})"
 )
@@ -420,19 +424,22 @@ def _call_row(record: RecordFields, route_id: int, received_at: Any, stamp: _Sta
     )
 
 
-def _attempt_rows(batch: Sequence[RecordFields], call_ids: Mapping[str, int], stamp: _Stamp) -> list[tuple[Any, ...]]:
+def _attempt_rows(
+    batch: Sequence[RecordFields], call_rows: Sequence[tuple[Any, ...]], call_ids: Mapping[str, int]
+) -> list[tuple[Any, ...]]:
     """The ``attempts`` rows of the records written, in :data:`ATTEMPT_COLUMNS` order.
 
     An attempt without ``prompt_tokens`` (a version 1 record) gets the one estimate rule,
-    :func:`hedgerow.client.records.estimate_prompt_tokens`. ``stamp`` converts the call's
-    ``started_at`` (once per call) to what the driver binds.
+    :func:`hedgerow.client.records.estimate_prompt_tokens`. ``call_rows`` are the batch's
+    ``calls`` rows (:func:`_call_row`, in the order of ``batch``): each attempt's
+    ``call_started_at`` is its call's ``started_at`` as already bound there.
     """
     rows: list[tuple[Any, ...]] = []
-    for record in batch:
+    for record, call_row in zip(batch, call_rows, strict=True):
         call_id = call_ids.get(record.request_id)
         if call_id is None:
             continue
-        started_at = stamp(record.started_at)
+        started_at = call_row[_STARTED_AT]
         for index, attempt in enumerate(record.attempts):
             tokens, estimated = estimate_prompt_tokens(
                 attempt.prompt_tokens, attempt.prompt_tokens_estimated, attempt.status_code, record.prompt_tokens
@@ -477,26 +484,33 @@ async def _write_sqlite(
     connection: AsyncConnection,
     batch: Sequence[RecordFields],
     call_rows: list[tuple[Any, ...]],
-    stamp: _Stamp,
 ) -> dict[str, int]:
     """Write calls and attempts with one ``executemany`` each; returns the new calls' ids.
 
-    SQLite's ``executemany`` cannot return rows, so the new ids are read back by their rowids:
+    SQLite's ``executemany`` cannot return rows, so the new ids are known from their rowids:
     the insert of the calls takes the database's write lock (one writer at a time, held to the
     commit), and while it is held a table with an ``INTEGER PRIMARY KEY`` gives each new row
     ``max(id) + 1`` (SQLite "ROWIDs and the INTEGER PRIMARY KEY"), so the ``n`` rows the
-    statement inserted (its row count; conflicts insert nothing) are exactly the ``n`` largest ids.
+    statement inserted (its row count; conflicts insert nothing) are exactly the ``n`` largest
+    ids, given in the order of ``call_rows``. When every row was inserted (no duplicate, the
+    usual case) only the largest id is read; otherwise the ``n`` newest rows are.
     """
     result = await connection.exec_driver_sql(_SQLITE_INSERT_CALLS, call_rows)
     inserted = int(result.rowcount)
     if inserted <= 0:
         return {}
-    rows = await connection.exec_driver_sql(_SQLITE_NEW_CALLS, (inserted,))
-    fetched: list[Any] = list(rows.all())
-    call_ids = {row[0]: row[1] for row in fetched}
-    if len(call_ids) != inserted:  # pragma: no cover - would mean another writer inside our lock
-        raise StoreError(f"ingest: {inserted} calls inserted but {len(call_ids)} new ids read back")
-    attempt_rows = _attempt_rows(batch, call_ids, stamp)
+    if inserted == len(call_rows):
+        last = int((await connection.exec_driver_sql(_SQLITE_LAST_CALL)).scalar_one())
+        call_ids = {
+            row[0]: call_id for row, call_id in zip(call_rows, range(last - inserted + 1, last + 1), strict=True)
+        }
+    else:
+        rows = await connection.exec_driver_sql(_SQLITE_NEW_CALLS, (inserted,))
+        fetched: list[Any] = list(rows.all())
+        call_ids = {row[0]: row[1] for row in fetched}
+        if len(call_ids) != inserted:  # pragma: no cover - would mean another writer inside our lock
+            raise StoreError(f"ingest: {inserted} calls inserted but {len(call_ids)} new ids read back")
+    attempt_rows = _attempt_rows(batch, call_rows, call_ids)
     if attempt_rows:
         await connection.exec_driver_sql(_SQLITE_INSERT_ATTEMPTS, attempt_rows)
     return call_ids
@@ -523,7 +537,7 @@ async def _write_postgresql(
     await driver.copy_records_to_table(_PG_STAGE, records=call_rows, columns=CALL_COLUMNS)
     try:
         call_ids = {row[0]: row[1] for row in await driver.fetch(_PG_MERGE)}
-        attempt_rows = _attempt_rows(batch, call_ids, _as_is)
+        attempt_rows = _attempt_rows(batch, call_rows, call_ids)
         if attempt_rows:
             await driver.copy_records_to_table("attempts", records=attempt_rows, columns=ATTEMPT_COLUMNS)
     except Exception as exc:
@@ -621,7 +635,7 @@ async def ingest_calls(
     if dialect == "postgresql":
         call_ids = await _write_postgresql(connection, batch, call_rows)
     else:
-        call_ids = await _write_sqlite(connection, batch, call_rows, stamp)
+        call_ids = await _write_sqlite(connection, batch, call_rows)
     if call_ids:  # the calls this batch inserted, into the tick's minute aggregates
         await add_records(connection, [(ids[(r.route, r.model)], r) for r in batch if r.request_id in call_ids])
     accepted = len(call_ids)

@@ -48,13 +48,20 @@ async def test_timestamps_read_back_as_aware_utc(sessionmaker) -> None:
             session.add(Lease(name="naive", holder="h", expires_at=datetime(2026, 1, 1)))
 
 
-async def test_sqlite_pragmas(engine) -> None:
+@pytest.mark.parametrize("inline", [False, True], ids=["threaded", "inline_in_transaction"])
+async def test_sqlite_pragmas(engine, migrated_url, inline) -> None:
     if engine.dialect.name != "sqlite":
         pytest.skip("SQLite only")
-    async with engine.connect() as connection:
-        assert (await connection.execute(text("PRAGMA foreign_keys"))).scalar() == 1
-        assert (await connection.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
-        assert (await connection.execute(text("PRAGMA busy_timeout"))).scalar() >= 1000
+    checked = make_engine(migrated_url, inline_in_transaction=True) if inline else engine
+    try:
+        async with checked.connect() as connection:
+            assert (await connection.execute(text("PRAGMA foreign_keys"))).scalar() == 1
+            assert (await connection.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
+            assert (await connection.execute(text("PRAGMA synchronous"))).scalar() == 2  # FULL
+            assert (await connection.execute(text("PRAGMA busy_timeout"))).scalar() >= 1000
+    finally:
+        if inline:
+            await checked.dispose()
 
 
 async def test_ready_check(engine, tmp_path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from sqlalchemy import func, select
 
 from hedgerow.controller.ingest import ingest_calls, route_defaults
@@ -185,3 +186,17 @@ async def test_timestamps_are_stored_as_every_other_writer_stores_them(sessionma
         if session.get_bind().dialect.name == "sqlite":  # the text SQLAlchemy itself writes and compares
             stored = await session.scalar(text("SELECT started_at FROM calls"))
             assert stored == "2026-11-25 06:00:00.000000"
+
+
+async def test_each_attempt_is_stored_under_its_own_call(sessionmaker, call_factory) -> None:
+    """New ids are matched to their calls both when every call is new and when some were stored."""
+    defaults = route_defaults(Settings())
+    first = [call_factory(f"id{i:02d}", primary_ttft_s=0.1 + i / 100, route=f"r{i % 3}") for i in range(0, 40, 2)]
+    assert await _ingest(sessionmaker, first, defaults) == (20, 0)  # all new
+    mixed = [call_factory(f"id{i:02d}", primary_ttft_s=0.1 + i / 100, route=f"r{i % 3}") for i in range(40)]
+    assert await _ingest(sessionmaker, mixed, defaults) == (20, 20)  # every other one stored already
+    async with sessionmaker() as session:
+        pairs = (await session.execute(select(Call.request_id, Call.ttft_s, Attempt.first_token_s).join(Attempt))).all()
+    assert len(pairs) == 40
+    for request_id, ttft_s, first_token_s in pairs:
+        assert first_token_s == ttft_s == pytest.approx(0.1 + int(request_id[2:]) / 100), request_id
