@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from hedgerow.controller._policy_window import CallCounts, Samples, WindowData, WindowRecords
+from hedgerow.controller._policy_window import CallCounts, Samples, WindowData, WindowRecords, concat_window_data
 from hedgerow.controller.errors import StoreError
 from hedgerow.controller.minute_counts import (
     BACKUP_CENSORED,
@@ -42,7 +42,7 @@ from hedgerow.controller.minute_counts import (
 from hedgerow.controller.models import MinuteAggregate
 from hedgerow.controller.ttft_histogram import N_BUCKETS, bucket_bounds, bucket_indices
 
-__all__ = ["RouteMinutes", "minutes_of", "read_minutes", "window_data"]
+__all__ = ["RouteMinutes", "minutes_of", "raw_since", "read_minutes", "tick_window", "window_data"]
 
 _COUNTERS = ("calls", "hedged", "backup_wins", "denied", "wanted")
 #: Each bucket's upper edge (the overflow bucket's lower edge), seconds, by bucket.
@@ -294,3 +294,39 @@ def minutes_of(records: WindowRecords, now: datetime) -> RouteMinutes:
         entry_bucket=(within % N_BUCKETS).astype(np.uint32),
         entry_count=counts.astype(np.uint32),
     )
+
+
+def raw_since(now: datetime) -> datetime:
+    """Where the tick's raw calls begin: the start of the minute before the one holding ``now``.
+
+    The tick reads the calls started from there to ``now`` one by one (60-120 s of them) and
+    the minute aggregates before: the recent calls keep their exact start and duration, so a
+    short window (rule 4's five minutes, or the seconds-long windows of ``hedgerow demo``)
+    and the replay's latest calls are exact, calls started after ``now`` are left out, and the
+    cost stays bounded by two minutes of calls.
+
+    Args:
+        now: the tick's time (aware UTC).
+
+    Returns:
+        An aware UTC datetime on a whole minute.
+    """
+    minute = math.floor(now.timestamp() / MINUTE_S) - 1
+    return datetime.fromtimestamp(minute * MINUTE_S, UTC)
+
+
+def tick_window(minutes: RouteMinutes | None, recent: WindowRecords, now: datetime) -> WindowData:
+    """What the tick's rules read of one route: the minutes before :func:`raw_since` (weighted
+    entries, :func:`window_data`) and the calls since then one by one (ages from ``now``).
+
+    Args:
+        minutes: the route's minutes before ``raw_since(now)`` (None: none).
+        recent: the route's calls started in ``[raw_since(now), now]``.
+        now: the tick's time (aware UTC).
+
+    Returns:
+        The route's ``WindowData``.
+    """
+    if minutes is None:
+        return recent.data()
+    return concat_window_data(window_data(minutes, now), recent.data())

@@ -51,7 +51,16 @@ from hedgerow.controller.policy import Observation
 if TYPE_CHECKING:
     from hedgerow.controller.policy import PolicyKnobs
 
-__all__ = ["TAIL_SAMPLES", "CallCounts", "Samples", "WindowData", "WindowRecords", "observe_window", "ttft_sample"]
+__all__ = [
+    "TAIL_SAMPLES",
+    "CallCounts",
+    "Samples",
+    "WindowData",
+    "WindowRecords",
+    "concat_window_data",
+    "observe_window",
+    "ttft_sample",
+]
 
 #: Fewest samples expected beyond the budget quantile (``samples * budget``) before the window
 #: stops widening.
@@ -177,6 +186,22 @@ class WindowData:
     counts: CallCounts
 
 
+def concat_window_data(*parts: WindowData) -> WindowData:
+    """Several :class:`WindowData` of one route as one (their entries side by side)."""
+
+    def join(kind: str) -> Samples:
+        pieces = [getattr(part, kind) for part in parts]
+        return Samples(*(np.concatenate([getattr(p, f) for p in pieces]) for f in Samples.__dataclass_fields__))
+
+    counts = [part.counts for part in parts]
+    return WindowData(
+        primary=join("primary"),
+        backup=join("backup"),
+        call_ttft=join("call_ttft"),
+        counts=CallCounts(*(np.concatenate([getattr(c, f) for c in counts]) for f in CallCounts.__dataclass_fields__)),
+    )
+
+
 def _as_arrays(instance: Any, kinds: dict[str, type]) -> None:
     """Turn every field of a frozen dataclass into a 1-D array of one shape (float unless
     ``kinds`` says otherwise); raise ValueError naming the first field that differs."""
@@ -222,6 +247,10 @@ class WindowRecords:
     def __post_init__(self) -> None:
         flags = ("primary_censored", "hedged", "backup_won", "denied", "backup_censored")
         _as_arrays(self, dict.fromkeys(flags, bool))
+
+    def select(self, mask: np.ndarray) -> WindowRecords:
+        """The records where ``mask`` (bool, shape (n,)) is True."""
+        return WindowRecords(*(getattr(self, name)[mask] for name in self.__dataclass_fields__))
 
     def data(self) -> WindowData:
         """The records as :class:`WindowData`, one entry (weight 1) per call and sample."""

@@ -2,14 +2,15 @@
 
 Per route, each tick (DESIGN.md "controller"):
 
-1. read every route's minute aggregates of the last ``window_s`` in one query
-   (:func:`observe_routes`; ingest keeps them in the calls' own transaction: per minute the
-   counters and the log-bucketed histograms of the primary's and the backup's TTFT samples,
-   observed and censored, and of the call-level TTFT, by the sample rules of
-   :func:`window_records`), never the raw calls; the routes whose primary samples are fewer
-   than ``min_samples``, or too few for the budget's tail with no drift detected, are read
-   again over ``max_window_s``. The cost grows with routes x minutes x non-empty buckets, not
-   with calls; durations are known to their bucket (``_minute_window``);
+1. read every route's minute aggregates of the last ``window_s`` in one query and the calls
+   of the last one to two minutes one by one in two more (:func:`observe_routes`; ingest keeps
+   the aggregates in the calls' own transaction: per minute the counters and the log-bucketed
+   histograms of the primary's and the backup's TTFT samples, observed and censored, and of the
+   call-level TTFT, by the sample rules of :func:`window_records`); the routes whose primary
+   samples are fewer than ``min_samples``, or too few for the budget's tail with no drift
+   detected, are read again over ``max_window_s``. The cost grows with routes x minutes x
+   non-empty buckets plus two minutes of calls, not with the window's calls; an older duration
+   is known to its bucket (``_minute_window``);
 2. build the observation with ``_policy_window.observe_window``, the code the virtual-time
    benchmark runs too: the window doubles while samples are too few, shrinks to the data since
    a change the log-rank test detects (``_policy_drift``), and yields the Kaplan-Meier estimate
@@ -64,8 +65,8 @@ import numpy as np
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from hedgerow.controller._minute_window import read_minutes, window_data
-from hedgerow.controller._policy_window import CallCounts, Samples, WindowData, WindowRecords, observe_window
+from hedgerow.controller._minute_window import raw_since, read_minutes, tick_window
+from hedgerow.controller._policy_window import WindowData, WindowRecords, observe_window
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
 from hedgerow.controller.errors import ControllerError
 from hedgerow.controller.estimation import QUANTILE_LEVELS
@@ -99,6 +100,7 @@ __all__ = [
     "lock_routes",
     "observe_route",
     "observe_routes",
+    "routes_records",
     "run_once",
     "run_tick",
     "tick_route",
@@ -109,10 +111,6 @@ log = logging.getLogger(__name__)
 
 #: How many times :func:`tick_route` decides again when the route changed under it.
 PUBLISH_ATTEMPTS = 5
-
-_NO_SAMPLES = Samples(np.empty(0), np.empty(0), np.empty(0, dtype=bool), np.empty(0))
-#: A route without minutes in the span read.
-_EMPTY_WINDOW = WindowData(_NO_SAMPLES, _NO_SAMPLES, _NO_SAMPLES, CallCounts(*(np.empty(0),) * 6))
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,12 +171,33 @@ async def window_records(session: AsyncSession, route_id: int, since: datetime, 
         route_id: the ``routes.id``.
         since / until: the window (aware UTC).
     """
-    in_window = (Call.route_id == route_id, Call.started_at > since, Call.started_at <= until)
+    return (await routes_records(session, [route_id], since, until))[route_id]
+
+
+async def routes_records(
+    session: AsyncSession, route_ids: list[int], since: datetime, until: datetime, *, since_included: bool = False
+) -> dict[int, WindowRecords]:
+    """:func:`window_records` of several routes in two queries (calls, then their attempts).
+
+    Args:
+        session: an open session.
+        route_ids: the ``routes.id`` values.
+        since / until: the span (aware UTC): calls started in ``(since, until]``, or in
+            ``[since, until]`` with ``since_included``.
+
+    Returns:
+        ``{route_id: WindowRecords}`` for every route asked for (empty records for a route
+        without calls in the span).
+    """
+    start = Call.started_at >= since if since_included else Call.started_at > since
+    in_window = (Call.route_id.in_(route_ids), start, Call.started_at <= until)
     calls = (
         await session.execute(
-            select(Call.id, Call.started_at, Call.hedge_reason, Call.hedge_denied, Call.winner, Call.ttft_s)
+            select(
+                Call.id, Call.route_id, Call.started_at, Call.hedge_reason, Call.hedge_denied, Call.winner, Call.ttft_s
+            )
             .where(*in_window)
-            .order_by(Call.started_at, Call.id)
+            .order_by(Call.route_id, Call.started_at, Call.id)
         )
     ).all()
     attempts = await session.execute(
@@ -190,12 +209,12 @@ async def window_records(session: AsyncSession, route_id: int, since: datetime, 
     by_call: dict[int, list[tuple[str, float, float | None, float, str]]] = {}
     for call_id, role, start_s, first_token_s, end_s, outcome in attempts.all():
         by_call.setdefault(call_id, []).append((role, start_s, first_token_s, end_s, outcome))
-    rows: list[tuple[Any, ...]] = []
-    for call_id, started_at, hedge_reason, hedge_denied, winner, ttft_s in calls:
+    rows: dict[int, list[tuple[Any, ...]]] = {route_id: [] for route_id in route_ids}
+    for call_id, route_id, started_at, hedge_reason, hedge_denied, winner, ttft_s in calls:
         primary, backup = first_samples(by_call.get(call_id, ()))
         samples = call_samples(hedge_reason, hedge_denied, winner, ttft_s, primary, backup)
-        rows.append(((until - started_at).total_seconds(), *samples))
-    return WindowRecords.from_rows(rows)
+        rows[route_id].append(((until - started_at).total_seconds(), *samples))
+    return {route_id: WindowRecords.from_rows(route_rows) for route_id, route_rows in rows.items()}
 
 
 async def backup_samples(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> BackupSamples:
@@ -221,22 +240,24 @@ def _needs_wide(observation: Observation, settings: Any) -> bool:
 async def observe_routes(
     session: AsyncSession, routes: list[Route], settings: Any, now: datetime, knobs: PolicyKnobs | None = None
 ) -> dict[int, Observation]:
-    """Everything one tick sees of each route, from the minute aggregates (no raw calls read).
+    """Everything one tick sees of each route, from the minute aggregates and two minutes of calls.
 
-    One query reads every route's minutes of the last ``window_s`` (``_minute_window.
-    read_minutes``), each route's become weighted ``WindowData`` (``_minute_window.
-    window_data``: a (minute, bucket) entry per count, at the bucket's value and the minute's
-    middle) and go through ``_policy_window.observe_window``; the routes whose samples are fewer
-    than ``min_samples``, or too few for the budget's tail with no drift detected, are read again
+    The calls started since ``_minute_window.raw_since(now)`` (the start of the minute before
+    ``now``'s) are read one by one for every route in two queries (:func:`routes_records`), the
+    minutes before it from the aggregates in one more (``_minute_window.read_minutes``); each
+    route's become ``WindowData`` (``_minute_window.tick_window``: a (minute, bucket) entry per
+    count, read at the bucket's end and the minute's middle, then the recent calls as they are)
+    and go through ``_policy_window.observe_window``. The routes whose samples are fewer than
+    ``min_samples``, or too few for the budget's tail with no drift detected, are read again
     over ``max_window_s`` (one more query for all of them) and observed again. The cost is one
-    entry per non-empty (minute, kind, bucket), bounded per minute, whatever the calls; what
-    bucketing changes against the raw calls is stated in ``_minute_window``.
+    entry per non-empty (minute, kind, bucket), bounded per minute, plus two minutes of calls;
+    what bucketing changes against the raw calls is stated in ``_minute_window.window_data``.
 
     Args:
         session: an open session.
         routes: the route rows.
         settings: a ``hedgerow.settings.Settings``.
-        now: the tick's time (aware UTC): the minutes up to the one holding it are read.
+        now: the tick's time (aware UTC); calls started after it are left out.
         knobs: the policy knobs (default: from ``settings``).
 
     Returns:
@@ -248,10 +269,13 @@ async def observe_routes(
     # a minute belongs to a window when its middle does: read half a minute beyond the span
     spans = {"short": float(settings.window_s), "wide": max(float(settings.max_window_s), float(settings.window_s))}
 
+    cut = raw_since(now)
+    recent = await routes_records(session, ids, cut, now, since_included=True)
+
     async def read(span_s: float, route_ids: list[int]) -> dict[int, WindowData]:
         since = now - timedelta(seconds=span_s + MINUTE_S / 2)
-        minutes = await read_minutes(session, since, now, route_ids=route_ids)
-        return {rid: window_data(minutes[rid], now) if rid in minutes else _EMPTY_WINDOW for rid in route_ids}
+        minutes = await read_minutes(session, since, cut, route_ids=route_ids) if since < cut else {}
+        return {rid: tick_window(minutes.get(rid), recent[rid], now) for rid in route_ids}
 
     def observe(items: list[tuple[Route, WindowData]]) -> dict[int, Observation]:
         out = {}

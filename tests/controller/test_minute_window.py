@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from hedgerow.controller._minute_window import minutes_of, read_minutes, window_data
+from hedgerow.controller._minute_window import minutes_of, raw_since, read_minutes, window_data
 from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.jobs import observe_routes, window_records
 from hedgerow.controller.minute_counts import KINDS, minute_index
@@ -236,3 +236,27 @@ async def test_minutes_of_the_records_are_what_ingest_kept(sessionmaker) -> None
                                   m.entry_count.tolist(), strict=True))  # fmt: skip
 
             assert entries(made) == entries(got)
+
+
+async def test_the_last_minutes_are_read_call_by_call(sessionmaker) -> None:
+    """The tick reads the calls since ``raw_since(now)`` one by one: a short window of seconds
+    counts exactly its calls, and calls started after ``now`` (in its minute) are left out."""
+    now = SINCE + timedelta(minutes=30, seconds=40)
+    records = [
+        dataclasses.replace(r, route="r", model="m")
+        for r in workload(60, seed=8, start=now - timedelta(seconds=50), span_s=70.0)  # 20 s past now
+    ]
+    older = [
+        dataclasses.replace(r, route="r", model="m")
+        for r in workload(200, seed=9, start=SINCE, span_s=1500.0, prefix="o")
+    ]
+    await _ingest(sessionmaker, records + older)
+    settings = Settings(short_window_s=30.0, drift_alpha=0.0)
+    async with sessionmaker() as session:
+        [route] = (await session.scalars(select(Route))).all()
+        observation = (await observe_routes(session, [route], settings, now))[route.id]
+        in_short = await window_records(session, route.id, now - timedelta(seconds=30), now)
+        in_window = await window_records(session, route.id, now - timedelta(hours=1), now)
+    assert raw_since(now) == SINCE + timedelta(minutes=29)
+    assert observation.short_window_calls == in_short.age_s.size > 0
+    assert observation.calls == in_window.age_s.size == 200 + sum(r.started_at <= now for r in records)
