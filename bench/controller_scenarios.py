@@ -33,7 +33,10 @@ visible to the controller 1 s after its first token. The controller ticks every 
 Truth and metrics (per phase, from 100,000 draws of each phase's ``T`` and ``B``):
 
 * true hedge rate at ``h``: ``P(T > h)``; a tick is *over budget* when the value it publishes
-  has a true rate above the budget;
+  has a true rate above the budget; ``ticks_over_budget`` counts them over the whole phase
+  (the first phase's figure is the eval's "cold start" target), ``cold_ticks_over_budget``
+  only over the run's *cold period*, its first ticks decided by the small-sample rule
+  (``SMALL_SAMPLE_CODES``, before the objective's first decision), of ``cold_ticks``;
 * true call P99 at ``h``: the 0.99 quantile of ``min(T, h + B)`` (bucket denials left out);
   the *hindsight best within budget* is the lowest of those over a fine grid of ``h`` with
   ``P(T > h) <= budget``; the adaptive way's P99 of a phase is the 0.99 quantile of the mixture
@@ -89,6 +92,9 @@ Sampler = Callable[[np.random.Generator, int], np.ndarray]
 
 #: Seconds from a call's first token until its record is visible to the controller.
 EXPORT_DELAY_S = 1.0
+#: Main reason codes of the policy's small-sample rule (rule 2): a run's cold period is its
+#: first ticks with one of these.
+SMALL_SAMPLE_CODES = frozenset({"too_few_samples", "cold_start_supported", "small_sample_raise"})
 #: Draws per phase for the truth.
 TRUTH_DRAWS = 100_000
 #: Grid of thresholds for the hindsight best, seconds.
@@ -377,6 +383,8 @@ class PhaseResult:
     unlabelled_clamps: int = 0
     ticks_to_recover: int | None = None
     reasons: dict[str, int] = field(default_factory=dict)
+    cold_ticks: int = 0
+    cold_ticks_over_budget: int = 0
 
 
 def evaluate_scenario(
@@ -426,6 +434,12 @@ def evaluate_scenario(
         for h in ticks:
             main = h["reason"].split(",")[0]
             reasons[main] = reasons.get(main, 0) + 1
+        # the cold period (first phase only): the ticks before the first decision of the objective
+        # (or of the rules after it), i.e. while rule 2 decided from too few samples
+        cold = 0
+        if k == 0:
+            while cold < len(ticks) and ticks[cold]["reason"].split(",")[0] in SMALL_SAMPLE_CODES:
+                cold += 1
         in_phase = [c for c in calls if phase.start_s <= c.arrival_s < ends[k]]
         results.append(
             PhaseResult(
@@ -447,6 +461,8 @@ def evaluate_scenario(
                 unlabelled_clamps=unlabelled,
                 ticks_to_recover=recover,
                 reasons=reasons,
+                cold_ticks=cold,
+                cold_ticks_over_budget=int(sum(over[:cold])),
             )
         )
     return results

@@ -185,7 +185,7 @@ __all__ = [
 ]
 
 #: The sources a published value may carry (``thresholds.source``; ``decide`` gives the first four).
-SOURCES = frozenset({"controller", "default", "pinned", "disabled", "manual"})
+SOURCES = frozenset({"controller", "cold_start", "default", "pinned", "disabled", "manual"})
 
 #: Fewest calls in the short window before it is tested for over budget (rule 4).
 SHORT_WINDOW_MIN_CALLS = 20
