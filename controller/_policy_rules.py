@@ -68,12 +68,13 @@ class Proposal:
     Attributes:
         value: seconds.
         codes: reason codes so far, main one first.
-        source: ``controller``, ``default``, ``pinned`` or ``disabled``.
+        source: ``controller``, ``cold_start``, ``default``, ``pinned`` or ``disabled``.
         binding: the constraint that set the value: ``route`` (pinned/disabled), ``samples``
             (too few, value kept), ``evidence`` (a binomial bound showed the budget exceeded),
             ``censored`` (left a censored region), ``budget`` (the objective's budget
-            constraint), ``tail`` (the objective's minimum), ``cost`` (the fewest hedges within
-            the tail tolerance), ``replay`` (a bucket-limited search's higher value not
+            constraint, or on a cold route the binomial bound's lowest supported value),
+            ``tail`` (the objective's minimum), ``cost`` (the fewest hedges within the tail
+            tolerance), ``replay`` (a bucket-limited search's higher value not
             followed), ``hysteresis``, ``step_down``, ``min`` or ``max`` (the bounds).
         settled: True once a rule fixed the value so that the search rules are skipped
             (pinned, disabled, small samples).
@@ -294,10 +295,10 @@ def small_sample(p: Proposal, x: Inputs) -> Proposal:
     A *cold* route (nothing published, or the published value is the default or an earlier
     cold-start value: ``COLD_SOURCES``) publishes the default when the samples show it within
     the budget, else the lowest value they do show within it (:func:`lowest_supported_value`;
-    ``cold_start_supported``, source ``cold_start``), every tick anew, so the value comes down
-    as the samples grow; with no samples at all, the default. A route whose value came from the
-    objective keeps it while the samples are consistent with it and raises it when they show
-    the budget exceeded (:func:`supported_value`).
+    ``cold_start_supported``, source ``cold_start``; the route's maximum while none is, also
+    with no samples at all), every tick anew, so the value comes down as the samples grow. A
+    route whose value came from the objective keeps it while the samples are consistent with
+    it and raises it when they show the budget exceeded (:func:`supported_value`).
     """
     if p.settled:
         return p
@@ -307,15 +308,10 @@ def small_sample(p: Proposal, x: Inputs) -> Proposal:
     cold = x.current is None or x.current_source in COLD_SOURCES
     durations = np.asarray(x.observation.primary_durations_s, dtype=float)
     flags = np.asarray(x.observation.primary_censored, dtype=bool)
-    if estimate is None or durations.size == 0:
-        if cold:
-            return replace(
-                p, value=x.config.default_hedge_after_s, codes=("too_few_samples",), source="default",
-                binding="samples", settled=True,
-            )  # fmt: skip
-        return replace(p, codes=("too_few_samples",), source="controller", binding="samples", settled=True)
     if cold:
         return _cold_start(p, x, durations, flags)
+    if estimate is None or durations.size == 0:
+        return replace(p, codes=("too_few_samples",), source="controller", binding="samples", settled=True)
     value, bound = supported_value(
         durations, flags, x.config.budget, x.knobs.confidence, x.base, x.config.max_hedge_after_s
     )
