@@ -34,6 +34,7 @@ __all__ = [
     "known_over",
     "known_over_counts",
     "least_accepted_value",
+    "lowest_supported_value",
     "quantile_level_band",
     "supported_value",
 ]
@@ -67,12 +68,13 @@ class Proposal:
     Attributes:
         value: seconds.
         codes: reason codes so far, main one first.
-        source: ``controller``, ``default``, ``pinned`` or ``disabled``.
+        source: ``controller``, ``cold_start``, ``default``, ``pinned`` or ``disabled``.
         binding: the constraint that set the value: ``route`` (pinned/disabled), ``samples``
             (too few, value kept), ``evidence`` (a binomial bound showed the budget exceeded),
             ``censored`` (left a censored region), ``budget`` (the objective's budget
-            constraint), ``tail`` (the objective's minimum), ``cost`` (the fewest hedges within
-            the tail tolerance), ``replay`` (a bucket-limited search's higher value not
+            constraint, or on a cold route the binomial bound's lowest supported value),
+            ``tail`` (the objective's minimum), ``cost`` (the fewest hedges within the tail
+            tolerance), ``replay`` (a bucket-limited search's higher value not
             followed), ``hysteresis``, ``step_down``, ``min`` or ``max`` (the bounds).
         settled: True once a rule fixed the value so that the search rules are skipped
             (pinned, disabled, small samples).
@@ -179,17 +181,11 @@ def supported_value(
 
     The test: the one-sided ``confidence`` Clopper-Pearson lower bound on ``over / known`` of
     ``known_over(start_s)`` above ``budget`` shows ``start_s`` over budget. Then the value goes
-    to the smallest candidate ``v > start_s`` (a sample duration, or just above the largest)
-    that the samples show *within* the budget with the same confidence: the one-sided
-    Clopper-Pearson upper bound on ``(over + unknown) / n`` at ``v`` is ``<= budget``, the
-    primaries censored before ``v`` counted as still waiting. That is the objective's own
-    constraint (the hedge rate's ~95% upper bound within the budget), read with the
-    distribution-free binomial bound instead of the Kaplan-Meier curve that has too few
-    samples here. When no candidate qualifies (fewer than 29 samples at a 10% budget, see
-    ``binomial_upper_bound``, or too many slow ones) the value goes to ``fallback_s`` (the
-    route's maximum: no sample size shows any hedging within budget yet). Worked number:
-    20 calls of which 5 waited past 2.0 s (lower bound 0.104) go to the maximum; 300 of which
-    60 waited past 5.0 s and none past 6.0 s go to 6.0 s (upper bound 0.0099).
+    to :func:`lowest_supported_value` above ``start_s``: the smallest value that the samples
+    show *within* the budget with the same confidence, or ``fallback_s`` (the route's maximum)
+    when none qualifies. Worked number: 20 calls of which 5 waited past 2.0 s (lower bound
+    0.104) go to the maximum; 300 of which 60 waited past 5.0 s and none past 6.0 s go to
+    6.0 s (upper bound 0.0099).
 
     Returns:
         ``(value_s, lower_bound_at_start)``; ``value_s`` is ``start_s`` when the test does not
@@ -199,14 +195,55 @@ def supported_value(
     at_start = binomial_lower_bound(over, known, confidence)
     if at_start <= budget:
         return float(start_s), at_start
-    n = int(durations_s.size)
-    above = np.unique(durations_s[durations_s > start_s]).tolist()
-    candidates = [*above, float(np.nextafter(durations_s.max(), math.inf))]
-    for value in candidates:
-        over, known = known_over(durations_s, censored, value)
-        if binomial_upper_bound(over + (n - known), n, confidence) <= budget:
-            return float(value), at_start
-    return float(max(fallback_s, start_s)), at_start
+    value = lowest_supported_value(durations_s, censored, budget, confidence, above_s=start_s, fallback_s=fallback_s)
+    return max(value, float(start_s)), at_start
+
+
+def lowest_supported_value(
+    durations_s: np.ndarray,
+    censored: np.ndarray,
+    budget: float,
+    confidence: float,
+    *,
+    above_s: float,
+    fallback_s: float,
+) -> float:
+    """The smallest value above ``above_s`` that the samples show within the budget, seconds.
+
+    The candidates are the sample durations above ``above_s`` and a point just above the
+    largest. A candidate ``v`` is shown within the budget when the one-sided ``confidence``
+    Clopper-Pearson upper bound on ``(over + unknown) / n`` at ``v`` (``known_over``; the
+    primaries censored before ``v`` counted as still waiting there) is ``<= budget``: the
+    objective's own constraint (the hedge rate's ~95% upper bound within the budget), read with
+    the distribution-free binomial bound instead of the Kaplan-Meier curve, which has too few
+    samples here. ``over + unknown`` only falls as ``v`` grows, so the first candidate that
+    qualifies is the smallest. With ``n`` samples all observed, ``v`` at the ``(k+1)``-th
+    slowest sample leaves ``k`` over, so the value comes down as ``n`` grows: at a 10% budget
+    and 95%, ``k = 0`` needs ``n >= 29`` (``1 - 0.05 ** (1 / n)``: 0.098 at 29, 0.101 at 28;
+    see :func:`binomial_upper_bound`), ``k = 1`` needs 46, ``k = 2`` 61. When no candidate
+    qualifies (too few samples, too many slow ones, or primaries censored near the top) the
+    value is ``fallback_s``.
+
+    Args:
+        durations_s / censored: the primary samples, seconds and True = censored, shape (n,).
+        budget: the route's budget, in (0, 1).
+        confidence: the bound's one-sided level, in (0, 1).
+        above_s: only candidates above this, seconds (0 for the whole range).
+        fallback_s: the value when none qualifies, seconds.
+
+    Returns:
+        The value, seconds.
+    """
+    durations = np.asarray(durations_s, dtype=float)
+    n = int(durations.size)
+    if n == 0:
+        return float(fallback_s)
+    candidates = np.append(np.unique(durations[durations > above_s]), np.nextafter(durations.max(), math.inf))
+    over, known = known_over_counts(durations, censored, candidates)
+    waiting = over + (n - known)  # known over, or censored before the candidate: possibly waiting
+    upper = np.where(waiting >= n, 1.0, stats.beta.ppf(confidence, waiting + 1, np.maximum(n - waiting, 1)))
+    accepted = np.flatnonzero(upper <= budget)
+    return float(candidates[accepted[0]]) if accepted.size else float(fallback_s)
 
 
 def least_accepted_value(
@@ -248,18 +285,33 @@ def route_state(p: Proposal, x: Inputs) -> Proposal:
     return p
 
 
+#: Sources of a published value that no objective decision has endorsed: the route is *cold*.
+COLD_SOURCES = frozenset({"default", "cold_start"})
+
+
 def small_sample(p: Proposal, x: Inputs) -> Proposal:
-    """Rule 2: too few samples for a confident quantile: keep the value while the data allow it."""
+    """Rule 2: too few samples for a confident quantile.
+
+    A *cold* route (nothing published, or the published value is the default or an earlier
+    cold-start value: ``COLD_SOURCES``) publishes the default when the samples show it within
+    the budget, else the lowest value they do show within it (:func:`lowest_supported_value`;
+    ``cold_start_supported``, source ``cold_start``; the route's maximum while none is, also
+    with no samples at all), every tick anew, so the value comes down as the samples grow. A
+    route whose value came from the objective keeps it while the samples are consistent with
+    it and raises it when they show the budget exceeded (:func:`supported_value`).
+    """
     if p.settled:
         return p
     estimate = x.observation.estimate
     if estimate is not None and estimate.samples >= x.knobs.min_samples and not estimate.too_few_for_budget:
         return p
-    source = "default" if x.current is None or x.current_source == "default" else "controller"
+    cold = x.current is None or x.current_source in COLD_SOURCES
     durations = np.asarray(x.observation.primary_durations_s, dtype=float)
     flags = np.asarray(x.observation.primary_censored, dtype=bool)
+    if cold:
+        return _cold_start(p, x, durations, flags)
     if estimate is None or durations.size == 0:
-        return replace(p, codes=("too_few_samples",), source=source, binding="samples", settled=True)
+        return replace(p, codes=("too_few_samples",), source="controller", binding="samples", settled=True)
     value, bound = supported_value(
         durations, flags, x.config.budget, x.knobs.confidence, x.base, x.config.max_hedge_after_s
     )
@@ -267,11 +319,39 @@ def small_sample(p: Proposal, x: Inputs) -> Proposal:
     test = {"samples": int(durations.size), "known": known, "known_over": over, "lower_bound": bound}
     if value <= x.base:
         return replace(
-            p, codes=("too_few_samples",), source=source, binding="samples", settled=True,
+            p, codes=("too_few_samples",), source="controller", binding="samples", settled=True,
             details=p.details | {"small_sample_test": test},
         )  # fmt: skip
     return replace(
         p.with_value(value, ("small_sample_raise",), "evidence", small_sample_test=test | {"raised_to_s": value}),
+        settled=True,
+    )
+
+
+def _cold_start(p: Proposal, x: Inputs, durations: np.ndarray, flags: np.ndarray) -> Proposal:
+    """Rule 2 on a cold route: the default when the samples support it, else the lowest value they
+    support within the budget (``small_sample`` docstring)."""
+    default = x.config.default_hedge_after_s
+    lowest = lowest_supported_value(
+        durations, flags, x.config.budget, x.knobs.confidence, above_s=0.0, fallback_s=x.config.max_hedge_after_s
+    )
+    over, known = known_over(durations, flags, default)
+    test = {
+        "samples": int(durations.size),
+        "known": known,
+        "known_over": over,
+        "lower_bound": binomial_lower_bound(over, known, x.knobs.confidence),
+        "cold_start": True,
+        "lowest_supported_s": lowest,
+    }
+    if lowest <= default:
+        return replace(
+            p, value=default, codes=("too_few_samples",), source="default", binding="samples", settled=True,
+            details=p.details | {"small_sample_test": test},
+        )  # fmt: skip
+    return replace(
+        p.with_value(lowest, ("cold_start_supported",), "budget", small_sample_test=test),
+        source="cold_start",
         settled=True,
     )
 

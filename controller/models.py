@@ -290,7 +290,8 @@ class Threshold(Base):
     Attributes:
         hedge_after_s: the published threshold, seconds.
         enabled: whether clients should hedge this route at all.
-        source: ``controller``, ``default``, ``pinned``, ``disabled`` or ``manual``.
+        source: ``controller``, ``cold_start`` (a cold route's lowest supported value,
+            ``policy`` rule 2), ``default``, ``pinned``, ``disabled`` or ``manual``.
         version: increases by one whenever the published content changes (starts at 1).
         updated_at: when the published content last changed.
     """

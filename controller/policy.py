@@ -9,25 +9,46 @@ published), in this order:
    ``"disabled"``; a pinned route publishes the pinned value as is (no clamp), ``"pinned"``.
    A pin's value is the operator's, not the controller's: once the route is unpinned
    (``decide(..., current_source="pinned")``), the rules start from the default as if nothing
-   were published, so a route with too few samples returns to its default. A published
-   default (``current_source="default"``) that differs from the route's default now (the
-   default was changed) is not kept either: the new default is published.
+   were published, so a route with too few samples is a cold route again (rule 2). A
+   published default (``current_source="default"``) that differs from the route's default
+   now (the default was changed) is not kept either: rule 2 tests the new default.
 2. **Small samples** (``small_sample``). With no estimate, fewer than ``knobs.min_samples``
    primary samples after the window widened (``_policy_window``: 1 h doubling up to 24 h), or
    too few for the budget's tail (``TTFTEstimate.too_few_for_budget``), no quantile is
-   confident. The value is kept (``too_few_samples``) only while the samples are consistent
-   with it: the one-sided ``confidence`` Clopper-Pearson lower bound on the share of primaries
-   known to have waited past it (``_policy_rules.known_over``) must not exceed the budget.
-   When it does, the value is raised (``small_sample_raise``, binding ``evidence``) to the
-   smallest one the samples show *within* the budget with the same confidence: the one-sided
-   Clopper-Pearson upper bound on the share known or possibly (censored earlier) still
-   waiting there is ``<= budget`` (``_policy_rules.supported_value``); the objective's own
-   constraint, read with the binomial bound. When no value qualifies (fewer than 29 samples at
-   a 10% budget: 0 of ``n`` gives ``1 - 0.05 ** (1 / n)``, 0.101 at 28 and 0.098 at 29; or
-   primaries censored near the value leave their fate unknown) it goes to the route's maximum
-   (``clamped_max``). Worked numbers: 20 calls at 2.0 s, 5 of them known to have waited past
-   2.0 s: lower bound 0.104 > 0.10, raise to the maximum; 3 of 20 (0.042): keep; 40 calls,
-   10 past 2.0 s (0.142): raise to the slowest sample, where 0 of 40 gives 0.072.
+   confident. The objective's constraint (the hedge rate within the budget with ~95%
+   confidence) is then read with the distribution-free binomial bound: a value ``v`` is
+   *supported* when the one-sided ``confidence`` Clopper-Pearson upper bound on the share of
+   primaries known or possibly (censored earlier) still waiting at ``v`` is ``<= budget``
+   (``_policy_rules.lowest_supported_value``). With ``n`` samples, none censored, that
+   allows ``k`` of them past ``v`` once ``n`` reaches 29 (``k = 0``: ``1 - 0.05 ** (1 / n)``,
+   0.101 at 28 and 0.098 at 29), 46 (``k = 1``), 61 (``k = 2``) at a 10% budget.
+   **Cold route** (nothing published yet, or the published value is the default or an
+   earlier cold-start value: source ``default`` or ``cold_start``, ``_policy_rules.COLD_SOURCES``;
+   an unpinned route and a stale default count as nothing published): no objective has
+   chosen a value yet, so none is kept for its own sake. The route publishes its default when
+   the samples support it (``too_few_samples``, source ``default``), else the lowest value
+   they support (``cold_start_supported``, binding ``budget``, source ``cold_start``): the
+   route's maximum while none is (no samples, or fewer than 29 at a 10% budget), and lower
+   as the samples grow, recomputed every tick (a bound the data support, so no step limit;
+   it also rises at once when a slow sample arrives). Worked numbers
+   (``tests/controller/test_policy.py``): 29 calls at 0.4 s and one at 6.0 s: 0 of 30 past
+   6.0 s gives 0.095, 6.0 s; 44 at 0.4 s, one at 3.0 s and one at 6.0 s: 1 of 46 past 3.0 s
+   gives 0.099, 3.0 s; the same with 43 at 0.4 s: 1 of 45 gives 0.101, so still 6.0 s.
+   Why (``bench/controller_eval.py --suite scenarios``, few_calls, 0.72 calls/min, a 2.0 s
+   default where 24.4% hedge): keeping the default until a lower bound shows it over budget
+   took 27-40 samples, 43, 72 and 37 ticks over budget on seeds 0-2; from the maximum down,
+   0, 4 and 0 (seed 1's 4: at 46 samples the second slowest, 3.29 s, was supported and its
+   true rate is 0.117, until a 49th sample moved it back to 4.95 s; the bound's 5% error).
+   **A value the objective chose** (source ``controller``) is kept (``too_few_samples``)
+   while the samples are consistent with it: the one-sided ``confidence`` Clopper-Pearson
+   lower bound on the share of primaries known to have waited past it
+   (``_policy_rules.known_over``) must not exceed the budget. When it does, the value is
+   raised (``small_sample_raise``, binding ``evidence``) to the lowest supported value above
+   it (``_policy_rules.supported_value``), or to the route's maximum (``clamped_max``) when
+   none is (or primaries censored near the value leave their fate unknown). Worked numbers:
+   20 calls at 2.0 s, 5 of them known to have waited past 2.0 s: lower bound 0.104 > 0.10,
+   raise to the maximum; 3 of 20 (0.042): keep; 40 calls, 10 past 2.0 s (0.142): raise to
+   the slowest sample, where 0 of 40 gives 0.072.
 3. **One objective** (``objective``). Among thresholds ``t`` in ``[min, max]`` whose upper
    confidence bound on ``S(t) = P(TTFT > t)`` is ``<= budget`` (the hedge rate stays within the
    budget with ~97.5% one-sided confidence; that set is ``[target_s, max]``, ``target_s`` from
@@ -95,9 +116,10 @@ published), in this order:
    left in one step, and it is not held when the proposal's predicted tail is lower by more
    than ``p99_tolerance`` at the quantile itself. The band's lower levels cannot show that,
    since a level whose primary quantile lies below the proposal predicts the same for both:
-   with the band alone, few_calls (``bench/controller_eval.py --suite scenarios``, seed 0)
-   keeps the 30 s maximum for 93 ticks after the objective first runs (73 samples); with the
-   test at the quantile it moves at once, and its regret goes from 1.366 to 1.326. Worked
+   with the band alone, few_calls (``bench/controller_eval.py --suite scenarios``, seed 0,
+   when rule 2 still kept the default and raised it to the maximum on evidence) kept the 30 s
+   maximum for 93 ticks after the objective first ran (73 samples); with the test at the
+   quantile it moved at once, and its regret went from 1.366 to 1.326. Worked
    number (``tests/controller/test_policy.py``, 80 lognormal samples): predicted P99 7.41 s at
    30 s against 7.23 s at the proposal (2.4% lower), and the same 6.18 s at P97.5.
    Against a proposal with the same predicted tail (e.g. the search's top, the primary's own
@@ -135,7 +157,10 @@ code                      meaning
 disabled                  route disabled; the current value (or default) is kept
 pinned                    an operator pinned the value; published as is
 too_few_samples           too few samples for a confident quantile, and they are consistent with
-                          the value: kept
+                          the value: kept (a cold route: they support its default)
+cold_start_supported      too few samples for a quantile on a cold route (no objective value
+                          yet) that do not support the default: the lowest value they support
+                          (the route's maximum while none is), source ``cold_start``
 small_sample_raise        too few samples for a quantile, but they show the budget exceeded:
                           raised to the smallest value they support
 censored_raise            the budget quantile is censored: moved to the lowest supported value
@@ -184,8 +209,9 @@ __all__ = [
     "decide",
 ]
 
-#: The sources a published value may carry (``thresholds.source``; ``decide`` gives the first four).
-SOURCES = frozenset({"controller", "default", "pinned", "disabled", "manual"})
+#: The sources a published value may carry (``thresholds.source``; ``decide`` gives all but
+#: ``manual``; ``cold_start``: rule 2's value on a cold route).
+SOURCES = frozenset({"controller", "cold_start", "default", "pinned", "disabled", "manual"})
 
 #: Fewest calls in the short window before it is tested for over budget (rule 4).
 SHORT_WINDOW_MIN_CALLS = 20
@@ -225,7 +251,9 @@ class RouteConfig:
     Attributes:
         enabled: hedging on for this route; a disabled route's value is never changed.
         budget: largest allowed fraction of calls that hedge, in (0, 1).
-        default_hedge_after_s: value published before there are enough samples, seconds.
+        default_hedge_after_s: the value a cold route publishes while its samples support it
+            within the budget, seconds (rule 2; with fewer, the lowest value they support,
+            the maximum while none is).
         min_hedge_after_s / max_hedge_after_s: bounds of the controller's value, seconds.
         pinned_hedge_after_s: operator override published as is, seconds; ``None`` when unset.
 
@@ -583,13 +611,14 @@ def decide(
             with ``budget=config.budget``.
         knobs: the policy knobs.
         current_source: who set ``current_hedge_after_s`` (the published threshold's source:
-            ``controller``, ``default``, ``pinned`` or ``disabled``), or None (taken as the
-            controller's). ``pinned`` on a route that is no longer pinned means the value is the
-            operator's, not the controller's: the rules then start from the default as if
-            nothing were published (no incumbent to keep), so an unpinned route with too few
-            samples returns to its default; ``applied`` still compares with the published value.
-            ``default`` likewise when the value is no longer the route's default, and a default
-            kept for too few samples keeps the source ``default``.
+            ``controller``, ``cold_start``, ``default``, ``pinned`` or ``disabled``), or None
+            (taken as the controller's). ``default`` and ``cold_start`` mark a cold route
+            (rule 2: no objective value yet). ``pinned`` on a route that is no longer pinned
+            means the value is the operator's, not the controller's: the rules then start from
+            the default as if nothing were published (no incumbent to keep), so an unpinned
+            route with too few samples is cold again; ``applied`` still compares with the
+            published value. ``default`` likewise when the value is no longer the route's
+            default, and a default kept for too few samples keeps the source ``default``.
 
     Returns:
         The ``Decision`` (value, applied, reason codes, source, details with the binding

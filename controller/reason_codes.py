@@ -18,6 +18,7 @@ REASON_CODES: frozenset[str] = frozenset(
         "pinned",
         "too_few_samples",
         "small_sample_raise",
+        "cold_start_supported",
         "censored_raise",
         "censored_hold",
         "budget_bound",

@@ -94,7 +94,9 @@ async def test_put_replaces_every_field_and_patch_only_the_given_ones(make_api, 
             "pinned_hedge_after_s": {"from": 0.7, "to": None},
         }
         assert body["history"]["reason"].startswith("config,") and body["history"]["actor"] == "bob"
-        assert body["route"]["threshold"]["source"] in ("default", "controller")
+        # unpinned with 5 samples: a cold route, no value below the (new) maximum is supported
+        threshold = body["route"]["threshold"]
+        assert (threshold["hedge_after_s"], threshold["source"]) == (10.0, "cold_start")
         history = (await api.get("/v1/routes/summarize/history", params=M)).json()["history"]
         assert [h["actor"] for h in history] == ["bob", "alice"]
         assert [h["reason"].split(",")[0] for h in history] == ["config", "config"]
@@ -123,13 +125,13 @@ async def test_a_change_of_nothing_writes_no_row(make_api, call_factory) -> None
 async def test_changes_that_move_the_published_value_bump_the_version(make_api, call_factory) -> None:
     async with make_api() as (_app, api):
         await api.post("/v1/calls", json={"calls": _calls(call_factory, "v", 5, 0.3)})
-        await api.post("/v1/controller/run")  # too few samples: the default 2.0 s, version 1
+        await api.post("/v1/controller/run")  # a cold route, 5 samples: the maximum, version 1
 
         async def published() -> tuple[float, bool, int, str]:
             t = (await api.get("/v1/thresholds/summarize", params=M)).json()
             return t["hedge_after_s"], t["enabled"], t["version"], t["source"]
 
-        assert await published() == (2.0, True, 1, "default")
+        assert await published() == (30.0, True, 1, "cold_start")
         await api.patch("/v1/routes/summarize", params=M, json={"pinned_hedge_after_s": 0.9})
         assert await published() == (0.9, True, 2, "pinned")
         await api.patch("/v1/routes/summarize", params=M, json={"enabled": False})
@@ -142,7 +144,8 @@ async def test_changes_that_move_the_published_value_bump_the_version(make_api, 
         )
         assert clamp.status_code == 200, clamp.text
         assert "clamped_max" in clamp.json()["history"]["reason"].split(",")
-        # too few samples: the new default, 0.5 s, at the new max
+        # a cold route: nothing below the new max (0.5 s) is supported, and the new default,
+        # 0.5 s, is that max: the default
         assert await published() == (0.5, True, 5, "default")
 
 
@@ -277,36 +280,45 @@ async def _one_call_and_a_tick(api, call_factory, tag: str) -> Callable[[], Awai
     return published
 
 
-async def test_unpinning_returns_a_route_with_too_few_samples_to_its_default(make_api, call_factory) -> None:
+async def test_unpinning_returns_a_route_with_too_few_samples_to_its_cold_start(make_api, call_factory) -> None:
     """A pin is the operator's value, not the controller's: after ``--unpin`` a route whose
-    samples are too few for a quantile publishes its default again, not the pinned value."""
+    samples are too few for a quantile is cold again (the lowest value its samples support,
+    here the maximum), not the pinned value."""
     async with make_api() as (_app, api):
         published = await _one_call_and_a_tick(api, call_factory, "u")
-        assert await published() == (2.0, "default")
+        assert await published() == (30.0, "cold_start")
         await api.patch("/v1/routes/summarize", params=M, json={"pinned_hedge_after_s": 0.5})
         assert await published() == (0.5, "pinned")
         unpinned = await api.patch("/v1/routes/summarize", params=M, json={"pinned_hedge_after_s": None})
         assert unpinned.status_code == 200, unpinned.text
         history = unpinned.json()["history"]
-        assert history["reason"] == "config,too_few_samples" and history["applied"] is True
-        assert (history["previous_hedge_after_s"], history["hedge_after_s"]) == (0.5, 2.0)
-        assert await published() == (2.0, "default")
+        assert history["reason"] == "config,cold_start_supported,clamped_max" and history["applied"] is True
+        assert (history["previous_hedge_after_s"], history["hedge_after_s"]) == (0.5, 30.0)
+        assert await published() == (30.0, "cold_start")
         await api.post("/v1/controller/run")  # the next tick keeps the value
-        assert (await published())[0] == 2.0
+        assert (await published())[0] == 30.0
         # pinned, then disabled (the pin's value is kept, source "disabled"), then enabled and
-        # unpinned in one change: the default again
+        # unpinned in one change: cold again
         await api.patch("/v1/routes/summarize", params=M, json={"pinned_hedge_after_s": 0.7})
         await api.patch("/v1/routes/summarize", params=M, json={"enabled": False})
         assert await published() == (0.7, "disabled")
         await api.patch("/v1/routes/summarize", params=M, json={"enabled": True, "pinned_hedge_after_s": None})
-        assert await published() == (2.0, "default")
+        assert await published() == (30.0, "cold_start")
 
 
 async def test_a_new_default_is_published_on_a_route_still_at_its_default(make_api, call_factory) -> None:
-    """A route with too few samples publishes its default: a changed default is published at
-    once, and a default kept by a tick stays labelled ``default`` (not ``controller``)."""
+    """A cold route whose samples support its default publishes it: a changed default is
+    published at once while the samples support it, and a default kept by a tick stays
+    labelled ``default`` (not ``controller``); a default below what they support is not."""
     async with make_api() as (_app, api):
-        published = await _one_call_and_a_tick(api, call_factory, "d")
+        # 30 calls of 0.15-0.45 s: 0 of 30 past the slowest (upper bound 0.095 <= 0.10)
+        await api.post("/v1/calls", json={"calls": _calls(call_factory, "d", 30, 0.3)})
+        await api.post("/v1/controller/run")
+
+        async def published() -> tuple[float, str]:
+            t = (await api.get("/v1/thresholds/summarize", params=M)).json()
+            return t["hedge_after_s"], t["source"]
+
         assert await published() == (2.0, "default")
         await api.post("/v1/controller/run")
         assert await published() == (2.0, "default")
@@ -316,3 +328,8 @@ async def test_a_new_default_is_published_on_a_route_still_at_its_default(make_a
         assert history["reason"] == "config,too_few_samples" and history["applied"] is True
         assert (history["previous_hedge_after_s"], history["hedge_after_s"]) == (2.0, 1.0)
         assert await published() == (1.0, "default")
+        # 0.1 s lies below the samples: the lowest supported value, the slowest sample
+        lower = await api.patch("/v1/routes/summarize", params=M, json={"default_hedge_after_s": 0.1})
+        assert lower.json()["history"]["reason"] == "config,cold_start_supported"
+        value, source = await published()
+        assert source == "cold_start" and 0.3 <= value <= 0.45

@@ -40,9 +40,10 @@ def test_db_upgrade_and_run_once(tmp_path, call_factory) -> None:
     as_json = runner.invoke(app, ["controller", "run-once", "--db", url, "--json"])
     assert as_json.exit_code == 0, as_json.output
     [row] = json.loads(as_json.stdout)["history"]
-    assert (row["route"], row["samples"], row["hedge_after_s"]) == ("summarize", 5, 2.0)
+    # a cold route: 5 samples support no value below the maximum within the budget
+    assert (row["route"], row["samples"], row["hedge_after_s"]) == ("summarize", 5, 30.0)
     table = runner.invoke(app, ["controller", "run-once", "--db", url])
-    assert table.exit_code == 0 and "summarize" in table.output and "too_few_samples" in table.output
+    assert table.exit_code == 0 and "summarize" in table.output and "cold_start_supported" in table.output
 
 
 def test_bad_url_is_one_line(tmp_path) -> None:

@@ -85,17 +85,22 @@ async def test_tick_with_censored_primaries_finds_the_budget_quantile(sessionmak
     assert threshold["hedge_after_s"] == row["hedge_after_s"] and threshold["version"] == 1
 
 
-async def test_too_few_samples_publishes_default_and_history_always_written(sessionmaker, call_factory) -> None:
+async def test_a_cold_route_publishes_what_its_samples_support_and_history_always_written(
+    sessionmaker, call_factory
+) -> None:
+    # 10 samples support no value below the maximum within the budget (0 of 10 gives 0.259):
+    # the cold route publishes the maximum, not the 2.0 s default, and keeps it on the same data
     settings = Settings(default_hedge_after_s=2.0)
     await _store(
         sessionmaker, [call_factory(f"x{i}", started_at=NOW - timedelta(seconds=10 + i)) for i in range(10)], settings
     )
     first = await run_tick(sessionmaker, settings, now=NOW)
     second = await run_tick(sessionmaker, settings, now=NOW + timedelta(seconds=60))
-    assert [r["hedge_after_s"] for r in first + second] == [2.0, 2.0]
-    assert first[0]["reason"].startswith("too_few_samples") and first[0]["source"] == "default"
+    assert [r["hedge_after_s"] for r in first + second] == [30.0, 30.0]
+    assert first[0]["reason"] == "cold_start_supported,clamped_max" and first[0]["source"] == "cold_start"
+    assert second[0]["reason"] == first[0]["reason"] and second[0]["source"] == "cold_start"
     assert first[0]["applied"] and not second[0]["applied"]
-    assert second[0]["previous_hedge_after_s"] == 2.0
+    assert second[0]["previous_hedge_after_s"] == 30.0
     # the window widened all the way while there were too few samples
     assert first[0]["window_s"] == settings.max_window_s and first[0]["samples"] == 10
     async with sessionmaker() as session:

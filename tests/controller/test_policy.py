@@ -19,6 +19,7 @@ from hedgerow.controller._policy_rules import (
     binomial_upper_bound,
     known_over,
     least_accepted_value,
+    lowest_supported_value,
     quantile_level_band,
     supported_value,
 )
@@ -133,9 +134,66 @@ def test_pinned_value_is_published_as_is() -> None:
 # --- rule 2: small samples -------------------------------------------------------------------
 
 
-def test_no_samples_publishes_the_default_first() -> None:
+def test_a_cold_route_without_samples_publishes_the_maximum() -> None:
+    # no sample supports any value below the maximum within the budget: not even the default
     d = decide(CONFIG, None, bare(None), KNOBS)
+    assert (d.hedge_after_s, d.applied, d.source) == (30.0, True, "cold_start")
+    assert codes(d) == ["cold_start_supported", "clamped_max"] and d.details["binding"] == "budget"
+    again = decide(CONFIG, 2.0, bare(None), KNOBS, current_source="default")  # a published default
+    assert (again.hedge_after_s, again.applied, again.source) == (30.0, True, "cold_start")
+    # a value the objective chose is kept without samples
+    kept = decide(CONFIG, 2.0, bare(None), KNOBS, current_source="controller")
+    assert (kept.hedge_after_s, kept.applied, kept.reason, kept.source) == (2.0, False, "too_few_samples", "controller")
+
+
+def test_a_cold_route_comes_down_to_the_lowest_supported_value_as_samples_grow() -> None:
+    # the policy docstring's worked numbers (10% budget, 95%): 29 calls at 0.4 s and one at
+    # 6.0 s: 0 of 30 past 6.0 s gives 0.095 <= 0.10, so 6.0 s (any lower value leaves 1 of 30
+    # past it, 0.149); 44 at 0.4 s, 3.0 s and 6.0 s: 1 of 46 past 3.0 s gives 0.099, so 3.0 s;
+    # with 43 at 0.4 s, 1 of 45 gives 0.101 and the value stays at 6.0 s
+    assert binomial_upper_bound(0, 30, 0.95) == pytest.approx(0.0950, abs=5e-5)
+    assert binomial_upper_bound(1, 46, 0.95) == pytest.approx(0.0990, abs=5e-5)
+    assert binomial_upper_bound(1, 45, 0.95) == pytest.approx(0.1011, abs=5e-5)
+    first = decide(CONFIG, 30.0, observe(records(np.array([0.4] * 29 + [6.0]))), KNOBS, current_source="cold_start")
+    assert (first.hedge_after_s, first.applied, first.source) == (6.0, True, "cold_start")
+    assert codes(first) == ["cold_start_supported"]
+    test = first.details["small_sample_test"]
+    assert (test["samples"], test["known_over"], test["lowest_supported_s"]) == (30, 1, 6.0)
+    grown = observe(records(np.array([0.4] * 44 + [3.0, 6.0])))
+    lower = decide(CONFIG, 6.0, grown, KNOBS, current_source="cold_start")
+    assert (lower.hedge_after_s, lower.applied, codes(lower)) == (3.0, True, ["cold_start_supported"])
+    short = decide(CONFIG, 6.0, observe(records(np.array([0.4] * 43 + [3.0, 6.0]))), KNOBS, current_source="cold_start")
+    assert (short.hedge_after_s, short.applied) == (6.0, False)
+    # the same 6.0 s chosen by the objective is kept: the data are consistent with it
+    warm = decide(CONFIG, 6.0, grown, KNOBS, current_source="controller")
+    assert (warm.hedge_after_s, warm.applied, warm.reason) == (6.0, False, "too_few_samples")
+    # a slow sample more raises a cold value at once: 2 of 47 past 3.0 s gives 0.139
+    slower = decide(
+        CONFIG, 3.0, observe(records(np.array([0.4] * 44 + [3.0, 5.0, 6.0]))), KNOBS, current_source="cold_start"
+    )
+    assert (slower.hedge_after_s, codes(slower)) == (5.0, ["cold_start_supported"])
+
+
+def test_lowest_supported_value_counts_early_cancelled_primaries_as_possibly_waiting() -> None:
+    # 29 primaries at 0.4 s and one cancelled at 1.0 s (its backup won): past any value above
+    # 1.0 s that one may still be waiting, 1 of 30 (0.149 > 0.10), so nothing is supported;
+    # seen with its first token at 1.0 s instead, 0 of 30 are past 1.0 s (0.095)
+    x = np.array([0.4] * 29 + [1.0])
+    cut = np.array([False] * 29 + [True])
+    assert lowest_supported_value(x, cut, 0.10, 0.95, above_s=0.0, fallback_s=30.0) == 30.0
+    assert lowest_supported_value(x, np.zeros(30, dtype=bool), 0.10, 0.95, above_s=0.0, fallback_s=30.0) == 1.0
+    assert lowest_supported_value(x[:0], cut[:0], 0.10, 0.95, above_s=0.0, fallback_s=30.0) == 30.0
+
+
+def test_a_cold_route_publishes_its_default_once_the_samples_support_it() -> None:
+    # 30 calls, the slowest at 1.5 s: 0 of 30 past 1.5 s (0.095), so the 2.0 s default is
+    # supported; the default is the floor of the cold start (1.5 s is not published)
+    x = np.array([0.4] * 29 + [1.5])
+    d = decide(CONFIG, 6.0, observe(records(x)), KNOBS, current_source="cold_start")
     assert (d.hedge_after_s, d.applied, d.reason, d.source) == (2.0, True, "too_few_samples", "default")
+    assert d.details["small_sample_test"]["lowest_supported_s"] == 1.5
+    first = decide(CONFIG, None, observe(records(x)), KNOBS)
+    assert (first.hedge_after_s, first.source) == (2.0, "default")
 
 
 def test_small_sample_keeps_a_value_the_data_are_consistent_with() -> None:
@@ -150,10 +208,16 @@ def test_small_sample_keeps_a_value_the_data_are_consistent_with() -> None:
 
 def test_an_unpinned_value_is_not_the_controllers_to_keep() -> None:
     # the same 20 calls that keep a controller's 2.0 s: a pin's 0.5 s, once unpinned, is not
-    # kept (a quarter of these calls would hedge there), the default is published
+    # kept (a quarter of these calls would hedge there); the route is cold again, and 20
+    # samples support no value below the maximum
     x = np.array([0.5] * 17 + [3.0, 3.5, 4.0])
     d = decide(CONFIG, 0.5, observe(records(x)), KNOBS, current_source="pinned")
-    assert (d.hedge_after_s, d.applied, d.reason, d.source) == (2.0, True, "too_few_samples", "default")
+    assert (d.hedge_after_s, d.applied, d.reason, d.source) == (
+        30.0,
+        True,
+        "cold_start_supported,clamped_max",
+        "cold_start",
+    )
     kept = decide(CONFIG, 0.5, observe(records(x)), KNOBS, current_source="controller")
     assert (kept.hedge_after_s, kept.applied) == (0.5, False)
     # still pinned (e.g. disabled while pinned): the pin's value stays
