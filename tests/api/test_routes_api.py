@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import func, select
 
 from hedgerow.controller.models import ThresholdHistory
+from hedgerow.controller.ttft_histogram import BUCKET_RATIO
 
 M = {"model": "m1"}
 
@@ -332,4 +333,5 @@ async def test_a_new_default_is_published_on_a_route_still_at_its_default(make_a
         lower = await api.patch("/v1/routes/summarize", params=M, json={"default_hedge_after_s": 0.1})
         assert lower.json()["history"]["reason"] == "config,cold_start_supported"
         value, source = await published()
-        assert source == "cold_start" and 0.3 <= value <= 0.45
+        # (the slowest sample as the tick reads it: older calls at their bucket's end)
+        assert source == "cold_start" and 0.3 <= value <= 0.45 * BUCKET_RATIO
