@@ -317,7 +317,8 @@ def raw_since(now: datetime) -> datetime:
 
 def tick_window(minutes: RouteMinutes | None, recent: WindowRecords, now: datetime) -> WindowData:
     """What the tick's rules read of one route: the minutes before :func:`raw_since` (weighted
-    entries, :func:`window_data`) and the calls since then one by one (ages from ``now``).
+    entries, :func:`window_data`) and the calls since then one by one (ages from ``now``),
+    every duration at its bucket's end.
 
     Args:
         minutes: the route's minutes before ``raw_since(now)`` (None: none).
@@ -327,6 +328,22 @@ def tick_window(minutes: RouteMinutes | None, recent: WindowRecords, now: dateti
     Returns:
         The route's ``WindowData``.
     """
+    data = recent.data()
+    # the recent durations read at their bucket's end too: one rule for the whole window (raw
+    # values beside bucket ends would read as a 2 % speed-up to the drift tests)
+    data = WindowData(
+        primary=_at_bucket_end(data.primary),
+        backup=_at_bucket_end(data.backup),
+        call_ttft=_at_bucket_end(data.call_ttft),
+        counts=data.counts,
+    )
     if minutes is None:
-        return recent.data()
-    return concat_window_data(window_data(minutes, now), recent.data())
+        return data
+    return concat_window_data(window_data(minutes, now), data)
+
+
+def _at_bucket_end(samples: Samples) -> Samples:
+    """``samples`` with each duration moved to its bucket's end (:func:`window_data`)."""
+    return Samples(
+        samples.age_s, _BUCKET_UPPER_S[bucket_indices(samples.durations_s)], samples.censored, samples.weight
+    )
