@@ -21,6 +21,7 @@ from fastapi.templating import Jinja2Templates
 
 from hedgerow import __version__
 from hedgerow.api.auth import TOKEN_COOKIE, token_scopes
+from hedgerow.controller.reason_codes import explain_reason
 
 __all__ = [
     "STATIC_DIR",
@@ -96,7 +97,7 @@ def route_url(route: str, model: str | None = None, **query: Any) -> str:
     return f"/ui/routes/{quote(route, safe='')}{suffix}"
 
 
-templates.env.filters.update(seconds=_seconds, percent=_percent, when=_when)
+templates.env.filters.update(seconds=_seconds, percent=_percent, when=_when, explain_reason=explain_reason)
 templates.env.globals.update(route_url=route_url, version=__version__)
 
 

@@ -51,6 +51,7 @@ from hedgerow.controller.models import utc_now
 from hedgerow.controller.overview import flags_of, history_series, route_overview
 from hedgerow.controller.queries import get_history, get_route, resolve_model
 from hedgerow.controller.reason_codes import REASON_CODES as POLICY_REASON_CODES
+from hedgerow.controller.reason_codes import SOURCE_MEANINGS
 from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
 __all__ = ["HISTORY_PAGE_ROWS", "MAX_HISTORY_PAGE", "RANGES", "PageUser", "install_pages", "router"]
@@ -278,6 +279,7 @@ async def _route_page(
         more=len(rows) > HISTORY_PAGE_ROWS,
         filters=filters,
         reason_codes=REASON_CODES,
+        source_meanings=SOURCE_MEANINGS,
         form=form_values or current,
         form_error=form_error,
         changed=q.get("changed", ""),

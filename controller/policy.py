@@ -149,40 +149,9 @@ to ``details`` too (``objective``, ``censored``, ``small_sample_test``, ``over_b
 
 ``applied`` is True when the published value changes (always when nothing was published).
 
-Reason codes (``Decision.reason`` is comma-separated, main code first):
-
-========================  =======================================================================
-code                      meaning
-========================  =======================================================================
-disabled                  route disabled; the current value (or default) is kept
-pinned                    an operator pinned the value; published as is
-too_few_samples           too few samples for a confident quantile, and they are consistent with
-                          the value: kept (a cold route: they support its default)
-cold_start_supported      too few samples for a quantile on a cold route (no objective value
-                          yet) that do not support the default: the lowest value they support
-                          (the route's maximum while none is), source ``cold_start``
-small_sample_raise        too few samples for a quantile, but they show the budget exceeded:
-                          raised to the smallest value they support
-censored_raise            the budget quantile is censored: moved to the lowest supported value
-censored_hold             the budget quantile is censored above the value's censoring: held
-budget_bound              the objective's value, bound by the budget constraint
-tail_min                  the objective's value, at the lowest predicted tail
-cost_tie                  the objective's value, the fewest hedges within the tail tolerance
-replay_hold               the objective's search is bucket-limited and its value lies above the
-                          current one: the current value is kept (the replay favours raises)
-raise_over_budget         the short window shows the value over budget: raised
-hysteresis_hold           the current value is within the budget and the data do not show its
-                          tail worse (or the decrease is within the target's noise), or the
-                          change is under ``hysteresis``: held
-step_down_limited         (modifier) a decrease was cut to ``max_step_down``
-clamped_min/clamped_max   (modifier) the value is at (or was clamped to) a route bound
-drift_window              (modifier) the window was shrunk to the data since a detected change
-backups_rarely_win        (flag) enough hedges, and backups win less than ``min_backup_win_rate``
-hedges_did_not_lower_p99  (flag) enough hedges, and the call-level P99 is not
-                          ``min_p99_improvement`` below the primary's KM P99
-config                    (first code; set by ``routes_admin``, not by ``decide``) an operator
-                          changed the route's configuration; the decision's codes follow
-========================  =======================================================================
+Reason codes (``Decision.reason`` is comma-separated, main code first): each code and its
+meaning is in :data:`hedgerow.controller.reason_codes.REASON_MEANINGS` (one copy, which the ops
+pages and the CLI show too).
 """
 
 from __future__ import annotations

@@ -184,6 +184,10 @@ def _print_route(r: dict[str, Any]) -> None:
         ["updated (UTC)", _when(r["updated_at"])],
     ]
     _print_table(f"{r['route']} · {r['model']}", ["setting", "value"], rows)
+    from hedgerow.controller.reason_codes import SOURCE_MEANINGS
+
+    if t.get("source") in SOURCE_MEANINGS:
+        typer.echo(f"source {t['source']}: {SOURCE_MEANINGS[t['source']]}")
 
 
 @routes_app.command("show")
@@ -257,6 +261,11 @@ def route_history(
         "hedge rate", "backup wins", "actor",
     ]  # fmt: skip
     _print_table(f"{route}: {len(rows)} decision(s)", columns, rows)
+    from hedgerow.controller.reason_codes import explain_reason
+
+    shown = dict(pair for h in data["history"] for pair in explain_reason(h["reason"]))
+    for code in sorted(shown):
+        typer.echo(f"{code}: {shown[code]}")
 
 
 def _when(text: str | None) -> str:

@@ -268,6 +268,11 @@ def test_routes_history_shows_a_held_rows_last_tick_and_wraps_reasons_between_co
     assert "to 2026-12-02 19:53:02" in done.output, done.output
     for code in ("hysteresis_hold", "backups_rarely_win", "hedges_did_not_lower_p99"):
         assert code in done.output, done.output  # whole, on one line
+    # under the table, what each code shown means (reason_codes.REASON_MEANINGS)
+    from hedgerow.controller.reason_codes import REASON_MEANINGS
+
+    for code in ("hysteresis_hold", "backups_rarely_win", "hedges_did_not_lower_p99"):
+        assert f"{code}: {REASON_MEANINGS[code]}" in done.output.replace("\n", " "), done.output
 
 
 @pytest.mark.slow

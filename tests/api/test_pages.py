@@ -105,3 +105,21 @@ async def test_the_root_opens_the_console(make_api) -> None:
         for path in ("/", "/ui", "/ui/"):
             answer = await api.get(path)
             assert answer.status_code == 303 and answer.headers["location"] == "/ui/routes", path
+
+
+async def test_a_new_route_page_says_what_its_source_and_reasons_mean(make_api) -> None:
+    """A route made without calls publishes its maximum from a cold start: the page says what
+    ``cold_start`` means, each reason code carries its meaning as a tooltip, and a legend lists
+    the codes of the rows shown (``reason_codes.REASON_MEANINGS``)."""
+    from hedgerow.controller.reason_codes import REASON_MEANINGS, SOURCE_MEANINGS
+
+    async with make_api() as (_app, api):
+        assert (await api.put("/v1/routes/fresh", params=M, json={"budget": 0.05})).status_code == 201
+        page = await api.get("/ui/routes/fresh", params=M)
+        assert page.status_code == 200, page.text
+        html = unescape(page.text)
+        assert f"cold_start: {SOURCE_MEANINGS['cold_start']}" in html
+        assert f'<abbr title="{REASON_MEANINGS["cold_start_supported"]}">cold_start_supported</abbr>' in html
+        legend = html[html.index('id="reason-legend"') :]
+        for code in ("cold_start_supported", "clamped_max"):
+            assert f"<dt>{code}</dt><dd>{REASON_MEANINGS[code]}</dd>" in legend
