@@ -23,7 +23,9 @@ REASON_MEANINGS: dict[str, str] = {
         "a new route without enough samples to support its default within the budget: the lowest value they"
         " support is published (the route's maximum, i.e. no hedging, until about 29 samples at a 10% budget)"
     ),
-    "small_sample_raise": "too few samples for a quantile, but they show the budget exceeded: raised to what they support",
+    "small_sample_raise": (
+        "too few samples for a quantile, but they show the budget exceeded: raised to what they support"
+    ),
     "censored_raise": "the budget's quantile lies where primaries were cancelled: moved to the lowest supported value",
     "censored_hold": "the budget's quantile is censored above what the data can inform: held",
     "budget_bound": "the objective's value, at the budget's edge (a lower one would risk the budget)",
