@@ -196,7 +196,8 @@ async def post_calls(
         answer = _unprocessable(
             too_old,
             "started_at",
-            f"more than {settings.retention_s:g} s (HEDGEROW_RETENTION_S) before the server's clock: "
+            f"more than {settings.retention_s:.0f} s ({settings.retention_s / 86400:g} days, HEDGEROW_RETENTION_S)"
+            " before the server's clock: "
             "older than the store keeps calls",
         )
         _rejected(request, body, answer)

@@ -162,7 +162,7 @@ async def test_records_older_than_retention_are_refused_and_late_ones_within_it_
         assert refused.status_code == 422
         detail = refused.json()["detail"]
         assert (detail["index"], detail["field"]) == (1, "started_at")
-        assert "HEDGEROW_RETENTION_S" in detail["message"]
+        assert "more than 259200 s (3 days, HEDGEROW_RETENTION_S)" in detail["message"], detail
         accepted = await api.post("/v1/calls", json={"calls": [late.to_dict()]})
         assert accepted.json() == {"accepted": 1, "duplicates": 0}
         async with app.state.sessionmaker() as session:
