@@ -12,8 +12,10 @@ until]``: the same calls unless one started exactly on a bound); otherwise the m
 ``until`` is in, the one holding ``since`` out (its start is before ``since``).
 
 What the aggregates lose against the raw calls: counts are exact; a duration is known to its
-bucket (``ttft_histogram``: 4.7 % wide, the midpoint within 2.33 % of any value in it) and a
-call's start to its minute, so a window's edge is placed to within 60 s.
+bucket (``ttft_histogram``: 4.7 % wide) and a call's start to its minute. The tick
+(:func:`tick_window`) reads every duration at its bucket's end (:func:`window_data` says why)
+and each minute at its middle, so a window's edge is placed to within 30 s; the calls since
+:func:`raw_since` it reads one by one, with their exact starts.
 """
 
 from __future__ import annotations
@@ -197,17 +199,18 @@ def window_data(minutes: RouteMinutes, now: datetime) -> WindowData:
     duration the bucket's upper edge (``ttft_histogram.bucket_bounds``; the overflow bucket's
     lower edge): every first token and censoring is read as late as its bucket allows, with the
     censorings tied to the first tokens of their bucket (still at risk for them). Kaplan-Meier
-    over the entries then never falls below the raw samples' curve: at each bucket's end the
-    bucket's hazard ``d / n`` (``n`` at risk when it starts) is at most the raw product of
-    ``1 - 1 / n_i`` over its first tokens (equal without censorings; every censoring before a
-    first token shrinks a later ``n_i``), and inside a bucket the curve is the previous end's.
-    So every quantile, the budget target and the tail predictions lie at or above the raw
-    samples', by at most one bucket (4.7 %): a value published within the budget on the
+    over the entries then never falls below the raw samples' curve: both have the same ``n``
+    at risk when a bucket starts, and the bucket's factor ``1 - d / n`` is at least the raw
+    product of ``1 - 1 / n_i`` over its ``d`` first tokens (equal without censorings; every
+    censoring before a first token shrinks a later ``n_i``); inside a bucket the curve is the
+    previous end's. So every quantile of the estimate lies at or above the raw samples', by
+    less than one bucket (4.7 %), and the budget target (an upper confidence bound on the same
+    curve) and the predicted tails follow it: a value published within the budget on the
     buckets is within it on the calls. The bucket's midpoint would halve the error but make it
-    two-sided: on the evaluation's rare_slow_mode (``bench/controller_eval.py --minutes``) a
-    target at a midpoint left the true rate at 0.10-0.11 for a settled value. On the worked
-    number of ``jobs`` (2,000 Exp(1 s) primaries hedged at 1.5 s, 324 censored) see there for
-    the figures against the raw calls; ``tests/controller/test_jobs.py`` checks them.
+    two-sided: on the evaluation with ``--minutes`` (``bench/controller_eval.py``) midpoints
+    left rare_slow_mode seed 1 settled over the budget for 6 ticks. On the worked number of
+    ``jobs`` (2,000 Exp(1 s) primaries hedged at 1.5 s, 324 censored) see there for the
+    figures against the raw calls; ``tests/controller/test_jobs.py`` checks them.
     Each minute's counters are one :class:`CallCounts` entry.
     Every entry's age is that of the minute's middle, ``now - (minute start + 30 s)``, floored at
     0 (the minute holding ``now`` is as old as ``now``'s own calls): a window of ``span_s`` then
@@ -300,10 +303,11 @@ def raw_since(now: datetime) -> datetime:
     """Where the tick's raw calls begin: the start of the minute before the one holding ``now``.
 
     The tick reads the calls started from there to ``now`` one by one (60-120 s of them) and
-    the minute aggregates before: the recent calls keep their exact start and duration, so a
-    short window (rule 4's five minutes, or the seconds-long windows of ``hedgerow demo``)
-    and the replay's latest calls are exact, calls started after ``now`` are left out, and the
-    cost stays bounded by two minutes of calls.
+    the minute aggregates before: the recent calls keep their exact start (their durations are
+    read at their bucket's end, as the older ones), so a window shorter than a minute (the
+    seconds-long windows of ``hedgerow demo``) holds exactly its calls, the replay's latest
+    calls keep their order, calls started after ``now`` are left out, and the cost stays
+    bounded by two minutes of calls.
 
     Args:
         now: the tick's time (aware UTC).
