@@ -246,8 +246,8 @@ async def observe_routes(
     ``now``'s) are read one by one for every route in two queries (:func:`routes_records`), the
     minutes before it from the aggregates in one more (``_minute_window.read_minutes``); each
     route's become ``WindowData`` (``_minute_window.tick_window``: a (minute, bucket) entry per
-    count, read at the bucket's end and the minute's middle, then the recent calls as they are)
-    and go through ``_policy_window.observe_window``. The routes whose samples are fewer than
+    count at the minute's middle, then the recent calls at their own starts; every duration read
+    at its bucket's end) and go through ``_policy_window.observe_window``. The routes whose samples are fewer than
     ``min_samples``, or too few for the budget's tail with no drift detected, are read again
     over ``max_window_s`` (one more query for all of them) and observed again. The cost is one
     entry per non-empty (minute, kind, bucket), bounded per minute, plus two minutes of calls;
