@@ -185,7 +185,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
 
     @app.exception_handler(UnknownRoute)
     async def unknown_route(_request: Request, exc: UnknownRoute) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
+        return JSONResponse({"detail": {"field": "route", "message": str(exc)}}, status_code=404)
 
     @app.exception_handler(AmbiguousModel)
     async def ambiguous_model(_request: Request, exc: AmbiguousModel) -> JSONResponse:

@@ -119,8 +119,19 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 if description == "Validation Error":
                     description = "a bad value, named"
                 responses["422"] = _error(description, shape)
-            if any(p.get("in") == "path" for p in operation.get("parameters", [])) and "404" not in responses:
-                responses["404"] = _error("no such path (a route name with a control character matches no path)")
+            if any(p.get("in") == "path" for p in operation.get("parameters", [])):
+                # an unknown (route, model) is a FieldError naming ``route``; a path that matches no
+                # operation (a route name with a control character) is the framework's plain Error
+                described = responses.get("404", {}).get("description")
+                responses["404"] = {
+                    "description": (described + "; " if described else "")
+                    + "no such path (a route name with a control character matches no path)",
+                    "content": {
+                        "application/json": {
+                            "schema": {"oneOf": [{"$ref": _REF + "FieldError"}, {"$ref": _REF + "Error"}]}
+                        }
+                    },
+                }
             if "requestBody" in operation:
                 responses["413"] = _error(
                     "the body is over its limit (refused while it streams); field: body", "FieldError"

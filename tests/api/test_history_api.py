@@ -89,7 +89,9 @@ async def test_model_is_needed_only_when_the_route_has_several(make_api) -> None
             response = await api.get(url)
             assert response.status_code == 422
             assert response.json()["detail"]["field"] == "model" and "m1, m2" in response.json()["detail"]["message"]
-        assert (await api.get("/v1/routes/nope/history")).status_code == 404
+        missing = await api.get("/v1/routes/nope/history")
+        assert missing.status_code == 404
+        assert missing.json()["detail"]["field"] == "route" and "nope" in missing.json()["detail"]["message"]
 
 
 async def test_a_pin_outside_the_bounds_is_refused_naming_the_field(make_api) -> None:
