@@ -150,9 +150,7 @@ def binomial_lower_bound(successes: int, trials: int, confidence: float) -> floa
     ``x = 0``. Worked number: 5 of 20 at 95% gives 0.104, so a 10% budget is shown exceeded;
     3 of 20 gives 0.042, so it is not.
     """
-    if successes <= 0 or trials <= 0:
-        return 0.0
-    return float(stats.beta.ppf(1.0 - confidence, successes, trials - successes + 1))
+    return float(_lower_bounds(np.asarray(successes), np.asarray(trials), confidence))
 
 
 @functools.lru_cache(maxsize=8192)  # pure in its scalars; the tick asks again per route
@@ -164,9 +162,23 @@ def binomial_upper_bound(successes: int, trials: int, confidence: float) -> floa
     shown met at 95% only from ``n = 29`` samples on (``ln 0.05 / ln 0.9 = 28.4``): 0 of 29 gives
     0.098, 0 of 28 gives 0.101.
     """
-    if trials <= 0 or successes >= trials:
-        return 1.0
-    return float(stats.beta.ppf(confidence, max(successes, 0) + 1, trials - max(successes, 0)))
+    return float(_upper_bounds(np.asarray(successes), np.asarray(trials), confidence))
+
+
+def _lower_bounds(successes: np.ndarray, trials: np.ndarray, confidence: float) -> np.ndarray:
+    """:func:`binomial_lower_bound` element-wise (any matching shapes)."""
+    x, n = np.asarray(successes, dtype=float), np.asarray(trials, dtype=float)
+    shown = (x > 0) & (n > 0)
+    bound = stats.beta.ppf(1.0 - confidence, np.where(shown, x, 1.0), np.where(shown, n - x + 1, 1.0))
+    return np.where(shown, bound, 0.0)
+
+
+def _upper_bounds(successes: np.ndarray, trials: np.ndarray, confidence: float) -> np.ndarray:
+    """:func:`binomial_upper_bound` element-wise (any matching shapes)."""
+    x, n = np.maximum(np.asarray(successes, dtype=float), 0.0), np.asarray(trials, dtype=float)
+    full = (n <= 0) | (x >= n)
+    bound = stats.beta.ppf(confidence, x + 1, np.where(full, 1.0, n - x))
+    return np.where(full, 1.0, bound)
 
 
 def supported_value(
@@ -241,7 +253,7 @@ def lowest_supported_value(
     candidates = np.append(np.unique(durations[durations > above_s]), np.nextafter(durations.max(), math.inf))
     over, known = known_over_counts(durations, censored, candidates)
     waiting = over + (n - known)  # known over, or censored before the candidate: possibly waiting
-    upper = np.where(waiting >= n, 1.0, stats.beta.ppf(confidence, waiting + 1, np.maximum(n - waiting, 1)))
+    upper = _upper_bounds(waiting, np.full(waiting.shape, n), confidence)
     accepted = np.flatnonzero(upper <= budget)
     return float(candidates[accepted[0]]) if accepted.size else float(fallback_s)
 
@@ -268,8 +280,7 @@ def least_accepted_value(
     above = np.unique(durations[durations > start_s])
     candidates = np.append(above, np.nextafter(durations.max(initial=start_s), math.inf))
     over, known = known_over_counts(durations, censored, candidates)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        lower = np.where(over > 0, stats.beta.ppf(1.0 - confidence, np.maximum(over, 1), known - over + 1), 0.0)
+    lower = _lower_bounds(over, known, confidence)
     accepted = np.flatnonzero(lower <= budget)
     return float(candidates[accepted[0]]) if accepted.size else float(candidates[-1])
 
