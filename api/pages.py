@@ -51,7 +51,7 @@ from hedgerow.controller.models import utc_now
 from hedgerow.controller.overview import flags_of, history_series, route_overview
 from hedgerow.controller.queries import get_history, get_route, resolve_model
 from hedgerow.controller.reason_codes import REASON_CODES as POLICY_REASON_CODES
-from hedgerow.controller.reason_codes import SOURCE_MEANINGS
+from hedgerow.controller.reason_codes import SOURCE_MEANINGS, reason_legend
 from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
 
 __all__ = ["HISTORY_PAGE_ROWS", "MAX_HISTORY_PAGE", "RANGES", "PageUser", "install_pages", "router"]
@@ -275,6 +275,7 @@ async def _route_page(
         charts=_charts(series, config, chart_start, now, chart_note),
         ranges=list(RANGES),
         rows=[row | {"flags": flags_of(row["reason"])} for row in rows[:HISTORY_PAGE_ROWS]],
+        legend=reason_legend(row["reason"] for row in rows[:HISTORY_PAGE_ROWS]),
         page=page,
         more=len(rows) > HISTORY_PAGE_ROWS,
         filters=filters,

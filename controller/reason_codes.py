@@ -10,7 +10,9 @@ numpy and scipy with the policy.
 
 from __future__ import annotations
 
-__all__ = ["REASON_CODES", "REASON_MEANINGS", "SOURCE_MEANINGS", "explain_reason"]
+from collections.abc import Iterable
+
+__all__ = ["REASON_CODES", "REASON_MEANINGS", "SOURCE_MEANINGS", "explain_reason", "reason_legend"]
 
 #: Every code ``policy.decide`` can put in ``Decision.reason`` (and ``config``, set by
 #: ``routes_admin`` when an operator changed the route), with its meaning. "(modifier)" codes
@@ -68,3 +70,16 @@ def explain_reason(reason: str) -> list[tuple[str, str]]:
     """
     codes = [code.strip() for code in reason.split(",") if code.strip()]
     return [(code, REASON_MEANINGS.get(code, "?")) for code in codes]
+
+
+def reason_legend(reasons: Iterable[str]) -> list[tuple[str, str]]:
+    """Every code of several comma-separated reasons once, sorted, with its meaning (the legend
+    under a table of decisions).
+
+    Args:
+        reasons: e.g. the ``reason`` of each history row shown.
+
+    Returns:
+        ``[(code, meaning), ...]`` sorted by code.
+    """
+    return sorted(dict(pair for reason in reasons for pair in explain_reason(reason)).items())

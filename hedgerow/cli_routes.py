@@ -261,11 +261,10 @@ def route_history(
         "hedge rate", "backup wins", "actor",
     ]  # fmt: skip
     _print_table(f"{route}: {len(rows)} decision(s)", columns, rows)
-    from hedgerow.controller.reason_codes import explain_reason
+    from hedgerow.controller.reason_codes import reason_legend
 
-    shown = dict(pair for h in data["history"] for pair in explain_reason(h["reason"]))
-    for code in sorted(shown):
-        typer.echo(f"{code}: {shown[code]}")
+    for code, meaning in reason_legend(h["reason"] for h in data["history"]):
+        typer.echo(f"{code}: {meaning}")
 
 
 def _when(text: str | None) -> str:

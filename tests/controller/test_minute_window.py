@@ -190,8 +190,10 @@ async def test_window_data_stands_for_every_call_of_the_minutes(sessionmaker) ->
                 assert np.median(want.durations_s) <= median <= np.median(want.durations_s) * BUCKET_RATIO, kind
             assert data.counts.calls.sum() == raw.counts.calls.sum()
             assert data.counts.hedged.sum() == raw.counts.hedged.sum()
-            ages = np.unique(data.primary.age_s)
-            assert np.all((ages + 30.0) % 60.0 == pytest.approx(20.0)) or ages.min() == 0.0
+            # each minute at its middle, floored at 0 (the minute holding now, 20 s into it)
+            middles = now.timestamp() - (minutes[route_id].minutes * 60.0 + 30.0)
+            assert data.counts.age_s.tolist() == pytest.approx(np.maximum(middles, 0.0).tolist())
+            assert set(np.unique(data.primary.age_s).tolist()) <= set(data.counts.age_s.tolist())
 
 
 async def test_observe_routes_reads_the_wide_window_only_for_routes_that_need_it(sessionmaker) -> None:
