@@ -17,7 +17,8 @@ Per route, each tick (DESIGN.md "controller"):
    with its curve and bounds, the backup's curve, the counts of the window and of the short
    window and the short window's primary samples;
 3. :func:`hedgerow.controller.policy.decide` (the ordered rules of ``_policy_rules``);
-4. publish: a new threshold row gets version 1, a changed value (or enabled flag) version + 1;
+4. publish: a new threshold row gets version 1, a change of any field the api serves of it
+   (value, enabled flag, source, budget) version + 1;
    and ALWAYS write a ``threshold_history`` row, applied or held, whose ``details`` JSON
    (:func:`history_details`) holds a one-sided lower bound for every quantile left null
    (``quantile_lower_bounds_s``), the KM target, the short-window figures, the binding
@@ -609,10 +610,16 @@ def _write_decision(
             )
         )
     else:
-        changed = threshold.hedge_after_s != decision.hedge_after_s or threshold.enabled != fresh.enabled
-        if changed:
+        # every field the api serves of a published row (value, enabled, source, the route's
+        # budget as of the latest decision) bumps the version when it changes
+        budget_changed = latest is not None and latest.budget != fresh.budget
+        if (
+            threshold.hedge_after_s != decision.hedge_after_s
+            or threshold.enabled != fresh.enabled
+            or threshold.source != decision.source
+            or budget_changed
+        ):
             threshold.version += 1
-        if changed or threshold.source != decision.source:
             threshold.hedge_after_s = decision.hedge_after_s
             threshold.enabled = fresh.enabled
             threshold.source = decision.source

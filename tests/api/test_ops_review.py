@@ -334,7 +334,11 @@ async def test_applied_means_the_published_threshold_changed(make_api) -> None:
         budget = (await api.patch("/v1/routes/r", params=M, json={"budget": 0.2})).json()
         assert budget["changes"] == {"budget": {"from": 0.1, "to": 0.2}}
         assert budget["history"]["applied"] is False  # still disabled, same value: nothing published
-        assert budget["route"]["threshold"]["version"] == version + 1
+        # the threshold row served carries the budget: its version follows it
+        assert budget["route"]["threshold"]["version"] == version + 2
+        assert budget["route"]["threshold"]["budget"] == 0.2
+        served = (await api.get("/v1/thresholds")).json()["thresholds"]
+        assert [(t["budget"], t["version"]) for t in served] == [(0.2, version + 2)]
 
         enabled = (await api.patch("/v1/routes/r", params=M, json={"enabled": True})).json()
         assert enabled["history"]["applied"] is True

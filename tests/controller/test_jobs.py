@@ -729,3 +729,33 @@ async def test_a_failed_shared_publish_falls_back_to_one_transaction_per_route(
     async with sessionmaker() as session:
         assert await session.scalar(select(func.count()).select_from(ThresholdHistory)) == 2
         assert await session.scalar(select(func.count()).select_from(Threshold)) == 2
+
+
+async def test_a_change_of_source_alone_bumps_the_version(sessionmaker, call_factory) -> None:
+    # a value published as cold_start that the objective then keeps: the row the api serves
+    # changes (source), so its version must too, or a client comparing versions misses it
+    settings = Settings(min_samples=50, window_s=3600, max_window_s=86400)
+    rng = random.Random(7)
+    old = [
+        call_factory(
+            f"o{i}", started_at=NOW - timedelta(hours=rng.uniform(2.5, 3.5)), primary_ttft_s=rng.uniform(0.1, 0.5)
+        )
+        for i in range(80)
+    ]
+    await _store(sessionmaker, old, settings)
+    [row] = await run_tick(sessionmaker, settings, now=NOW)
+    assert row["source"] == "controller"
+    async with sessionmaker() as session, session.begin():
+        threshold = (await session.scalars(select(Threshold))).one()
+        threshold.source = "cold_start"  # as if the same value had been published cold
+    [again] = await run_tick(sessionmaker, settings, now=NOW + timedelta(seconds=1))
+    assert again["hedge_after_s"] == row["hedge_after_s"] and again["source"] == "controller"
+    async with sessionmaker() as session:
+        threshold = (await session.scalars(select(Threshold))).one()
+        served = (await list_thresholds(session))[0]
+    assert (threshold.source, threshold.version) == ("controller", 2)
+    assert (served["source"], served["version"]) == ("controller", 2)
+    # nothing served changes on the next tick: the version stays
+    await run_tick(sessionmaker, settings, now=NOW + timedelta(seconds=2))
+    async with sessionmaker() as session:
+        assert (await session.scalars(select(Threshold))).one().version == 2
