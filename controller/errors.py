@@ -7,12 +7,23 @@
     │   └── StoreNotReady   database unreachable or not migrated to head
     ├── UnknownRoute     no such (route, model)
     ├── AmbiguousModel   a route named without its model has several models
+    ├── LeaseHeld        another process holds the lease a one-off job needs
     └── RouteLimitExceeded   a new (route, model) past ``max_routes`` or ``max_models_per_route``
 """
 
 from __future__ import annotations
 
-__all__ = ["AmbiguousModel", "ControllerError", "RouteLimitExceeded", "StoreError", "StoreNotReady", "UnknownRoute"]
+from datetime import datetime
+
+__all__ = [
+    "AmbiguousModel",
+    "ControllerError",
+    "LeaseHeld",
+    "RouteLimitExceeded",
+    "StoreError",
+    "StoreNotReady",
+    "UnknownRoute",
+]
 
 
 class ControllerError(Exception):
@@ -79,3 +90,23 @@ class RouteLimitExceeded(ControllerError, ValueError):
                 f"the store already has {limit} routes (max_routes): route {route!r} with model {model!r} not created"
             )
         super().__init__(text)
+
+
+class LeaseHeld(ControllerError):
+    """Another process holds the lease a one-off job needs (``hedgerow controller run-once``).
+
+    Attributes:
+        lease: the lease's name (``controller``).
+        holder: who holds it (``host:pid:random``), or None when it was released meanwhile.
+        expires_at: when its hold ends unless renewed (aware UTC), or None.
+    """
+
+    def __init__(self, lease: str, holder: str | None, expires_at: datetime | None) -> None:
+        self.lease = lease
+        self.holder = holder
+        self.expires_at = expires_at
+        who = f"held by {holder} until {expires_at:%Y-%m-%d %H:%M:%S} UTC" if holder and expires_at else "held"
+        super().__init__(
+            f"the {lease} lease is {who}: a running `hedgerow serve` ticks every interval itself;"
+            " nothing was ticked (POST /v1/controller/run ticks on that process now)"
+        )

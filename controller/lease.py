@@ -41,7 +41,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
-from sqlalchemy import Table, delete, or_, update
+from sqlalchemy import Table, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.db import dialect_insert
@@ -50,7 +50,7 @@ from hedgerow.controller.models import Lease, utc_now
 #: The leases table (core statements: no ORM identity map for a row many processes write).
 _LEASES = cast(Table, Lease.__table__)
 
-__all__ = ["CONTROLLER_LEASE", "acquire_lease", "make_holder_id", "release_lease"]
+__all__ = ["CONTROLLER_LEASE", "acquire_lease", "lease_holder", "make_holder_id", "release_lease"]
 
 #: Name of the lease of the controller job.
 CONTROLLER_LEASE = "controller"
@@ -128,3 +128,30 @@ async def release_lease(sessionmaker: async_sessionmaker[AsyncSession], name: st
             delete(_LEASES).where(_LEASES.c.name == name, _LEASES.c.holder == holder).returning(_LEASES.c.name)
         )
         return result.first() is not None
+
+
+async def lease_holder(
+    sessionmaker: async_sessionmaker[AsyncSession], name: str, *, now: datetime | None = None
+) -> tuple[str, datetime] | None:
+    """Who holds the lease ``name`` now, and until when.
+
+    Args:
+        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        name: the lease's name (e.g. :data:`CONTROLLER_LEASE`).
+        now: the current time (aware UTC; default: the clock).
+
+    Returns:
+        ``(holder, expires_at)`` (aware UTC) while the lease is held, None when it is free or expired.
+
+    Raises:
+        ValueError: ``now`` naive.
+    """
+    now = _now(now)
+    async with sessionmaker() as session:
+        row = (
+            await session.execute(select(_LEASES.c.holder, _LEASES.c.expires_at).where(_LEASES.c.name == name))
+        ).first()
+    if row is None:
+        return None
+    expires_at = row.expires_at if row.expires_at.tzinfo else row.expires_at.replace(tzinfo=UTC)
+    return None if expires_at < now else (row.holder, expires_at)

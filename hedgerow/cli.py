@@ -901,28 +901,55 @@ async def _revision_of(url: str) -> str | None:
         await engine.dispose()
 
 
+#: Exit code of ``controller run-once`` while another process holds the controller lease
+#: (``EX_TEMPFAIL`` of sysexits.h: nothing was done, try again later).
+LEASE_HELD_EXIT = 75
+
+
 @controller_app.command("run-once")
 def controller_run_once(
     db: str = typer.Option(
         None, "--db", metavar="URL", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the decisions as JSON instead of a table."),
+    log_level: str = typer.Option(
+        None,
+        "--log-level",
+        metavar="LEVEL",
+        help="debug, info, warning, error or critical (default HEDGEROW_LOG_LEVEL, else info); logs go to stderr.",
+    ),
+    log_format: str = typer.Option(
+        None,
+        "--log-format",
+        metavar="FORMAT",
+        help="text or json: one JSON object per line (default HEDGEROW_LOG_FORMAT, else text).",
+    ),
 ) -> None:
-    """Run one controller tick now and print its decisions (one history row per route)."""
+    """Run one controller tick now and print its decisions (one history row per route).
+
+    The tick takes the controller lease first: while a running `serve` holds it nothing is ticked
+    and the command exits 75 naming the holder. Applied changes are logged to stderr
+    (`threshold_changed` lines), as the scheduled tick's are.
+    """
     import asyncio
     import json
 
     from rich.console import Console
     from rich.table import Table
 
-    from hedgerow.controller.errors import StoreError
+    from hedgerow.controller.errors import LeaseHeld, StoreError
+    from hedgerow.logs import configure_logging
 
-    settings = _server_settings(db)
+    settings = _server_settings(db, log_level=log_level, log_format=log_format)
     _require_existing_sqlite_file(settings.database_url)
-    from hedgerow.controller.jobs import run_once  # scipy: once the flags are known to be good
+    configure_logging(settings.log_level, settings.log_format)
+    # scipy: once the flags are known to be good
+    from hedgerow.controller.manual_tick import run_once_under_lease
 
     try:
-        rows = asyncio.run(run_once(settings))
+        rows = asyncio.run(run_once_under_lease(settings))
+    except LeaseHeld as exc:
+        raise fail(str(exc), LEASE_HELD_EXIT) from None
     except StoreError as exc:
         raise fail(str(exc), 1) from None
     if as_json:

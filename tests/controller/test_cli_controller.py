@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 
+from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from hedgerow.cli import app
+from hedgerow.cli import LEASE_HELD_EXIT, app
 from hedgerow.controller.db import head_revision, make_engine, make_sessionmaker
 from hedgerow.controller.ingest import ingest_calls, route_defaults
+from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, lease_holder, release_lease
+from hedgerow.controller.models import ThresholdHistory
 from hedgerow.settings import Settings
 
 
@@ -50,3 +56,69 @@ def test_bad_url_is_one_line(tmp_path) -> None:
     result = CliRunner().invoke(app, ["db", "upgrade", "--db", "mysql://x/y"])
     assert result.exit_code == 2 and "is not supported" in result.output
     assert "Traceback" not in result.output
+
+
+def _run_once_process(url: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``hedgerow controller run-once`` in a process of its own (its logging set up as in real use)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEDGEROW_")}
+    return subprocess.run(
+        [sys.executable, "-m", "hedgerow.cli", "controller", "run-once", "--db", url, *flags],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def _lease(url: str, action: str, holder: str = "serve-host:4242:abcd1234") -> object:
+    async def run() -> object:
+        engine = make_engine(url)
+        try:
+            sessionmaker = make_sessionmaker(engine)
+            if action == "take":
+                return await acquire_lease(sessionmaker, CONTROLLER_LEASE, holder, 600.0)
+            if action == "holder":
+                return await lease_holder(sessionmaker, CONTROLLER_LEASE)
+            return await release_lease(sessionmaker, CONTROLLER_LEASE, holder)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+def _history_rows(url: str) -> int:
+    async def run() -> int:
+        engine = make_engine(url)
+        try:
+            async with make_sessionmaker(engine)() as session:
+                return int(await session.scalar(select(func.count()).select_from(ThresholdHistory)) or 0)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+def test_run_once_refuses_while_serve_holds_the_lease_and_logs_what_it_publishes(tmp_path, call_factory) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'lease.db'}"
+    assert CliRunner().invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
+    _seed(url, [call_factory(f"c{i}") for i in range(5)])
+    assert _lease(url, "take") is True  # what a running `serve` holds
+    refused = _run_once_process(url, "--json")
+    assert refused.returncode == LEASE_HELD_EXIT, refused.stderr
+    assert "held by serve-host:4242:abcd1234 until" in refused.stderr and "nothing was ticked" in refused.stderr
+    assert "Traceback" not in refused.stderr and refused.stdout == ""
+    assert _history_rows(url) == 0
+    assert _lease(url, "holder")[0] == "serve-host:4242:abcd1234"  # type: ignore[index]
+
+    assert _lease(url, "release") is True  # serve stopped
+    ran = _run_once_process(url, "--json", "--log-format", "json")
+    assert ran.returncode == 0, ran.stderr
+    [row] = json.loads(ran.stdout)["history"]
+    assert row["applied"] and row["hedge_after_s"] == 30.0
+    events = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    changed = [e for e in events if e.get("event") == "threshold_changed"]
+    assert len(changed) == 1, ran.stderr
+    assert (changed[0]["route"], changed[0]["to_s"], changed[0]["source"]) == ("summarize", 30.0, "cold_start")
+    assert _lease(url, "holder") is None  # released at once: serve takes it on its next renewal
+    assert _history_rows(url) == 1
