@@ -27,6 +27,7 @@ from hedgerow.api.limits import DEFAULT_BODY_LIMIT_BYTES, BodyLimitMiddleware
 from hedgerow.api.metrics import Metrics
 from hedgerow.api.openapi import build_openapi
 from hedgerow.api.pages import install_pages
+from hedgerow.api.path_check import ControlCharacterPathMiddleware
 from hedgerow.api.store_errors import STORE_ERRORS, store_unavailable
 from hedgerow.controller.db import (
     check_database_url,
@@ -164,6 +165,8 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         limit_for=body_limit_for(settings),
         body_read_timeout_s=settings.body_read_timeout_s,
     )
+    # outermost: a path with a control character never reaches routing (see hedgerow.api.path_check)
+    app.add_middleware(ControlCharacterPathMiddleware)
     app.state.settings = settings
     app.state.tokens = tokens
     app.state.token_names = parse_token_names(settings.tokens)

@@ -121,11 +121,11 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 responses["422"] = _error(description, shape)
             if any(p.get("in") == "path" for p in operation.get("parameters", [])):
                 # an unknown (route, model) is a FieldError naming ``route``; a path that matches no
-                # operation (a route name with a control character) is the framework's plain Error
+                # operation is the framework's plain Error (a path parameter with a control
+                # character is a 422 FieldError naming it: hedgerow.api.path_check)
                 described = responses.get("404", {}).get("description")
                 responses["404"] = {
-                    "description": (described + "; " if described else "")
-                    + "no such path (a route name with a control character matches no path)",
+                    "description": (described + "; " if described else "") + "no such path",
                     "content": {
                         "application/json": {
                             "schema": {"oneOf": [{"$ref": _REF + "FieldError"}, {"$ref": _REF + "Error"}]}

@@ -217,9 +217,10 @@ async def _route_page(
     if not page_text.isdecimal() or not 1 <= int(page_text) <= MAX_HISTORY_PAGE:
         return error_page(request, user, 422, f"page: must be from 1 to {MAX_HISTORY_PAGE}, got {page_text!r}")
     page = int(page_text)
-    problems = [control_character_error(value) for value in (route, model or "", reason or "")]
-    if any(problems):
-        return error_page(request, user, 422, next(p for p in problems if p))
+    for name, value in (("route", route), ("model", model or ""), ("reason", reason or "")):
+        problem = control_character_error(value)
+        if problem is not None:
+            return error_page(request, user, 422, f"{name}: {problem}")
     try:
         since_filter = _aware(q.get("since"), "since")
         until_filter = _aware(q.get("until"), "until")

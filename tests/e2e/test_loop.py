@@ -8,7 +8,6 @@ subprocess, two simulated replicas (one degraded) on 127.0.0.1, and a ``HedgingC
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import sys
 
