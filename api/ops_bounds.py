@@ -2,7 +2,8 @@
 
 ``hedgerow routes`` and ``hedgerow report`` check their flags against these before they send a
 request or open the store, with the same bound the api enforces, so both give the same answer.
-This module imports nothing beyond the standard library at run time.
+This module imports nothing beyond the standard library at run time, so the store's own check of
+a route's budget (:mod:`hedgerow.controller.routes_admin`) applies :func:`budget_range_error` too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hedgerow.controller.report import IsoWeek
 
-__all__ = ["MAX_HISTORY_LIMIT", "parse_budget", "unstarted_week_message"]
+__all__ = ["MAX_HISTORY_LIMIT", "budget_range_error", "parse_budget", "unstarted_week_message"]
 
 #: Largest ``limit`` of a threshold-history query (``GET /v1/routes/{route}/history``,
 #: ``hedgerow routes history --limit``).
@@ -47,8 +48,7 @@ def parse_budget(text: str) -> float:
     """A hedge budget as typed by an operator: a fraction (``0.05``) or a percent (``5%``), as
     the console and ``hedgerow routes`` show budgets in percent.
 
-    Only the number is read here; whether it lies in (0, 1) is the route's rule, checked where the
-    change is applied.
+    Only the number is read here; whether it lies in (0, 1) is :func:`budget_range_error`'s rule.
 
     Args:
         text: the typed text; spaces around the number and before ``%`` are allowed.
@@ -69,3 +69,38 @@ def parse_budget(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"must be finite, got {text!r}")
     return value / 100 if percent else value
+
+
+def budget_range_error(budget: float, typed: str | None = None) -> str | None:
+    """Why ``budget`` is not a hedge budget, or None when it is one (0 < budget < 1).
+
+    The rule of every route's budget (the api, the console's form and ``hedgerow routes set``):
+    the share of calls that may hedge, more than none and less than all.
+
+    Args:
+        budget: the budget as a fraction (``parse_budget`` of what was typed).
+        typed: the text the operator typed (``150%``), quoted back as typed; None to quote the
+            fraction (a JSON body's number).
+
+    Returns:
+        A sentence saying what is wrong with the value and which range is allowed, e.g. ``150% is
+        over 100%: a budget is the share of calls that may hedge and must be a fraction in (0, 1)
+        or a percent in (0%, 100%), e.g. 0.05 or 5%``; None for a budget in range.
+    """
+    if 0 < budget < 1:
+        return None
+    shown = typed.strip() if typed is not None else f"{budget!r}"
+    if not math.isfinite(budget):
+        why = f"{shown} is not a finite number"
+    elif budget > 1:
+        why = f"{shown} is over 100%"
+    elif budget == 1:
+        why = f"{shown} would let every call hedge"
+    elif budget == 0:
+        why = f"{shown} would let no call hedge (to stop hedging, disable the route)"
+    else:
+        why = f"{shown} is below 0%"
+    return (
+        f"{why}: a budget is the share of calls that may hedge and must be a fraction in (0, 1) "
+        "or a percent in (0%, 100%), e.g. 0.05 or 5%"
+    )

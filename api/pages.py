@@ -44,7 +44,7 @@ from hedgerow.api._page_kit import (
 from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
 from hedgerow.api.charts import SeriesData, time_chart
 from hedgerow.api.metrics import metrics_response
-from hedgerow.api.ops_bounds import parse_budget
+from hedgerow.api.ops_bounds import budget_range_error, parse_budget
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
 from hedgerow.controller.models import utc_now
@@ -324,6 +324,9 @@ def _form_fields(form: dict[str, str]) -> dict[str, Any]:
             raise RouteConfigInvalid(name, message) from None
         if not math.isfinite(value):
             raise RouteConfigInvalid(name, f"must be finite, got {text!r}")
+        out_of_range = budget_range_error(value, text) if name == "budget" else None
+        if out_of_range is not None:  # quoted as typed ("150%"), not as the fraction it gives
+            raise RouteConfigInvalid(name, out_of_range)
         fields[name] = value
     return fields
 

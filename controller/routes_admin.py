@@ -49,6 +49,7 @@ from typing import Any, cast
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.api.ops_bounds import budget_range_error
 from hedgerow.client.records import MAX_SECONDS, control_character_error
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import ControllerError, UnknownRoute
@@ -129,8 +130,11 @@ def validate_route_config(values: dict[str, Any]) -> RouteConfig:
     if not isinstance(values["enabled"], bool):
         raise RouteConfigInvalid("enabled", f"must be true or false, got {values['enabled']!r}")
     budget = values["budget"]
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < 1:
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)):
         raise RouteConfigInvalid("budget", f"must be a fraction in (0, 1), got {budget!r}")
+    out_of_range = budget_range_error(float(budget))
+    if out_of_range is not None:
+        raise RouteConfigInvalid("budget", out_of_range)
     default = _positive_seconds("default_hedge_after_s", values["default_hedge_after_s"])
     low = _positive_seconds("min_hedge_after_s", values["min_hedge_after_s"])
     high = _positive_seconds("max_hedge_after_s", values["max_hedge_after_s"])

@@ -24,7 +24,7 @@ from urllib.parse import quote, unquote
 
 import typer
 
-from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT, parse_budget
+from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT, budget_range_error, parse_budget
 
 __all__ = ["DEFAULT_API_URL", "routes_app"]
 
@@ -349,8 +349,9 @@ def set_route(
             budget = parse_budget(budget_text)
         except ValueError as exc:
             raise _fail(f"--budget: {exc}", 2) from None
-        if not 0 < budget < 1:
-            raise _fail(f"--budget: must be a fraction in (0, 1) or a percent in (0%, 100%), got {budget_text}", 2)
+        out_of_range = budget_range_error(budget, budget_text)
+        if out_of_range is not None:
+            raise _fail(f"--budget: {out_of_range}", 2)
     body: dict[str, Any] = {}
     for name, flag, value in (
         ("pinned_hedge_after_s", "--pin", pin),

@@ -76,6 +76,38 @@ async def test_the_change_form_takes_a_budget_as_shown_in_percent(make_api) -> N
         assert bad.status_code == 422 and "not a number" in bad.text
 
 
+RANGE_TEXT = (
+    "a budget is the share of calls that may hedge and must be a fraction in (0, 1) "
+    "or a percent in (0%, 100%), e.g. 0.05 or 5%"
+)
+
+
+@pytest.mark.parametrize(
+    ("typed", "why"),
+    [
+        ("150%", "150% is over 100%"),
+        ("1.5", "1.5 is over 100%"),
+        ("100%", "100% would let every call hedge"),
+        ("0%", "0% would let no call hedge (to stop hedging, disable the route)"),
+        ("-5%", "-5% is below 0%"),
+    ],
+)
+async def test_a_budget_out_of_range_is_quoted_as_typed_with_the_range_allowed(make_api, typed, why) -> None:
+    """A form's "150%" was refused as "must be a fraction in (0, 1), got 1.5": a number the
+    operator never typed. The message quotes what was typed and says which range is allowed."""
+    async with make_api() as (_app, api):
+        assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
+        form = {"default_hedge_after_s": "2", "min_hedge_after_s": "0.05", "max_hedge_after_s": "30", "enabled": "on"}
+        posted = await api.post("/ui/routes/r", params=M, data=form | {"budget": typed})
+        assert posted.status_code == 422, posted.text
+        assert f'role="alert">budget: {why}: {RANGE_TEXT}</p>' in posted.text
+        assert f'name="budget" inputmode="decimal" value="{typed}"' in posted.text  # the form keeps it
+        assert (await api.get("/v1/routes/r", params=M)).json()["budget"] == 0.1
+        # the api (a fraction in JSON) gives the same sentence, quoting the number sent
+        refused = await api.patch("/v1/routes/r", params=M, json={"budget": 1.5})
+        assert refused.json()["detail"] == {"field": "budget", "message": f"1.5 is over 100%: {RANGE_TEXT}"}
+
+
 @pytest.mark.parametrize(
     ("query", "message"),
     [

@@ -233,3 +233,28 @@ async def test_a_week_without_calls_says_so_and_claims_no_price_or_rate(sessionm
     assert busy["no_calls"] is False and busy["total"]["cost"]["price_status"] in ("priced", "partial")
     assert busy["total"]["cost"]["spend_usd"] > 0
     assert "no calls were recorded" not in to_markdown(busy)
+
+
+@pytest.mark.parametrize(
+    ("saved_s", "said"),
+    [
+        (0.12, "(saved 120 ms)"),
+        (0.0, "(no P99 saving: the backups did not beat the primaries' own tail)"),
+        (-0.012, "(no P99 saving: delivered 12 ms above the primaries' own P99)"),
+        (None, "(P99 saving unknown)"),
+    ],
+)
+async def test_the_summary_says_what_a_zero_or_negative_p99_saving_means(sessionmaker, saved_s, said) -> None:
+    """The summary (a demo's report pools its three ways) read "saved 0 ms" or "saved -12 ms":
+    a saving that is none. It now says there was none, and by how much the delivered P99 was
+    above the primaries' own when it was."""
+    from hedgerow.controller.report_render import summary_text, to_html, to_markdown
+
+    await _store(sessionmaker, week_records(per_route=20))
+    report = await weekly_report(sessionmaker, "2026-W48", now=datetime(2026, 12, 1, tzinfo=UTC))
+    report["total"]["p99_saved_s"] = saved_s
+    summary = summary_text(report)
+    assert said in summary, summary
+    assert "saved 0 ms" not in summary and "saved -" not in summary and "saved –" not in summary
+    assert said in to_markdown(report)
+    assert said.replace("'", "&#39;") in to_html(report)
