@@ -29,8 +29,9 @@ from hedgerow.client.records import control_character_error
 
 __all__ = ["CONSOLE_PREFIX", "PATH_PARAMETERS", "ControlCharacterPathMiddleware", "path_problem"]
 
-#: The path parameters names are read from: ``(prefix, parameter)``; the rest of the path after
-#: the prefix starts with the parameter's value (``{route:path}`` may hold ``/``).
+#: The parameter a path's control character is reported in, by the path's prefix: ``(prefix,
+#: parameter)``; the rest of the path after the prefix starts with that parameter's value (the
+#: first of the route's path parameters; ``{route:path}`` may hold ``/``).
 PATH_PARAMETERS: tuple[tuple[str, str], ...] = (
     ("/v1/routes/", "route"),
     ("/v1/thresholds/", "route"),

@@ -76,6 +76,10 @@ def test_route_config_validation_uses_the_record_limit() -> None:
         with pytest.raises(RouteConfigInvalid) as info:
             validate_route_config(config | {field: MAX_SECONDS * 2})
         assert info.value.field == field
+    # the budget's range is ops_bounds.budget_range_error's, the console's and the CLI's sentence
+    with pytest.raises(RouteConfigInvalid) as info:
+        validate_route_config(config | {"budget": 1.5})
+    assert info.value.field == "budget" and info.value.message.startswith("1.5 is over 100%: a budget is the share")
 
 
 # ---- 2. control characters (NUL first) never reach the store ----

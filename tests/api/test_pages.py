@@ -103,9 +103,6 @@ async def test_a_budget_out_of_range_is_quoted_as_typed_with_the_range_allowed(m
         assert f'role="alert">budget: {why}: {RANGE_TEXT}</p>' in posted.text
         assert f'name="budget" inputmode="decimal" value="{typed}"' in posted.text  # the form keeps it
         assert (await api.get("/v1/routes/r", params=M)).json()["budget"] == 0.1
-        # the api (a fraction in JSON) gives the same sentence, quoting the number sent
-        refused = await api.patch("/v1/routes/r", params=M, json={"budget": 1.5})
-        assert refused.json()["detail"] == {"field": "budget", "message": f"1.5 is over 100%: {RANGE_TEXT}"}
 
 
 @pytest.mark.parametrize(
