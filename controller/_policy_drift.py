@@ -82,7 +82,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
-from hedgerow.controller._km import logrank_z, risk_table
+from hedgerow.controller._km import DurationIndex, logrank_z
 from hedgerow.controller._policy_rules import known_over_counts
 
 __all__ = [
@@ -188,12 +188,14 @@ def detect_change(
 
 @dataclass(frozen=True, slots=True)
 class _Sample:
-    """The samples both tests cut: ages, durations, censoring flags and weights, shape (n,)."""
+    """The samples both tests cut: ages, durations, censoring flags and weights, shape (n,), and
+    the durations indexed once (each part's risk table is then counted, not sorted)."""
 
     age: np.ndarray
     durations: np.ndarray
     flags: np.ndarray
     weights: np.ndarray
+    grid: DurationIndex
 
 
 def _checked(
@@ -222,7 +224,7 @@ def _checked(
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     if not (math.isfinite(min_ratio) and min_ratio >= 1):
         raise ValueError(f"min_ratio must be a finite number >= 1, got {min_ratio!r}")
-    return _Sample(age, durations, flags, w)
+    return _Sample(age, durations, flags, w, DurationIndex.of(durations, flags, w))
 
 
 def _refine_points(tried: list[float], since_s: float, window_s: float, refine_step_s: float) -> list[float]:
@@ -241,15 +243,15 @@ def _split(sample: _Sample, split: float, min_samples: int) -> Change | None:
     None when either part has fewer than ``min_samples`` samples, is all censored, or has no KM
     median (or a median of 0).
     """
-    durations, flags, w = sample.durations, sample.flags, sample.weights
+    flags, w = sample.flags, sample.weights
     recent = sample.age < split
     n_recent, n_older = int(w[recent].sum()), int(w[~recent].sum())
     if n_recent < min_samples or n_older < min_samples:
         return None
     if flags[recent].all() or flags[~recent].all():
         return None
-    x = risk_table(durations[recent], flags[recent], w[recent])
-    y = risk_table(durations[~recent], flags[~recent], w[~recent])
+    x = sample.grid.table(recent)
+    y = sample.grid.table(~recent)
     statistic = logrank_z(x, y)
     p_value = float(2.0 * special.ndtr(-abs(statistic)))
     if not math.isfinite(p_value):
@@ -370,7 +372,7 @@ def _tail_split(sample: _Sample, split: float, min_samples: int, q: float, min_r
     older = ~recent
     if flags[older].all():
         return None
-    level = risk_table(durations[older], flags[older], w[older]).quantile_s(q)
+    level = sample.grid.table(older).quantile_s(q)
     if level is None:
         return None
     r_over, r_known = _exceedances(durations[recent], flags[recent], w[recent], level)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from hedgerow.controller._km import logrank_z, risk_table
+from hedgerow.controller._km import DurationIndex, logrank_z, risk_table
 from hedgerow.controller.estimation import estimate_ttft
 
 
@@ -105,3 +105,26 @@ def test_quantile_and_at_risk_reads() -> None:
 def test_bad_weights_are_named(weights: list[object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         estimate_ttft([1.0, 2.0], [False, False], weights=weights)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_subsets_counted_table_is_its_sorted_table_to_the_bit(seed: int) -> None:
+    """``DurationIndex.table`` of any subset equals ``risk_table`` of that subset, bit for bit,
+    with ties (bucket ends) and whole-number weights (minute counts)."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    durations = np.round(rng.lognormal(-1.0, 0.8, n), 2)  # many ties
+    censored = rng.random(n) < 0.2
+    weights = rng.integers(1, 9, n).astype(float)
+    grid = DurationIndex.of(durations, censored, weights)
+    for mask in (rng.random(n) < 0.3, rng.random(n) < 0.9, np.arange(n) < 5, np.ones(n, dtype=bool)):
+        counted = grid.table(mask)
+        sorted_ = risk_table(durations[mask], censored[mask], weights[mask])
+        assert counted.total == sorted_.total
+        for got, want in [
+            (counted.times_s, sorted_.times_s),
+            (counted.at_risk, sorted_.at_risk),
+            (counted.events, sorted_.events),
+        ]:
+            assert np.array_equal(got, want)
+        assert np.array_equal(counted.survival(), sorted_.survival())
