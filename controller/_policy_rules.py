@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
-from hedgerow.controller.hedge_model import BucketReplay, efficient_threshold, predicted_quantiles, win_probability
+from hedgerow.controller.hedge_model import (
+    BucketReplay,
+    SurvivalCurve,
+    efficient_threshold,
+    predicted_quantiles,
+    win_probability,
+)
+from hedgerow.controller.ttft_histogram import BUCKET_RATIO, BUCKETS_PER_DECADE, MIN_S, N_LOG_BUCKETS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,6 +44,7 @@ __all__ = [
     "least_accepted_value",
     "lowest_supported_value",
     "quantile_level_band",
+    "spread_within_buckets",
     "supported_value",
 ]
 
@@ -446,6 +454,51 @@ def _primary_quantile(curve: KMCurve, q: float) -> float | None:
     return float(curve.times_s[reached[0]]) if reached.size else None
 
 
+#: Sub-steps per histogram bucket of :func:`spread_within_buckets`.
+SPREAD_STEPS = 8
+
+
+def spread_within_buckets(curve: SurvivalCurve, steps: int = SPREAD_STEPS) -> SurvivalCurve:
+    """``curve`` with each step at a histogram bucket's end spread over its bucket, for predictions.
+
+    The minute aggregates (``_minute_window``) read every duration at its bucket's end
+    (``ttft_histogram``: ``BUCKET_RATIO`` = 4.7 % wide), so a Kaplan-Meier curve of them steps
+    only there and every tail it predicts (``hedge_model.predicted_quantiles``: a quantile is
+    a step time of ``S``, or a threshold plus one of ``G``) moves in 4.7 % jumps. The
+    objective's cost tie-break (2 %) and its bucket-limited test (the budget target's
+    predicted tail more than the tolerance above the lowest) are finer than that, so on the
+    buckets both see ties that the calls do not show. When every step of ``curve`` lies on a
+    bucket's end, each step's drop is spread evenly over ``steps`` sub-steps, log-spaced over
+    its bucket ``(end / BUCKET_RATIO, end]`` (the durations uniform in log time within their
+    bucket); the value at each bucket's end is unchanged. A curve with any step off the bucket
+    ends (raw calls) is returned as is. Only the predictions use the spread curve: the budget
+    target and the binomial tests keep reading each duration at its bucket's end (the
+    conservative side for the budget). Worked number: a single step at the 0.5012 s end from
+    1 to 0.5 becomes 8 steps at 0.4786 * 1.047 ** (j / 8), ``j`` = 1..8, down by 0.0625 each,
+    so ``S`` is 0.75 at 0.4900 s instead of 1.
+
+    Args:
+        curve: a survival curve (``hedge_model.SurvivalCurve``).
+        steps: sub-steps per bucket, >= 1.
+
+    Returns:
+        The spread curve, or ``curve`` itself.
+    """
+    times = curve.times_s
+    if times.size == 0 or steps <= 1:
+        return curve
+    k = np.rint(np.log10(times / MIN_S) * BUCKETS_PER_DECADE)
+    on_ends = (k >= 1) & (k <= N_LOG_BUCKETS) & np.isclose(times, MIN_S * 10.0 ** (k / BUCKETS_PER_DECADE), rtol=1e-9)
+    if not on_ends.all():
+        return curve
+    previous = np.concatenate(([1.0], curve.values[:-1]))
+    fractions = np.arange(1, steps + 1) / steps  # (steps,)
+    sub_times = (times / BUCKET_RATIO)[:, None] * BUCKET_RATIO ** fractions[None, :]
+    sub_values = previous[:, None] + (curve.values - previous)[:, None] * fractions[None, :]
+    sub_times[:, -1] = times  # exactly the bucket's end
+    return SurvivalCurve(sub_times.ravel(), sub_values.ravel(), curve.samples)
+
+
 def objective(p: Proposal, x: Inputs) -> Proposal:
     """Rule 3: minimise the predicted tail subject to the budget bound; leave censored regions."""
     if p.settled:
@@ -463,8 +516,8 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
             return p.with_value(supported, ("censored_raise",), "censored", censored=censored)
         return p.with_value(x.base, ("censored_hold",), "censored", censored=censored)
     assert curve is not None  # a target exists only where a first token was seen
-    primary = curve.survival_curve()
-    backup = x.observation.backup_curve
+    primary = spread_within_buckets(curve.survival_curve())
+    backup = None if x.observation.backup_curve is None else spread_within_buckets(x.observation.backup_curve)
     g = backup if backup is not None else primary
     low = max(target, x.config.min_hedge_after_s)
     top = max(x.config.max_hedge_after_s, low)
@@ -517,7 +570,7 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
             "tail_levels": list(levels),
             "predicted_tail_at_current_by_level_s": [_finite(v) for v in paired[:, 0]],
             "predicted_tail_at_chosen_by_level_s": [_finite(v) for v in paired[:, 1]],
-            "hedge_rate_at_current": float(primary(x.base)),
+            "hedge_rate_at_current": float(curve.survival_curve()(x.base)),
             "hedge_rate_upper_at_current": rate_upper_at_current,
             "current_within_budget": rate_upper_at_current <= budget + 1e-12,
             "hedge_rate_at_chosen": float(curve.survival_curve()(value)),
