@@ -76,7 +76,8 @@ published), in this order:
    the predicted P99 comes within 0.8 % of the raw calls' instead of 4.5 %). On
    ``bench/controller_eval.py --minutes`` (Azure trace, seeds 0-2) the search on the buckets
    no longer cost-ties to 0.76 s at the start of the slowdown's queue where the calls show
-   it bucket-limited at 0.49 s; adaptive P99 1.645 s -> 1.545 s (best fixed 1.420 s).
+   it bucket-limited at 0.49 s; adaptive P99 1.645 s -> 1.545 s (best fixed 1.420 s);
+   seeds 6-11: 1.548 s -> 1.522 s (best fixed 1.367 s; the calls read one by one: 1.550 s).
    **Replay hold.** When the search is bucket-limited (``hedge_model.efficient_threshold``: the
    budget target's predicted tail is worse than the lowest because the replayed bucket runs
    dry there) and its value lies above the current one, the current value is kept
