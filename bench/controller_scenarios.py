@@ -53,15 +53,18 @@ keeping the default until a one-sided 95% Clopper-Pearson lower bound shows it o
 (needs 2 of 2, 3 of 5, 4 of 10, 5 of 20 over; a median of 14 calls at p = 0.244) spent 43, 72
 and 37 ticks over budget on seeds 0-2. The policy now reads the objective's constraint on a
 cold route (no value from the objective yet) with the binomial bound instead: it publishes the
-lowest value the samples show within the budget with 95% confidence (``cold_start_supported``),
-the route's maximum (30 s) from the first tick while none is (fewer than 29 samples: 40 minutes
-here), then the slowest sample (from 29 samples; 4.95-9.19 s on seeds 0-2, true rates 0.013-0.055),
-the second slowest from 46, and the objective takes over at 50. Ticks over budget on seeds
-0-2: 0, 4 and 0 (seeds 3-5: 0, 0, 0). Seed 1's 4 are the bound's own error: at 46 samples the
-second slowest, 3.29 s, has a true rate of 0.117 (the chance that the second largest of 46
-lies below the true P90 is ``P(Binomial(46, 0.1) <= 1) = 0.048``), until a 49th sample put
-the value back at 4.95 s. The price is the 40 minutes without hedging: regret 1.338, 1.223,
-1.291 on seeds 0-2 against 1.326, 1.177, 1.274 from the default. ``cold_ticks_over_budget``
+lowest value the samples show within the budget (``cold_start_supported``), the route's maximum
+(30 s) from the first tick while none is. With each tick's look at 95%, the slowest sample came
+from 29 samples and the second slowest from 46: ticks over budget 0, 4 and 0 on seeds 0-2
+(seeds 3-5: 0, 0, 0); seed 1's 4 were the second look's own error (at 46 samples the second
+slowest, 3.29 s, has a true rate of 0.117; the chance that the second largest of 46 lies below
+the true P90 is ``P(Binomial(46, 0.1) <= 1) = 0.048``, on top of the first look's 0.047).
+The 95% is now split over the two looks (``_policy_rules.cold_start_confidence``, 97.5% each):
+the maximum until 36 samples (about 50 minutes here), then the slowest sample (4.95-18.4 s on
+seeds 0-5; the worst true rate of any tick 0.059-0.079), and the second look (54 samples) after the
+objective's 50. Ticks over budget on seeds 0-5: 0 each, on both paths. The price is the longer
+wait without hedging: regret 1.343, 1.305, 1.344, 1.293, 1.378, 1.290 on seeds 0-5 (per call)
+against 1.338, 1.223, 1.291, 1.293, 1.305, 1.254 with each look at 95%. ``cold_ticks_over_budget``
 counts the cold period alone; the first phase's ``ticks_over_budget`` (the eval's "cold start"
 target) also counts later ticks, e.g. heavy_tail_budget seed 1's 9 at a true rate of 0.103
 (``policy`` module docstring, rule 5).

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
-from hedgerow.controller.hedge_model import BucketReplay, efficient_threshold, predicted_quantiles, win_probability
+from hedgerow.controller.hedge_model import (
+    BucketReplay,
+    SurvivalCurve,
+    efficient_threshold,
+    predicted_quantiles,
+    win_probability,
+)
+from hedgerow.controller.ttft_histogram import BUCKET_RATIO, BUCKETS_PER_DECADE, MIN_S, N_LOG_BUCKETS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -31,11 +38,13 @@ __all__ = [
     "Proposal",
     "binomial_lower_bound",
     "binomial_upper_bound",
+    "cold_start_confidence",
     "known_over",
     "known_over_counts",
     "least_accepted_value",
     "lowest_supported_value",
     "quantile_level_band",
+    "spread_within_buckets",
     "supported_value",
 ]
 
@@ -258,6 +267,43 @@ def lowest_supported_value(
     return float(candidates[accepted[0]]) if accepted.size else float(fallback_s)
 
 
+@functools.lru_cache(maxsize=256)  # pure in its scalars; the tick asks again per route
+def cold_start_confidence(confidence: float, budget: float, min_samples: int) -> float:
+    """The level of each look of a cold route's :func:`lowest_supported_value`, in (0, 1).
+
+    A cold route looks again every tick as its samples grow, and each look at a new order
+    statistic is one more chance to publish a value over budget. With the samples observed,
+    the value supported with ``k`` of them past it is their ``(k+1)``-th slowest, first allowed
+    at ``n_k`` samples (the least ``n`` with ``P(Binomial(n, budget) <= k) <= 1 - confidence``,
+    the Clopper-Pearson upper bound of ``k`` of ``n`` within the budget). That value lies below
+    the true ``1 - budget`` quantile at some ``n >= n_k`` only if at most ``k`` samples lie
+    beyond that quantile at ``n``, hence also among the first ``n_k``: so each look errs with
+    probability ``<= 1 - confidence`` over the whole cold period, and the ``L`` looks taken
+    before the objective takes over (``n_k <= min_samples``) err with at most
+    ``L * (1 - confidence)`` together. Bonferroni's split (the union bound) gives each look
+    ``1 - (1 - confidence) / L``, so the cold period as a whole holds ``confidence``.
+    Worked numbers (10% budget, 95%, ``min_samples`` 50): ``n_0 = 29`` and ``n_1 = 46`` (the
+    second slowest of 46 lies below the true P90 with probability ``P(Binomial(46, 0.1) <= 1)
+    = 0.048``), ``n_2 = 61``: ``L = 2``, each look at 97.5%, where ``k = 0`` needs 36 samples
+    (0 of 35 gives 0.1000, 0 of 36 0.0974) and ``k = 1`` 54, after the objective's 50.
+
+    Args:
+        confidence: the cold period's one-sided level, in (0, 1).
+        budget: the route's budget, in (0, 1).
+        min_samples: the sample count from which the objective decides.
+
+    Returns:
+        ``1 - (1 - confidence) / max(L, 1)``.
+    """
+    looks, n = 0, 1
+    while n <= min_samples:
+        if stats.binom.cdf(looks, n, budget) <= 1.0 - confidence:
+            looks += 1  # look ``k = looks - 1`` is first allowed at this n
+        else:
+            n += 1
+    return 1.0 - (1.0 - confidence) / max(looks, 1)
+
+
 def least_accepted_value(
     durations_s: np.ndarray, censored: np.ndarray, budget: float, confidence: float, start_s: float
 ) -> float:
@@ -343,8 +389,9 @@ def _cold_start(p: Proposal, x: Inputs, durations: np.ndarray, flags: np.ndarray
     """Rule 2 on a cold route: the default when the samples support it, else the lowest value they
     support within the budget (``small_sample`` docstring)."""
     default = x.config.default_hedge_after_s
+    level = cold_start_confidence(x.knobs.confidence, x.config.budget, x.knobs.min_samples)
     lowest = lowest_supported_value(
-        durations, flags, x.config.budget, x.knobs.confidence, above_s=0.0, fallback_s=x.config.max_hedge_after_s
+        durations, flags, x.config.budget, level, above_s=0.0, fallback_s=x.config.max_hedge_after_s
     )
     over, known = known_over(durations, flags, default)
     test = {
@@ -353,6 +400,7 @@ def _cold_start(p: Proposal, x: Inputs, durations: np.ndarray, flags: np.ndarray
         "known_over": over,
         "lower_bound": binomial_lower_bound(over, known, x.knobs.confidence),
         "cold_start": True,
+        "look_confidence": level,
         "lowest_supported_s": lowest,
     }
     if lowest <= default:
@@ -406,6 +454,51 @@ def _primary_quantile(curve: KMCurve, q: float) -> float | None:
     return float(curve.times_s[reached[0]]) if reached.size else None
 
 
+#: Sub-steps per histogram bucket of :func:`spread_within_buckets`.
+SPREAD_STEPS = 8
+
+
+def spread_within_buckets(curve: SurvivalCurve, steps: int = SPREAD_STEPS) -> SurvivalCurve:
+    """``curve`` with each step at a histogram bucket's end spread over its bucket, for predictions.
+
+    The minute aggregates (``_minute_window``) read every duration at its bucket's end
+    (``ttft_histogram``: ``BUCKET_RATIO`` = 4.7 % wide), so a Kaplan-Meier curve of them steps
+    only there and every tail it predicts (``hedge_model.predicted_quantiles``: a quantile is
+    a step time of ``S``, or a threshold plus one of ``G``) moves in 4.7 % jumps. The
+    objective's cost tie-break (2 %) and its bucket-limited test (the budget target's
+    predicted tail more than the tolerance above the lowest) are finer than that, so on the
+    buckets both see ties that the calls do not show. When every step of ``curve`` lies on a
+    bucket's end, each step's drop is spread evenly over ``steps`` sub-steps, log-spaced over
+    its bucket ``(end / BUCKET_RATIO, end]`` (the durations uniform in log time within their
+    bucket); the value at each bucket's end is unchanged. A curve with any step off the bucket
+    ends (raw calls) is returned as is. Only the predictions use the spread curve: the budget
+    target and the binomial tests keep reading each duration at its bucket's end (the
+    conservative side for the budget). Worked number: a single step at the 0.5012 s end from
+    1 to 0.5 becomes 8 steps at 0.4786 * 1.047 ** (j / 8), ``j`` = 1..8, down by 0.0625 each,
+    so ``S`` is 0.75 at 0.4900 s instead of 1.
+
+    Args:
+        curve: a survival curve (``hedge_model.SurvivalCurve``).
+        steps: sub-steps per bucket, >= 1.
+
+    Returns:
+        The spread curve, or ``curve`` itself.
+    """
+    times = curve.times_s
+    if times.size == 0 or steps <= 1:
+        return curve
+    k = np.rint(np.log10(times / MIN_S) * BUCKETS_PER_DECADE)
+    on_ends = (k >= 1) & (k <= N_LOG_BUCKETS) & np.isclose(times, MIN_S * 10.0 ** (k / BUCKETS_PER_DECADE), rtol=1e-9)
+    if not on_ends.all():
+        return curve
+    previous = np.concatenate(([1.0], curve.values[:-1]))
+    fractions = np.arange(1, steps + 1) / steps  # (steps,)
+    sub_times = (times / BUCKET_RATIO)[:, None] * BUCKET_RATIO ** fractions[None, :]
+    sub_values = previous[:, None] + (curve.values - previous)[:, None] * fractions[None, :]
+    sub_times[:, -1] = times  # exactly the bucket's end
+    return SurvivalCurve(sub_times.ravel(), sub_values.ravel(), curve.samples)
+
+
 def objective(p: Proposal, x: Inputs) -> Proposal:
     """Rule 3: minimise the predicted tail subject to the budget bound; leave censored regions."""
     if p.settled:
@@ -423,8 +516,8 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
             return p.with_value(supported, ("censored_raise",), "censored", censored=censored)
         return p.with_value(x.base, ("censored_hold",), "censored", censored=censored)
     assert curve is not None  # a target exists only where a first token was seen
-    primary = curve.survival_curve()
-    backup = x.observation.backup_curve
+    primary = spread_within_buckets(curve.survival_curve())
+    backup = None if x.observation.backup_curve is None else spread_within_buckets(x.observation.backup_curve)
     g = backup if backup is not None else primary
     low = max(target, x.config.min_hedge_after_s)
     top = max(x.config.max_hedge_after_s, low)
@@ -477,7 +570,7 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
             "tail_levels": list(levels),
             "predicted_tail_at_current_by_level_s": [_finite(v) for v in paired[:, 0]],
             "predicted_tail_at_chosen_by_level_s": [_finite(v) for v in paired[:, 1]],
-            "hedge_rate_at_current": float(primary(x.base)),
+            "hedge_rate_at_current": float(curve.survival_curve()(x.base)),
             "hedge_rate_upper_at_current": rate_upper_at_current,
             "current_within_budget": rate_upper_at_current <= budget + 1e-12,
             "hedge_rate_at_chosen": float(curve.survival_curve()(value)),

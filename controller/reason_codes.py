@@ -23,7 +23,7 @@ REASON_MEANINGS: dict[str, str] = {
     "too_few_samples": "too few samples for a confident quantile; they are consistent with the value, so it is kept",
     "cold_start_supported": (
         "a new route without enough samples to support its default within the budget: the lowest value they"
-        " support is published (the route's maximum, i.e. no hedging, until about 29 samples at a 10% budget)"
+        " support is published (the route's maximum, i.e. no hedging, until about 36 samples at a 10% budget)"
     ),
     "small_sample_raise": (
         "too few samples for a quantile, but they show the budget exceeded: raised to what they support"

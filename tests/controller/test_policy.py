@@ -17,6 +17,7 @@ from scipy import stats
 from hedgerow.controller._policy_rules import (
     binomial_lower_bound,
     binomial_upper_bound,
+    cold_start_confidence,
     known_over,
     least_accepted_value,
     lowest_supported_value,
@@ -147,31 +148,63 @@ def test_a_cold_route_without_samples_publishes_the_maximum() -> None:
 
 
 def test_a_cold_route_comes_down_to_the_lowest_supported_value_as_samples_grow() -> None:
-    # the policy docstring's worked numbers (10% budget, 95%): 29 calls at 0.4 s and one at
-    # 6.0 s: 0 of 30 past 6.0 s gives 0.095 <= 0.10, so 6.0 s (any lower value leaves 1 of 30
-    # past it, 0.149); 44 at 0.4 s, 3.0 s and 6.0 s: 1 of 46 past 3.0 s gives 0.099, so 3.0 s;
-    # with 43 at 0.4 s, 1 of 45 gives 0.101 and the value stays at 6.0 s
-    assert binomial_upper_bound(0, 30, 0.95) == pytest.approx(0.0950, abs=5e-5)
-    assert binomial_upper_bound(1, 46, 0.95) == pytest.approx(0.0990, abs=5e-5)
-    assert binomial_upper_bound(1, 45, 0.95) == pytest.approx(0.1011, abs=5e-5)
-    first = decide(CONFIG, 30.0, observe(records(np.array([0.4] * 29 + [6.0]))), KNOBS, current_source="cold_start")
+    # the policy docstring's worked numbers (10% budget, 95% over the cold period, min_samples
+    # 50: two looks, each at 97.5%): 35 calls at 0.4 s and one at 6.0 s: 0 of 36 past 6.0 s
+    # gives 0.0974 <= 0.10, so 6.0 s (any lower value leaves 1 of 36 past it); with 34 at
+    # 0.4 s, 0 of 35 gives 0.1000 and the value stays at the maximum
+    assert cold_start_confidence(0.95, 0.10, 50) == pytest.approx(0.975)
+    assert binomial_upper_bound(0, 36, 0.975) == pytest.approx(0.0974, abs=5e-5)
+    assert binomial_upper_bound(0, 35, 0.975) > 0.10
+    first = decide(CONFIG, 30.0, observe(records(np.array([0.4] * 35 + [6.0]))), KNOBS, current_source="cold_start")
     assert (first.hedge_after_s, first.applied, first.source) == (6.0, True, "cold_start")
     assert codes(first) == ["cold_start_supported"]
     test = first.details["small_sample_test"]
-    assert (test["samples"], test["known_over"], test["lowest_supported_s"]) == (30, 1, 6.0)
-    grown = observe(records(np.array([0.4] * 44 + [3.0, 6.0])))
-    lower = decide(CONFIG, 6.0, grown, KNOBS, current_source="cold_start")
-    assert (lower.hedge_after_s, lower.applied, codes(lower)) == (3.0, True, ["cold_start_supported"])
-    short = decide(CONFIG, 6.0, observe(records(np.array([0.4] * 43 + [3.0, 6.0]))), KNOBS, current_source="cold_start")
-    assert (short.hedge_after_s, short.applied) == (6.0, False)
+    assert (test["samples"], test["known_over"], test["lowest_supported_s"]) == (36, 1, 6.0)
+    assert test["look_confidence"] == pytest.approx(0.975)
+    short = decide(CONFIG, 30.0, observe(records(np.array([0.4] * 34 + [6.0]))), KNOBS, current_source="cold_start")
+    assert (short.hedge_after_s, short.applied) == (30.0, False)
+    # the second look (one sample past the value) is the one the split keeps from the cold
+    # period: 1 of 46 past 3.0 s gives 0.099 at 95% but needs 54 samples at 97.5%, so 49
+    # samples still publish the slowest
+    assert binomial_upper_bound(1, 46, 0.95) == pytest.approx(0.0990, abs=5e-5)
+    assert binomial_upper_bound(1, 53, 0.975) > 0.10 >= binomial_upper_bound(1, 54, 0.975)
+    grown = observe(records(np.array([0.4] * 47 + [3.0, 6.0])))
+    kept = decide(CONFIG, 6.0, grown, KNOBS, current_source="cold_start")
+    assert (kept.hedge_after_s, kept.applied) == (6.0, False)
     # the same 6.0 s chosen by the objective is kept: the data are consistent with it
     warm = decide(CONFIG, 6.0, grown, KNOBS, current_source="controller")
     assert (warm.hedge_after_s, warm.applied, warm.reason) == (6.0, False, "too_few_samples")
-    # a slow sample more raises a cold value at once: 2 of 47 past 3.0 s gives 0.139
+    # a slow sample more raises a cold value at once: 1 of 37 past 6.0 s gives 0.138
     slower = decide(
-        CONFIG, 3.0, observe(records(np.array([0.4] * 44 + [3.0, 5.0, 6.0]))), KNOBS, current_source="cold_start"
+        CONFIG, 6.0, observe(records(np.array([0.4] * 35 + [6.0, 7.0]))), KNOBS, current_source="cold_start"
     )
-    assert (slower.hedge_after_s, codes(slower)) == (5.0, ["cold_start_supported"])
+    assert (slower.hedge_after_s, codes(slower)) == (7.0, ["cold_start_supported"])
+
+
+def test_cold_start_confidence_splits_the_level_over_the_looks() -> None:
+    # the docstring's numbers: at 95% and a 10% budget the looks k = 0, 1, 2 come at 29, 46
+    # and 61 samples; before 50 samples two of them (97.5% each), before 30 one (95%)
+    assert [stats.binom.cdf(k, n, 0.10) <= 0.05 for k, n in ((0, 29), (1, 46), (2, 61))] == [True] * 3
+    assert [stats.binom.cdf(k, n, 0.10) <= 0.05 for k, n in ((0, 28), (1, 45), (2, 60))] == [False] * 3
+    assert cold_start_confidence(0.95, 0.10, 50) == pytest.approx(0.975)
+    assert cold_start_confidence(0.95, 0.10, 61) == pytest.approx(1 - 0.05 / 3)
+    assert cold_start_confidence(0.95, 0.10, 30) == pytest.approx(0.95)
+    assert cold_start_confidence(0.95, 0.10, 10) == pytest.approx(0.95)  # no look: the level as is
+    # simulated: from a lognormal, the cold period's chance of ever publishing a value whose
+    # true rate exceeds 10% (at any n up to 50) stays within 5% with the split
+    rng = np.random.default_rng(3)
+    p90 = float(np.exp(stats.norm.ppf(0.9)))
+    level = cold_start_confidence(0.95, 0.10, 50)
+    misses = 0
+    runs = 400
+    for _ in range(runs):
+        x = rng.lognormal(0.0, 1.0, 50)
+        flags = np.zeros(50, dtype=bool)
+        values = [
+            lowest_supported_value(x[:n], flags[:n], 0.10, level, above_s=0.0, fallback_s=30.0) for n in range(1, 51)
+        ]
+        misses += any(v < p90 for v in values)
+    assert misses / runs <= 0.05
 
 
 def test_lowest_supported_value_counts_early_cancelled_primaries_as_possibly_waiting() -> None:
@@ -186,9 +219,9 @@ def test_lowest_supported_value_counts_early_cancelled_primaries_as_possibly_wai
 
 
 def test_a_cold_route_publishes_its_default_once_the_samples_support_it() -> None:
-    # 30 calls, the slowest at 1.5 s: 0 of 30 past 1.5 s (0.095), so the 2.0 s default is
-    # supported; the default is the floor of the cold start (1.5 s is not published)
-    x = np.array([0.4] * 29 + [1.5])
+    # 36 calls, the slowest at 1.5 s: 0 of 36 past 1.5 s (0.097 at 97.5%), so the 2.0 s
+    # default is supported; the default is the floor of the cold start (1.5 s is not published)
+    x = np.array([0.4] * 35 + [1.5])
     d = decide(CONFIG, 6.0, observe(records(x)), KNOBS, current_source="cold_start")
     assert (d.hedge_after_s, d.applied, d.reason, d.source) == (2.0, True, "too_few_samples", "default")
     assert d.details["small_sample_test"]["lowest_supported_s"] == 1.5

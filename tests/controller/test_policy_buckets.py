@@ -1,0 +1,48 @@
+"""The objective's predictions on minute aggregates: steps spread over their histogram buckets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hedgerow.controller._policy_rules import spread_within_buckets
+from hedgerow.controller.hedge_model import SurvivalCurve, km_survival, predicted_quantiles
+from hedgerow.controller.ttft_histogram import BUCKET_RATIO, bucket_bounds, bucket_indices
+
+#: Each bucket's end, as the tick reads a duration (``_minute_window.window_data``).
+ENDS = np.array([bucket_bounds(i)[1] or bucket_bounds(i)[0] for i in range(330)])
+
+
+def test_a_step_at_a_bucket_end_is_spread_over_its_bucket() -> None:
+    # the docstring's worked number: one step at the 0.5012 s end from 1 to 0.5 becomes 8
+    # steps of 0.0625, log-spaced over (0.5012 / 1.047, 0.5012]; S(0.49 s) is 0.75, not 1
+    end = float(ENDS[bucket_indices(np.array([0.5]))[0]])
+    assert end == pytest.approx(0.50119, abs=1e-5)
+    spread = spread_within_buckets(SurvivalCurve(np.array([end]), np.array([0.5]), 10))
+    assert spread.times_s.size == 8 and spread.times_s[-1] == end
+    assert spread.times_s[0] == pytest.approx(end / BUCKET_RATIO * BUCKET_RATIO ** (1 / 8))
+    assert np.allclose(np.diff(spread.values), -0.0625)
+    assert float(spread(0.49)) == 0.75 and float(spread(end)) == 0.5 and float(spread(0.47)) == 1.0
+
+
+def test_a_curve_of_raw_durations_is_kept_as_is() -> None:
+    curve = SurvivalCurve(np.array([0.5, ENDS[170]]), np.array([0.6, 0.2]), 10)  # 0.5 s is no bucket end
+    assert spread_within_buckets(curve) is curve
+
+
+def test_predicted_tails_on_the_buckets_come_within_a_percent_of_the_calls() -> None:
+    # 20,000 lognormal primaries and backups (median 0.5 s, sigma 0.3), the predicted call P99
+    # at 25 thresholds of 0.6-1.2 s: read at their buckets' ends the durations predict tails up
+    # to 4.5% off the raw ones, in 4.7% jumps (a 2% tolerance cannot tell them apart); spread
+    # over their buckets, within 0.8%
+    rng = np.random.default_rng(1)
+    primary, backup = rng.lognormal(np.log(0.5), 0.3, 20_000), rng.lognormal(np.log(0.5), 0.3, 20_000)
+    flags = np.zeros(primary.size, dtype=bool)
+    thresholds = np.geomspace(0.6, 1.2, 25)
+    raw = predicted_quantiles(km_survival(primary, flags), km_survival(backup, flags), thresholds)
+    s_b = km_survival(ENDS[bucket_indices(primary)], flags)
+    g_b = km_survival(ENDS[bucket_indices(backup)], flags)
+    stepped = predicted_quantiles(s_b, g_b, thresholds)
+    spread = predicted_quantiles(spread_within_buckets(s_b), spread_within_buckets(g_b), thresholds)
+    assert np.max(np.abs(stepped / raw - 1)) > 0.04
+    assert np.max(np.abs(spread / raw - 1)) < 0.01
