@@ -21,7 +21,7 @@ from hedgerow.controller.hedge_model import (
     BucketReplay,
     SurvivalCurve,
     efficient_threshold,
-    predicted_quantiles,
+    predicted_quantile_levels,
     win_probability,
 )
 from hedgerow.controller.ttft_histogram import BUCKET_RATIO, BUCKETS_PER_DECADE, MIN_S, N_LOG_BUCKETS
@@ -547,9 +547,8 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
     else:
         code, binding = "cost_tie", "cost"
     levels = quantile_level_band(curve.samples, q, x.knobs.confidence)
-    paired = np.array(
-        [predicted_quantiles(primary, g, np.array([x.base, value]), level, replay) for level in levels]
-    )  # (levels, 2): the current value's and the choice's predicted tail at each level
+    # (levels, 2): the current value's and the choice's predicted tail at each level
+    paired = predicted_quantile_levels(primary, g, np.array([x.base, value]), levels, replay)
     at_current = float(paired[levels.index(q), 0])  # the band always holds q itself
     rate_upper_at_current = float(curve.upper_one_sided_at(x.base))
     details: dict[str, Any] = {

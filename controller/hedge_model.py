@@ -110,6 +110,7 @@ __all__ = [
     "denial_probabilities",
     "efficient_threshold",
     "km_survival",
+    "predicted_quantile_levels",
     "predicted_quantiles",
     "predicted_survival",
     "win_probability",
@@ -320,12 +321,36 @@ def predicted_quantiles(
 ) -> np.ndarray:
     """The call-TTFT quantile ``q`` predicted for each candidate threshold (vectorized).
 
+    :func:`predicted_quantile_levels` at the one level ``q``.
+
+    Returns:
+        Shape (k,), seconds; ``inf`` where the predicted survival never drops to ``1 - q``.
+
+    Raises:
+        ValueError: ``q`` outside (0, 1).
+    """
+    best: np.ndarray = predicted_quantile_levels(primary, backup, thresholds_s, (q,), replay)[0]
+    return best
+
+
+def predicted_quantile_levels(
+    primary: SurvivalCurve,
+    backup: SurvivalCurve,
+    thresholds_s: np.ndarray,
+    qs: Sequence[float],
+    replay: BucketReplay | None = None,
+) -> np.ndarray:
+    """The call-TTFT quantiles ``qs`` predicted for each candidate threshold (vectorized).
+
     The predicted survival is a step function that can only step down at a time where ``S``
     steps or at ``t`` plus a time where ``G`` steps, so the quantile (the smallest ``x`` with
     ``P(T > x) <= 1 - q``) is the smallest such candidate time that qualifies. Only candidates
     between the smallest threshold and ``x_max``, the first time ``S`` itself is ``<= 1 - q``,
     can be that smallest one (before the threshold ``P = S``; ``P <= S`` everywhere), so the
-    others are not evaluated.
+    others are not evaluated. Every level is read off one evaluation of the predicted survival
+    at the candidates of the highest level (the largest ``x_max``) plus each level's own
+    ``x_max``: a lower level's quantile lies at or below its ``x_max`` and every candidate there
+    is in that set, so each level gets the value a separate call would give, to the bit.
 
     With ``replay``, a hedge the bucket would deny is not sent: for ``x >= t`` the backup's
     factor ``G(x - t)`` becomes ``(1 - d) * G(x - t) + d``, ``d`` the share of denied hedges
@@ -335,27 +360,31 @@ def predicted_quantiles(
         primary: ``S``.
         backup: ``G``.
         thresholds_s: candidate thresholds ``t``, seconds, shape (k,).
-        q: the quantile level in (0, 1) (0.99: P99).
+        qs: the quantile levels, each in (0, 1) (0.99: P99), shape (m,).
         replay: the window's calls in arrival order and the client's bucket, or None (every
             wanted hedge is sent).
 
     Returns:
-        Shape (k,), seconds; ``inf`` where the predicted survival never drops to ``1 - q``
+        Shape (m, k), seconds; ``inf`` where the predicted survival never drops to ``1 - q``
         (the tail is not identified, e.g. too much censoring).
 
     Raises:
-        ValueError: ``q`` outside (0, 1).
+        ValueError: no level, or a level outside (0, 1).
     """
-    if not 0 < q < 1:
-        raise ValueError(f"q must be in (0, 1), got {q!r}")
+    if not qs or not all(0 < q < 1 for q in qs):
+        raise ValueError(f"each q must be in (0, 1), got {tuple(qs)!r}")
     t = np.asarray(thresholds_s, dtype=float).reshape(-1, 1)
-    level = 1.0 - q + 1e-12
+    levels = [1.0 - q + 1e-12 for q in qs]
     t_min = float(t.min()) if t.size else 0.0
-    low = np.flatnonzero(primary.values <= level)
-    x_max = float(primary.times_s[low[0]]) if low.size else np.inf
+    x_maxes = []
+    for level in levels:
+        low = np.flatnonzero(primary.values <= level)
+        x_maxes.append(float(primary.times_s[low[0]]) if low.size else np.inf)
+    x_max = max(x_maxes)
     s_times = primary.times_s[(primary.times_s >= t_min) & (primary.times_s <= x_max)]
-    if math.isfinite(x_max):
-        s_times = np.union1d(s_times, [x_max])
+    finite = [x for x in x_maxes if math.isfinite(x)]
+    if finite:
+        s_times = np.union1d(s_times, finite)
     g_times = t + backup.times_s  # (k, g)
     candidates = np.concatenate(
         [np.broadcast_to(s_times, (t.shape[0], s_times.size)), np.minimum(g_times, x_max)],
@@ -378,7 +407,9 @@ def predicted_quantiles(
         share = suffix[np.searchsorted(sub_sorted, x, side="left"), cols] / at_risk
         hedged = (1.0 - share) * hedged + share
     surv = primary(candidates) * np.where(candidates >= t, hedged, 1.0)
-    best: np.ndarray = np.where(surv <= level, candidates, np.inf).min(axis=1, initial=np.inf)
+    best: np.ndarray = np.stack(
+        [np.where(surv <= level, candidates, np.inf).min(axis=1, initial=np.inf) for level in levels]
+    )
     return best
 
 

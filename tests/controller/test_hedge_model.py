@@ -14,6 +14,7 @@ from hedgerow.controller.hedge_model import (
     denial_probabilities,
     efficient_threshold,
     km_survival,
+    predicted_quantile_levels,
     predicted_quantiles,
     predicted_survival,
     win_probability,
@@ -219,3 +220,27 @@ def test_bucket_limited_search_takes_the_smallest_best_threshold() -> None:
 def test_bad_input_is_a_clear_error(call, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         call()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_several_levels_at_once_equal_one_level_at_a_time(seed: int) -> None:
+    """``predicted_quantile_levels`` gives each level what ``predicted_quantiles`` gives it
+    alone, to the bit, with and without the bucket replay and with censoring."""
+    rng = np.random.default_rng(seed)
+    primary_s = rng.lognormal(np.log(0.4), 0.9, 800)
+    censored = rng.random(800) < 0.1
+    primary = km_survival(primary_s, censored)
+    backup = km_survival(rng.lognormal(np.log(0.4), 0.9, 200), np.zeros(200, dtype=bool))
+    replay = BucketReplay(primary_s, censored, budget=0.1, burst=10.0)
+    levels = (0.9, 0.97, 0.99, 0.999)
+    # thresholds across the tail, and all above the lower levels' quantiles (where those levels'
+    # quantile is the primary's own, below every threshold)
+    cases = [(np.array([0.3, 0.9, 2.5]), bucket) for bucket in (None, replay)]
+    cases += [(np.array([3.0, 4.0]), bucket) for bucket in (None, replay)]
+    for thresholds, bucket in cases:
+        together = predicted_quantile_levels(primary, backup, thresholds, levels, bucket)
+        assert together.shape == (len(levels), thresholds.size)
+        for row, q in zip(together, levels, strict=True):
+            assert np.array_equal(row, predicted_quantiles(primary, backup, thresholds, q, bucket))
+    with pytest.raises(ValueError, match="each q"):
+        predicted_quantile_levels(primary, backup, thresholds, (0.5, 1.0))
