@@ -803,6 +803,27 @@ def _require_existing_sqlite_file(url: str) -> None:
         )
 
 
+def _log_level_option(note: str = "") -> Any:
+    """The ``--log-level`` option of the commands that log (``serve``, ``controller run-once``);
+    ``note`` is added to its help."""
+    return typer.Option(
+        None,
+        "--log-level",
+        metavar="LEVEL",
+        help=f"debug, info, warning, error or critical (default HEDGEROW_LOG_LEVEL, else info){note}.",
+    )
+
+
+def _log_format_option() -> Any:
+    """The ``--log-format`` option of the commands that log."""
+    return typer.Option(
+        None,
+        "--log-format",
+        metavar="FORMAT",
+        help="text or json: one JSON object per line (default HEDGEROW_LOG_FORMAT, else text).",
+    )
+
+
 @app.command()
 def serve(
     db: str = typer.Option(
@@ -821,18 +842,8 @@ def serve(
     interval: float = typer.Option(
         None, "--interval", metavar="S", help="Seconds between controller ticks (default 60)."
     ),
-    log_level: str = typer.Option(
-        None,
-        "--log-level",
-        metavar="LEVEL",
-        help="debug, info, warning, error or critical (default HEDGEROW_LOG_LEVEL, else info).",
-    ),
-    log_format: str = typer.Option(
-        None,
-        "--log-format",
-        metavar="FORMAT",
-        help="text or json: one JSON object per line (default HEDGEROW_LOG_FORMAT, else text).",
-    ),
+    log_level: str = _log_level_option(),
+    log_format: str = _log_format_option(),
     access_log: bool = typer.Option(
         None, "--access-log/--no-access-log", help="Log one line per request (default HEDGEROW_ACCESS_LOG, else off)."
     ),
@@ -912,18 +923,8 @@ def controller_run_once(
         None, "--db", metavar="URL", help="Database URL (default HEDGEROW_DATABASE_URL, else ./hedgerow.db)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the decisions as JSON instead of a table."),
-    log_level: str = typer.Option(
-        None,
-        "--log-level",
-        metavar="LEVEL",
-        help="debug, info, warning, error or critical (default HEDGEROW_LOG_LEVEL, else info); logs go to stderr.",
-    ),
-    log_format: str = typer.Option(
-        None,
-        "--log-format",
-        metavar="FORMAT",
-        help="text or json: one JSON object per line (default HEDGEROW_LOG_FORMAT, else text).",
-    ),
+    log_level: str = _log_level_option("; logs go to stderr"),
+    log_format: str = _log_format_option(),
 ) -> None:
     """Run one controller tick now and print its decisions (one history row per route).
 

@@ -114,16 +114,21 @@ async def test_a_cold_route_publishes_what_its_samples_support_and_history_alway
     ]  # newest first
 
 
-async def test_window_widens_to_old_calls_and_version_increments(sessionmaker, call_factory) -> None:
-    settings = Settings(min_samples=50, window_s=3600, max_window_s=86400)
+def _old_calls(call_factory) -> list:
+    """80 calls 2.5 to 3.5 hours before ``NOW``, primary TTFT 0.1-0.5 s (seed 7)."""
     rng = random.Random(7)
-    # 80 calls 2.5 to 3.5 hours old: the window must double twice (1 h -> 2 h -> 4 h)
-    old = [
+    return [
         call_factory(
             f"o{i}", started_at=NOW - timedelta(hours=rng.uniform(2.5, 3.5)), primary_ttft_s=rng.uniform(0.1, 0.5)
         )
         for i in range(80)
     ]
+
+
+async def test_window_widens_to_old_calls_and_version_increments(sessionmaker, call_factory) -> None:
+    settings = Settings(min_samples=50, window_s=3600, max_window_s=86400)
+    # 80 calls 2.5 to 3.5 hours old: the window must double twice (1 h -> 2 h -> 4 h)
+    old = _old_calls(call_factory)
     await _store(sessionmaker, old, settings)
     [row] = await run_tick(sessionmaker, settings, now=NOW)
     assert row["window_s"] == 4 * 3600 and row["samples"] == 80
@@ -735,13 +740,7 @@ async def test_a_change_of_source_alone_bumps_the_version(sessionmaker, call_fac
     # a value published as cold_start that the objective then keeps: the row the api serves
     # changes (source), so its version must too, or a client comparing versions misses it
     settings = Settings(min_samples=50, window_s=3600, max_window_s=86400)
-    rng = random.Random(7)
-    old = [
-        call_factory(
-            f"o{i}", started_at=NOW - timedelta(hours=rng.uniform(2.5, 3.5)), primary_ttft_s=rng.uniform(0.1, 0.5)
-        )
-        for i in range(80)
-    ]
+    old = _old_calls(call_factory)
     await _store(sessionmaker, old, settings)
     [row] = await run_tick(sessionmaker, settings, now=NOW)
     assert row["source"] == "controller"
