@@ -69,9 +69,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from hedgerow.controller._minute_window import raw_since, read_minutes, tick_window
 from hedgerow.controller._policy_window import WindowData, WindowRecords, observe_window
 from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
-from hedgerow.controller.errors import ControllerError
+from hedgerow.controller.errors import ControllerError, LeaseHeld
 from hedgerow.controller.estimation import QUANTILE_LEVELS
 from hedgerow.controller.events import log_threshold_change
+from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, lease_holder, make_holder_id, release_lease
 from hedgerow.controller.minute_counts import MINUTE_S, call_samples, first_samples
 from hedgerow.controller.models import (
     Attempt,
@@ -926,18 +927,38 @@ async def tick_route(
 
 
 async def run_once(settings: Any) -> list[dict[str, Any]]:
-    """Open the store of ``settings.database_url``, run one tick, close it.
+    """Open the store of ``settings.database_url``, take the controller lease, tick once, release it.
+
+    A running ``hedgerow serve`` ticks every ``HEDGEROW_CONTROLLER_INTERVAL_S`` while it holds
+    the ``controller`` lease (:mod:`hedgerow.controller.lease`); a tick from another process at
+    the same time would publish between the scheduled ones with no ``serve`` process knowing.
+    So this one-off tick (``hedgerow controller run-once``) takes the same lease first, for
+    ``settings.lease_ttl_s`` (a tick takes well under that), and releases it at once after;
+    while another process holds it nothing is ticked. Applied changes are logged as
+    ``threshold_changed`` lines by :func:`run_tick`, as the scheduled tick's are.
+
+    Args:
+        settings: a ``hedgerow.settings.Settings`` (``database_url``, ``lease_ttl_s``, the policy's).
 
     Returns:
-        The history rows written (see :func:`run_tick`).
+        The history rows written, one per route (see :func:`run_tick`).
 
     Raises:
+        LeaseHeld: another process (a running ``serve``) holds the controller lease; nothing written.
         StoreError: bad database url.
         StoreNotReady: database unreachable or not migrated to head.
     """
     engine = make_engine(settings.database_url)
     try:
         await check_ready(engine)
-        return await run_tick(make_sessionmaker(engine), settings)
+        sessionmaker = make_sessionmaker(engine)
+        holder = f"run-once:{make_holder_id()}"
+        if not await acquire_lease(sessionmaker, CONTROLLER_LEASE, holder, settings.lease_ttl_s):
+            current = await lease_holder(sessionmaker, CONTROLLER_LEASE)
+            raise LeaseHeld(CONTROLLER_LEASE, *(current or (None, None)))
+        try:
+            return await run_tick(sessionmaker, settings)
+        finally:
+            await release_lease(sessionmaker, CONTROLLER_LEASE, holder)
     finally:
         await engine.dispose()

@@ -945,10 +945,10 @@ def controller_run_once(
     _require_existing_sqlite_file(settings.database_url)
     configure_logging(settings.log_level, settings.log_format)
     # scipy: once the flags are known to be good
-    from hedgerow.controller.manual_tick import run_once_under_lease
+    from hedgerow.controller.jobs import run_once
 
     try:
-        rows = asyncio.run(run_once_under_lease(settings))
+        rows = asyncio.run(run_once(settings))
     except LeaseHeld as exc:
         raise fail(str(exc), LEASE_HELD_EXIT) from None
     except StoreError as exc:
