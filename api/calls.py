@@ -312,15 +312,13 @@ def make_ingest_writer(state: Any) -> GroupCommitWriter[list[CallRecordIn], Stor
 async def _store_alone(state: Any, session: AsyncSession, records: list[CallRecordIn]) -> StoredBatch:
     """Write a batch in a transaction of its own; run once more with the day cache emptied when
     a cached day was dropped meanwhile (PostgreSQL)."""
-    for attempt in (1, 2):
-        try:
-            async with session.begin():
-                return await store_batch(state, session, records)
-        except DayPartitionMissing:
-            state.partition_days.forget()  # a cached day was dropped: look every day up this time
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    try:
+        async with session.begin():
+            return await store_batch(state, session, records)
+    except DayPartitionMissing:
+        state.partition_days.forget()  # a cached day was dropped: look every day up this time
+    async with session.begin():
+        return await store_batch(state, session, records)
 
 
 def _first_too_old(records: list[CallRecordIn], retention_s: float) -> int | None:

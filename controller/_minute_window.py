@@ -39,16 +39,15 @@ from hedgerow.controller.minute_counts import (
     MINUTE_S,
     PRIMARY_CENSORED,
     PRIMARY_OBSERVED,
+    count_groups,
     decode_many,
 )
 from hedgerow.controller.models import MinuteAggregate
-from hedgerow.controller.ttft_histogram import N_BUCKETS, bucket_bounds, bucket_indices
+from hedgerow.controller.ttft_histogram import BUCKET_ENDS_S, N_BUCKETS, bucket_indices
 
 __all__ = ["RouteMinutes", "minutes_of", "raw_since", "read_minutes", "tick_window", "window_data"]
 
 _COUNTERS = ("calls", "hedged", "backup_wins", "denied", "wanted")
-#: Each bucket's upper edge (the overflow bucket's lower edge), seconds, by bucket.
-_BUCKET_UPPER_S = np.array([bucket_bounds(i)[1] or bucket_bounds(i)[0] for i in range(N_BUCKETS)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +226,7 @@ def window_data(minutes: RouteMinutes, now: datetime) -> WindowData:
     minute_age_s = np.maximum(middle_age_s, 0.0)
     entry_kinds = minutes.entry_kind
     entry_age_s = minute_age_s[minutes.entry_minute]
-    values_s = _BUCKET_UPPER_S[minutes.entry_bucket]
+    values_s = BUCKET_ENDS_S[minutes.entry_bucket]
     weights = minutes.entry_count.astype(float)
 
     def samples(observed: int, censored: int | None) -> Samples:
@@ -249,7 +248,7 @@ def minutes_of(records: WindowRecords, now: datetime) -> RouteMinutes:
     """The minute aggregates that ingest would keep of one route's records (pure, no store).
 
     Each call goes to the minute holding its start (``now - age_s``) and each of its samples to
-    its kind's bucket, as ``minute_counts.count_minutes`` does at ingest; the virtual-time
+    its kind's bucket by the rule ingest counts with (``minute_counts.count_groups``); the virtual-time
     evaluation (``bench/controller_eval.py --minutes``) feeds the tick's rules through it what
     the live tick reads from the store.
 
@@ -263,38 +262,30 @@ def minutes_of(records: WindowRecords, now: datetime) -> RouteMinutes:
     started_s = now.timestamp() - records.age_s
     minute = np.floor(started_s / MINUTE_S).astype(np.int64)
     minutes, inverse = np.unique(minute, return_inverse=True)
-    inverse = inverse.reshape(-1)
-
-    def per_minute(flags: np.ndarray) -> np.ndarray:
-        return np.bincount(inverse, weights=flags.astype(float), minlength=minutes.size).astype(np.int64)
-
-    primary, backup, ttft = (
-        ~np.isnan(records.primary_s),
-        records.hedged & ~np.isnan(records.backup_s),
-        ~np.isnan(records.call_ttft_s),
+    counters, entry_minute, keys, counts = count_groups(
+        inverse.reshape(-1),
+        minutes.size,
+        (
+            records.primary_s,
+            records.primary_censored,
+            records.hedged,
+            records.backup_won,
+            records.denied,
+            records.backup_s,
+            records.backup_censored,
+            records.call_ttft_s,
+        ),
     )
-    parts = [
-        (PRIMARY_OBSERVED, primary & ~records.primary_censored, records.primary_s),
-        (PRIMARY_CENSORED, primary & records.primary_censored, records.primary_s),
-        (BACKUP_OBSERVED, backup & ~records.backup_censored, records.backup_s),
-        (BACKUP_CENSORED, backup & records.backup_censored, records.backup_s),
-        (CALL_TTFT, ttft, records.call_ttft_s),
-    ]
-    keys = np.concatenate(
-        [inverse[m] * (len(KINDS) * N_BUCKETS) + kind * N_BUCKETS + bucket_indices(v[m]) for kind, m, v in parts]
-    ).astype(np.int64)
-    entries, counts = np.unique(keys, return_counts=True)
-    within = entries % (len(KINDS) * N_BUCKETS)
     return RouteMinutes(
         minutes=minutes,
-        calls=np.bincount(inverse, minlength=minutes.size).astype(np.int64),
-        hedged=per_minute(records.hedged),
-        backup_wins=per_minute(records.backup_won),
-        denied=per_minute(records.denied),
-        wanted=per_minute(records.hedged | records.denied),
-        entry_minute=entries // (len(KINDS) * N_BUCKETS),
-        entry_kind=(within // N_BUCKETS).astype(np.uint32),
-        entry_bucket=(within % N_BUCKETS).astype(np.uint32),
+        calls=counters[0],
+        hedged=counters[1],
+        backup_wins=counters[2],
+        denied=counters[3],
+        wanted=counters[4],
+        entry_minute=entry_minute,
+        entry_kind=(keys // N_BUCKETS).astype(np.uint32),
+        entry_bucket=(keys % N_BUCKETS).astype(np.uint32),
         entry_count=counts.astype(np.uint32),
     )
 
@@ -348,6 +339,4 @@ def tick_window(minutes: RouteMinutes | None, recent: WindowRecords, now: dateti
 
 def _at_bucket_end(samples: Samples) -> Samples:
     """``samples`` with each duration moved to its bucket's end (:func:`window_data`)."""
-    return Samples(
-        samples.age_s, _BUCKET_UPPER_S[bucket_indices(samples.durations_s)], samples.censored, samples.weight
-    )
+    return Samples(samples.age_s, BUCKET_ENDS_S[bucket_indices(samples.durations_s)], samples.censored, samples.weight)

@@ -24,7 +24,7 @@ from hedgerow.controller.hedge_model import (
     predicted_quantile_levels,
     win_probability,
 )
-from hedgerow.controller.ttft_histogram import BUCKET_RATIO, BUCKETS_PER_DECADE, MIN_S, N_LOG_BUCKETS
+from hedgerow.controller.ttft_histogram import BUCKET_ENDS_S, BUCKET_RATIO, BUCKETS_PER_DECADE, MIN_S, N_LOG_BUCKETS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -487,8 +487,9 @@ def spread_within_buckets(curve: SurvivalCurve, steps: int = SPREAD_STEPS) -> Su
     times = curve.times_s
     if times.size == 0 or steps <= 1:
         return curve
-    k = np.rint(np.log10(times / MIN_S) * BUCKETS_PER_DECADE)
-    on_ends = (k >= 1) & (k <= N_LOG_BUCKETS) & np.isclose(times, MIN_S * 10.0 ** (k / BUCKETS_PER_DECADE), rtol=1e-9)
+    k = np.rint(np.log10(times / MIN_S) * BUCKETS_PER_DECADE)  # the nearest log bucket's index
+    log_bucket = (k >= 1) & (k <= N_LOG_BUCKETS)
+    on_ends = log_bucket & np.isclose(times, BUCKET_ENDS_S[np.where(log_bucket, k, 1).astype(np.int64)], rtol=1e-9)
     if not on_ends.all():
         return curve
     previous = np.concatenate(([1.0], curve.values[:-1]))
@@ -516,7 +517,8 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
             return p.with_value(supported, ("censored_raise",), "censored", censored=censored)
         return p.with_value(x.base, ("censored_hold",), "censored", censored=censored)
     assert curve is not None  # a target exists only where a first token was seen
-    primary = spread_within_buckets(curve.survival_curve())
+    measured = curve.survival_curve()  # the hedge rates read off it; the predictions spread it
+    primary = spread_within_buckets(measured)
     backup = None if x.observation.backup_curve is None else spread_within_buckets(x.observation.backup_curve)
     g = backup if backup is not None else primary
     low = max(target, x.config.min_hedge_after_s)
@@ -569,10 +571,10 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
             "tail_levels": list(levels),
             "predicted_tail_at_current_by_level_s": [_finite(v) for v in paired[:, 0]],
             "predicted_tail_at_chosen_by_level_s": [_finite(v) for v in paired[:, 1]],
-            "hedge_rate_at_current": float(curve.survival_curve()(x.base)),
+            "hedge_rate_at_current": float(measured(x.base)),
             "hedge_rate_upper_at_current": rate_upper_at_current,
             "current_within_budget": rate_upper_at_current <= budget + 1e-12,
-            "hedge_rate_at_chosen": float(curve.survival_curve()(value)),
+            "hedge_rate_at_chosen": float(measured(value)),
             "hedge_rate_upper_at_chosen": float(curve.upper_at(value)),
             "win_probability_at_chosen": (
                 win_probability(primary, g, value) if replay_hold else choice.win_probability_at_choice

@@ -50,6 +50,7 @@ __all__ = [
     "CallSamples",
     "MinuteCounts",
     "call_samples",
+    "count_groups",
     "count_minutes",
     "decode",
     "decode_many",
@@ -204,21 +205,61 @@ def count_minutes(
     if n == 0:
         return {}
     cols = list(zip(*samples, strict=True))
-    primary_s, backup_s, call_s = _floats(cols[0]), _floats(cols[5]), _floats(cols[7])
-    primary_cens, hedged, won, denied, backup_cens = (np.array(cols[i], dtype=bool) for i in (1, 2, 3, 4, 6))
+    columns = (
+        _floats(cols[0]),
+        np.array(cols[1], dtype=bool),
+        np.array(cols[2], dtype=bool),
+        np.array(cols[3], dtype=bool),
+        np.array(cols[4], dtype=bool),
+        _floats(cols[5]),
+        np.array(cols[6], dtype=bool),
+        _floats(cols[7]),
+    )
     stamps = np.fromiter((t.timestamp() for t in started_at), dtype=float, count=n)
     minutes = np.floor(stamps / MINUTE_S).astype(np.int64)
     first = int(minutes.min())
     # one int64 per (route, minute): route ids and a batch's span of minutes both fit 32 bits
     combined = (np.asarray(route_ids, dtype=np.int64) << 32) | (minutes - first)
     groups, inverse = np.unique(combined, return_inverse=True)
-    inverse = inverse.reshape(-1)
     size = len(groups)
     group_keys = zip((groups >> 32).tolist(), ((groups & 0xFFFFFFFF) + first).tolist(), strict=True)
+    counters, entry_group, keys, counts = count_groups(inverse.reshape(-1), size, columns)
+    bounds = np.searchsorted(entry_group, np.arange(size + 1)).tolist()
+    calls, hedged, wins, denied, wanted = counters.tolist()
+    totals = zip(calls, hedged, wins, denied, wanted, strict=True)
+    return {
+        (route_id, minute): MinuteCounts(*sums, keys[bounds[i] : bounds[i + 1]], counts[bounds[i] : bounds[i + 1]])
+        for i, ((route_id, minute), sums) in enumerate(zip(group_keys, totals, strict=True))
+    }
 
-    def per_group(flags: np.ndarray | None) -> list[int]:
-        sums: list[int] = np.bincount(inverse, weights=flags, minlength=size).astype(np.int64).tolist()
-        return sums
+
+def count_groups(
+    inverse: np.ndarray, size: int, columns: Sequence[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The counters and histogram entries of calls put in groups (the one rule of a minute's counts).
+
+    Ingest groups a batch's calls by (route, minute) (:func:`count_minutes`); the virtual-time
+    evaluation groups one route's window by minute (``_minute_window.minutes_of``).
+
+    Args:
+        inverse: int (n,), each call's group, in ``0 .. size - 1``.
+        size: the number of groups.
+        columns: the eight fields of :class:`CallSamples` as arrays of shape (n,), in its order:
+            durations float (NaN for none), flags bool.
+
+    Returns:
+        ``(counters, entry_group, keys, counts)``: ``counters`` int64 (5, size), per group the
+        ``calls``, ``hedged``, ``backup_wins``, ``denied`` and ``wanted``; then one entry per
+        non-empty (group, kind, bucket), sorted by group then key: its group (int64), its key
+        ``kind * N_BUCKETS + bucket`` (int64) and its count (int64, > 0).
+
+    Raises:
+        ValueError: a negative or infinite duration (``ttft_histogram.bucket_indices``).
+    """
+    primary_s, primary_cens, hedged, won, denied, backup_s, backup_cens, call_s = columns
+
+    def per_group(flags: np.ndarray | None) -> np.ndarray:
+        return np.bincount(inverse, weights=flags, minlength=size).astype(np.int64)
 
     has_primary, has_backup, has_call = ~np.isnan(primary_s), ~np.isnan(backup_s), ~np.isnan(call_s)
     parts = []
@@ -231,20 +272,10 @@ def count_minutes(
     ):
         parts.append(inverse[mask] * _KEYS + kind * N_BUCKETS + bucket_indices(values[mask]))
     flat, counts = np.unique(np.concatenate(parts), return_counts=True)
-    bounds = np.searchsorted(flat // _KEYS, np.arange(size + 1)).tolist()
-    keys = flat % _KEYS
-    totals = zip(
-        per_group(None),
-        per_group(hedged),
-        per_group(won),
-        per_group(denied),
-        per_group(hedged | denied),
-        strict=True,
+    counters = np.stack(
+        [per_group(None), per_group(hedged), per_group(won), per_group(denied), per_group(hedged | denied)]
     )
-    return {
-        (route_id, minute): MinuteCounts(*sums, keys[bounds[i] : bounds[i + 1]], counts[bounds[i] : bounds[i + 1]])
-        for i, ((route_id, minute), sums) in enumerate(zip(group_keys, totals, strict=True))
-    }
+    return counters, flat // _KEYS, flat % _KEYS, counts
 
 
 def encode(keys: np.ndarray, counts: np.ndarray) -> bytes:

@@ -78,6 +78,7 @@ import numpy as np
 
 __all__ = [
     "BUCKETS_PER_DECADE",
+    "BUCKET_ENDS_S",
     "BUCKET_RATIO",
     "HISTOGRAM_SCHEME",
     "MAX_RELATIVE_ERROR",
@@ -113,6 +114,11 @@ MAX_RELATIVE_ERROR = math.sqrt(BUCKET_RATIO) - 1.0
 
 #: ``_EDGES[k] = MIN_S * 10 ** (k / 50)``, k = 0..328 (seconds).
 _EDGES = MIN_S * 10.0 ** (np.arange(N_LOG_BUCKETS + 1) / BUCKETS_PER_DECADE)
+
+#: Each bucket's end, seconds, by bucket (shape (N_BUCKETS,)): its upper edge (``MIN_S`` for the
+#: underflow bucket, ``_EDGES[k]`` for log bucket ``k``), the overflow bucket's lower edge. The
+#: controller's tick reads a duration known to its bucket at this end (``_minute_window``).
+BUCKET_ENDS_S = np.append(_EDGES, _EDGES[-1])
 
 # Slack when comparing a KM probability with a level (same as estimation.py).
 _EPS = 1e-12

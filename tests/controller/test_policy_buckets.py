@@ -7,10 +7,8 @@ import pytest
 
 from hedgerow.controller._policy_rules import spread_within_buckets
 from hedgerow.controller.hedge_model import SurvivalCurve, km_survival, predicted_quantiles
-from hedgerow.controller.ttft_histogram import BUCKET_RATIO, bucket_bounds, bucket_indices
-
-#: Each bucket's end, as the tick reads a duration (``_minute_window.window_data``).
-ENDS = np.array([bucket_bounds(i)[1] or bucket_bounds(i)[0] for i in range(330)])
+from hedgerow.controller.ttft_histogram import BUCKET_ENDS_S as ENDS
+from hedgerow.controller.ttft_histogram import BUCKET_RATIO, bucket_indices
 
 
 def test_a_step_at_a_bucket_end_is_spread_over_its_bucket() -> None:
