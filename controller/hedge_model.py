@@ -136,6 +136,9 @@ class SurvivalCurve:
     times_s: np.ndarray
     values: np.ndarray
     samples: int
+    #: ``S`` before the first time, then ``values``, shape (m + 1,): ``S(x)`` is
+    #: ``_levels[number of times <= x]``
+    _levels: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         times = np.asarray(self.times_s, dtype=float)
@@ -148,14 +151,12 @@ class SurvivalCurve:
             raise ValueError("values must be non-increasing and in [0, 1]")
         object.__setattr__(self, "times_s", times)
         object.__setattr__(self, "values", values)
+        object.__setattr__(self, "_levels", np.concatenate(([1.0], values)))
 
     def __call__(self, x_s: np.ndarray | float) -> np.ndarray:
         """Evaluate ``S`` at ``x_s`` (seconds, any shape); returns an array of that shape."""
-        x = np.asarray(x_s, dtype=float)
-        index = np.searchsorted(self.times_s, x, side="right") - 1
-        if not self.times_s.size:
-            return np.ones_like(x)
-        return np.where(index < 0, 1.0, self.values[np.maximum(index, 0)])
+        levels: np.ndarray = self._levels[np.searchsorted(self.times_s, np.asarray(x_s, dtype=float), side="right")]
+        return levels
 
     @property
     def last_value(self) -> float:
@@ -267,22 +268,24 @@ def _run_replay(
     t = np.asarray(thresholds_s, dtype=float)
     durations, censored = replay.durations_s, replay.censored
     index = np.flatnonzero((durations >= t.min()) | censored)
-    s_t = primary(t)
-    s_d = np.maximum(primary(durations[index]), 1e-300)
+    active, cut = durations[index], censored[index]
+    # every want up front, (a, k): the loop below then only moves tokens (4 in-place ufuncs a
+    # call instead of building its want, grant and denial anew: the same operations in the
+    # same order, so the same bits)
+    waiting = active[:, None] >= t
+    want = waiting.astype(float)
+    if cut.any():
+        s_d = np.maximum(primary(active[cut]), 1e-300)
+        want[cut] = np.where(waiting[cut], 1.0, np.minimum(1.0, primary(t) / s_d[:, None]))
+    deposits = replay.budget * np.diff(index, prepend=-1)  # the calls since the previous one's
     tokens = np.full(t.size, float(replay.burst))
-    denied = np.zeros((index.size, t.size))
-    previous = -1
-    for j, i in enumerate(index.tolist()):
-        tokens = np.minimum(replay.burst, tokens + replay.budget * (i - previous))
-        previous = i
-        if censored[i]:
-            want = np.where(durations[i] >= t, 1.0, np.minimum(1.0, s_t / s_d[j]))
-        else:
-            want = (durations[i] >= t).astype(float)
-        granted = tokens >= want
-        tokens = np.where(granted, tokens - want, tokens)
-        denied[j] = np.where(granted, 0.0, want)
-    return index, denied
+    granted = np.empty(want.shape, dtype=bool)
+    for deposit, wanted, grant in zip(deposits.tolist(), want, granted, strict=True):
+        np.add(tokens, deposit, out=tokens)
+        np.minimum(tokens, replay.burst, out=tokens)
+        np.greater_equal(tokens, wanted, out=grant)
+        np.subtract(tokens, wanted, out=tokens, where=grant)
+    return index, np.where(granted, 0.0, want)
 
 
 def denial_probabilities(primary: SurvivalCurve, replay: BucketReplay, thresholds_s: np.ndarray) -> np.ndarray:
@@ -385,12 +388,7 @@ def predicted_quantile_levels(
     finite = [x for x in x_maxes if math.isfinite(x)]
     if finite:
         s_times = np.union1d(s_times, finite)
-    g_times = t + backup.times_s  # (k, g)
-    candidates = np.concatenate(
-        [np.broadcast_to(s_times, (t.shape[0], s_times.size)), np.minimum(g_times, x_max)],
-        axis=1,
-    )
-    hedged = backup(candidates - t)
+    share = None
     if replay is not None and replay.durations_s.size:
         index, denied = _replay_active(primary, replay, t.ravel())
         all_sorted = np.sort(replay.durations_s)
@@ -399,16 +397,35 @@ def predicted_quantile_levels(
         order = np.argsort(active_s[keep], kind="stable")
         sub_sorted = active_s[keep][order]
         sub_denied = denied[keep][order]
-        suffix = np.vstack([np.cumsum(sub_denied[::-1], axis=0)[::-1], np.zeros((1, t.shape[0]))])
-        # beyond the last sample the risk set is empty: use the last sample's
-        x = np.minimum(candidates, all_sorted[-1])
-        at_risk = all_sorted.size - np.searchsorted(all_sorted, x, side="left")  # >= 1
-        cols = np.broadcast_to(np.arange(t.shape[0]).reshape(-1, 1), x.shape)
-        share = suffix[np.searchsorted(sub_sorted, x, side="left"), cols] / at_risk
-        hedged = (1.0 - share) * hedged + share
-    surv = primary(candidates) * np.where(candidates >= t, hedged, 1.0)
+        # (k, a + 1): per threshold, the denied wants of the kept calls from each one on
+        suffix = np.vstack([np.cumsum(sub_denied[::-1], axis=0)[::-1], np.zeros((1, t.shape[0]))]).T
+        rows = np.arange(t.shape[0]).reshape(-1, 1)
+
+        def share(x: np.ndarray) -> np.ndarray:
+            """``d`` at ``x``, shape (k, c) for ``x`` of shape (c,) or (k, c)."""
+            x = np.minimum(x, all_sorted[-1])  # beyond the last sample the risk set is empty: the last one's
+            at_risk = all_sorted.size - np.searchsorted(all_sorted, x, side="left")  # >= 1
+            denied_share: np.ndarray = suffix[rows, np.searchsorted(sub_sorted, x, side="left")] / at_risk
+            return denied_share
+
+    def survival(x: np.ndarray) -> np.ndarray:
+        """The predicted survival at ``x`` for every threshold, shape (k, c) for ``x`` of shape
+        (c,) (the same candidates for every threshold) or (k, c)."""
+        hedged = backup(x - t)
+        if share is not None:
+            d = share(x)
+            hedged = (1.0 - d) * hedged + d
+        return primary(x) * np.where(x >= t, hedged, 1.0)
+
+    # S's step times are candidates for every threshold alike: S and the risk sets are searched
+    # once for them, not once per threshold; the element-wise arithmetic is the same
+    g_times = np.minimum(t + backup.times_s, x_max)  # (k, g)
+    blocks = [(s_times, survival(s_times)), (g_times, survival(g_times))]
     best: np.ndarray = np.stack(
-        [np.where(surv <= level, candidates, np.inf).min(axis=1, initial=np.inf) for level in levels]
+        [
+            np.minimum.reduce([np.where(surv <= level, x, np.inf).min(axis=1, initial=np.inf) for x, surv in blocks])
+            for level in levels
+        ]
     )
     return best
 
