@@ -32,7 +32,16 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-__all__ = ["DurationIndex", "RiskTable", "logrank_z", "risk_table"]
+__all__ = [
+    "DurationIndex",
+    "RiskTable",
+    "at_risk_of",
+    "km_quantiles",
+    "km_survival_rows",
+    "logrank_rows",
+    "logrank_z",
+    "risk_table",
+]
 
 # Absolute slack when comparing a KM probability with a level (a running product).
 _EPS = 1e-12
@@ -87,8 +96,8 @@ class RiskTable:
         """The smallest time with ``S <= 1 - q`` (a first-token time), or None when ``S`` never
         gets there (censored samples left the risk set before)."""
         sf = self.survival() if survival is None else survival
-        reached = np.flatnonzero(sf <= 1.0 - q + _EPS)
-        return float(self.times_s[reached[0]]) if reached.size else None
+        first = km_quantiles(self.times_s, sf, q)
+        return None if math.isnan(first) else float(first)
 
     def at_risk_at(self, t_s: np.ndarray) -> np.ndarray:
         """Weight of the durations ``>= t_s`` (seconds, any shape)."""
@@ -124,13 +133,16 @@ def risk_table(durations_s: np.ndarray, censored: np.ndarray, weights: np.ndarra
 
 @dataclass(frozen=True, slots=True)
 class DurationIndex:
-    """One sample sorted once, from which the :class:`RiskTable` of any subset is counted.
+    """One sample sorted once, from which the risk tables of its parts are counted.
 
     The drift tests cut one window at many split points; sorting each part again costs a sort
-    per part. Here the distinct durations are found once (``np.unique``) and each subset's
-    weight and first tokens per distinct duration are two ``np.bincount`` calls. With whole
-    number weights (counts) every sum is exact in float64, so :meth:`table` equals
-    ``risk_table`` of the subset to the last bit (``tests/controller/test_km.py`` checks it).
+    per part, and building each part's table and log-rank test apart costs ~20 numpy calls per
+    split. Here the distinct durations are found once (``np.unique``) and the weight and first
+    tokens per distinct duration of every nested part are one ``np.bincount`` each
+    (:meth:`cumulative`); ``at_risk_of``, ``km_survival_rows``, ``km_quantiles`` and
+    ``logrank_rows`` then work on all parts at once. With whole number weights (counts) every
+    sum is exact in float64, so each part gives ``risk_table`` of that part, its survival,
+    quantiles and ``logrank_z`` to the last bit (``tests/controller/test_km.py`` checks it).
 
     Attributes:
         times_s: the sample's distinct durations, seconds, ascending, shape (m,).
@@ -152,17 +164,72 @@ class DurationIndex:
         w = np.asarray(weights, dtype=float)
         return cls(times, index.reshape(-1), w, np.where(np.asarray(censored, dtype=bool), 0.0, w))
 
-    def table(self, mask: np.ndarray) -> RiskTable:
-        """The risk table of the entries where ``mask`` (bool, shape (n,)) is True (at least one)."""
-        index = self.index[mask]
+    def cumulative(self, group: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+        """The weight and the first-token weight at each distinct duration of the entries whose
+        ``group`` is ``<= i``, for each ``i`` in ``range(groups)``: shape (groups, m) each.
+
+        One ``np.bincount`` over (group, duration) cells and a cumulative sum over the groups,
+        so the parts of a sample at many nested cuts (the drift tests' recent parts, youngest
+        first) cost one pass over the entries. With whole-number weights every sum is exact
+        in float64, so each row equals the counts of its subset whatever the order of the sums.
+
+        Args:
+            group: each entry's group, integers >= 0, shape (n,); entries of group ``>= groups``
+                are in no row.
+            groups: the number of rows.
+        """
         size = self.times_s.size
-        weight_at = np.bincount(index, weights=self.weights[mask], minlength=size)
-        events = np.bincount(index, weights=self.died[mask], minlength=size)
-        present = weight_at > 0
-        weight_at, events = weight_at[present], events[present]
-        total = float(weight_at.sum())
-        at_risk = total - (np.cumsum(weight_at) - weight_at)
-        return RiskTable(self.times_s[present], at_risk, events, total)
+        cells = np.minimum(group, groups) * size + self.index
+        shape = (groups + 1, size)
+        weight = np.bincount(cells, weights=self.weights, minlength=shape[0] * size).reshape(shape)
+        died = np.bincount(cells, weights=self.died, minlength=shape[0] * size).reshape(shape)
+        return np.cumsum(weight[:groups], axis=0), np.cumsum(died[:groups], axis=0)
+
+    def totals(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole sample's weight and first-token weight at each distinct duration, shape (m,)."""
+        size = self.times_s.size
+        return (
+            np.bincount(self.index, weights=self.weights, minlength=size),
+            np.bincount(self.index, weights=self.died, minlength=size),
+        )
+
+
+def at_risk_of(weight: np.ndarray) -> np.ndarray:
+    """The weight at risk (durations ``>=`` each time) from the weight at each distinct time,
+    shape of ``weight`` (its last axis the times, ascending). Whole-number weights: exact, so
+    equal to ``RiskTable.at_risk`` at its times."""
+    return np.cumsum(weight[..., ::-1], axis=-1)[..., ::-1]
+
+
+def km_quantiles(times_s: np.ndarray, survival: np.ndarray, q: float) -> np.ndarray:
+    """The smallest time with ``S <= 1 - q`` (``RiskTable.quantile_s``) along the last axis.
+
+    Args:
+        times_s: the times, ascending, shape (m,).
+        survival: ``S`` at each time, shape (..., m); NaN (a part with nobody left at risk)
+            never reaches the level.
+        q: the quantile level in (0, 1).
+
+    Returns:
+        Shape (...,): the time, NaN where ``S`` never gets to ``1 - q``.
+    """
+    reached = survival <= 1.0 - q + _EPS
+    if not times_s.size:
+        return np.full(survival.shape[:-1], np.nan)
+    found: np.ndarray = np.where(reached.any(axis=-1), times_s[reached.argmax(axis=-1)], np.nan)
+    return found
+
+
+def km_survival_rows(at_risk: np.ndarray, events: np.ndarray) -> np.ndarray:
+    """The product-limit ``S`` along the last axis (``RiskTable.survival``), shape of ``at_risk``.
+
+    A time where a row has nobody (``events`` 0, ``at_risk`` > 0) multiplies by exactly 1.0,
+    so each row equals the survival of its own table at its own times, to the bit; from the
+    row's last time on (``at_risk`` 0) it is NaN.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        survival: np.ndarray = np.cumprod((at_risk - events) / at_risk, axis=-1)
+    return survival
 
 
 def logrank_z(x: RiskTable, y: RiskTable) -> float:
@@ -174,18 +241,38 @@ def logrank_z(x: RiskTable, y: RiskTable) -> float:
         x / y: the two samples' risk tables.
     """
     times = np.union1d(x.times_s[x.event_mask], y.times_s[y.event_mask])
-    n_x, n_y = x.at_risk_at(times), y.at_risk_at(times)
     d_x = _events_at(x, times)
-    d = d_x + _events_at(y, times)
+    statistic: float = logrank_rows(
+        x.at_risk_at(times), y.at_risk_at(times), d_x, d_x + _events_at(y, times), np.array([x.events.sum()])
+    )[0]
+    return statistic
+
+
+def logrank_rows(n_x: np.ndarray, n_y: np.ndarray, d_x: np.ndarray, d: np.ndarray, x_events: np.ndarray) -> list[float]:
+    """:func:`logrank_z` of several pairs of samples, one a row, over given first-token times.
+
+    Args:
+        n_x / n_y: weight at risk in either sample at each first-token time of the pooled
+            sample, shape (p, e) (or (e,) for one pair).
+        d_x / d: first-token weight of ``x`` and of both at those times, shape (p, e) or (e,).
+        x_events: ``x``'s total first-token weight per row, shape (p,).
+
+    Returns:
+        One statistic per row (NaN where the variance is 0).
+    """
     n = n_x + n_y
     num = n_x * n_y * d * (n - d)
     den = n**2 * (n - 1)
-    keep = n > 1
-    variance = float(np.sum(num[keep] / den[keep]))
-    expected = float(np.sum(n_x * (d / n)))
-    if variance <= 0:
-        return math.nan
-    return (float(x.events.sum()) - expected) / math.sqrt(variance)
+    keep = np.broadcast_to(n > 1, num.shape).reshape(x_events.size, num.shape[-1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = (num / den).reshape(keep.shape)  # summed over ``keep`` only, like the 1-pair sum
+    expected = np.reshape(n_x * (d / n), keep.shape)
+    out = []
+    for ratio_row, keep_row, expected_row, events in zip(ratio, keep, expected, x_events.tolist(), strict=True):
+        variance = float(np.sum(ratio_row[keep_row]))
+        mean = float(np.sum(expected_row))
+        out.append(math.nan if variance <= 0 else (float(events) - mean) / math.sqrt(variance))
+    return out
 
 
 def _events_at(table: RiskTable, times: np.ndarray) -> np.ndarray:

@@ -82,8 +82,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
-from hedgerow.controller._km import DurationIndex, logrank_z
-from hedgerow.controller._policy_rules import known_over_counts
+from hedgerow.controller._km import DurationIndex, at_risk_of, km_quantiles, km_survival_rows, logrank_rows
 
 __all__ = [
     "DEFAULT_SPLITS_S",
@@ -166,8 +165,7 @@ def detect_change(
     sample = _checked(age_s, durations_s, censored, alpha, min_ratio, weights)
     tried = [s for s in splits_s if s < window_s]
     best: Change | None = None
-    for split in tried:
-        change = _split(sample, split, min_samples)
+    for change in _changes(sample, tried, min_samples):
         if change is None or not change.p_value * len(tried) < alpha:
             continue
         if max(change.median_ratio, 1.0 / change.median_ratio) < min_ratio:
@@ -179,8 +177,7 @@ def detect_change(
     # locate the change between the chosen split's neighbours on a finer grid: the split with the
     # largest statistic estimates the change point (Lausen & Schumacher 1992), and a coarse one
     # that lies minutes past the change mixes the old regime into the new window
-    for split in _refine_points(tried, best.since_s, window_s, refine_step_s):
-        change = _split(sample, split, min_samples)
+    for change in _changes(sample, _refine_points(tried, best.since_s, window_s, refine_step_s), min_samples):
         if change is not None and change.statistic > best.statistic:
             best = change
     return best
@@ -196,6 +193,35 @@ class _Sample:
     flags: np.ndarray
     weights: np.ndarray
     grid: DurationIndex
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """The two parts of a sample at each of several splits (rows), counted at the sample's
+    distinct durations (columns, ``DurationIndex.times_s``); every count a whole number, exact.
+
+    Attributes:
+        weight / died: the recent part's weight and first-token weight, shape (p, m).
+        older_weight / older_died: the older part's, shape (p, m).
+    """
+
+    weight: np.ndarray
+    died: np.ndarray
+    older_weight: np.ndarray
+    older_died: np.ndarray
+
+    @classmethod
+    def of(cls, sample: _Sample, splits: list[float]) -> _Parts:
+        """Count both parts at each split (recent: ``age < split``) in one pass over the sample."""
+        order = np.argsort(np.asarray(splits, dtype=float), kind="stable")
+        ascending = np.asarray(splits, dtype=float)[order]
+        # an entry is recent at the i-th split (ascending) from i = the number of splits <= its age on
+        group = np.searchsorted(ascending, sample.age, side="right")
+        weight, died = sample.grid.cumulative(group, len(splits))
+        total_weight, total_died = sample.grid.totals()
+        back = np.argsort(order)  # the rows in the order of ``splits``
+        weight, died = weight[back], died[back]
+        return cls(weight, died, total_weight - weight, total_died - died)
 
 
 def _checked(
@@ -237,37 +263,50 @@ def _refine_points(tried: list[float], since_s: float, window_s: float, refine_s
     return [float(split) for split in grid if not (split <= low or split < MIN_SINCE_S or split == since_s)]
 
 
-def _split(sample: _Sample, split: float, min_samples: int) -> Change | None:
-    """The log-rank comparison of the samples younger than ``split`` with the older ones.
+def _changes(sample: _Sample, splits: list[float], min_samples: int) -> list[Change | None]:
+    """The log-rank comparison of the samples younger than each split with the older ones.
 
-    None when either part has fewer than ``min_samples`` samples, is all censored, or has no KM
-    median (or a median of 0).
+    All splits at once (``_Parts``: each part's risk table counted at the sample's distinct
+    durations, every first-token time of either part among them), each split's statistic
+    summed over its own terms (``_km.logrank_rows``), so each equals ``_km.logrank_z`` of the
+    two parts' own tables to the bit. A split's entry is None when either part has fewer than
+    ``min_samples`` samples, is all censored, or has no KM median (or a median of 0).
     """
-    flags, w = sample.flags, sample.weights
-    recent = sample.age < split
-    n_recent, n_older = int(w[recent].sum()), int(w[~recent].sum())
-    if n_recent < min_samples or n_older < min_samples:
-        return None
-    if flags[recent].all() or flags[~recent].all():
-        return None
-    x = sample.grid.table(recent)
-    y = sample.grid.table(~recent)
-    statistic = logrank_z(x, y)
-    p_value = float(2.0 * special.ndtr(-abs(statistic)))
-    if not math.isfinite(p_value):
-        return None
-    m_recent = x.quantile_s(0.5)
-    m_older = y.quantile_s(0.5)
-    if m_recent is None or m_older is None or min(m_recent, m_older) <= 0:
-        return None
-    return Change(float(split), abs(statistic), p_value, m_recent / m_older, n_recent, n_older)
-
-
-def _exceedances(durations: np.ndarray, censored: np.ndarray, weights: np.ndarray, level_s: float) -> tuple[int, int]:
-    """``(over, known)``: primaries known to have had no first token by ``level_s``, of those
-    whose fate there is known (``_policy_rules.known_over``'s rule, weighted)."""
-    over, known = known_over_counts(durations, censored, np.array([level_s]), weights)
-    return int(over[0]), int(known[0])
+    if not splits:
+        return []
+    parts = _Parts.of(sample, splits)
+    grid = sample.grid
+    _, total_died = grid.totals()
+    events = total_died > 0  # the pooled sample's first-token times
+    at_risk, older_at_risk = at_risk_of(parts.weight), at_risk_of(parts.older_weight)
+    statistics = logrank_rows(
+        at_risk[:, events],
+        older_at_risk[:, events],
+        parts.died[:, events],
+        total_died[events],
+        parts.died.sum(axis=1),
+    )
+    m_recent = km_quantiles(grid.times_s, km_survival_rows(at_risk, parts.died), 0.5)
+    m_older = km_quantiles(grid.times_s, km_survival_rows(older_at_risk, parts.older_died), 0.5)
+    n_recent, n_older = parts.weight.sum(axis=1), parts.older_weight.sum(axis=1)
+    d_recent, d_older = parts.died.sum(axis=1), parts.older_died.sum(axis=1)
+    out: list[Change | None] = []
+    for i, split in enumerate(splits):
+        recent_n, older_n = int(n_recent[i]), int(n_older[i])
+        if recent_n < min_samples or older_n < min_samples or d_recent[i] == 0 or d_older[i] == 0:
+            out.append(None)
+            continue
+        statistic = statistics[i]
+        p_value = float(2.0 * special.ndtr(-abs(statistic)))
+        median_recent, median_older = float(m_recent[i]), float(m_older[i])
+        if not math.isfinite(p_value) or math.isnan(median_recent) or math.isnan(median_older):
+            out.append(None)
+            continue
+        if min(median_recent, median_older) <= 0:
+            out.append(None)
+            continue
+        out.append(Change(float(split), abs(statistic), p_value, median_recent / median_older, recent_n, older_n))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,42 +382,61 @@ def detect_tail_recovery(
         raise ValueError(f"q must be in (0, 1), got {q!r}")
     tried = [s for s in splits_s if s < window_s]
     best: TailRecovery | None = None
-    for split in tried:
-        found = _tail_split(sample, split, min_samples, q, min_ratio)
+    for found in _tail_splits(sample, tried, min_samples, q, min_ratio):
         if found is None or not found.p_value * len(tried) < alpha:
             continue
         if best is None or found.p_value < best.p_value:
             best = found
     if best is None or refine_step_s <= 0:
         return best
-    for split in _refine_points(tried, best.since_s, window_s, refine_step_s):
-        found = _tail_split(sample, split, min_samples, q, min_ratio)
+    for found in _tail_splits(
+        sample, _refine_points(tried, best.since_s, window_s, refine_step_s), min_samples, q, min_ratio
+    ):
         if found is not None and found.p_value < best.p_value:
             best = found
     return best
 
 
-def _tail_split(sample: _Sample, split: float, min_samples: int, q: float, min_ratio: float) -> TailRecovery | None:
-    """The one-sided tail comparison of ``detect_tail_recovery`` at one split.
+def _tail_splits(
+    sample: _Sample, splits: list[float], min_samples: int, q: float, min_ratio: float
+) -> list[TailRecovery | None]:
+    """The one-sided tail comparison of ``detect_tail_recovery`` at each split (``_Parts``).
 
-    None when it cannot be made (a part under ``min_samples``, no older ``q`` quantile, no
-    older exceedance) or the older share is not ``min_ratio`` times the recent one.
+    Each part's primaries known past the older part's ``q`` quantile are counted by
+    ``_policy_rules.known_over``'s rule, weighted: a first token after the level, or a
+    censoring time at or after it, is over; a censoring time before it is unknown. A split's
+    entry is None when the comparison cannot be made (a part under ``min_samples``, no older
+    ``q`` quantile, no older exceedance) or the older share is not ``min_ratio`` times the
+    recent one.
     """
-    durations, flags, w = sample.durations, sample.flags, sample.weights
-    recent = sample.age < split
-    n_recent, n_older = int(w[recent].sum()), int(w[~recent].sum())
-    if n_recent < min_samples or n_older < min_samples:
-        return None
-    older = ~recent
-    if flags[older].all():
-        return None
-    level = sample.grid.table(older).quantile_s(q)
-    if level is None:
-        return None
-    r_over, r_known = _exceedances(durations[recent], flags[recent], w[recent], level)
-    o_over, o_known = _exceedances(durations[older], flags[older], w[older], level)
-    if r_known == 0 or o_over == 0 or o_over / o_known < min_ratio * r_over / r_known:
-        return None
-    table = [[r_over, r_known - r_over], [o_over, o_known - o_over]]
-    p_value = float(stats.fisher_exact(table, alternative="less").pvalue)
-    return TailRecovery(float(split), level, r_over, r_known, o_over, o_known, p_value, n_recent, n_older)
+    if not splits:
+        return []
+    parts = _Parts.of(sample, splits)
+    times = sample.grid.times_s
+    levels = km_quantiles(times, km_survival_rows(at_risk_of(parts.older_weight), parts.older_died), q)
+    out: list[TailRecovery | None] = []
+    for i, split in enumerate(splits):
+        n_recent, n_older = int(parts.weight[i].sum()), int(parts.older_weight[i].sum())
+        level = float(levels[i])
+        if n_recent < min_samples or n_older < min_samples or parts.older_died[i].sum() == 0 or math.isnan(level):
+            out.append(None)
+            continue
+        at = int(np.searchsorted(times, level))  # the level is one of the distinct durations
+        r_over, r_known = _exceedances(parts.weight[i], parts.died[i], at)
+        o_over, o_known = _exceedances(parts.older_weight[i], parts.older_died[i], at)
+        if r_known == 0 or o_over == 0 or o_over / o_known < min_ratio * r_over / r_known:
+            out.append(None)
+            continue
+        table = [[r_over, r_known - r_over], [o_over, o_known - o_over]]
+        p_value = float(stats.fisher_exact(table, alternative="less").pvalue)
+        out.append(TailRecovery(float(split), level, r_over, r_known, o_over, o_known, p_value, n_recent, n_older))
+    return out
+
+
+def _exceedances(weight: np.ndarray, died: np.ndarray, at: int) -> tuple[int, int]:
+    """``(over, known)`` of one part counted at the distinct durations (``weight`` and ``died``,
+    shape (m,)) at the level ``times_s[at]``: first tokens after it or censoring times at or
+    after it are over, censoring times before it unknown (``_policy_rules.known_over``)."""
+    cut = weight - died
+    over = float(died[at + 1 :].sum()) + float(cut[at:].sum())
+    return int(over), int(weight.sum() - cut[:at].sum())

@@ -3,13 +3,22 @@ weights that behave as repeated samples."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from hedgerow.controller._km import DurationIndex, logrank_z, risk_table
+from hedgerow.controller._km import (
+    DurationIndex,
+    at_risk_of,
+    km_quantiles,
+    km_survival_rows,
+    logrank_rows,
+    logrank_z,
+    risk_table,
+)
 from hedgerow.controller.estimation import estimate_ttft
 
 
@@ -108,23 +117,44 @@ def test_bad_weights_are_named(weights: list[object], message: str) -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_subsets_counted_table_is_its_sorted_table_to_the_bit(seed: int) -> None:
-    """``DurationIndex.table`` of any subset equals ``risk_table`` of that subset, bit for bit,
-    with ties (bucket ends) and whole-number weights (minute counts)."""
+def test_nested_parts_counted_at_once_are_their_sorted_tables_to_the_bit(seed: int) -> None:
+    """``DurationIndex.cumulative`` rows (the drift tests' recent parts at many splits) and the
+    rest of the sample give each part's ``risk_table`` at its own times, its survival and
+    quantiles, and ``logrank_rows`` gives ``logrank_z`` of the two parts, bit for bit, with
+    ties (bucket ends) and whole-number weights (minute counts)."""
     rng = np.random.default_rng(seed)
     n = 400
     durations = np.round(rng.lognormal(-1.0, 0.8, n), 2)  # many ties
     censored = rng.random(n) < 0.2
     weights = rng.integers(1, 9, n).astype(float)
+    group = rng.integers(0, 6, n)  # rows 0..3: entries of group <= row; 4 and 5 in no row
     grid = DurationIndex.of(durations, censored, weights)
-    for mask in (rng.random(n) < 0.3, rng.random(n) < 0.9, np.arange(n) < 5, np.ones(n, dtype=bool)):
-        counted = grid.table(mask)
-        sorted_ = risk_table(durations[mask], censored[mask], weights[mask])
-        assert counted.total == sorted_.total
-        for got, want in [
-            (counted.times_s, sorted_.times_s),
-            (counted.at_risk, sorted_.at_risk),
-            (counted.events, sorted_.events),
-        ]:
-            assert np.array_equal(got, want)
-        assert np.array_equal(counted.survival(), sorted_.survival())
+    weight, died = grid.cumulative(group, 4)
+    total_weight, total_died = grid.totals()
+    events = total_died > 0
+    parts = [(weight, died), (total_weight - weight, total_died - died)]
+    statistics = logrank_rows(
+        at_risk_of(weight)[:, events],
+        at_risk_of(total_weight - weight)[:, events],
+        died[:, events],
+        total_died[events],
+        died.sum(axis=1),
+    )
+    for row in range(4):
+        masks = [group <= row, group > row]
+        tables = []
+        for (w, d), mask in zip(parts, masks, strict=True):
+            sorted_ = risk_table(durations[mask], censored[mask], weights[mask])
+            tables.append(sorted_)
+            present = w[row] > 0
+            assert np.array_equal(grid.times_s[present], sorted_.times_s)
+            assert np.array_equal(at_risk_of(w[row])[present], sorted_.at_risk)
+            assert np.array_equal(d[row][present], sorted_.events)
+            survival = km_survival_rows(at_risk_of(w[row]), d[row])
+            assert np.array_equal(survival[present], sorted_.survival())
+            for q in (0.5, 0.9, 0.99):
+                found = float(km_quantiles(grid.times_s, survival, q))
+                want = sorted_.quantile_s(q)
+                assert (math.isnan(found) and want is None) or found == want
+        z = logrank_z(tables[0], tables[1])
+        assert statistics[row] == z or (math.isnan(z) and math.isnan(statistics[row]))
