@@ -400,12 +400,15 @@ def predicted_quantile_levels(
         # (k, a + 1): per threshold, the denied wants of the kept calls from each one on
         suffix = np.vstack([np.cumsum(sub_denied[::-1], axis=0)[::-1], np.zeros((1, t.shape[0]))]).T
         rows = np.arange(t.shape[0]).reshape(-1, 1)
+        # the kept calls shorter than x, from the number p of all calls shorter than x: those
+        # up to the p-th shortest of all (the kept ones are some of them), one search per call
+        kept_below = np.searchsorted(sub_sorted, np.concatenate(([-np.inf], all_sorted)), side="right")
 
         def share(x: np.ndarray) -> np.ndarray:
             """``d`` at ``x``, shape (k, c) for ``x`` of shape (c,) or (k, c)."""
             x = np.minimum(x, all_sorted[-1])  # beyond the last sample the risk set is empty: the last one's
-            at_risk = all_sorted.size - np.searchsorted(all_sorted, x, side="left")  # >= 1
-            denied_share: np.ndarray = suffix[rows, np.searchsorted(sub_sorted, x, side="left")] / at_risk
+            below = np.searchsorted(all_sorted, x, side="left")
+            denied_share: np.ndarray = suffix[rows, kept_below[below]] / (all_sorted.size - below)  # at risk >= 1
             return denied_share
 
     def survival(x: np.ndarray) -> np.ndarray:
