@@ -185,13 +185,10 @@ def detect_change(
 
 @dataclass(frozen=True, slots=True)
 class _Sample:
-    """The samples both tests cut: ages, durations, censoring flags and weights, shape (n,), and
-    the durations indexed once (each part's risk table is then counted, not sorted)."""
+    """The samples both tests cut: their ages, shape (n,), and their durations, censoring flags
+    and weights indexed once (each part's risk table is then counted, not sorted)."""
 
     age: np.ndarray
-    durations: np.ndarray
-    flags: np.ndarray
-    weights: np.ndarray
     grid: DurationIndex
 
 
@@ -250,7 +247,7 @@ def _checked(
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     if not (math.isfinite(min_ratio) and min_ratio >= 1):
         raise ValueError(f"min_ratio must be a finite number >= 1, got {min_ratio!r}")
-    return _Sample(age, durations, flags, w, DurationIndex.of(durations, flags, w))
+    return _Sample(age, DurationIndex.of(durations, flags, w))
 
 
 def _refine_points(tried: list[float], since_s: float, window_s: float, refine_step_s: float) -> list[float]:
