@@ -161,3 +161,23 @@ def test_tail_recovery_leaves_the_transient_out() -> None:
 def test_tail_recovery_bad_arguments_name_themselves(kwargs: dict[str, float], name: str) -> None:
     with pytest.raises(ValueError, match=name):
         detect_tail_recovery(*transient(12.0), window_s=3600.0, min_samples=50, **kwargs)  # type: ignore[arg-type]
+
+
+def test_tail_split_counts_follow_the_known_over_rule() -> None:
+    """The tail comparison counts each part at the distinct durations (``_exceedances``); it
+    must agree with ``_policy_rules.known_over_counts`` at every level, ties and censoring
+    times equal to the level included."""
+    from hedgerow.controller._policy_drift import _exceedances
+    from hedgerow.controller._policy_rules import known_over_counts
+
+    rng = np.random.default_rng(3)
+    durations = rng.choice(np.arange(0.1, 3.0, 0.1).round(1), 400)  # many ties
+    censored = rng.random(400) < 0.3
+    weights = rng.integers(1, 4, 400).astype(float)
+    times = np.unique(durations)
+    at_time = np.searchsorted(times, durations)
+    weight = np.bincount(at_time, weights=weights, minlength=times.size)
+    died = np.bincount(at_time, weights=weights * ~censored, minlength=times.size)
+    over, known = known_over_counts(durations, censored, times, weights)
+    for at in range(times.size):
+        assert _exceedances(weight, died, at) == (int(over[at]), int(known[at]))
