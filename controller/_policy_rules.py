@@ -500,6 +500,31 @@ def spread_within_buckets(curve: SurvivalCurve, steps: int = SPREAD_STEPS) -> Su
     return SurvivalCurve(sub_times.ravel(), sub_values.ravel(), curve.samples)
 
 
+def spread_steps(curve: SurvivalCurve, steps: int = SPREAD_STEPS) -> SurvivalCurve:
+    """``curve`` with each step spread log-linearly over the interval since the previous step.
+
+    EXPERIMENT
+    """
+    times = curve.times_s
+    if times.size == 0 or steps <= 1:
+        return curve
+    values = curve.values
+    previous_t = np.concatenate(([times[0] / BUCKET_RATIO], times[:-1]))
+    previous_v = np.concatenate(([1.0], values[:-1]))
+    ratio = times / previous_t
+    per_bucket = np.log(ratio) / math.log(BUCKET_RATIO) * steps
+    counts = np.maximum(1, np.ceil(per_bucket - 1e-6)).astype(np.int64)
+    owner = np.repeat(np.arange(times.size), counts)
+    starts = np.cumsum(counts) - counts
+    j = np.arange(owner.size) - starts[owner] + 1
+    fraction = j / counts[owner]
+    sub_times = previous_t[owner] * ratio[owner] ** fraction
+    sub_values = previous_v[owner] + (values - previous_v)[owner] * fraction
+    last = j == counts[owner]
+    sub_times[last] = times[owner[last]]
+    return SurvivalCurve(sub_times, sub_values, curve.samples)
+
+
 def objective(p: Proposal, x: Inputs) -> Proposal:
     """Rule 3: minimise the predicted tail subject to the budget bound; leave censored regions."""
     if p.settled:
@@ -518,8 +543,8 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
         return p.with_value(x.base, ("censored_hold",), "censored", censored=censored)
     assert curve is not None  # a target exists only where a first token was seen
     measured = curve.survival_curve()  # the hedge rates read off it; the predictions spread it
-    primary = spread_within_buckets(measured)
-    backup = None if x.observation.backup_curve is None else spread_within_buckets(x.observation.backup_curve)
+    primary = spread_steps(measured)
+    backup = None if x.observation.backup_curve is None else spread_steps(x.observation.backup_curve)
     g = backup if backup is not None else primary
     low = max(target, x.config.min_hedge_after_s)
     top = max(x.config.max_hedge_after_s, low)
