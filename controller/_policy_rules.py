@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 
 from hedgerow.controller.hedge_model import (
     BucketReplay,
@@ -525,6 +525,34 @@ def spread_steps(curve: SurvivalCurve, steps: int = SPREAD_STEPS) -> SurvivalCur
     return SurvivalCurve(sub_times, sub_values, curve.samples)
 
 
+@functools.lru_cache(maxsize=64)  # pure in its scalar
+def window_scan_ratio(confidence: float) -> float:
+    """``z_scan / z``: how much wider a bound must be to hold over one window's looks, > 1.
+
+    EXPERIMENT
+    """
+    alpha = (1.0 - confidence) / 2.0
+    z = float(stats.norm.isf(alpha))
+    scan = optimize.brentq(lambda u: stats.norm.sf(u) + u * stats.norm.pdf(u) - alpha, z, z + 10.0)
+    return float(scan) / z
+
+
+def looks_target(curve: KMCurve, budget: float, confidence: float) -> float | None:
+    """The first first-token time whose window-looks upper bound on ``S`` is ``<= budget``.
+
+    EXPERIMENT
+    """
+    survival, upper = curve.survival, curve.upper
+    inside = (survival > 0.0) & (survival < 1.0) & np.isfinite(upper) & (upper < 1.0) & (upper > 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_s = np.log(-np.log(np.where(inside, survival, 0.5)))
+        log_u = np.log(-np.log(np.where(inside, upper, 0.5)))
+        wide = np.exp(-np.exp(log_s - window_scan_ratio(confidence) * (log_s - log_u)))
+    bound = np.where(inside, wide, np.where(survival <= 0.0, np.where(np.isfinite(upper), upper, 1.0), 1.0))
+    ok = np.flatnonzero(curve.event & (bound <= budget + 1e-12))
+    return float(curve.times_s[ok[0]]) if ok.size else None
+
+
 def objective(p: Proposal, x: Inputs) -> Proposal:
     """Rule 3: minimise the predicted tail subject to the budget bound; leave censored regions."""
     if p.settled:
@@ -583,6 +611,7 @@ def objective(p: Proposal, x: Inputs) -> Proposal:
             "quantile": q,
             "budget_target_s": target,
             "budget_quantile_s": _primary_quantile(curve, 1.0 - budget),
+            "looks_target_s": looks_target(curve, budget, x.knobs.confidence),
             "search_low_s": low,
             "search_top_s": top,
             "bucket_limited": choice.bucket_limited,
@@ -781,6 +810,12 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
         )
     ):
         return hold  # the current value meets the budget and is as good as the proposal
+    if p.value < base and p.binding in ("budget", "tail", "cost") and objective_details is not None:
+        looks = objective_details["looks_target_s"]
+        if looks is None or looks >= base:
+            return hold
+        if p.value < looks:
+            p = p.with_value(looks, (*p.codes, "step_down_limited"), "step_down")
     if abs(p.value - base) / base < x.knobs.hysteresis and p.binding not in ("evidence",):
         return hold
     floor = base * (1.0 - x.knobs.max_step_down)
