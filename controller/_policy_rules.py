@@ -715,7 +715,7 @@ def _tail_not_shown_worse(p: Proposal, x: Inputs) -> bool:
     od = p.details["objective"]
     current = od["predicted_tail_at_current_by_level_s"]
     chosen = od["predicted_tail_at_chosen_by_level_s"]
-    allowed = _remaining_tolerance(od, x.knobs.p99_tolerance)
+    allowed = 1.0 + x.knobs.p99_tolerance
     for cur, new in zip(current, chosen, strict=True):
         if new is None:
             return True  # the proposal's tail is unidentified there: nothing shows the current worse
