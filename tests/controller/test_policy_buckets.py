@@ -1,11 +1,11 @@
-"""The objective's predictions on minute aggregates: steps spread over their histogram buckets."""
+"""The objective's predictions: KM steps spread over their buckets (minute aggregates) and gaps (sparse samples)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hedgerow.controller._policy_rules import spread_within_buckets
+from hedgerow.controller._policy_rules import spread_steps
 from hedgerow.controller.hedge_model import SurvivalCurve, km_survival, predicted_quantiles
 from hedgerow.controller.ttft_histogram import BUCKET_ENDS_S as ENDS
 from hedgerow.controller.ttft_histogram import BUCKET_RATIO, bucket_indices
@@ -16,16 +16,31 @@ def test_a_step_at_a_bucket_end_is_spread_over_its_bucket() -> None:
     # steps of 0.0625, log-spaced over (0.5012 / 1.047, 0.5012]; S(0.49 s) is 0.75, not 1
     end = float(ENDS[bucket_indices(np.array([0.5]))[0]])
     assert end == pytest.approx(0.50119, abs=1e-5)
-    spread = spread_within_buckets(SurvivalCurve(np.array([end]), np.array([0.5]), 10))
+    spread = spread_steps(SurvivalCurve(np.array([end]), np.array([0.5]), 10))
     assert spread.times_s.size == 8 and spread.times_s[-1] == end
     assert spread.times_s[0] == pytest.approx(end / BUCKET_RATIO * BUCKET_RATIO ** (1 / 8))
     assert np.allclose(np.diff(spread.values), -0.0625)
     assert float(spread(0.49)) == 0.75 and float(spread(end)) == 0.5 and float(spread(0.47)) == 1.0
 
 
-def test_a_curve_of_raw_durations_is_kept_as_is() -> None:
-    curve = SurvivalCurve(np.array([0.5, ENDS[170]]), np.array([0.6, 0.2]), 10)  # 0.5 s is no bucket end
-    assert spread_within_buckets(curve) is curve
+def test_a_dense_body_keeps_its_steps() -> None:
+    # raw calls 0.1% apart: one sub-step each (8 * ln 1.001 / ln 1.047 = 0.17, rounded up);
+    # only the first step is spread over the bucket width below it
+    times = 0.5 * 1.001 ** np.arange(50)
+    curve = SurvivalCurve(times, np.linspace(0.98, 0.0, 50), 50)
+    spread = spread_steps(curve)
+    assert spread.times_s.size == 8 + 49
+    assert np.array_equal(spread.times_s[8:], times[1:]) and np.array_equal(spread.values[8:], curve.values[1:])
+
+
+def test_a_gap_between_sparse_steps_is_interpolated_log_linearly() -> None:
+    # the docstring's worked number: steps at 1.0 s (to 0.8) and 2.0 s (to 0.4); the second
+    # becomes ceil(8 ln 2 / ln 1.047) = 121 sub-steps over (1.0, 2.0], so S(1.414 s) = 0.6017
+    spread = spread_steps(SurvivalCurve(np.array([1.0, 2.0]), np.array([0.8, 0.4]), 10))
+    assert spread.times_s.size == 8 + 121 and spread.times_s[-1] == 2.0
+    assert float(spread(1.414)) == pytest.approx(0.8 - 0.4 * 60 / 121, abs=1e-12)
+    assert float(spread(1.0)) == pytest.approx(0.8) and float(spread(2.0)) == pytest.approx(0.4)
+    assert float(spread(0.99)) < 1.0  # the first step is spread over one bucket width below it
 
 
 def test_predicted_tails_on_the_buckets_come_within_a_percent_of_the_calls() -> None:
@@ -41,6 +56,6 @@ def test_predicted_tails_on_the_buckets_come_within_a_percent_of_the_calls() -> 
     s_b = km_survival(ENDS[bucket_indices(primary)], flags)
     g_b = km_survival(ENDS[bucket_indices(backup)], flags)
     stepped = predicted_quantiles(s_b, g_b, thresholds)
-    spread = predicted_quantiles(spread_within_buckets(s_b), spread_within_buckets(g_b), thresholds)
+    spread = predicted_quantiles(spread_steps(s_b), spread_steps(g_b), thresholds)
     assert np.max(np.abs(stepped / raw - 1)) > 0.04
     assert np.max(np.abs(spread / raw - 1)) < 0.01
