@@ -829,7 +829,8 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
         return hold
     floor = base * (1.0 - x.knobs.max_step_down)
     if p.value < floor and not above_search:
-        return p.with_value(floor, (*p.codes, "step_down_limited"), "step_down")
+        codes = p.codes if "step_down_limited" in p.codes else (*p.codes, "step_down_limited")
+        return p.with_value(floor, codes, "step_down")
     return p
 
 
