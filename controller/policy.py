@@ -73,14 +73,13 @@ published), in this order:
    coarser than the 2 % tolerance: the tie-break and the bucket-limited test below saw ties
    that the calls do not show. The predictions (not the budget target) therefore spread each
    step over its bucket (on 20,000 lognormal calls the predicted P99 comes within 0.8 % of
-   the raw calls' instead of 4.5 %). **Sparse steps.** The same holds between sparse samples
-   on either path (the backup's curve rests on a few dozen to a few hundred hedges): the
-   predicted P99 stays flat over thresholds several percent apart and the cost tie-break runs
-   to the far end of the plateau. The predictions therefore spread every step log-linearly
-   over the interval since the previous step (``_policy_rules.spread_steps``: 8 sub-steps per
-   bucket width, so within a bucket on minute aggregates, across a gap between sparse
-   samples, none in a dense body). Scenario regret median (seeds 0-2) 1.046 -> 1.037 per
-   call, 1.055 -> 1.048 on minutes (with rule 5's window-looks limit). On
+   the raw calls' instead of 4.5 %). **Sparse buckets.** The same holds across empty buckets
+   between occupied ones (the backup's curve rests on a few dozen to a few hundred hedges):
+   the predicted P99 stays flat over thresholds several percent apart and the cost tie-break
+   runs to the far end of the plateau. Each step is therefore spread over the interval since
+   the previous step, within its bucket or across a gap (``_policy_rules.spread_steps``);
+   scenario regret median on minutes (seeds 0-2) 1.055 -> 1.048 (with rule 5's window-looks
+   limit). Curves of raw calls are used as they are. On
    ``bench/controller_eval.py --minutes`` (Azure trace, seeds 0-2) the search on the buckets
    no longer cost-ties to 0.76 s at the start of the slowdown's queue where the calls show
    it bucket-limited at 0.49 s; adaptive P99 1.645 s -> 1.545 s (best fixed 1.420 s);

@@ -23,24 +23,22 @@ def test_a_step_at_a_bucket_end_is_spread_over_its_bucket() -> None:
     assert float(spread(0.49)) == 0.75 and float(spread(end)) == 0.5 and float(spread(0.47)) == 1.0
 
 
-def test_a_dense_body_keeps_its_steps() -> None:
-    # raw calls 0.1% apart: one sub-step each (8 * ln 1.001 / ln 1.047 = 0.17, rounded up);
-    # only the first step is spread over the bucket width below it
-    times = 0.5 * 1.001 ** np.arange(50)
-    curve = SurvivalCurve(times, np.linspace(0.98, 0.0, 50), 50)
-    spread = spread_steps(curve)
-    assert spread.times_s.size == 8 + 49
-    assert np.array_equal(spread.times_s[8:], times[1:]) and np.array_equal(spread.values[8:], curve.values[1:])
+def test_a_curve_of_raw_durations_is_kept_as_is() -> None:
+    curve = SurvivalCurve(np.array([0.5, ENDS[170]]), np.array([0.6, 0.2]), 10)  # 0.5 s is no bucket end
+    assert spread_steps(curve) is curve
 
 
-def test_a_gap_between_sparse_steps_is_interpolated_log_linearly() -> None:
-    # the docstring's worked number: steps at 1.0 s (to 0.8) and 2.0 s (to 0.4); the second
-    # becomes ceil(8 ln 2 / ln 1.047) = 121 sub-steps over (1.0, 2.0], so S(1.414 s) = 0.6017
-    spread = spread_steps(SurvivalCurve(np.array([1.0, 2.0]), np.array([0.8, 0.4]), 10))
-    assert spread.times_s.size == 8 + 121 and spread.times_s[-1] == 2.0
-    assert float(spread(1.414)) == pytest.approx(0.8 - 0.4 * 60 / 121, abs=1e-12)
-    assert float(spread(1.0)) == pytest.approx(0.8) and float(spread(2.0)) == pytest.approx(0.4)
-    assert float(spread(0.99)) < 1.0  # the first step is spread over one bucket width below it
+def test_a_gap_between_occupied_buckets_is_interpolated_log_linearly() -> None:
+    # the docstring's worked number: steps at the 1.0 s end (to 0.8) and the 1.9953 s end 15
+    # buckets up (to 0.4); the second becomes 15 * 8 = 120 sub-steps over (1.0, 1.9953], so
+    # S(1.413 s) = 0.6 (read at bucket ends, or spread only within the buckets: 0.8)
+    low, high = float(ENDS[150]), float(ENDS[165])
+    assert (low, round(high, 4)) == (1.0, 1.9953)
+    spread = spread_steps(SurvivalCurve(np.array([low, high]), np.array([0.8, 0.4]), 10))
+    assert spread.times_s.size == 8 + 120 and spread.times_s[-1] == high
+    assert float(spread(1.413)) == pytest.approx(0.6, abs=1e-12)
+    assert float(spread(low)) == pytest.approx(0.8) and float(spread(high)) == pytest.approx(0.4)
+    assert float(spread(0.99)) < 1.0  # the first step is spread over its own bucket
 
 
 def test_predicted_tails_on_the_buckets_come_within_a_percent_of_the_calls() -> None:
