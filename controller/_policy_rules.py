@@ -795,7 +795,7 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
     call) followed the target from 14.14 s to 13.34 s at 98 minutes (true rate 0.103; the
     window read 0.088 there, 2.9 standard errors low) and stayed 9 ticks, until the one-sided
     bound crossed the budget; few_calls seed 1 (minutes, with :func:`spread_steps`) 7 ticks at
-    3.59 s (0.1004). With the limit: 0 and 0, worst true rates 0.0989 and 0.065. The price is
+    3.59 s (0.1004). With the limit: 0 and 0, worst true rates 0.0952 and 0.0646. The price is
     a higher value where the tail is lowest at the budget's edge: regret few_calls seed 0 1.343
     -> 1.442 per call, heavy_tail_budget seed 1 1.074 -> 1.090.
     Neither the holds nor the step-down limits apply while a detected change is *fresh* (it

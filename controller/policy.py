@@ -150,7 +150,8 @@ published), in this order:
    window): the value then belongs to the old regime.
    Why the kept value's bound is one-sided (``bench/controller_eval.py --suite scenarios``,
    seeds 0-5): it lets a value whose true rate sits just above the budget stay until its
-   one-sided bound crosses it (heavy_tail_budget seed 1: 9 of 180 ticks at a true 0.103). A
+   one-sided bound crosses it (heavy_tail_budget seed 1: 9 of 180 ticks at a true 0.103, until
+   the window-looks limit below kept the value from entering there). A
    hold on the two-sided bound removed those 9 ticks but moved small_windows more often
    (changes per hour at steady state 1.5, 1.5, 0.5, 1.5, 5.0, 2.0 against 2.0, 0.5, 0.5,
    1.0, 1.0, 1.0; seed 4 over the limit of 2) and raised the regret in 10 of those 12 runs of
