@@ -472,8 +472,10 @@ def spread_steps(curve: SurvivalCurve, steps: int = SPREAD_STEPS) -> SurvivalCur
     threshold plus one of ``G``) then stays flat over thresholds several percent apart and
     jumps, and the objective's cost tie-break (the largest threshold within ``p99_tolerance``,
     2%, of the lowest predicted tail) runs to the far end of such a plateau: a tie of the
-    estimate, not of the distribution. Example (``bench/controller_eval.py --suite scenarios
-    --minutes``, slowdown_2x_and_back seed 0, minute 8, 36 backup samples): with each step
+    estimate, not of the distribution (the bucket-limited test, the budget target's predicted
+    tail more than the tolerance above the lowest, reads the same jumps). Example
+    (``bench/controller_eval.py --suite scenarios --minutes``, slowdown_2x_and_back seed 0,
+    minute 8, 36 backup samples): with each step
     spread only within its bucket the predicted P99 was 1.7478 s from 1.25 to 1.39 s, where
     the true P99 rises from 1.7594 to 1.8167 s; the tick chose 1.3176 s (true P99 4.2% above
     the best within budget) and kept it 33 minutes. Each step's drop is therefore spread evenly
