@@ -483,8 +483,10 @@ def spread_steps(curve: SurvivalCurve, steps: int = SPREAD_STEPS) -> SurvivalCur
     first step over its own bucket, ``(t / BUCKET_RATIO, t]``), ``steps`` per bucket width of
     the interval: within its bucket when the bucket below is occupied (the durations
     log-uniform within it), across the empty buckets of a gap otherwise. The curve keeps its
-    value at every bucket end it stepped at. A curve with any step off the bucket ends (raw
-    calls, ``bench/controller_eval.py`` without ``--minutes``) is returned as is: spreading the
+    value at every bucket end it stepped at (the first bucket's end, ``MIN_S``, is one: a
+    window with a TTFT of 1 ms or less was left unspread before). A curve with any step off the
+    bucket ends (raw calls, ``bench/controller_eval.py`` without ``--minutes``) is returned as
+    is: spreading the
     sparse steps of raw calls too met the same scenario targets but made the Azure replay per
     call worse (adaptive P99 1.543 s -> 1.637 s, seeds 0-2, best fixed 1.420 s), so it is left
     out. The budget target and the binomial tests read the measured curve (each duration at
@@ -507,9 +509,10 @@ def spread_steps(curve: SurvivalCurve, steps: int = SPREAD_STEPS) -> SurvivalCur
     times = curve.times_s
     if times.size == 0 or steps <= 1:
         return curve
-    k = np.rint(np.log10(times / MIN_S) * BUCKETS_PER_DECADE)  # the nearest log bucket's index
-    log_bucket = (k >= 1) & (k <= N_LOG_BUCKETS)
-    on_ends = log_bucket & np.isclose(times, BUCKET_ENDS_S[np.where(log_bucket, k, 1).astype(np.int64)], rtol=1e-9)
+    # the nearest bucket end's index (0: the first bucket, durations up to MIN_S, ends at MIN_S)
+    k = np.rint(np.log10(times / MIN_S) * BUCKETS_PER_DECADE)
+    known = (k >= 0) & (k <= N_LOG_BUCKETS)
+    on_ends = known & np.isclose(times, BUCKET_ENDS_S[np.where(known, k, 0).astype(np.int64)], rtol=1e-9)
     if not on_ends.all():
         return curve  # raw durations: kept as they are (see the docstring)
     values = curve.values

@@ -28,6 +28,15 @@ def test_a_curve_of_raw_durations_is_kept_as_is() -> None:
     assert spread_steps(curve) is curve
 
 
+def test_a_curve_with_a_duration_in_the_first_bucket_is_spread_too() -> None:
+    # the first bucket (durations up to 1 ms) ends at MIN_S; it used to fail the bucket-end
+    # check, so one sub-millisecond TTFT left the whole window's curve unspread
+    assert float(ENDS[0]) == 0.001
+    curve = SurvivalCurve(np.array([float(ENDS[0]), float(ENDS[170])]), np.array([0.9, 0.2]), 10)
+    spread = spread_steps(curve)
+    assert spread is not curve and spread.times_s[-1] == float(ENDS[170])
+
+
 def test_a_gap_between_occupied_buckets_is_interpolated_log_linearly() -> None:
     # the docstring's worked number: steps at the 1.0 s end (to 0.8) and the 1.9953 s end 15
     # buckets up (to 0.4); the second becomes 15 * 8 = 120 sub-steps over (1.0, 1.9953], so
