@@ -66,8 +66,10 @@ objective's 50. Ticks over budget on seeds 0-5: 0 each, on both paths. The price
 wait without hedging: regret 1.343, 1.305, 1.344, 1.293, 1.378, 1.290 on seeds 0-5 (per call)
 against 1.338, 1.223, 1.291, 1.293, 1.305, 1.254 with each look at 95%. ``cold_ticks_over_budget``
 counts the cold period alone; the first phase's ``ticks_over_budget`` (the eval's "cold start"
-target) also counts later ticks, e.g. heavy_tail_budget seed 1's 9 at a true rate of 0.103
-(``policy`` module docstring, rule 5).
+target) also counts later ticks, e.g. heavy_tail_budget seed 1's 9 at a true rate of 0.103,
+where the value followed the budget target into a dip of the sliding window (2.9 standard
+errors) at 98 minutes; rule 5's window-looks limit (``policy`` module docstring) removed them
+(0 on seeds 0-5, both paths).
 """
 
 from __future__ import annotations

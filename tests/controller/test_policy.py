@@ -20,12 +20,14 @@ from hedgerow.controller._policy_rules import (
     cold_start_confidence,
     known_over,
     least_accepted_value,
+    looks_target,
     lowest_supported_value,
     quantile_level_band,
     supported_value,
+    window_scan_ratio,
 )
 from hedgerow.controller._policy_window import WindowRecords, observe_window
-from hedgerow.controller.estimation import TTFTEstimate
+from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
 from hedgerow.controller.policy import (
     REASON_CODES,
     Decision,
@@ -507,6 +509,26 @@ def test_hedges_below_the_value_under_test_are_no_evidence_against_it() -> None:
 # --- rules 5-7: stability, clamp, drift note -------------------------------------------------
 
 
+def test_window_looks_bound_worked_numbers() -> None:
+    """``window_scan_ratio`` and ``looks_target`` docstrings: z_scan solves Phi_bar(z) + z phi(z)
+    = 0.025 (2.795 at 95%, 1.426 times 1.960); 900 samples at 1.0 s, 20 at 2.5 s, 80 at 5.0 s:
+    the budget target is 2.5 s (bound 0.0979) but the window-looks bound there is 0.1061, so
+    a decrease goes no lower than 5.0 s."""
+    ratio = window_scan_ratio(0.95)
+    z = stats.norm.isf(0.025)
+    assert ratio * z == pytest.approx(2.795, abs=5e-4) and ratio == pytest.approx(1.4263, abs=1e-4)
+    assert stats.norm.sf(ratio * z) + ratio * z * stats.norm.pdf(ratio * z) == pytest.approx(0.025)
+    estimate = estimate_ttft([1.0] * 900 + [2.5] * 20 + [5.0] * 80, [False] * 1000, budget=0.10)
+    assert estimate.curve is not None and estimate.target_s == 2.5
+    assert float(estimate.curve.upper_at(2.5)) == pytest.approx(0.0979, abs=1e-4)
+    s, u = 0.08, float(estimate.curve.upper_at(2.5))
+    wide = np.exp(-np.exp(np.log(-np.log(s)) - ratio * (np.log(-np.log(s)) - np.log(-np.log(u)))))
+    assert wide == pytest.approx(0.1061, abs=1e-4)
+    assert looks_target(estimate.curve, 0.10, 0.95) == 5.0
+    # a 5% budget: no first-token time qualifies but the last (S = 0)
+    assert looks_target(estimate.curve, 0.05, 0.95) == 5.0
+
+
 def test_a_value_as_good_as_the_proposal_is_held() -> None:
     primary = lognormal(5000, 0.6, 0.5, 13)
     obs = observe(hedged_at(primary, lognormal(5000, 0.6, 0.5, 14), 1.2))
@@ -570,7 +592,9 @@ def test_a_value_above_the_search_range_is_not_held() -> None:
     # at the P99 itself the proposal's predicted tail beats 30 s's (the primary's own) by > 2%
     assert obj["predicted_tail_at_current_s"] > (1 + KNOBS.p99_tolerance) * obj["predicted_tail_at_chosen_s"]
     assert codes(d)[0] != "hysteresis_hold" and d.applied
-    assert d.hedge_after_s == pytest.approx(obj["chosen_s"], abs=1e-4)
+    # left in one step, but no lower than the window-looks bound (rule 5): 7.10 s, not 6.42 s
+    assert obj["looks_target_s"] > obj["chosen_s"] and d.details["binding"] == "looks"
+    assert d.hedge_after_s == pytest.approx(obj["looks_target_s"], abs=1e-4)
 
 
 def test_new_values_are_published_at_a_tenth_of_a_millisecond() -> None:
@@ -733,10 +757,10 @@ def test_a_decrease_within_the_targets_noise_is_held() -> None:
     obs = observe(hedged_at(lognormal(300, 1.0, 1.0, 41), lognormal(300, 1.0, 1.0, 42), 5.0))
     target = obs.estimate.target_s if obs.estimate else None
     assert target == pytest.approx(3.921, abs=1e-3)
-    kept = decide(CONFIG, target + 0.4, obs, KNOBS)
+    kept = decide(CONFIG, target + 0.5, obs, KNOBS)
     obj = kept.details["objective"]
     assert obj["budget_quantile_s"] == pytest.approx(3.419, abs=1e-3)
-    assert codes(kept)[0] == "hysteresis_hold" and kept.hedge_after_s == target + 0.4
+    assert codes(kept)[0] == "hysteresis_hold" and kept.hedge_after_s == target + 0.5
     assert all(
         cur > (1 + KNOBS.p99_tolerance) * new
         for cur, new in zip(
@@ -744,7 +768,9 @@ def test_a_decrease_within_the_targets_noise_is_held() -> None:
         )
     )
     left = decide(CONFIG, target + 0.6, obs, KNOBS)
-    assert codes(left)[0] == "cost_tie" and left.hedge_after_s < target + 0.1
+    looks = left.details["objective"]["looks_target_s"]
+    assert codes(left)[0] == "cost_tie" and left.hedge_after_s == pytest.approx(looks, abs=1e-4)
+    assert looks < target + 0.3
 
 
 def test_a_kept_value_needs_the_one_sided_bound_a_new_one_the_two_sided() -> None:
