@@ -35,8 +35,14 @@ REASON_MEANINGS: dict[str, str] = {
     "cost_tie": "the objective's value: the fewest hedges whose predicted tail is within the tolerance of the lowest",
     "replay_hold": "the objective would raise on a bucket-limited prediction, which favours raises: held",
     "raise_over_budget": "the last minutes show the value over budget (binomial bound): raised",
-    "hysteresis_hold": "the value is within the budget and the data do not show a better one: held",
-    "step_down_limited": "(modifier) a decrease was cut to the largest step allowed per tick",
+    "hysteresis_hold": (
+        "the value is within the budget and the data do not show a better one, or none lower that stays within"
+        " the budget over the tick's repeated looks at its window: held"
+    ),
+    "step_down_limited": (
+        "(modifier) a decrease was cut to the largest step allowed per tick (details.binding step_down), or to the"
+        " lowest value that stays within the budget over the tick's repeated looks at its window (binding looks)"
+    ),
     "clamped_min": "(modifier) the value is at the route's min_hedge_after_s",
     "clamped_max": "(modifier) the value is at the route's max_hedge_after_s (at that bound hedging is in effect off)",
     "drift_window": "(modifier) the window was shrunk to the data since a detected change of the primary's TTFT",
