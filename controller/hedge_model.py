@@ -154,7 +154,8 @@ class SurvivalCurve:
         object.__setattr__(self, "_levels", np.concatenate(([1.0], values)))
 
     def __call__(self, x_s: np.ndarray | float) -> np.ndarray:
-        """Evaluate ``S`` at ``x_s`` (seconds, any shape); returns an array of that shape."""
+        """Evaluate ``S`` at ``x_s`` (seconds, any shape); returns an array of that shape (a numpy
+        scalar for a scalar ``x_s``)."""
         levels: np.ndarray = self._levels[np.searchsorted(self.times_s, np.asarray(x_s, dtype=float), side="right")]
         return levels
 
