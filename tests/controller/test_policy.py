@@ -529,6 +529,27 @@ def test_window_looks_bound_worked_numbers() -> None:
     assert looks_target(estimate.curve, 0.05, 0.95) == 5.0
 
 
+def test_a_decrease_is_held_while_the_window_looks_bound_is_at_or_above_the_current_value() -> None:
+    """1,000 TTFTs: 90% near 1.0 s, 2.5% near 2.5 s, 7.5% near 5.0 s, none hedged (at 6.0 s).
+    The objective chooses 2.63 s (the budget target 2.58 s), but the window-looks bound
+    (``looks_target``) is 4.83 s: a current 4.5 s is held (binding ``looks``), and a current
+    5.5 s comes down to 4.83 s, not to 2.63 s."""
+    rng = np.random.default_rng(5)
+    n = 1000
+    fast, fast_s = rng.random(n) < 0.9, rng.uniform(0.9, 1.1, n)
+    slow_s = np.where(rng.random(n) < 0.25, rng.uniform(2.4, 2.6, n), rng.uniform(4.8, 5.2, n))
+    primary = np.where(fast, fast_s, slow_s)
+    obs = observe(hedged_at(primary, lognormal(n, 0.3, 0.5, 7), 6.0))
+    held = decide(CONFIG, 4.5, obs, KNOBS)
+    obj = held.details["objective"]
+    assert obj["chosen_s"] == pytest.approx(2.633, abs=1e-3)
+    assert obj["looks_target_s"] == pytest.approx(4.829, abs=1e-3)
+    assert codes(held) == ["hysteresis_hold"] and held.hedge_after_s == 4.5 and held.details["binding"] == "looks"
+    cut = decide(CONFIG, 5.5, obs, KNOBS)
+    assert codes(cut) == ["cost_tie", "step_down_limited"] and cut.details["binding"] == "looks"
+    assert cut.hedge_after_s == pytest.approx(obj["looks_target_s"], abs=1e-4)
+
+
 def test_a_value_as_good_as_the_proposal_is_held() -> None:
     primary = lognormal(5000, 0.6, 0.5, 13)
     obs = observe(hedged_at(primary, lognormal(5000, 0.6, 0.5, 14), 1.2))
