@@ -200,12 +200,14 @@ class _Parts:
     Attributes:
         weight / died: the recent part's weight and first-token weight, shape (p, m).
         older_weight / older_died: the older part's, shape (p, m).
+        total_died: the whole sample's first-token weight, shape (m,).
     """
 
     weight: np.ndarray
     died: np.ndarray
     older_weight: np.ndarray
     older_died: np.ndarray
+    total_died: np.ndarray
 
     @classmethod
     def of(cls, sample: _Sample, splits: list[float]) -> _Parts:
@@ -218,7 +220,7 @@ class _Parts:
         total_weight, total_died = sample.grid.totals()
         back = np.argsort(order)  # the rows in the order of ``splits``
         weight, died = weight[back], died[back]
-        return cls(weight, died, total_weight - weight, total_died - died)
+        return cls(weight, died, total_weight - weight, total_died - died, total_died)
 
 
 def _checked(
@@ -272,8 +274,7 @@ def _changes(sample: _Sample, splits: list[float], min_samples: int) -> list[Cha
     if not splits:
         return []
     parts = _Parts.of(sample, splits)
-    grid = sample.grid
-    _, total_died = grid.totals()
+    grid, total_died = sample.grid, parts.total_died
     events = total_died > 0  # the pooled sample's first-token times
     at_risk, older_at_risk = at_risk_of(parts.weight), at_risk_of(parts.older_weight)
     statistics = logrank_rows(
@@ -296,10 +297,8 @@ def _changes(sample: _Sample, splits: list[float], min_samples: int) -> list[Cha
         statistic = statistics[i]
         p_value = float(2.0 * special.ndtr(-abs(statistic)))
         median_recent, median_older = float(m_recent[i]), float(m_older[i])
-        if not math.isfinite(p_value) or math.isnan(median_recent) or math.isnan(median_older):
-            out.append(None)
-            continue
-        if min(median_recent, median_older) <= 0:
+        # a NaN median (none reached) fails ``> 0`` as a median of 0 does
+        if not math.isfinite(p_value) or not (median_recent > 0 and median_older > 0):
             out.append(None)
             continue
         out.append(Change(float(split), abs(statistic), p_value, median_recent / median_older, recent_n, older_n))

@@ -422,9 +422,9 @@ def predicted_quantile_levels(
         return primary(x) * np.where(x >= t, hedged, 1.0)
 
     # S's step times are candidates for every threshold alike: S and the risk sets are searched
-    # once for them, not once per threshold; the element-wise arithmetic is the same
-    # a backup step b with t_min + b >= x_max puts every threshold's candidate at x_max, a candidate of
-    # S's block already (x_max is in s_times when finite): only the steps before it are evaluated
+    # once for them, not once per threshold; the element-wise arithmetic is the same.
+    # A backup step b with t_min + b >= x_max puts every threshold's candidate at x_max, one of
+    # S's block already (x_max is in s_times when finite): only the steps before it are evaluated.
     g_steps = backup.times_s if math.isinf(x_max) else backup.times_s[t_min + backup.times_s < x_max]
     g_times = np.minimum(t + g_steps, x_max)  # (k, g)
     blocks = [(s_times, survival(s_times)), (g_times, survival(g_times))]
