@@ -575,7 +575,7 @@ def looks_target(curve: KMCurve, budget: float, confidence: float) -> float | No
         log_s = np.log(-np.log(np.where(inside, survival, 0.5)))
         log_u = np.log(-np.log(np.where(inside, upper, 0.5)))
         wide = np.exp(-np.exp(log_s - window_scan_ratio(confidence) * (log_s - log_u)))
-    bound = np.where(inside, wide, np.where(survival <= 0.0, np.where(np.isfinite(upper), upper, 1.0), 1.0))
+    bound = np.where(inside, wide, np.where((survival <= 0.0) & np.isfinite(upper), upper, 1.0))
     ok = np.flatnonzero(curve.event & (bound <= budget + 1e-12))
     return float(curve.times_s[ok[0]]) if ok.size else None
 
