@@ -20,6 +20,21 @@ Rules for shapes that vary between servers (each a case of ``tests/client/stream
 * With ``n > 1`` each chunk names its choice by ``index``; ``ChunkKind.finished`` lists the
   indices that finished in the chunk, and the answer is complete only when every one of the
   ``n`` choices has finished (``hedgerow.client.hedging``). ``AnswerAssembler`` assembles choice 0.
+* A ``tool_calls`` list is a token only when one of its items is a real fragment: an object with
+  a non-empty ``id``, or a ``function`` with a non-empty ``name`` or ``arguments``. A list of
+  ``null`` items, of empty objects or of objects carrying only an ``index`` or provider metadata
+  (Gemini's ``extra_content``) is not.
+* When one delta carries non-empty text in both ``reasoning_content`` and ``reasoning`` (routers
+  that mirror one field into the other), equal texts are assembled once; different texts are
+  both kept, ``reasoning_content`` first.
+* Tool-call fragments are joined into calls by ``index``, repaired for servers that get it
+  wrong: a fragment continues the call last seen at its ``index`` (without an integer ``index``,
+  as Gemini sends them: the latest call), unless it carries an ``id`` other than that call's own,
+  which starts a new call (several calls all sent at index 0); a fragment with no call to
+  continue starts one. Indices need not start at 0 or be contiguous. Calls are listed in the
+  order their first fragment arrived. Fields of a fragment other than ``index``, ``id``, ``type`` and
+  ``function`` (``extra_content.google.thought_signature``, which Gemini needs back on the next
+  turn) are kept on the call as received, a later fragment's value replacing an earlier one.
 """
 
 from __future__ import annotations
@@ -27,9 +42,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AnswerAssembler", "ChunkKind", "cached_prompt_tokens", "classify_chunk"]
+__all__ = [
+    "AnswerAssembler",
+    "ChunkKind",
+    "cached_prompt_tokens",
+    "classify_chunk",
+    "real_tool_fragment",
+    "reasoning_texts",
+]
 
 _REASONING_FIELDS = ("reasoning_content", "reasoning")
+#: Keys of a tool-call fragment that the assembler joins; any other key is kept as received.
+_TOOL_CALL_KEYS = frozenset({"index", "id", "type", "function"})
 
 
 def cached_prompt_tokens(usage: dict[str, Any]) -> int | None:
@@ -75,6 +99,43 @@ _ANSWER_TOKEN = ChunkKind(True, True, None, None)
 
 def _nonempty_text(value: Any) -> bool:
     return isinstance(value, str) and value != ""
+
+
+def real_tool_fragment(fragment: Any) -> bool:
+    """Whether one item of a ``delta.tool_calls`` list carries generated output.
+
+    Args:
+        fragment: the item as parsed (any JSON value).
+
+    Returns:
+        True for an object with a non-empty string ``id``, or whose ``function`` object has a
+        non-empty string ``name`` or ``arguments``; False for ``null``, non-objects, and objects
+        carrying only an ``index``, a ``type`` or provider metadata.
+    """
+    if not isinstance(fragment, dict):
+        return False
+    if _nonempty_text(fragment.get("id")):
+        return True
+    function = fragment.get("function")
+    return isinstance(function, dict) and (
+        _nonempty_text(function.get("name")) or _nonempty_text(function.get("arguments"))
+    )
+
+
+def reasoning_texts(delta: dict[str, Any]) -> list[str]:
+    """The reasoning texts of one delta, in assembly order.
+
+    Args:
+        delta: a ``choices[i].delta`` object.
+
+    Returns:
+        The non-empty ``reasoning_content`` and ``reasoning`` strings, in that order; one text
+        when both carry the same one (a router mirroring one field into the other).
+    """
+    texts = [delta[name] for name in _REASONING_FIELDS if _nonempty_text(delta.get(name))]
+    if len(texts) == 2 and texts[0] == texts[1]:
+        return texts[:1]
+    return texts
 
 
 def _part_texts(parts: Any, reasoning: bool) -> list[tuple[str, bool]]:
@@ -146,7 +207,7 @@ def classify_chunk(chunk: dict[str, Any]) -> ChunkKind:
                         token = True
                         answer = answer or not is_reasoning
                 tool_calls = delta.get("tool_calls")
-                if isinstance(tool_calls, list) and tool_calls:
+                if isinstance(tool_calls, list) and any(real_tool_fragment(item) for item in tool_calls):
                     token = answer = True
                 if any(_nonempty_text(delta.get(name)) for name in _REASONING_FIELDS):
                     token = True
@@ -159,15 +220,23 @@ def classify_chunk(chunk: dict[str, Any]) -> ChunkKind:
 class AnswerAssembler:
     """Accumulates the text, reasoning, tool calls and finish reason of a streamed answer.
 
-    Feed it every chunk of the winning attempt with ``add``; tool-call fragments are joined by
-    their ``index`` into complete calls (``{"id", "type", "function": {"name", "arguments"}}``).
+    Feed it every chunk of the winning attempt with ``add``; tool-call fragments are joined into
+    complete calls (``{"id", "type", "function": {"name", "arguments"}}`` plus any provider
+    fields) by the rules of the module docstring.
+
+    Attributes:
+        text_parts / reasoning_parts: the answer and reasoning texts, in arrival order.
+        calls: the tool calls, in the order their first fragment arrived.
+        finish_reason / usage: the last non-empty finish reason and usage object seen.
     """
 
     text_parts: list[str] = field(default_factory=list)
     reasoning_parts: list[str] = field(default_factory=list)
-    tool_calls_by_index: dict[int, dict[str, Any]] = field(default_factory=dict)
+    calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
+    #: the position in ``calls`` of the latest call seen at each wire ``index``
+    _at_index: dict[int, int] = field(default_factory=dict, repr=False)
 
     def add(self, chunk: dict[str, Any]) -> None:
         """Fold one chunk (a parsed dict) into the answer."""
@@ -199,26 +268,42 @@ class AnswerAssembler:
                 self.text_parts.append(content)
             if _nonempty_text(delta.get("refusal")):
                 self.text_parts.append(delta["refusal"])
-            for name in _REASONING_FIELDS:
-                if _nonempty_text(delta.get(name)):
-                    self.reasoning_parts.append(delta[name])
-            for fragment in delta.get("tool_calls") or []:
-                if isinstance(fragment, dict):
-                    self._add_tool_fragment(fragment)
+            self.reasoning_parts.extend(reasoning_texts(delta))
+            tool_calls = delta.get("tool_calls")
+            if isinstance(tool_calls, list):
+                for fragment in tool_calls:
+                    if isinstance(fragment, dict):
+                        self._add_tool_fragment(fragment)
 
     def _add_tool_fragment(self, fragment: dict[str, Any]) -> None:
-        index = fragment.get("index", len(self.tool_calls_by_index))
-        call = self.tool_calls_by_index.setdefault(
-            index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
-        )
-        if fragment.get("id"):
-            call["id"] = fragment["id"]
-        if fragment.get("type"):
+        """Fold one tool-call fragment into its call (the rules are in the module docstring)."""
+        extra = {key: value for key, value in fragment.items() if key not in _TOOL_CALL_KEYS}
+        if not real_tool_fragment(fragment) and not extra:
+            return  # an empty object or a bare index: nothing to keep
+        index = fragment.get("index")
+        fragment_id = fragment.get("id") if _nonempty_text(fragment.get("id")) else None
+        latest = len(self.calls) - 1 if self.calls else None
+        position = self._at_index.get(index) if type(index) is int else latest
+        if position is not None and fragment_id is not None:
+            held = self.calls[position]["id"]
+            if held is not None and held != fragment_id:
+                position = None  # another call: a new id where a call with its own id is
+        if position is None:
+            position = len(self.calls)
+            self.calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        if type(index) is int:
+            self._at_index[index] = position
+        call = self.calls[position]
+        if fragment_id is not None:
+            call["id"] = fragment_id
+        if _nonempty_text(fragment.get("type")):
             call["type"] = fragment["type"]
-        function = fragment.get("function") or {}
+        function = fragment.get("function")
         if isinstance(function, dict):
-            call["function"]["name"] += function.get("name") or ""
-            call["function"]["arguments"] += function.get("arguments") or ""
+            for key in ("name", "arguments"):
+                if _nonempty_text(function.get(key)):
+                    call["function"][key] += function[key]
+        call.update(extra)
 
     @property
     def text(self) -> str:
@@ -232,5 +317,5 @@ class AnswerAssembler:
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
-        """The complete tool calls, in index order."""
-        return [self.tool_calls_by_index[i] for i in sorted(self.tool_calls_by_index)]
+        """The complete tool calls, in the order their first fragment arrived."""
+        return list(self.calls)

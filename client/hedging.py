@@ -47,6 +47,10 @@ connection cut after tokens without a ``finish_reason``       ``StreamError``, s
                                                               ``thinking`` parts reasoning tokens
 usage inside ``choices[i].usage``                             token counts read from there
 a whitespace-only first content (``" "``)                     a token (the model generated it)
+``data: null`` (a frame that carries no object)               skipped, not an event: the stream
+                                                              goes on (another non-object JSON
+                                                              value is ``malformed_stream``)
+``tool_calls`` holding only ``null`` or empty items           not a token (the hedge timer runs on)
 gap after the first token longer than ``stall_timeout_s``     ``StallTimeout``, status ``stalled``
                                                               (winner's ``error_type``
                                                               ``stall_timeout``; ``max_itl_s``
@@ -1091,7 +1095,7 @@ class CallStream:
                                     if stripped == b"[DONE]":
                                         done_at = self._now()
                                         break
-                                    if not stripped:
+                                    if not stripped or stripped == b"null":  # a frame without an object
                                         continue
                                 chunk = _parse_chunk(data)
                                 if responses:

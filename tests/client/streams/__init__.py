@@ -45,6 +45,27 @@ Shapes the client once got wrong (issue 12), each with its rule in ``hedgerow.cl
 - ``choice_usage``: usage inside ``choices[0].usage`` on the finish chunk (Moonshot's Kimi), no
   top-level usage.
 - ``whitespace_first``: a first content of ``"\\n\\n"`` (a token: the model generated it).
+
+Shapes of 2025-26 public bug reports (issue 34), each with its rule in ``hedgerow.client.chunks``
+or the attempt reader of ``hedgerow.client.hedging``:
+
+- ``null_frame``: ``data: null`` between the reasoning and the answer, as some gateways send it
+  (reported against gateways in front of DeepSeek and MiniMax reasoning models): skipped, not an
+  event and not yielded; the answer after it is kept.
+- ``null_tool_calls``: ``tool_calls: [null]``, ``[null, null]`` and ``[{"index": 0}]`` before the
+  first text (MiniMax through OpenAI-compatible gateways): not tokens, so the hedge timer runs on.
+- ``reasoning_mirrored``: every reasoning delta carries the same text in ``reasoning`` and
+  ``reasoning_content`` (StepFun's API, and routers that fill both fields for compatibility; see
+  MoonshotAI/kimi-code#3928 and vllm-project/vllm#34030): the text is assembled once.
+- ``gemini_tool_calls``: Gemini's OpenAI-compatible endpoint: two complete calls in one chunk,
+  neither with an ``index``, the first with ``extra_content.google.thought_signature`` (the next
+  turn fails with 400 without it), then ``finish_reason: "stop"`` (AstrBotDevs/AstrBot#6661,
+  THU-MAIC/OpenMAIC#1556).
+- ``tool_index_missing``: Gemini's indexless fragments split across deltas, a delta carrying only
+  a thought signature, then a second call with its own id (open-webui/computer#224).
+- ``tool_index_shifted``: tool-call indices counted from 1 (mistral.rs-style servers).
+- ``tool_index_colliding``: every call sent at index 0, each with its own id (Cerebras and some
+  DeepSeek-compatible endpoints).
 """
 
 from __future__ import annotations
@@ -94,15 +115,16 @@ def split_events(raw: bytes) -> list[bytes]:
 def data_chunks(raw: bytes) -> list[dict[str, Any]]:
     """The JSON objects of the ``data:`` fields of ``raw``, in order, without ``[DONE]``.
 
-    This is the oracle for what a client must yield: one dict per ``data:`` event.
+    This is the oracle for what a client must yield: one dict per ``data:`` event (a ``data: null``
+    frame carries no object and yields nothing).
     """
     chunks = []
     for line in _LINE_END.split(raw):
         if not line.startswith(b"data:"):
             continue
         payload = line[5:].removeprefix(b" ").decode("utf-8")
-        if payload != "[DONE]":
-            chunks.append(json.loads(payload))
+        if payload != "[DONE]" and (chunk := json.loads(payload)) is not None:  # data: null is no chunk
+            chunks.append(chunk)
     return chunks
 
 
@@ -504,6 +526,121 @@ CASES += (
         text="\n\nIndented",
         prompt_tokens=None,
         completion_tokens=2,
+    ),
+)
+
+
+#: The thought signature on the first call of ``gemini_tool_calls.sse``.
+GEMINI_SIGNATURE = "CpoCAdHtim9xQ2bZ8yR0kZ3mN4sT7uV1wX5yA6bC8dE0fG2hI4jK6lM8nO0pQ2rS4tU6vW8xY0zA="
+
+
+def _call(call_id: str, name: str, arguments: str, **extra: Any) -> dict[str, Any]:
+    """One assembled tool call as the client must give it."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}, **extra}
+
+
+CASES += (
+    # Reasoning from 0.6 s, "data: null" after it, the answer at 1.2 s.
+    StreamCase(
+        "null_frame",
+        at_s={1: T_FIRST, 4: T_ANSWER},
+        ttft_event=1,
+        ttfo_event=4,
+        last_token_event=5,
+        text="Four.",
+        reasoning_text="Two plus two.",
+        prompt_tokens=9,
+        completion_tokens=6,
+    ),
+    # Three chunks whose tool_calls hold only nulls or a bare index in the first 0.04 s; text at 0.6 s.
+    StreamCase(
+        "null_tool_calls",
+        at_s={3: T_FIRST},
+        ttft_event=3,
+        ttfo_event=3,
+        last_token_event=4,
+        text="Sure, done.",
+        prompt_tokens=12,
+        completion_tokens=3,
+    ),
+    StreamCase(
+        "reasoning_mirrored",
+        at_s={1: T_FIRST, 4: T_ANSWER},
+        ttft_event=1,
+        ttfo_event=4,
+        last_token_event=5,
+        text="Hello!",
+        reasoning_text="The user waves.",
+        prompt_tokens=8,
+        completion_tokens=5,
+    ),
+    StreamCase(
+        "gemini_tool_calls",
+        at_s={0: T_FIRST},
+        ttft_event=0,
+        ttfo_event=0,
+        last_token_event=0,
+        text="",
+        prompt_tokens=51,
+        completion_tokens=24,
+        tool_calls=(
+            _call(
+                "function-call-8d41f0c2",
+                "get_weather",
+                '{"city":"Paris"}',
+                extra_content={"google": {"thought_signature": GEMINI_SIGNATURE}},
+            ),
+            _call("function-call-2b7e93a5", "get_time", '{"tz":"CET"}'),
+        ),
+    ),
+    StreamCase(
+        "tool_index_missing",
+        at_s={0: T_FIRST},
+        ttft_event=0,
+        ttfo_event=0,
+        last_token_event=4,
+        text="",
+        prompt_tokens=40,
+        completion_tokens=19,
+        tool_calls=(
+            _call(
+                "function-call-51c0",
+                "search",
+                '{"q":"hedged requests"}',
+                extra_content={"google": {"thought_signature": "EtMBCtABAdHtim8Qv3pL"}},
+            ),
+            _call("function-call-51c1", "open", '{"n":1}'),
+        ),
+    ),
+    StreamCase(
+        "tool_index_shifted",
+        at_s={1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=4,
+        text="",
+        prompt_tokens=30,
+        completion_tokens=22,
+        finish_reason="tool_calls",
+        tool_calls=(
+            _call("Kc8aF2pQz", "add", '{"a": 2, "b": 3}'),
+            _call("Lm4bG7rTx", "mul", '{"a": 4, "b": 5}'),
+        ),
+    ),
+    StreamCase(
+        "tool_index_colliding",
+        at_s={1: T_FIRST},
+        ttft_event=1,
+        ttfo_event=1,
+        last_token_event=4,
+        text="",
+        prompt_tokens=44,
+        completion_tokens=28,
+        finish_reason="tool_calls",
+        tool_calls=(
+            _call("call_0_1a2b", "get_weather", '{"city":"Oslo"}'),
+            _call("call_1_3c4d", "get_weather", '{"city":"Rome"}'),
+        ),
     ),
 )
 
