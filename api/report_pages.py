@@ -16,16 +16,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy import func, select
 
 from hedgerow.api._page_kit import error_page, page_user, render_page
+from hedgerow.api._report_cache import cached_report
 from hedgerow.api.ops_bounds import unstarted_week_message
 from hedgerow.controller.models import Call, HourlyRollup, utc_now
 from hedgerow.controller.report import IsoWeek
-from hedgerow.controller.report_render import FORMATS, MEDIA_TYPES, render
-from hedgerow.controller.report_store import weekly_report
+from hedgerow.controller.report_render import FORMATS, MEDIA_TYPES
 
 __all__ = ["MAX_WEEKS", "router"]
 
@@ -109,9 +108,9 @@ async def report_file(request: Request, week: str, fmt: str) -> Response:
         parsed = _parse_week(week)
     except ValueError as exc:
         return error_page(request, user, 422, str(exc), back=_BACK)
-    report = await weekly_report(request.app.state.sessionmaker, parsed)
-    if fmt == "json":
-        return JSONResponse(report)
-    body = await run_in_threadpool(render, report, fmt)
+    answer = await cached_report(request, str(parsed), fmt)
+    if isinstance(answer, dict):
+        return JSONResponse(answer)
+    body = answer
     disposition = "inline" if fmt == "html" else f'attachment; filename="hedgerow-weekly-{parsed}.{fmt}"'
     return Response(body, media_type=MEDIA_TYPES[fmt], headers={"Content-Disposition": disposition})

@@ -13,15 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, status
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
+from hedgerow.api._report_cache import cached_report
 from hedgerow.api.auth import require_scope
 from hedgerow.api.ops_bounds import unstarted_week_message
 from hedgerow.controller.models import utc_now
 from hedgerow.controller.report import IsoWeek
-from hedgerow.controller.report_render import FORMATS, MEDIA_TYPES, render
-from hedgerow.controller.report_store import weekly_report
+from hedgerow.controller.report_render import FORMATS, MEDIA_TYPES
 
 __all__ = ["router"]
 
@@ -60,10 +59,11 @@ async def get_weekly_report(request: Request, week: str | None = None, format: s
         unstarted = unstarted_week_message(parsed, IsoWeek.of(utc_now()))
         if unstarted is not None:
             return _bad_week(unstarted)
-    report = await weekly_report(request.app.state.sessionmaker, parsed)
-    if format == "json":
-        return JSONResponse(report)
-    body = await run_in_threadpool(render, report, format)
-    name = f"hedgerow-weekly-{report['week']}.{format}"
+    week_text = str(parsed if parsed is not None else IsoWeek.of(utc_now()))
+    answer = await cached_report(request, week_text, format)
+    if isinstance(answer, dict):
+        return JSONResponse(answer)
+    body = answer
+    name = f"hedgerow-weekly-{week_text}.{format}"
     disposition = "inline" if format == "html" else f'attachment; filename="{name}"'
     return Response(body, media_type=MEDIA_TYPES[format], headers={"Content-Disposition": disposition})

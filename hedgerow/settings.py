@@ -100,6 +100,10 @@ class Settings(BaseSettings):
         report_webhook_attempts: attempts of the post before the delivery is marked failed
             (default 5); report_webhook_backoff_s: the wait before the second attempt, doubled
             for each further one (default 2 s); report_webhook_timeout_s: per attempt (10 s).
+        report_cache_ttl_s: how long ``serve`` keeps a weekly report it built (api and console, each
+            week and format), seconds; requests meanwhile get that copy, so a report costs its
+            build (seconds of CPU for HTML) at most once per week and format in that time
+            (default 300; 0: build every time).
         host / port: where ``hedgerow serve`` listens (defaults 127.0.0.1:8400).
         tokens: bearer tokens, ``[name=]token:scope1+scope2`` comma-separated (empty = no auth,
             loopback only); a token's name is the audit actor of the changes made with it.
@@ -168,6 +172,7 @@ class Settings(BaseSettings):
     report_webhook_attempts: int = Field(5, ge=1, le=20)
     report_webhook_backoff_s: float = Field(2.0, ge=0, le=3600)
     report_webhook_timeout_s: float = Field(10.0, gt=0, le=600)
+    report_cache_ttl_s: float = Field(300.0, ge=0, le=86_400)
     host: str = "127.0.0.1"
     port: int = Field(8400, ge=0, le=65535)
     tokens: str = ""
