@@ -125,6 +125,9 @@ class Settings(BaseSettings):
         threshold_check_interval_s: seconds between two reads of the store's change counter by
             a process serving ``GET /v1/thresholds`` from memory (default 1; 0 reads it on every
             poll): how late a change made by another ``serve`` process may be served.
+        migration_lock_timeout_s: longest wait of ``hedgerow db upgrade`` and ``hedgerow serve``
+            for the store's migration lock (another process migrating it; on SQLite also a long
+            write), seconds, before failing with a message naming the store (default 600).
     """
 
     model_config = SettingsConfigDict(env_prefix="HEDGEROW_", extra="ignore")
@@ -182,6 +185,7 @@ class Settings(BaseSettings):
     max_models_per_route: int = Field(20, ge=1)
     history_retention_s: float = Field(2_592_000.0, gt=0, le=MAX_RETENTION_S, allow_inf_nan=False)
     applied_history_retention_s: float = Field(31_536_000.0, gt=0, le=MAX_RETENTION_S, allow_inf_nan=False)
+    migration_lock_timeout_s: float = Field(600.0, gt=0, le=86_400, allow_inf_nan=False)
 
     @field_validator("log_level", mode="before")
     @classmethod
