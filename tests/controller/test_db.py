@@ -118,7 +118,7 @@ async def test_a_migration_that_fails_midway_is_rolled_back_whole(database_url) 
     try:
         async with engine.begin() as connection:
             await connection.execute(text("CREATE TABLE prices (id INTEGER)"))
-        with pytest.raises(StoreNotReady, match="prices.* already exists"):
+        with pytest.raises(StoreNotReady, match=r"prices.* already exists"):
             await migrate_engine(engine)
         assert await current_revision(engine) == "0003"
         async with engine.connect() as connection:
