@@ -137,3 +137,36 @@ def test_a_malformed_database_url_never_shows_its_password(url: str, command: li
         assert "Hunter2Secret" not in output and "Traceback" not in output
         assert result.stderr.startswith(f"hedgerow: {name}: database url "), output
         assert "admin:***@" in result.stderr, output  # what was wrong stays recognisable
+
+
+def test_an_upgrade_waits_a_bounded_time_for_the_postgresql_lock(tmp_path: Path) -> None:
+    base = os.environ.get(PG_ENV)
+    if not base:
+        pytest.skip(f"{PG_ENV} is not set")
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    from hedgerow.controller.db import _MIGRATION_LOCK
+
+    url = asyncio.run(create_pg_database(base, "hedgerow_lock"))
+
+    async def blocked_upgrade() -> subprocess.CompletedProcess[str]:
+        parsed = make_url(url)
+        holder = await asyncpg.connect(
+            user=parsed.username, host=parsed.host, port=parsed.port or 5432, database=parsed.database
+        )
+        try:
+            await holder.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)  # another migration
+            return await asyncio.to_thread(
+                _cli, "db", "upgrade", "--db", url, cwd=tmp_path, HEDGEROW_MIGRATION_LOCK_TIMEOUT_S="1"
+            )
+        finally:
+            await holder.close()
+
+    try:
+        result = asyncio.run(blocked_upgrade())
+        assert result.returncode == 1, result.stderr
+        assert make_url(url).database in result.stderr and "migration lock was not free within 1 s" in result.stderr
+        assert _cli("db", "upgrade", "--db", url, cwd=tmp_path).returncode == 0  # free again: it migrates
+    finally:
+        asyncio.run(drop_pg_database(url))
