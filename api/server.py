@@ -83,7 +83,7 @@ async def serve_async(
     sock = bind_socket(settings.host, settings.port)
     engine = make_engine(settings.database_url)
     try:  # migrate before listening, so an unreachable database is one clear error
-        await migrate_engine(engine)
+        await migrate_engine(engine, lock_timeout_s=settings.migration_lock_timeout_s)
     except BaseException:
         sock.close()
         raise

@@ -4,11 +4,18 @@
 (``postgresql+asyncpg://...``); ``upgrade_database`` / ``downgrade_database`` run the Alembic
 migrations shipped inside the package (``hedgerow.migrations``), so they work from an installed
 wheel as well as from a checkout.
+
+Migrating is serialised on every store: ``hedgerow db upgrade``, ``hedgerow serve`` and the
+``alembic`` CLI all migrate in one transaction that first takes the store's migration lock
+(:func:`lock_for_migration`: a PostgreSQL advisory lock, or ``BEGIN EXCLUSIVE`` on SQLite), so two
+processes migrating one store at once run one after the other, and a migration that fails
+leaves the store at the revision it started from (SQLite and PostgreSQL both roll DDL back).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from functools import partial
 from pathlib import Path
@@ -21,7 +28,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import CursorResult, Result, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -34,6 +41,7 @@ from hedgerow.controller.errors import StoreError, StoreNotReady
 
 __all__ = [
     "ASYNC_DRIVERS",
+    "MIGRATION_LOCK_TIMEOUT_S",
     "SQLITE_BUSY_TIMEOUT_S",
     "SQLITE_PRAGMAS",
     "alembic_config",
@@ -47,6 +55,7 @@ __all__ = [
     "downgrade_database",
     "head_revision",
     "known_revisions",
+    "lock_for_migration",
     "make_engine",
     "make_sessionmaker",
     "migrate_engine",
@@ -71,6 +80,9 @@ SQLITE_PRAGMAS: tuple[str, ...] = (
 
 #: Key of the PostgreSQL advisory lock held while migrating.
 _MIGRATION_LOCK = 0x6865646765
+#: The longest a migration waits for the store's migration lock (another process migrating, or on
+#: SQLite a long write) before failing, seconds; ``HEDGEROW_MIGRATION_LOCK_TIMEOUT_S`` for the CLI.
+MIGRATION_LOCK_TIMEOUT_S = 600.0
 
 
 #: Plain URL schemes and the async driver they are served by.
@@ -102,11 +114,12 @@ def check_database_url(url: str) -> str:
     url = async_database_url(url)
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        raise StoreError(f"database url {url!r} is not a SQLAlchemy URL") from None
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        why = "" if isinstance(exc, ArgumentError) else f" ({exc})"
+        raise StoreError(f"database url {safe_url(url)!r} is not a SQLAlchemy URL{why}") from None
     if parsed.drivername not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
         raise StoreError(
-            f"database url {url!r}: driver {parsed.drivername!r} is not supported; use "
+            f"database url {safe_url(url)!r}: driver {parsed.drivername!r} is not supported; use "
             "sqlite+aiosqlite:///path or postgresql+asyncpg://user@host/db"
         )
     if parsed.drivername.startswith("sqlite") and parsed.database and parsed.database != ":memory:":
@@ -114,7 +127,7 @@ def check_database_url(url: str) -> str:
         if not folder.is_dir():
             where = "" if folder.is_absolute() else f"; it is relative to the working directory {Path.cwd()}"
             raise StoreError(
-                f"database url {url!r}: the folder {str(folder)!r} of the SQLite file does not exist{where} "
+                f"database url {safe_url(url)!r}: the folder {str(folder)!r} of the SQLite file does not exist{where} "
                 "(sqlite:///name.db is a relative path, sqlite:////abs/name.db an absolute one)"
             )
     return url
@@ -236,65 +249,172 @@ def _run_outside_loop(fn: Any, *args: Any) -> None:
         raise errors[0]
 
 
-def upgrade_database(url: str, revision: str = "head") -> None:
+def upgrade_database(url: str, revision: str = "head", *, lock_timeout_s: float = MIGRATION_LOCK_TIMEOUT_S) -> None:
     """Migrate the database at ``url`` up to ``revision`` (default: the newest).
 
-    Callable from sync code; when the calling thread runs an event loop, the migration runs in a
-    worker thread (it blocks the caller until done). Async callers should prefer
-    :func:`upgrade_connection` on a connection of their own engine.
+    The same path as ``hedgerow serve`` takes (:func:`migrate_engine`): one transaction holding
+    the store's migration lock. Callable from sync code; when the calling thread runs an event
+    loop, the migration runs in a worker thread (it blocks the caller until done). Async callers
+    should prefer :func:`migrate_engine` on their own engine.
+
+    Args:
+        url: the store; revision: the target; lock_timeout_s: the longest wait for the
+            migration lock, seconds.
 
     Raises:
         StoreError: when the url is not supported.
+        StoreNotReady: the database cannot be reached, its lock was not free within
+            ``lock_timeout_s``, or the migration failed (nothing of it is kept).
     """
     check_database_url(url)
-    _run_outside_loop(command.upgrade, alembic_config(url), revision)
+    _run_outside_loop(asyncio.run, _migrate_url(url, revision, lock_timeout_s, downgrade=False))
 
 
-def downgrade_database(url: str, revision: str) -> None:
-    """Migrate the database at ``url`` down to ``revision`` (``"base"`` removes every table).
+def downgrade_database(url: str, revision: str, *, lock_timeout_s: float = MIGRATION_LOCK_TIMEOUT_S) -> None:
+    """Migrate the database at ``url`` down to ``revision`` (``"base"`` removes every table), in
+    one transaction holding the store's migration lock.
 
     Raises:
         StoreError: when the url is not supported.
+        StoreNotReady: as :func:`upgrade_database`.
     """
     check_database_url(url)
-    _run_outside_loop(command.downgrade, alembic_config(url), revision)
+    _run_outside_loop(asyncio.run, _migrate_url(url, revision, lock_timeout_s, downgrade=True))
 
 
-async def upgrade_connection(connection: AsyncConnection, revision: str = "head") -> None:
-    """Migrate through an open async connection (inside its transaction) up to ``revision``.
+async def _migrate_url(url: str, revision: str, lock_timeout_s: float, *, downgrade: bool) -> None:
+    """Migrate the store at ``url`` with an engine of its own (disposed after)."""
+    engine = make_engine(url)
+    try:
+        await migrate_engine(engine, revision, lock_timeout_s=lock_timeout_s, downgrade=downgrade)
+    finally:
+        await engine.dispose()
 
-    On PostgreSQL a transaction-scoped advisory lock serialises concurrent migrations.
+
+def lock_for_migration(connection: Connection, timeout_s: float = MIGRATION_LOCK_TIMEOUT_S) -> None:
+    """Take the store's migration lock in ``connection``'s transaction, waiting at most ``timeout_s``.
+
+    PostgreSQL: the transaction-scoped advisory lock :data:`_MIGRATION_LOCK` (its wait bounded by
+    a transaction-local ``lock_timeout``, put back once the lock is held). SQLite: ``BEGIN
+    EXCLUSIVE`` on the connection (its wait bounded by the connection's busy timeout, put back
+    after), so the whole migration is one SQLite transaction and no other connection writes
+    meanwhile; the connection must not have run a statement in its transaction yet (pysqlite
+    opens no transaction for DDL by itself, so without this each DDL statement would commit on
+    its own). The lock is released when the transaction ends.
+
+    Args:
+        connection: a sync connection, in a transaction that has run nothing yet (SQLite).
+        timeout_s: the longest wait, seconds (> 0).
+
+    Raises:
+        StoreNotReady: the lock was not free within ``timeout_s`` (naming the store), or the
+            SQLite connection had already started its transaction.
     """
+    wait_ms = max(1, round(timeout_s * 1000))
+    shown = connection.engine.url.render_as_string(hide_password=True)
+    busy = StoreNotReady(
+        f"cannot migrate database {shown}: its migration lock was not free within {timeout_s:g} s "
+        "(another process is migrating it, or on SQLite writing to it); try again when it is done, "
+        "or wait longer with HEDGEROW_MIGRATION_LOCK_TIMEOUT_S"
+    )
+    if connection.dialect.name == "postgresql":
+        previous = connection.execute(text("SELECT current_setting('lock_timeout')")).scalar_one()
+        connection.execute(text("SELECT set_config('lock_timeout', :ms, true)"), {"ms": f"{wait_ms}ms"})
+        try:
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
+                raise busy from None
+            raise
+        connection.execute(text("SELECT set_config('lock_timeout', :previous, true)"), {"previous": previous})
+        return
+    if connection.dialect.name != "sqlite":
+        raise StoreError(f"unsupported database dialect {connection.dialect.name!r}: use SQLite or PostgreSQL")
+    connection.exec_driver_sql(f"PRAGMA busy_timeout={wait_ms}")
+    try:
+        connection.exec_driver_sql("BEGIN EXCLUSIVE")
+    except DBAPIError as exc:
+        message = str(exc.orig)
+        if "locked" in message or "busy" in message:
+            raise busy from None
+        raise StoreNotReady(f"cannot migrate database {shown}: BEGIN EXCLUSIVE failed: {message}") from None
+    finally:
+        connection.exec_driver_sql(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
 
-    def _upgrade(sync_connection: Connection) -> None:
-        if sync_connection.dialect.name == "postgresql":
-            # replicas starting together migrate one after the other
-            sync_connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+
+async def upgrade_connection(
+    connection: AsyncConnection, revision: str = "head", *, lock_timeout_s: float = MIGRATION_LOCK_TIMEOUT_S
+) -> None:
+    """Migrate through an open async connection (inside its transaction) up to ``revision``,
+    holding the store's migration lock (:func:`lock_for_migration`) first.
+
+    Args:
+        connection: in a transaction that has run nothing yet (the caller commits it).
+        revision: the target; lock_timeout_s: the longest wait for the lock, seconds.
+
+    Raises:
+        StoreNotReady: the lock was not free within ``lock_timeout_s``.
+    """
+    await _migrate_connection(connection, revision, lock_timeout_s, downgrade=False)
+
+
+async def _migrate_connection(
+    connection: AsyncConnection, revision: str, lock_timeout_s: float, *, downgrade: bool
+) -> None:
+    def _migrate(sync_connection: Connection) -> None:
+        # replicas starting together, and `db upgrade` runs, migrate one after the other
+        lock_for_migration(sync_connection, lock_timeout_s)
         config = alembic_config()
         config.attributes["connection"] = sync_connection
-        command.upgrade(config, revision)
+        (command.downgrade if downgrade else command.upgrade)(config, revision)
 
-    await connection.run_sync(_upgrade)
+    await connection.run_sync(_migrate)
+
+
+#: ``user:password@`` of a url SQLAlchemy cannot parse: from the first ``:`` after the scheme's
+#: ``://`` (or, without one, the first ``:``) to the last ``@``.
+_UNPARSED_PASSWORD = re.compile(r"^(?P<head>(?:[^:]*://)?[^:]*:)(?P<password>.*)(?P<tail>@[^@]*)$", re.DOTALL)
 
 
 def safe_url(url: str) -> str:
-    """``url`` with its password masked, for messages."""
+    """``url`` with its password masked (``***``), for messages and logs.
+
+    A url SQLAlchemy parses is rendered by it with the password hidden; in one it cannot parse
+    everything between the user's ``:`` and the last ``@`` is masked (so a password holding
+    ``@`` or ``/`` does not show either).
+    """
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<malformed url>"
+    except (ArgumentError, ValueError):
+        match = _UNPARSED_PASSWORD.match(url)
+        return url if match is None else f"{match['head']}***{match['tail']}"
 
 
-async def migrate_engine(engine: AsyncEngine, revision: str = "head") -> None:
-    """Migrate the database of ``engine`` up to ``revision`` in one transaction.
+async def migrate_engine(
+    engine: AsyncEngine,
+    revision: str = "head",
+    *,
+    lock_timeout_s: float = MIGRATION_LOCK_TIMEOUT_S,
+    downgrade: bool = False,
+) -> None:
+    """Migrate the database of ``engine`` to ``revision`` in one transaction holding the store's
+    migration lock (what ``hedgerow serve`` and ``hedgerow db upgrade`` both do).
+
+    A second process migrating the same store waits for the first (at most ``lock_timeout_s``)
+    and then finds it migrated; a migration that fails is rolled back whole.
+
+    Args:
+        engine: the store; revision: the target (default the newest);
+        lock_timeout_s: the longest wait for the migration lock, seconds;
+        downgrade: migrate down to ``revision`` instead of up.
 
     Raises:
-        StoreNotReady: the database cannot be reached or the migration fails (one line naming
-            the database and the error).
+        StoreNotReady: the database cannot be reached, the lock was not free in time, or the
+            migration fails (one line naming the database, password hidden, and the error).
     """
     try:
         async with engine.begin() as connection:
-            await upgrade_connection(connection, revision)
+            await _migrate_connection(connection, revision, lock_timeout_s, downgrade=downgrade)
     except StoreError:
         raise
     except Exception as exc:

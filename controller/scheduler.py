@@ -11,7 +11,10 @@ Two interval jobs run on the caller's event loop:
 - ``weekly_report``: at ``report_cron`` (a cron trigger, UTC) and once :data:`REPORT_START_DELAY_S`
   after start, renew the lease and, while holding it, deliver the weekly report of the week that
   ended (:func:`hedgerow.controller.report_job.deliver_weekly_report`, once per week whatever
-  the number of processes); only when ``report_dir`` or ``report_webhook_url`` is set.
+  the number of processes); only when ``report_dir`` or ``report_webhook_url`` is set. Every
+  ``report_retry_interval_s`` (and after each run) the deliveries that failed or were left
+  ``sending`` by a dead process are run again once due
+  (:func:`hedgerow.controller.report_job.retry_deliveries`).
 
 So of several api replicas sharing one database, only the lease holder ticks; when it stops (or
 dies), another takes over within one TTL.
@@ -36,7 +39,12 @@ from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, make_holder_id, release_lease
 from hedgerow.controller.models import utc_now
 from hedgerow.controller.overview import flags_of
-from hedgerow.controller.report_job import DeliveryResult, deliver_weekly_report, report_job_enabled
+from hedgerow.controller.report_job import (
+    DeliveryResult,
+    deliver_weekly_report,
+    report_job_enabled,
+    retry_deliveries,
+)
 from hedgerow.controller.retention import RetentionReport, run_retention
 
 __all__ = ["REPORT_START_DELAY_S", "ControllerScheduler"]
@@ -169,10 +177,26 @@ class ControllerScheduler:
             if not await self.renew():
                 return None
             self.last_report = await deliver_weekly_report(self.sessionmaker, self.settings, self.holder)
+            await retry_deliveries(self.sessionmaker, self.settings, self.holder)
             return self.last_report
+
+    async def report_retries(self) -> list[DeliveryResult] | None:
+        """Renew the lease and, when held, run again the report deliveries whose retry is due
+        (:func:`hedgerow.controller.report_job.retry_deliveries`).
+
+        Returns:
+            The runs made, or None when another process holds the lease.
+        """
+        async with self._report_lock:
+            if not await self.renew():
+                return None
+            return await retry_deliveries(self.sessionmaker, self.settings, self.holder)
 
     async def _report_job(self) -> None:
         await self._job(self.report)
+
+    async def _report_retry_job(self) -> None:
+        await self._job(self.report_retries)
 
     async def _job(self, fn: Any) -> None:
         """Run one scheduled job: failures are logged; at shutdown it does not start, and a
@@ -242,6 +266,14 @@ class ControllerScheduler:
                 "date",
                 run_date=utc_now() + timedelta(seconds=REPORT_START_DELAY_S),
                 id="weekly_report_at_start",
+            )
+            scheduler.add_job(
+                self._report_retry_job,
+                "interval",
+                seconds=self.settings.report_retry_interval_s,
+                id="weekly_report_retry",
+                max_instances=1,
+                coalesce=True,
             )
         scheduler.start()
         self._scheduler = scheduler

@@ -794,7 +794,7 @@ def _require_existing_sqlite_file(url: str) -> None:
 
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         return  # the store reports a malformed URL itself
     database = parsed.database
     if parsed.get_backend_name() == "sqlite" and database and database != ":memory:" and not Path(database).exists():
@@ -880,17 +880,22 @@ def db_upgrade(
     ),
     revision: str = typer.Option("head", "--revision", metavar="REV", help="Target revision."),
 ) -> None:
-    """Migrate the store to the newest schema (or to --revision)."""
+    """Migrate the store to the newest schema (or to --revision).
+
+    Safe to run while another `db upgrade` or a starting `serve` migrates the same store: it
+    waits for the store's migration lock (HEDGEROW_MIGRATION_LOCK_TIMEOUT_S, 600 s) and then
+    finds the store migrated. A failed migration is rolled back whole (exit 1).
+    """
     from hedgerow.controller.db import known_revisions, upgrade_database
-    from hedgerow.controller.errors import StoreError
+    from hedgerow.controller.errors import StoreError, StoreNotReady
 
     settings = _server_settings(db)
     try:
-        upgrade_database(settings.database_url, revision)
+        upgrade_database(settings.database_url, revision, lock_timeout_s=settings.migration_lock_timeout_s)
+    except StoreNotReady as exc:
+        raise fail(str(exc), 1) from None
     except StoreError as exc:
         raise fail(str(exc), 2) from None
-    except Exception as exc:
-        raise fail(f"migration failed: {type(exc).__name__}: {str(exc).splitlines()[0]}", 1) from None
     current = asyncio.run(_revision_of(settings.database_url))
     if revision not in ("head", current) and revision in known_revisions():
         # alembic's upgrade does nothing for a target behind the store's revision

@@ -129,6 +129,18 @@ class Settings(BaseSettings):
         threshold_check_interval_s: seconds between two reads of the store's change counter by
             a process serving ``GET /v1/thresholds`` from memory (default 1; 0 reads it on every
             poll): how late a change made by another ``serve`` process may be served.
+        migration_lock_timeout_s: longest wait of ``hedgerow db upgrade`` and ``hedgerow serve``
+            for the store's migration lock (another process migrating it; on SQLite also a long
+            write), seconds, before failing with a message naming the store (default 600).
+        report_delivery_runs: most delivery runs of one week's report: the first and its retries
+            (default 6); each run posts up to ``report_webhook_attempts`` times.
+        report_retry_backoff_s: wait after a failed run before the next one, seconds, doubled
+            after each further failed run (default 600: runs 10, 20, 40, 80 min apart).
+        report_sending_stale_s: age of a claim still ``sending`` after which the process that
+            claimed it is taken to have died mid-delivery and the week is delivered again,
+            seconds (default 3600; at least twice the longest run of webhook posts).
+        report_retry_interval_s: seconds between two looks of the lease holder for deliveries
+            due to be retried (default 300).
     """
 
     model_config = SettingsConfigDict(env_prefix="HEDGEROW_", extra="ignore")
@@ -187,6 +199,11 @@ class Settings(BaseSettings):
     max_models_per_route: int = Field(20, ge=1)
     history_retention_s: float = Field(2_592_000.0, gt=0, le=MAX_RETENTION_S, allow_inf_nan=False)
     applied_history_retention_s: float = Field(31_536_000.0, gt=0, le=MAX_RETENTION_S, allow_inf_nan=False)
+    migration_lock_timeout_s: float = Field(600.0, gt=0, le=86_400, allow_inf_nan=False)
+    report_delivery_runs: int = Field(6, ge=1, le=100)
+    report_retry_backoff_s: float = Field(600.0, ge=0, le=86_400, allow_inf_nan=False)
+    report_sending_stale_s: float = Field(3600.0, gt=0, le=7 * 86_400, allow_inf_nan=False)
+    report_retry_interval_s: float = Field(300.0, gt=0, le=86_400, allow_inf_nan=False)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -297,5 +314,23 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"must be >= max_window_s ({max_window_s:g} s), got {value:g} s: the controller "
                 "estimates thresholds from raw calls that old"
+            )
+        return value
+
+    @field_validator("report_sending_stale_s")
+    @classmethod
+    def _check_sending_stale(cls, value: float, info: ValidationInfo) -> float:
+        """A claim is taken back only after twice the longest run of webhook posts (timeouts and
+        backoff waits), so a live delivery is not taken for a dead one and sent twice."""
+        attempts = info.data.get("report_webhook_attempts")
+        timeout_s = info.data.get("report_webhook_timeout_s")
+        backoff_s = info.data.get("report_webhook_backoff_s")
+        if attempts is None or timeout_s is None or backoff_s is None:
+            return value
+        longest_s = attempts * timeout_s + backoff_s * (2 ** (attempts - 1) - 1)
+        if value < 2 * longest_s:
+            raise ValueError(
+                f"must be >= {2 * longest_s:g} s (twice the longest run of webhook posts: "
+                f"{attempts} attempts of up to {timeout_s:g} s with backoff from {backoff_s:g} s), got {value:g} s"
             )
         return value

@@ -3,10 +3,15 @@
 Where the database url comes from, first match wins:
 
 1. ``config.attributes["connection"]``: an open sync connection handed over by
-   :func:`hedgerow.controller.db.upgrade_connection` (migrations run on it, in its transaction);
-2. ``config.attributes["url"]``: set by :func:`hedgerow.controller.db.upgrade_database`;
+   :func:`hedgerow.controller.db.migrate_engine` (``hedgerow db upgrade`` and ``hedgerow serve``),
+   which holds the store's migration lock in its transaction; migrations run on it, in it;
+2. ``config.attributes["url"]``: a url set by a caller of :func:`hedgerow.controller.db.alembic_config`;
 3. the ``HEDGEROW_DATABASE_URL`` environment variable (``alembic`` CLI from the repo root);
 4. ``sqlalchemy.url`` in ``alembic.ini``.
+
+With a url (2 to 4) the migrations run the same way: one transaction that first takes the
+migration lock (:func:`hedgerow.controller.db.lock_for_migration`), so the ``alembic`` CLI and a
+starting ``serve`` never migrate one store at the same time.
 """
 
 from __future__ import annotations
@@ -17,9 +22,8 @@ from logging.config import fileConfig
 
 from alembic import context
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from hedgerow.controller.db import alembic_include_name, alembic_include_object
+from hedgerow.controller.db import alembic_include_name, alembic_include_object, lock_for_migration, make_engine
 from hedgerow.controller.models import Base
 
 config = context.config
@@ -67,12 +71,16 @@ def run_migrations_offline() -> None:
         context.run_migrations()
 
 
+def _run_locked(connection: Connection) -> None:
+    lock_for_migration(connection)
+    _run_on_connection(connection)
+
+
 async def _run_async() -> None:
-    engine = create_async_engine(_url())
+    engine = make_engine(_url())
     try:
-        async with engine.connect() as connection:
-            await connection.run_sync(_run_on_connection)
-            await connection.commit()
+        async with engine.begin() as connection:  # committed at the end, rolled back on an error
+            await connection.run_sync(_run_locked)
     finally:
         await engine.dispose()
 

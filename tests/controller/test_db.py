@@ -102,3 +102,31 @@ def test_a_sqlite_file_in_a_missing_folder_is_named_with_the_working_directory(
         check_database_url("sqlite+aiosqlite:////no/such/folder/x.db")
     assert check_database_url("sqlite:///here.db") == "sqlite+aiosqlite:///here.db"  # the folder is the cwd
     assert check_database_url("sqlite+aiosqlite:///:memory:") == "sqlite+aiosqlite:///:memory:"
+
+
+async def test_a_migration_that_fails_midway_is_rolled_back_whole(database_url) -> None:
+    """0004 adds columns to ``attempts`` and then creates ``prices``: with ``prices`` in its way
+    it fails after the columns were added, and none of it may stay (else every later upgrade
+    fails with a duplicate column)."""
+    from sqlalchemy import inspect
+
+    from hedgerow.controller.db import current_revision, migrate_engine, upgrade_database
+    from hedgerow.controller.errors import StoreNotReady
+
+    upgrade_database(database_url, "0003")
+    engine = make_engine(database_url)
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(text("CREATE TABLE prices (id INTEGER)"))
+        with pytest.raises(StoreNotReady, match=r"prices.* already exists"):
+            await migrate_engine(engine)
+        assert await current_revision(engine) == "0003"
+        async with engine.connect() as connection:
+            columns = await connection.run_sync(lambda sync: {c["name"] for c in inspect(sync).get_columns("attempts")})
+        assert "prompt_tokens" not in columns
+        async with engine.begin() as connection:
+            await connection.execute(text("DROP TABLE prices"))
+        await migrate_engine(engine)
+        assert await check_ready(engine) == head_revision()
+    finally:
+        await engine.dispose()
