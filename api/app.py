@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from hedgerow import __version__
 from hedgerow.api import calls, controller, health, prices, reports, routes, thresholds
 from hedgerow.api import metrics as metrics_api
+from hedgerow.api._request_guard import HostPolicy, RequestGuardMiddleware
 from hedgerow.api.auth import check_listen_allowed, parse_token_names, parse_tokens
 from hedgerow.api.docs import install_docs
 from hedgerow.api.json_response import ApiJSONResponse
@@ -103,7 +104,8 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         The FastAPI app; its lifespan owns the engine and the scheduler.
 
     Raises:
-        ApiConfigError: malformed ``tokens``, or no tokens while ``settings.host`` is not loopback.
+        ApiConfigError: malformed ``tokens``, or no tokens while ``settings.host`` is not loopback;
+            a malformed ``allowed_hosts`` or ``allowed_origins`` entry.
         StoreError: an unsupported database url.
         ValueError: route defaults out of range (named in the message).
         PriceInvalid: the price file (``settings.price_file``) cannot be read or holds a bad price.
@@ -111,6 +113,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     settings = settings or Settings()
     tokens = parse_tokens(settings.tokens)
     check_listen_allowed(settings.host, tokens)
+    host_policy = HostPolicy(settings.host, settings.allowed_hosts, settings.allowed_origins)
     defaults = route_defaults(settings)
     check_database_url(settings.database_url)
     price_specs = read_price_file(settings.price_file) if settings.price_file else []
@@ -165,6 +168,8 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         limit_for=body_limit_for(settings),
         body_read_timeout_s=settings.body_read_timeout_s,
     )
+    # before any body byte is read: forged Host/Origin, non-JSON writes, no token (hedgerow.api._request_guard)
+    app.add_middleware(RequestGuardMiddleware, policy=host_policy)
     # outermost: a path with a control character never reaches routing (see hedgerow.api.path_check)
     app.add_middleware(ControlCharacterPathMiddleware)
     app.state.settings = settings

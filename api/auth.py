@@ -19,8 +19,8 @@ import hashlib
 import hmac
 import ipaddress
 import re
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -33,8 +33,10 @@ __all__ = [
     "MIN_TOKEN_CHARS",
     "SCOPES",
     "TOKEN_COOKIE",
+    "ScopeDependency",
     "authorize",
     "bearer_token",
+    "check_bearer",
     "check_listen_allowed",
     "is_loopback",
     "parse_token_names",
@@ -153,7 +155,12 @@ def check_listen_allowed(host: str, tokens: dict[str, frozenset[str]]) -> None:
 
 def bearer_token(request: Request) -> str | None:
     """The token of ``Authorization: Bearer <token>``, or None without one."""
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return _bearer(request.headers.get("authorization", ""))
+
+
+def _bearer(authorization: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value, or None."""
+    scheme, _, given = authorization.partition(" ")
     given = given.strip()
     return given if scheme.lower() == "bearer" and given else None
 
@@ -194,21 +201,33 @@ def _auth_error(code: int, message: str) -> HTTPException:
     return HTTPException(code, detail={"field": "authorization", "message": message}, headers=headers)
 
 
-def require_scope(*accepted: str) -> Callable[..., Any]:
+class ScopeDependency:
+    """The FastAPI dependency made by :func:`require_scope`: the request's token must have one of ``wanted``.
+
+    Attributes:
+        wanted: the accepted scopes, ``admin`` included; read by
+            :func:`hedgerow.api._request_guard.route_scopes` to check a token before the body is read.
+    """
+
+    def __init__(self, wanted: frozenset[str]) -> None:
+        self.wanted = wanted
+
+    async def __call__(
+        self,
+        request: Request,
+        _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER_SCHEME)],
+    ) -> str | None:
+        """Check the request's token (:func:`authorize`); returns its scopes joined by commas, or None."""
+        return authorize(request, self.wanted)
+
+
+def require_scope(*accepted: str) -> ScopeDependency:
     """A FastAPI dependency allowing a request whose token has any of the ``accepted`` scopes.
 
     ``admin`` is always accepted. Answers 401 without a valid bearer token, 403 when its scopes
     do not include any of ``accepted``; both ``{"detail": {"field": "authorization", "message"}}``.
     """
-    wanted = frozenset(accepted) | {"admin"}
-
-    async def dependency(
-        request: Request,
-        _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER_SCHEME)],
-    ) -> str | None:
-        return authorize(request, wanted)
-
-    return dependency
+    return ScopeDependency(frozenset(accepted) | {"admin"})
 
 
 def authorize(request: Request, wanted: frozenset[str]) -> str | None:
@@ -228,10 +247,27 @@ def authorize(request: Request, wanted: frozenset[str]) -> str | None:
     Raises:
         HTTPException: 401 without a valid token, 403 when it has none of ``wanted``.
     """
-    tokens: dict[str, frozenset[str]] = request.app.state.tokens
+    return check_bearer(request.app.state.tokens, request.headers.get("authorization", ""), wanted)
+
+
+def check_bearer(tokens: dict[str, frozenset[str]], authorization: str, wanted: frozenset[str]) -> str | None:
+    """The rule of :func:`authorize` on the raw ``Authorization`` header (also checked, for a request
+    with a body, before the body is read: :mod:`hedgerow.api._request_guard`).
+
+    Args:
+        tokens: the configured tokens (``{token: scopes}``); empty: every request is allowed.
+        authorization: the request's ``Authorization`` header ("" without one).
+        wanted: the accepted scopes, ``admin`` included.
+
+    Returns:
+        None when no tokens are configured, else the token's scopes joined by commas.
+
+    Raises:
+        HTTPException: 401 without a valid token, 403 when it has none of ``wanted``.
+    """
     if not tokens:
         return None
-    scopes = token_scopes(tokens, bearer_token(request))
+    scopes = token_scopes(tokens, _bearer(authorization))
     if scopes is None:
         raise _auth_error(status.HTTP_401_UNAUTHORIZED, "missing or invalid bearer token")
     if not scopes & wanted:

@@ -40,6 +40,7 @@ __all__ = [
     "HeaderTimeoutH11Protocol",
     "HeaderTimeoutHttpToolsProtocol",
     "header_timeout_protocol",
+    "send_refusal",
 ]
 
 #: Body limit of every endpoint without a larger one of its own (route and price changes are
@@ -143,9 +144,24 @@ def _content_length(scope: Scope) -> int | None:
 
 
 async def _refuse(send: Send, status_code: int, message: str) -> None:
-    """Answer ``{"detail": {"field": "body", "message": message}}`` (the api's error shape) with
-    ``status_code`` and close the connection."""
-    body = json.dumps({"detail": {"field": "body", "message": message}}).encode()
+    """Answer ``{"detail": {"field": "body", "message": message}}`` with ``status_code`` and close."""
+    await send_refusal(send, status_code, "body", message)
+
+
+async def send_refusal(
+    send: Send, status_code: int, field: str, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """Answer ``{"detail": {"field": field, "message": message}}`` (the api's error shape) with
+    ``status_code`` and ``Connection: close`` (a request body left unread is never read).
+
+    Args:
+        send: the ASGI ``send`` of the request.
+        status_code: the HTTP status.
+        field: what was wrong (``body``, ``host``, ``authorization``, ...).
+        message: the explanation.
+        headers: extra response headers (lower-case names), e.g. ``www-authenticate``.
+    """
+    body = json.dumps({"detail": {"field": field, "message": message}}).encode()
     await send(
         {
             "type": "http.response.start",
@@ -154,6 +170,7 @@ async def _refuse(send: Send, status_code: int, message: str) -> None:
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
                 (b"connection", b"close"),
+                *(headers or []),
             ],
         }
     )

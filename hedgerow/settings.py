@@ -107,6 +107,12 @@ class Settings(BaseSettings):
         host / port: where ``hedgerow serve`` listens (defaults 127.0.0.1:8400).
         tokens: bearer tokens, ``[name=]token:scope1+scope2`` comma-separated (empty = no auth,
             loopback only); a token's name is the audit actor of the changes made with it.
+        allowed_hosts: comma-separated host names or addresses (no ports) the api answers to in
+            the ``Host`` header besides the loopback names (``localhost``, 127.0.0.1, ``[::1]``)
+            and a concrete ``host``; ``*``: any. Other hosts get 400. Empty with a wildcard
+            ``host`` (0.0.0.0, ::): any host (tokens are then required); default empty.
+        allowed_origins: comma-separated origins (``https://ops.example``) whose state-changing
+            requests (a browser's ``Origin``) are accepted besides the server's own; default empty.
         log_level: ``debug``, ``info`` (default), ``warning``, ``error`` or ``critical``.
         log_format: ``text`` (default) or ``json`` (one object per line).
         access_log: log one line per HTTP request (default false).
@@ -188,6 +194,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8400, ge=0, le=65535)
     tokens: str = ""
+    allowed_hosts: str = ""
+    allowed_origins: str = ""
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     log_format: Literal["text", "json"] = "text"
     access_log: bool = False

@@ -23,7 +23,12 @@ def make_api(database_url: str) -> Callable[..., Any]:
 
     @asynccontextmanager
     async def factory(**overrides: Any) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
-        values = {"database_url": database_url, "controller_interval_s": 3600.0, **overrides}
+        values = {
+            "database_url": database_url,
+            "controller_interval_s": 3600.0,
+            "allowed_hosts": "hedgerow.test",
+            **overrides,
+        }
         app = create_app(Settings(**values))
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)

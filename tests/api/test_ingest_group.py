@@ -23,7 +23,13 @@ from hedgerow.settings import Settings
 
 @asynccontextmanager
 async def sqlite_api(path: Path, **overrides: Any) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
-    app = create_app(Settings(database_url=f"sqlite+aiosqlite:///{path}", controller_interval_s=3600.0, **overrides))
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{path}",
+        controller_interval_s=3600.0,
+        allowed_hosts="hedgerow.test",
+        **overrides,
+    )
+    app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://hedgerow.test") as client:

@@ -115,7 +115,12 @@ async def test_oversized_bodies_are_refused_while_streaming_with_bounded_memory(
 
         async with httpx.AsyncClient(base_url=served.base, timeout=30) as client:
             # A route change has its own small limit; the server still answers normally.
-            big = await client.put("/v1/routes/r", params={"model": "m"}, content=b" " * 20_000)
+            big = await client.put(
+                "/v1/routes/r",
+                params={"model": "m"},
+                content=b" " * 20_000,
+                headers={"content-type": "application/json"},
+            )
             assert big.status_code == 413 and big.json()["detail"]["field"] == "body"
             assert "16384 bytes" in big.json()["detail"]["message"]
             assert (await client.get("/healthz")).json() == {"status": "ok"}

@@ -293,7 +293,11 @@ async def test_deeply_nested_json_is_422_not_500(make_api, depth) -> None:
         if depth * 2 < 16_000:
             for method in ("put", "patch"):
                 response = await api.request(
-                    method.upper(), "/v1/routes/r", params=M, content='{"budget": ' + nested + "}"
+                    method.upper(),
+                    "/v1/routes/r",
+                    params=M,
+                    content='{"budget": ' + nested + "}",
+                    headers={"content-type": "application/json"},
                 )
                 assert response.status_code == 422, response.text[:200]
                 assert response.json()["detail"] == {"field": "body", "message": "JSON nested too deeply"}
@@ -305,11 +309,15 @@ async def test_route_bodies_over_the_limit_are_413(make_api) -> None:
     async with make_api() as (app, api):
         big = '{"actor": "' + "a" * MAX_ROUTE_BODY_BYTES + '"}'
         for method in ("put", "patch"):
-            response = await api.request(method.upper(), "/v1/routes/r", params=M, content=big)
+            response = await api.request(
+                method.upper(), "/v1/routes/r", params=M, content=big, headers={"content-type": "application/json"}
+            )
             assert response.status_code == 413, response.text[:200]
             assert str(MAX_ROUTE_BODY_BYTES) in response.json()["detail"]["message"]
         nested = "[" * 100_000 + "]" * 100_000
-        assert (await api.put("/v1/routes/r", params=M, content=nested)).status_code == 413
+        assert (
+            await api.put("/v1/routes/r", params=M, content=nested, headers={"content-type": "application/json"})
+        ).status_code == 413
         assert await _count(app, Route) == 0
 
 

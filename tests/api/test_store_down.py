@@ -87,7 +87,14 @@ async def test_a_postgresql_server_that_refuses_the_store_is_a_503_and_recovers(
 
     async with fresh_pg_database("hedgerow_down") as url:
         name = make_url(url).database
-        app = create_app(Settings(database_url=url, controller_interval_s=3600.0, threshold_check_interval_s=0.0))
+        app = create_app(
+            Settings(
+                database_url=url,
+                controller_interval_s=3600.0,
+                threshold_check_interval_s=0.0,
+                allowed_hosts="hedgerow.test",
+            )
+        )
         admin = await asyncpg.connect(**_admin_params(url))
         try:
             async with app.router.lifespan_context(app):
