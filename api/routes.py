@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, status
@@ -163,6 +163,8 @@ async def get_route_history(
     for name, value in (("since", since), ("until", until)):
         if value is not None and value.tzinfo is None:
             return _unprocessable(name, "must carry a timezone (e.g. Z)")
+        if value is not None and _utc_overflows(value):
+            return _unprocessable(name, f"out of range: {value.isoformat()} is not within years 1..9999 in UTC")
     if since is not None and until is not None and since > until:
         return _unprocessable("since", f"must not be after until ({since.isoformat()} > {until.isoformat()})")
     chosen = await resolve_model(session, route, model)
@@ -225,6 +227,16 @@ def request_actor(request: Request, claimed: str | None) -> str:
     if not claimed or claimed == identity:
         return identity
     return f"{identity} (note: {claimed})"[:200]
+
+
+def _utc_overflows(value: datetime) -> bool:
+    """True when the aware ``value`` has no UTC equivalent within years 1..9999 (a time at the
+    calendar's edge, e.g. ``0001-01-01T00:00+05:00``; the store compares in UTC)."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        return True
+    return False
 
 
 def _unprocessable(field: str, message: str) -> JSONResponse:
