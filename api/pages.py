@@ -122,7 +122,10 @@ def _aware(text: str | None, field: str) -> datetime | None:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"{field}: not a time ({text!r}); use e.g. 2026-12-01T08:00 (UTC)") from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+05:00: before year 1 in UTC
+        raise ValueError(f"{field}: out of range ({text!r}); not within years 1..9999 in UTC") from None
 
 
 @router.get("", response_class=HTMLResponse)

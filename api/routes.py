@@ -15,13 +15,18 @@ route ``team/summarize``. The history path is matched first, so ``GET
 /v1/routes/a/history?model=m`` is always the history of route ``a``, and any other method on it
 is 405 (the history is read-only); a route name may therefore not end in ``/history`` (422 from
 ingest and from a route change).
+
+A change (``PUT``/``PATCH``) and a threshold poll take only valid names (:data:`RoutePath`,
+:data:`ModelQuery`: the rule of :mod:`hedgerow.client.names`; 422 naming ``route`` or ``model``
+and what is wrong). The reads (``GET /v1/routes/{route}`` and its history) refuse only control
+characters, so a route stored before that rule can still be read.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, status
@@ -35,7 +40,8 @@ from hedgerow.api.deps import get_session
 from hedgerow.api.json_response import ApiJSONResponse
 from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT
 from hedgerow.api.schemas import (
-    HISTORY_SUFFIX,
+    NAME_PATTERN,
+    NAME_RULE,
     PRINTABLE_PATTERN,
     HistoryOut,
     RouteChangeOut,
@@ -44,7 +50,10 @@ from hedgerow.api.schemas import (
     RoutePatchIn,
     RoutePutIn,
     no_control_characters,
+    valid_model_name,
+    valid_route_name,
 )
+from hedgerow.client.names import MAX_NAME_CHARS
 from hedgerow.controller.errors import RouteLimitExceeded
 from hedgerow.controller.queries import get_history, get_route, list_routes, resolve_model
 from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
@@ -55,6 +64,7 @@ __all__ = [
     "OptionalModelQuery",
     "RoutePath",
     "Session",
+    "StoredRoutePath",
     "request_actor",
     "router",
 ]
@@ -66,30 +76,45 @@ router = APIRouter()
 
 #: A database session of the request.
 Session = Annotated[AsyncSession, Depends(get_session)]
-#: The ``model`` query parameter naming the route's model.
+#: The ``model`` query parameter naming the route's model, where it must be a valid model name
+#: (a change, a threshold poll): :mod:`hedgerow.client.names`.
 ModelQuery = Annotated[
     str,
     Query(
         min_length=1,
-        max_length=200,
-        description="the model of the route (no control characters)",
-        json_schema_extra={"pattern": PRINTABLE_PATTERN},
+        max_length=MAX_NAME_CHARS,
+        description=f"the model of the route ({NAME_RULE})",
+        json_schema_extra={"pattern": NAME_PATTERN},
     ),
-    AfterValidator(no_control_characters),
+    AfterValidator(valid_model_name),
 ]
-#: The ``model`` query parameter where it may be left out (the route's only model).
+#: The ``model`` query parameter of a read, where it may be left out (the route's only model).
+#: Only control characters are refused: a name stored before the name rule stays readable.
 OptionalModelQuery = Annotated[
     str | None,
-    Query(min_length=1, max_length=200, description="the model of the route (optional when it has one)"),
+    Query(min_length=1, max_length=MAX_NAME_CHARS, description="the model of the route (optional when it has one)"),
     AfterValidator(lambda value: None if value is None else no_control_characters(value)),
 ]
-#: The ``{route}`` path parameter (may contain ``/``: matched with the ``path`` converter).
+#: The ``{route}`` path parameter where it must be a valid route name (a change, a threshold
+#: poll): :mod:`hedgerow.client.names`. May contain ``/`` (matched with the ``path`` converter).
 RoutePath = Annotated[
     str,
     Path(
         min_length=1,
-        max_length=200,
-        description="the route's name (may contain /, not end in /history; no control characters)",
+        max_length=MAX_NAME_CHARS,
+        description=f"the route's name (may contain /; {NAME_RULE}; not ending in /history)",
+        json_schema_extra={"pattern": NAME_PATTERN},
+    ),
+    AfterValidator(valid_route_name),
+]
+#: The ``{route}`` path parameter of a read: only control characters are refused, so that a
+#: route stored before the name rule can still be read (``GET /v1/routes/{route}``, its history).
+StoredRoutePath = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        description="the route's name (may contain /; no control characters)",
         json_schema_extra={"pattern": PRINTABLE_PATTERN},
     ),
     AfterValidator(no_control_characters),
@@ -115,7 +140,7 @@ async def get_routes(session: Session) -> Any:
     summary="Threshold decisions of one route, newest first",
 )
 async def get_route_history(
-    route: RoutePath,
+    route: StoredRoutePath,
     session: Session,
     model: OptionalModelQuery = None,
     limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_LIMIT)] = 100,
@@ -138,6 +163,8 @@ async def get_route_history(
     for name, value in (("since", since), ("until", until)):
         if value is not None and value.tzinfo is None:
             return _unprocessable(name, "must carry a timezone (e.g. Z)")
+        if value is not None and _utc_overflows(value):
+            return _unprocessable(name, f"out of range: {value.isoformat()} is not within years 1..9999 in UTC")
     if since is not None and until is not None and since > until:
         return _unprocessable("since", f"must not be after until ({since.isoformat()} > {until.isoformat()})")
     chosen = await resolve_model(session, route, model)
@@ -168,7 +195,7 @@ async def history_is_read_only() -> JSONResponse:
     summary="One route and its threshold",
 )
 async def get_one_route(
-    route: RoutePath,
+    route: StoredRoutePath,
     session: Session,
     model: OptionalModelQuery = None,
 ) -> Any:
@@ -202,6 +229,16 @@ def request_actor(request: Request, claimed: str | None) -> str:
     return f"{identity} (note: {claimed})"[:200]
 
 
+def _utc_overflows(value: datetime) -> bool:
+    """True when the aware ``value`` has no UTC equivalent within years 1..9999 (a time at the
+    calendar's edge, e.g. ``0001-01-01T00:00+05:00``; the store compares in UTC)."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        return True
+    return False
+
+
 def _unprocessable(field: str, message: str) -> JSONResponse:
     return JSONResponse(
         {"detail": {"field": field, "message": message}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
@@ -218,8 +255,6 @@ def _too_large(size: int) -> JSONResponse:
 async def _configure(request: Request, route: str, model: str, *, replace: bool) -> Any:
     """Parse and validate the body, apply it; see :func:`put_route` and :func:`patch_route`."""
     schema = RoutePutIn if replace else RoutePatchIn
-    if route.endswith(HISTORY_SUFFIX):
-        return _unprocessable("route", f"must not end in {HISTORY_SUFFIX!r} (that path reads a route's history)")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_ROUTE_BODY_BYTES:
         return _too_large(int(declared))

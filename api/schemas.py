@@ -27,9 +27,9 @@ from pydantic import (
     model_validator,
 )
 
+from hedgerow.client.names import HISTORY_SUFFIX, MAX_NAME_CHARS, model_name_error, route_name_error
 from hedgerow.client.records import (
     MAX_COUNT,
-    MAX_NAME_CHARS,
     MAX_SECONDS,
     check_consistency,
     control_character_error,
@@ -51,15 +51,19 @@ __all__ = [
     "HistoryOut",
     "HistoryRowOut",
     "IngestOut",
+    "ModelName",
     "ReadyOut",
     "RouteChangeOut",
     "RouteListOut",
+    "RouteName",
     "RouteOut",
     "RoutePatchIn",
     "RoutePutIn",
     "ThresholdOut",
     "ThresholdTableOut",
     "no_control_characters",
+    "valid_model_name",
+    "valid_route_name",
 ]
 
 
@@ -88,13 +92,70 @@ def no_control_characters(value: str) -> str:
 Printable = AfterValidator(no_control_characters)
 #: Latest ``started_at`` accepted, seconds after the server's clock (generous clock skew).
 MAX_FUTURE_S = 86_400.0
-#: Route names may not end in this: ``/v1/routes/{route}/history`` is the history of ``route``.
-HISTORY_SUFFIX = "/history"
 #: Most attempts one call record may carry (a call makes 1 + ``max_backups`` attempts).
 MAX_ATTEMPTS_PER_CALL = 64
 #: The same rule as a JSON Schema ``pattern`` (documentation: the check is :data:`Printable`'s).
 PRINTABLE_PATTERN = "^[^\\u0000-\\u001f\\u007f]*$"
 _PRINTABLE_SCHEMA = Field(json_schema_extra={"pattern": PRINTABLE_PATTERN})
+#: Part of the name rule as a JSON Schema ``pattern``: no C0/C1 control character, no line or
+#: paragraph separator, no bidirectional override or isolate, no BOM. Documentation only: the
+#: check is :mod:`hedgerow.client.names`'s, which refuses more (every format character, blank
+#: names, whitespace at either end), as the description says.
+NAME_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u2028-\\u202e\\u2066-\\u2069\\ufeff]+$"
+#: The name rule in words, for the OpenAPI descriptions.
+NAME_RULE = (
+    "1 to 200 characters; no control or format characters (Unicode Cc, Cf, Cs, Zl, Zp: newline, "
+    "tab, U+2028, bidirectional overrides, zero-width characters); not blank; no whitespace at "
+    "either end"
+)
+
+
+def valid_route_name(value: str) -> str:
+    """Return ``value`` when it is a valid route name (:func:`hedgerow.client.names.route_name_error`).
+
+    Raises:
+        ValueError: saying what is wrong (pydantic makes it a field error: a 422 naming the field).
+    """
+    problem = route_name_error(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def valid_model_name(value: str) -> str:
+    """Return ``value`` when it is a valid model name (:func:`hedgerow.client.names.model_name_error`).
+
+    Raises:
+        ValueError: saying what is wrong (pydantic makes it a field error: a 422 naming the field).
+    """
+    problem = model_name_error(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+#: A route name in a request body (:mod:`hedgerow.client.names`).
+RouteName = Annotated[
+    StrictStr,
+    Field(
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        description=f"route name: {NAME_RULE}; not ending in /history",
+        json_schema_extra={"pattern": NAME_PATTERN},
+    ),
+    AfterValidator(valid_route_name),
+]
+#: A model name in a request body (:mod:`hedgerow.client.names`).
+ModelName = Annotated[
+    StrictStr,
+    Field(
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        description=f"model name: {NAME_RULE}",
+        json_schema_extra={"pattern": NAME_PATTERN},
+    ),
+    AfterValidator(valid_model_name),
+]
 
 
 def not_null_in_schema(schema: dict[str, Any]) -> None:
@@ -155,8 +216,9 @@ class CallRecordIn(BaseModel):
     Rules across fields, checked by this schema's validators (422 naming the field): each attempt's
     ``end_s >= start_s`` and ``first_token_s`` (when set) within ``[start_s, end_s]``; a
     ``winner`` needs an attempt of that role with outcome ``won``; ``started_at`` carries a
-    timezone, lies in 1970..9000 and at most a day after the server's clock; ``route`` does not
-    end in ``/history``; at most 64 attempts; unknown fields are refused. A rule across fields
+    timezone, lies in 1970..9000 and at most a day after the server's clock; ``route`` and
+    ``model`` follow the name rule (:mod:`hedgerow.client.names`; a route does not end in
+    ``/history``); at most 64 attempts; unknown fields are refused. A rule across fields
     fails as a ``value_error`` at the record itself whose message starts with the field's path
     (``attempts[0].end_s: before its start_s``, the message of
     :func:`hedgerow.client.records.check_consistency`).
@@ -165,8 +227,8 @@ class CallRecordIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     request_id: Name
-    route: Name
-    model: Name
+    route: RouteName
+    model: ModelName
     started_at: Timestamp
     client: OptionalText = None
     hedge_after_s: Seconds | None = None
@@ -198,14 +260,6 @@ class CallRecordIn(BaseModel):
         """Refuse a ``started_at`` more than :data:`MAX_FUTURE_S` after the server's clock."""
         if value > datetime.now(UTC) + timedelta(seconds=MAX_FUTURE_S):
             raise ValueError(f"more than {MAX_FUTURE_S:g} s after the server's clock")
-        return value
-
-    @field_validator("route")
-    @classmethod
-    def _not_a_history_path(cls, value: str) -> str:
-        """Refuse a route name ending in ``/history`` (that path reads a route's history)."""
-        if value.endswith(HISTORY_SUFFIX):
-            raise ValueError("must not end in '/history' (that path reads a route's history)")
         return value
 
     @model_validator(mode="after")

@@ -160,6 +160,7 @@ from hedgerow.client.errors import (
     HedgeError,
     UpstreamError,
 )
+from hedgerow.client.names import check_route_name
 from hedgerow.client.policy import HedgePolicy, Upstream
 from hedgerow.client.records import CallApi, CallRecord
 
@@ -636,7 +637,9 @@ class HedgingClient:
     Args:
         upstreams: the endpoints in preference order; the first is the primary, backups go to
             the next upstream that is not the primary. At least one; names must be unique.
-        route: the app's logical name for these calls (thresholds are per (route, model)).
+        route: the app's logical name for these calls (thresholds are per (route, model)); a
+            valid route name (:mod:`hedgerow.client.names`: 1 to 200 characters, no control or
+            format characters, no whitespace at either end, not ending in ``/history``).
         policy: the ``HedgePolicy``.
         thresholds: optional ``ThresholdSource`` (e.g. a ``ThresholdPoller``) giving a measured
             ``hedge_after_s`` per (route, model); without it the policy's value is used.
@@ -668,8 +671,7 @@ class HedgingClient:
         names = [u.name for u in upstreams]
         if len(set(names)) != len(names):
             raise ValueError(f"upstreams: names must be unique, got {names}")
-        if not isinstance(route, str) or not route:
-            raise ValueError("route: must be a non-empty string")
+        check_route_name(route)  # the one name rule (hedgerow.client.names): ValueError naming route
         self.upstreams = upstreams
         self.route = route
         self.policy = policy or HedgePolicy()

@@ -8,7 +8,9 @@ ISO 8601 with ``Z`` on the wire).
 Every string of a record (names, ids, ``client``, ``error_type``) is 1..200 characters of
 printable text: the C0 control characters U+0000-U+001F and DEL U+007F are refused (PostgreSQL
 cannot store U+0000; the others have no place in a name), by :meth:`CallRecord.from_dict` and by
-the api alike (:func:`control_character_error`).
+the api alike (:func:`control_character_error`). ``route`` and ``model`` follow the stricter rule
+of route and model names (:mod:`hedgerow.client.names`: no control or format characters, no
+blank name, no whitespace at either end; a route not ending in ``/history``).
 
 An attempt's TTFT is ``first_token_s - start_s``. A cancelled attempt with no first token is
 *censored*: all we know is that its TTFT exceeds ``end_s - start_s``.
@@ -21,6 +23,8 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
+
+from hedgerow.client.names import MAX_NAME_CHARS, model_name_error, route_name_error
 
 __all__ = [
     "ATTEMPT_OUTCOMES",
@@ -56,8 +60,6 @@ HEDGE_REASONS: tuple[str, ...] = ("ttft_timeout", "primary_error")
 ATTEMPT_OUTCOMES: tuple[str, ...] = ("won", "cancelled", "failed")
 ATTEMPT_ROLES: tuple[str, ...] = ("primary", "backup")
 
-#: Longest accepted name (request_id, route, model, client, upstream, error_type), characters.
-MAX_NAME_CHARS = 200
 #: Largest accepted token count or threshold version (what a 32-bit SQL integer holds).
 MAX_COUNT = 2**31 - 1
 #: Largest accepted duration, seconds (one day: no call of an LLM API lasts longer).
@@ -259,6 +261,10 @@ class CallRecord:
         kwargs: dict[str, Any] = {}
         for name in ("request_id", "route", "model"):
             kwargs[name] = _text(data, name, required=True)
+        for name, rule in (("route", route_name_error), ("model", model_name_error)):
+            problem = rule(kwargs[name])  # the one name rule (hedgerow.client.names)
+            if problem is not None:
+                raise ValueError(f"{name}: {problem}")
         try:
             kwargs["started_at"] = parse_timestamp(_text(data, "started_at", required=True))
         except ValueError as exc:

@@ -116,6 +116,7 @@ from hedgerow.client.hedging import (
     send_streaming,
     wait_tasks_shielded,
 )
+from hedgerow.client.names import check_route_name
 from hedgerow.client.policy import HedgePolicy, Upstream
 from hedgerow.client.records import CallApi
 from hedgerow.client.unary import unary_call
@@ -197,7 +198,8 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         upstreams: the OpenAI-compatible endpoints in preference order (the first is the primary
             and receives every pass-through request). At least one; names unique.
         route: the app's logical name for the streamed chat calls (thresholds per (route, model)).
-            Default ``"default"``, as for ``HedgingClient``.
+            Default ``"default"``, as for ``HedgingClient``. Route names follow
+            :mod:`hedgerow.client.names` (so does ``unary_route``, and ``route + ".unary"``).
         policy: the ``HedgePolicy`` of streamed calls. Default ``HedgePolicy()``, as for
             ``HedgingClient``.
         thresholds: optional ``ThresholdSource`` (e.g. a ``ThresholdPoller``).
@@ -241,8 +243,11 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
             not isinstance(base_path, str) or not base_path.startswith("/") or "?" in base_path
         ):
             raise ValueError(f"base_path: must be a path starting with '/' and without a query, got {base_path!r}")
-        if unary_route is not None and (not isinstance(unary_route, str) or not unary_route):
-            raise ValueError("unary_route: must be a non-empty string or None")
+        check_route_name(route)  # the one name rule (hedgerow.client.names)
+        if unary_route is None:
+            check_route_name(f"{route}.unary", "route (with '.unary', the default unary_route)")
+        else:
+            check_route_name(unary_route, "unary_route")
         self._pool = OwnedTransport(limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=100))
         self._client = HedgingClient(
             upstreams,

@@ -12,6 +12,16 @@ Every format renders the JSON report of :func:`hedgerow.controller.report.build_
   and by mail. Template: ``templates/weekly_report.html.j2`` (Jinja2, autoescaped);
 * :func:`to_markdown`: headline figures and a table per route, for chat;
 * :func:`summary_text`: the one-paragraph summary posted to a webhook.
+
+Route and model names are stored text: each format escapes them for itself (names stored before
+the name rule of :mod:`hedgerow.client.names` may hold anything but C0 controls). JSON: the
+encoder's escapes. CSV: quoted by the csv module, and a text cell starting with ``=``, ``+``,
+``-``, ``@``, a tab or a carriage return gets a leading ``'`` (:func:`csv_text`, OWASP's
+advice against formula injection), so a spreadsheet shows it as text instead of running it.
+HTML: Jinja2 autoescaping, on for the template (``.j2``); names in the plots' titles and labels
+have matplotlib's ``$`` (mathtext) escaped. Markdown: :func:`markdown_text` (control and format
+characters as visible escapes, Markdown's inline punctuation backslash-escaped, so a ``|``
+cannot add a table column).
 """
 
 from __future__ import annotations
@@ -25,10 +35,14 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from hedgerow.client.names import visible
+
 __all__ = [
     "CSV_COLUMNS",
     "FORMATS",
     "MEDIA_TYPES",
+    "csv_text",
+    "markdown_text",
     "render",
     "summary_text",
     "to_csv",
@@ -136,6 +150,27 @@ def to_csv(report: Mapping[str, Any]) -> str:
     return buffer.getvalue()
 
 
+#: First characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection).
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(text: str) -> str:
+    """A text cell of the CSV report, safe to open in a spreadsheet.
+
+    A cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading
+    ``'`` (OWASP's advice against CSV/formula injection), so ``=HYPERLINK(...)`` is shown as text
+    instead of being run; quoting (commas, quotes, newlines) is the csv module's. Only text cells
+    go through it: numbers (a negative change, ``-0.5``) are written as they are.
+
+    Args:
+        text: the cell's text.
+
+    Returns:
+        The text, with ``'`` in front when it starts with one of those characters.
+    """
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
+
+
 def _cells(row: Mapping[str, Any]) -> dict[str, str]:
     out = {}
     for key, value in row.items():
@@ -145,9 +180,33 @@ def _cells(row: Mapping[str, Any]) -> dict[str, str]:
             out[key] = "true" if value else "false"
         elif isinstance(value, float):
             out[key] = f"{value:.6g}"
+        elif isinstance(value, str):
+            out[key] = csv_text(value)
         else:
             out[key] = str(value)
     return out
+
+
+#: Characters backslash-escaped in a Markdown cell: CommonMark's inline punctuation (code,
+#: emphasis, links, raw HTML, entities, strikethrough) and the table's ``|``.
+_MARKDOWN_SPECIAL = frozenset("\\`*_[]<>|~&!#")
+
+
+def markdown_text(text: str) -> str:
+    """Stored text (a route or model name) as literal text in a Markdown table cell or line.
+
+    Control, format and separator characters become visible escapes first
+    (:func:`hedgerow.client.names.visible`: a newline cannot end the row), then every character
+    of :data:`_MARKDOWN_SPECIAL` is backslash-escaped (CommonMark shows ``\\|`` as ``|``), so a
+    name cannot add a column, open code, emphasis, a link or raw HTML.
+
+    Args:
+        text: the text to show.
+
+    Returns:
+        The escaped text.
+    """
+    return "".join("\\" + char if char in _MARKDOWN_SPECIAL else char for char in visible(text))
 
 
 def _s(value: Any) -> str:
@@ -203,7 +262,17 @@ def _flags(section: Mapping[str, Any]) -> str:
     return ", ".join(raised) or "none"
 
 
-_FILTERS = {"s": _s, "pct": _pct, "usd": _usd, "delta": _delta, "primary": _primary_text, "flags": _flags}
+#: The template's filters; ``shown`` is :func:`hedgerow.client.names.visible` (a name's control and
+#: format characters as escapes; autoescaping then makes it HTML text).
+_FILTERS = {
+    "s": _s,
+    "pct": _pct,
+    "usd": _usd,
+    "delta": _delta,
+    "primary": _primary_text,
+    "flags": _flags,
+    "shown": visible,
+}
 
 
 def summary_text(report: Mapping[str, Any]) -> str:
@@ -278,8 +347,9 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         cost = s["cost"]
         th = s["threshold"]
         threshold = "" if "start_s" not in th else f"{_s(th['start_s'])} → {_s(th['end_s'])} ({th['applied_changes']})"
+        route = markdown_text(s["route"]) if s["route"] else "**total**"
         lines.append(
-            f"| {s['route'] or '**total**'} | {s['model'] or ''} | {s['calls']:,} | {_s(s['ttft_s']['p99'])} "
+            f"| {route} | {markdown_text(s['model'] or '')} | {s['calls']:,} | {_s(s['ttft_s']['p99'])} "
             f"| {_primary_text(s, 'p99')} | {_pct(s['hedge_rate'])} | {_pct(s['budget'])} "
             f"| {_pct(s['backup_win_rate'])} | {s['failovers']} | {_usd(cost['spend_usd'], cost['price_status'])} "
             f"| {_usd(cost['overhead_usd'], cost['price_status'])} | {_pct(cost['overhead_share'])} "
@@ -289,7 +359,8 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         moved = report["moved_most"][key]
         if moved:
             lines += ["", f"Moved most ({title}): " + "; ".join(
-                f"{m['route']}/{m['model']} {_delta(m['delta'], kind)}" for m in moved)]  # fmt: skip
+                f"{markdown_text(m['route'])}/{markdown_text(m['model'])} {_delta(m['delta'], kind)}"
+                for m in moved)]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -306,23 +377,24 @@ def to_html(report: Mapping[str, Any]) -> str:
     """A self-contained HTML page of the report: inline CSS and inline SVG plots, no request out."""
     from hedgerow.controller import report_plots  # matplotlib: imported when a page is drawn, not at start
 
-    sections = report["routes"]
     # a route with decisions but no call this week has nothing to plot (its bars would be 0s)
-    with_calls = [s for s in sections if s["calls"]]
+    with_calls = [s for s in report["routes"] if s["calls"]]
     plotted = sorted(with_calls, key=lambda s: -s["calls"])[:MAX_PLOTTED_ROUTES]
     plots = []
     for s in plotted:
-        name = f"{s['route']} · {s['model']}"
+        # in a plot the name is plain text (:func:`_plot_text`); in the page, Jinja escapes it
+        title = f"{_plot_text(s['route'])} · {_plot_text(s['model'])}"
         plots.append(
             {
-                "name": name,
-                "latency": report_plots.daily_latency_svg(s["daily"], f"{name}: TTFT per day"),
-                "hedge_rate": report_plots.hedge_rate_svg(s["daily"], s["budget"], f"{name}: hedge rate per day"),
+                "name": f"{visible(s['route'])} · {visible(s['model'])}",
+                "latency": report_plots.daily_latency_svg(s["daily"], f"{title}: TTFT per day"),
+                "hedge_rate": report_plots.hedge_rate_svg(s["daily"], s["budget"], f"{title}: hedge rate per day"),
                 "threshold": report_plots.threshold_svg(
-                    s["threshold"]["steps"], report["since"], report["until"], f"{name}: hedge_after_s"
+                    s["threshold"]["steps"], report["since"], report["until"], f"{title}: hedge_after_s"
                 ),
             }
         )
+    with_calls = [{**s, "route": _plot_text(s["route"]), "model": _plot_text(s["model"])} for s in with_calls]
     overhead = report_plots.overhead_svg(with_calls) if with_calls else None
     template = _ENV.get_template("weekly_report.html.j2")
     return template.render(
@@ -333,6 +405,13 @@ def to_html(report: Mapping[str, Any]) -> str:
         omitted=len(with_calls) - len(plotted),
         days=_days_of(report),
     )
+
+
+def _plot_text(text: str | None) -> str:
+    """A name as literal text for a matplotlib title or label: control characters as escapes,
+    ``$`` escaped (a ``$`` starts matplotlib's mathtext, where a name such as ``a$\\x$`` failed
+    the whole page)."""
+    return visible(text or "").replace("$", "\\$")
 
 
 def render(report: Mapping[str, Any], fmt: str) -> str:

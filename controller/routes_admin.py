@@ -50,6 +50,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.api.ops_bounds import budget_range_error
+from hedgerow.client.names import model_name_error, route_name_error
 from hedgerow.client.records import MAX_SECONDS, control_character_error
 from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import ControllerError, UnknownRoute
@@ -224,14 +225,18 @@ async def configure_route(
         RouteLimitExceeded: a replace that would create a route past ``settings.max_routes`` or
             ``settings.max_models_per_route``.
         RouteConfigInvalid: an unknown field or a value out of range (``field`` names it).
-        ValueError: ``route``/``model`` empty or longer than 200 characters, or ``now`` naive.
+        ValueError: ``route``/``model`` not a valid name (:mod:`hedgerow.client.names`; the
+            message starts with the field), ``actor`` empty or longer than 200 characters or
+            holding a control character, or ``now`` naive.
     """
-    for name, value in (("route", route), ("model", model), ("actor", actor)):
-        if not isinstance(value, str) or not 1 <= len(value) <= 200:
-            raise ValueError(f"{name} must be 1 to 200 characters, got {value!r}")
-        problem = control_character_error(value)
-        if problem is not None:
-            raise ValueError(f"{name} {problem}")
+    for name, problem in (("route", route_name_error(route)), ("model", model_name_error(model))):
+        if problem is not None:  # the one name rule (hedgerow.client.names)
+            raise ValueError(f"{name}: {problem}")
+    if not isinstance(actor, str) or not 1 <= len(actor) <= 200:
+        raise ValueError(f"actor must be 1 to 200 characters, got {actor!r}")
+    problem = control_character_error(actor)
+    if problem is not None:
+        raise ValueError(f"actor {problem}")
     unknown = sorted(set(fields) - set(ROUTE_CONFIG_FIELDS))
     if unknown:
         raise RouteConfigInvalid(unknown[0], f"not a route setting ({', '.join(ROUTE_CONFIG_FIELDS)})")

@@ -80,24 +80,21 @@ _CALL_FLAGS = {
 _EXIT_INTERRUPTED = 130
 
 
-def _name_problem(value: str) -> str | None:
+def _name_problem(value: str, *, route: bool = False) -> str | None:
     """Why ``value`` cannot be a name in a call record (route, model, upstream), or None if it can.
 
-    Records hold names of 1 to ``MAX_NAME_CHARS`` (200) characters (client/records.py); a
-    blank name is refused too, as ``Upstream`` and ``HedgingClient`` do.
+    The rule of route and model names (:mod:`hedgerow.client.names`: 1 to 200 characters, no
+    control or format characters, not blank, no whitespace at either end; with ``route`` also not
+    ending in ``/history``), which the api applies to the records.
     """
-    from hedgerow.client.records import MAX_NAME_CHARS
+    from hedgerow.client.names import name_error, route_name_error
 
-    if not value.strip():
-        return "must be a non-empty string"
-    if len(value) > MAX_NAME_CHARS:
-        return f"longer than {MAX_NAME_CHARS} characters ({len(value)})"
-    return None
+    return route_name_error(value) if route else name_error(value)
 
 
-def _check_name(flag: str, value: str) -> str:
+def _check_name(flag: str, value: str, *, route: bool = False) -> str:
     """Return ``value`` if it can be a record name; else exit 2 with one line naming ``flag``."""
-    problem = _name_problem(value)
+    problem = _name_problem(value, route=route)
     if problem is not None:
         raise fail(f"{flag}: {problem}", 2)
     return value
@@ -183,7 +180,7 @@ def _call_payload(
     Responses API body (``input``, ``max_output_tokens``).
 
     ``--model`` (when given) replaces the body's model; the model ends up in the call record, so
-    it must be a non-blank string of at most 200 characters whichever way it came.
+    it must be a valid model name (:mod:`hedgerow.client.names`) whichever way it came.
     """
     if (prompt is None) == (body is None):
         raise fail("give exactly one of --prompt and --body", 2)
@@ -484,7 +481,7 @@ def call(
         if api not in ("chat", "responses"):
             raise fail(f"--api: must be chat or responses, got {api!r}", 2)
         payload = _call_payload(model, prompt, body, max_tokens, api)
-        _check_name("--route", route)
+        _check_name("--route", route, route=True)
         policy = _call_policy(hedge_after, stall_timeout, total_timeout, budget)
         client = _call_client(upstreams, route, policy)
         try:
@@ -943,6 +940,8 @@ def controller_run_once(
     from rich.console import Console
     from rich.table import Table
 
+    from hedgerow.cli_routes import plain_cell
+    from hedgerow.client.names import visible
     from hedgerow.controller.errors import LeaseHeld, StoreError
     from hedgerow.logs import configure_logging
 
@@ -988,9 +987,9 @@ def controller_run_once(
     ):
         table.add_column(column, justify="right" if column not in ("route", "model", "reason", "source") else "left")
     for row in rows:
-        table.add_row(
-            row["route"],
-            row["model"],
+        table.add_row(  # names as plain text: no rich markup, control characters escaped
+            plain_cell(visible(row["route"])),
+            plain_cell(visible(row["model"])),
             seconds(row["previous_hedge_after_s"]),
             seconds(row["hedge_after_s"]),
             "yes" if row["applied"] else "held",

@@ -26,7 +26,7 @@ import typer
 
 from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT, budget_range_error, parse_budget
 
-__all__ = ["DEFAULT_API_URL", "routes_app"]
+__all__ = ["DEFAULT_API_URL", "plain_cell", "routes_app"]
 
 #: Where the api listens by default (``hedgerow serve``'s default address).
 DEFAULT_API_URL = "http://127.0.0.1:8400"
@@ -109,6 +109,36 @@ def _error_text(response: Any) -> str:
     return str(detail)
 
 
+def _check_route(route: str, model: str | None, *, change: bool) -> None:
+    """Exit 2 naming ``ROUTE`` or ``--model`` when the api could not take them.
+
+    A change (``routes set``) takes valid names only (:mod:`hedgerow.client.names`, as the api's
+    ``PATCH``); a read (``show``, ``history``) takes any name without a control character (a route
+    stored before the name rule stays readable), but never one ending in ``/history``: the api
+    reads ``a/history`` as the history of ``a``, an answer of another shape.
+
+    Raises:
+        typer.Exit: status 2 with one line naming the argument and what is wrong.
+    """
+    from hedgerow.client.names import HISTORY_SUFFIX, model_name_error, route_name_error
+    from hedgerow.client.records import control_character_error
+
+    if change:
+        route_problem, model_problem = route_name_error(route), None if model is None else model_name_error(model)
+    else:
+        route_problem = control_character_error(route)
+        if route_problem is None and route.endswith(HISTORY_SUFFIX):
+            route_problem = (
+                f"must not end in {HISTORY_SUFFIX!r} (no route does; for the history of a route R "
+                "use `hedgerow routes history R`)"
+            )
+        model_problem = None if model is None else control_character_error(model)
+    if route_problem is not None:
+        raise _fail(f"ROUTE: {route_problem}", 2)
+    if model_problem is not None:
+        raise _fail(f"--model: {model_problem}", 2)
+
+
 def _route_path(route: str, suffix: str = "") -> str:
     return f"/v1/routes/{quote(route, safe='')}{suffix}"
 
@@ -125,16 +155,44 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+def plain_cell(value: str) -> Any:
+    """A table cell or title showing ``value`` as it is: plain text, never rich markup.
+
+    Route and model names come from the store and may hold ``[bold]`` or ``[/]`` (as markup rich
+    would style them, or fail on a closing tag that matches nothing): the cell is a
+    ``rich.text.Text``, which rich does not parse. Newlines stay (a repeated hold's time is two
+    lines); names and other stored text go through :func:`hedgerow.client.names.visible` first
+    (:func:`_shown`).
+
+    Args:
+        value: the text of the cell.
+
+    Returns:
+        A ``rich.text.Text``.
+    """
+    from rich.text import Text
+
+    return Text(value)
+
+
+def _shown(value: Any) -> str:
+    """Stored text (a name, an actor) for a table: control and format characters as escapes."""
+    from hedgerow.client.names import visible
+
+    return visible(str(value))
+
+
 def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """Print a rich table; every cell and the title are plain text (:func:`plain_cell`)."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=plain_cell(title))
     left = {"route", "model", "source", "reason", "actor", "time (UTC)", "setting", "value", "last", "enabled"}
     for column in columns:
         table.add_column(column, justify="left" if column in left else "right", overflow="fold")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(plain_cell(cell) for cell in row))
     Console(width=max(Console().width, 160)).print(table)
 
 
@@ -154,8 +212,8 @@ def list_routes(api: str = _API, token: str = _TOKEN, as_json: bool = _JSON) -> 
         t = r["threshold"] or {}
         rows.append(
             [
-                r["route"],
-                r["model"],
+                _shown(r["route"]),
+                _shown(r["model"]),
                 _seconds(t.get("hedge_after_s")),
                 t.get("source", "-"),
                 str(t.get("version", "-")),
@@ -183,7 +241,7 @@ def _print_route(r: dict[str, Any]) -> None:
         ["pinned_hedge_after_s", _seconds(r["pinned_hedge_after_s"])],
         ["updated (UTC)", _when(r["updated_at"])],
     ]
-    _print_table(f"{r['route']} · {r['model']}", ["setting", "value"], rows)
+    _print_table(f"{_shown(r['route'])} · {_shown(r['model'])}", ["setting", "value"], rows)
     from hedgerow.controller.reason_codes import SOURCE_MEANINGS
 
     if t.get("source") in SOURCE_MEANINGS:
@@ -199,6 +257,7 @@ def show_route(
     as_json: bool = _JSON,
 ) -> None:
     """One route's configuration and published threshold."""
+    _check_route(route, model, change=False)
     data = _request("GET", api, token, _route_path(route), params=_params(model))
     if as_json:
         _echo_json(data)
@@ -220,6 +279,7 @@ def route_history(
     as_json: bool = _JSON,
 ) -> None:
     """A route's threshold decisions, newest first (identical holds are one row with repeats)."""
+    _check_route(route, model, change=False)
     if not 1 <= limit <= MAX_HISTORY_LIMIT:
         raise _fail(f"--limit: must be from 1 to {MAX_HISTORY_LIMIT}, got {limit}", 2)
     if reason is not None:
@@ -252,7 +312,7 @@ def route_history(
             _seconds(h["p99_s"]),
             _percent(h["observed_hedge_rate"]),
             _percent(h["backup_win_rate"]),
-            h["actor"] or "controller",
+            _shown(h["actor"] or "controller"),
         ]
         for h in data["history"]
     ]
@@ -260,7 +320,7 @@ def route_history(
         "time (UTC)", "from_s", "to_s", "applied", "reason", "repeats", "samples", "p90_s", "p99_s",
         "hedge rate", "backup wins", "actor",
     ]  # fmt: skip
-    _print_table(f"{route}: {len(rows)} decision(s)", columns, rows)
+    _print_table(f"{_shown(route)}: {len(rows)} decision(s)", columns, rows)
     from hedgerow.controller.reason_codes import reason_legend
 
     for code, meaning in reason_legend(h["reason"] for h in data["history"]):
@@ -338,6 +398,7 @@ def set_route(
     as_json: bool = _JSON,
 ) -> None:
     """Change a route (admin scope): applied at once and audited in its history."""
+    _check_route(route, model, change=True)
     if pin is not None and unpin:
         raise _fail("--pin and --unpin: give one of them", 2)
     if enable_flag and disable_flag:
@@ -377,8 +438,8 @@ def set_route(
         return
     changes = data["changes"]
     if not changes:
-        typer.echo(f"hedgerow: {route} · {model}: nothing changed")
+        typer.echo(f"hedgerow: {_shown(route)} · {_shown(model)}: nothing changed")
         return
     rows = [[name, _setting(name, change["from"]), _setting(name, change["to"])] for name, change in changes.items()]
-    _print_table(f"{route} · {model}: changed", ["setting", "from", "to"], rows)
+    _print_table(f"{_shown(route)} · {_shown(model)}: changed", ["setting", "from", "to"], rows)
     _print_route(data["route"])

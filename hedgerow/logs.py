@@ -15,7 +15,15 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-__all__ = ["LOG_FORMATS", "JsonFormatter", "TextFormatter", "configure_logging", "uvicorn_log_config"]
+__all__ = [
+    "LOG_FORMATS",
+    "JsonFormatter",
+    "TextFormatter",
+    "configure_logging",
+    "event_line",
+    "log_value",
+    "uvicorn_log_config",
+]
 
 LogFormat = Literal["text", "json"]
 #: The accepted ``--log-format`` values.
@@ -26,12 +34,70 @@ def _timestamp(record: logging.LogRecord) -> str:
     return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+#: Characters that make a text log value need quotes: space, quote, ``=`` and backslash.
+_NEEDS_QUOTES = frozenset(' "=\\')
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(char: str) -> str:
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if char.isprintable():
+        return char
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def log_value(value: Any) -> str:
+    """One value of a text log line (``key=value``), quoted when it needs to be (logfmt style).
+
+    Bare when non-empty and every character is printable and none is a space, ``"``, ``=`` or
+    ``\\``; otherwise in double quotes with ``"`` and ``\\`` backslash-escaped, ``\\n``,
+    ``\\r``, ``\\t``, and every other unprintable character (control, format, separator,
+    non-ASCII space) as ``\\uXXXX``. So a value can neither end its field early, nor start a
+    forged ``key=value``, nor break the line, nor reorder the text on screen.
+
+    Args:
+        value: the value (``str()`` of anything else: numbers, None, booleans).
+
+    Returns:
+        The text to put after ``key=``.
+    """
+    text = str(value)
+    if text and text.isprintable() and not _NEEDS_QUOTES.intersection(text):
+        return text
+    return '"' + "".join(_escaped(char) for char in text) + '"'
+
+
+def event_line(event: str, fields: dict[str, Any]) -> str:
+    """``event key=value ...`` with each value through :func:`log_value` (the text of an event)."""
+    return " ".join([event, *(f"{key}={log_value(value)}" for key, value in fields.items())])
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's message as one safe line: an event's fields quoted (:func:`event_line`), any
+    other message with its unprintable characters escaped (a newline in a name cannot start a
+    forged line)."""
+    event = getattr(record, "event", None)
+    fields = getattr(record, "fields", None)
+    if isinstance(event, str) and isinstance(fields, dict):
+        return event_line(event, fields)
+    text = record.getMessage()
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() or char == " " else _escaped(char) for char in text)
+
+
 class TextFormatter(logging.Formatter):
-    """``<UTC time> <LEVEL> <logger> <message>`` (plus the traceback, if any)."""
+    """``<UTC time> <LEVEL> <logger> <message>`` (plus the traceback, if any).
+
+    The message is one line: an event's values are quoted where needed (:func:`log_value`), and
+    any other message has its unprintable characters escaped; only a traceback adds lines.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         """Render one record as a line."""
-        line = f"{_timestamp(record)} {record.levelname} {record.name} {record.getMessage()}"
+        line = f"{_timestamp(record)} {record.levelname} {record.name} {_message(record)}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -46,7 +112,7 @@ class JsonFormatter(logging.Formatter):
             "ts": _timestamp(record),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": _message(record),
         }
         event = getattr(record, "event", None)
         if event is not None:

@@ -62,7 +62,7 @@ def test_flags_raised_and_cleared_and_report_deliveries(caplog) -> None:
 def test_text_and_json_formats() -> None:
     record = logging.LogRecord(EVENT_LOGGER, logging.INFO, __file__, 1, "flag_raised route=r flag=x", None, None)
     record.event, record.fields = "flag_raised", {"route": "r", "flag": "x", "to_s": 1.5}
-    assert TextFormatter().format(record).endswith(" INFO hedgerow.events flag_raised route=r flag=x")
+    assert TextFormatter().format(record).endswith(" INFO hedgerow.events flag_raised route=r flag=x to_s=1.5")
     data = json.loads(JsonFormatter().format(record))
     assert data["event"] == "flag_raised" and data["route"] == "r" and data["to_s"] == 1.5 and data["ts"].endswith("Z")
     with pytest.raises(ValueError, match="log format"):
