@@ -341,7 +341,7 @@ class RouteListOut(BaseModel):
 class HistoryRowOut(BaseModel):
     """One controller decision (quantiles null when the data cannot identify them).
 
-    After the DESIGN.md fields: ``actor`` (who made a manual change, null for the controller job)
+    After the docs/DESIGN.md fields: ``actor`` (who made a manual change, null for the controller job)
     and ``details`` (JSON object or null): ``quantile_lower_bounds_s`` (a lower bound for each
     null quantile), ``target_s``, ``short_window``, ``p99_check`` and, for a ``config`` row,
     ``changes`` (``{"field": {"from": x, "to": y}}``); ``repeats`` (ticks the row stands for:

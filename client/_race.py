@@ -573,7 +573,7 @@ class Race:
     def record(self) -> CallRecord:
         """The call's one ``CallRecord`` (built on the first call, the same object after).
 
-        Latencies count from the primary's send (DESIGN.md "TTFT"); ``tpot_s`` is
+        Latencies count from the primary's send (docs/DESIGN.md "TTFT"); ``tpot_s`` is
         ``(e2e − ttft) / (completion_tokens − 1)`` for streamed calls with more than one token.
         A call without an outcome yet is recorded as ``cancelled``.
         """

@@ -1,6 +1,6 @@
 """What counts as a token in an OpenAI-compatible stream, and assembling a streamed answer.
 
-First token (DESIGN.md "client", step 2): the first chunk with a non-empty ``delta.content``,
+First token (docs/DESIGN.md "client", step 2): the first chunk with a non-empty ``delta.content``,
 ``delta.reasoning_content``, ``delta.reasoning``, ``delta.refusal`` or a non-empty
 ``delta.tool_calls`` (legacy completions: a non-empty ``choices[].text``). A role-only chunk, an
 empty-string content, a chunk with ``choices: []`` (Azure's ``prompt_filter_results``, the final

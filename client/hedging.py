@@ -1,6 +1,6 @@
 """The hedging client: stream a chat completion, hedge on a late first token, keep the winner.
 
-One call (DESIGN.md "client"):
+One call (docs/DESIGN.md "client"):
 
 1. The primary attempt is sent to the first upstream (or the one named by ``primary=``).
 2. If no first token has arrived ``hedge_after_s`` after the primary was *sent* (not after its

@@ -1,6 +1,6 @@
 """The call record: one per call, the wire format shared by the client, the api and the store.
 
-This module is the single definition of the record (DESIGN.md "CallRecord"); the api validates
+This module is the single definition of the record (docs/DESIGN.md "CallRecord"); the api validates
 incoming JSON with a pydantic schema built to match it, and a test round-trips a record through
 both. Times inside a record are float seconds from ``started_at`` (a timezone-aware UTC datetime,
 ISO 8601 with ``Z`` on the wire).
@@ -182,7 +182,7 @@ class AttemptRecord:
 
 @dataclass(frozen=True, slots=True)
 class CallRecord:
-    """Everything measured about one call (DESIGN.md "CallRecord"); exactly one per call.
+    """Everything measured about one call (docs/DESIGN.md "CallRecord"); exactly one per call.
 
     Attributes:
         request_id: unique id of the call (also the ``Idempotency-Key`` sent upstream).
@@ -338,7 +338,7 @@ def estimate_prompt_tokens(
 ) -> tuple[int, bool]:
     """The prompt tokens one attempt cost, and whether that number is an estimate.
 
-    The one rule (DESIGN.md "CallRecord"), applied by the client when it builds a record, by the
+    The one rule (docs/DESIGN.md "CallRecord"), applied by the client when it builds a record, by the
     store to version 1 records and by the rollups to attempts stored before that rule existed:
     the attempt's own prompt tokens (from its usage chunk) when it has them; else, for an attempt
     the upstream accepted (its response headers arrived with a 2xx status: the prefill began),

@@ -235,7 +235,7 @@ class AttemptFields(Protocol):
 
 
 class RecordFields(Protocol):
-    """What ingest reads of one call record: every field of the wire format (DESIGN.md "CallRecord").
+    """What ingest reads of one call record: every field of the wire format (docs/DESIGN.md "CallRecord").
 
     Satisfied by :class:`hedgerow.client.records.CallRecord` and by the api's
     ``CallRecordIn``; ``started_at`` is an aware UTC datetime.

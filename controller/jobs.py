@@ -1,6 +1,6 @@
 """The controller job: one tick sets every (route, model)'s published ``hedge_after_s``.
 
-Per route, each tick (DESIGN.md "controller"):
+Per route, each tick (docs/DESIGN.md "controller"):
 
 1. read every route's minute aggregates of the last ``window_s`` in one query and the calls
    of the last one to two minutes one by one in two more (:func:`observe_routes`; ingest keeps

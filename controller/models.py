@@ -1,6 +1,6 @@
 """The SQL store: SQLAlchemy 2 typed ORM models of every table hedgerow keeps.
 
-Tables (DESIGN.md "controller"):
+Tables (docs/DESIGN.md "controller"):
 
 - ``routes``: one row per (route, model), with its budget and threshold bounds; created on the
   first ingest of a call for that pair, with defaults from :class:`hedgerow.settings.Settings`.

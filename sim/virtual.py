@@ -24,7 +24,7 @@ one-off run, not a test): 60 requests of ``synthetic_trace(120, rate_per_s=6.0, 
 2.872 / 5.609 / 6.632 s vs 2.873 / 5.607 / 6.635 s, median per-request difference 2 ms
 (the engine's timer jitter).
 
-Calls (the client's semantics, DESIGN.md "client"), decided by the client's own race core
+Calls (the client's semantics, docs/DESIGN.md "client"), decided by the client's own race core
 (``hedgerow.client._race.Race``, one per call: the hedge timer and budget, the winner, the
 loser's cancellation), which the simulation drives in virtual time with an attempt's first and
 last token as inputs:

@@ -1,4 +1,4 @@
-"""The hedge budget (token bucket of DESIGN.md): refill per call, burst cap, long-run bound.
+"""The hedge budget (token bucket of docs/DESIGN.md): refill per call, burst cap, long-run bound.
 
 Directly on ``HedgeBudget`` (many calls, property-based with hypothesis) and through
 ``HedgingClient`` against slow scripted upstreams on 127.0.0.1 (real hedges, refused hedges
