@@ -22,6 +22,7 @@ from hedgerow.api import calls, controller, health, prices, reports, routes, thr
 from hedgerow.api import metrics as metrics_api
 from hedgerow.api.auth import check_listen_allowed, parse_token_names, parse_tokens
 from hedgerow.api.docs import install_docs
+from hedgerow.api.ingest_gate import make_ingest_gate
 from hedgerow.api.json_response import ApiJSONResponse
 from hedgerow.api.limits import DEFAULT_BODY_LIMIT_BYTES, BodyLimitMiddleware
 from hedgerow.api.metrics import Metrics
@@ -31,8 +32,8 @@ from hedgerow.api.path_check import ControlCharacterPathMiddleware
 from hedgerow.api.store_errors import STORE_ERRORS, store_unavailable
 from hedgerow.controller.db import (
     check_database_url,
-    make_engine,
     make_sessionmaker,
+    make_store_engines,
     migrate_engine,
 )
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
@@ -118,9 +119,18 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(settings.database_url)
+        # PostgreSQL: a pool each for the api, ingest, the jobs and the lease (hedgerow.controller.db)
+        engines = make_store_engines(
+            settings.database_url,
+            api_pool_size=settings.db_pool_size,
+            ingest_pool_size=settings.db_ingest_pool_size,
+            jobs_pool_size=settings.db_jobs_pool_size,
+        )
+        engine = engines.api
         sessionmaker = make_sessionmaker(engine)
-        scheduler = ControllerScheduler(sessionmaker, settings)
+        scheduler = ControllerScheduler(
+            make_sessionmaker(engines.jobs), settings, lease_sessionmaker=make_sessionmaker(engines.lease)
+        )
         threshold_cache = thresholds.make_threshold_cache(sessionmaker, settings.threshold_check_interval_s)
 
         def after_tick(duration_s: float, finished_at_s: float) -> None:
@@ -137,6 +147,10 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
             app.state.sessionmaker = sessionmaker
             app.state.scheduler = scheduler
             app.state.thresholds = threshold_cache
+            app.state.ingest_sessionmaker = make_sessionmaker(engines.ingest)
+            app.state.ingest_gate = make_ingest_gate(
+                engine.dialect.name, settings.db_ingest_pool_size, settings.ingest_wait_s
+            )
             writer = calls.make_ingest_writer(app.state)
             if writer is not None:
                 writer.start()
@@ -149,7 +163,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
             if app.state.ingest_writer is not None:
                 await app.state.ingest_writer.aclose()  # the batches queued so far are written
                 app.state.ingest_writer = None
-            await engine.dispose()
+            await engines.dispose()
 
     app = FastAPI(
         title="hedgerow",
