@@ -23,6 +23,7 @@ from hedgerow.api import metrics as metrics_api
 from hedgerow.api._request_guard import HostPolicy, RequestGuardMiddleware
 from hedgerow.api.auth import check_listen_allowed, parse_token_names, parse_tokens
 from hedgerow.api.docs import install_docs
+from hedgerow.api.ingest_gate import make_ingest_gate
 from hedgerow.api.json_response import ApiJSONResponse
 from hedgerow.api.limits import DEFAULT_BODY_LIMIT_BYTES, BodyLimitMiddleware
 from hedgerow.api.metrics import Metrics
@@ -32,8 +33,8 @@ from hedgerow.api.path_check import ControlCharacterPathMiddleware
 from hedgerow.api.store_errors import STORE_ERRORS, store_unavailable
 from hedgerow.controller.db import (
     check_database_url,
-    make_engine,
     make_sessionmaker,
+    make_store_engines,
     migrate_engine,
 )
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
@@ -121,9 +122,18 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(settings.database_url)
+        # PostgreSQL: a pool each for the api, ingest, the jobs and the lease (hedgerow.controller.db)
+        engines = make_store_engines(
+            settings.database_url,
+            api_pool_size=settings.db_pool_size,
+            ingest_pool_size=settings.db_ingest_pool_size,
+            jobs_pool_size=settings.db_jobs_pool_size,
+        )
+        engine = engines.api
         sessionmaker = make_sessionmaker(engine)
-        scheduler = ControllerScheduler(sessionmaker, settings)
+        scheduler = ControllerScheduler(
+            make_sessionmaker(engines.jobs), settings, lease_sessionmaker=make_sessionmaker(engines.lease)
+        )
         threshold_cache = thresholds.make_threshold_cache(sessionmaker, settings.threshold_check_interval_s)
 
         def after_tick(duration_s: float, finished_at_s: float) -> None:
@@ -133,13 +143,17 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
         scheduler.on_tick = after_tick
         scheduler.on_lease = metrics.set_lease
         try:
-            await migrate_engine(engine)
+            await migrate_engine(engine, lock_timeout_s=settings.migration_lock_timeout_s)
             if price_specs:
                 await store_price_file(sessionmaker, settings.price_file)
             app.state.engine = engine
             app.state.sessionmaker = sessionmaker
             app.state.scheduler = scheduler
             app.state.thresholds = threshold_cache
+            app.state.ingest_sessionmaker = make_sessionmaker(engines.ingest)
+            app.state.ingest_gate = make_ingest_gate(
+                engine.dialect.name, settings.db_ingest_pool_size, settings.ingest_wait_s
+            )
             writer = calls.make_ingest_writer(app.state)
             if writer is not None:
                 writer.start()
@@ -152,7 +166,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
             if app.state.ingest_writer is not None:
                 await app.state.ingest_writer.aclose()  # the batches queued so far are written
                 app.state.ingest_writer = None
-            await engine.dispose()
+            await engines.dispose()
 
     app = FastAPI(
         title="hedgerow",

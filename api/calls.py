@@ -47,7 +47,8 @@ from pydantic_core import ErrorDetails
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.api.auth import require_scope
-from hedgerow.api.deps import get_session, get_settings
+from hedgerow.api.deps import get_settings
+from hedgerow.api.ingest_gate import ingest_session
 from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
 from hedgerow.controller.db import make_engine, make_sessionmaker
 from hedgerow.controller.errors import RouteLimitExceeded
@@ -224,7 +225,7 @@ def parse_batch(body: bytes, max_calls: int) -> CallBatchIn | JSONResponse:
 )
 async def post_calls(
     request: Request,
-    session: Annotated[AsyncSession, Depends(get_session)],
+    session: Annotated[AsyncSession, Depends(ingest_session)],
     settings: Annotated[Any, Depends(get_settings)],
 ) -> Any:
     """Store a batch of call records; see the module docstring for the answers."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,11 @@ from hedgerow.controller.errors import StoreError, StoreNotReady
 
 __all__ = [
     "ASYNC_DRIVERS",
+    "LEASE_POOL_SIZE",
     "MIGRATION_LOCK_TIMEOUT_S",
     "SQLITE_BUSY_TIMEOUT_S",
     "SQLITE_PRAGMAS",
+    "StoreEngines",
     "alembic_config",
     "alembic_include_name",
     "alembic_include_object",
@@ -58,6 +61,7 @@ __all__ = [
     "lock_for_migration",
     "make_engine",
     "make_sessionmaker",
+    "make_store_engines",
     "migrate_engine",
     "safe_url",
     "upgrade_connection",
@@ -177,6 +181,73 @@ def make_engine(url: str, *, inline_in_transaction: bool = False, **kwargs: Any)
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     """An ``async_sessionmaker`` bound to ``engine`` (objects stay usable after commit)."""
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+#: PostgreSQL: connections of the lease's own pool (one renewal at a time, plus one spare for a
+#: release at shutdown while a cancelled renewal's connection is still being returned).
+LEASE_POOL_SIZE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class StoreEngines:
+    """The engines of one ``serve`` process, one per kind of work, so that none waits for another.
+
+    On PostgreSQL each is an engine (a connection pool) of its own, with a fixed size and no
+    overflow; on SQLite the four are one engine, as before (SQLite serialises writers itself,
+    and ingest has its own group commit writer, :func:`hedgerow.api.calls.make_ingest_writer`).
+
+    Attributes:
+        api: reads of the api (threshold polls, ``/readyz``, the console, admin writes).
+        ingest: ``POST /v1/calls`` batches (PostgreSQL).
+        jobs: the lease holder's controller tick, rollups, retention and weekly report.
+        lease: the controller lease's renewals and release only.
+    """
+
+    api: AsyncEngine
+    ingest: AsyncEngine
+    jobs: AsyncEngine
+    lease: AsyncEngine
+
+    async def dispose(self) -> None:
+        """Close every pool's connections (each engine once)."""
+        seen: set[int] = set()
+        for engine in (self.api, self.ingest, self.jobs, self.lease):
+            if id(engine) not in seen:
+                seen.add(id(engine))
+                await engine.dispose()
+
+
+def make_store_engines(url: str, *, api_pool_size: int, ingest_pool_size: int, jobs_pool_size: int) -> StoreEngines:
+    """Make the engines of a ``serve`` process (see :class:`StoreEngines`).
+
+    On PostgreSQL: four pools, of ``api_pool_size``, ``ingest_pool_size``, ``jobs_pool_size`` and
+    :data:`LEASE_POOL_SIZE` connections, none with overflow, so a process opens at most their sum;
+    heavy ingest fills only its own pool, and polls, health checks and lease renewals never queue
+    behind it. On SQLite: one engine (:func:`make_engine`) for all four.
+
+    Args:
+        url: the store's url (see :func:`make_engine`).
+        api_pool_size: connections of the api's pool, >= 1.
+        ingest_pool_size: connections of the ingest pool, >= 1.
+        jobs_pool_size: connections of the jobs' pool, >= 1.
+
+    Raises:
+        StoreError: the url is malformed or names an unsupported driver.
+        ValueError: a pool size below 1.
+    """
+    sizes = {"api_pool_size": api_pool_size, "ingest_pool_size": ingest_pool_size, "jobs_pool_size": jobs_pool_size}
+    for name, size in sizes.items():
+        if size < 1:
+            raise ValueError(f"{name}: must be >= 1, got {size!r}")
+    url = check_database_url(url)
+    if url.startswith("sqlite"):
+        engine = make_engine(url)
+        return StoreEngines(engine, engine, engine, engine)
+
+    def pool(size: int) -> AsyncEngine:
+        return make_engine(url, pool_size=size, max_overflow=0)
+
+    return StoreEngines(pool(api_pool_size), pool(ingest_pool_size), pool(jobs_pool_size), pool(LEASE_POOL_SIZE))
 
 
 def alembic_include_name(name: str | None, type_: str, parent_names: Any) -> bool:

@@ -57,9 +57,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,15 @@ from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
 from hedgerow.controller.errors import ControllerError, LeaseHeld
 from hedgerow.controller.estimation import QUANTILE_LEVELS
 from hedgerow.controller.events import log_threshold_change
-from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, lease_holder, make_holder_id, release_lease
+from hedgerow.controller.lease import (
+    CONTROLLER_LEASE,
+    LeaseLost,
+    acquire_lease,
+    check_lease_held,
+    lease_holder,
+    make_holder_id,
+    release_lease,
+)
 from hedgerow.controller.minute_counts import MINUTE_S, call_samples, first_samples
 from hedgerow.controller.models import (
     Attempt,
@@ -91,9 +100,14 @@ from hedgerow.controller.policy import (
 )
 from hedgerow.controller.queries import history_row_dict
 
+#: ``await fence(session)`` inside a publishing transaction, after its publish locks: raises
+#: :class:`~hedgerow.controller.lease.LeaseLost` when the publisher no longer holds its lease.
+Fence = Callable[[AsyncSession], Awaitable[None]]
+
 __all__ = [
     "PUBLISH_ATTEMPTS",
     "BackupSamples",
+    "Fence",
     "WindowCounts",
     "backup_samples",
     "count_calls",
@@ -521,8 +535,12 @@ async def _publish(
     *,
     details: dict[str, Any],
     actor: str | None = None,
+    fence: Fence | None = None,
 ) -> dict[str, Any]:
     """Write the history row and the threshold of one decision (one transaction).
+
+    ``fence`` (a lease check, see :func:`run_tick`) runs under the route's publish lock, before
+    anything is written.
 
     The decision was made from ``route``'s configuration and the published value
     ``previous``, read earlier in other transactions. Here, under :func:`lock_route`, both are
@@ -533,6 +551,8 @@ async def _publish(
     """
     async with sessionmaker() as session, session.begin():
         fresh, threshold = await lock_route(session, route.id)
+        if fence is not None:
+            await fence(session)
         fresh_current = None if threshold is None else threshold.hedge_after_s
         if _config(fresh) != _config(route) or fresh_current != previous:
             raise _StaleInputs(_detached_route(fresh), fresh_current, None if threshold is None else threshold.source)
@@ -741,7 +761,11 @@ def _decide_all(
 
 
 async def run_tick(
-    sessionmaker: async_sessionmaker[AsyncSession], settings: Any, *, now: datetime | None = None
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Any,
+    *,
+    now: datetime | None = None,
+    fence: Fence | None = None,
 ) -> list[dict[str, Any]]:
     """One controller tick over every (route, model).
 
@@ -763,6 +787,11 @@ async def run_tick(
             ``hedgerow.controller.ingest_calls`` (any ``started_at``) and call
             ``run_tick(sessionmaker, settings, now=t)`` for increasing ``t`` to replay a
             workload against a store; the decisions are those a live controller would make.
+        fence: run inside every publishing transaction once its publish locks are taken,
+            before it writes (the lease holder's check that it still holds the lease,
+            :func:`hedgerow.controller.lease.check_lease_held`); when it raises
+            :class:`~hedgerow.controller.lease.LeaseLost` the transaction rolls back and the
+            tick ends with that error, nothing published. None: no check.
 
     Each applied change is logged as one ``threshold_changed`` line
     (:func:`hedgerow.controller.events.log_threshold_change`).
@@ -773,6 +802,7 @@ async def run_tick(
 
     Raises:
         ValueError: ``now`` is naive, or the settings give invalid policy knobs.
+        LeaseLost: ``fence`` found the lease lost; nothing was published.
     """
     if now is None:
         now = utc_now()
@@ -792,7 +822,9 @@ async def run_tick(
     # the objective replays each window's latest calls through the bucket: off the event loop
     decided = await asyncio.to_thread(_decide_all, settings, routes, observations, knobs)
     try:
-        written = await _publish_all(sessionmaker, settings, decided, now, knobs)
+        written = await _publish_all(sessionmaker, settings, decided, now, knobs, fence)
+    except LeaseLost:
+        raise
     except Exception:
         log.exception("controller tick: the shared publish failed; publishing route by route")
         written = []
@@ -807,8 +839,11 @@ async def run_tick(
                         now=now,
                         knobs=knobs,
                         current_source=item.source,
+                        fence=fence,
                     )
                 )
+            except LeaseLost:
+                raise
             except Exception:
                 log.exception("controller tick failed for route %r model %r", item.route.route, item.route.model)
     for row in written:
@@ -823,6 +858,7 @@ async def _publish_all(
     decided: list[_Decided],
     now: datetime,
     knobs: PolicyKnobs,
+    fence: Fence | None = None,
 ) -> list[dict[str, Any]]:
     """Write every decision of a tick in one transaction (see :func:`run_tick`)."""
     if not decided:
@@ -855,6 +891,8 @@ async def _publish_all(
                 None,
             )
             rows.append((history, fresh))
+        if fence is not None:  # last, so that the lease row is locked only for the flush and commit
+            await fence(session)
         await session.flush()
         return [history_row_dict(history, route) for history, route in rows]
 
@@ -871,6 +909,7 @@ async def tick_route(
     reason_prefix: str | None = None,
     extra_details: dict[str, Any] | None = None,
     current_source: str | None = None,
+    fence: Fence | None = None,
 ) -> dict[str, Any]:
     """Observe, decide and publish for one route; returns the history row written.
 
@@ -895,11 +934,13 @@ async def tick_route(
         current_source: the published value's source (``thresholds.source``), or None; passed
             to ``policy.decide`` (a ``pinned`` value on an unpinned route is not the
             controller's: the decision starts from the default).
+        fence: a lease check run in the publishing transaction (see :func:`run_tick`), or None.
 
     Raises:
         ValueError: the stored route configuration is out of range (named in the message).
         ControllerError: the route changed under every one of :data:`PUBLISH_ATTEMPTS` attempts.
         LookupError: the route was deleted meanwhile.
+        LeaseLost: ``fence`` found the lease lost; nothing was published.
     """
     knobs = knobs or PolicyKnobs.from_settings(settings)
     current = current_hedge_after_s
@@ -918,6 +959,7 @@ async def tick_route(
                 now,
                 details=item.details,
                 actor=actor,
+                fence=fence,
             )
         except _StaleInputs as stale:
             log.info("%s: deciding again from the values as re-read", stale)
@@ -959,7 +1001,8 @@ async def run_once(settings: Any) -> list[dict[str, Any]]:
             current = await lease_holder(sessionmaker, CONTROLLER_LEASE)
             raise LeaseHeld(CONTROLLER_LEASE, *(current or (None, None)))
         try:
-            return await run_tick(sessionmaker, settings)
+            fence = partial(check_lease_held, name=CONTROLLER_LEASE, holder=holder)
+            return await run_tick(sessionmaker, settings, fence=fence)
         finally:
             await release_lease(sessionmaker, CONTROLLER_LEASE, holder)
     finally:

@@ -27,10 +27,22 @@ while both run, and after SIGKILL of the holder the survivor's first row came 5.
 (bound 4 + 2 = 6 s; the test allows 2 * 4 + 2 = 10 s). A graceful shutdown releases the lease
 (:func:`release_lease`), so the hand-over then takes at most one interval.
 
-Limit: there is no fencing token. A holder frozen for longer than the TTL in the middle of a
-tick (e.g. a stopped VM) may finish that tick after another replica took over, writing at most
-one extra history row per route for that period; the published threshold stays consistent
-because every write of a threshold is its own transaction with a row lock.
+A holder that cannot renew in time steps down before its lease can pass to another: the
+scheduler notes (monotonic clock) when its last successful renewal *started* (the row then says
+"valid until that moment + ttl" on this process's clock) and counts itself the holder only for
+:data:`LEASE_SAFETY_FRACTION` (3/4) of the TTL after it; past that it starts no tick and
+publishes nothing until a renewal succeeds again. The last quarter of the TTL (7.5 s at the
+default 30 s) is the margin for what the local clock cannot see: the other replicas judge
+expiry by their own wall clocks (skew), and a renewal may commit a little after it started.
+Renewals are attempted every ``ttl / 3``, so one renewal may fail outright (or come late) and
+the next one, at ``2 ttl / 3``, still lands inside the window.
+
+A tick's publish is also fenced in the database (:func:`check_lease_held`): in the publishing
+transaction, after the routes' publish locks, the lease row is read (``FOR SHARE`` on
+PostgreSQL; SQLite's write lock is already held) and the transaction is rolled back
+(:class:`LeaseLost`) unless this holder still holds it, unexpired. A takeover is an ``UPDATE``
+of that row, so it is either committed before the check (which then sees the new holder) or
+waits until the publish committed: a stale leader never publishes after another took over.
 """
 
 from __future__ import annotations
@@ -45,15 +57,42 @@ from sqlalchemy import Table, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.db import dialect_insert
+from hedgerow.controller.errors import ControllerError
 from hedgerow.controller.models import Lease, utc_now
 
 #: The leases table (core statements: no ORM identity map for a row many processes write).
 _LEASES = cast(Table, Lease.__table__)
 
-__all__ = ["CONTROLLER_LEASE", "acquire_lease", "lease_holder", "make_holder_id", "release_lease"]
+__all__ = [
+    "CONTROLLER_LEASE",
+    "LEASE_SAFETY_FRACTION",
+    "LeaseLost",
+    "acquire_lease",
+    "check_lease_held",
+    "lease_holder",
+    "make_holder_id",
+    "release_lease",
+]
 
 #: Name of the lease of the controller job.
 CONTROLLER_LEASE = "controller"
+#: Fraction of the TTL, counted from the start of the last successful renewal, during which a
+#: holder acts as the holder (see the module docstring for the margin the rest leaves).
+LEASE_SAFETY_FRACTION = 0.75
+
+
+class LeaseLost(ControllerError):
+    """This process no longer holds the lease it acted under: what it was about to write is not.
+
+    Attributes:
+        lease: the lease's name.
+        holder: this process's holder id.
+    """
+
+    def __init__(self, lease: str, holder: str, why: str) -> None:
+        self.lease = lease
+        self.holder = holder
+        super().__init__(f"the {lease} lease is no longer held by {holder}: {why}")
 
 
 def make_holder_id() -> str:
@@ -155,3 +194,35 @@ async def lease_holder(
         return None
     expires_at = row.expires_at if row.expires_at.tzinfo else row.expires_at.replace(tzinfo=UTC)
     return None if expires_at < now else (row.holder, expires_at)
+
+
+async def check_lease_held(session: AsyncSession, name: str, holder: str, *, now: datetime | None = None) -> None:
+    """Fence a write: check, inside the session's open transaction, that ``holder`` holds ``name``.
+
+    On PostgreSQL the lease row is read ``FOR SHARE``: until the transaction ends, a takeover
+    (the ``UPDATE`` of :func:`acquire_lease`) waits, so what the transaction writes commits while
+    the row still names ``holder``. On SQLite call it after the transaction took the write lock
+    (any write first): nothing can change the row before the commit.
+
+    Args:
+        session: a session whose transaction is open.
+        name: the lease's name.
+        holder: the holder the write is made for.
+        now: the current time (aware UTC; default: the clock).
+
+    Raises:
+        LeaseLost: the lease is held by another, expired, or gone (roll back).
+        ValueError: ``now`` naive.
+    """
+    now = _now(now)
+    query = select(_LEASES.c.holder, _LEASES.c.expires_at).where(_LEASES.c.name == name)
+    if (await session.connection()).dialect.name == "postgresql":
+        query = query.with_for_update(read=True)
+    row = (await session.execute(query)).first()
+    if row is None:
+        raise LeaseLost(name, holder, "the lease row is gone (released)")
+    if row.holder != holder:
+        raise LeaseLost(name, holder, f"{row.holder} holds it")
+    expires_at = row.expires_at if row.expires_at.tzinfo else row.expires_at.replace(tzinfo=UTC)
+    if expires_at <= now:
+        raise LeaseLost(name, holder, f"it expired at {expires_at.isoformat()}")

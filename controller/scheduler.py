@@ -18,12 +18,23 @@ Two interval jobs run on the caller's event loop:
 
 So of several api replicas sharing one database, only the lease holder ticks; when it stops (or
 dies), another takes over within one TTL.
+
+The lease is renewed through a sessionmaker of its own (``lease_sessionmaker``: on PostgreSQL a
+pool of its own, :func:`hedgerow.controller.db.make_store_engines`), so ingest filling the other
+pools cannot delay a renewal. A renewal that has not answered within a third of the TTL is
+abandoned (counted as failed). The process counts itself the holder (:attr:`ControllerScheduler.holding`)
+only until :data:`~hedgerow.controller.lease.LEASE_SAFETY_FRACTION` of the TTL has passed since
+its last successful renewal started (monotonic clock): a holder whose renewals stall starts no
+tick, and each tick's publish checks the lease row in its own transaction
+(:func:`~hedgerow.controller.lease.check_lease_held`), so a stale holder never publishes after
+another took over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC, timedelta
@@ -36,7 +47,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from hedgerow.client.errors import describe
 from hedgerow.controller.events import log_flag_changes, log_lease_change
 from hedgerow.controller.jobs import run_tick
-from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, make_holder_id, release_lease
+from hedgerow.controller.lease import (
+    CONTROLLER_LEASE,
+    LEASE_SAFETY_FRACTION,
+    LeaseLost,
+    acquire_lease,
+    check_lease_held,
+    make_holder_id,
+    release_lease,
+)
 from hedgerow.controller.models import utc_now
 from hedgerow.controller.overview import flags_of
 from hedgerow.controller.report_job import (
@@ -63,9 +82,14 @@ class ControllerScheduler:
         settings: a ``hedgerow.settings.Settings`` (``controller_interval_s``, ``lease_ttl_s`` and
             the policy settings).
         holder: this process's holder id (default: :func:`make_holder_id`).
+        lease_sessionmaker: sessions for the lease's renewals and release (default:
+            ``sessionmaker``); give it a pool of its own so that other work cannot delay them.
+        clock: monotonic seconds (a fake clock in tests).
 
     Attributes:
-        holding: True while this process holds the lease (as of the last renewal).
+        holding: True while this process holds the lease: its last renewal succeeded and
+            started less than ``LEASE_SAFETY_FRACTION * lease_ttl_s`` ago (read-only).
+        safe_hold_s: that span, seconds.
         ticks: how many ticks this process ran.
         last_tick: the history rows written by the last tick (empty before the first).
         rollups: how many rollup + retention runs this process ran.
@@ -80,12 +104,23 @@ class ControllerScheduler:
     """
 
     def __init__(
-        self, sessionmaker: async_sessionmaker[AsyncSession], settings: Any, *, holder: str | None = None
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        settings: Any,
+        *,
+        holder: str | None = None,
+        lease_sessionmaker: async_sessionmaker[AsyncSession] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.sessionmaker = sessionmaker
+        self.lease_sessionmaker = lease_sessionmaker or sessionmaker
         self.settings = settings
         self.holder = holder or make_holder_id()
-        self.holding = False
+        self.safe_hold_s = LEASE_SAFETY_FRACTION * settings.lease_ttl_s
+        self._clock = clock
+        self._held = False  # the last renewal succeeded
+        self._renewed_at = -math.inf  # when it started (clock)
+        self._reported = False  # what on_lease and the log were last told
         self.ticks = 0
         self.last_tick: list[dict[str, Any]] = []
         self._scheduler: AsyncIOScheduler | None = None
@@ -102,33 +137,59 @@ class ControllerScheduler:
         self.on_lease: Callable[[bool], None] | None = None
         self._flags: dict[tuple[str, str], list[str]] = {}
 
+    @property
+    def holding(self) -> bool:
+        """True while the last renewal succeeded and started less than :attr:`safe_hold_s` ago."""
+        return self._held and self._clock() - self._renewed_at < self.safe_hold_s
+
     async def renew(self) -> bool:
         """Take or renew the lease now; returns whether this process holds it.
 
-        A process that is shutting down (:meth:`shutdown` called) never takes or renews it.
+        A renewal that fails, or has not answered within a third of the TTL (it is then
+        cancelled), leaves this process not holding the lease until one succeeds. A process
+        that is shutting down (:meth:`shutdown` called) never takes or renews it.
         """
         if self._stopping:
             return False
         # the tick, rollup and report jobs renew on their own: one renewal at a time, so that a
         # change of the lease is seen (and logged) once
         async with self._renew_lock:
-            before = self.holding
+            started = self._clock()
             try:
-                self.holding = await acquire_lease(
-                    self.sessionmaker, CONTROLLER_LEASE, self.holder, self.settings.lease_ttl_s
-                )
+                async with asyncio.timeout(max(self.settings.lease_ttl_s / 3.0, 0.1)):
+                    held = await acquire_lease(
+                        self.lease_sessionmaker, CONTROLLER_LEASE, self.holder, self.settings.lease_ttl_s
+                    )
             except Exception as exc:
                 # one line: while the store is down this repeats every renewal
-                log.warning("could not renew the controller lease: %s", describe(exc))
-                self.holding = False
-            if self.holding != before:
-                self._lease_changed()
+                why = "no answer within a third of the TTL" if isinstance(exc, TimeoutError) else describe(exc)
+                log.warning("could not renew the controller lease: %s", why)
+                held = False
+            self._held = held
+            if held:
+                self._renewed_at = started
+            self._report_lease()
             return self.holding
 
-    def _lease_changed(self, *, released: bool = False) -> None:
-        log_lease_change(CONTROLLER_LEASE, self.holder, self.holding, released=released)
+    def _report_lease(self, *, released: bool = False) -> None:
+        """Log and report (``on_lease``) a change of :attr:`holding` since the last report."""
+        holding = self.holding
+        if holding == self._reported:
+            return
+        self._reported = holding
+        log_lease_change(CONTROLLER_LEASE, self.holder, holding, released=released)
         if self.on_lease is not None:
-            self.on_lease(self.holding)
+            self.on_lease(holding)
+
+    async def _fence(self, session: AsyncSession) -> None:
+        """The tick's publish fence: still holding here, and in the lease row (same transaction).
+
+        Raises:
+            LeaseLost: the hold lapsed here, or the row names another holder or expired.
+        """
+        if not self.holding:
+            raise LeaseLost(CONTROLLER_LEASE, self.holder, "no renewal succeeded in time")
+        await check_lease_held(session, CONTROLLER_LEASE, self.holder)
 
     async def tick(self) -> list[dict[str, Any]] | None:
         """Renew the lease and, when held, run one controller tick.
@@ -140,7 +201,13 @@ class ControllerScheduler:
             if not await self.renew():
                 return None
             started = time.perf_counter()
-            rows = await run_tick(self.sessionmaker, self.settings)
+            try:
+                rows = await run_tick(self.sessionmaker, self.settings, fence=self._fence)
+            except LeaseLost as exc:
+                log.warning("controller tick not published: %s", exc)
+                self._held = False
+                self._report_lease()
+                return None
             duration_s = time.perf_counter() - started
             self.ticks += 1
             self.last_tick = rows
@@ -300,10 +367,10 @@ class ControllerScheduler:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
-        if self.holding:
+        if self._held:
             try:
-                await release_lease(self.sessionmaker, CONTROLLER_LEASE, self.holder)
+                await release_lease(self.lease_sessionmaker, CONTROLLER_LEASE, self.holder)
             except Exception:
                 log.exception("could not release the controller lease")
-            self.holding = False
-            self._lease_changed(released=True)
+            self._held = False
+            self._report_lease(released=True)

@@ -147,6 +147,22 @@ class Settings(BaseSettings):
             seconds (default 3600; at least twice the longest run of webhook posts).
         report_retry_interval_s: seconds between two looks of the lease holder for deliveries
             due to be retried (default 300).
+        db_pool_size: PostgreSQL: connections of a ``serve`` process's pool for the api's reads
+            and writes other than ingest (threshold polls, ``/readyz``, console, admin) (default
+            10). Each process also keeps pools of ``db_ingest_pool_size`` and
+            ``db_jobs_pool_size`` connections and 2 for the controller lease, so it opens at most
+            ``db_pool_size + db_ingest_pool_size + db_jobs_pool_size + 2`` (default 19); ingest
+            fills only its own pool (:func:`hedgerow.controller.db.make_store_engines`).
+            SQLite: unused (one engine, as SQLAlchemy sizes it).
+        db_ingest_pool_size: PostgreSQL: connections of the ingest pool, which is also the most
+            ``POST /v1/calls`` batches one process validates and writes at once (default 4); a
+            batch arriving while all are taken waits up to ``ingest_wait_s`` for its turn.
+        db_jobs_pool_size: PostgreSQL: connections of the pool of the lease holder's jobs
+            (tick, rollup and retention, weekly report) (default 3).
+        ingest_wait_s: PostgreSQL: seconds a ``POST /v1/calls`` batch may wait for an ingest
+            slot before it is answered 503 with ``Retry-After`` (the exporter keeps the batch and
+            posts it again after its backoff) (default 10; 0 answers 503 at once when all are
+            taken).
     """
 
     model_config = SettingsConfigDict(env_prefix="HEDGEROW_", extra="ignore")
@@ -212,6 +228,10 @@ class Settings(BaseSettings):
     report_retry_backoff_s: float = Field(600.0, ge=0, le=86_400, allow_inf_nan=False)
     report_sending_stale_s: float = Field(3600.0, gt=0, le=7 * 86_400, allow_inf_nan=False)
     report_retry_interval_s: float = Field(300.0, gt=0, le=86_400, allow_inf_nan=False)
+    db_pool_size: int = Field(10, ge=1, le=1000)
+    db_ingest_pool_size: int = Field(4, ge=1, le=1000)
+    db_jobs_pool_size: int = Field(3, ge=1, le=1000)
+    ingest_wait_s: float = Field(10.0, ge=0, le=3600, allow_inf_nan=False)
 
     @field_validator("log_level", mode="before")
     @classmethod
