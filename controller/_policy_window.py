@@ -47,6 +47,7 @@ from hedgerow.controller._policy_drift import detect_change, detect_tail_recover
 from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
 from hedgerow.controller.hedge_model import SurvivalCurve, km_survival
 from hedgerow.controller.policy import Observation
+from hedgerow.controller.samples import ttft_sample
 
 if TYPE_CHECKING:
     from hedgerow.controller.policy import PolicyKnobs
@@ -65,26 +66,6 @@ __all__ = [
 #: Fewest samples expected beyond the budget quantile (``samples * budget``) before the window
 #: stops widening.
 TAIL_SAMPLES = 30
-
-
-def ttft_sample(start_s: float, first_token_s: float | None, end_s: float, outcome: str) -> tuple[float, bool] | None:
-    """One attempt as a TTFT sample measured from its own send: ``(duration_s, censored)``.
-
-    Args:
-        start_s / first_token_s / end_s: the attempt's times, seconds from the call's start
-            (``first_token_s`` None without a first token).
-        outcome: ``won``, ``cancelled`` or ``failed``.
-
-    Returns:
-        ``(first_token_s - start_s, False)`` with a first token; ``(end_s - start_s, True)``
-        for an attempt cancelled before one; None for a failed attempt (fast failures would
-        drag the estimate down).
-    """
-    if first_token_s is not None:
-        return max(0.0, first_token_s - start_s), False
-    if outcome == "cancelled":
-        return max(0.0, end_s - start_s), True
-    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,7 @@ from hedgerow.controller.partitions import (
     ensure_day_partitions,
     missing_days,
 )
-from hedgerow.controller.policy import RouteConfig
+from hedgerow.controller.route_config import RouteConfig
 
 __all__ = [
     "ATTEMPT_COLUMNS",

@@ -2,7 +2,7 @@
 
 What one call adds to its route's minute (the UTC minute of ``calls.started_at``), by the sample
 rules the tick reads raw calls with (:func:`call_samples`, used by ``jobs.window_records`` too,
-over ``_policy_window.ttft_sample``):
+over ``samples.ttft_sample``):
 
 - counters: ``calls``; ``hedged`` (``hedge_reason == "ttft_timeout"``); ``backup_wins`` (hedged
   and ``winner == "backup"``); ``denied`` (``hedge_denied``); ``wanted`` (hedged or denied);
@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hedgerow.controller._policy_window import ttft_sample
+from hedgerow.controller.samples import ttft_sample
 from hedgerow.controller.ttft_histogram import N_BUCKETS, bucket_indices
 
 __all__ = [
@@ -100,7 +100,7 @@ Sample = tuple[float, bool] | None
 
 
 def first_samples(attempts: Iterable[tuple[str, float, float | None, float, str]]) -> tuple[Sample, Sample]:
-    """The TTFT samples (``_policy_window.ttft_sample``) of a call's first primary and first backup.
+    """The TTFT samples (``samples.ttft_sample``) of a call's first primary and first backup.
 
     Args:
         attempts: ``(role, start_s, first_token_s, end_s, outcome)`` in attempt order.

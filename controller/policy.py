@@ -201,6 +201,7 @@ from hedgerow.controller._policy_rules import RULES, Inputs, Proposal
 from hedgerow.controller.estimation import TTFTEstimate
 from hedgerow.controller.hedge_model import SurvivalCurve
 from hedgerow.controller.reason_codes import REASON_CODES
+from hedgerow.controller.route_config import RouteConfig, check_count, check_fraction, check_positive, is_number
 
 __all__ = [
     "REASON_CODES",
@@ -219,70 +220,6 @@ SOURCES = frozenset({"controller", "cold_start", "default", "pinned", "disabled"
 
 #: Fewest calls in the short window before it is tested for over budget (rule 4).
 SHORT_WINDOW_MIN_CALLS = 20
-
-
-def _is_number(value: Any) -> bool:
-    """True for a real int/float (bool excluded)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_positive(name: str, value: Any) -> None:
-    """Raise ValueError naming ``name`` unless ``value`` is a finite number > 0."""
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-
-
-def _check_fraction(name: str, value: Any, *, low_open: bool, high_open: bool) -> None:
-    """Raise ValueError naming ``name`` unless ``value`` is in the given interval of [0, 1]."""
-    ok = _is_number(value) and math.isfinite(value)
-    if ok:
-        ok = (value > 0 if low_open else value >= 0) and (value < 1 if high_open else value <= 1)
-    if not ok:
-        interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
-        raise ValueError(f"{name} must be in {interval}, got {value!r}")
-
-
-def _check_count(name: str, value: Any) -> None:
-    """Raise ValueError naming ``name`` unless ``value`` is an int >= 0."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class RouteConfig:
-    """One (route, model)'s configuration as stored in the ``routes`` table.
-
-    Attributes:
-        enabled: hedging on for this route; a disabled route's value is never changed.
-        budget: largest allowed fraction of calls that hedge, in (0, 1).
-        default_hedge_after_s: the value a cold route publishes while its samples support it
-            within the budget, seconds (rule 2; with fewer, the lowest value they support,
-            the maximum while none is).
-        min_hedge_after_s / max_hedge_after_s: bounds of the controller's value, seconds.
-        pinned_hedge_after_s: operator override published as is, seconds; ``None`` when unset.
-
-    Raises:
-        ValueError: a field out of range (named in the message), or min > max.
-    """
-
-    enabled: bool = True
-    budget: float = 0.10
-    default_hedge_after_s: float = 2.0
-    min_hedge_after_s: float = 0.05
-    max_hedge_after_s: float = 30.0
-    pinned_hedge_after_s: float | None = None
-
-    def __post_init__(self) -> None:
-        _check_fraction("budget", self.budget, low_open=True, high_open=True)
-        _check_positive("default_hedge_after_s", self.default_hedge_after_s)
-        _check_positive("min_hedge_after_s", self.min_hedge_after_s)
-        _check_positive("max_hedge_after_s", self.max_hedge_after_s)
-        if self.min_hedge_after_s > self.max_hedge_after_s:
-            raise ValueError(
-                f"min_hedge_after_s ({self.min_hedge_after_s}) exceeds max_hedge_after_s ({self.max_hedge_after_s})"
-            )
-        if self.pinned_hedge_after_s is not None:
-            _check_positive("pinned_hedge_after_s", self.pinned_hedge_after_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,32 +274,32 @@ class PolicyKnobs:
     def __post_init__(self) -> None:
         if not isinstance(self.min_samples, int) or isinstance(self.min_samples, bool) or (self.min_samples < 1):
             raise ValueError(f"min_samples must be an integer >= 1, got {self.min_samples!r}")
-        _check_fraction("hysteresis", self.hysteresis, low_open=False, high_open=True)
-        _check_fraction("max_step_down", self.max_step_down, low_open=False, high_open=True)
-        _check_fraction("confidence", self.confidence, low_open=True, high_open=True)
-        if not _is_number(self.tail_quantile) or not 0.5 < self.tail_quantile < 1:
+        check_fraction("hysteresis", self.hysteresis, low_open=False, high_open=True)
+        check_fraction("max_step_down", self.max_step_down, low_open=False, high_open=True)
+        check_fraction("confidence", self.confidence, low_open=True, high_open=True)
+        if not is_number(self.tail_quantile) or not 0.5 < self.tail_quantile < 1:
             raise ValueError(f"tail_quantile must be in (0.5, 1), got {self.tail_quantile!r}")
-        _check_fraction("drift_alpha", self.drift_alpha, low_open=False, high_open=True)
-        if not _is_number(self.drift_min_ratio) or not (
+        check_fraction("drift_alpha", self.drift_alpha, low_open=False, high_open=True)
+        if not is_number(self.drift_min_ratio) or not (
             math.isfinite(self.drift_min_ratio) and self.drift_min_ratio >= 1
         ):
             raise ValueError(f"drift_min_ratio must be a finite number >= 1, got {self.drift_min_ratio!r}")
-        _check_fraction("min_backup_win_rate", self.min_backup_win_rate, low_open=False, high_open=False)
-        _check_count("min_hedges_for_flag", self.min_hedges_for_flag)
-        _check_count("short_window_min_calls", self.short_window_min_calls)
+        check_fraction("min_backup_win_rate", self.min_backup_win_rate, low_open=False, high_open=False)
+        check_count("min_hedges_for_flag", self.min_hedges_for_flag)
+        check_count("short_window_min_calls", self.short_window_min_calls)
         if self.short_window_min_calls < 1:
             raise ValueError(f"short_window_min_calls must be an integer >= 1, got {self.short_window_min_calls!r}")
-        _check_fraction("min_p99_improvement", self.min_p99_improvement, low_open=False, high_open=True)
-        if not _is_number(self.p99_tolerance) or not (math.isfinite(self.p99_tolerance) and self.p99_tolerance >= 0):
+        check_fraction("min_p99_improvement", self.min_p99_improvement, low_open=False, high_open=True)
+        if not is_number(self.p99_tolerance) or not (math.isfinite(self.p99_tolerance) and self.p99_tolerance >= 0):
             raise ValueError(f"p99_tolerance must be a finite number >= 0, got {self.p99_tolerance!r}")
-        _check_count("min_backup_samples", self.min_backup_samples)
-        if not _is_number(self.client_budget_burst) or not (
+        check_count("min_backup_samples", self.min_backup_samples)
+        if not is_number(self.client_budget_burst) or not (
             math.isfinite(self.client_budget_burst) and self.client_budget_burst >= 0
         ):
             raise ValueError(f"client_budget_burst must be a finite number >= 0, got {self.client_budget_burst!r}")
         if self.min_backup_samples < 1:
             raise ValueError(f"min_backup_samples must be an integer >= 1, got {self.min_backup_samples!r}")
-        _check_count("replay_max_calls", self.replay_max_calls)
+        check_count("replay_max_calls", self.replay_max_calls)
         if self.replay_max_calls < 1:
             raise ValueError(f"replay_max_calls must be an integer >= 1, got {self.replay_max_calls!r}")
 
@@ -477,15 +414,15 @@ class Observation:
     def __post_init__(self) -> None:
         if self.estimate is not None and not isinstance(self.estimate, TTFTEstimate):
             raise ValueError(f"estimate must be a TTFTEstimate or None, got {self.estimate!r}")
-        _check_positive("window_s", self.window_s)
-        _check_count("calls", self.calls)
-        _check_count("hedges", self.hedges)
-        _check_count("short_window_calls", self.short_window_calls)
-        _check_count("call_ttft_samples", self.call_ttft_samples)
+        check_positive("window_s", self.window_s)
+        check_count("calls", self.calls)
+        check_count("hedges", self.hedges)
+        check_count("short_window_calls", self.short_window_calls)
+        check_count("call_ttft_samples", self.call_ttft_samples)
         if self.short_window_target_s is not None:
-            _check_positive("short_window_target_s", self.short_window_target_s)
+            check_positive("short_window_target_s", self.short_window_target_s)
         if self.call_p99_s is not None and (
-            not _is_number(self.call_p99_s) or not math.isfinite(self.call_p99_s) or self.call_p99_s < 0
+            not is_number(self.call_p99_s) or not math.isfinite(self.call_p99_s) or self.call_p99_s < 0
         ):
             raise ValueError(f"call_p99_s must be a finite number >= 0 or None, got {self.call_p99_s!r}")
         for name in (
@@ -497,7 +434,7 @@ class Observation:
         ):
             value = getattr(self, name)
             if value is not None:
-                _check_fraction(name, value, low_open=False, high_open=False)
+                check_fraction(name, value, low_open=False, high_open=False)
         for kind in ("primary", "backup", "short"):
             durations = getattr(self, f"{kind}_durations_s")
             flags = getattr(self, f"{kind}_censored")
@@ -641,7 +578,7 @@ def decide(
     if not isinstance(knobs, PolicyKnobs):
         raise TypeError(f"knobs must be a PolicyKnobs, got {type(knobs).__name__}")
     if current_hedge_after_s is not None:
-        _check_positive("current_hedge_after_s", current_hedge_after_s)
+        check_positive("current_hedge_after_s", current_hedge_after_s)
     if current_source is not None and current_source not in SOURCES:
         raise ValueError(f"current_source must be one of {sorted(SOURCES)} or None, got {current_source!r}")
     estimate = observation.estimate
