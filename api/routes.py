@@ -38,6 +38,7 @@ from hedgerow.api.auth import bearer_token, require_scope, token_actor
 from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
 from hedgerow.api.json_response import ApiJSONResponse
+from hedgerow.api.limits import too_large_response
 from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT
 from hedgerow.api.schemas import (
     NAME_PATTERN,
@@ -246,10 +247,7 @@ def _unprocessable(field: str, message: str) -> JSONResponse:
 
 
 def _too_large(size: int) -> JSONResponse:
-    return JSONResponse(
-        {"detail": f"body of {size} bytes exceeds {MAX_ROUTE_BODY_BYTES} bytes"},
-        status_code=status.HTTP_413_CONTENT_TOO_LARGE,
-    )
+    return too_large_response(MAX_ROUTE_BODY_BYTES, size)
 
 
 async def _configure(request: Request, route: str, model: str, *, replace: bool) -> Any:
