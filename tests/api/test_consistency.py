@@ -2,6 +2,7 @@
 
 - a console form post over the body limit gets the console's HTML error page, the api its JSON;
 - ``PUT /v1/prices/{model}`` documents its body and answers 413 in the api's error shape;
+- the route page refuses a ``reason`` or ``since``/``until`` the api refuses, with the api's rule;
 """
 
 from __future__ import annotations
@@ -9,8 +10,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from html import unescape
 
+import pytest
+
 from hedgerow.api.limits import DEFAULT_BODY_LIMIT_BYTES
 from hedgerow.api.prices import MAX_PRICE_BODY_BYTES
+from hedgerow.controller.reason_codes import REASON_CODES
 
 M = {"model": "m1"}
 PRICE = {"input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0}
@@ -98,3 +102,43 @@ async def test_the_price_put_documents_its_body_and_answers_413_in_the_api_error
             }
         }
         assert (await api.put("/v1/prices/m1", json=PRICE)).status_code == 201
+
+
+# -- 3. the route page's history filters: the api's rule, a 422 naming the parameter -----------
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "shown"),
+    [
+        ({"reason": "budget_bond"}, "reason", "reason: unknown code 'budget_bond'"),
+        (
+            {"since": "2026-12-02T10:00", "until": "2026-12-01T10:00"},
+            "since",
+            "since: must not be after until (2026-12-02T10:00:00+00:00 > 2026-12-01T10:00:00+00:00)",
+        ),
+    ],
+)
+async def test_a_history_filter_the_api_refuses_is_a_422_page_naming_it(make_api, query, field, shown) -> None:
+    """A misspelt ``reason`` or a ``since`` after ``until`` drew the route page with an empty
+    history table, read as "no such decisions"; the CLI and the api refuse them. The page is now
+    a 422 naming the parameter and the value, by the api's own rule."""
+    async with make_api() as (_app, api):
+        assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
+        page = await api.get("/ui/routes/r", params=M | query)
+        assert page.status_code == 422, page.text
+        assert shown in unescape(page.text), page.text
+        assert '<a href="/ui/routes/r?model=m1">' in page.text  # back to the page without the filters
+        api_query = {k: v + "Z" for k, v in query.items()} if field == "since" else query
+        answer = await api.get("/v1/routes/r/history", params=M | api_query)
+        assert answer.status_code == 422 and answer.json()["detail"]["field"] == field, answer.text
+        # what the api takes, the page takes
+        good = {"reason": "config"} if field == "reason" else {"since": "2026-12-01T10:00", "until": "2026-12-01T10:00"}
+        assert (await api.get("/ui/routes/r", params=M | good)).status_code == 200
+
+
+async def test_every_known_reason_code_is_a_filter_the_api_and_the_page_take(make_api) -> None:
+    async with make_api() as (_app, api):
+        assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
+        for code in sorted(REASON_CODES):
+            assert (await api.get("/v1/routes/r/history", params=M | {"reason": code})).status_code == 200, code
+        assert (await api.get("/ui/routes/r", params=M | {"reason": " config "})).status_code == 200
