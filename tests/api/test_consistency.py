@@ -3,6 +3,7 @@
 - a console form post over the body limit gets the console's HTML error page, the api its JSON;
 - ``PUT /v1/prices/{model}`` documents its body and answers 413 in the api's error shape;
 - the route page refuses a ``reason`` or ``since``/``until`` the api refuses, with the api's rule;
+- ``GET /v1/thresholds/{route}`` takes the route's only model when ``model`` is left out.
 """
 
 from __future__ import annotations
@@ -142,3 +143,32 @@ async def test_every_known_reason_code_is_a_filter_the_api_and_the_page_take(mak
         for code in sorted(REASON_CODES):
             assert (await api.get("/v1/routes/r/history", params=M | {"reason": code})).status_code == 200, code
         assert (await api.get("/ui/routes/r", params=M | {"reason": " config "})).status_code == 200
+
+
+# -- 4. GET /v1/thresholds/{route} without model: the route's only model ------------------------
+
+
+async def test_a_threshold_without_model_is_the_routes_only_one_or_a_422_listing_them(make_api) -> None:
+    """``model`` was required even for a route with one model (422 ``field required``), unlike
+    ``GET /v1/routes/{route}`` and its history."""
+    async with make_api() as (_app, api):
+        assert (await api.put("/v1/routes/solo", params=M, json={})).status_code == 201
+        one = await api.get("/v1/thresholds/solo")
+        assert one.status_code == 200, one.text
+        assert one.json() == (await api.get("/v1/thresholds/solo", params=M)).json()
+        assert one.json()["route"] == "solo" and one.json()["model"] == "m1"
+
+        for model in ("m2", "m1"):
+            assert (await api.put("/v1/routes/duo", params={"model": model}, json={})).status_code == 201
+        two = await api.get("/v1/thresholds/duo")
+        assert two.status_code == 422, two.text
+        assert two.json()["detail"]["field"] == "model"
+        assert "m1" in two.json()["detail"]["message"] and "m2" in two.json()["detail"]["message"]
+        assert (await api.get("/v1/thresholds/duo", params={"model": "m2"})).json()["model"] == "m2"
+
+        none = await api.get("/v1/thresholds/nowhere")
+        assert none.status_code == 404 and none.json()["detail"]["field"] == "route"
+        assert "nowhere" in none.json()["detail"]["message"]
+        # a model that is given is still checked against the name rule
+        bad = await api.get("/v1/thresholds/solo", params={"model": "m\u202e1"})
+        assert bad.status_code == 422 and bad.json()["detail"]["field"] == "model"
