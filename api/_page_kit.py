@@ -4,7 +4,8 @@ The console's page modules (:mod:`hedgerow.api.pages`, :mod:`hedgerow.api.report
 on these: :func:`page_user` reads the token cookie (raising :class:`LoginNeeded`, which
 :func:`hedgerow.api.pages.install_pages` answers with a redirect to the login page),
 :func:`render_page` renders a template with the user in its context, :func:`error_page` the
-error template.
+error template, and :func:`refusal_page` the error template for a request the body-limit
+middleware refuses before it reaches the console (:mod:`hedgerow.api.limits`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from urllib.parse import quote, urlencode
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
+from starlette.types import Scope
 
 from hedgerow import __version__
 from hedgerow.api.auth import TOKEN_COOKIE, token_scopes
@@ -29,6 +31,7 @@ __all__ = [
     "PageUser",
     "error_page",
     "page_user",
+    "refusal_page",
     "render_page",
     "route_url",
     "templates",
@@ -134,3 +137,25 @@ def error_page(
     """The error page with ``message`` (a sentence naming what was wrong), status ``code``, and a
     link back to ``back`` (``(path, what)``: "Back to the <what>"; default the routes)."""
     return render_page(request, "error.html", user, code, title="Error", message=message, back=back)
+
+
+def refusal_page(scope: Scope, code: int, message: str) -> HTMLResponse:
+    """The error page of a console request refused before it reached the console (a form body
+    over its limit, too slow, or cut by a shutdown), with a link back to the page posted to.
+
+    No user is looked up (the token cookie is not read): the page shows no log-out button.
+
+    Args:
+        scope: the ASGI scope of the request (a path under ``/ui/``).
+        code: the HTTP status (413, 408, 503).
+        message: the sentence naming what was wrong (``body of 70000 bytes exceeds the limit of
+            65536 bytes``).
+
+    Returns:
+        The rendered page (status ``code``).
+    """
+    raw_path = scope.get("raw_path") or quote(scope.get("path", "")).encode()
+    path = raw_path.decode("latin-1")
+    query = scope.get("query_string", b"").decode("latin-1")
+    back = path + (f"?{query}" if query else "") if path.startswith("/ui/") else "/ui/routes"
+    return error_page(Request(scope), None, code, message, back=(back, "page"))

@@ -7,7 +7,11 @@
   not received whole within ``body_read_timeout_s`` is answered 408, and one still arriving
   when a shutdown cancels the request 503. These answers close the connection (the rest of the
   body is never read). The endpoint then reads the buffered body
-  as usual (``await request.body()`` is bounded by the limit).
+  as usual (``await request.body()`` is bounded by the limit). These answers are the api's JSON
+  error shape, except for the console's pages (``/ui/...``), which get the console's HTML error
+  page (:func:`hedgerow.api._page_kit.refusal_page`) with the same status and sentence.
+- :func:`too_large_response`: the 413 of an endpoint whose own limit is below the one the
+  middleware enforced for it, in the same shape and words as the middleware's.
 - :class:`HeaderTimeoutH11Protocol`: uvicorn's h11 protocol with a deadline on the request
   head: a connection whose request line and headers are not complete ``header_read_timeout_s``
   after the first byte of them (or after the connection opened) is closed. uvicorn bounds the
@@ -27,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 import h11
+from starlette.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 try:
@@ -39,8 +44,11 @@ __all__ = [
     "BodyLimitMiddleware",
     "HeaderTimeoutH11Protocol",
     "HeaderTimeoutHttpToolsProtocol",
+    "error_detail",
     "header_timeout_protocol",
     "send_refusal",
+    "too_large_message",
+    "too_large_response",
 ]
 
 #: Body limit of every endpoint without a larger one of its own (route and price changes are
@@ -62,8 +70,9 @@ class BodyLimitMiddleware:
         body_read_timeout_s: seconds within which the whole body must arrive (from the request
             head), > 0.
 
-    Answers are JSON ``{"detail": {"field": "body", "message": "..."}}`` naming the limit, with
-    ``Connection: close``.
+    Answers are JSON ``{"detail": {"field": "body", "message": "..."}}`` naming the limit (for a
+    path under ``/ui/``, the console's HTML error page with that message), with ``Connection:
+    close``.
     """
 
     def __init__(self, app: Any, limit_for: Callable[[str, str], int], body_read_timeout_s: float) -> None:
@@ -86,7 +95,7 @@ class BodyLimitMiddleware:
         declared = _content_length(scope)
         limit_bytes = self.limit_for(scope["method"], scope["path"])
         if declared is not None and declared > limit_bytes:
-            await _refuse(send, 413, f"body of {declared} bytes exceeds the limit of {limit_bytes} bytes")
+            await _refuse(scope, send, 413, too_large_message(limit_bytes, declared))
             return
         chunks: list[bytes] = []
         size_bytes = 0
@@ -98,19 +107,19 @@ class BodyLimitMiddleware:
                 async with asyncio.timeout_at(deadline):
                     message = await receive()
             except TimeoutError:
-                await _refuse(send, 408, f"request body not received within {self.body_read_timeout_s:g} s")
+                await _refuse(scope, send, 408, f"request body not received within {self.body_read_timeout_s:g} s")
                 return
             except asyncio.CancelledError:
                 # uvicorn cancels requests still running when its graceful-shutdown timeout
                 # ends; one still waiting for its body is answered 503 and ends quietly.
-                await _refuse(send, 503, "server shutting down before the request body arrived")
+                await _refuse(scope, send, 503, "server shutting down before the request body arrived")
                 return
             if message["type"] == "http.disconnect":
                 return  # the client left: nothing to answer
             body = message.get("body", b"")
             size_bytes += len(body)
             if size_bytes > limit_bytes:
-                await _refuse(send, 413, f"body exceeds the limit of {limit_bytes} bytes")
+                await _refuse(scope, send, 413, too_large_message(limit_bytes))
                 return
             if body:
                 chunks.append(body)
@@ -143,9 +152,63 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _refuse(send: Send, status_code: int, message: str) -> None:
-    """Answer ``{"detail": {"field": "body", "message": message}}`` with ``status_code`` and close."""
-    await send_refusal(send, status_code, "body", message)
+def too_large_message(limit_bytes: int, size_bytes: int | None = None) -> str:
+    """The sentence of a 413: ``body of N bytes exceeds the limit of L bytes`` (or ``body exceeds
+    the limit of L bytes`` when the size is not known, as for a chunked body cut at the limit).
+
+    Args:
+        limit_bytes: the endpoint's body limit, bytes.
+        size_bytes: the body's size (declared or read), bytes; None when unknown.
+    """
+    if size_bytes is None:
+        return f"body exceeds the limit of {limit_bytes} bytes"
+    return f"body of {size_bytes} bytes exceeds the limit of {limit_bytes} bytes"
+
+
+def error_detail(field: str, message: str) -> dict[str, dict[str, str]]:
+    """The api's error body ``{"detail": {"field": field, "message": message}}``.
+
+    Args:
+        field: what was wrong (``body``, ``host``, ``model``, ...).
+        message: the explanation, one sentence.
+    """
+    return {"detail": {"field": field, "message": message}}
+
+
+def too_large_response(limit_bytes: int, size_bytes: int | None = None) -> JSONResponse:
+    """A 413 ``{"detail": {"field": "body", "message": ...}}`` for an endpoint that read a body
+    over its own limit (below the middleware's): the middleware's shape and words.
+
+    Args:
+        limit_bytes: the endpoint's body limit, bytes.
+        size_bytes: the body's size, bytes (None when unknown).
+    """
+    return JSONResponse(error_detail("body", too_large_message(limit_bytes, size_bytes)), status_code=413)
+
+
+def _console_path(scope: Scope) -> bool:
+    """True for a request to the console's pages (``/ui`` and below), answered in HTML."""
+    path: str = scope.get("path", "")
+    return path == "/ui" or path.startswith("/ui/")
+
+
+async def _refuse(scope: Scope, send: Send, status_code: int, message: str) -> None:
+    """Refuse the request's body with ``status_code`` and close: the console's HTML error page for
+    a console path, else ``{"detail": {"field": "body", "message": message}}``."""
+    if not _console_path(scope):
+        await send_refusal(send, status_code, "body", message)
+        return
+    from hedgerow.api._page_kit import refusal_page  # Jinja2 and the templates, loaded on first use
+
+    page = refusal_page(scope, status_code, message)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status_code,
+            "headers": [*page.raw_headers, (b"connection", b"close")],
+        }
+    )
+    await send({"type": "http.response.body", "body": page.body})
 
 
 async def send_refusal(
@@ -161,7 +224,7 @@ async def send_refusal(
         message: the explanation.
         headers: extra response headers (lower-case names), e.g. ``www-authenticate``.
     """
-    body = json.dumps({"detail": {"field": field, "message": message}}).encode()
+    body = json.dumps(error_detail(field, message)).encode()
     await send(
         {
             "type": "http.response.start",

@@ -2,23 +2,59 @@
 
 ``hedgerow routes`` and ``hedgerow report`` check their flags against these before they send a
 request or open the store, with the same bound the api enforces, so both give the same answer.
-This module imports nothing beyond the standard library at run time, so the store's own check of
-a route's budget (:mod:`hedgerow.controller.routes_admin`) applies :func:`budget_range_error` too.
+This module imports nothing beyond the standard library at run time (and the stdlib-only
+:mod:`hedgerow.controller.reason_codes`), so the store's own check of a route's budget
+(:mod:`hedgerow.controller.routes_admin`) applies :func:`budget_range_error` too.
 """
 
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import TYPE_CHECKING
+
+from hedgerow.controller.reason_codes import REASON_CODES
 
 if TYPE_CHECKING:
     from hedgerow.controller.report import IsoWeek
 
-__all__ = ["MAX_HISTORY_LIMIT", "budget_range_error", "parse_budget", "unstarted_week_message"]
+__all__ = [
+    "MAX_HISTORY_LIMIT",
+    "budget_range_error",
+    "history_filter_error",
+    "parse_budget",
+    "unstarted_week_message",
+]
 
 #: Largest ``limit`` of a threshold-history query (``GET /v1/routes/{route}/history``,
 #: ``hedgerow routes history --limit``).
 MAX_HISTORY_LIMIT = 10_000
+
+
+def history_filter_error(
+    *, reason: str | None = None, since: datetime | None = None, until: datetime | None = None
+) -> tuple[str, str] | None:
+    """What is wrong with a threshold-history filter, or None when the store can answer it.
+
+    The rule of ``GET /v1/routes/{route}/history``, the console's route page and ``hedgerow
+    routes history``: a filter that could only give an empty history (a misspelt reason code, a
+    ``since`` after ``until``) is refused, since an empty table reads as "no such decisions".
+
+    Args:
+        reason: the ``reason`` filter as given (no spaces around it), or None; it must be one of
+            :data:`hedgerow.controller.reason_codes.REASON_CODES`.
+        since, until: the time filters (aware), or None.
+
+    Returns:
+        ``(parameter, message)``, e.g. ``("reason", "unknown code 'budget_bond'; codes: ...")`` or
+        ``("since", "must not be after until (2026-12-02T10:00:00+00:00 > ...)")``; None when the
+        filter is fine.
+    """
+    if reason is not None and reason not in REASON_CODES:
+        return "reason", f"unknown code {reason!r}; codes: {', '.join(sorted(REASON_CODES))}"
+    if since is not None and until is not None and since > until:
+        return "since", f"must not be after until ({since.isoformat()} > {until.isoformat()})"
+    return None
 
 
 def unstarted_week_message(week: IsoWeek, current: IsoWeek) -> str | None:

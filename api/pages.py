@@ -9,7 +9,9 @@ Pages:
   ``6h``, ``24h``, ``7d``, ``30d``; a route whose history starts inside the range gets charts fitted
   to its data, with a note saying so); the history table (filters ``applied``, ``reason``, ``since``,
   ``until`` in UTC; 50 rows a page, ``page=``); the configuration, and with the admin scope a form;
-  a ``range``, ``page``, ``applied``, ``since`` or ``until`` it cannot honour is a 422 page naming it;
+  a ``range``, ``page``, ``applied``, ``reason``, ``since`` or ``until`` it cannot honour (an unknown
+  reason code, ``since`` after ``until``: the api's rule, :func:`~hedgerow.api.ops_bounds.history_filter_error`)
+  is a 422 page naming it;
 - ``POST /ui/routes/{route}?model=``: the form's change (admin), applied and audited like
   ``PATCH /v1/routes`` (:func:`hedgerow.controller.routes_admin.configure_route`), then back to
   the route's page (303);
@@ -44,7 +46,7 @@ from hedgerow.api._page_kit import (
 from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
 from hedgerow.api.charts import SeriesData, time_chart
 from hedgerow.api.metrics import metrics_response
-from hedgerow.api.ops_bounds import budget_range_error, parse_budget
+from hedgerow.api.ops_bounds import budget_range_error, history_filter_error, parse_budget
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
 from hedgerow.controller.models import utc_now
@@ -65,8 +67,8 @@ RANGES: dict[str, float] = {"1h": 3600.0, "6h": 21_600.0, "24h": 86_400.0, "7d":
 MAX_HISTORY_PAGE = 1_000_000
 #: History rows per page of the table.
 HISTORY_PAGE_ROWS = 50
-#: Reason codes offered by the history filter: every code the policy writes (any code, such as
-#: one of an older policy found in old rows, may be typed in the URL).
+#: Reason codes offered by the history filter: every code the policy writes (the only ones the
+#: filter takes, as in the api).
 REASON_CODES: tuple[str, ...] = tuple(sorted(POLICY_REASON_CODES))
 _FORM_BYTES = 4096
 #: The shortest time a route's charts show when fitted to a new route's data, seconds.
@@ -229,6 +231,9 @@ async def _route_page(
         until_filter = _aware(q.get("until"), "until")
     except ValueError as exc:
         return error_page(request, user, 422, str(exc))
+    refused = history_filter_error(reason=reason, since=since_filter, until=until_filter)
+    if refused is not None:  # the api's rule: a filter that can only give an empty table is refused
+        return error_page(request, user, 422, f"{refused[0]}: {refused[1]}", back=(route_url(route, model), "route"))
     now = utc_now()
     since = now - timedelta(seconds=RANGES[range_key])
     try:

@@ -38,7 +38,8 @@ from hedgerow.api.auth import bearer_token, require_scope, token_actor
 from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
 from hedgerow.api.json_response import ApiJSONResponse
-from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT
+from hedgerow.api.limits import too_large_response
+from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT, history_filter_error
 from hedgerow.api.schemas import (
     NAME_PATTERN,
     NAME_RULE,
@@ -154,7 +155,11 @@ async def get_route_history(
     applied: Annotated[bool | None, Query(description="true: only applied changes; false: only holds.")] = None,
     reason: Annotated[
         str | None,
-        Query(min_length=1, max_length=64, description="Only rows with this reason code (e.g. target)."),
+        Query(
+            min_length=1,
+            max_length=64,
+            description="Only rows with this reason code (e.g. tail_min); an unknown code is 422.",
+        ),
         AfterValidator(no_control_characters),
     ] = None,
 ) -> Any:
@@ -165,8 +170,9 @@ async def get_route_history(
             return _unprocessable(name, "must carry a timezone (e.g. Z)")
         if value is not None and _utc_overflows(value):
             return _unprocessable(name, f"out of range: {value.isoformat()} is not within years 1..9999 in UTC")
-    if since is not None and until is not None and since > until:
-        return _unprocessable("since", f"must not be after until ({since.isoformat()} > {until.isoformat()})")
+    problem = history_filter_error(reason=reason, since=since, until=until)
+    if problem is not None:
+        return _unprocessable(*problem)
     chosen = await resolve_model(session, route, model)
     rows = await get_history(
         session, route, chosen, limit=limit, offset=offset, since=since, until=until, applied=applied, reason=reason
@@ -246,10 +252,7 @@ def _unprocessable(field: str, message: str) -> JSONResponse:
 
 
 def _too_large(size: int) -> JSONResponse:
-    return JSONResponse(
-        {"detail": f"body of {size} bytes exceeds {MAX_ROUTE_BODY_BYTES} bytes"},
-        status_code=status.HTTP_413_CONTENT_TOO_LARGE,
-    )
+    return too_large_response(MAX_ROUTE_BODY_BYTES, size)
 
 
 async def _configure(request: Request, route: str, model: str, *, replace: bool) -> Any:

@@ -1,7 +1,9 @@
 """``GET /v1/thresholds`` (the whole table, strong ETag, 304) and ``GET /v1/thresholds/{route}``.
 
 ``{route}`` may contain ``/`` (matched with Starlette's ``path`` converter, see
-:mod:`hedgerow.api.routes`).
+:mod:`hedgerow.api.routes`). ``model`` may be left out when the route has exactly one model (as in
+``GET /v1/routes/{route}``): 422 naming ``model`` and listing them when it has several, 404 naming
+the route when it has none.
 
 The table's body is rendered deterministically from the stored rows (``generated_at`` is the
 newest ``updated_at``), so its ETag, a SHA-256 of the body, changes exactly when the table does.
@@ -14,15 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import AfterValidator
 
 from hedgerow.api._threshold_cache import ThresholdCache
 from hedgerow.api.auth import BEARER_SECURITY, authorize, require_scope
-from hedgerow.api.routes import ModelQuery, RoutePath, Session
-from hedgerow.api.schemas import ThresholdOut, ThresholdTableOut
-from hedgerow.controller.queries import get_threshold
+from hedgerow.api.routes import RoutePath, Session
+from hedgerow.api.schemas import NAME_PATTERN, NAME_RULE, ThresholdOut, ThresholdTableOut, valid_model_name
+from hedgerow.client.names import MAX_NAME_CHARS
+from hedgerow.controller.queries import get_threshold, resolve_model
 
 __all__ = ["etag_matches", "etag_of", "make_threshold_cache", "render_table", "router", "table_body"]
 
@@ -30,6 +34,18 @@ router = APIRouter()
 
 #: Scopes that may read thresholds (``admin`` everywhere).
 _READERS = frozenset({"ingest", "read", "admin"})
+#: ``model`` of a threshold poll: a valid model name when given (:mod:`hedgerow.client.names`),
+#: optional when the route has one model.
+_PollModelQuery = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        description=f"the model of the route ({NAME_RULE}); may be left out when the route has exactly one",
+        json_schema_extra={"pattern": NAME_PATTERN},
+    ),
+    AfterValidator(lambda value: None if value is None else valid_model_name(value)),
+]
 
 
 def table_body(thresholds: list[dict[str, Any]]) -> bytes:
@@ -95,14 +111,18 @@ async def get_thresholds(request: Request) -> Response:
 @router.get(
     "/v1/thresholds/{route:path}",
     response_model=ThresholdOut,
-    responses={404: {"description": "unknown (route, model), or nothing published yet"}},
+    responses={
+        404: {"description": "unknown (route, model), or nothing published yet"},
+        422: {"description": "a bad name, or model left out of a route with several models (listed)"},
+    },
     dependencies=[Depends(require_scope("ingest", "read"))],
     summary="The published threshold of one (route, model)",
 )
 async def get_one_threshold(
     route: RoutePath,
-    model: ModelQuery,
     session: Session,
+    model: _PollModelQuery = None,
 ) -> Any:
-    """One published threshold (404 for an unknown route or before the first tick)."""
-    return await get_threshold(session, route, model)
+    """One published threshold (404 for an unknown route or before the first tick); without
+    ``model``, that of the route's only model (422 listing them when it has several)."""
+    return await get_threshold(session, route, await resolve_model(session, route, model))

@@ -24,7 +24,7 @@ from urllib.parse import quote, unquote
 
 import typer
 
-from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT, budget_range_error, parse_budget
+from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT, budget_range_error, history_filter_error, parse_budget
 
 __all__ = ["DEFAULT_API_URL", "plain_cell", "routes_app"]
 
@@ -282,16 +282,16 @@ def route_history(
     _check_route(route, model, change=False)
     if not 1 <= limit <= MAX_HISTORY_LIMIT:
         raise _fail(f"--limit: must be from 1 to {MAX_HISTORY_LIMIT}, got {limit}", 2)
-    if reason is not None:
-        from hedgerow.controller.reason_codes import REASON_CODES
-
-        if reason.strip() not in REASON_CODES:  # the api would answer an empty history
-            raise _fail(f"--reason: unknown code {reason!r}; codes: {', '.join(sorted(REASON_CODES))}", 2)
-        reason = reason.strip()
+    reason = reason.strip() if reason is not None else None
     since_text = _time_flag("--since", since)
     until_text = _time_flag("--until", until)
-    if since_text and until_text and datetime.fromisoformat(since_text) > datetime.fromisoformat(until_text):
-        raise _fail(f"--since: must not be after --until ({since_text} > {until_text})", 2)
+    problem = history_filter_error(  # the api's rule, checked before the request
+        reason=reason,
+        since=datetime.fromisoformat(since_text) if since_text else None,
+        until=datetime.fromisoformat(until_text) if until_text else None,
+    )
+    if problem is not None:
+        raise _fail(f"--{problem[0]}: {problem[1]}", 2)
     params = _params(
         model, applied="true" if applied else None, reason=reason, since=since_text, until=until_text, limit=limit
     )
