@@ -42,7 +42,7 @@ class Upstream:
 
     name: str
     base_url: str
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # a key has no place in a log line
     headers: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
     model: str | None = None
 

@@ -586,7 +586,7 @@ def gateway(
     host: str = typer.Option(
         "127.0.0.1", "--host", metavar="H", help="Interface to listen on; off loopback, gateway keys are required."
     ),
-    port: int = typer.Option(8401, "--port", metavar="P", help="TCP port (default 8401; 0 picks a free one)."),
+    port: int = typer.Option(8480, "--port", metavar="P", help="TCP port (default 8480; 0 picks a free one)."),
     api: str = typer.Option(
         None, "--api", metavar="URL", help="A running `hedgerow serve`: poll its thresholds, send it the records."
     ),

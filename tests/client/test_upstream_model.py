@@ -82,3 +82,7 @@ async def test_transport_stream_applies_the_model() -> None:
                 text = (await response.aread()).decode()
         assert '"hi"' in text
         assert server.requests[0].body["model"] == "up-m"
+
+
+def test_the_key_is_not_in_the_repr() -> None:
+    assert "sk-hidden-0123" not in repr(Upstream("a", "http://127.0.0.1:1/v1", api_key="sk-hidden-0123"))
