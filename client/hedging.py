@@ -996,12 +996,15 @@ class CallStream:
             urls[(upstream.name, self.api)] = url
         return url
 
-    def _content(self) -> bytes:
+    def _content(self, upstream: Upstream) -> bytes:
         """The request body as JSON bytes, encoded once per call (as httpx's ``json=`` encodes it;
-        a value JSON cannot hold, such as NaN, raises ``ValueError`` in the attempt as before)."""
+        a value JSON cannot hold, such as NaN, raises ``ValueError`` in the attempt as before),
+        with ``upstream``'s own model name applied (``Upstream.attempt_body``)."""
         if self._encoded is None:
             self._encoded = _encode_body(self._body).encode()
-        return self._encoded
+        if upstream.model is None:
+            return self._encoded
+        return upstream.attempt_body(self._encoded)
 
     def _request(self, attempt: _Attempt, gate: CancelGate) -> httpx.Request:
         """The attempt's request: ``_AttemptSender.template``'s headers for its upstream (made
@@ -1020,7 +1023,7 @@ class CallStream:
             if name.lower() not in upstream_set:
                 headers[name] = value
         return self._sender.request(
-            self._url(attempt.upstream), headers, self._content(), self._params, {GATE_EXTENSION: gate}
+            self._url(attempt.upstream), headers, self._content(attempt.upstream), self._params, {GATE_EXTENSION: gate}
         )
 
     # -- read-only state for HedgingTransport ---------------------------------------------------

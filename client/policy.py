@@ -7,6 +7,7 @@ Durations are float seconds, the budget a fraction of calls.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,21 +30,52 @@ class Upstream:
         base_url: the API root ending in ``/v1``; calls go to ``{base_url}/chat/completions``.
         api_key: sent as ``Authorization: Bearer <api_key>`` when set.
         headers: extra headers sent with every request to this upstream.
+        model: this upstream's own name for the model; when set, it replaces the body's
+            ``model`` in every attempt sent here (``attempt_body``), so one public model name can
+            map to a different model name on each upstream. The call's record (and so the
+            thresholds) keeps the caller's model name. None (default) sends the body as it is.
 
     Raises:
-        ValueError: for an empty name or a base_url that is not an http(s) URL.
+        ValueError: for an empty name, a base_url that is not an http(s) URL, or a model that is
+            not a non-empty string.
     """
 
     name: str
     base_url: str
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # a key has no place in a log line
     headers: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
+    model: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError("Upstream.name: must be a non-empty string")
         if not isinstance(self.base_url, str) or not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"Upstream.base_url: must be an http(s) URL, got {self.base_url!r}")
+        if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
+            raise ValueError(f"Upstream.model: must be a non-empty string or None, got {self.model!r}")
+
+    def attempt_body(self, content: bytes) -> bytes:
+        """The request body of an attempt sent to this upstream: ``content`` with its ``model``
+        replaced by ``self.model`` (the one place where a per-upstream model name is applied).
+
+        Args:
+            content: the call's JSON request body, as sent to every upstream.
+
+        Returns:
+            ``content`` itself when ``model`` is None, when the body already names that model, or
+            when it is not a JSON object (the upstream then answers it as it would anyway); else
+            the body re-encoded (compact, UTF-8) with ``"model": self.model``.
+        """
+        if self.model is None:
+            return content
+        try:
+            body = json.loads(content)
+        except ValueError:
+            return content
+        if not isinstance(body, dict) or body.get("model") == self.model:
+            return content
+        body["model"] = self.model
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
     @property
     def chat_url(self) -> str:

@@ -23,6 +23,8 @@ What the transport does with one request:
   Other caller headers (``OpenAI-Organization``, the SDK's ``X-Stainless-*``, ``extra_headers``)
   are forwarded, except hop-by-hop ones; hedgerow's ``X-Request-ID`` (a UUID per attempt),
   ``Idempotency-Key`` and ``X-Hedgerow-Attempt`` replace the caller's on chat calls.
+* **Model names.** An upstream with a ``model`` gets the body with that model name
+  (``Upstream.attempt_body``), in every kind of request below.
 * **``POST <base>/chat/completions`` with ``"stream": true``** is one ``HedgingClient`` call
   (hedge on a late first token, see ``hedgerow.client.hedging``). The response is returned when
   the winner's first token has arrived, so the app's TTFT is the winner's; it is a real streaming
@@ -40,7 +42,8 @@ What the transport does with one request:
   same route, thresholds and budgets as chat calls, the record's ``api`` is ``responses``; the
   streamed body re-encodes each event as ``event: <type>`` + ``data: {json}``, without ``[DONE]``.
 * **Every other request** (``GET /v1/models``, embeddings, files, ...) passes through unhedged
-  to the primary (first) upstream (the request body re-sent as read, the response streamed
+  to the primary (first) upstream (the request body re-sent as read, with the primary's
+  ``Upstream.model`` applied to a JSON object body when it has one; the response streamed
   back as it comes), honouring the caller's timeout; it makes no ``CallRecord``. It goes through
   the same ``OwnedTransport`` as the hedged calls, so an app task cancelled while sending it or
   closing its response cannot leave the connection stuck in the pool (encode/httpcore#1115, #1093).
@@ -481,9 +484,8 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
             headers["Authorization"] = f"Bearer {upstream.api_key}"
         if upstream.headers:
             headers.update(dict(upstream.headers))
-        outgoing = httpx.Request(
-            request.method, url, headers=headers, content=await request.aread(), extensions=request.extensions
-        )
+        content = upstream.attempt_body(await request.aread())  # its own model name, when it has one
+        outgoing = httpx.Request(request.method, url, headers=headers, content=content, extensions=request.extensions)
         response = await send_streaming(http, outgoing)
         kept = [
             (k, v) for k, v in response.headers.multi_items() if k.lower() not in _HOP_BY_HOP | {"transfer-encoding"}

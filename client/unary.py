@@ -303,7 +303,7 @@ class _UnaryCall:
         request = self._http.build_request(
             "POST",
             attempt.upstream.chat_url if self._api == "chat" else attempt.upstream.responses_url,
-            content=self._content,
+            content=attempt.upstream.attempt_body(self._content),
             headers=self._headers(attempt),
             params=self._params,
             extensions={BODY_LIMIT_EXTENSION: self._max_body_bytes},

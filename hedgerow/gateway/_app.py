@@ -1,0 +1,567 @@
+"""The gateway's ASGI app: OpenAI-compatible HTTP in front of ``HedgingTransport``.
+
+Each request is checked here (auth, size, concurrency, the model's route) and then handed, as an
+``httpx.Request``, to the route's ``hedgerow.client.HedgingTransport``, which runs the same race
+as the library (see its module docstring: hedged chat and Responses calls, pass-through of other
+paths, the caller's credentials dropped, each upstream's key applied, the ``X-Hedgerow-*``
+headers). The ``httpx.Response`` it returns is streamed back as it comes. This module holds no
+hedging rule of its own; what it adds:
+
+* **Auth.** With gateway keys configured, every request needs ``Authorization: Bearer <key>``
+  (or ``api-key: <key>``); else 401 ``invalid_api_key``. The caller's key never reaches an
+  upstream (the transport drops it, and so does this app).
+* **Routing.** ``POST /v1/chat/completions`` and ``/v1/responses`` (and any other ``POST`` with
+  a JSON ``model``, passed through to the route's primary) go to the transport of the body's
+  public model; an unknown model is 404 ``model_not_found``. ``GET /v1/models`` lists the public
+  model names (``GET /v1/models/{name}`` one of them). With ``any_model`` (no model table),
+  everything goes to that one route's transport as it is. Other paths are 404.
+* **Timing.** Status and headers are sent when the transport returns, which for a streamed call is
+  when the winner's first token is known; the body's pieces are passed on as they arrive.
+* **Disconnects.** A caller that leaves (``http.disconnect``) cancels the request's task, before
+  or after the first token; the transport's response is closed, which ends every attempt (the
+  record says ``cancelled``).
+* **Errors** (OpenAI-shaped JSON, never a traceback): a call whose attempts all failed with HTTP
+  errors -> 502 ``upstream_error``; ``httpx.TimeoutException`` -> 504 ``upstream_timeout``;
+  ``httpx.ConnectError`` (no upstream answered) -> 503 ``upstream_unreachable``; other transport
+  errors -> 502. A non-retryable upstream 4xx (400/401/403/404/422) and hedgerow's own 400 for a
+  bad body pass through unchanged. An error after the first token ends the stream with an SSE
+  ``data: {"error": ...}`` event (as OpenAI does) and no ``[DONE]``.
+* **Limits.** A body over ``max_body_bytes`` is 413; more than ``max_concurrent`` requests in
+  flight is 429 with ``Retry-After: 1``.
+* **Secrets.** Every configured key (upstream or gateway) is replaced by ``[redacted]`` in error
+  bodies handed back and in log lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import httpx
+
+from hedgerow.client import CallRecord, HedgingTransport
+from hedgerow.client.hedging import NON_RETRYABLE_STATUSES, RecordSink, ThresholdSource
+from hedgerow.client.transport import HEDGED_HEADER, REQUEST_ID_HEADER, WINNER_HEADER
+from hedgerow.gateway._config import GatewayConfig, RouteSpec
+
+__all__ = ["GatewayApp", "RecordLog"]
+
+_log = logging.getLogger("hedgerow.gateway")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+#: Request headers not handed to the transport: framing, hop-by-hop, the caller's credentials.
+_DROP_REQUEST = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "expect",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-authorization",
+        "authorization",
+        "api-key",
+    }
+)
+#: Response headers not sent on: hop-by-hop ones, and those the ASGI server sets itself.
+_DROP_RESPONSE = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "date", "server"}
+)
+_REDACTED = "[redacted]"
+#: Largest error body read to redact and re-send, bytes (a larger one is cut there).
+_MAX_ERROR_BODY = 64 * 1024
+
+
+class RecordLog:
+    """The gateway's record sink: counts each ``CallRecord`` by status, logs one line for it and
+    hands it to ``inner`` (a ``TelemetryExporter``, or anything with ``submit``) when given.
+
+    Args:
+        inner: the next sink, or None (records are then only counted and logged).
+
+    Attributes:
+        counts: records per status (``ok``, ``failed``, ``cancelled``, ...).
+        last: the most recent record, or None.
+    """
+
+    def __init__(self, inner: RecordSink | None = None) -> None:
+        self.inner = inner
+        self.counts: Counter[str] = Counter()
+        self.last: CallRecord | None = None
+
+    def submit(self, record: CallRecord) -> None:
+        """Count, log and forward one record (never raises for the record's sake)."""
+        self.counts[record.status] += 1
+        self.last = record
+        fields = {
+            "request_id": record.request_id,
+            "route": record.route,
+            "model": record.model,
+            "status": record.status,
+            "winner": record.winner,
+            "hedged": record.hedged,
+            "ttft_s": None if record.ttft_s is None else round(record.ttft_s, 4),
+        }
+        _log.info(
+            " ".join(["gateway_call", *(f"{k}={v}" for k, v in fields.items())]),
+            extra={"event": "gateway_call", "fields": fields},
+        )
+        if self.inner is not None:
+            self.inner.submit(record)
+
+
+def openai_error(message: str, type_: str, code: str | None, param: str | None = None) -> bytes:
+    """The body of an OpenAI-shaped error: ``{"error": {"message", "type", "param", "code"}}``."""
+    return json.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}}).encode()
+
+
+class GatewayApp:
+    """The ASGI app of ``hedgerow gateway`` (see the module docstring for what it does).
+
+    Args:
+        config: the resolved ``GatewayConfig`` (routes, keys, limits).
+        thresholds: optional ``ThresholdSource`` shared by every route (a ``ThresholdPoller``).
+        telemetry: optional ``RecordSink`` for the calls' records (wrapped in a ``RecordLog``,
+            which also counts and logs them).
+        background: async context managers entered at the ASGI lifespan's start and left at its
+            end, in reverse order (the poller, the exporter).
+        client_tag: the records' ``client`` field (default: the host name).
+
+    Attributes:
+        records: the ``RecordLog`` every record goes through.
+        in_flight: requests being served now.
+
+    Raises:
+        ValueError: from ``HedgingTransport`` for a route it refuses.
+    """
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        thresholds: ThresholdSource | None = None,
+        telemetry: RecordSink | None = None,
+        background: Sequence[AbstractAsyncContextManager[Any]] = (),
+        client_tag: str | None = None,
+    ) -> None:
+        self.config = config
+        self.records = RecordLog(telemetry)
+        self._background = list(background)
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._transports: dict[int, HedgingTransport] = {}
+        self._secrets = config.secrets
+        for spec in config.specs:
+            self._transports[id(spec)] = HedgingTransport(
+                spec.upstreams,
+                route=spec.route,
+                policy=spec.policy,
+                thresholds=thresholds,
+                telemetry=self.records,
+                client_tag=client_tag,
+            )
+        self.in_flight = 0
+
+    def transport(self, spec: RouteSpec) -> HedgingTransport:
+        """The ``HedgingTransport`` of a route spec of this app's configuration."""
+        return self._transports[id(spec)]
+
+    def redact(self, text: str) -> str:
+        """``text`` with every configured key replaced by ``[redacted]``."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, _REDACTED)
+        return text
+
+    # -- ASGI -----------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI entry point (``http`` and ``lifespan`` scopes)."""
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        started = time.monotonic()
+        status_box: list[int] = []
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_box.append(int(message["status"]))
+            await send(message)
+
+        try:
+            await self._http(scope, receive, sending)
+        finally:
+            fields = {
+                "method": scope.get("method"),
+                "path": self.redact(str(scope.get("path"))),
+                "status": status_box[0] if status_box else None,
+                "duration_s": round(time.monotonic() - started, 4),
+            }
+            _log.info(
+                " ".join(["gateway_request", *(f"{k}={v}" for k, v in fields.items())]),
+                extra={"event": "gateway_request", "fields": fields},
+            )
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.start()
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": self.redact(str(exc))})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def start(self) -> None:
+        """Enter the background context managers (done by the ASGI lifespan's startup)."""
+        stack = contextlib.AsyncExitStack()
+        try:
+            for manager in self._background:
+                await stack.enter_async_context(manager)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+
+    async def aclose(self) -> None:
+        """Close every transport, then leave the background context managers (flushes records)."""
+        for transport in self._transports.values():
+            await transport.aclose()
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
+
+    # -- one request ----------------------------------------------------------------------------
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = httpx.Headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", [])])
+        if self.config.keys and not self._authorized(headers):
+            await _answer(
+                send,
+                401,
+                openai_error(
+                    "hedgerow gateway: missing or unknown API key (send Authorization: Bearer <key>)",
+                    "invalid_request_error",
+                    "invalid_api_key",
+                ),
+            )
+            return
+        if self.in_flight >= self.config.max_concurrent:
+            await _answer(
+                send,
+                429,
+                openai_error(
+                    f"hedgerow gateway: {self.config.max_concurrent} requests are in flight already; retry shortly",
+                    "rate_limit_error",
+                    "gateway_busy",
+                ),
+                extra=[(b"retry-after", b"1")],
+            )
+            return
+        self.in_flight += 1
+        try:
+            await self._serve(scope, receive, send, headers)
+        finally:
+            self.in_flight -= 1
+
+    def _authorized(self, headers: httpx.Headers) -> bool:
+        given = headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        key = token.strip() if scheme.lower() == "bearer" else headers.get("api-key", "")
+        if not key:
+            return False
+        matched = False
+        for known in self.config.keys:  # compare with every key, in constant time each
+            matched |= hmac.compare_digest(key.encode(), known.encode())
+        return matched
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, headers: httpx.Headers) -> None:
+        method = str(scope.get("method", "GET")).upper()
+        path = str(scope.get("path", "/"))
+        config = self.config
+        if not (path == "/v1" or path.startswith("/v1/")):
+            await _answer(send, 404, _not_found(path))
+            return
+        any_model = config.any_model
+        if any_model is None and method == "GET" and path.rstrip("/") == "/v1/models":
+            await _answer(send, 200, self._model_list())
+            return
+        if any_model is None and method == "GET" and path.startswith("/v1/models/"):
+            name = path.removeprefix("/v1/models/")
+            if name in config.routes:
+                await _answer(send, 200, json.dumps(_model_object(name)).encode())
+            else:
+                await _answer(send, 404, _model_not_found(name))
+            return
+        body = await _read_body(receive, headers, config.max_body_bytes)
+        if body is None:
+            await _answer(
+                send,
+                413,
+                openai_error(
+                    f"hedgerow gateway: request body over {config.max_body_bytes} bytes",
+                    "invalid_request_error",
+                    "request_too_large",
+                ),
+            )
+            return
+        spec = any_model
+        if spec is None:
+            if method != "POST":
+                await _answer(send, 404, _not_found(path))
+                return
+            model = _body_model(body)
+            if model is None:
+                # Not a JSON object with a string model: the transport answers its own 400 for
+                # chat and Responses bodies; other paths need a model to be routed at all.
+                if path.rstrip("/") not in ("/v1/chat/completions", "/v1/responses"):
+                    await _answer(send, 404, _not_found(path))
+                    return
+                spec = next(iter(config.routes.values()))
+            elif model not in config.routes:
+                await _answer(send, 404, _model_not_found(model))
+                return
+            else:
+                spec = config.routes[model]
+        query = scope.get("query_string", b"").decode("latin-1")
+        target = httpx.URL(
+            scheme="http", host="hedgerow-gateway", path=path, query=query.encode("latin-1") if query else None
+        )
+        forwarded = [(k, v) for k, v in headers.multi_items() if k.lower() not in _DROP_REQUEST]
+        request = httpx.Request(method, target, headers=forwarded, content=body)
+        await self._proxy(spec, request, receive, send)
+
+    def _model_list(self) -> bytes:
+        data = [_model_object(name) for name in self.config.routes]
+        return json.dumps({"object": "list", "data": data}).encode()
+
+    async def _proxy(self, spec: RouteSpec, request: httpx.Request, receive: Receive, send: Send) -> None:
+        """Run the request through the transport in a task of its own, cancelled when the caller
+        disconnects (an ``http.disconnect`` from ``receive``, whose body is read already)."""
+        work = asyncio.ensure_future(self._forward(spec, request, send))
+        watch = asyncio.ensure_future(_wait_disconnect(receive))
+        try:
+            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not work.done():  # the caller left (or this task is being cancelled)
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(work)  # the transport closes every attempt
+                if watch.done():
+                    _log.info(
+                        "gateway_disconnect path=%s",
+                        request.url.path,
+                        extra={"event": "gateway_disconnect", "fields": {"path": request.url.path}},
+                    )
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+        if work.done() and not work.cancelled():
+            work.result()  # an unexpected error of the app itself: let the server log it
+
+    async def _forward(self, spec: RouteSpec, request: httpx.Request, send: Send) -> None:
+        transport = self.transport(spec)
+        try:
+            response = await transport.handle_async_request(request)
+        except httpx.TimeoutException as exc:
+            await self._failed(send, 504, "upstream_timeout", exc)
+            return
+        except httpx.ConnectError as exc:
+            await self._failed(send, 503, "upstream_unreachable", exc)
+            return
+        except httpx.TransportError as exc:
+            await self._failed(send, 502, "upstream_error", exc)
+            return
+        try:
+            await self._relay(response, send)
+        finally:
+            await response.aclose()
+
+    async def _failed(self, send: Send, status: int, code: str, exc: BaseException) -> None:
+        what = {504: "timed out", 503: "no upstream could be reached", 502: "failed"}[status]
+        detail = self.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        _log.warning(
+            "gateway_failed status=%d code=%s detail=%s",
+            status,
+            code,
+            detail,
+            extra={"event": "gateway_failed", "fields": {"status": status, "code": code, "detail": detail}},
+        )
+        message = f"hedgerow gateway: the call {what}: {detail}"
+        await _answer(send, status, openai_error(message, "api_error", code))
+
+    async def _relay(self, response: httpx.Response, send: Send) -> None:
+        status = response.status_code
+        hedgerow_headers = [
+            (name.lower().encode("latin-1"), response.headers.get(name, "").encode("latin-1"))
+            for name in (REQUEST_ID_HEADER, WINNER_HEADER, HEDGED_HEADER)
+            if name in response.headers
+        ]
+        failed_call = (
+            status >= 400
+            and status not in NON_RETRYABLE_STATUSES
+            and response.headers.get(WINNER_HEADER) == ""
+            and bool(response.headers.get(REQUEST_ID_HEADER))
+        )
+        if failed_call:
+            # Every attempt failed and the last one had an HTTP error: one OpenAI-shaped 502.
+            excerpt = _error_message(await _read_capped(response))
+            message = f"hedgerow gateway: every attempt failed; the last upstream answered HTTP {status}"
+            if excerpt:
+                message += f": {self.redact(excerpt)[:300]}"
+            _log.warning(
+                "gateway_failed status=502 code=upstream_error upstream_status=%d",
+                status,
+                extra={"event": "gateway_failed", "fields": {"status": 502, "upstream_status": status}},
+            )
+            await _answer(send, 502, openai_error(message, "api_error", "upstream_error"), extra=hedgerow_headers)
+            return
+        headers = [
+            (k.lower().encode("latin-1"), v.encode("latin-1"))
+            for k, v in response.headers.multi_items()
+            if k.lower() not in _DROP_RESPONSE
+        ]
+        if status >= 400:  # an error body is small: read it whole, take any key out, send it
+            content = self.redact((await _read_capped(response)).decode("utf-8", "replace")).encode()
+            headers = [(k, v) for k, v in headers if k != b"content-length"]
+            await _answer(send, status, content, headers=headers)
+            return
+        if response.is_stream_consumed:  # a whole answer (a non-streamed call): one piece
+            await _answer(send, status, response.content, headers=[h for h in headers if h[0] != b"content-length"])
+            return
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        sse = response.headers.get("content-type", "").startswith("text/event-stream")
+        try:
+            async for piece in response.aiter_raw():
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+        except httpx.TransportError as exc:
+            # After the first token: the status is sent, so the error goes into the stream.
+            code = "upstream_timeout" if isinstance(exc, httpx.TimeoutException) else "upstream_error"
+            detail = self.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            _log.warning(
+                "gateway_stream_failed code=%s detail=%s",
+                code,
+                detail,
+                extra={"event": "gateway_stream_failed", "fields": {"code": code, "detail": detail}},
+            )
+            if sse:
+                error = openai_error(f"hedgerow gateway: the stream failed: {detail}", "api_error", code)
+                await send({"type": "http.response.body", "body": b"data: " + error + b"\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _read_body(receive: Receive, headers: httpx.Headers, limit: int) -> bytes | None:
+    """The whole request body, or None when it is (or declares to be) over ``limit`` bytes."""
+    declared = headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise asyncio.CancelledError  # the caller left before sending the body
+        piece = message.get("body", b"")
+        size += len(piece)
+        if size > limit:
+            return None
+        parts.append(piece)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+async def _read_capped(response: httpx.Response) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    async for piece in response.aiter_bytes():
+        parts.append(piece)
+        size += len(piece)
+        if size >= _MAX_ERROR_BODY:
+            break
+    return b"".join(parts)[:_MAX_ERROR_BODY]
+
+
+def _error_message(content: bytes) -> str:
+    """The ``error.message`` of an OpenAI-shaped error body, else its first line of text."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        message = data["error"].get("message")
+        if isinstance(message, str):
+            return message
+    text = content.decode("utf-8", "replace").strip()
+    if text.lstrip().startswith("<"):  # an HTML error page says nothing useful here
+        return ""
+    return (text.splitlines() or [""])[0]
+
+
+def _body_model(body: bytes) -> str | None:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None
+
+
+def _model_object(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "hedgerow"}
+
+
+def _model_not_found(name: str) -> bytes:
+    return openai_error(
+        f"The model {name!r} does not exist on this hedgerow gateway (GET /v1/models lists them)",
+        "invalid_request_error",
+        "model_not_found",
+        "model",
+    )
+
+
+def _not_found(path: str) -> bytes:
+    return openai_error(f"hedgerow gateway: no route for {path!r}", "invalid_request_error", "unknown_url")
+
+
+async def _answer(
+    send: Send,
+    status: int,
+    content: bytes,
+    *,
+    extra: Sequence[tuple[bytes, bytes]] = (),
+    headers: Sequence[tuple[bytes, bytes]] | None = None,
+) -> None:
+    """Send a whole response (JSON unless ``headers`` say otherwise)."""
+    out = list(headers) if headers is not None else [(b"content-type", b"application/json")]
+    out.append((b"content-length", str(len(content)).encode()))
+    out.extend(extra)
+    await send({"type": "http.response.start", "status": status, "headers": out})
+    await send({"type": "http.response.body", "body": content, "more_body": False})
