@@ -9,6 +9,16 @@ first; ``model`` may be left out when the route has one model, as in ``GET /v1/r
 body, the path or the query) is 422 ``{"detail": {"field": ..., "message": ...}}``; a body over
 :data:`MAX_ROUTE_BODY_BYTES` is 413.
 
+Archive: ``DELETE /v1/routes/{route}?model=`` (admin) archives the route, history kept; 200
+``{"route": ..., "history": row}`` (``history`` null when it was already archived: the same
+``archived_at``, nothing written), 404 naming an unknown route. ``POST
+/v1/routes/{route}/restore?model=`` (admin) undoes it (422 when the restore would pass
+``max_routes``). ``GET /v1/routes`` lists the routes in use; ``?archived=true`` the archived
+ones. A ``PUT``/``PATCH`` of an archived route is 409 naming it as archived. What archiving does:
+:mod:`hedgerow.controller.routes_admin`. Archive and restore take any stored name (only control
+characters refused, as the reads), so a route stored before the name rule can be retired; the
+model must be given.
+
 Route names may contain ``/`` (``team/summarize``): ``{route}`` is matched with Starlette's
 ``path`` converter, so ``/v1/routes/team/summarize?model=m`` (or ``team%2Fsummarize``) names the
 route ``team/summarize``. The history path is matched first, so ``GET
@@ -44,6 +54,7 @@ from hedgerow.api.schemas import (
     NAME_RULE,
     PRINTABLE_PATTERN,
     HistoryOut,
+    RouteArchiveOut,
     RouteChangeOut,
     RouteListOut,
     RouteOut,
@@ -54,9 +65,9 @@ from hedgerow.api.schemas import (
     valid_route_name,
 )
 from hedgerow.client.names import MAX_NAME_CHARS
-from hedgerow.controller.errors import RouteLimitExceeded
+from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
 from hedgerow.controller.queries import get_history, get_route, list_routes, resolve_model
-from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
+from hedgerow.controller.routes_admin import RouteConfigInvalid, archive_route, configure_route, restore_route
 
 __all__ = [
     "MAX_ROUTE_BODY_BYTES",
@@ -64,6 +75,7 @@ __all__ = [
     "OptionalModelQuery",
     "RoutePath",
     "Session",
+    "StoredModelQuery",
     "StoredRoutePath",
     "request_actor",
     "router",
@@ -119,6 +131,13 @@ StoredRoutePath = Annotated[
     ),
     AfterValidator(no_control_characters),
 ]
+#: The ``model`` query parameter of an archive or restore: required, any stored name (only
+#: control characters refused, as the reads).
+StoredModelQuery = Annotated[
+    str,
+    Query(min_length=1, max_length=MAX_NAME_CHARS, description="the model of the route (no control characters)"),
+    AfterValidator(no_control_characters),
+]
 
 
 @router.get(
@@ -127,9 +146,15 @@ StoredRoutePath = Annotated[
     response_model=RouteListOut,
     summary="Every route and its threshold",
 )
-async def get_routes(session: Session) -> Any:
-    """Every (route, model) with its configuration and published threshold."""
-    return {"routes": await list_routes(session)}
+async def get_routes(
+    session: Session,
+    archived: Annotated[
+        bool, Query(description="false (default): the routes in use; true: the archived routes only.")
+    ] = False,
+) -> Any:
+    """Every (route, model) in use (or archived, with ``archived=true``) with its configuration and
+    published threshold."""
+    return {"routes": await list_routes(session, archived=archived)}
 
 
 @router.get(
@@ -185,6 +210,40 @@ async def history_is_read_only() -> JSONResponse:
         status_code=status.HTTP_405_METHOD_NOT_ALLOWED,
         headers={"Allow": "GET"},
     )
+
+
+_STATE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    404: {"description": "unknown (route, model)"},
+    422: {"description": '{"detail": {"field": ..., "message": ...}}: a bad value, named'},
+}
+
+
+@router.post(
+    "/v1/routes/{route:path}/restore",
+    dependencies=[Depends(require_scope("admin"))],
+    response_model=RouteArchiveOut,
+    responses=_STATE_RESPONSES,
+    summary="Restore an archived route (admin; audited)",
+)
+async def restore_archived_route(request: Request, route: StoredRoutePath, model: StoredModelQuery) -> Any:
+    """Undo an archive: the route is listed, published and ticked again, and its records are taken;
+    a history row with reason ``restored`` records who did it. Restoring a route in use changes
+    nothing (``history: null``). 422 (field ``route`` or ``model``) when the route would pass
+    ``max_routes`` or ``max_models_per_route``."""
+    try:
+        result = await restore_route(
+            request.app.state.sessionmaker,
+            request.app.state.settings,
+            route,
+            model,
+            actor=request_actor(request, None),
+        )
+    except RouteLimitExceeded as exc:
+        return _unprocessable(exc.field, str(exc))
+    except ValueError as exc:
+        return _unprocessable("route", str(exc))
+    request.app.state.thresholds.invalidate()
+    return RouteArchiveOut(route=result.route, history=result.history).model_dump(mode="json")
 
 
 @router.get(
@@ -295,6 +354,8 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
         return _unprocessable(exc.field, exc.message)
     except RouteLimitExceeded as exc:
         return _unprocessable(exc.field, str(exc))
+    except RouteArchived as exc:
+        return JSONResponse({"detail": {"field": "route", "message": str(exc)}}, status_code=status.HTTP_409_CONFLICT)
     except ValueError as exc:
         return _unprocessable("route", str(exc))
     answer = RouteChangeOut(route=result.route, changes=result.changes, created=result.created, history=result.history)
@@ -304,6 +365,7 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
 
 
 _CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    409: {"description": '{"detail": {"field": "route", "message": ...}}: the route is archived (restore it first)'},
     422: {"description": '{"detail": {"field": ..., "message": ...}}: a bad value, named'},
 }
 
@@ -356,3 +418,24 @@ async def patch_route(request: Request, route: RoutePath, model: ModelQuery) -> 
     """Change the given settings; the threshold is re-decided at once and the history records it
     (reason ``config,...``, actor, ``details.changes``); a patch that changes nothing writes no row."""
     return await _configure(request, route, model, replace=False)
+
+
+@router.delete(
+    "/v1/routes/{route:path}",
+    dependencies=[Depends(require_scope("admin"))],
+    response_model=RouteArchiveOut,
+    responses=_STATE_RESPONSES,
+    summary="Archive a route: out of lists, thresholds, ticks and the route cap; history kept (admin; audited)",
+)
+async def delete_route(request: Request, route: StoredRoutePath, model: StoredModelQuery) -> Any:
+    """Archive (route, model): nothing is deleted. It leaves ``GET /v1/routes``, the threshold table
+    and the controller's ticks, stops counting against ``max_routes``, and records naming it are
+    refused; its calls and history stay readable. A history row with reason ``archived`` records
+    who did it. Archiving it again changes nothing (same ``archived_at``, ``history: null``)."""
+    try:
+        result = await archive_route(request.app.state.sessionmaker, route, model, actor=request_actor(request, None))
+    except ValueError as exc:
+        return _unprocessable("route", str(exc))
+    request.app.state.thresholds.invalidate()
+    request.app.state.route_ids.forget(route, model)  # this process refuses its records at once
+    return RouteArchiveOut(route=result.route, history=result.history).model_dump(mode="json")

@@ -53,6 +53,7 @@ __all__ = [
     "IngestOut",
     "ModelName",
     "ReadyOut",
+    "RouteArchiveOut",
     "RouteChangeOut",
     "RouteListOut",
     "RouteName",
@@ -317,7 +318,8 @@ class ThresholdTableOut(BaseModel):
 
 
 class RouteOut(BaseModel):
-    """A route's configuration and its published threshold (null before the first tick)."""
+    """A route's configuration and its published threshold (null before the first tick);
+    ``archived_at``/``archived_by``: when and by whom it was archived (null for a route in use)."""
 
     route: str
     model: str
@@ -329,6 +331,8 @@ class RouteOut(BaseModel):
     pinned_hedge_after_s: float | None
     created_at: str
     updated_at: str
+    archived_at: str | None = None
+    archived_by: str | None = None
     threshold: ThresholdOut | None
 
 
@@ -433,6 +437,15 @@ class RouteChangeOut(BaseModel):
     route: RouteOut
     changes: dict[str, dict[str, Any]]
     created: bool
+    history: HistoryRowOut | None
+
+
+class RouteArchiveOut(BaseModel):
+    """Answer of ``DELETE /v1/routes/{route}`` (archive) and ``POST /v1/routes/{route}/restore``:
+    the route as it is now, and the history row written (null when the route was already in
+    that state: nothing is written then)."""
+
+    route: RouteOut
     history: HistoryRowOut | None
 
 
