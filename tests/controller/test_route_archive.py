@@ -100,3 +100,19 @@ async def test_archived_routes_leave_the_cap_ticks_lists_and_overview(sessionmak
     assert restored.history["details"]["changes"]["archived_at"]["to"] is None
     async with sessionmaker() as session:
         assert [t["route"] for t in await list_thresholds(session)] == ["one", "two"]  # served again at once
+
+
+async def test_the_weekly_report_has_no_row_for_an_archived_route_after_its_week(sessionmaker, call_factory) -> None:
+    from hedgerow.controller.report import IsoWeek
+    from hedgerow.controller.report_store import weekly_report
+
+    await _ingest(sessionmaker, _records(call_factory, "a", 3) + _records(call_factory, "k", 3, route="keep"))
+    await run_tick(sessionmaker, Settings(), now=NOW)
+    await archive_route(sessionmaker, "summarize", "m1", actor="ops", now=NOW + timedelta(seconds=1))
+    await _ingest(sessionmaker, [call_factory("k-late", route="keep", started_at=NOW + timedelta(days=7))])
+    await run_tick(sessionmaker, Settings(), now=NOW + timedelta(days=7, seconds=1))
+    week = IsoWeek.of(NOW)
+    this_week = await weekly_report(sessionmaker, week, now=NOW + timedelta(days=8))
+    assert [r["route"] for r in this_week["routes"]] == ["keep", "summarize"]
+    next_week = await weekly_report(sessionmaker, IsoWeek.of(NOW + timedelta(days=7)), now=NOW + timedelta(days=15))
+    assert [r["route"] for r in next_week["routes"]] == ["keep"]
