@@ -9,15 +9,17 @@ first; ``model`` may be left out when the route has one model, as in ``GET /v1/r
 body, the path or the query) is 422 ``{"detail": {"field": ..., "message": ...}}``; a body over
 :data:`MAX_ROUTE_BODY_BYTES` is 413.
 
-Archive: ``DELETE /v1/routes/{route}?model=`` (admin) archives the route, history kept; 200
-``{"route": ..., "history": row}`` (``history`` null when it was already archived: the same
-``archived_at``, nothing written), 404 naming an unknown route. ``POST
-/v1/routes/{route}/restore?model=`` (admin) undoes it (422 when the restore would pass
-``max_routes``). ``GET /v1/routes`` lists the routes in use; ``?archived=true`` the archived
-ones. A ``PUT``/``PATCH`` of an archived route is 409 naming it as archived. What archiving does:
-:mod:`hedgerow.controller.routes_admin`. Archive and restore take any stored name (only control
-characters refused, as the reads), so a route stored before the name rule can be retired; the
-model must be given.
+Archive: ``DELETE /v1/routes/{route}?model=`` (admin) archives the route, history kept; 200 in
+the shape of a change (``{"route", "changes": {"archived_at": {"from": null, "to": t}},
+"created": false, "history": row}``; ``changes`` empty and ``history`` null when it was already
+archived: the same ``archived_at``, nothing written), 404 naming an unknown route. ``PATCH
+/v1/routes/{route}?model=`` with ``{"archived": false}`` (alone) restores it (422 when the
+restore would pass ``max_routes``). ``GET /v1/routes`` lists the routes in use;
+``?archived=true`` the archived ones. Any other ``PUT``/``PATCH`` of an archived route is 409
+naming it as archived. What archiving does: :mod:`hedgerow.controller.routes_admin`. ``DELETE``
+takes any stored name (only control characters refused, as the reads), so a route stored before
+the name rule can be retired; the model must be given. (A restore is a ``PATCH``, so it takes
+valid names only; the console's Restore button takes any.)
 
 Route names may contain ``/`` (``team/summarize``): ``{route}`` is matched with Starlette's
 ``path`` converter, so ``/v1/routes/team/summarize?model=m`` (or ``team%2Fsummarize``) names the
@@ -54,7 +56,6 @@ from hedgerow.api.schemas import (
     NAME_RULE,
     PRINTABLE_PATTERN,
     HistoryOut,
-    RouteArchiveOut,
     RouteChangeOut,
     RouteListOut,
     RouteOut,
@@ -67,7 +68,13 @@ from hedgerow.api.schemas import (
 from hedgerow.client.names import MAX_NAME_CHARS
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
 from hedgerow.controller.queries import get_history, get_route, list_routes, resolve_model
-from hedgerow.controller.routes_admin import RouteConfigInvalid, archive_route, configure_route, restore_route
+from hedgerow.controller.routes_admin import (
+    RouteArchive,
+    RouteConfigInvalid,
+    archive_route,
+    configure_route,
+    restore_route,
+)
 
 __all__ = [
     "MAX_ROUTE_BODY_BYTES",
@@ -212,40 +219,6 @@ async def history_is_read_only() -> JSONResponse:
     )
 
 
-_STATE_RESPONSES: dict[int | str, dict[str, Any]] = {
-    404: {"description": "unknown (route, model)"},
-    422: {"description": '{"detail": {"field": ..., "message": ...}}: a bad value, named'},
-}
-
-
-@router.post(
-    "/v1/routes/{route:path}/restore",
-    dependencies=[Depends(require_scope("admin"))],
-    response_model=RouteArchiveOut,
-    responses=_STATE_RESPONSES,
-    summary="Restore an archived route (admin; audited)",
-)
-async def restore_archived_route(request: Request, route: StoredRoutePath, model: StoredModelQuery) -> Any:
-    """Undo an archive: the route is listed, published and ticked again, and its records are taken;
-    a history row with reason ``restored`` records who did it. Restoring a route in use changes
-    nothing (``history: null``). 422 (field ``route`` or ``model``) when the route would pass
-    ``max_routes`` or ``max_models_per_route``."""
-    try:
-        result = await restore_route(
-            request.app.state.sessionmaker,
-            request.app.state.settings,
-            route,
-            model,
-            actor=request_actor(request, None),
-        )
-    except RouteLimitExceeded as exc:
-        return _unprocessable(exc.field, str(exc))
-    except ValueError as exc:
-        return _unprocessable("route", str(exc))
-    request.app.state.thresholds.invalidate()
-    return RouteArchiveOut(route=result.route, history=result.history).model_dump(mode="json")
-
-
 @router.get(
     "/v1/routes/{route:path}",
     dependencies=[Depends(require_scope("read"))],
@@ -339,6 +312,8 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
         return _unprocessable(field_path(tuple(error["loc"])) if error["loc"] else "body", message)
     fields = body.model_dump(exclude_unset=True, exclude={"actor"})
     actor = request_actor(request, body.actor if "actor" in body.model_fields_set else None)
+    if "archived" in fields:
+        return await _archive_or_restore(request, route, model, fields, actor)
     try:
         result = await configure_route(
             request.app.state.sessionmaker,
@@ -364,8 +339,46 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
     )
 
 
+async def _archive_or_restore(request: Request, route: str, model: str, fields: dict[str, Any], actor: str) -> Any:
+    """``PATCH`` with ``archived`` (alone): archive (true) or restore (false) the route; the answer
+    is a :class:`RouteChangeOut` whose ``changes`` holds ``archived_at`` (empty when the route was
+    already in that state)."""
+    if set(fields) != {"archived"}:
+        return _unprocessable("archived", "give archived alone (actor aside): not with a change of settings")
+    if not isinstance(fields["archived"], bool):
+        return _unprocessable("archived", "must be true (archive) or false (restore), got null")
+    state = request.app.state
+    try:
+        if fields["archived"]:
+            result = await archive_route(state.sessionmaker, route, model, actor=actor)
+            state.route_ids.forget(route, model)  # this process refuses its records at once
+        else:
+            result = await restore_route(state.sessionmaker, state.settings, route, model, actor=actor)
+    except RouteLimitExceeded as exc:
+        return _unprocessable(exc.field, str(exc))
+    except ValueError as exc:
+        return _unprocessable("route", str(exc))
+    state.thresholds.invalidate()
+    return _state_answer(result)
+
+
+def _state_answer(result: RouteArchive) -> ApiJSONResponse:
+    """The answer of an archive or a restore, in the shape of a change (:class:`RouteChangeOut`)."""
+    changes = {} if result.history is None else result.history["details"]["changes"]
+    answer = RouteChangeOut(route=result.route, changes=changes, created=False, history=result.history)
+    return ApiJSONResponse(answer.model_dump(mode="json"))
+
+
+def _field_error(description: str) -> dict[str, Any]:
+    """A documented error answer with the ``FieldError`` body."""
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/FieldError"}}},
+    }
+
+
 _CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
-    409: {"description": '{"detail": {"field": "route", "message": ...}}: the route is archived (restore it first)'},
+    409: _field_error("the route is archived: restore it first (PATCH with archived false); field: route"),
     422: {"description": '{"detail": {"field": ..., "message": ...}}: a bad value, named'},
 }
 
@@ -416,26 +429,31 @@ async def put_route(request: Request, route: RoutePath, model: ModelQuery) -> An
 )
 async def patch_route(request: Request, route: RoutePath, model: ModelQuery) -> Any:
     """Change the given settings; the threshold is re-decided at once and the history records it
-    (reason ``config,...``, actor, ``details.changes``); a patch that changes nothing writes no row."""
+    (reason ``config,...``, actor, ``details.changes``); a patch that changes nothing writes no row.
+    ``{"archived": false}`` restores an archived route (``true`` archives it, as ``DELETE``): a
+    history row with reason ``restored`` (``archived``), ``changes.archived_at``; a restore past
+    ``max_routes`` or ``max_models_per_route`` is 422."""
     return await _configure(request, route, model, replace=False)
 
 
 @router.delete(
     "/v1/routes/{route:path}",
     dependencies=[Depends(require_scope("admin"))],
-    response_model=RouteArchiveOut,
-    responses=_STATE_RESPONSES,
+    response_model=RouteChangeOut,
+    responses={404: {"description": "unknown (route, model)"}},
     summary="Archive a route: out of lists, thresholds, ticks and the route cap; history kept (admin; audited)",
 )
 async def delete_route(request: Request, route: StoredRoutePath, model: StoredModelQuery) -> Any:
     """Archive (route, model): nothing is deleted. It leaves ``GET /v1/routes``, the threshold table
     and the controller's ticks, stops counting against ``max_routes``, and records naming it are
     refused; its calls and history stay readable. A history row with reason ``archived`` records
-    who did it. Archiving it again changes nothing (same ``archived_at``, ``history: null``)."""
+    who did it (``changes.archived_at``). Archiving it again changes nothing (same
+    ``archived_at``, ``changes: {}``, ``history: null``). ``PATCH`` with ``{"archived": false}``
+    restores it."""
     try:
         result = await archive_route(request.app.state.sessionmaker, route, model, actor=request_actor(request, None))
     except ValueError as exc:
         return _unprocessable("route", str(exc))
     request.app.state.thresholds.invalidate()
     request.app.state.route_ids.forget(route, model)  # this process refuses its records at once
-    return RouteArchiveOut(route=result.route, history=result.history).model_dump(mode="json")
+    return _state_answer(result)

@@ -114,7 +114,7 @@ class RouteArchived(ControllerError, ValueError):
         super().__init__(
             f"route {route!r} with model {model!r} is archived (since {archived_at:%Y-%m-%d %H:%M:%S} UTC):"
             f" its records and changes are refused; restore it first (`hedgerow routes restore {route} --model {model}`"
-            f" or POST /v1/routes/{route}/restore?model={model})"
+            f' or PATCH /v1/routes/{route}?model={model} with {{"archived": false}})'
         )
 
 

@@ -45,7 +45,7 @@ and still read by ``GET /v1/routes/{route}`` and its history. Records naming it 
 (422 naming the route as archived), so a client still sending it does not bring it back; a
 change (``PUT``/``PATCH``) is refused (:class:`~hedgerow.controller.errors.RouteArchived`, 409)
 until it is restored. Archiving an archived route changes nothing (same ``archived_at``, no row).
-:func:`restore_route` (``POST /v1/routes/{route}/restore?model=``) undoes it: the marks are
+:func:`restore_route` (``PATCH /v1/routes/{route}?model=`` with ``{"archived": false}``) undoes it: the marks are
 cleared, a history row with reason ``restored`` is written, the last published threshold is
 served again and the next tick decides the route; a restore that would pass ``max_routes`` or
 ``max_models_per_route`` is refused (:class:`~hedgerow.controller.errors.RouteLimitExceeded`).

@@ -460,13 +460,15 @@ def set_route(
 
 def _change_state(action: str, route: str, model: str | None, api: str, token: str | None, as_json: bool) -> None:
     """Archive or restore a route (see :func:`archive` and :func:`restore`)."""
-    _check_route(route, model, change=False)  # any stored name: a route from before the name rule can be retired
+    # archive: any stored name (a route from before the name rule can be retired); restore is a
+    # PATCH, which takes valid names only
+    _check_route(route, model, change=action == "restore")
     if model is None:  # the api needs the model: take the route's only one
         model = _request("GET", api, token, _route_path(route))["model"]
     if action == "archive":
         data = _request("DELETE", api, token, _route_path(route), params=_params(model))
     else:
-        data = _request("POST", api, token, _route_path(route, "/restore"), params=_params(model))
+        data = _request("PATCH", api, token, _route_path(route), params=_params(model), json={"archived": False})
     if as_json:
         _echo_json(data)
         return

@@ -1,4 +1,4 @@
-"""Archiving a route over HTTP: ``DELETE /v1/routes/{route}``, ``POST .../restore``, and its effects.
+"""Archiving a route over HTTP: ``DELETE /v1/routes/{route}``, restoring with ``PATCH``, and its effects.
 
 Every test runs on SQLite and PostgreSQL (the ``database_url`` fixture), through the app with
 its lifespan running (the route id cache, the threshold cache and the ingest writer are real).
@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from hedgerow.controller.models import Call, ThresholdHistory
 
 M = {"model": "m1"}
+RESTORE = {"archived": False}
 ADMIN = {"Authorization": "Bearer adm1n-token"}
 READ = {"Authorization": "Bearer r3ad-token"}
 INGEST = {"Authorization": "Bearer 1ngest-token"}
@@ -49,6 +50,7 @@ async def test_delete_archives_once_and_the_route_leaves_lists_thresholds_and_ti
         route = body["route"]
         assert route["route"] == "summarize" and route["archived_at"] is not None and route["archived_by"] == "ops"
         history = body["history"]
+        assert body["changes"] == {"archived_at": {"from": None, "to": route["archived_at"]}}
         assert history["reason"] == "archived" and history["actor"] == "ops" and history["applied"] is False
         assert history["details"]["changes"] == {"archived_at": {"from": None, "to": route["archived_at"]}}
 
@@ -83,12 +85,13 @@ async def test_only_admin_may_archive_or_restore_and_unknown_routes_are_404(make
         await api.post("/v1/calls", json=_batch(call_factory, "a", 2), headers=INGEST)
         for headers in (READ, INGEST):
             assert (await api.delete("/v1/routes/summarize", params=M, headers=headers)).status_code == 403
-            assert (await api.post("/v1/routes/summarize/restore", params=M, headers=headers)).status_code == 403
+            restore = await api.patch("/v1/routes/summarize", params=M, json={"archived": False}, headers=headers)
+            assert restore.status_code == 403
         assert (await api.delete("/v1/routes/summarize", params=M)).status_code == 401
         unknown = await api.delete("/v1/routes/nope", params=M, headers=ADMIN)
         assert unknown.status_code == 404
         assert unknown.json()["detail"]["field"] == "route" and "'nope'" in unknown.json()["detail"]["message"]
-        assert (await api.post("/v1/routes/nope/restore", params=M, headers=ADMIN)).status_code == 404
+        assert (await api.patch("/v1/routes/nope", params=M, json=RESTORE, headers=ADMIN)).status_code == 404
         missing_model = await api.delete("/v1/routes/summarize", headers=ADMIN)
         assert missing_model.status_code == 422
         assert [r["archived_at"] for r in (await api.get("/v1/routes", headers=READ)).json()["routes"]] == [None]
@@ -111,11 +114,14 @@ async def test_records_of_an_archived_route_are_refused_and_restore_brings_it_ba
         put = await api.put("/v1/routes/summarize", params=M, json={})
         assert put.status_code == 409
 
-        restored = await api.post("/v1/routes/summarize/restore", params=M)
+        mixed = await api.patch("/v1/routes/summarize", params=M, json={"archived": False, "budget": 0.2})
+        assert mixed.status_code == 422 and mixed.json()["detail"]["field"] == "archived"
+        restored = await api.patch("/v1/routes/summarize", params=M, json=RESTORE)
         assert restored.status_code == 200, restored.text
         assert restored.json()["route"]["archived_at"] is None
         assert restored.json()["history"]["reason"] == "restored"
-        assert (await api.post("/v1/routes/summarize/restore", params=M)).json()["history"] is None
+        again = (await api.patch("/v1/routes/summarize", params=M, json=RESTORE)).json()
+        assert again["history"] is None and again["changes"] == {}
         assert (await api.post("/v1/calls", json=_batch(call_factory, "b", 2))).status_code == 202
         assert [r["route"] for r in (await api.get("/v1/routes")).json()["routes"]] == ["summarize"]
         async with app.state.sessionmaker() as session:
@@ -132,11 +138,11 @@ async def test_archived_routes_do_not_count_against_the_route_cap(make_api, call
         assert (await api.delete("/v1/routes/two", params=M)).status_code == 200
         assert (await api.post("/v1/calls", json=_batch(call_factory, "three", 1, route="three"))).status_code == 202
         # a restore is a route in use again: refused while the cap is full
-        refused = await api.post("/v1/routes/two/restore", params=M)
+        refused = await api.patch("/v1/routes/two", params=M, json=RESTORE)
         assert refused.status_code == 422
         assert refused.json()["detail"]["field"] == "route" and "not restored" in refused.json()["detail"]["message"]
         assert (await api.delete("/v1/routes/three", params=M)).status_code == 200
-        assert (await api.post("/v1/routes/two/restore", params=M)).status_code == 200
+        assert (await api.patch("/v1/routes/two", params=M, json=RESTORE)).status_code == 200
 
 
 async def test_a_route_named_with_a_slash_is_archived_whole(make_api, call_factory) -> None:
@@ -145,5 +151,5 @@ async def test_a_route_named_with_a_slash_is_archived_whole(make_api, call_facto
         await api.post("/v1/calls", json=_batch(call_factory, "b", 1, route="team"))
         assert (await api.delete("/v1/routes/team/sum", params=M)).json()["route"]["route"] == "team/sum"
         assert [r["route"] for r in (await api.get("/v1/routes")).json()["routes"]] == ["team"]
-        restored = await api.post("/v1/routes/team/sum/restore", params=M)
+        restored = await api.patch("/v1/routes/team/sum", params=M, json=RESTORE)
         assert restored.json()["route"]["route"] == "team/sum"
