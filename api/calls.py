@@ -15,7 +15,10 @@
 - 422 also for the first record whose new route would pass ``max_routes`` (field ``route``) or
   ``max_models_per_route`` (field ``model``), nothing written: the routes a store holds are
   bounded, and no client can create more (an operator raises the settings); records of routes
-  that exist are never refused by these bounds.
+  that exist are never refused by these bounds;
+- 422 also for the first record naming an archived route (field ``route``, the message says
+  it is archived and how to restore it), nothing written: a client still sending it does not
+  bring it back (:mod:`hedgerow.controller.routes_admin`).
 
 The body is validated once, straight from its bytes, by pydantic's JSON parser
 (:func:`batch_model` ``.model_validate_json``: fields, the rules across fields and the batch
@@ -51,7 +54,7 @@ from hedgerow.api.deps import get_settings
 from hedgerow.api.ingest_gate import ingest_session
 from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
 from hedgerow.controller.db import make_engine, make_sessionmaker
-from hedgerow.controller.errors import RouteLimitExceeded
+from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
 from hedgerow.controller.events import log_rejected_batch
 from hedgerow.controller.group_commit import GroupCommitWriter
 from hedgerow.controller.ingest import ingest_calls
@@ -262,7 +265,7 @@ async def post_calls(
             batch = await writer.submit(records)
         else:
             batch = await _store_alone(state, session, records)
-    except RouteLimitExceeded as exc:
+    except (RouteLimitExceeded, RouteArchived) as exc:
         index = next(i for i, r in enumerate(records) if (r.route, r.model) == (exc.route, exc.model))
         return _unprocessable(index, exc.field, str(exc))
     if writer is None:
@@ -299,6 +302,7 @@ async def store_batch(state: Any, session: AsyncSession, records: list[CallRecor
 
     Raises:
         RouteLimitExceeded: a new route past a bound; roll back.
+        RouteArchived: a record names an archived route; roll back.
         DayPartitionMissing: PostgreSQL: a cached day was dropped meanwhile; roll back, forget the
             cached days and run the batch again.
     """

@@ -14,7 +14,9 @@ Pages:
   is a 422 page naming it;
 - ``POST /ui/routes/{route}?model=``: the form's change (admin), applied and audited like
   ``PATCH /v1/routes`` (:func:`hedgerow.controller.routes_admin.configure_route`), then back to
-  the route's page (303);
+  the route's page (303); with ``action=archive`` the "Archive route" button: a confirmation page,
+  then (``confirm=yes``) the archive, audited like ``DELETE /v1/routes``; ``action=restore`` undoes
+  it;
 - ``GET``/``POST /ui/login`` and ``POST /ui/logout``: with ``HEDGEROW_TOKENS`` set, pages need a
   token with the ``read`` (or ``admin``) scope, entered once on the login page and kept in the
   HttpOnly, SameSite=Strict cookie :data:`~hedgerow.api.auth.TOKEN_COOKIE`. A form post whose
@@ -48,13 +50,13 @@ from hedgerow.api.charts import SeriesData, time_chart
 from hedgerow.api.metrics import metrics_response
 from hedgerow.api.ops_bounds import budget_range_error, history_filter_error, parse_budget
 from hedgerow.client.records import control_character_error
-from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
+from hedgerow.controller.errors import AmbiguousModel, RouteLimitExceeded, UnknownRoute
 from hedgerow.controller.models import utc_now
 from hedgerow.controller.overview import flags_of, history_series, route_overview
 from hedgerow.controller.queries import get_history, get_route, resolve_model
 from hedgerow.controller.reason_codes import REASON_CODES as POLICY_REASON_CODES
 from hedgerow.controller.reason_codes import SOURCE_MEANINGS, reason_legend
-from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
+from hedgerow.controller.routes_admin import RouteConfigInvalid, archive_route, configure_route, restore_route
 
 __all__ = ["HISTORY_PAGE_ROWS", "MAX_HISTORY_PAGE", "RANGES", "PageUser", "install_pages", "router"]
 
@@ -356,6 +358,8 @@ async def change_route(request: Request, route: str, model: str | None = None) -
     actor = (
         "ui" if user.token is None else token_actor(request.app.state.tokens, request.app.state.token_names, user.token)
     )
+    if form.get("action") in ("archive", "restore"):
+        return await _archive_form(request, user, route, model, form, actor)
     try:
         fields = _form_fields(form)
         result = await configure_route(
@@ -384,6 +388,41 @@ async def change_route(request: Request, route: str, model: str | None = None) -
         return error_page(request, user, 422, str(exc))
     changed = ",".join(sorted(result.changes)) or "nothing"
     return RedirectResponse(route_url(route, model, changed=changed) + "#change", status_code=status.HTTP_303_SEE_OTHER)
+
+
+async def _archive_form(
+    request: Request, user: PageUser, route: str, model: str, form: dict[str, str], actor: str
+) -> Response:
+    """The route page's archive and restore buttons (admin; same origin, checked by the caller).
+
+    ``action=archive`` without ``confirm=yes`` answers the confirmation page; with it the route is
+    archived (:func:`~hedgerow.controller.routes_admin.archive_route`). ``action=restore``
+    restores it. Both go back to the route's page (303).
+    """
+    state = request.app.state
+    try:
+        if form.get("action") == "restore":
+            await restore_route(state.sessionmaker, state.settings, route, model, actor=actor)
+            done = "restored"
+        elif form.get("confirm") != "yes":
+            async with state.sessionmaker() as session:
+                config = await get_route(session, route, model)
+            if config["archived_at"] is not None:
+                return RedirectResponse(route_url(route, model) + "#archive", status_code=status.HTTP_303_SEE_OTHER)
+            title = f"Archive {route}"
+            return render_page(request, "archive_confirm.html", user, title=title, route=route, model=model)
+        else:
+            await archive_route(state.sessionmaker, route, model, actor=actor)
+            state.route_ids.forget(route, model)
+            done = "archived"
+    except UnknownRoute as exc:
+        return error_page(request, user, 404, str(exc))
+    except RouteLimitExceeded as exc:
+        return error_page(request, user, 422, str(exc), back=(route_url(route, model), "route"))
+    except ValueError as exc:
+        return error_page(request, user, 422, str(exc))
+    state.thresholds.invalidate()
+    return RedirectResponse(route_url(route, model, changed=done) + "#archive", status_code=status.HTTP_303_SEE_OTHER)
 
 
 def _safe_next(target: str | None) -> str:

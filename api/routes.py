@@ -9,6 +9,18 @@ first; ``model`` may be left out when the route has one model, as in ``GET /v1/r
 body, the path or the query) is 422 ``{"detail": {"field": ..., "message": ...}}``; a body over
 :data:`MAX_ROUTE_BODY_BYTES` is 413.
 
+Archive: ``DELETE /v1/routes/{route}?model=`` (admin) archives the route, history kept; 200 in
+the shape of a change (``{"route", "changes": {"archived_at": {"from": null, "to": t}},
+"created": false, "history": row}``; ``changes`` empty and ``history`` null when it was already
+archived: the same ``archived_at``, nothing written), 404 naming an unknown route. ``PATCH
+/v1/routes/{route}?model=`` with ``{"archived": false}`` (alone) restores it (422 when the
+restore would pass ``max_routes``). ``GET /v1/routes`` lists the routes in use;
+``?archived=true`` the archived ones. Any other ``PUT``/``PATCH`` of an archived route is 409
+naming it as archived. What archiving does: :mod:`hedgerow.controller.routes_admin`. ``DELETE``
+takes any stored name (only control characters refused, as the reads), so a route stored before
+the name rule can be retired; the model must be given. (A restore is a ``PATCH``, so it takes
+valid names only; the console's Restore button takes any.)
+
 Route names may contain ``/`` (``team/summarize``): ``{route}`` is matched with Starlette's
 ``path`` converter, so ``/v1/routes/team/summarize?model=m`` (or ``team%2Fsummarize``) names the
 route ``team/summarize``. The history path is matched first, so ``GET
@@ -55,9 +67,15 @@ from hedgerow.api.schemas import (
     valid_route_name,
 )
 from hedgerow.client.names import MAX_NAME_CHARS
-from hedgerow.controller.errors import RouteLimitExceeded
+from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
 from hedgerow.controller.queries import get_history, get_route, list_routes, resolve_model
-from hedgerow.controller.routes_admin import RouteConfigInvalid, configure_route
+from hedgerow.controller.routes_admin import (
+    RouteArchive,
+    RouteConfigInvalid,
+    archive_route,
+    configure_route,
+    restore_route,
+)
 
 __all__ = [
     "MAX_ROUTE_BODY_BYTES",
@@ -65,6 +83,7 @@ __all__ = [
     "OptionalModelQuery",
     "RoutePath",
     "Session",
+    "StoredModelQuery",
     "StoredRoutePath",
     "request_actor",
     "router",
@@ -120,6 +139,13 @@ StoredRoutePath = Annotated[
     ),
     AfterValidator(no_control_characters),
 ]
+#: The ``model`` query parameter of an archive or restore: required, any stored name (only
+#: control characters refused, as the reads).
+StoredModelQuery = Annotated[
+    str,
+    Query(min_length=1, max_length=MAX_NAME_CHARS, description="the model of the route (no control characters)"),
+    AfterValidator(no_control_characters),
+]
 
 
 @router.get(
@@ -128,9 +154,15 @@ StoredRoutePath = Annotated[
     response_model=RouteListOut,
     summary="Every route and its threshold",
 )
-async def get_routes(session: Session) -> Any:
-    """Every (route, model) with its configuration and published threshold."""
-    return {"routes": await list_routes(session)}
+async def get_routes(
+    session: Session,
+    archived: Annotated[
+        bool, Query(description="false (default): the routes in use; true: the archived routes only.")
+    ] = False,
+) -> Any:
+    """Every (route, model) in use (or archived, with ``archived=true``) with its configuration and
+    published threshold."""
+    return {"routes": await list_routes(session, archived=archived)}
 
 
 @router.get(
@@ -283,6 +315,8 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
         return _unprocessable(field_path(tuple(error["loc"])) if error["loc"] else "body", message)
     fields = body.model_dump(exclude_unset=True, exclude={"actor"})
     actor = request_actor(request, body.actor if "actor" in body.model_fields_set else None)
+    if "archived" in fields:
+        return await _archive_or_restore(request, route, model, fields, actor)
     try:
         result = await configure_route(
             request.app.state.sessionmaker,
@@ -298,6 +332,8 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
         return _unprocessable(exc.field, exc.message)
     except RouteLimitExceeded as exc:
         return _unprocessable(exc.field, str(exc))
+    except RouteArchived as exc:
+        return JSONResponse({"detail": {"field": "route", "message": str(exc)}}, status_code=status.HTTP_409_CONFLICT)
     except ValueError as exc:
         return _unprocessable("route", str(exc))
     answer = RouteChangeOut(route=result.route, changes=result.changes, created=result.created, history=result.history)
@@ -306,7 +342,46 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
     )
 
 
+async def _archive_or_restore(request: Request, route: str, model: str, fields: dict[str, Any], actor: str) -> Any:
+    """``PATCH`` with ``archived`` (alone): archive (true) or restore (false) the route; the answer
+    is a :class:`RouteChangeOut` whose ``changes`` holds ``archived_at`` (empty when the route was
+    already in that state)."""
+    if set(fields) != {"archived"}:
+        return _unprocessable("archived", "give archived alone (actor aside): not with a change of settings")
+    if not isinstance(fields["archived"], bool):
+        return _unprocessable("archived", "must be true (archive) or false (restore), got null")
+    state = request.app.state
+    try:
+        if fields["archived"]:
+            result = await archive_route(state.sessionmaker, route, model, actor=actor)
+            state.route_ids.forget(route, model)  # this process refuses its records at once
+        else:
+            result = await restore_route(state.sessionmaker, state.settings, route, model, actor=actor)
+    except RouteLimitExceeded as exc:
+        return _unprocessable(exc.field, str(exc))
+    except ValueError as exc:
+        return _unprocessable("route", str(exc))
+    state.thresholds.invalidate()
+    return _state_answer(result)
+
+
+def _state_answer(result: RouteArchive) -> ApiJSONResponse:
+    """The answer of an archive or a restore, in the shape of a change (:class:`RouteChangeOut`)."""
+    changes = {} if result.history is None else result.history["details"]["changes"]
+    answer = RouteChangeOut(route=result.route, changes=changes, created=False, history=result.history)
+    return ApiJSONResponse(answer.model_dump(mode="json"))
+
+
+def _field_error(description: str) -> dict[str, Any]:
+    """A documented error answer with the ``FieldError`` body."""
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/FieldError"}}},
+    }
+
+
 _CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    409: _field_error("the route is archived: restore it first (PATCH with archived false); field: route"),
     422: {"description": '{"detail": {"field": ..., "message": ...}}: a bad value, named'},
 }
 
@@ -357,5 +432,31 @@ async def put_route(request: Request, route: RoutePath, model: ModelQuery) -> An
 )
 async def patch_route(request: Request, route: RoutePath, model: ModelQuery) -> Any:
     """Change the given settings; the threshold is re-decided at once and the history records it
-    (reason ``config,...``, actor, ``details.changes``); a patch that changes nothing writes no row."""
+    (reason ``config,...``, actor, ``details.changes``); a patch that changes nothing writes no row.
+    ``{"archived": false}`` restores an archived route (``true`` archives it, as ``DELETE``): a
+    history row with reason ``restored`` (``archived``), ``changes.archived_at``; a restore past
+    ``max_routes`` or ``max_models_per_route`` is 422."""
     return await _configure(request, route, model, replace=False)
+
+
+@router.delete(
+    "/v1/routes/{route:path}",
+    dependencies=[Depends(require_scope("admin"))],
+    response_model=RouteChangeOut,
+    responses={404: {"description": "unknown (route, model)"}},
+    summary="Archive a route: out of lists, thresholds, ticks and the route cap; history kept (admin; audited)",
+)
+async def delete_route(request: Request, route: StoredRoutePath, model: StoredModelQuery) -> Any:
+    """Archive (route, model): nothing is deleted. It leaves ``GET /v1/routes``, the threshold table
+    and the controller's ticks, stops counting against ``max_routes``, and records naming it are
+    refused; its calls and history stay readable. A history row with reason ``archived`` records
+    who did it (``changes.archived_at``). Archiving it again changes nothing (same
+    ``archived_at``, ``changes: {}``, ``history: null``). ``PATCH`` with ``{"archived": false}``
+    restores it."""
+    try:
+        result = await archive_route(request.app.state.sessionmaker, route, model, actor=request_actor(request, None))
+    except ValueError as exc:
+        return _unprocessable("route", str(exc))
+    request.app.state.thresholds.invalidate()
+    request.app.state.route_ids.forget(route, model)  # this process refuses its records at once
+    return _state_answer(result)

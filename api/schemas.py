@@ -317,7 +317,8 @@ class ThresholdTableOut(BaseModel):
 
 
 class RouteOut(BaseModel):
-    """A route's configuration and its published threshold (null before the first tick)."""
+    """A route's configuration and its published threshold (null before the first tick);
+    ``archived_at``/``archived_by``: when and by whom it was archived (null for a route in use)."""
 
     route: str
     model: str
@@ -329,6 +330,8 @@ class RouteOut(BaseModel):
     pinned_hedge_after_s: float | None
     created_at: str
     updated_at: str
+    archived_at: str | None = None
+    archived_by: str | None = None
     threshold: ThresholdOut | None
 
 
@@ -374,17 +377,8 @@ class HistoryRowOut(BaseModel):
     last_at: str | None = None
 
 
-class RoutePatchIn(BaseModel):
-    """Body of ``PATCH /v1/routes/{route}?model=``: the settings to change (absent = unchanged).
-
-    ``pinned_hedge_after_s: null`` unpins; ``actor`` names who makes the change (audit trail;
-    with bearer tokens configured the token's fingerprint is recorded with it). Other fields
-    may be omitted but not null.
-
-    Rules across fields, checked on the resulting configuration (422 naming the field):
-    ``min_hedge_after_s <= default_hedge_after_s <= max_hedge_after_s``, and a pinned value
-    within ``[min_hedge_after_s, max_hedge_after_s]``.
-    """
+class _RouteSettingsIn(BaseModel):
+    """The route settings a ``PUT`` or ``PATCH`` of a route takes (see :class:`RoutePatchIn`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -397,11 +391,34 @@ class RoutePatchIn(BaseModel):
     actor: Annotated[StrictStr, Field(min_length=1, max_length=200), Printable, _PRINTABLE_SCHEMA] = "api"
 
 
-class RoutePutIn(RoutePatchIn):
+class RoutePatchIn(_RouteSettingsIn):
+    """Body of ``PATCH /v1/routes/{route}?model=``: the settings to change (absent = unchanged).
+
+    ``pinned_hedge_after_s: null`` unpins; ``actor`` names who makes the change (audit trail;
+    with bearer tokens configured the token's fingerprint is recorded with it). Other fields
+    may be omitted but not null.
+
+    Rules across fields, checked on the resulting configuration (422 naming the field):
+    ``min_hedge_after_s <= default_hedge_after_s <= max_hedge_after_s``, and a pinned value
+    within ``[min_hedge_after_s, max_hedge_after_s]``.
+
+    ``archived``: ``false`` restores an archived route, ``true`` archives it (as ``DELETE``);
+    given alone (``actor`` aside), never with a setting.
+    """
+
+    archived: StrictBool | None = Field(None, json_schema_extra=not_null_in_schema)
+
+
+class RoutePutIn(_RouteSettingsIn):
     """Body of ``PUT /v1/routes/{route}?model=``: the whole configuration.
 
-    Same fields as :class:`RoutePatchIn`, but an omitted field takes the server's default for a
-    new route (``HEDGEROW_DEFAULT_*``; unpinned; enabled), and a missing route is created.
+    Same settings as :class:`RoutePatchIn` (not ``archived``), but an omitted field takes the
+    server's default for a new route (``HEDGEROW_DEFAULT_*``; unpinned; enabled), and a missing
+    route is created.
+
+    Rules across fields, checked on the resulting configuration (422 naming the field):
+    ``min_hedge_after_s <= default_hedge_after_s <= max_hedge_after_s``, and a pinned value
+    within ``[min_hedge_after_s, max_hedge_after_s]``.
     """
 
 
@@ -426,9 +443,10 @@ class ReadyOut(BaseModel):
 
 
 class RouteChangeOut(BaseModel):
-    """Answer of ``PUT``/``PATCH /v1/routes/{route}``: the route as changed, what changed
-    (``{"field": {"from": x, "to": y}}``, empty when nothing did), whether the route was created,
-    and the history row written (null when nothing changed: no row is written then)."""
+    """Answer of ``PUT``/``PATCH``/``DELETE /v1/routes/{route}``: the route as changed, what changed
+    (``{"field": {"from": x, "to": y}}``, empty when nothing did; ``archived_at`` for an archive or
+    a restore), whether the route was created, and the history row written (null when nothing
+    changed: no row is written then)."""
 
     route: RouteOut
     changes: dict[str, dict[str, Any]]

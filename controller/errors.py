@@ -8,7 +8,8 @@
     ├── UnknownRoute     no such (route, model)
     ├── AmbiguousModel   a route named without its model has several models
     ├── LeaseHeld        another process holds the lease a one-off job needs
-    └── RouteLimitExceeded   a new (route, model) past ``max_routes`` or ``max_models_per_route``
+    ├── RouteLimitExceeded   a new (route, model) past ``max_routes`` or ``max_models_per_route``
+    └── RouteArchived    the (route, model) was archived: records refused, changes need a restore
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __all__ = [
     "AmbiguousModel",
     "ControllerError",
     "LeaseHeld",
+    "RouteArchived",
     "RouteLimitExceeded",
     "StoreError",
     "StoreNotReady",
@@ -76,20 +78,44 @@ class RouteLimitExceeded(ControllerError, ValueError):
         field: ``route`` (the store holds ``max_routes`` (route, model) rows) or ``model`` (the
             route has ``max_models_per_route`` models).
         limit: the bound that would be passed.
+        action: what was not done, for the message (``created``, or ``restored`` for an
+            archived route brought back).
     """
 
-    def __init__(self, route: str, model: str, field: str, limit: int) -> None:
+    def __init__(self, route: str, model: str, field: str, limit: int, action: str = "created") -> None:
         self.route = route
         self.model = model
         self.field = field
         self.limit = limit
         if field == "model":
-            text = f"route {route!r} already has {limit} models (max_models_per_route): model {model!r} not created"
+            text = f"route {route!r} already has {limit} models (max_models_per_route): model {model!r} not {action}"
         else:
             text = (
-                f"the store already has {limit} routes (max_routes): route {route!r} with model {model!r} not created"
+                f"the store already has {limit} routes (max_routes): route {route!r} with model {model!r} not {action}"
             )
         super().__init__(text)
+
+
+class RouteArchived(ControllerError, ValueError):
+    """The (route, model) was archived by an operator: its records and changes are refused.
+
+    Args:
+        route: the route name.
+        model: its model.
+        archived_at: when it was archived (aware UTC).
+        field: the field the api's answer names (``route``).
+    """
+
+    def __init__(self, route: str, model: str, archived_at: datetime, field: str = "route") -> None:
+        self.route = route
+        self.model = model
+        self.archived_at = archived_at
+        self.field = field
+        super().__init__(
+            f"route {route!r} with model {model!r} is archived (since {archived_at:%Y-%m-%d %H:%M:%S} UTC):"
+            f" its records and changes are refused; restore it first (`hedgerow routes restore {route} --model {model}`"
+            f' or PATCH /v1/routes/{route}?model={model} with {{"archived": false}})'
+        )
 
 
 class LeaseHeld(ControllerError):

@@ -29,6 +29,13 @@ Last, in the same transaction, the calls inserted are counted into the per-(rout
 aggregates the controller's tick reads (:mod:`hedgerow.controller.minute_store`): only those
 inserted, so a re-posted record is counted once; a rolled-back batch counts nothing.
 
+A batch naming an archived route (``routes.archived_at`` set by an operator,
+:mod:`hedgerow.controller.routes_admin`) is refused whole (:class:`RouteArchived`), so a client
+still sending it does not bring it back; archived routes do not count against ``max_routes``.
+The mark is read with the route ids (:func:`ensure_routes`), so a batch whose pairs are all in
+the :class:`RouteIdCache` reads no route: a route archived through another process is refused
+once this process's cache has started again (:data:`ROUTE_ID_MAX_AGE_S`).
+
 Records are any objects with the wire format's attributes (:class:`RecordFields`): the client's
 :class:`~hedgerow.client.records.CallRecord`, or the api's validated pydantic schema as it is,
 so a batch posted to the api is never copied into a second object per record. Route ids are
@@ -39,6 +46,8 @@ Measured by ``bench/ingest.py``; the figures are in the README's "Benchmarks".
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any, Protocol
@@ -48,7 +57,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from hedgerow.client.records import estimate_prompt_tokens
 from hedgerow.controller.db import dialect_insert
-from hedgerow.controller.errors import RouteLimitExceeded, StoreError
+from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded, StoreError
 from hedgerow.controller.minute_store import add_records
 from hedgerow.controller.models import Call, Route, utc_now
 from hedgerow.controller.partitions import (
@@ -64,6 +73,7 @@ __all__ = [
     "ATTEMPT_COLUMNS",
     "CALL_COLUMNS",
     "INGEST_LOCK",
+    "ROUTE_ID_MAX_AGE_S",
     "AttemptFields",
     "RecordFields",
     "RouteIdCache",
@@ -101,8 +111,9 @@ async def check_route_limits(
 ) -> None:
     """Refuse (route, model) pairs that are not stored yet when creating them would pass a bound.
 
-    Counts the rows already stored plus the new pairs: at most ``max_routes`` (route, model)
-    rows in all, at most ``max_models_per_route`` models per route name. Two transactions
+    Counts the rows already stored that are not archived plus the new pairs: at most
+    ``max_routes`` (route, model) rows in all, at most ``max_models_per_route`` models per route
+    name (an archived route counts against neither, and is not new: it exists). Two transactions
     creating routes at the same moment may each pass the check, so the bound can be passed by
     the new pairs of concurrent batches (at most one batch each), never more.
 
@@ -128,13 +139,14 @@ async def check_route_limits(
     new = [pair for pair in wanted if pair not in existing]
     if not new:
         return
-    total = int(await session.scalar(select(func.count()).select_from(Route)) or 0)
+    active = Route.archived_at.is_(None)
+    total = int(await session.scalar(select(func.count()).select_from(Route).where(active)) or 0)
     names = sorted({route for route, _model in new})
     per_route: dict[str, int] = {}
     for start in range(0, len(names), _CHUNK_ROWS):
         chunk_names = names[start : start + _CHUNK_ROWS]
         result = await session.execute(
-            select(Route.route, func.count()).where(Route.route.in_(chunk_names)).group_by(Route.route)
+            select(Route.route, func.count()).where(Route.route.in_(chunk_names), active).group_by(Route.route)
         )
         per_route.update({route: int(count) for route, count in result.all()})
     for route, model in new:
@@ -165,6 +177,8 @@ async def ensure_routes(
 
     Raises:
         RouteLimitExceeded: a new pair would pass a bound; nothing was created.
+        RouteArchived: a pair is an archived route (the first in (route, model) order); roll
+            back (other pairs may have been created).
     """
     wanted = sorted(set(pairs))
     if not wanted:
@@ -196,12 +210,20 @@ async def ensure_routes(
         stmt = dialect_insert(session, Route).on_conflict_do_nothing(index_elements=["route", "model"])
         await session.execute(stmt, rows[start : start + _CHUNK_ROWS])
     ids: dict[tuple[str, str], int] = {}
+    archived: list[tuple[str, str, datetime]] = []
     for start in range(0, len(wanted), _CHUNK_ROWS):
         chunk = wanted[start : start + _CHUNK_ROWS]
         result = await session.execute(
-            select(Route.route, Route.model, Route.id).where(tuple_(Route.route, Route.model).in_(chunk))
+            select(Route.route, Route.model, Route.id, Route.archived_at).where(
+                tuple_(Route.route, Route.model).in_(chunk)
+            )
         )
-        ids.update({(r, m): i for r, m, i in result.all()})
+        for route, model, route_id, archived_at in result.all():
+            ids[(route, model)] = route_id
+            if archived_at is not None:
+                archived.append((route, model, archived_at))
+    if archived:
+        raise RouteArchived(*min(archived))
     return ids
 
 
@@ -291,30 +313,55 @@ class RecordFields(Protocol):
     def attempts(self) -> Sequence[AttemptFields]: ...
 
 
-class RouteIdCache:
-    """The ids of (route, model) rows known to exist, kept between batches of one process.
+#: Seconds a :class:`RouteIdCache` trusts what it learnt before it starts again empty: the
+#: longest a record of a route archived through another ``serve`` process may still be stored.
+ROUTE_ID_MAX_AGE_S = 5.0
 
-    A route row is never deleted while the store serves (routes are only created and changed),
-    so an id once committed stays right; the cache only learns ids after the transaction that
-    read or created them committed (:meth:`add`). It holds at most ``max_entries`` pairs (the
-    store's own bound is ``HEDGEROW_MAX_ROUTES``); past that it starts again empty.
+
+class RouteIdCache:
+    """The ids of (route, model) rows known to exist and not archived, kept between batches of one process.
+
+    A route row is never deleted while the store serves (routes are only created, changed and
+    archived), so an id once committed stays right; the cache only learns ids after the
+    transaction that read or created them committed (:meth:`add`). It holds at most
+    ``max_entries`` pairs (the store's own bound is ``HEDGEROW_MAX_ROUTES``); past that it starts
+    again empty. A pair archived through this process is forgotten at once (:meth:`forget`);
+    one archived through another process is seen when this cache starts again empty, at most
+    ``max_age_s`` after it learnt it: every pair is then read again (with its archive mark, see
+    :func:`ensure_routes`) by the next batch naming it.
 
     Args:
         max_entries: most pairs kept, >= 1.
+        max_age_s: seconds after which the cache starts again empty, > 0.
+        clock: monotonic seconds (a fake clock in tests).
     """
 
-    def __init__(self, max_entries: int = 100_000) -> None:
+    def __init__(
+        self,
+        max_entries: int = 100_000,
+        *,
+        max_age_s: float = ROUTE_ID_MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries: must be >= 1, got {max_entries!r}")
+        if not (math.isfinite(max_age_s) and max_age_s > 0):
+            raise ValueError(f"max_age_s: must be a finite number of seconds > 0, got {max_age_s!r}")
         self._ids: dict[tuple[str, str], int] = {}
         self._max_entries = max_entries
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._started_at = clock()
 
     def __len__(self) -> int:
         """Pairs known."""
         return len(self._ids)
 
     def lookup(self, pairs: Iterable[tuple[str, str]]) -> tuple[dict[tuple[str, str], int], list[tuple[str, str]]]:
-        """Split ``pairs`` into ``({pair: id} known, [pairs not known])``."""
+        """Split ``pairs`` into ``({pair: id} known, [pairs not known])`` (every pair is not
+        known once the cache is older than ``max_age_s``: it starts again empty)."""
+        if self._clock() - self._started_at > self._max_age_s:
+            self.clear()
         known: dict[tuple[str, str], int] = {}
         missing: list[tuple[str, str]] = []
         for pair in pairs:
@@ -331,9 +378,14 @@ class RouteIdCache:
             self._ids.clear()
         self._ids.update(ids)
 
+    def forget(self, route: str, model: str) -> None:
+        """Forget one pair (archived: the next batch naming it reads it again, and is refused)."""
+        self._ids.pop((route, model), None)
+
     def clear(self) -> None:
-        """Forget every id."""
+        """Forget every id; the ``max_age_s`` clock starts again."""
         self._ids.clear()
+        self._started_at = self._clock()
 
 
 #: Columns of ``calls`` written by ingest, in the order of the rows built for them.
@@ -595,6 +647,8 @@ async def ingest_calls(
 
     Raises:
         RouteLimitExceeded: the batch would create a route past a bound; nothing was written.
+        RouteArchived: a record names an archived route (the first such pair in (route, model)
+            order); nothing was written.
         DayPartitionMissing: PostgreSQL: a day of the batch had no partition when written (one
             trusted from ``partition_days`` and dropped since); roll back, forget the cached
             days and run the batch again.

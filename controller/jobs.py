@@ -814,6 +814,7 @@ async def run_tick(
         result = await session.execute(
             select(Route, Threshold.hedge_after_s, Threshold.source)
             .outerjoin(Threshold, Threshold.route_id == Route.id)
+            .where(Route.archived_at.is_(None))  # an archived route is not ticked
             .order_by(Route.route, Route.model)
         )
         routes = [(route, current, source) for route, current, source in result.all()]
@@ -873,6 +874,9 @@ async def _publish_all(
                 log.info("route %r model %r was deleted during the tick", item.route.route, item.route.model)
                 continue
             fresh, threshold = locked[item.route.id]
+            if fresh.archived_at is not None:  # archived during the tick (routes_admin.archive_route)
+                log.info("route %r model %r was archived during the tick", fresh.route, fresh.model)
+                continue
             current = None if threshold is None else threshold.hedge_after_s
             chosen = item
             if _config(fresh) != _config(item.route) or current != item.current:

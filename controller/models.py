@@ -170,6 +170,11 @@ class Route(Base):
         default_hedge_after_s: value published while there is too little data, seconds.
         min_hedge_after_s / max_hedge_after_s: bounds of the published value, seconds.
         pinned_hedge_after_s: when set, published as is instead of the controller's value.
+        archived_at: when an operator archived the route (aware UTC), or None for a route in
+            use. An archived route is left out of the route lists, the threshold table and the
+            controller's ticks, does not count against ``max_routes``, and its records are
+            refused; its calls and history stay (:mod:`hedgerow.controller.routes_admin`).
+        archived_by: who archived it (the actor of the change), or None.
     """
 
     __tablename__ = "routes"
@@ -186,6 +191,8 @@ class Route(Base):
     pinned_hedge_after_s: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    archived_at: Mapped[datetime | None]
+    archived_by: Mapped[str | None] = mapped_column(String(200))
 
     threshold: Mapped[Threshold | None] = relationship(back_populates="route_row", lazy="raise")
 

@@ -38,7 +38,7 @@ def flags_of(reason: str | None) -> list[str]:
 
 
 async def route_overview(session: AsyncSession, now: datetime, *, recent_s: float = 3600.0) -> list[dict[str, Any]]:
-    """Every route with what the overview page shows, ordered by (route, model).
+    """Every route not archived with what the overview page shows, ordered by (route, model).
 
     Args:
         session: a database session.
@@ -52,7 +52,10 @@ async def route_overview(session: AsyncSession, now: datetime, *, recent_s: floa
         reason, or None) and ``last_change_at`` (ISO time of the newest applied row, or None).
     """
     result = await session.execute(
-        select(Route, Threshold).outerjoin(Threshold, Threshold.route_id == Route.id).order_by(Route.route, Route.model)
+        select(Route, Threshold)
+        .outerjoin(Threshold, Threshold.route_id == Route.id)
+        .where(Route.archived_at.is_(None))
+        .order_by(Route.route, Route.model)
     )
     pairs = list(result.all())
     newest = (

@@ -5,8 +5,14 @@ Shapes (timestamps are ISO 8601 UTC strings with a ``Z``; durations float second
 - threshold: ``{"route", "model", "hedge_after_s", "enabled", "source", "version", "budget",
   "updated_at"}``
 - route: ``{"route", "model", "enabled", "budget", "default_hedge_after_s", "min_hedge_after_s",
-  "max_hedge_after_s", "pinned_hedge_after_s", "created_at", "updated_at", "threshold"}`` where
-  ``threshold`` is a threshold dict or None before the first tick.
+  "max_hedge_after_s", "pinned_hedge_after_s", "created_at", "updated_at", "archived_at",
+  "archived_by", "threshold"}`` where ``threshold`` is a threshold dict or None before the first
+  tick, and ``archived_at``/``archived_by`` are null for a route in use.
+
+Archived routes (``routes.archived_at`` set, :mod:`hedgerow.controller.routes_admin`) are left
+out of :func:`list_routes` (unless asked for) and :func:`list_thresholds`, and
+:func:`get_threshold` answers :class:`UnknownRoute` for them; :func:`get_route` and
+:func:`get_history` still read them.
 - history row: exactly :data:`HISTORY_FIELDS`: the DESIGN.md fields, then ``actor`` (the token
   or name behind a manual change; null for the controller job) and ``details`` (a JSON object or
   null: ``quantile_lower_bounds_s`` for the quantiles left null, ``target_s``, ``short_window``,
@@ -111,14 +117,19 @@ def route_dict(route: Route, threshold: Threshold | None) -> dict[str, Any]:
         "pinned_hedge_after_s": route.pinned_hedge_after_s,
         "created_at": format_timestamp(route.created_at),
         "updated_at": format_timestamp(route.updated_at),
+        "archived_at": None if route.archived_at is None else format_timestamp(route.archived_at),
+        "archived_by": route.archived_by,
         "threshold": None if threshold is None else threshold_dict(threshold, route),
     }
 
 
 async def list_thresholds(session: AsyncSession) -> list[dict[str, Any]]:
-    """Every published threshold, ordered by (route, model)."""
+    """Every published threshold of a route not archived, ordered by (route, model)."""
     result = await session.execute(
-        select(Threshold, Route).join(Route, Route.id == Threshold.route_id).order_by(Route.route, Route.model)
+        select(Threshold, Route)
+        .join(Route, Route.id == Threshold.route_id)
+        .where(Route.archived_at.is_(None))
+        .order_by(Route.route, Route.model)
     )
     return [threshold_dict(t, r) for t, r in result.all()]
 
@@ -143,7 +154,7 @@ async def get_threshold(session: AsyncSession, route: str, model: str) -> dict[s
     """The threshold published for (route, model).
 
     Raises:
-        UnknownRoute: no such route, or nothing published for it yet.
+        UnknownRoute: no such route, nothing published for it yet, or it is archived.
     """
     result = await session.execute(
         select(Threshold, Route)
@@ -151,22 +162,40 @@ async def get_threshold(session: AsyncSession, route: str, model: str) -> dict[s
         .where(Route.route == route, Route.model == model)
     )
     found = result.first()
-    if found is None:
-        if await session.scalar(select(Route.id).where(Route.route == route, Route.model == model)) is not None:
-            raise UnknownRoute(
-                route,
-                model,
-                f"route {route!r} with model {model!r} has no threshold yet: "
-                "the controller publishes one at its next tick",
-            )
-        raise UnknownRoute(route, model)
-    return threshold_dict(*found)
+    if found is not None and found[1].archived_at is None:
+        return threshold_dict(*found)
+    stored = (
+        await session.execute(select(Route.id, Route.archived_at).where(Route.route == route, Route.model == model))
+    ).first()
+    if stored is not None and stored[1] is not None:
+        raise UnknownRoute(
+            route,
+            model,
+            f"route {route!r} with model {model!r} is archived: no threshold is published for it"
+            " (clients use their own default policy)",
+        )
+    if stored is not None:
+        raise UnknownRoute(
+            route,
+            model,
+            f"route {route!r} with model {model!r} has no threshold yet: the controller publishes one at its next tick",
+        )
+    raise UnknownRoute(route, model)
 
 
-async def list_routes(session: AsyncSession) -> list[dict[str, Any]]:
-    """Every route with its configuration and published threshold, ordered by (route, model)."""
+async def list_routes(session: AsyncSession, *, archived: bool = False) -> list[dict[str, Any]]:
+    """Every route with its configuration and published threshold, ordered by (route, model).
+
+    Args:
+        session: an open session.
+        archived: False (default) for the routes in use, True for the archived ones only.
+    """
+    state = Route.archived_at.is_not(None) if archived else Route.archived_at.is_(None)
     result = await session.execute(
-        select(Route, Threshold).outerjoin(Threshold, Threshold.route_id == Route.id).order_by(Route.route, Route.model)
+        select(Route, Threshold)
+        .outerjoin(Threshold, Threshold.route_id == Route.id)
+        .where(state)
+        .order_by(Route.route, Route.model)
     )
     return [route_dict(r, t) for r, t in result.all()]
 

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 
 __all__ = ["REASON_CODES", "REASON_MEANINGS", "SOURCE_MEANINGS", "explain_reason", "reason_legend"]
 
-#: Every code ``policy.decide`` can put in ``Decision.reason`` (and ``config``, set by
-#: ``routes_admin`` when an operator changed the route), with its meaning. "(modifier)" codes
-#: follow a main code; "(flag)" codes mark a route worth a look.
+#: Every code ``policy.decide`` can put in ``Decision.reason`` (and ``config``, ``archived`` and
+#: ``restored``, set by ``routes_admin`` when an operator changed the route), with its meaning.
+#: "(modifier)" codes follow a main code; "(flag)" codes mark a route worth a look.
 REASON_MEANINGS: dict[str, str] = {
     "disabled": "the route is disabled: its current value (or default) is kept",
     "pinned": "an operator pinned the value: published as is",
@@ -49,6 +49,8 @@ REASON_MEANINGS: dict[str, str] = {
     "backups_rarely_win": "(flag) backups win rarely: they may share the primary's queue",
     "hedges_did_not_lower_p99": "(flag) the calls' P99 TTFT is not clearly below the primary's: hedging is not helping",
     "config": "an operator changed the route's configuration; the decision's codes follow",
+    "archived": "an operator archived the route: no longer ticked nor published, its records refused",
+    "restored": "an operator restored the archived route: ticked and published again",
 }
 
 #: Every code of :data:`REASON_MEANINGS`.

@@ -33,6 +33,23 @@ published threshold (its value or its enabled flag) changed, or was published fo
 budget whose re-decision holds the value). A patch or replace that changes nothing writes **no**
 row (and publishes nothing); the answer then says ``changes: {}``.
 
+Archive (:func:`archive_route`, ``DELETE /v1/routes/{route}?model=``) retires a route without
+deleting anything: ``routes.archived_at``/``archived_by`` are set and one history row with reason
+``archived`` (``applied`` false: the value was not changed, the route left the table; ``details.
+changes = {"archived_at": {"from": null, "to": time}}``, the actor) is written. From then on the
+route is left out of ``GET /v1/routes`` (``?archived=true`` lists the archived ones), the
+console's list, the threshold table (clients fall back to their own policy), the controller's
+ticks (a tick deciding it at that moment publishes nothing: its publish lock is taken here) and
+the ``max_routes`` / ``max_models_per_route`` counts; its calls, threshold and history are kept
+and still read by ``GET /v1/routes/{route}`` and its history. Records naming it are refused
+(422 naming the route as archived), so a client still sending it does not bring it back; a
+change (``PUT``/``PATCH``) is refused (:class:`~hedgerow.controller.errors.RouteArchived`, 409)
+until it is restored. Archiving an archived route changes nothing (same ``archived_at``, no row).
+:func:`restore_route` (``PATCH /v1/routes/{route}?model=`` with ``{"archived": false}``) undoes it: the marks are
+cleared, a history row with reason ``restored`` is written, the last published threshold is
+served again and the next tick decides the route; a restore that would pass ``max_routes`` or
+``max_models_per_route`` is refused (:class:`~hedgerow.controller.errors.RouteLimitExceeded`).
+
 Atomicity: the configuration, the history row and the published threshold are written in **one**
 transaction (the route row locked ``FOR UPDATE`` on PostgreSQL, SQLite's write lock held), so a
 failure anywhere leaves the route, its threshold and its history as they were.
@@ -41,34 +58,40 @@ failure anywhere leaves the route, its threshold and its history as they were.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.api.ops_bounds import budget_range_error
 from hedgerow.client.names import model_name_error, route_name_error
-from hedgerow.client.records import MAX_SECONDS, control_character_error
+from hedgerow.client.records import MAX_SECONDS, control_character_error, format_timestamp
 from hedgerow.controller.db import dialect_insert
-from hedgerow.controller.errors import ControllerError, UnknownRoute
+from hedgerow.controller.errors import ControllerError, RouteArchived, RouteLimitExceeded, UnknownRoute
 from hedgerow.controller.events import log_threshold_change
 from hedgerow.controller.ingest import check_route_limits
 from hedgerow.controller.jobs import lock_route, tick_route
 from hedgerow.controller.models import Route, Threshold, ThresholdHistory, utc_now
 from hedgerow.controller.policy import RouteConfig
-from hedgerow.controller.queries import route_dict
+from hedgerow.controller.queries import history_row_dict, route_dict
 
 __all__ = [
     "ROUTE_CONFIG_FIELDS",
+    "RouteArchive",
     "RouteChange",
     "RouteConfigInvalid",
+    "archive_route",
     "configure_route",
+    "restore_route",
     "update_route",
     "validate_route_config",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The fields an operator may change.
 ROUTE_CONFIG_FIELDS: tuple[str, ...] = (
@@ -222,6 +245,7 @@ async def configure_route(
 
     Raises:
         UnknownRoute: a patch of a missing (route, model).
+        RouteArchived: the route is archived (restore it first).
         RouteLimitExceeded: a replace that would create a route past ``settings.max_routes`` or
             ``settings.max_models_per_route``.
         RouteConfigInvalid: an unknown field or a value out of range (``field`` names it).
@@ -232,11 +256,7 @@ async def configure_route(
     for name, problem in (("route", route_name_error(route)), ("model", model_name_error(model))):
         if problem is not None:  # the one name rule (hedgerow.client.names)
             raise ValueError(f"{name}: {problem}")
-    if not isinstance(actor, str) or not 1 <= len(actor) <= 200:
-        raise ValueError(f"actor must be 1 to 200 characters, got {actor!r}")
-    problem = control_character_error(actor)
-    if problem is not None:
-        raise ValueError(f"actor {problem}")
+    _check_actor(actor)
     unknown = sorted(set(fields) - set(ROUTE_CONFIG_FIELDS))
     if unknown:
         raise RouteConfigInvalid(unknown[0], f"not a route setting ({', '.join(ROUTE_CONFIG_FIELDS)})")
@@ -265,6 +285,8 @@ async def configure_route(
         row = await session.scalar(select(Route).where(Route.route == route, Route.model == model).with_for_update())
         if row is None:
             raise UnknownRoute(route, model)
+        if row.archived_at is not None:
+            raise RouteArchived(route, model, row.archived_at)
         # Take the route's publish lock before reading what the change is decided from, so a
         # controller tick cannot publish in between (see jobs.lock_route).
         row, threshold = await lock_route(session, row.id)
@@ -315,6 +337,185 @@ async def configure_route(
     if history is not None and history["applied"]:
         log_threshold_change(history)  # committed: the change is published
     return RouteChange(route=answer, history=history, changes=changes, created=created)
+
+
+def _check_actor(actor: str) -> None:
+    """Raise ValueError unless ``actor`` is 1..200 characters without a control character."""
+    if not isinstance(actor, str) or not 1 <= len(actor) <= 200:
+        raise ValueError(f"actor must be 1 to 200 characters, got {actor!r}")
+    problem = control_character_error(actor)
+    if problem is not None:
+        raise ValueError(f"actor {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class RouteArchive:
+    """What :func:`archive_route` or :func:`restore_route` did.
+
+    Attributes:
+        route: the route as the api returns it (``archived_at``/``archived_by`` included).
+        history: the history row written (as the api returns it), or None when the route was
+            already in the state asked for (nothing written).
+    """
+
+    route: dict[str, Any]
+    history: dict[str, Any] | None
+
+
+def _state_row(
+    row: Route, threshold: Threshold | None, reason: str, actor: str, now: datetime, changes: dict[str, Any]
+) -> ThresholdHistory:
+    """The history row of an archive or a restore: the published value as it stands, not applied."""
+    value = row.default_hedge_after_s if threshold is None else threshold.hedge_after_s
+    return ThresholdHistory(
+        route_id=row.id,
+        computed_at=now,
+        last_at=now,
+        previous_hedge_after_s=None if threshold is None else threshold.hedge_after_s,
+        hedge_after_s=value,
+        applied=False,
+        reason=reason,
+        source="default" if threshold is None else threshold.source,
+        window_s=None,
+        samples=0,
+        censored=0,
+        budget=row.budget,
+        actor=actor,
+        details={"changes": changes},
+        repeats=1,
+    )
+
+
+def _check_stored_names(route: str, model: str) -> None:
+    """Raise ValueError for an empty name or one with a control character (archive and restore
+    take any name stored, also one from before the name rule, so that it can be retired)."""
+    for name, value in (("route", route), ("model", model)):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{name}: must not be empty")
+        problem = control_character_error(value)
+        if problem is not None:
+            raise ValueError(f"{name} {problem}")
+
+
+async def archive_route(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    route: str,
+    model: str,
+    *,
+    actor: str,
+    now: datetime | None = None,
+) -> RouteArchive:
+    """Archive (route, model): set ``archived_at``/``archived_by`` and write an ``archived`` history row.
+
+    One transaction, holding the route's publish lock (:func:`~hedgerow.controller.jobs.lock_route`),
+    so a tick deciding the route at that moment publishes nothing for it afterwards. The calls,
+    the threshold and the history are kept. See the module docstring for what archiving changes.
+
+    Args:
+        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        route, model: which route (any name stored; no control characters).
+        actor: who archives it (``archived_by`` and the row's ``actor``), 1..200 characters.
+        now: the time of the change (aware UTC; default: the clock).
+
+    Returns:
+        A :class:`RouteArchive`; ``history`` is None when the route was already archived (its
+        ``archived_at`` and ``archived_by`` are left as they were).
+
+    Raises:
+        UnknownRoute: no such (route, model).
+        ValueError: an empty name or one with a control character, a bad ``actor``, or a naive ``now``.
+    """
+    _check_stored_names(route, model)
+    _check_actor(actor)
+    now = now or utc_now()
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (UTC)")
+    history: dict[str, Any] | None = None
+    async with sessionmaker() as session, session.begin():
+        found = await session.scalar(select(Route.id).where(Route.route == route, Route.model == model))
+        if found is None:
+            raise UnknownRoute(route, model)
+        row, threshold = await lock_route(session, found)
+        if row.archived_at is None:
+            row.archived_at = now
+            row.archived_by = actor
+            row.updated_at = now
+            added = _state_row(
+                row, threshold, "archived", actor, now, {"archived_at": {"from": None, "to": format_timestamp(now)}}
+            )
+            session.add(added)
+            await session.flush()
+            history = history_row_dict(added, row)
+        answer = route_dict(row, threshold)
+    if history is not None:
+        log.info("route %r model %r archived by %s", route, model, actor)
+    return RouteArchive(route=answer, history=history)
+
+
+async def restore_route(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Any,
+    route: str,
+    model: str,
+    *,
+    actor: str,
+    now: datetime | None = None,
+) -> RouteArchive:
+    """Undo :func:`archive_route`: clear the marks and write a ``restored`` history row.
+
+    The route counts against ``settings.max_routes`` and ``settings.max_models_per_route``
+    again, so a restore that would pass either is refused. Its last published threshold is
+    served again at once; the next tick decides it.
+
+    Args:
+        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        settings: a ``hedgerow.settings.Settings`` (the route bounds).
+        route, model: which route (any name stored; no control characters).
+        actor: who restores it (the row's ``actor``), 1..200 characters.
+        now: the time of the change (aware UTC; default: the clock).
+
+    Returns:
+        A :class:`RouteArchive`; ``history`` is None when the route was not archived.
+
+    Raises:
+        UnknownRoute: no such (route, model).
+        RouteLimitExceeded: the store already holds ``max_routes`` routes in use, or the route
+            name ``max_models_per_route`` models in use.
+        ValueError: an empty name or one with a control character, a bad ``actor``, or a naive ``now``.
+    """
+    _check_stored_names(route, model)
+    _check_actor(actor)
+    now = now or utc_now()
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (UTC)")
+    history: dict[str, Any] | None = None
+    async with sessionmaker() as session, session.begin():
+        found = await session.scalar(select(Route.id).where(Route.route == route, Route.model == model))
+        if found is None:
+            raise UnknownRoute(route, model)
+        row, threshold = await lock_route(session, found)
+        if row.archived_at is not None:
+            active = Route.archived_at.is_(None)
+            total = int(await session.scalar(select(func.count()).select_from(Route).where(active)) or 0)
+            if total >= settings.max_routes:
+                raise RouteLimitExceeded(route, model, "route", settings.max_routes, action="restored")
+            models = int(
+                await session.scalar(select(func.count()).select_from(Route).where(active, Route.route == route)) or 0
+            )
+            if models >= settings.max_models_per_route:
+                raise RouteLimitExceeded(route, model, "model", settings.max_models_per_route, action="restored")
+            changes = {"archived_at": {"from": format_timestamp(row.archived_at), "to": None}}
+            row.archived_at = None
+            row.archived_by = None
+            row.updated_at = now
+            added = _state_row(row, threshold, "restored", actor, now, changes)
+            session.add(added)
+            await session.flush()
+            history = history_row_dict(added, row)
+        answer = route_dict(row, threshold)
+    if history is not None:
+        log.info("route %r model %r restored by %s", route, model, actor)
+    return RouteArchive(route=answer, history=history)
 
 
 class _JoinedSession:

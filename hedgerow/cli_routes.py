@@ -2,12 +2,15 @@
 
 Commands (each prints a rich table, or with ``--json`` the api's JSON for scripts):
 
-- ``hedgerow routes list``: every route and its published threshold;
+- ``hedgerow routes list [--archived]``: every route in use (or archived) and its published threshold;
 - ``hedgerow routes show ROUTE [--model M]``: one route's configuration and threshold;
 - ``hedgerow routes history ROUTE [--model M] [--applied] [--reason CODE] [--since T] [--until T]
   [--limit N]``: its decisions, newest first;
 - ``hedgerow routes set ROUTE [--model M] [--budget F|P%] [--pin S | --unpin] [--enable | --disable]
-  [--min S] [--max S] [--default S]``: change it (admin scope), audited.
+  [--min S] [--max S] [--default S]``: change it (admin scope), audited;
+- ``hedgerow routes archive ROUTE [--model M]``: retire it (admin scope), audited, history kept:
+  out of the lists, the threshold table, the ticks and the route cap, its records refused;
+- ``hedgerow routes restore ROUTE [--model M]``: undo an archive (admin scope), audited.
 
 Where: ``--api URL`` (or ``HEDGEROW_API_URL``, default ``http://127.0.0.1:8400``) and ``--token T``
 (or ``HEDGEROW_TOKEN``). ``--model`` may be left out when the route has one model. Exit status:
@@ -201,9 +204,14 @@ def _echo_json(data: Any) -> None:
 
 
 @routes_app.command("list")
-def list_routes(api: str = _API, token: str = _TOKEN, as_json: bool = _JSON) -> None:
-    """Every route with its published threshold."""
-    data = _request("GET", api, token, "/v1/routes")
+def list_routes(
+    archived: bool = typer.Option(False, "--archived", help="List the archived routes instead."),
+    api: str = _API,
+    token: str = _TOKEN,
+    as_json: bool = _JSON,
+) -> None:
+    """Every route in use (or, with --archived, every archived route) with its published threshold."""
+    data = _request("GET", api, token, "/v1/routes", params={"archived": "true"} if archived else None)
     if as_json:
         _echo_json(data)
         return
@@ -222,9 +230,12 @@ def list_routes(api: str = _API, token: str = _TOKEN, as_json: bool = _JSON) -> 
                 _seconds(r["pinned_hedge_after_s"]),
                 f"{_seconds(r['min_hedge_after_s'])}..{_seconds(r['max_hedge_after_s'])}",
             ]
+            + ([_when(r.get("archived_at")), _shown(r.get("archived_by") or "-")] if archived else [])
         )
     columns = ["route", "model", "hedge_after_s", "source", "version", "budget", "enabled", "pinned_s", "bounds_s"]
-    _print_table(f"{len(rows)} route(s)", columns, rows)
+    if archived:
+        columns += ["archived (UTC)", "actor"]
+    _print_table(f"{len(rows)} {'archived ' if archived else ''}route(s)", columns, rows)
 
 
 def _print_route(r: dict[str, Any]) -> None:
@@ -241,6 +252,8 @@ def _print_route(r: dict[str, Any]) -> None:
         ["pinned_hedge_after_s", _seconds(r["pinned_hedge_after_s"])],
         ["updated (UTC)", _when(r["updated_at"])],
     ]
+    if r.get("archived_at"):
+        rows.append(["archived (UTC)", f"{_when(r['archived_at'])} by {_shown(r.get('archived_by') or '-')}"])
     _print_table(f"{_shown(r['route'])} · {_shown(r['model'])}", ["setting", "value"], rows)
     from hedgerow.controller.reason_codes import SOURCE_MEANINGS
 
@@ -443,3 +456,60 @@ def set_route(
     rows = [[name, _setting(name, change["from"]), _setting(name, change["to"])] for name, change in changes.items()]
     _print_table(f"{_shown(route)} · {_shown(model)}: changed", ["setting", "from", "to"], rows)
     _print_route(data["route"])
+
+
+def _change_state(action: str, route: str, model: str | None, api: str, token: str | None, as_json: bool) -> None:
+    """Archive or restore a route (see :func:`archive` and :func:`restore`)."""
+    # archive: any stored name (a route from before the name rule can be retired); restore is a
+    # PATCH, which takes valid names only
+    _check_route(route, model, change=action == "restore")
+    if model is None:  # the api needs the model: take the route's only one
+        model = _request("GET", api, token, _route_path(route))["model"]
+    if action == "archive":
+        data = _request("DELETE", api, token, _route_path(route), params=_params(model))
+    else:
+        data = _request("PATCH", api, token, _route_path(route), params=_params(model), json={"archived": False})
+    if as_json:
+        _echo_json(data)
+        return
+    r = data["route"]
+    name = f"{_shown(route)} · {_shown(model)}"
+    if action == "archive":
+        when = f"{_when(r['archived_at'])} UTC by {_shown(r.get('archived_by') or '-')}"
+        if data["history"] is None:
+            typer.echo(f"hedgerow: {name}: already archived ({when}); nothing changed")
+        else:
+            typer.echo(
+                f"hedgerow: {name}: archived ({when}): no longer listed, published or ticked, its records are refused;"
+                " its history is kept (`hedgerow routes restore` undoes it)"
+            )
+    elif data["history"] is None:
+        typer.echo(f"hedgerow: {name}: not archived; nothing changed")
+    else:
+        typer.echo(f"hedgerow: {name}: restored: listed, published and ticked again, its records taken")
+
+
+@routes_app.command("archive")
+def archive(
+    route: str = _ROUTE,
+    model: str = _MODEL,
+    api: str = _API,
+    token: str = _TOKEN,
+    as_json: bool = _JSON,
+) -> None:
+    """Archive a route (admin scope), audited: it leaves the route lists, the threshold table (clients
+    use their own default), the controller's ticks and the route cap, and records naming it are
+    refused; its calls and history are kept. Archiving it again changes nothing."""
+    _change_state("archive", route, model, api, token, as_json)
+
+
+@routes_app.command("restore")
+def restore(
+    route: str = _ROUTE,
+    model: str = _MODEL,
+    api: str = _API,
+    token: str = _TOKEN,
+    as_json: bool = _JSON,
+) -> None:
+    """Restore an archived route (admin scope), audited: listed, published and ticked again."""
+    _change_state("restore", route, model, api, token, as_json)

@@ -16,6 +16,9 @@ Checks left out, and why:
 - ``allow_header_conformance``: ``GET``, ``PUT`` and ``PATCH /v1/routes/{route}`` are separate
   Starlette routes, and Starlette's 405 ``Allow`` names those of the first route matching the
   path only.
+- ``use_after_free``: ``DELETE /v1/routes/{route}`` archives the route, keeping it readable on
+  purpose (``GET /v1/routes/{route}`` answers it with ``archived_at``, its history stays): it is
+  not a hard delete, so a 200 after it is the design, not a leak.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ TOKENS = {
     "ingest": "st-ingest-0123456789abcdef",
     "read": "st-read-0123456789abcdef",
 }
-EXCLUDED_CHECKS = "positive_data_acceptance,allow_header_conformance"
+EXCLUDED_CHECKS = "positive_data_acceptance,allow_header_conformance,use_after_free"
 
 
 def _schemathesis(url: str, token: str, report: Path, max_examples: int) -> subprocess.CompletedProcess[str]:

@@ -125,3 +125,40 @@ def test_errors_are_one_line_with_the_right_exit_status(served: ServeProcess, tm
     assert no_token.returncode == 1 and "401" in no_token.stderr
     unreachable = _cli("routes", "list", api="http://127.0.0.1:9")
     assert unreachable.returncode == 1 and "cannot reach the api" in unreachable.stderr
+
+
+def test_archive_and_restore_against_a_real_serve(served: ServeProcess) -> None:
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    extra = make_call("other-1", route="junk/route", started_at=datetime.now(UTC) - timedelta(seconds=5))
+    assert httpx.post(f"{served.url}/v1/calls", json={"calls": [extra.to_dict()]}, headers=admin).status_code == 202
+
+    denied = _cli("routes", "archive", "junk/route", token=READ, api=served.url)
+    assert denied.returncode == 1 and "403" in denied.stderr and "admin" in denied.stderr
+    archived = _cli("routes", "archive", "junk/route", token=ADMIN, api=served.url)  # no --model: one model
+    assert archived.returncode == 0, archived.stderr
+    assert "junk/route · m1: archived" in archived.stdout and "by ops" in archived.stdout
+    again = _cli("routes", "archive", "junk/route", "--model", "m1", "--json", token=ADMIN, api=served.url)
+    assert again.returncode == 0 and json.loads(again.stdout)["history"] is None
+
+    listed = json.loads(_cli("routes", "list", "--json", token=READ, api=served.url).stdout)["routes"]
+    assert [r["route"] for r in listed] == ["summarize"]
+    table = _cli("routes", "list", "--archived", token=READ, api=served.url)
+    assert table.returncode == 0 and "junk/route" in table.stdout and "ops" in table.stdout
+    assert "summarize" not in table.stdout
+    thresholds = httpx.get(f"{served.url}/v1/thresholds", headers={"Authorization": f"Bearer {READ}"}).json()
+    assert [t["route"] for t in thresholds["thresholds"]] == ["summarize"]
+    history = json.loads(_cli("routes", "history", "junk/route", "--json", token=READ, api=served.url).stdout)
+    assert history["history"][0]["reason"] == "archived" and history["history"][0]["actor"] == "ops"
+    by_reason = _cli("routes", "history", "junk/route", "--reason", "archived", token=READ, api=served.url)
+    assert by_reason.returncode == 0 and "an operator archived the route" in by_reason.stdout
+
+    late = make_call("other-2", route="junk/route", started_at=datetime.now(UTC) - timedelta(seconds=1))
+    refused = httpx.post(f"{served.url}/v1/calls", json={"calls": [late.to_dict()]}, headers=admin)
+    assert refused.status_code == 422 and "archived" in refused.json()["detail"]["message"]
+
+    unknown = _cli("routes", "archive", "nope", "--model", "m1", token=ADMIN, api=served.url)
+    assert unknown.returncode == 1 and "404" in unknown.stderr and "'nope'" in unknown.stderr
+    restored = _cli("routes", "restore", "junk/route", token=ADMIN, api=served.url)
+    assert restored.returncode == 0 and "restored" in restored.stdout, restored.stderr
+    listed = json.loads(_cli("routes", "list", "--json", token=READ, api=served.url).stdout)["routes"]
+    assert [r["route"] for r in listed] == ["junk/route", "summarize"]
