@@ -23,7 +23,7 @@ from starlette.types import Scope
 
 from hedgerow import __version__
 from hedgerow.api.auth import TOKEN_COOKIE, token_scopes
-from hedgerow.controller.reason_codes import explain_reason
+from hedgerow.controller.policy.reason_codes import explain_reason
 
 __all__ = [
     "STATIC_DIR",

@@ -21,8 +21,8 @@ from cachetools import TTLCache
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 
-from hedgerow.controller.report_render import render
-from hedgerow.controller.report_store import weekly_report
+from hedgerow.controller.report.report_render import render
+from hedgerow.controller.report.report_store import weekly_report
 
 __all__ = ["ReportCache", "cached_report"]
 
@@ -103,7 +103,7 @@ class ReportCache:
 async def cached_report(request: Request, week: str, fmt: str) -> Answer:
     """The report of ``week`` in ``fmt`` for an api or console request, through the app's cache.
 
-    The JSON report is built from the store (:func:`~hedgerow.controller.report_store.weekly_report`)
+    The JSON report is built from the store (:func:`~hedgerow.controller.report.report_store.weekly_report`)
     and the other formats rendered from it in a worker thread; both are kept in the app's
     :class:`ReportCache` (``state.report_cache``, made at the first request with
     ``Settings.report_cache_ttl_s``).

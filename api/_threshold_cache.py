@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.api.store_errors import STORE_ERRORS
-from hedgerow.controller.change_counters import read_change_counter
-from hedgerow.controller.queries import list_thresholds
+from hedgerow.controller.store.change_counters import read_change_counter
+from hedgerow.controller.store.queries import list_thresholds
 
 __all__ = ["CachedTable", "ThresholdCache"]
 

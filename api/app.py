@@ -31,17 +31,17 @@ from hedgerow.api.openapi import build_openapi
 from hedgerow.api.pages import install_pages
 from hedgerow.api.path_check import ControlCharacterPathMiddleware
 from hedgerow.api.store_errors import STORE_ERRORS, store_unavailable
-from hedgerow.controller.db import (
+from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
+from hedgerow.controller.scheduler import ControllerScheduler
+from hedgerow.controller.store.db import (
     check_database_url,
     make_sessionmaker,
     make_store_engines,
     migrate_engine,
 )
-from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
-from hedgerow.controller.ingest import RouteIdCache, route_defaults
-from hedgerow.controller.partitions import DayPartitionCache
-from hedgerow.controller.prices import read_price_file, store_price_file
-from hedgerow.controller.scheduler import ControllerScheduler
+from hedgerow.controller.store.ingest import RouteIdCache, route_defaults
+from hedgerow.controller.store.partitions import DayPartitionCache
+from hedgerow.controller.store.prices import read_price_file, store_price_file
 from hedgerow.settings import Settings
 
 __all__ = ["body_limit_for", "create_app", "validation_error_detail"]
@@ -122,7 +122,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # PostgreSQL: a pool each for the api, ingest, the jobs and the lease (hedgerow.controller.db)
+        # PostgreSQL: a pool each for the api, ingest, the jobs and the lease (hedgerow.controller.store.db)
         engines = make_store_engines(
             settings.database_url,
             api_pool_size=settings.db_pool_size,

@@ -10,7 +10,7 @@
 - 422 also for the first record that started more than ``retention_s`` before the server's
   clock (field ``started_at``), nothing written: the store would delete it at its next
   retention run, and on PostgreSQL it would need a partition for a day retention has dropped
-  (see :mod:`hedgerow.controller.partitions`); with the schema's own rule (at most a day
+  (see :mod:`hedgerow.controller.store.partitions`); with the schema's own rule (at most a day
   ahead) this bounds the days a batch can write to;
 - 422 also for the first record whose new route would pass ``max_routes`` (field ``route``) or
   ``max_models_per_route`` (field ``model``), nothing written: the routes a store holds are
@@ -23,10 +23,10 @@
 The body is validated once, straight from its bytes, by pydantic's JSON parser
 (:func:`batch_model` ``.model_validate_json``: fields, the rules across fields and the batch
 size, which fails as soon as the list passes it); the validated records go to the store as they
-are (:func:`hedgerow.controller.ingest.ingest_calls`). Route ids are kept between batches in the
-app's :class:`~hedgerow.controller.ingest.RouteIdCache`, and on PostgreSQL the days that have
-partitions in a :class:`~hedgerow.controller.partitions.DayPartitionCache`; a batch that meets a
-cached day dropped meanwhile (:class:`~hedgerow.controller.partitions.DayPartitionMissing`,
+are (:func:`hedgerow.controller.store.ingest.ingest_calls`). Route ids are kept between batches in the
+app's :class:`~hedgerow.controller.store.ingest.RouteIdCache`, and on PostgreSQL the days that have
+partitions in a :class:`~hedgerow.controller.store.partitions.DayPartitionCache`; a batch that meets a
+cached day dropped meanwhile (:class:`~hedgerow.controller.store.partitions.DayPartitionMissing`,
 nothing written) is run once more with the cache emptied.
 
 On PostgreSQL each batch is written in a transaction of its own. On SQLite the batches go to the
@@ -53,12 +53,12 @@ from hedgerow.api.auth import require_scope
 from hedgerow.api.deps import get_settings
 from hedgerow.api.ingest_gate import ingest_session
 from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
-from hedgerow.controller.db import make_engine, make_sessionmaker
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
 from hedgerow.controller.events import log_rejected_batch
-from hedgerow.controller.group_commit import GroupCommitWriter
-from hedgerow.controller.ingest import ingest_calls
-from hedgerow.controller.partitions import DayPartitionMissing
+from hedgerow.controller.store.db import make_engine, make_sessionmaker
+from hedgerow.controller.store.group_commit import GroupCommitWriter
+from hedgerow.controller.store.ingest import ingest_calls
+from hedgerow.controller.store.partitions import DayPartitionMissing
 
 __all__ = [
     "MAX_RECORD_BYTES",
@@ -343,9 +343,9 @@ def make_ingest_writer(state: Any) -> GroupCommitWriter[list[CallRecordIn], Stor
     SQLite has one writer: concurrent batches of one process written in transactions of their
     own take turns on its lock and each pay a commit. The writer runs the batches waiting
     together in one transaction, each in a savepoint of its own
-    (:class:`~hedgerow.controller.group_commit.GroupCommitWriter`), on an engine of its own whose
+    (:class:`~hedgerow.controller.store.group_commit.GroupCommitWriter`), on an engine of its own whose
     connection runs the statements of its transactions on the event loop's thread
-    (:mod:`hedgerow.controller.sqlite_inline`; disposed when the writer closes). PostgreSQL
+    (:mod:`hedgerow.controller.store.sqlite_inline`; disposed when the writer closes). PostgreSQL
     writes batches concurrently, each in its own transaction.
 
     Args:

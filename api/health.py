@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from hedgerow.api.schemas import HealthOut, ReadyOut
-from hedgerow.controller.db import check_ready
 from hedgerow.controller.errors import StoreNotReady
+from hedgerow.controller.store.db import check_ready
 
 __all__ = ["router"]
 

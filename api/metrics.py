@@ -62,9 +62,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from hedgerow.api.auth import require_scope
 from hedgerow.api.store_errors import STORE_ERRORS, is_store_down
 from hedgerow.client.records import estimate_prompt_tokens
-from hedgerow.controller.ingest import RecordFields
 from hedgerow.controller.lease import CONTROLLER_LEASE
-from hedgerow.controller.queries import list_thresholds
+from hedgerow.controller.store.ingest import RecordFields
+from hedgerow.controller.store.queries import list_thresholds
 
 __all__ = ["TTFT_BUCKETS_S", "Metrics", "metrics_response", "router"]
 
@@ -218,7 +218,7 @@ class Metrics:
 
     def set_thresholds(self, thresholds: list[dict[str, Any]]) -> None:
         """Replace the threshold gauges by the published thresholds ``thresholds`` (as
-        :func:`hedgerow.controller.queries.list_thresholds` gives them)."""
+        :func:`hedgerow.controller.store.queries.list_thresholds` gives them)."""
         self.hedge_after.clear()
         self.threshold_info.clear()
         for row in thresholds:

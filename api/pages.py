@@ -10,7 +10,7 @@ Pages:
   to its data, with a note saying so); the history table (filters ``applied``, ``reason``, ``since``,
   ``until`` in UTC; 50 rows a page, ``page=``); the configuration, and with the admin scope a form;
   a ``range``, ``page``, ``applied``, ``reason``, ``since`` or ``until`` it cannot honour (an unknown
-  reason code, ``since`` after ``until``: the api's rule, :func:`~hedgerow.api.ops_bounds.history_filter_error`)
+  reason code, ``since`` after ``until``: the api's rule, :func:`~hedgerow.controller.ops_bounds.history_filter_error`)
   is a 422 page naming it;
 - ``POST /ui/routes/{route}?model=``: the form's change (admin), applied and audited like
   ``PATCH /v1/routes`` (:func:`hedgerow.controller.routes_admin.configure_route`), then back to
@@ -48,15 +48,15 @@ from hedgerow.api._page_kit import (
 from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
 from hedgerow.api.charts import SeriesData, time_chart
 from hedgerow.api.metrics import metrics_response
-from hedgerow.api.ops_bounds import budget_range_error, history_filter_error, parse_budget
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import AmbiguousModel, RouteLimitExceeded, UnknownRoute
-from hedgerow.controller.models import utc_now
-from hedgerow.controller.overview import flags_of, history_series, route_overview
-from hedgerow.controller.queries import get_history, get_route, resolve_model
-from hedgerow.controller.reason_codes import REASON_CODES as POLICY_REASON_CODES
-from hedgerow.controller.reason_codes import SOURCE_MEANINGS, reason_legend
+from hedgerow.controller.ops_bounds import budget_range_error, history_filter_error, parse_budget
+from hedgerow.controller.policy.reason_codes import REASON_CODES as POLICY_REASON_CODES
+from hedgerow.controller.policy.reason_codes import SOURCE_MEANINGS, reason_legend
 from hedgerow.controller.routes_admin import RouteConfigInvalid, archive_route, configure_route, restore_route
+from hedgerow.controller.store.models import utc_now
+from hedgerow.controller.store.overview import flags_of, history_series, route_overview
+from hedgerow.controller.store.queries import get_history, get_route, resolve_model
 
 __all__ = ["HISTORY_PAGE_ROWS", "MAX_HISTORY_PAGE", "RANGES", "PageUser", "install_pages", "router"]
 

@@ -1,7 +1,7 @@
 """Prices: ``GET /v1/prices``, ``GET /v1/prices/{model}`` (read scope) and ``PUT /v1/prices/{model}`` (admin).
 
 ``PUT`` body (:class:`PricePutIn`, the document's schema; the values are checked by
-:func:`hedgerow.controller.prices.parse_price`): ``{"input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0,
+:func:`hedgerow.controller.store.prices.parse_price`): ``{"input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0,
 "cached_input_usd_per_mtok": 0.3, "upstream": "east", "effective_from": "2026-11-23", "actor":
 "alice"}`` (only the two prices are required; ``upstream`` absent: every upstream;
 ``effective_from`` absent: the start of the current UTC hour). It adds a price row with who set it
@@ -10,7 +10,7 @@ the price, 200 when the identical price was already stored (nothing added). A ba
 ``{"detail": {"field": ..., "message": ...}}``; a body over :data:`MAX_PRICE_BODY_BYTES` is 413 in the
 same shape (field ``body``). ``{model}`` may contain ``/``
 (``meta-llama/Llama-3-70b``). Prices never overwrite each other: see
-:mod:`hedgerow.controller.prices`.
+:mod:`hedgerow.controller.store.prices`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from hedgerow.api.routes import Session, request_actor
 from hedgerow.api.schemas import PRINTABLE_PATTERN
 from hedgerow.client.names import MAX_NAME_CHARS
 from hedgerow.client.records import control_character_error
-from hedgerow.controller.prices import MAX_USD_PER_MTOK, PriceInvalid, list_prices, parse_price, set_price
+from hedgerow.controller.store.prices import MAX_USD_PER_MTOK, PriceInvalid, list_prices, parse_price, set_price
 
 __all__ = ["MAX_PRICE_BODY_BYTES", "PricePutIn", "router"]
 
@@ -46,7 +46,7 @@ class PricePutIn(BaseModel):
     """Body of ``PUT /v1/prices/{model}``: a price of the model from a date (rows are only added).
 
     Describes the body for the OpenAPI document; the server checks it with
-    :func:`hedgerow.controller.prices.parse_price` (422 naming the first bad field; an unknown
+    :func:`hedgerow.controller.store.prices.parse_price` (422 naming the first bad field; an unknown
     field is refused).
     """
 

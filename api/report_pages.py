@@ -5,7 +5,7 @@
 - ``GET /ui/reports/{week}``: the console page of one week (``2026-W48``): links to its four
   formats and the self-contained HTML report shown in a frame;
 - ``GET /ui/reports/{week}/report.{html,json,csv,md}``: the report itself, as
-  ``GET /v1/reports/weekly`` gives it (the same :func:`~hedgerow.controller.report_store.weekly_report`),
+  ``GET /v1/reports/weekly`` gives it (the same :func:`~hedgerow.controller.report.report_store.weekly_report`),
   under the page's cookie login instead of a bearer token.
 
 Like every console page these need the ``read`` scope when tokens are configured.
@@ -21,10 +21,10 @@ from sqlalchemy import func, select
 
 from hedgerow.api._page_kit import error_page, page_user, render_page
 from hedgerow.api._report_cache import cached_report
-from hedgerow.api.ops_bounds import unstarted_week_message
-from hedgerow.controller.models import Call, HourlyRollup, utc_now
-from hedgerow.controller.report import IsoWeek
-from hedgerow.controller.report_render import FORMATS, MEDIA_TYPES
+from hedgerow.controller.ops_bounds import unstarted_week_message
+from hedgerow.controller.report.report import IsoWeek
+from hedgerow.controller.report.report_render import FORMATS, MEDIA_TYPES
+from hedgerow.controller.store.models import Call, HourlyRollup, utc_now
 
 __all__ = ["MAX_WEEKS", "router"]
 

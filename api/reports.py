@@ -2,9 +2,9 @@
 
 ``week`` defaults to the current ISO week (partial); a week that has not started is refused.
 ``format`` defaults to ``json`` (schema
-``hedgerow.weekly_report/1``, :mod:`hedgerow.controller.report`). The figures are those of
+``hedgerow.weekly_report/1``, :mod:`hedgerow.controller.report.report`). The figures are those of
 ``hedgerow report weekly`` and of the scheduled job: all three call
-:func:`hedgerow.controller.report_store.weekly_report`. A bad ``week`` or ``format`` is 422
+:func:`hedgerow.controller.report.report_store.weekly_report`. A bad ``week`` or ``format`` is 422
 ``{"detail": {"field": ..., "message": ...}}``.
 """
 
@@ -17,10 +17,10 @@ from fastapi.responses import JSONResponse, Response
 
 from hedgerow.api._report_cache import cached_report
 from hedgerow.api.auth import require_scope
-from hedgerow.api.ops_bounds import unstarted_week_message
-from hedgerow.controller.models import utc_now
-from hedgerow.controller.report import IsoWeek
-from hedgerow.controller.report_render import FORMATS, MEDIA_TYPES
+from hedgerow.controller.ops_bounds import unstarted_week_message
+from hedgerow.controller.report.report import IsoWeek
+from hedgerow.controller.report.report_render import FORMATS, MEDIA_TYPES
+from hedgerow.controller.store.models import utc_now
 
 __all__ = ["router"]
 

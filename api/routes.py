@@ -51,7 +51,6 @@ from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
 from hedgerow.api.json_response import ApiJSONResponse
 from hedgerow.api.limits import too_large_response
-from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT, history_filter_error
 from hedgerow.api.schemas import (
     NAME_PATTERN,
     NAME_RULE,
@@ -68,7 +67,7 @@ from hedgerow.api.schemas import (
 )
 from hedgerow.client.names import MAX_NAME_CHARS
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
-from hedgerow.controller.queries import get_history, get_route, list_routes, resolve_model
+from hedgerow.controller.ops_bounds import MAX_HISTORY_LIMIT, history_filter_error
 from hedgerow.controller.routes_admin import (
     RouteArchive,
     RouteConfigInvalid,
@@ -76,6 +75,7 @@ from hedgerow.controller.routes_admin import (
     configure_route,
     restore_route,
 )
+from hedgerow.controller.store.queries import get_history, get_route, list_routes, resolve_model
 
 __all__ = [
     "MAX_ROUTE_BODY_BYTES",

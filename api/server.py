@@ -15,7 +15,7 @@ import uvicorn
 from hedgerow.api.app import create_app
 from hedgerow.api.auth import check_listen_allowed, parse_tokens
 from hedgerow.api.limits import header_timeout_protocol
-from hedgerow.controller.db import make_engine, migrate_engine, safe_url
+from hedgerow.controller.store.db import make_engine, migrate_engine, safe_url
 from hedgerow.logs import configure_logging, uvicorn_log_config
 from hedgerow.settings import Settings
 

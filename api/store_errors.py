@@ -28,8 +28,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from hedgerow.api._page_kit import error_page
 from hedgerow.client.errors import describe
-from hedgerow.controller.db import check_ready
 from hedgerow.controller.errors import StoreNotReady
+from hedgerow.controller.store.db import check_ready
 
 __all__ = ["CHECK_TIMEOUT_S", "STORE_ERRORS", "UNAVAILABLE_MESSAGE", "is_store_down", "store_unavailable"]
 

@@ -26,7 +26,7 @@ from hedgerow.api.auth import BEARER_SECURITY, authorize, require_scope
 from hedgerow.api.routes import RoutePath, Session
 from hedgerow.api.schemas import NAME_PATTERN, NAME_RULE, ThresholdOut, ThresholdTableOut, valid_model_name
 from hedgerow.client.names import MAX_NAME_CHARS
-from hedgerow.controller.queries import get_threshold, resolve_model
+from hedgerow.controller.store.queries import get_threshold, resolve_model
 
 __all__ = ["etag_matches", "etag_of", "make_threshold_cache", "render_table", "router", "table_body"]
 

@@ -66,9 +66,9 @@ ticks over budget (and those of the cold period, before the objective's first de
 regret against the hindsight-best threshold within budget, changes per hour at steady state,
 clamp values published and whether they were labelled; the "Done when" targets of the issue
 are printed MET / NOT MET with their figures. Both suites drive the same ``VirtualController``,
-whose tick builds ``WindowRecords`` and runs ``hedgerow.controller._policy_window.observe_window``
+whose tick builds ``WindowRecords`` and runs ``hedgerow.controller.policy._policy_window.observe_window``
 and ``decide``: the code of the live tick. With ``--minutes`` the records reach those rules as
-the live tick reads them from the store (``hedgerow.controller._minute_window.tick_window``):
+the live tick reads them from the store (``hedgerow.controller.store._minute_window.tick_window``):
 minute aggregates (each duration at its bucket's end, each start in its minute) before
 ``raw_since(now)``, the calls one by one after it.
 
@@ -98,9 +98,9 @@ from typing import Any
 
 import numpy as np
 
-from hedgerow.controller._minute_window import minutes_of, raw_since, tick_window
-from hedgerow.controller._policy_window import WindowData, WindowRecords, observe_window
-from hedgerow.controller.policy import PolicyKnobs, RouteConfig, decide
+from hedgerow.controller.policy._policy_window import WindowData, WindowRecords, observe_window
+from hedgerow.controller.policy.policy import PolicyKnobs, RouteConfig, decide
+from hedgerow.controller.store._minute_window import minutes_of, raw_since, tick_window
 from hedgerow.settings import Settings
 from hedgerow.sim.perf_model import load_perf_model
 from hedgerow.sim.trace import TraceError, TraceRequest, compress, load_azure_trace

@@ -15,7 +15,7 @@ Beside each tick, interleaved with it, the same run times the floor of any raw-r
 SQLAlchemy Core query fetching the window's primary attempts (route, TTFT or censoring time)
 without ORM objects, estimation or writes (``read rows``); and the store side of the
 histogram tick: every route's minute aggregates of the window read and decoded into per-route
-numpy arrays (``hedgerow.controller._minute_window.read_minutes``, ``read minutes``), whose
+numpy arrays (``hedgerow.controller.store._minute_window.read_minutes``, ``read minutes``), whose
 cost grows with routes x minutes x non-empty buckets, not with calls.
 
 Cells whose calls in all (routes x calls) pass ``--max-total-calls`` (default 1,000,000; the
@@ -49,11 +49,11 @@ from sqlalchemy import select, text
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hedgerow.client.records import AttemptRecord, CallRecord
-from hedgerow.controller._minute_window import read_minutes
-from hedgerow.controller.db import make_engine, make_sessionmaker, upgrade_database
-from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.jobs import run_tick
-from hedgerow.controller.models import Attempt, Call
+from hedgerow.controller.store._minute_window import read_minutes
+from hedgerow.controller.store.db import make_engine, make_sessionmaker, upgrade_database
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import Attempt, Call
 from hedgerow.settings import Settings
 
 

@@ -19,7 +19,7 @@ the load of a shared machine falls on all of them alike:
   first) and of their attempts;
 - ``sqlite3 executemany`` (SQLite): the standard library's ``executemany`` of the calls (ids
   given) and attempts, on its own connection with the store's pragmas
-  (``hedgerow.controller.db.SQLITE_PRAGMAS``: WAL, ``synchronous=FULL``), a commit per batch.
+  (``hedgerow.controller.store.db.SQLITE_PRAGMAS``: WAL, ``synchronous=FULL``), a commit per batch.
 
 Every method writes fresh ``request_id`` values (nothing is a duplicate) into the same tables,
 so the store grows alike for all. Records are those of ``bench/controller_tick.py``'s generator
@@ -58,16 +58,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controller_tick import synthetic_records
 
 from hedgerow.client.records import CallRecord, estimate_prompt_tokens
-from hedgerow.controller.db import SQLITE_PRAGMAS, make_engine, upgrade_database
-from hedgerow.controller.ingest import ATTEMPT_COLUMNS, CALL_COLUMNS
-from hedgerow.controller.models import Attempt, Call, utc_now
+from hedgerow.controller.store.db import SQLITE_PRAGMAS, make_engine, upgrade_database
+from hedgerow.controller.store.ingest import ATTEMPT_COLUMNS, CALL_COLUMNS
+from hedgerow.controller.store.models import Attempt, Call, utc_now
 from tests.conftest import create_pg_database, drop_pg_database
 from tests.serve_process import running_serve
 
 ROUTES = 10
 #: Run in the ``no-minutes`` server before its CLI: ingest without the per-minute aggregates.
 _NO_MINUTES = (
-    "import hedgerow.controller.ingest as _ingest\n"
+    "import hedgerow.controller.store.ingest as _ingest\n"
     "async def _skip(*args, **kwargs):\n"
     "    return None\n"
     "_ingest.add_records = _skip"

@@ -38,8 +38,8 @@ from fastapi import FastAPI, Request, Response
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hedgerow.controller.db import make_engine, make_sessionmaker, upgrade_database
-from hedgerow.controller.models import Route, Threshold
+from hedgerow.controller.store.db import make_engine, make_sessionmaker, upgrade_database
+from hedgerow.controller.store.models import Route, Threshold
 from tests.helpers import free_port
 from tests.serve_process import running_serve
 

@@ -33,11 +33,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hedgerow.controller.db import make_engine, make_sessionmaker, upgrade_database
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.models import utc_now
-from hedgerow.controller.retention import delete_folded_raw
-from hedgerow.controller.rollups import Rollup, floor_hour, fold_hours, merge_rollups
+from hedgerow.controller.store.db import make_engine, make_sessionmaker, upgrade_database
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import utc_now
+from hedgerow.controller.store.retention import delete_folded_raw
+from hedgerow.controller.store.rollups import Rollup, floor_hour, fold_hours, merge_rollups
 from hedgerow.settings import Settings
 from tests.controller.rollup_workload import workload
 

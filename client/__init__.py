@@ -7,6 +7,7 @@ as an httpx transport. See ``hedgerow.client.hedging`` for the semantics
 of one call and the table of failure modes.
 """
 
+from hedgerow.client._responses import ResponsesAssembler
 from hedgerow.client.budget import FailoverBudget, HedgeBudget
 from hedgerow.client.chunks import AnswerAssembler, ChunkKind, classify_chunk
 from hedgerow.client.errors import (
@@ -42,6 +43,7 @@ __all__ = [
     "HedgePolicy",
     "HedgingClient",
     "HedgingTransport",
+    "ResponsesAssembler",
     "ResponsesResult",
     "StallTimeout",
     "StreamError",

@@ -16,7 +16,7 @@ Per route, each tick (docs/DESIGN.md "controller"):
    a change the log-rank test detects (``_policy_drift``), and yields the Kaplan-Meier estimate
    with its curve and bounds, the backup's curve, the counts of the window and of the short
    window and the short window's primary samples;
-3. :func:`hedgerow.controller.policy.decide` (the ordered rules of ``_policy_rules``);
+3. :func:`hedgerow.controller.policy.policy.decide` (the ordered rules of ``_policy_rules``);
 4. publish: a new threshold row gets version 1, a change of any field the api serves of it
    (value, enabled flag, source, budget) version + 1;
    and ALWAYS write a ``threshold_history`` row, applied or held, whose ``details`` JSON
@@ -67,11 +67,7 @@ import numpy as np
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from hedgerow.controller._minute_window import raw_since, read_minutes, tick_window
-from hedgerow.controller._policy_window import WindowData, WindowRecords, observe_window
-from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
 from hedgerow.controller.errors import ControllerError, LeaseHeld
-from hedgerow.controller.estimation import QUANTILE_LEVELS
 from hedgerow.controller.events import log_threshold_change
 from hedgerow.controller.lease import (
     CONTROLLER_LEASE,
@@ -82,8 +78,19 @@ from hedgerow.controller.lease import (
     make_holder_id,
     release_lease,
 )
-from hedgerow.controller.minute_counts import MINUTE_S, call_samples, first_samples
-from hedgerow.controller.models import (
+from hedgerow.controller.policy._policy_window import WindowData, WindowRecords, observe_window
+from hedgerow.controller.policy.estimation import QUANTILE_LEVELS
+from hedgerow.controller.policy.minute_counts import MINUTE_S, call_samples, first_samples
+from hedgerow.controller.policy.policy import (
+    Decision,
+    Observation,
+    PolicyKnobs,
+    RouteConfig,
+    decide,
+)
+from hedgerow.controller.store._minute_window import raw_since, read_minutes, tick_window
+from hedgerow.controller.store.db import check_ready, make_engine, make_sessionmaker
+from hedgerow.controller.store.models import (
     Attempt,
     Call,
     Route,
@@ -91,14 +98,7 @@ from hedgerow.controller.models import (
     ThresholdHistory,
     utc_now,
 )
-from hedgerow.controller.policy import (
-    Decision,
-    Observation,
-    PolicyKnobs,
-    RouteConfig,
-    decide,
-)
-from hedgerow.controller.queries import history_row_dict
+from hedgerow.controller.store.queries import history_row_dict
 
 #: ``await fence(session)`` inside a publishing transaction, after its publish locks: raises
 #: :class:`~hedgerow.controller.lease.LeaseLost` when the publisher no longer holds its lease.
@@ -779,7 +779,7 @@ async def run_tick(
     own instead (:func:`tick_route`), so that one bad row costs only its route.
 
     Args:
-        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker`.
         settings: a ``hedgerow.settings.Settings``.
         now: the tick's time (aware UTC; default: the current time). Calls started after the
             minute holding it are ignored (the minute aggregates place a call to its minute).
@@ -798,7 +798,7 @@ async def run_tick(
 
     Returns:
         The history rows written, one per route, as the api returns them
-        (:func:`hedgerow.controller.queries.history_row_dict`), ordered by (route, model).
+        (:func:`hedgerow.controller.store.queries.history_row_dict`), ordered by (route, model).
 
     Raises:
         ValueError: ``now`` is naive, or the settings give invalid policy knobs.
@@ -925,7 +925,7 @@ async def tick_route(
     value and never puts back a value that a configuration change replaced.
 
     Args:
-        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker`.
         settings: a ``hedgerow.settings.Settings``.
         route: the route row (its configuration as stored).
         current_hedge_after_s: the value published now, or None.

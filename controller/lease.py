@@ -56,9 +56,9 @@ from typing import cast
 from sqlalchemy import Table, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import ControllerError
-from hedgerow.controller.models import Lease, utc_now
+from hedgerow.controller.store.db import dialect_insert
+from hedgerow.controller.store.models import Lease, utc_now
 
 #: The leases table (core statements: no ORM identity map for a row many processes write).
 _LEASES = cast(Table, Lease.__table__)
@@ -119,7 +119,7 @@ async def acquire_lease(
     """Take or renew the lease ``name`` for ``holder`` until ``now + ttl_s``.
 
     Args:
-        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker`.
         name: the lease's name (e.g. :data:`CONTROLLER_LEASE`).
         holder: who asks (see :func:`make_holder_id`).
         ttl_s: seconds the lease stays valid without renewal, > 0.
@@ -175,7 +175,7 @@ async def lease_holder(
     """Who holds the lease ``name`` now, and until when.
 
     Args:
-        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker`.
         name: the lease's name (e.g. :data:`CONTROLLER_LEASE`).
         now: the current time (aware UTC; default: the clock).
 

@@ -67,17 +67,17 @@ from typing import Any, cast
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from hedgerow.api.ops_bounds import budget_range_error
 from hedgerow.client.names import model_name_error, route_name_error
 from hedgerow.client.records import MAX_SECONDS, control_character_error, format_timestamp
-from hedgerow.controller.db import dialect_insert
 from hedgerow.controller.errors import ControllerError, RouteArchived, RouteLimitExceeded, UnknownRoute
 from hedgerow.controller.events import log_threshold_change
-from hedgerow.controller.ingest import check_route_limits
 from hedgerow.controller.jobs import lock_route, tick_route
-from hedgerow.controller.models import Route, Threshold, ThresholdHistory, utc_now
-from hedgerow.controller.policy import RouteConfig
-from hedgerow.controller.queries import history_row_dict, route_dict
+from hedgerow.controller.ops_bounds import budget_range_error
+from hedgerow.controller.policy.policy import RouteConfig
+from hedgerow.controller.store.db import dialect_insert
+from hedgerow.controller.store.ingest import check_route_limits
+from hedgerow.controller.store.models import Route, Threshold, ThresholdHistory, utc_now
+from hedgerow.controller.store.queries import history_row_dict, route_dict
 
 __all__ = [
     "ROUTE_CONFIG_FIELDS",
@@ -230,7 +230,7 @@ async def configure_route(
     """Patch or replace a route's configuration, re-decide its threshold at once, audit it.
 
     Args:
-        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker`.
         settings: a ``hedgerow.settings.Settings`` (defaults of a replace, policy knobs).
         route, model: which route.
         fields: a subset of :data:`ROUTE_CONFIG_FIELDS` with new values (seconds, fraction).
@@ -412,7 +412,7 @@ async def archive_route(
     the threshold and the history are kept. See the module docstring for what archiving changes.
 
     Args:
-        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker`.
         route, model: which route (any name stored; no control characters).
         actor: who archives it (``archived_by`` and the row's ``actor``), 1..200 characters.
         now: the time of the change (aware UTC; default: the clock).
@@ -468,7 +468,7 @@ async def restore_route(
     served again at once; the next tick decides it.
 
     Args:
-        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker`.
         settings: a ``hedgerow.settings.Settings`` (the route bounds).
         route, model: which route (any name stored; no control characters).
         actor: who restores it (the row's ``actor``), 1..200 characters.

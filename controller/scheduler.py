@@ -7,20 +7,20 @@ Two interval jobs run on the caller's event loop:
   :func:`hedgerow.controller.jobs.run_tick`;
 - ``rollup``: every ``rollup_interval_s`` (first run ``min(60 s, rollup_interval_s)`` after start),
   renew the lease and, while holding it, fold hourly rollups and delete raw calls older than
-  ``retention_s`` (:func:`hedgerow.controller.retention.run_retention`);
+  ``retention_s`` (:func:`hedgerow.controller.store.retention.run_retention`);
 - ``weekly_report``: at ``report_cron`` (a cron trigger, UTC) and once :data:`REPORT_START_DELAY_S`
   after start, renew the lease and, while holding it, deliver the weekly report of the week that
-  ended (:func:`hedgerow.controller.report_job.deliver_weekly_report`, once per week whatever
+  ended (:func:`hedgerow.controller.report.report_job.deliver_weekly_report`, once per week whatever
   the number of processes); only when ``report_dir`` or ``report_webhook_url`` is set. Every
   ``report_retry_interval_s`` (and after each run) the deliveries that failed or were left
   ``sending`` by a dead process are run again once due
-  (:func:`hedgerow.controller.report_job.retry_deliveries`).
+  (:func:`hedgerow.controller.report.report_job.retry_deliveries`).
 
 So of several api replicas sharing one database, only the lease holder ticks; when it stops (or
 dies), another takes over within one TTL.
 
 The lease is renewed through a sessionmaker of its own (``lease_sessionmaker``: on PostgreSQL a
-pool of its own, :func:`hedgerow.controller.db.make_store_engines`), so ingest filling the other
+pool of its own, :func:`hedgerow.controller.store.db.make_store_engines`), so ingest filling the other
 pools cannot delay a renewal. A renewal that has not answered within a third of the TTL is
 abandoned (counted as failed). The process counts itself the holder (:attr:`ControllerScheduler.holding`)
 only until :data:`~hedgerow.controller.lease.LEASE_SAFETY_FRACTION` of the TTL has passed since
@@ -56,15 +56,15 @@ from hedgerow.controller.lease import (
     make_holder_id,
     release_lease,
 )
-from hedgerow.controller.models import utc_now
-from hedgerow.controller.overview import flags_of
-from hedgerow.controller.report_job import (
+from hedgerow.controller.report.report_job import (
     DeliveryResult,
     deliver_weekly_report,
     report_job_enabled,
     retry_deliveries,
 )
-from hedgerow.controller.retention import RetentionReport, run_retention
+from hedgerow.controller.store.models import utc_now
+from hedgerow.controller.store.overview import flags_of
+from hedgerow.controller.store.retention import RetentionReport, run_retention
 
 __all__ = ["REPORT_START_DELAY_S", "ControllerScheduler"]
 
@@ -78,7 +78,7 @@ class ControllerScheduler:
     """Runs the controller tick every ``settings.controller_interval_s`` while holding the lease.
 
     Args:
-        sessionmaker: from :func:`hedgerow.controller.db.make_sessionmaker`.
+        sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker`.
         settings: a ``hedgerow.settings.Settings`` (``controller_interval_s``, ``lease_ttl_s`` and
             the policy settings).
         holder: this process's holder id (default: :func:`make_holder_id`).
@@ -249,7 +249,7 @@ class ControllerScheduler:
 
     async def report_retries(self) -> list[DeliveryResult] | None:
         """Renew the lease and, when held, run again the report deliveries whose retry is due
-        (:func:`hedgerow.controller.report_job.retry_deliveries`).
+        (:func:`hedgerow.controller.report.report_job.retry_deliveries`).
 
         Returns:
             The runs made, or None when another process holds the lease.

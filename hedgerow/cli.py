@@ -22,8 +22,7 @@ from hedgerow.cli_report import report_app
 from hedgerow.cli_routes import routes_app
 
 if TYPE_CHECKING:
-    from hedgerow.client import CallRecord, HedgePolicy, HedgingClient, Upstream
-    from hedgerow.client._responses import ResponsesAssembler
+    from hedgerow.client import CallRecord, HedgePolicy, HedgingClient, ResponsesAssembler, Upstream
     from hedgerow.client.chunks import AnswerAssembler
     from hedgerow.settings import Settings
 
@@ -217,8 +216,8 @@ def _call_policy(hedge_after: str, stall_timeout: str | None, total_timeout: str
     ``--budget 0`` disables hedging altogether (the bucket also gets no burst); any other budget
     keeps the default burst, so a single call may hedge (the bucket starts full).
     """
-    from hedgerow.api.ops_bounds import parse_budget
     from hedgerow.client import HedgePolicy
+    from hedgerow.controller.ops_bounds import parse_budget
 
     try:  # as `routes set --budget` and the console take it: 0.05 or 5%
         budget_value = parse_budget(budget)
@@ -371,8 +370,7 @@ async def _run_call(
     import asyncio
     import sys
 
-    from hedgerow.client import HedgeError
-    from hedgerow.client._responses import ResponsesAssembler
+    from hedgerow.client import HedgeError, ResponsesAssembler
     from hedgerow.client.chunks import AnswerAssembler
 
     answer: AnswerAssembler | ResponsesAssembler = AnswerAssembler() if api == "chat" else ResponsesAssembler()
@@ -522,7 +520,7 @@ def _gateway_config(
     if hedge_after is not None:
         overrides["hedge_after_s"] = _parse_number("--hedge-after", hedge_after, "a number of seconds >= 0")
     if budget is not None:
-        from hedgerow.api.ops_bounds import parse_budget
+        from hedgerow.controller.ops_bounds import parse_budget
 
         try:
             overrides["budget"] = parse_budget(budget)
@@ -806,7 +804,7 @@ def demo(
         console.print(sentence, highlight=False)
     console.print("")
     if run.report is not None:
-        from hedgerow.controller.report_render import summary_text
+        from hedgerow.controller.report.report_render import summary_text
 
         console.print(
             "The weekly report has one route per way (demo-none, demo-fixed, demo-adaptive); "
@@ -922,8 +920,8 @@ def _server_settings(db: str | None, **overrides: Any) -> Settings:
     """
     from pydantic import ValidationError
 
-    from hedgerow.controller.db import check_database_url
     from hedgerow.controller.errors import StoreError
+    from hedgerow.controller.store.db import check_database_url
     from hedgerow.settings import Settings
 
     values: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
@@ -1043,8 +1041,8 @@ def db_upgrade(
     waits for the store's migration lock (HEDGEROW_MIGRATION_LOCK_TIMEOUT_S, 600 s) and then
     finds the store migrated. A failed migration is rolled back whole (exit 1).
     """
-    from hedgerow.controller.db import known_revisions, upgrade_database
     from hedgerow.controller.errors import StoreError, StoreNotReady
+    from hedgerow.controller.store.db import known_revisions, upgrade_database
 
     settings = _server_settings(db)
     try:
@@ -1065,7 +1063,7 @@ def db_upgrade(
 
 async def _revision_of(url: str) -> str | None:
     """The revision the store at ``url`` is at (one connection, closed)."""
-    from hedgerow.controller.db import current_revision, make_engine
+    from hedgerow.controller.store.db import current_revision, make_engine
 
     engine = make_engine(url)
     try:
@@ -1191,7 +1189,7 @@ def db_retention(
     import json
 
     from hedgerow.controller.errors import StoreError
-    from hedgerow.controller.retention import run_retention_once
+    from hedgerow.controller.store.retention import run_retention_once
 
     settings = _server_settings(db, retention_s=retention)
     _require_existing_sqlite_file(settings.database_url)

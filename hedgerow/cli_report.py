@@ -2,7 +2,7 @@
 
 Registered in :mod:`hedgerow.cli` as the ``report`` sub-command. The figures are those of
 ``GET /v1/reports/weekly`` and of the scheduled job (all call
-:func:`hedgerow.controller.report_store.weekly_report`); the store is only read.
+:func:`hedgerow.controller.report.report_store.weekly_report`); the store is only read.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ def weekly(
     import asyncio
     from datetime import UTC, datetime
 
-    from hedgerow.api.ops_bounds import unstarted_week_message
     from hedgerow.cli import _require_existing_sqlite_file, _server_settings
-    from hedgerow.controller.db import check_ready, make_engine, make_sessionmaker
     from hedgerow.controller.errors import StoreError
-    from hedgerow.controller.report import IsoWeek
-    from hedgerow.controller.report_render import FORMATS, render
-    from hedgerow.controller.report_store import weekly_report
+    from hedgerow.controller.ops_bounds import unstarted_week_message
+    from hedgerow.controller.report.report import IsoWeek
+    from hedgerow.controller.report.report_render import FORMATS, render
+    from hedgerow.controller.report.report_store import weekly_report
+    from hedgerow.controller.store.db import check_ready, make_engine, make_sessionmaker
 
     if fmt not in FORMATS:
         raise _fail(f"--format: must be one of {', '.join(FORMATS)}, got {fmt!r}", 2)

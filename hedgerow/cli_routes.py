@@ -27,7 +27,7 @@ from urllib.parse import quote, unquote
 
 import typer
 
-from hedgerow.api.ops_bounds import MAX_HISTORY_LIMIT, budget_range_error, history_filter_error, parse_budget
+from hedgerow.controller.ops_bounds import MAX_HISTORY_LIMIT, budget_range_error, history_filter_error, parse_budget
 
 __all__ = ["DEFAULT_API_URL", "plain_cell", "routes_app"]
 
@@ -255,7 +255,7 @@ def _print_route(r: dict[str, Any]) -> None:
     if r.get("archived_at"):
         rows.append(["archived (UTC)", f"{_when(r['archived_at'])} by {_shown(r.get('archived_by') or '-')}"])
     _print_table(f"{_shown(r['route'])} · {_shown(r['model'])}", ["setting", "value"], rows)
-    from hedgerow.controller.reason_codes import SOURCE_MEANINGS
+    from hedgerow.controller.policy.reason_codes import SOURCE_MEANINGS
 
     if t.get("source") in SOURCE_MEANINGS:
         typer.echo(f"source {t['source']}: {SOURCE_MEANINGS[t['source']]}")
@@ -334,7 +334,7 @@ def route_history(
         "hedge rate", "backup wins", "actor",
     ]  # fmt: skip
     _print_table(f"{_shown(route)}: {len(rows)} decision(s)", columns, rows)
-    from hedgerow.controller.reason_codes import reason_legend
+    from hedgerow.controller.policy.reason_codes import reason_legend
 
     for code, meaning in reason_legend(h["reason"] for h in data["history"]):
         typer.echo(f"{code}: {meaning}")

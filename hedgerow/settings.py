@@ -60,7 +60,7 @@ class Settings(BaseSettings):
             ``hedges_did_not_lower_p99`` (default 0.05).
         p99_tolerance: relative slack on the predicted call-level P99 TTFT within which the
             controller prefers a higher threshold than the budget target (fewer hedges for
-            nearly the same tail; ``hedgerow.controller.hedge_model``); 0 keeps only exact ties
+            nearly the same tail; ``hedgerow.controller.policy.hedge_model``); 0 keeps only exact ties
             (default 0.02, i.e. 2%).
         min_backup_samples: fewest backup TTFT samples in the window for the backup's own
             survival curve in that prediction; with fewer, the primary's curve stands in
@@ -85,11 +85,11 @@ class Settings(BaseSettings):
         retention_batch_rows: most calls (with their attempts) deleted per transaction
             (default 2000, at most 10000).
         price_file: a price file (JSON, or TOML by its suffix; see
-            :mod:`hedgerow.controller.prices`) loaded into the store when the api starts;
+            :mod:`hedgerow.controller.store.prices`) loaded into the store when the api starts;
             empty: none (default). Re-loading the same file adds nothing.
         report_cron: when the weekly report job runs on the lease holder, a crontab line in UTC
             (default ``10 0 * * mon``: Monday 00:10 UTC; it also runs once soon after start); it
-            reports the ISO week that just ended (:mod:`hedgerow.controller.report_job`). The job
+            reports the ISO week that just ended (:mod:`hedgerow.controller.report.report_job`). The job
             runs only when ``report_dir`` or ``report_webhook_url`` is set.
         report_dir: directory the job writes ``hedgerow-weekly-<week>.<format>`` into (created
             when missing; empty: no files, the default).
@@ -152,7 +152,7 @@ class Settings(BaseSettings):
             10). Each process also keeps pools of ``db_ingest_pool_size`` and
             ``db_jobs_pool_size`` connections and 2 for the controller lease, so it opens at most
             ``db_pool_size + db_ingest_pool_size + db_jobs_pool_size + 2`` (default 19); ingest
-            fills only its own pool (:func:`hedgerow.controller.db.make_store_engines`).
+            fills only its own pool (:func:`hedgerow.controller.store.db.make_store_engines`).
             SQLite: unused (one engine, as SQLAlchemy sizes it).
         db_ingest_pool_size: PostgreSQL: connections of the ingest pool, which is also the most
             ``POST /v1/calls`` batches one process validates and writes at once (default 4); a
@@ -243,7 +243,7 @@ class Settings(BaseSettings):
     @classmethod
     def _async_driver(cls, value: str) -> str:
         """Map a plain ``sqlite:///`` or ``postgresql://`` url to its async driver."""
-        from hedgerow.controller.db import async_database_url
+        from hedgerow.controller.store.db import async_database_url
 
         return async_database_url(value)
 

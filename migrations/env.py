@@ -3,14 +3,14 @@
 Where the database url comes from, first match wins:
 
 1. ``config.attributes["connection"]``: an open sync connection handed over by
-   :func:`hedgerow.controller.db.migrate_engine` (``hedgerow db upgrade`` and ``hedgerow serve``),
+   :func:`hedgerow.controller.store.db.migrate_engine` (``hedgerow db upgrade`` and ``hedgerow serve``),
    which holds the store's migration lock in its transaction; migrations run on it, in it;
-2. ``config.attributes["url"]``: a url set by a caller of :func:`hedgerow.controller.db.alembic_config`;
+2. ``config.attributes["url"]``: a url set by a caller of :func:`hedgerow.controller.store.db.alembic_config`;
 3. the ``HEDGEROW_DATABASE_URL`` environment variable (``alembic`` CLI from the repo root);
 4. ``sqlalchemy.url`` in ``alembic.ini``.
 
 With a url (2 to 4) the migrations run the same way: one transaction that first takes the
-migration lock (:func:`hedgerow.controller.db.lock_for_migration`), so the ``alembic`` CLI and a
+migration lock (:func:`hedgerow.controller.store.db.lock_for_migration`), so the ``alembic`` CLI and a
 starting ``serve`` never migrate one store at the same time.
 """
 
@@ -23,8 +23,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from hedgerow.controller.db import alembic_include_name, alembic_include_object, lock_for_migration, make_engine
-from hedgerow.controller.models import Base
+from hedgerow.controller.store.db import alembic_include_name, alembic_include_object, lock_for_migration, make_engine
+from hedgerow.controller.store.models import Base
 
 config = context.config
 if config.config_file_name is not None and not config.attributes:

@@ -142,7 +142,7 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
 @pytest.fixture
 async def migrated_url(database_url: str) -> str:
     """``database_url`` migrated to the newest revision."""
-    from hedgerow.controller.db import upgrade_database
+    from hedgerow.controller.store.db import upgrade_database
 
     upgrade_database(database_url)
     return database_url
@@ -151,7 +151,7 @@ async def migrated_url(database_url: str) -> str:
 @pytest.fixture
 async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
     """An async engine on a migrated store (disposed after the test)."""
-    from hedgerow.controller.db import make_engine
+    from hedgerow.controller.store.db import make_engine
 
     eng = make_engine(migrated_url)
     try:
@@ -163,7 +163,7 @@ async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
 @pytest.fixture
 def sessionmaker(engine: AsyncEngine) -> async_sessionmaker:
     """A sessionmaker on the migrated store."""
-    from hedgerow.controller.db import make_sessionmaker
+    from hedgerow.controller.store.db import make_sessionmaker
 
     return make_sessionmaker(engine)
 

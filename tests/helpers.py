@@ -98,7 +98,7 @@ async def drop_day_partitions(url: URL, day: date) -> None:
     Args:
         url: the store's SQLAlchemy URL (``engine.url``); day: the UTC day whose partitions go.
     """
-    from hedgerow.controller.partitions import partition_name
+    from hedgerow.controller.store.partitions import partition_name
 
     other = create_async_engine(url)
     try:

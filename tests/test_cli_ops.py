@@ -187,11 +187,11 @@ def test_routes_without_a_token_says_how_to_give_one(tmp_path: Path) -> None:
 
 def test_the_history_limit_has_one_home_that_loads_no_web_framework() -> None:
     """The CLI's ``--limit`` bound repeated ``api/routes.py``'s ``MAX_HISTORY_LIMIT`` (10,000) as a
-    literal, so the two could drift apart. Both now read ``hedgerow.api.ops_bounds``, which the CLI
+    literal, so the two could drift apart. Both now read ``hedgerow.controller.ops_bounds``, which the CLI
     imports without FastAPI: with the bound lowered there, the CLI and the api both follow."""
     script = """
 import sys, typing
-import hedgerow.api.ops_bounds as bounds
+import hedgerow.controller.ops_bounds as bounds
 bounds.MAX_HISTORY_LIMIT = 5
 import hedgerow.cli_routes
 from typer.testing import CliRunner
@@ -269,7 +269,7 @@ def test_routes_history_shows_a_held_rows_last_tick_and_wraps_reasons_between_co
     for code in ("hysteresis_hold", "backups_rarely_win", "hedges_did_not_lower_p99"):
         assert code in done.output, done.output  # whole, on one line
     # under the table, what each code shown means (reason_codes.REASON_MEANINGS)
-    from hedgerow.controller.reason_codes import REASON_MEANINGS
+    from hedgerow.controller.policy.reason_codes import REASON_MEANINGS
 
     for code in ("hysteresis_hold", "backups_rarely_win", "hedges_did_not_lower_p99"):
         assert f"{code}: {REASON_MEANINGS[code]}" in done.output.replace("\n", " "), done.output

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hedgerow.controller.db import check_ready, head_revision, make_engine, upgrade_database
+from hedgerow.controller.store.db import check_ready, head_revision, make_engine, upgrade_database
 from tests.conftest import PG_ENV, create_pg_database, drop_pg_database
 
 #: Pairs of concurrent ``db upgrade`` runs per store kind (each on a fresh store). Before the
@@ -146,7 +146,7 @@ def test_an_upgrade_waits_a_bounded_time_for_the_postgresql_lock(tmp_path: Path)
     import asyncpg
     from sqlalchemy.engine import make_url
 
-    from hedgerow.controller.db import _MIGRATION_LOCK
+    from hedgerow.controller.store.db import _MIGRATION_LOCK
 
     url = asyncio.run(create_pg_database(base, "hedgerow_lock"))
 

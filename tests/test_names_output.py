@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from hedgerow.controller.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.settings import Settings
 from tests.conftest import make_call
 from tests.serve_process import ServeProcess
@@ -44,7 +44,7 @@ async def _store_legacy(sessionmaker, *, started_at: datetime | None = None) -> 
 
 
 def _fill_sqlite(url: str) -> None:
-    from hedgerow.controller.db import make_engine, make_sessionmaker, migrate_engine
+    from hedgerow.controller.store.db import make_engine, make_sessionmaker, migrate_engine
 
     async def run() -> None:
         engine = make_engine(url)
@@ -119,14 +119,14 @@ def test_text_logs_quote_names_so_they_cannot_forge_fields_or_lines(capsys: pyte
 
 
 async def _report(sessionmaker) -> dict:
-    from hedgerow.controller.report_store import weekly_report
+    from hedgerow.controller.report.report_store import weekly_report
 
     await _store_legacy(sessionmaker, started_at=datetime.now(UTC) - timedelta(minutes=5))
     return await weekly_report(sessionmaker)
 
 
 async def test_markdown_report_escapes_names_so_rows_keep_their_columns(sessionmaker) -> None:
-    from hedgerow.controller.report_render import to_markdown
+    from hedgerow.controller.report.report_render import to_markdown
 
     text = to_markdown(await _report(sessionmaker))
     rows = [line for line in text.splitlines() if line.startswith("|")]
@@ -141,7 +141,7 @@ async def test_markdown_report_escapes_names_so_rows_keep_their_columns(sessionm
 
 
 async def test_csv_report_defuses_formulas_and_keeps_names_in_their_cells(sessionmaker) -> None:
-    from hedgerow.controller.report_render import CSV_COLUMNS, to_csv
+    from hedgerow.controller.report.report_render import CSV_COLUMNS, to_csv
 
     rows = list(csv.DictReader(io.StringIO(to_csv(await _report(sessionmaker)))))
     routes = {row["route"] for row in rows if row["scope"] == "route"}
@@ -153,7 +153,7 @@ async def test_csv_report_defuses_formulas_and_keeps_names_in_their_cells(sessio
 
 
 async def test_html_report_escapes_names_and_draws_dollar_signs(sessionmaker) -> None:
-    from hedgerow.controller.report_render import to_html
+    from hedgerow.controller.report.report_render import to_html
 
     page = to_html(await _report(sessionmaker))  # a$\x$b was mathtext: the page failed with ValueError
     assert "<b>html</b>" not in page and "&lt;b&gt;html&lt;/b&gt;" in page

@@ -1,7 +1,7 @@
 """Add ``hourly_rollups``: calls of one (route, model) and UTC hour folded into counters and histograms.
 
-Filled by :func:`hedgerow.controller.rollups.fold_hours`; lets weekly figures survive the
-deletion of raw calls by :mod:`hedgerow.controller.retention`. Unique (route_id, hour_start).
+Filled by :func:`hedgerow.controller.store.rollups.fold_hours`; lets weekly figures survive the
+deletion of raw calls by :mod:`hedgerow.controller.store.retention`. Unique (route_id, hour_start).
 
 Revision ID: 0003
 Revises: 0002

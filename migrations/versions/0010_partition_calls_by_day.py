@@ -3,7 +3,7 @@
 Every database: ``attempts`` gets ``call_started_at``, its call's ``started_at`` (filled from
 ``calls`` for the existing rows).
 
-PostgreSQL (see :mod:`hedgerow.controller.partitions` for the design): the plain tables are
+PostgreSQL (see :mod:`hedgerow.controller.store.partitions` for the design): the plain tables are
 renamed ``calls_old`` / ``attempts_old``; new ``calls`` (range of ``started_at``) and ``attempts``
 (range of ``call_started_at``) are created partitioned, with one partition per day that has
 rows plus today to three days ahead; every row is copied with its id (the id sequences move to

@@ -1,10 +1,10 @@
 """Add ``minute_aggregates`` (per route and UTC minute: the tick's counters and TTFT histograms), backfilled.
 
 From this revision on, ingest counts every call it stores into its (route, minute) row in the
-same transaction (:mod:`hedgerow.controller.minute_store`). The upgrade creates the table and
+same transaction (:mod:`hedgerow.controller.store.minute_store`). The upgrade creates the table and
 fills it from the calls already stored, in batches of :data:`_BATCH_CALLS` calls by id: per
 batch, the calls and their primary and backup attempts are read, counted by the application's
-rules (:mod:`hedgerow.controller.minute_counts`, the rules the tick reads with, so the
+rules (:mod:`hedgerow.controller.policy.minute_counts`, the rules the tick reads with, so the
 backfilled rows and those ingest writes are the same sums), and added to the rows stored. The
 rows are emptied first, so running the backfill again (:func:`backfill`) gives the same rows.
 Rows older than the tick's widest window are deleted by the next retention run. Run
@@ -83,8 +83,8 @@ def backfill(connection: sa.Connection) -> int:
     Args:
         connection: a connection in the migration's transaction.
     """
-    from hedgerow.controller.minute_counts import call_samples, count_minutes, first_samples
-    from hedgerow.controller.minute_store import COLUMNS, merged_rows
+    from hedgerow.controller.policy.minute_counts import call_samples, count_minutes, first_samples
+    from hedgerow.controller.store.minute_store import COLUMNS, merged_rows
 
     connection.execute(sa.text("DELETE FROM minute_aggregates"))
     insert: Any = postgresql.insert(_TABLE) if connection.dialect.name == "postgresql" else sqlite.insert(_TABLE)

@@ -15,7 +15,7 @@ import pytest
 
 from hedgerow.api.limits import DEFAULT_BODY_LIMIT_BYTES
 from hedgerow.api.prices import MAX_PRICE_BODY_BYTES
-from hedgerow.controller.reason_codes import REASON_CODES
+from hedgerow.controller.policy.reason_codes import REASON_CODES
 
 M = {"model": "m1"}
 PRICE = {"input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from hedgerow.controller.models import Call
+from hedgerow.controller.store.models import Call
 
 
 async def test_failover_denied_is_stored_and_optional(make_api, call_factory) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from hedgerow.controller.models import ThresholdHistory
+from hedgerow.controller.store.models import ThresholdHistory
 from tests.helpers import recent_calls
 
 M = {"model": "m1"}

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from hedgerow.controller.models import Call, Route
+from hedgerow.controller.store.models import Call, Route
 from tests.helpers import drop_day_partitions
 
 
@@ -152,7 +152,7 @@ async def test_responses_records_keep_their_api_and_chat_records_read_chat(make_
 async def test_records_older_than_retention_are_refused_and_late_ones_within_it_get_their_day(
     make_api, call_factory
 ) -> None:
-    from hedgerow.controller.partitions import partition_days
+    from hedgerow.controller.store.partitions import partition_days
 
     now = datetime.now(UTC)
     async with make_api(retention_s=3 * 86400.0) as (app, api):
@@ -177,7 +177,7 @@ async def test_a_cached_day_dropped_by_another_connection_is_made_again_and_the_
 ) -> None:
     from sqlalchemy import text
 
-    from hedgerow.controller.partitions import day_of, partition_name
+    from hedgerow.controller.store.partitions import day_of, partition_name
 
     started = datetime.now(UTC) - timedelta(days=2)
     day = day_of(started)

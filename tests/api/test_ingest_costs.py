@@ -8,7 +8,7 @@ from tests.client.test_record_costs import v1_dict
 async def test_the_api_stores_version_1_records_with_estimated_prompt_tokens(make_api) -> None:
     from sqlalchemy import select
 
-    from hedgerow.controller.models import Attempt
+    from hedgerow.controller.store.models import Attempt
 
     async with make_api() as (app, api):
         answer_v1 = await api.post("/v1/calls", json={"calls": [v1_dict()]})

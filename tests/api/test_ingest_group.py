@@ -17,7 +17,7 @@ import httpx
 from sqlalchemy import func, select
 
 from hedgerow.api.app import create_app
-from hedgerow.controller.models import Call, MinuteAggregate, Route
+from hedgerow.controller.store.models import Call, MinuteAggregate, Route
 from hedgerow.settings import Settings
 
 

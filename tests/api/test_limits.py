@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import func, select
 
 from hedgerow.api.server import bind_socket
-from hedgerow.controller.db import make_engine
-from hedgerow.controller.models import Lease
+from hedgerow.controller.store.db import make_engine
+from hedgerow.controller.store.models import Lease
 from tests.serve_process import peak_rss_bytes, rss_bytes, running_serve
 
 MIB = 1024 * 1024

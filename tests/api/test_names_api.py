@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import pytest
 
-from hedgerow.controller.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.settings import Settings
 from tests.conftest import make_call
 

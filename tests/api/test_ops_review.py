@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 from hedgerow.client.records import MAX_SECONDS
-from hedgerow.controller.models import Call, Route, Threshold, ThresholdHistory
+from hedgerow.controller.store.models import Call, Route, Threshold, ThresholdHistory
 
 M = {"model": "m1"}
 

@@ -9,7 +9,7 @@ from html import unescape
 import pytest
 from sqlalchemy import select
 
-from hedgerow.controller.models import ThresholdHistory
+from hedgerow.controller.store.models import ThresholdHistory
 
 M = {"model": "m1"}
 
@@ -140,7 +140,7 @@ async def test_a_new_route_page_says_what_its_source_and_reasons_mean(make_api) 
     """A route made without calls publishes its maximum from a cold start: the page says what
     ``cold_start`` means, each reason code carries its meaning as a tooltip, and a legend lists
     the codes of the rows shown (``reason_codes.REASON_MEANINGS``)."""
-    from hedgerow.controller.reason_codes import REASON_MEANINGS, SOURCE_MEANINGS
+    from hedgerow.controller.policy.reason_codes import REASON_MEANINGS, SOURCE_MEANINGS
 
     async with make_api() as (_app, api):
         assert (await api.put("/v1/routes/fresh", params=M, json={"budget": 0.05})).status_code == 201

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from hedgerow.api._report_cache import ReportCache
-from hedgerow.controller import report_render, report_store
+from hedgerow.controller.report import report_render, report_store
 from tests.controller.report_store_helpers import fill_store
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hedgerow.api.auth import parse_tokens, token_actor
-from hedgerow.controller.report_render import CSV_COLUMNS
+from hedgerow.controller.report.report_render import CSV_COLUMNS
 from tests.controller.report_store_helpers import fill_store
 
 ADMIN = {"Authorization": "Bearer s3cret-admin"}
@@ -160,8 +160,8 @@ async def test_a_week_that_has_not_started_is_refused_naming_it(make_api) -> Non
     rather than a typo; now the api and both console pages answer 422 naming the week. The next
     week is refused too; the current week is still reported as partial. The console's error page
     leads back to the weekly reports (it offered only "Back to the routes")."""
-    from hedgerow.controller.models import utc_now
-    from hedgerow.controller.report import IsoWeek
+    from hedgerow.controller.report.report import IsoWeek
+    from hedgerow.controller.store.models import utc_now
 
     current = IsoWeek.of(utc_now())
     following = IsoWeek.of(current.until)
@@ -199,8 +199,8 @@ async def test_a_started_week_without_calls_says_so_in_the_api_and_the_cli(make_
     $0.0000 in every format, as if a priced week had cost nothing. Now the api's JSON says
     ``no_calls`` with a "no calls" cost and null sums, its Markdown says no calls were recorded,
     and ``hedgerow report weekly`` says so on stderr too (exit 0: the week is a valid one)."""
-    from hedgerow.controller.models import utc_now
-    from hedgerow.controller.report import IsoWeek
+    from hedgerow.controller.report.report import IsoWeek
+    from hedgerow.controller.store.models import utc_now
 
     week = str(IsoWeek.of(utc_now()).previous())
     async with make_api() as (_app, api):

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from hedgerow.controller.db import make_engine, make_sessionmaker, upgrade_database
-from hedgerow.controller.models import Route
+from hedgerow.controller.store.db import make_engine, make_sessionmaker, upgrade_database
+from hedgerow.controller.store.models import Route
 from tests.browser import assert_local_only, open_page
 from tests.controller.report_store_helpers import fill_store
 from tests.serve_process import ServeProcess

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import func, select
 
-from hedgerow.controller.models import Call, ThresholdHistory
+from hedgerow.controller.store.models import Call, ThresholdHistory
 
 M = {"model": "m1"}
 RESTORE = {"archived": False}

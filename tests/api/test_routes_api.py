@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from hedgerow.controller.models import ThresholdHistory
-from hedgerow.controller.ttft_histogram import BUCKET_RATIO
+from hedgerow.controller.policy.ttft_histogram import BUCKET_RATIO
+from hedgerow.controller.store.models import ThresholdHistory
 
 M = {"model": "m1"}
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from hedgerow.controller.db import make_engine
-from hedgerow.controller.models import Lease
+from hedgerow.controller.store.db import make_engine
+from hedgerow.controller.store.models import Lease
 from tests.serve_process import running_serve
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from hedgerow.api.health import NOT_READY_REASON
-from hedgerow.controller.db import make_engine
+from hedgerow.controller.store.db import make_engine
 
 
 async def test_started_at_far_in_the_future_and_huge_attempt_lists_are_refused(make_api, call_factory) -> None:

@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from hedgerow.controller.db import make_engine, make_sessionmaker
+from hedgerow.controller.store.db import make_engine, make_sessionmaker
 from tests.helpers import recent_calls
 
 

@@ -13,9 +13,9 @@ from sqlalchemy import delete, event, select, update
 
 from hedgerow.api._threshold_cache import ThresholdCache
 from hedgerow.api.thresholds import render_table
-from hedgerow.controller.change_counters import read_change_counter
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.models import Route, Threshold, utc_now
+from hedgerow.controller.store.change_counters import read_change_counter
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import Route, Threshold, utc_now
 from hedgerow.settings import Settings
 from tests.helpers import recent_calls
 

@@ -6,8 +6,8 @@ import pytest
 
 from hedgerow.api.app import create_app
 from hedgerow.api.errors import ApiConfigError
-from hedgerow.controller.db import head_revision
-from hedgerow.controller.queries import HISTORY_FIELDS, THRESHOLD_FIELDS
+from hedgerow.controller.store.db import head_revision
+from hedgerow.controller.store.queries import HISTORY_FIELDS, THRESHOLD_FIELDS
 from hedgerow.settings import Settings
 from tests.helpers import recent_calls
 
@@ -114,7 +114,7 @@ def test_refuses_non_loopback_without_tokens(tmp_path) -> None:
 async def test_patch_route_is_applied_at_once_and_audited(make_api, call_factory) -> None:
     from sqlalchemy import select
 
-    from hedgerow.controller.models import ThresholdHistory
+    from hedgerow.controller.store.models import ThresholdHistory
 
     async with make_api() as (app, api):
         await api.post("/v1/calls", json={"calls": recent_calls(call_factory, "p", 5, 0.3)})

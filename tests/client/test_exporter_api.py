@@ -16,8 +16,8 @@ from sqlalchemy import func, select
 from hedgerow.api.server import serve_async
 from hedgerow.client import TelemetryExporter, ThresholdPoller
 from hedgerow.client.telemetry import full_jitter_backoff_s
-from hedgerow.controller.db import make_engine
-from hedgerow.controller.models import Call
+from hedgerow.controller.store.db import make_engine
+from hedgerow.controller.store.models import Call
 from hedgerow.settings import Settings
 from tests.client.test_background import record
 from tests.helpers import free_port

@@ -6,9 +6,9 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.models import Route, ThresholdHistory
-from hedgerow.controller.prices import parse_price, set_price
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import Route, ThresholdHistory
+from hedgerow.controller.store.prices import parse_price, set_price
 from hedgerow.settings import Settings
 from tests.controller.report_workload import MONDAY, PRICES, week_records
 

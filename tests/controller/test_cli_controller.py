@@ -12,10 +12,10 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from hedgerow.cli import LEASE_HELD_EXIT, app
-from hedgerow.controller.db import head_revision, make_engine, make_sessionmaker
-from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, lease_holder, release_lease
-from hedgerow.controller.models import ThresholdHistory
+from hedgerow.controller.store.db import head_revision, make_engine, make_sessionmaker
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import ThresholdHistory
 from hedgerow.settings import Settings
 
 

@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError, StatementError
 
-from hedgerow.controller.db import check_ready, head_revision, make_engine
 from hedgerow.controller.errors import StoreError
-from hedgerow.controller.models import Attempt, Lease
+from hedgerow.controller.store.db import check_ready, head_revision, make_engine
+from hedgerow.controller.store.models import Attempt, Lease
 
 
 async def test_foreign_keys_are_enforced(sessionmaker) -> None:
@@ -81,7 +81,7 @@ def test_unsupported_urls_are_refused() -> None:
 
 
 def test_plain_urls_are_mapped_to_the_async_drivers() -> None:
-    from hedgerow.controller.db import check_database_url
+    from hedgerow.controller.store.db import check_database_url
     from hedgerow.settings import Settings
 
     assert check_database_url("sqlite:///x.db") == "sqlite+aiosqlite:///x.db"
@@ -93,7 +93,7 @@ def test_plain_urls_are_mapped_to_the_async_drivers() -> None:
 def test_a_sqlite_file_in_a_missing_folder_is_named_with_the_working_directory(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hedgerow.controller.db import check_database_url
+    from hedgerow.controller.store.db import check_database_url
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StoreError, match=r"folder 'tmp/nope' of the SQLite file does not exist; it is relative to"):
@@ -110,8 +110,8 @@ async def test_a_migration_that_fails_midway_is_rolled_back_whole(database_url) 
     fails with a duplicate column)."""
     from sqlalchemy import inspect
 
-    from hedgerow.controller.db import current_revision, migrate_engine, upgrade_database
     from hedgerow.controller.errors import StoreNotReady
+    from hedgerow.controller.store.db import current_revision, migrate_engine, upgrade_database
 
     upgrade_database(database_url, "0003")
     engine = make_engine(database_url)

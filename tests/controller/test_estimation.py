@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
+from hedgerow.controller.policy.estimation import TTFTEstimate, estimate_ttft
 
 #: Primary (and backup) TTFT: lognormal, median 1 s, sigma 0.6; true P90 = exp(0.6 z_0.9).
 TTFT = stats.lognorm(s=0.6, scale=1.0)

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from hedgerow.controller.db import make_engine, make_sessionmaker, upgrade_database
 from hedgerow.controller.errors import StoreError
-from hedgerow.controller.group_commit import GroupCommitWriter
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.models import Attempt, Call, MinuteAggregate
+from hedgerow.controller.store.db import make_engine, make_sessionmaker, upgrade_database
+from hedgerow.controller.store.group_commit import GroupCommitWriter
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import Attempt, Call, MinuteAggregate
 from hedgerow.settings import Settings
 
 DEFAULTS = route_defaults(Settings())

@@ -1,4 +1,4 @@
-"""Tests of the hedged-call TTFT model (``hedgerow.controller.hedge_model``)."""
+"""Tests of the hedged-call TTFT model (``hedgerow.controller.policy.hedge_model``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from hedgerow.controller.estimation import estimate_ttft
-from hedgerow.controller.hedge_model import (
+from hedgerow.controller.policy.estimation import estimate_ttft
+from hedgerow.controller.policy.hedge_model import (
     BucketReplay,
     SurvivalCurve,
     denial_probabilities,

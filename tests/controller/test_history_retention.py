@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import select
 
-from hedgerow.controller.models import Route, ThresholdHistory
-from hedgerow.controller.retention import prune_history, run_retention
+from hedgerow.controller.store.models import Route, ThresholdHistory
+from hedgerow.controller.store.retention import prune_history, run_retention
 from hedgerow.settings import Settings
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from sqlalchemy import func, select
 
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.models import Attempt, Call, Route
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import Attempt, Call, Route
 from hedgerow.settings import Settings
 
 
@@ -125,7 +125,7 @@ async def test_cached_route_ids_skip_the_routes_table_and_a_batch_is_a_few_state
 ) -> None:
     from sqlalchemy import event
 
-    from hedgerow.controller.ingest import RouteIdCache
+    from hedgerow.controller.store.ingest import RouteIdCache
 
     defaults = route_defaults(Settings())
     cache = RouteIdCache()
@@ -162,7 +162,7 @@ async def test_cached_route_ids_skip_the_routes_table_and_a_batch_is_a_few_state
 def test_route_id_cache_lookup_add_and_bound() -> None:
     import pytest
 
-    from hedgerow.controller.ingest import RouteIdCache
+    from hedgerow.controller.store.ingest import RouteIdCache
 
     cache = RouteIdCache(max_entries=2)
     cache.add({("a", "m"): 1, ("b", "m"): 2})

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from hedgerow.controller.estimation import estimate_ttft
-from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.jobs import backup_samples, run_tick
-from hedgerow.controller.models import Threshold, ThresholdHistory
-from hedgerow.controller.queries import HISTORY_FIELDS, get_history, list_thresholds
-from hedgerow.controller.ttft_histogram import BUCKET_RATIO, MAX_RELATIVE_ERROR
+from hedgerow.controller.policy.estimation import estimate_ttft
+from hedgerow.controller.policy.ttft_histogram import BUCKET_RATIO, MAX_RELATIVE_ERROR
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import Threshold, ThresholdHistory
+from hedgerow.controller.store.queries import HISTORY_FIELDS, get_history, list_thresholds
 from hedgerow.settings import Settings
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -222,7 +222,7 @@ async def test_a_recent_hedge_burst_holds_the_value_instead_of_lowering_it(sessi
             recent.append(call_factory(f"r{i}", started_at=started, primary_ttft_s=0.25))
     await _store(sessionmaker, old + recent, settings)
     async with sessionmaker() as session, session.begin():
-        from hedgerow.controller.models import Route, Threshold
+        from hedgerow.controller.store.models import Route, Threshold
 
         route = await session.scalar(select(Route))
         session.add(
@@ -493,7 +493,7 @@ async def test_a_slowdown_in_the_short_window_raises_to_its_own_target_at_once(s
     ]
     await _store(sessionmaker, old + slow, settings)
     async with sessionmaker() as session, session.begin():
-        from hedgerow.controller.models import Route, Threshold
+        from hedgerow.controller.store.models import Route, Threshold
 
         route = await session.scalar(select(Route))
         session.add(
@@ -646,8 +646,8 @@ async def test_a_route_change_between_decide_and_publish_is_not_overwritten(
     sessionmaker, call_factory, change, expected
 ) -> None:
     from hedgerow.controller.jobs import tick_route
-    from hedgerow.controller.models import Route
     from hedgerow.controller.routes_admin import configure_route
+    from hedgerow.controller.store.models import Route
 
     settings = Settings(default_hedge_after_s=2.0)
     published = await _published_route(sessionmaker, call_factory, settings)

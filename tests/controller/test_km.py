@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from hedgerow.controller._km import (
+from hedgerow.controller.policy._km import (
     DurationIndex,
     at_risk_of,
     km_quantiles,
@@ -19,7 +19,7 @@ from hedgerow.controller._km import (
     logrank_z,
     risk_table,
 )
-from hedgerow.controller.estimation import estimate_ttft
+from hedgerow.controller.policy.estimation import estimate_ttft
 
 
 def _sample(seed: int, n: int, ties: bool) -> tuple[np.ndarray, np.ndarray]:

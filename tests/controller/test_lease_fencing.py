@@ -16,12 +16,12 @@ from functools import partial
 import pytest
 from sqlalchemy import func, select
 
-from hedgerow.controller.db import make_engine, make_sessionmaker
-from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.lease import CONTROLLER_LEASE, LeaseLost, acquire_lease, check_lease_held, lease_holder
-from hedgerow.controller.models import Threshold, ThresholdHistory
 from hedgerow.controller.scheduler import ControllerScheduler
+from hedgerow.controller.store.db import make_engine, make_sessionmaker
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import Threshold, ThresholdHistory
 from hedgerow.settings import Settings
 
 TTL_S = 4.0

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from hedgerow.controller.minute_counts import (
+from hedgerow.controller.policy.minute_counts import (
     BACKUP_CENSORED,
     CALL_TTFT,
     PRIMARY_CENSORED,
@@ -21,7 +21,7 @@ from hedgerow.controller.minute_counts import (
     merge_many,
     minute_index,
 )
-from hedgerow.controller.ttft_histogram import N_BUCKETS, bucket_index, bucket_indices
+from hedgerow.controller.policy.ttft_histogram import N_BUCKETS, bucket_index, bucket_indices
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 

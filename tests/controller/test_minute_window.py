@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from hedgerow.controller._minute_window import minutes_of, raw_since, read_minutes, window_data
-from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.jobs import observe_routes, window_records
-from hedgerow.controller.minute_counts import KINDS, minute_index
-from hedgerow.controller.models import Call, MinuteAggregate, Route
-from hedgerow.controller.retention import run_retention
-from hedgerow.controller.ttft_histogram import BUCKET_RATIO, N_BUCKETS, histogram_of
+from hedgerow.controller.policy.minute_counts import KINDS, minute_index
+from hedgerow.controller.policy.ttft_histogram import BUCKET_RATIO, N_BUCKETS, histogram_of
+from hedgerow.controller.store._minute_window import minutes_of, raw_since, read_minutes, window_data
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import Call, MinuteAggregate, Route
+from hedgerow.controller.store.retention import run_retention
 from hedgerow.settings import Settings
 from tests.controller.rollup_workload import workload
 

@@ -14,9 +14,9 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from sqlalchemy import event, func, select, text
 
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.models import Attempt, Call, HourlyRollup
-from hedgerow.controller.partitions import (
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import Attempt, Call, HourlyRollup
+from hedgerow.controller.store.partitions import (
     DAYS_AHEAD,
     DayPartitionCache,
     DayPartitionMissing,
@@ -25,8 +25,8 @@ from hedgerow.controller.partitions import (
     partition_days,
     partition_name,
 )
-from hedgerow.controller.retention import drop_folded_days, run_retention
-from hedgerow.controller.rollups import floor_hour, fold_hours, merge_rollups
+from hedgerow.controller.store.retention import drop_folded_days, run_retention
+from hedgerow.controller.store.rollups import floor_hour, fold_hours, merge_rollups
 from hedgerow.settings import Settings
 from tests.helpers import drop_day_partitions
 

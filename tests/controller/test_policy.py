@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from hedgerow.controller._policy_rules import (
+from hedgerow.controller.policy._policy_rules import (
     binomial_lower_bound,
     binomial_upper_bound,
     cold_start_confidence,
@@ -26,9 +26,9 @@ from hedgerow.controller._policy_rules import (
     supported_value,
     window_scan_ratio,
 )
-from hedgerow.controller._policy_window import WindowRecords, observe_window
-from hedgerow.controller.estimation import TTFTEstimate, estimate_ttft
-from hedgerow.controller.policy import (
+from hedgerow.controller.policy._policy_window import WindowRecords, observe_window
+from hedgerow.controller.policy.estimation import TTFTEstimate, estimate_ttft
+from hedgerow.controller.policy.policy import (
     REASON_CODES,
     Decision,
     Observation,
@@ -746,7 +746,7 @@ print(done.exit_code, "numpy" in sys.modules, "scipy" in sys.modules)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["2", "False", "False"], done.stdout
-    from hedgerow.controller import reason_codes
+    from hedgerow.controller.policy import reason_codes
 
     assert REASON_CODES is reason_codes.REASON_CODES
 

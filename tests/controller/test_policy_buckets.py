@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hedgerow.controller._policy_rules import spread_steps
-from hedgerow.controller.hedge_model import SurvivalCurve, km_survival, predicted_quantiles
-from hedgerow.controller.ttft_histogram import BUCKET_ENDS_S as ENDS
-from hedgerow.controller.ttft_histogram import BUCKET_RATIO, bucket_indices
+from hedgerow.controller.policy._policy_rules import spread_steps
+from hedgerow.controller.policy.hedge_model import SurvivalCurve, km_survival, predicted_quantiles
+from hedgerow.controller.policy.ttft_histogram import BUCKET_ENDS_S as ENDS
+from hedgerow.controller.policy.ttft_histogram import BUCKET_RATIO, bucket_indices
 
 
 def test_a_step_at_a_bucket_end_is_spread_over_its_bucket() -> None:

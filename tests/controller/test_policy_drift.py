@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hedgerow.controller._policy_drift import DEFAULT_SPLITS_S, MIN_SINCE_S, detect_change, detect_tail_recovery
+from hedgerow.controller.policy._policy_drift import DEFAULT_SPLITS_S, MIN_SINCE_S, detect_change, detect_tail_recovery
 
 
 def window(minutes_slow: float, *, factor: float = 2.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -167,8 +167,8 @@ def test_tail_split_counts_follow_the_known_over_rule() -> None:
     """The tail comparison counts each part at the distinct durations (``_exceedances``); it
     must agree with ``_policy_rules.known_over_counts`` at every level, ties and censoring
     times equal to the level included."""
-    from hedgerow.controller._policy_drift import _exceedances
-    from hedgerow.controller._policy_rules import known_over_counts
+    from hedgerow.controller.policy._policy_drift import _exceedances
+    from hedgerow.controller.policy._policy_rules import known_over_counts
 
     rng = np.random.default_rng(3)
     durations = rng.choice(np.arange(0.1, 3.0, 0.1).round(1), 400)  # many ties

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hedgerow.controller._policy_window import (
+from hedgerow.controller.policy._policy_window import (
     TAIL_SAMPLES,
     CallCounts,
     Samples,
@@ -14,7 +14,7 @@ from hedgerow.controller._policy_window import (
     observe_window,
     ttft_sample,
 )
-from hedgerow.controller.policy import PolicyKnobs
+from hedgerow.controller.policy.policy import PolicyKnobs
 from hedgerow.settings import Settings
 
 

@@ -15,13 +15,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hedgerow.controller.estimation import estimate_ttft
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.prices import PriceBook, list_prices, parse_price, set_price
-from hedgerow.controller.report import IsoWeek
-from hedgerow.controller.report_store import weekly_report
-from hedgerow.controller.rollups import fold_hours
-from hedgerow.controller.ttft_histogram import MAX_RELATIVE_ERROR
+from hedgerow.controller.policy.estimation import estimate_ttft
+from hedgerow.controller.policy.ttft_histogram import MAX_RELATIVE_ERROR
+from hedgerow.controller.report.report import IsoWeek
+from hedgerow.controller.report.report_store import weekly_report
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.prices import PriceBook, list_prices, parse_price, set_price
+from hedgerow.controller.store.rollups import fold_hours
 from hedgerow.settings import Settings
 from tests.controller.report_workload import (
     EDGE_CALLS,
@@ -179,7 +179,7 @@ async def test_price_rows_are_an_audit_trail_and_reloading_adds_nothing(sessionm
 async def test_small_and_near_one_second_figures_are_written_as_measured(sessionmaker) -> None:
     """A 0.5 ms TPOT was printed as "0 ms" and a 0.9996 s P99 as "1000 ms" in the HTML and
     Markdown reports; now "0.5 ms" and "1.00 s"."""
-    from hedgerow.controller.report_render import to_html, to_markdown
+    from hedgerow.controller.report.report_render import to_html, to_markdown
 
     await _store(sessionmaker, week_records(per_route=60))
     report = await weekly_report(sessionmaker, "2026-W48", now=datetime(2026, 12, 1, tzinfo=UTC))
@@ -197,7 +197,7 @@ async def test_the_calls_card_says_when_the_previous_week_has_no_data(sessionmak
     ``week_records`` puts 150 calls in W47 and none in W46, so W47's report has no previous week
     and W48's has one.
     """
-    from hedgerow.controller.report_render import to_html
+    from hedgerow.controller.report.report_render import to_html
 
     await _store(sessionmaker, week_records(per_route=20))
     now = datetime(2026, 12, 1, tzinfo=UTC)
@@ -214,7 +214,7 @@ async def test_a_week_without_calls_says_so_and_claims_no_price_or_rate(sessionm
     measured week of nothing. Now its cost is "no calls" with null sums, ``no_calls`` is true, and
     no format shows a $0 spend, a 0% rate or a "priced" status; the summary says no calls were
     recorded. The week after (with calls) is unchanged: priced, with figures."""
-    from hedgerow.controller.report_render import to_csv, to_html, to_markdown
+    from hedgerow.controller.report.report_render import to_csv, to_html, to_markdown
 
     await _store(sessionmaker, week_records(per_route=20))  # calls in W47 and W48, none in W40
     now = datetime(2026, 12, 1, tzinfo=UTC)
@@ -248,7 +248,7 @@ async def test_the_summary_says_what_a_zero_or_negative_p99_saving_means(session
     """The summary (a demo's report pools its three ways) read "saved 0 ms" or "saved -12 ms":
     a saving that is none. It now says there was none, and by how much the delivered P99 was
     above the primaries' own when it was."""
-    from hedgerow.controller.report_render import summary_text, to_html, to_markdown
+    from hedgerow.controller.report.report_render import summary_text, to_html, to_markdown
 
     await _store(sessionmaker, week_records(per_route=20))
     report = await weekly_report(sessionmaker, "2026-W48", now=datetime(2026, 12, 1, tzinfo=UTC))

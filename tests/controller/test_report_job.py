@@ -9,10 +9,10 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from hedgerow.controller.models import ReportDelivery
-from hedgerow.controller.report import IsoWeek
-from hedgerow.controller.report_job import claim_delivery, deliver_weekly_report, retry_deliveries
-from hedgerow.controller.report_store import weekly_report
+from hedgerow.controller.report.report import IsoWeek
+from hedgerow.controller.report.report_job import claim_delivery, deliver_weekly_report, retry_deliveries
+from hedgerow.controller.report.report_store import weekly_report
+from hedgerow.controller.store.models import ReportDelivery
 from hedgerow.settings import Settings
 from tests.controller.report_store_helpers import fill_store
 from tests.controller.webhook_receiver import WebhookReceiver

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hedgerow.controller import report_plots
+from hedgerow.controller.report import report_plots
 
 
 def _daily(with_data: int) -> list[dict[str, Any]]:

@@ -12,17 +12,17 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from hedgerow.cli import app
-from hedgerow.controller.db import make_engine, make_sessionmaker
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.models import Attempt, Call, HourlyRollup, utc_now
-from hedgerow.controller.retention import delete_folded_raw, run_retention
-from hedgerow.controller.rollups import (
+from hedgerow.controller.scheduler import ControllerScheduler
+from hedgerow.controller.store.db import make_engine, make_sessionmaker
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import Attempt, Call, HourlyRollup, utc_now
+from hedgerow.controller.store.retention import delete_folded_raw, run_retention
+from hedgerow.controller.store.rollups import (
     COUNTER_FIELDS,
     floor_hour,
     fold_hours,
     merge_rollups,
 )
-from hedgerow.controller.scheduler import ControllerScheduler
 from hedgerow.settings import Settings
 from tests.controller.rollup_workload import direct_figures, workload
 

@@ -12,18 +12,8 @@ import numpy as np
 import pytest
 from sqlalchemy import delete, func, select, text
 
-from hedgerow.controller.estimation import estimate_ttft
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.models import HourlyRollup, Route
-from hedgerow.controller.rollups import (
-    COUNTER_FIELDS,
-    Rollup,
-    floor_hour,
-    fold_hours,
-    merge_rollups,
-    rollup_from_row,
-)
-from hedgerow.controller.ttft_histogram import (
+from hedgerow.controller.policy.estimation import estimate_ttft
+from hedgerow.controller.policy.ttft_histogram import (
     BUCKET_RATIO,
     MAX_RELATIVE_ERROR,
     MIN_S,
@@ -36,6 +26,16 @@ from hedgerow.controller.ttft_histogram import (
     histogram_of,
     km_quantile,
     merge_counts,
+)
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import HourlyRollup, Route
+from hedgerow.controller.store.rollups import (
+    COUNTER_FIELDS,
+    Rollup,
+    floor_hour,
+    fold_hours,
+    merge_rollups,
+    rollup_from_row,
 )
 from hedgerow.settings import Settings
 from tests.controller.rollup_workload import direct_figures, make_record, workload

@@ -12,12 +12,12 @@ import pytest
 from sqlalchemy import func, select
 
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded, UnknownRoute
-from hedgerow.controller.ingest import RouteIdCache, ingest_calls, route_defaults
 from hedgerow.controller.jobs import run_tick
-from hedgerow.controller.models import Call
-from hedgerow.controller.overview import route_overview
-from hedgerow.controller.queries import get_history, get_threshold, list_routes, list_thresholds
 from hedgerow.controller.routes_admin import archive_route, configure_route, restore_route
+from hedgerow.controller.store.ingest import RouteIdCache, ingest_calls, route_defaults
+from hedgerow.controller.store.models import Call
+from hedgerow.controller.store.overview import route_overview
+from hedgerow.controller.store.queries import get_history, get_threshold, list_routes, list_thresholds
 from hedgerow.settings import Settings
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -103,8 +103,8 @@ async def test_archived_routes_leave_the_cap_ticks_lists_and_overview(sessionmak
 
 
 async def test_the_weekly_report_has_no_row_for_an_archived_route_after_its_week(sessionmaker, call_factory) -> None:
-    from hedgerow.controller.report import IsoWeek
-    from hedgerow.controller.report_store import weekly_report
+    from hedgerow.controller.report.report import IsoWeek
+    from hedgerow.controller.report.report_store import weekly_report
 
     await _ingest(sessionmaker, _records(call_factory, "a", 3) + _records(call_factory, "k", 3, route="keep"))
     await run_tick(sessionmaker, Settings(), now=NOW)

@@ -8,9 +8,9 @@ import time
 
 from sqlalchemy import func, select
 
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.models import ThresholdHistory
 from hedgerow.controller.scheduler import ControllerScheduler
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import ThresholdHistory
 from hedgerow.settings import Settings
 
 

@@ -1,8 +1,8 @@
-"""The TTFT histogram's bucket table (``hedgerow.controller.ttft_histogram``)."""
+"""The TTFT histogram's bucket table (``hedgerow.controller.policy.ttft_histogram``)."""
 
 from __future__ import annotations
 
-from hedgerow.controller.ttft_histogram import BUCKET_ENDS_S, N_BUCKETS, bucket_bounds
+from hedgerow.controller.policy.ttft_histogram import BUCKET_ENDS_S, N_BUCKETS, bucket_bounds
 
 
 def test_bucket_ends_are_the_upper_edges_and_the_overflows_lower_edge() -> None:

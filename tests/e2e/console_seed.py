@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
-from hedgerow.controller.db import make_engine, make_sessionmaker, migrate_engine
-from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.jobs import run_tick
+from hedgerow.controller.store.db import make_engine, make_sessionmaker, migrate_engine
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.settings import Settings
 from tests.conftest import make_call
 

@@ -50,9 +50,9 @@ async def fresh_pg_url() -> AsyncIterator[str]:
 
 async def _lease_row(db_url: str) -> tuple[str, datetime] | None:
     """The controller lease's (holder, expires_at) as stored, or None."""
-    from hedgerow.controller.db import make_engine, make_sessionmaker
     from hedgerow.controller.lease import CONTROLLER_LEASE
-    from hedgerow.controller.models import Lease
+    from hedgerow.controller.store.db import make_engine, make_sessionmaker
+    from hedgerow.controller.store.models import Lease
 
     engine = make_engine(db_url)
     try:

@@ -57,9 +57,9 @@ async def _history(http: httpx.AsyncClient) -> list[datetime]:
 
 async def _lease_holder_pid(db_url: str) -> int | None:
     """The pid in the unexpired controller lease's holder id (``host:pid:random``), or None."""
-    from hedgerow.controller.db import make_engine, make_sessionmaker
     from hedgerow.controller.lease import CONTROLLER_LEASE
-    from hedgerow.controller.models import Lease
+    from hedgerow.controller.store.db import make_engine, make_sessionmaker
+    from hedgerow.controller.store.models import Lease
 
     engine = make_engine(db_url)
     try:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from hedgerow.controller.db import make_engine, make_sessionmaker, upgrade_database
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.models import ReportDelivery
-from hedgerow.controller.report import IsoWeek
+from hedgerow.controller.report.report import IsoWeek
+from hedgerow.controller.store.db import make_engine, make_sessionmaker, upgrade_database
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import ReportDelivery
 from hedgerow.settings import Settings
 from tests.conftest import fresh_pg_database, make_call
 from tests.controller.webhook_receiver import WebhookReceiver

@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 from sqlalchemy import select, text, update
 
-from hedgerow.controller.db import downgrade_database, make_engine, make_sessionmaker, upgrade_database
-from hedgerow.controller.models import Attempt, HourlyRollup
-from hedgerow.controller.report_store import weekly_report
-from hedgerow.controller.rollups import FOLD_VERSION, fold_hours
+from hedgerow.controller.report.report_store import weekly_report
+from hedgerow.controller.store.db import downgrade_database, make_engine, make_sessionmaker, upgrade_database
+from hedgerow.controller.store.models import Attempt, HourlyRollup
+from hedgerow.controller.store.rollups import FOLD_VERSION, fold_hours
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

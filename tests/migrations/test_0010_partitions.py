@@ -12,10 +12,10 @@ from datetime import UTC, date, datetime, timedelta
 
 from sqlalchemy import func, select, text
 
-from hedgerow.controller.db import downgrade_database, make_engine, make_sessionmaker, upgrade_database
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.models import Attempt, Call
-from hedgerow.controller.partitions import partition_days
+from hedgerow.controller.store.db import downgrade_database, make_engine, make_sessionmaker, upgrade_database
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import Attempt, Call
+from hedgerow.controller.store.partitions import partition_days
 from hedgerow.settings import Settings
 from tests.conftest import make_call
 

@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 
 from sqlalchemy import select
 
-from hedgerow.controller.db import downgrade_database, make_engine, make_sessionmaker, upgrade_database
-from hedgerow.controller.ingest import ingest_calls, route_defaults
-from hedgerow.controller.models import MinuteAggregate
+from hedgerow.controller.store.db import downgrade_database, make_engine, make_sessionmaker, upgrade_database
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.controller.store.models import MinuteAggregate
 from hedgerow.settings import Settings
 from tests.controller.rollup_workload import workload
 

@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import inspect, text
 
-from hedgerow.controller.change_counters import read_change_counter
-from hedgerow.controller.db import downgrade_database, make_engine, make_sessionmaker, upgrade_database
-from hedgerow.controller.ingest import ingest_calls, route_defaults
 from hedgerow.controller.routes_admin import archive_route
+from hedgerow.controller.store.change_counters import read_change_counter
+from hedgerow.controller.store.db import downgrade_database, make_engine, make_sessionmaker, upgrade_database
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.settings import Settings
 from tests.conftest import make_call
 

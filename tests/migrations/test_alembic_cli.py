@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hedgerow.controller.db import head_revision
+from hedgerow.controller.store.db import head_revision
 
 REPO = Path(__file__).resolve().parents[2]
 

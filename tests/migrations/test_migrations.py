@@ -6,7 +6,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
-from hedgerow.controller.db import (
+from hedgerow.controller.store.db import (
     alembic_include_name,
     alembic_include_object,
     current_revision,
@@ -15,8 +15,8 @@ from hedgerow.controller.db import (
     make_engine,
     upgrade_database,
 )
-from hedgerow.controller.models import Base
-from hedgerow.controller.partitions import is_partition_name
+from hedgerow.controller.store.models import Base
+from hedgerow.controller.store.partitions import is_partition_name
 
 TABLES = {
     "routes", "calls", "attempts", "thresholds", "threshold_history", "leases", "hourly_rollups", "prices",

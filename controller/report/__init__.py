@@ -1,0 +1,3 @@
+"""hedgerow.controller.report.report: the weekly cost/latency report: its figures, its four formats, its
+charts, reading it from the store, and the scheduled delivery.
+"""
