@@ -180,7 +180,7 @@ class Settings(BaseSettings):
     tail_quantile: float = Field(0.99, gt=0.5, lt=1)
     drift_alpha: float = Field(0.001, ge=0, lt=1)
     drift_min_ratio: float = Field(1.75, ge=1)
-    default_budget: float = Field(0.10, ge=0, le=1)
+    default_budget: float = Field(0.10, allow_inf_nan=False)
     default_hedge_after_s: float = Field(2.0, gt=0)
     min_hedge_after_s: float = Field(0.05, gt=0)
     max_hedge_after_s: float = Field(30.0, gt=0)
@@ -278,6 +278,17 @@ class Settings(BaseSettings):
         """Refuse a webhook format other than slack or json."""
         if value not in ("slack", "json"):
             raise ValueError(f"HEDGEROW_REPORT_WEBHOOK_FORMAT must be slack or json, got {value!r}")
+        return value
+
+    @field_validator("default_budget")
+    @classmethod
+    def _check_default_budget(cls, value: float) -> float:
+        """Refuse a default budget that no route could take: the routes' own rule (0 < budget < 1)."""
+        from hedgerow.controller.ops_bounds import budget_range_error  # the standard library only
+
+        problem = budget_range_error(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("max_window_s")
