@@ -397,6 +397,32 @@ def _check_stored_names(route: str, model: str) -> None:
             raise ValueError(f"{name} {problem}")
 
 
+def _state_change_time(route: str, model: str, actor: str, now: datetime | None) -> datetime:
+    """Check an archive or restore's arguments; return its time (``now``, default the clock).
+
+    Raises:
+        ValueError: an empty name or one with a control character, a bad ``actor``, or a naive ``now``.
+    """
+    _check_stored_names(route, model)
+    _check_actor(actor)
+    now = now or utc_now()
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (UTC)")
+    return now
+
+
+async def _lock_named_route(session: AsyncSession, route: str, model: str) -> tuple[Route, Threshold | None]:
+    """The (route, model) row and its threshold, locked for a change (:func:`lock_route`).
+
+    Raises:
+        UnknownRoute: no such (route, model).
+    """
+    found = await session.scalar(select(Route.id).where(Route.route == route, Route.model == model))
+    if found is None:
+        raise UnknownRoute(route, model)
+    return await lock_route(session, found)
+
+
 async def archive_route(
     sessionmaker: async_sessionmaker[AsyncSession],
     route: str,
@@ -425,17 +451,10 @@ async def archive_route(
         UnknownRoute: no such (route, model).
         ValueError: an empty name or one with a control character, a bad ``actor``, or a naive ``now``.
     """
-    _check_stored_names(route, model)
-    _check_actor(actor)
-    now = now or utc_now()
-    if now.tzinfo is None:
-        raise ValueError("now must be timezone-aware (UTC)")
+    now = _state_change_time(route, model, actor, now)
     history: dict[str, Any] | None = None
     async with sessionmaker() as session, session.begin():
-        found = await session.scalar(select(Route.id).where(Route.route == route, Route.model == model))
-        if found is None:
-            raise UnknownRoute(route, model)
-        row, threshold = await lock_route(session, found)
+        row, threshold = await _lock_named_route(session, route, model)
         if row.archived_at is None:
             row.archived_at = now
             row.archived_by = actor
@@ -483,17 +502,10 @@ async def restore_route(
             name ``max_models_per_route`` models in use.
         ValueError: an empty name or one with a control character, a bad ``actor``, or a naive ``now``.
     """
-    _check_stored_names(route, model)
-    _check_actor(actor)
-    now = now or utc_now()
-    if now.tzinfo is None:
-        raise ValueError("now must be timezone-aware (UTC)")
+    now = _state_change_time(route, model, actor, now)
     history: dict[str, Any] | None = None
     async with sessionmaker() as session, session.begin():
-        found = await session.scalar(select(Route.id).where(Route.route == route, Route.model == model))
-        if found is None:
-            raise UnknownRoute(route, model)
-        row, threshold = await lock_route(session, found)
+        row, threshold = await _lock_named_route(session, route, model)
         if row.archived_at is not None:
             active = Route.archived_at.is_(None)
             total = int(await session.scalar(select(func.count()).select_from(Route).where(active)) or 0)
