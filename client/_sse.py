@@ -44,7 +44,7 @@ class SseDecoder:
 
     Holds back the unfinished last line until the next piece, and remembers a piece that ended in
     ``\\r`` (a line end already) so that a ``\\n`` opening the next piece is not a second one; memory
-    is bounded by the caller (``_EventSizeCap`` of the hedging client caps the bytes between two
+    is bounded by the caller (``_attempt_io.EventSizeCap`` caps the bytes between two
     blank lines).
     """
 

@@ -101,6 +101,7 @@ from typing import Any
 
 import httpx
 
+from hedgerow.client._attempt_io import send_streaming, wait_tasks_shielded
 from hedgerow.client._portal import PORTAL
 from hedgerow.client._transport import OwnedTransport
 from hedgerow.client.budget import HedgeBudget
@@ -116,8 +117,6 @@ from hedgerow.client.hedging import (
     HedgingClient,
     RecordSink,
     ThresholdSource,
-    send_streaming,
-    wait_tasks_shielded,
 )
 from hedgerow.client.names import check_route_name
 from hedgerow.client.policy import HedgePolicy, Upstream

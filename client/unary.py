@@ -45,27 +45,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from hedgerow.client._race import Action, AttemptState, Cancel, Done, Race, Raise, Start
-from hedgerow.client._responses import chat_usage
-from hedgerow.client._transport import BODY_LIMIT_EXTENSION
-from hedgerow.client.budget import FailoverBudget, HedgeBudget
-from hedgerow.client.errors import HedgeError
-from hedgerow.client.hedging import (
+from hedgerow.client._attempt_io import (
     ATTEMPT_HEADER,
     NON_RETRYABLE_STATUSES,
-    RecordSink,
     attempt_request_id,
     not_found_hint,
     open_response,
     send_streaming,
     wait_tasks_shielded,
 )
+from hedgerow.client._race import Action, AttemptState, Cancel, Done, Race, Raise, Start
+from hedgerow.client._responses import chat_usage
+from hedgerow.client._transport import BODY_LIMIT_EXTENSION
+from hedgerow.client.budget import FailoverBudget, HedgeBudget
+from hedgerow.client.errors import HedgeError
 from hedgerow.client.policy import HedgePolicy, Upstream
 from hedgerow.client.records import CallApi, CallRecord
+
+if TYPE_CHECKING:
+    from hedgerow.client.hedging import RecordSink
 
 __all__ = ["UnaryAttemptFailure", "UnaryResult", "unary_call"]
 

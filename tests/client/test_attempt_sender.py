@@ -1,4 +1,4 @@
-"""How an attempt's request is built and sent (``hedgerow.client.hedging._AttemptSender``).
+"""How an attempt's request is built and sent (``hedgerow.client._attempt_io.AttemptSender``).
 
 The attempts skip ``httpx.AsyncClient.send`` and build their requests from per-upstream header
 templates; these tests pin what that must keep of httpx's ``build_request`` + ``send``: the
@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from hedgerow.client import AllAttemptsFailed, HedgingClient, Upstream
+from hedgerow.client._attempt_io import AttemptSender, attempt_request_id
 from hedgerow.client._transport import OwnedTransport
-from hedgerow.client.hedging import _AttemptSender, attempt_request_id
 from tests.client.scripted_server import chunk, sse
 from tests.helpers import BODY
 
@@ -155,7 +155,7 @@ async def test_a_transport_error_carries_its_request_and_httpx_logs_each_request
 async def test_a_closed_client_refuses_to_send() -> None:
     transport = OwnedTransport(recording([]))
     http = httpx.AsyncClient(transport=transport)
-    sender = _AttemptSender(http, transport)
+    sender = AttemptSender(http, transport)
     request = httpx.Request("POST", "http://a.test/v1/chat/completions", content=b"{}")
     response = await sender.send(request)
     assert response.status_code == 200 and response.request is request

@@ -2,8 +2,8 @@
 
 The attempt task is meant to be cancelled only through its ``CancelGate``, which holds a
 cancellation back while the task closes its response in itself and never cancels it twice. Two
-``asyncio.timeout`` blocks inside the task cancel it directly all the same: ``_drain``
-(``DRAIN_TIMEOUT_S`` after ``[DONE]``) and ``_body_excerpt`` (0.5 s for an error body). httpx
+``asyncio.timeout`` blocks inside the task cancel it directly all the same: ``drain_body``
+(``DRAIN_TIMEOUT_S`` after ``[DONE]``) and ``body_excerpt`` (0.5 s for an error body). httpx
 closes a response inside them (at the end of its body), and httpcore closes the connection inside
 them when a read is cancelled; a cancellation landing in either close leaves the connection
 counted as active in the pool for good (encode/httpcore#1115).
@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from hedgerow.client import AllAttemptsFailed, HedgingClient, Upstream
+from hedgerow.client._attempt_io import DRAIN_TIMEOUT_S
 from hedgerow.client._transport import CancelGate
-from hedgerow.client.hedging import DRAIN_TIMEOUT_S
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
 from tests.helpers import BODY
 
