@@ -87,6 +87,7 @@ from hedgerow.sim._demo_summary import (
     ModeResult,
     PartResult,
     after_change_ttfts,
+    best_way_sentence,
     conclusion_sentences,
     manual_p90,
     p99_difference_interval,
@@ -104,6 +105,7 @@ __all__ = [
     "DemoRun",
     "ModeResult",
     "PartResult",
+    "best_way_sentence",
     "build_workload",
     "conclusion_sentences",
     "manual_p90",
@@ -649,7 +651,7 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
         finally:
             await procs.stop()
     interval = p99_difference_interval(after["adaptive"], after["fixed"]) if len(after) == len(MODES) else None
-    sentences = conclusion_sentences(results, change, config.budget, fixed_source, interval)
+    sentences = conclusion_sentences(results, change, config.budget, fixed_source, interval, after)
     return DemoRun(
         results, report_paths, report, change, fixed_s, fixed_source, tuple(sentences), tuple(notices), interval
     )
