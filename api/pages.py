@@ -5,7 +5,8 @@ Pages:
 - ``GET /ui/`` and ``GET /ui/routes``: every route at a glance (published ``hedge_after_s``, its
   source, budget, last hour's hedge rate and backup win rate, flags, last change);
 - ``GET /ui/routes/{route}?model=&range=``: one route: step chart of the published threshold with
-  the primary's P90/P99, chart of the hedge rate against the budget, over ``range`` (``1h``,
+  the primary's P90/P99 (log y axis), chart of the hedge rate against the budget (a line over a
+  shaded band: the share allowed), over ``range`` (``1h``,
   ``6h``, ``24h``, ``7d``, ``30d``; a route whose history starts inside the range gets charts fitted
   to its data, with a note saying so); the history table (filters ``applied``, ``reason``, ``since``,
   ``until`` in UTC; 50 rows a page, ``page=``); the configuration, and with the admin scope a form;
@@ -46,7 +47,7 @@ from hedgerow.api._page_kit import (
     route_url,
 )
 from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
-from hedgerow.api.charts import SeriesData, time_chart
+from hedgerow.api.charts import SeriesData, seconds_label, time_chart
 from hedgerow.api.metrics import metrics_response
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import AmbiguousModel, RouteLimitExceeded, UnknownRoute
@@ -181,12 +182,14 @@ def _charts(
             ],
             since,
             until,
-            title="Published threshold and the primary's P90/P99 TTFT, seconds",
-            y_format=lambda v: f"{v:g} s",
+            title="Published threshold and the primary's P90/P99 TTFT (log scale)",
+            y_format=seconds_label,
+            y_scale="log",  # the 30 s cold start would flatten the 0.1-1 s working range
             note=note,
         ),
         time_chart(
             [
+                SeriesData("within budget", "s-budget-band", "band", budget),
                 SeriesData("hedge rate (window)", "s-rate", "line", rate),
                 SeriesData("budget", "s-budget", "step", budget),
             ],

@@ -22,7 +22,14 @@ from hedgerow.cli_report import report_app
 from hedgerow.cli_routes import routes_app
 
 if TYPE_CHECKING:
-    from hedgerow.client import CallRecord, HedgePolicy, HedgingClient, ResponsesAssembler, Upstream
+    from hedgerow.client import (
+        CallRecord,
+        HedgePolicy,
+        HedgingClient,
+        ResponsesAssembler,
+        TelemetryExporter,
+        Upstream,
+    )
     from hedgerow.client.chunks import AnswerAssembler
     from hedgerow.settings import Settings
 
@@ -240,15 +247,18 @@ def _call_policy(hedge_after: str, stall_timeout: str | None, total_timeout: str
         raise fail(f"{flag}:{message.split(':', 1)[1]}" if flag else message, 2) from None
 
 
-def _call_client(upstreams: list[Upstream], route: str, policy: HedgePolicy) -> HedgingClient:
+def _call_client(
+    upstreams: list[Upstream], route: str, policy: HedgePolicy, telemetry: TelemetryExporter | None = None
+) -> HedgingClient:
     """The ``HedgingClient`` of ``hedgerow call``; a ValueError of its own exits 2 naming the flag.
 
     The flags are checked before, so this is the safety net for any rule the library adds later.
+    ``telemetry`` (``--serve``) receives every call's record.
     """
     from hedgerow.client import HedgingClient
 
     try:
-        return HedgingClient(upstreams, route=route, policy=policy)
+        return HedgingClient(upstreams, route=route, policy=policy, telemetry=telemetry)
     except ValueError as exc:
         field, sep, rest = str(exc).partition(":")
         flag = {"route": "--route", "upstreams": "--upstream"}.get(field)
@@ -410,6 +420,113 @@ async def _run_call(
     return answer, record, error
 
 
+#: Bounds of ``hedgerow call --repeat`` and ``--concurrency``.
+MAX_CALL_REPEAT = 100_000
+MAX_CALL_CONCURRENCY = 64
+
+
+def _parse_count(flag: str, text: str, high: int) -> int:
+    """An integer flag in ``1..high``; anything else exits 2 naming the flag."""
+    value = text.strip()
+    if not value.isdecimal() or not 1 <= int(value) <= high:
+        raise fail(f"{flag}: must be an integer from 1 to {high}, got {text!r}", 2)
+    return int(value)
+
+
+async def _run_calls(
+    client: HedgingClient,
+    payload: dict[str, Any],
+    repeat: int,
+    concurrency: int,
+    as_json: bool,
+    guard: _SigintGuard,
+    api: str = "chat",
+) -> list[tuple[CallRecord | None, str | None]]:
+    """Send ``payload`` ``repeat`` times through ``client``, at most ``concurrency`` at once.
+
+    With ``as_json`` each call's ``_call_json`` line is printed as it ends (JSON Lines); the
+    text of the answers is not printed. A SIGINT stops the calls in flight (their records are
+    kept, status ``cancelled``) and sends no more.
+
+    Returns:
+        One ``(record, one-line error or None)`` per call that was started.
+    """
+    import asyncio
+
+    from hedgerow.client import HedgeError, ResponsesAssembler
+    from hedgerow.client.chunks import AnswerAssembler
+
+    results: list[tuple[CallRecord | None, str | None]] = []
+    left = repeat
+
+    async def worker() -> None:
+        nonlocal left
+        while left > 0 and not guard.interrupted:
+            left -= 1
+            answer: AnswerAssembler | ResponsesAssembler = AnswerAssembler() if api == "chat" else ResponsesAssembler()
+            error: str | None = None
+            stream = client.stream_chat(payload) if api == "chat" else client.stream_responses(payload)
+            try:
+                async with stream:
+                    async for chunk in stream:
+                        answer.add(chunk)
+            except HedgeError as exc:
+                error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            finally:
+                results.append((stream.record, error))
+            if as_json:
+                typer.echo(_call_json(answer, stream.record, error))
+
+    guard.attach()
+    try:
+        if not guard.interrupted:
+            async with client:
+                await asyncio.gather(*(worker() for _ in range(min(concurrency, repeat))))
+    except asyncio.CancelledError:
+        if not guard.interrupted:
+            raise
+    finally:
+        guard.detach()
+    return results
+
+
+def _calls_summary(results: list[tuple[CallRecord | None, str | None]]) -> str:
+    """One line about ``hedgerow call --repeat``'s calls: how many ended how, hedged, TTFT P50/P99."""
+    import statistics
+
+    records = [record for record, _ in results if record is not None]
+    failed = sum(1 for _, error in results if error)
+    ttfts = sorted(r.ttft_s for r in records if r.ttft_s is not None)
+    line = f"{len(results)} calls: {len(results) - failed} ok, {failed} failed, {sum(r.hedged for r in records)} hedged"
+    if len(ttfts) >= 2:
+        cuts = statistics.quantiles(ttfts, n=100, method="inclusive")
+        line += f"; TTFT P50 {cuts[49]:.3f} s, P99 {cuts[98]:.3f} s"
+    elif ttfts:
+        line += f"; TTFT {ttfts[0]:.3f} s"
+    return line
+
+
+def _check_export(exporter: TelemetryExporter | None, serve: str | None) -> None:
+    """Exit 1 naming ``--serve`` when the server did not take every record (refused or unsent)."""
+    if exporter is None:
+        return
+    lost = exporter.dropped_by_reason
+    if any(lost.values()):
+        counts = ", ".join(f"{n} {why}" for why, n in lost.items() if n)
+        raise fail(f"--serve: {serve} did not take every record ({counts}; last error: {exporter.last_error})", 1)
+
+
+async def _with_exporter(exporter: TelemetryExporter | None, work: Any) -> Any:
+    """Await ``work`` with ``exporter`` (``--serve``) sending; then flush it (at most 30 s) and close it."""
+    if exporter is not None:
+        exporter.start()
+    try:
+        return await work
+    finally:
+        if exporter is not None:
+            await exporter.aclose(timeout_s=30.0)
+
+
 @app.command(
     epilog="Exit status: 0 when the call succeeded, 1 when the call failed, 2 for bad flags, "
     "130 when interrupted (SIGINT, Ctrl-C)."
@@ -459,14 +576,32 @@ def call(
         "--json",
         help=(
             "Print one JSON object {text, reasoning_text, tool_calls, finish_reason, record[, error]}, "
-            "also when the call fails or is interrupted."
+            "also when the call fails or is interrupted (one line per call with --repeat)."
         ),
+    ),
+    serve: str = typer.Option(
+        None,
+        "--serve",
+        metavar="URL",
+        help="A running `hedgerow serve` (http://127.0.0.1:8400): send it each call's record, as an app's "
+        "TelemetryExporter does.",
+    ),
+    token: str = typer.Option(
+        None, "--token", envvar="HEDGEROW_TOKEN", metavar="TOKEN", help="Bearer token for --serve (HEDGEROW_TOKEN)."
+    ),
+    repeat: str = typer.Option(
+        "1", "--repeat", metavar="N", help=f"Send the request N times (1 to {MAX_CALL_REPEAT}); prints a summary."
+    ),
+    concurrency: str = typer.Option(
+        "1", "--concurrency", metavar="C", help=f"With --repeat, at most C calls at once (1 to {MAX_CALL_CONCURRENCY})."
     ),
 ) -> None:
     """Stream one hedged chat completion (or Responses API call); the text goes to stdout as it arrives.
 
     With --json one object is printed at the end instead, also when the call fails or is interrupted
-    (then with "error" and the record so far).
+    (then with "error" and the record so far). With --repeat N the request is sent N times (sharing one
+    client and its hedge budget, --concurrency at once) and a summary line is printed instead of the
+    text; with --serve every call's record goes to that server, so one command feeds its console.
     """
     import asyncio
 
@@ -482,15 +617,45 @@ def call(
         payload = _call_payload(model, prompt, body, max_tokens, api)
         _check_name("--route", route, route=True)
         policy = _call_policy(hedge_after, stall_timeout, total_timeout, budget)
-        client = _call_client(upstreams, route, policy)
+        calls = _parse_count("--repeat", repeat, MAX_CALL_REPEAT)
+        at_once = _parse_count("--concurrency", concurrency, MAX_CALL_CONCURRENCY)
+        if at_once > 1 and calls == 1:
+            raise fail("--concurrency: only with --repeat N (N > 1)", 2)
+        exporter = None
+        if serve is not None:
+            from hedgerow.client import TelemetryExporter
+
+            try:
+                exporter = TelemetryExporter(serve, token=token, flush_interval_s=0.5)
+            except ValueError as exc:
+                raise fail(f"--serve: {exc}", 2) from None
+        client = _call_client(upstreams, route, policy, exporter)
+        if calls > 1:
+            try:
+                many = asyncio.run(
+                    _with_exporter(exporter, _run_calls(client, payload, calls, at_once, as_json, guard, api))
+                )
+            except KeyboardInterrupt:
+                raise fail("interrupted", _EXIT_INTERRUPTED) from None
+            typer.echo(_calls_summary(many), err=as_json)
+            _check_export(exporter, serve)
+            if guard.interrupted:
+                raise fail("interrupted", _EXIT_INTERRUPTED)
+            if any(error for _, error in many):
+                raise fail("some calls failed", 1)
+            return
         try:
-            answer, record, error = asyncio.run(_run_call(client, payload, as_json, guard, api))
+            answer, record, error = asyncio.run(
+                _with_exporter(exporter, _run_call(client, payload, as_json, guard, api))
+            )
         except KeyboardInterrupt:  # SIGINT with a handler of the embedding program
             raise fail("interrupted", _EXIT_INTERRUPTED) from None
         if as_json:
             typer.echo(_call_json(answer, record, error))
         elif answer.text:
             typer.echo("")
+        if error != "interrupted":
+            _check_export(exporter, serve)
         if error == "interrupted":
             raise fail(error, _EXIT_INTERRUPTED)
         if error:
@@ -699,6 +864,14 @@ def demo(
         help="The replicas' Splitwise speed table (default: ../shared/data/traces/splitwise_perf_model.csv, "
         "else the one beside --trace, else the embedded copy).",
     ),
+    keep_store: Path = typer.Option(
+        None,
+        "--keep-store",
+        metavar="PATH",
+        help="Keep the run's SQLite store at PATH (it is deleted otherwise); open the console on it with "
+        "`hedgerow serve --db sqlite:///PATH`.",
+    ),
+    force: bool = typer.Option(False, "--force", help="Let --keep-store replace an existing file."),
 ) -> None:
     """Run api, controller, three replicas (one degraded) and hedging clients; compare three ways."""
     import asyncio
@@ -743,6 +916,19 @@ def demo(
         beside = trace.resolve().parent / "splitwise_perf_model.csv"
         perf_model = beside if beside.is_file() else None
     overrides["perf_model_path"] = perf_model
+    if keep_store is not None:  # checked now, not after minutes of load
+        keep_store = keep_store.expanduser().resolve()
+        if keep_store.is_dir():
+            raise fail(f"--keep-store: {keep_store} is a folder; give a file path", 2)
+        if keep_store.exists() and not force:
+            raise fail(f"--keep-store: {keep_store} exists; give --force to replace it", 2)
+        if not keep_store.parent.is_dir():
+            raise fail(f"--keep-store: folder does not exist: {keep_store.parent}", 2)
+        if not os.access(keep_store.parent, os.W_OK):
+            raise fail(f"--keep-store: folder is not writable: {keep_store.parent}", 2)
+        overrides["keep_store_path"] = keep_store
+    elif force:
+        raise fail("--force: only with --keep-store", 2)
     if json_path is not None:
         parent = json_path.resolve().parent
         if not parent.is_dir():
@@ -819,6 +1005,12 @@ def demo(
         except OSError as exc:
             raise fail(f"--json: cannot write {json_path}: {exc}", 1) from None
         console.print(f"results written to {json_path}", soft_wrap=True)
+    if run.store_path is not None:
+        import shlex
+
+        console.print(f"the run's store is kept at {run.store_path}; open the console on it with:", soft_wrap=True)
+        console.print(f"  hedgerow serve --db {shlex.quote(f'sqlite:///{run.store_path}')}", soft_wrap=True)
+        console.print("  then http://127.0.0.1:8400/ui/routes", soft_wrap=True, highlight=False)
 
 
 # ---- replica (sim helper) ----

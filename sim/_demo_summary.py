@@ -29,7 +29,7 @@ losing primary of the backup-won call costs 100 prompt tokens, the losing backup
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -44,6 +44,7 @@ __all__ = [
     "ModeResult",
     "PartResult",
     "after_change_ttfts",
+    "best_way_sentence",
     "conclusion_sentences",
     "manual_p90",
     "p99_difference_interval",
@@ -436,12 +437,85 @@ def _ratio(a: float, b: float) -> str:
     return f"{(a - b) / b:+.0%}" if b > 0 else "n/a"
 
 
+#: Without the TTFT samples, P99s within this share of the best one are called a tie (with ~130
+#: calls after the change a P99 rests on the two slowest calls: a few percent is noise).
+TIE_MARGIN = 0.05
+
+
+def best_way_sentence(
+    results: Sequence[ModeResult],
+    after_ttfts_s: Mapping[str, Sequence[float]] | None = None,
+    tie_margin: float = TIE_MARGIN,
+) -> str:
+    """Which way had the lowest TTFT P99 after the change, and, when it was ``none``, why hedging lost.
+
+    Another way *ties* with the best when the 95% bootstrap interval of ``P99(best) - P99(other)``
+    (:func:`p99_difference_interval`, from ``after_ttfts_s``) reaches 0; without samples (or with
+    fewer than 20 of either) when its P99 is within ``tie_margin`` of the best one's.
+
+    When ``none`` did best alone the sentence says so plainly with a one-line why: a backup starts
+    from scratch, so its first token comes at best ``hedge_after_s`` plus a fresh call's TTFT
+    (the fixed way's threshold plus the none way's P50 after the change); when that is later than
+    the none way's P99, the slow replica was not slow enough to pay for the backup's prefill.
+    Otherwise the hedges' extra prefill load on the replicas cost more than the backups saved.
+
+    Args:
+        results: the ways' results (any subset of ``none``, ``fixed``, ``adaptive``).
+        after_ttfts_s: each way's TTFTs after the change, seconds (optional).
+        tie_margin: the relative margin used without samples, a fraction.
+
+    Returns:
+        One sentence; ``""`` when fewer than two ways have a P99 after the change.
+    """
+    p99 = {
+        r.mode: r.after_change.ttft_p99_s
+        for r in results
+        if r.after_change is not None and r.after_change.ttft_p99_s is not None
+    }
+    if len(p99) < 2:
+        return ""
+    best = min(p99, key=lambda mode: p99[mode])
+    figures = ", ".join(f"{mode} {p99[mode]:.3f} s" for mode in p99)
+
+    def tied(other: str) -> bool:
+        samples = after_ttfts_s or {}
+        interval = None
+        if best in samples and other in samples:
+            interval = p99_difference_interval(samples[best], samples[other])
+        if interval is not None:
+            return interval[1] >= 0
+        return p99[other] <= p99[best] * (1 + tie_margin)
+
+    ties = [mode for mode in p99 if mode != best and tied(mode)]
+    if ties:
+        group = " and ".join([best, *ties])
+        tail = " (hedging did not clearly help)" if "none" in [best, *ties] else ""
+        return f"No way was clearly best on TTFT P99 after the change ({figures}): {group} are within noise{tail}."
+    if best != "none":
+        return f"Best on TTFT P99 after the change: {best} ({figures})."
+    by_mode = {r.mode: r for r in results}
+    none_after = by_mode["none"].after_change
+    fixed = by_mode.get("fixed")
+    threshold = fixed.hedge_after_s if fixed is not None else None
+    fresh = none_after.ttft_p50_s if none_after is not None else None
+    if threshold is not None and fresh is not None and threshold + fresh > p99["none"]:
+        why = (
+            f"a backup starts from scratch, so its first token comes at best {threshold + fresh:.3f} s "
+            f"(hedge_after_s {threshold:.3f} s + a fresh call's TTFT {fresh:.3f} s), later than the "
+            f"unhedged P99: the slow replica was not slow enough to pay for the backup's prefill"
+        )
+    else:
+        why = "the backups' prefill added load to the replicas and slowed the primaries more than the backups saved"
+    return f"Not hedging did best on TTFT P99 after the change ({figures}): {why}."
+
+
 def conclusion_sentences(
     results: Sequence[ModeResult],
     change: ChangeOfConditions,
     budget: float,
     fixed_source: str,
     p99_difference_s: tuple[float, float] | None = None,
+    after_ttfts_s: Mapping[str, Sequence[float]] | None = None,
 ) -> list[str]:
     """Three plain sentences: what hedging is, what each way did, what the numbers support.
 
@@ -451,7 +525,9 @@ def conclusion_sentences(
     one part alone may exceed it); otherwise the sentence says that it did not win, and by how
     much. With ``p99_difference_s`` (the bootstrap interval of adaptive's P99 minus fixed's after
     the change, :func:`p99_difference_interval`) a win whose interval reaches 0 or above is
-    reported as lower *but not clearly*, and the interval is quoted either way.
+    reported as lower *but not clearly*, and the interval is quoted either way. The third sentence
+    starts with :func:`best_way_sentence`: the best of the three ways on P99, saying plainly when
+    not hedging did best.
 
     Args:
         results: the ways' results (``none``, ``fixed``, ``adaptive``; any subset).
@@ -461,6 +537,7 @@ def conclusion_sentences(
             ``--fixed-hedge-after``).
         p99_difference_s: (low, high) seconds, the interval of adaptive's minus fixed's P99
             after the change, or None (the verdict then rests on the point figures alone).
+        after_ttfts_s: each way's TTFTs after the change, seconds, for the best way's ties.
 
     Returns:
         The three sentences, in order.
@@ -492,7 +569,9 @@ def conclusion_sentences(
                 f"({_s(at_change)} s at the change, {_s(r.published_hedge_after_s)} s at the end; {p99})"
             )
     second = f"Halfway through each way {change.describe()}; " + "; ".join(did) + "."
-    return [first, second, _verdict(by_mode, budget, p99_difference_s)]
+    best = best_way_sentence(results, after_ttfts_s)
+    verdict = _verdict(by_mode, budget, p99_difference_s)
+    return [first, second, f"{best} {verdict}" if best else verdict]
 
 
 def _verdict(by_mode: dict[str, ModeResult], budget: float, interval: tuple[float, float] | None) -> str:

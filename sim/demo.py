@@ -52,6 +52,11 @@ of all tokens; the JSON also has the overhead share in USD. At the end the demo 
 weekly report of its run from the api (``GET /v1/reports/weekly``, the current week, so marked
 partial; each way is one route, ``demo-<way>``) and writes it as HTML and JSON into
 ``DemoConfig.report_dir``.
+
+**Keeping the store.** The store lives in a temporary folder deleted at the end; with
+``DemoConfig.keep_store_path`` (``hedgerow demo --keep-store PATH``) a copy of it is written to
+that path once ``serve`` has stopped (SQLite's online backup, so the WAL's pages are in it), and
+``hedgerow serve --db sqlite:///PATH`` opens the console on the run's routes, history and report.
 """
 
 from __future__ import annotations
@@ -61,10 +66,12 @@ import json
 import math
 import os
 import socket
+import sqlite3
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -87,6 +94,7 @@ from hedgerow.sim._demo_summary import (
     ModeResult,
     PartResult,
     after_change_ttfts,
+    best_way_sentence,
     conclusion_sentences,
     manual_p90,
     p99_difference_interval,
@@ -104,8 +112,10 @@ __all__ = [
     "DemoRun",
     "ModeResult",
     "PartResult",
+    "best_way_sentence",
     "build_workload",
     "conclusion_sentences",
+    "keep_store",
     "manual_p90",
     "p99_difference_interval",
     "results_table",
@@ -161,6 +171,9 @@ class DemoConfig:
         perf_model_path: the Splitwise speed table the replicas read (``hedgerow replica
             --perf-model``), or None: the shared copy the replicas look for themselves, else
             their embedded table.
+        keep_store_path: where a copy of the run's SQLite store is written when it ends (an
+            existing file there is replaced; the CLI refuses one without ``--force``), or None
+            to let it go with the temporary folder.
 
     Raises:
         ValueError: ``change`` not one of ``CHANGES``, or ``change_fraction`` /
@@ -189,6 +202,7 @@ class DemoConfig:
     report_dir: Path | None = Path("hedgerow-demo-report")
     price_usd_per_mtok: tuple[float, float] = (0.60, 2.40)
     perf_model_path: Path | None = None
+    keep_store_path: Path | None = None
 
     def __post_init__(self) -> None:
         if self.change not in CHANGES:
@@ -243,6 +257,7 @@ class DemoRun:
         notices: what the run fell back to (the embedded speed table), one line each.
         p99_difference_s: the 95% bootstrap interval of the adaptive way's TTFT P99 after the
             change minus the fixed way's, seconds (None with too few calls).
+        store_path: where the run's store was kept (``DemoConfig.keep_store_path``), or None.
     """
 
     results: list[ModeResult]
@@ -254,6 +269,25 @@ class DemoRun:
     sentences: tuple[str, ...] = ()
     notices: tuple[str, ...] = ()
     p99_difference_s: tuple[float, float] | None = None
+    store_path: Path | None = None
+
+
+def keep_store(source: Path, destination: Path) -> None:
+    """Copy the SQLite store ``source`` to ``destination`` (replaced if present), WAL included.
+
+    Uses SQLite's online backup (``sqlite3.Connection.backup``), so pages still in the ``-wal``
+    file are copied and the result is one self-contained database file.
+
+    Raises:
+        DemoError: the store cannot be read or the copy cannot be written (names the path).
+    """
+    try:
+        destination.unlink(missing_ok=True)
+        read_only = f"{source.resolve().as_uri()}?mode=ro"
+        with closing(sqlite3.connect(read_only, uri=True)) as src, closing(sqlite3.connect(destination)) as dst:
+            src.backup(dst)
+    except (OSError, sqlite3.Error) as exc:
+        raise DemoError(f"--keep-store: cannot write the store to {destination}: {exc}") from None
 
 
 def _free_port() -> int:
@@ -648,10 +682,21 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
                         raise DemoError(f"cannot write the report into {config.report_dir}: {exc}") from None
         finally:
             await procs.stop()
+        if config.keep_store_path is not None:  # serve has stopped: nothing writes to it any more
+            keep_store(workdir / "hedgerow.db", config.keep_store_path)
     interval = p99_difference_interval(after["adaptive"], after["fixed"]) if len(after) == len(MODES) else None
-    sentences = conclusion_sentences(results, change, config.budget, fixed_source, interval)
+    sentences = conclusion_sentences(results, change, config.budget, fixed_source, interval, after)
     return DemoRun(
-        results, report_paths, report, change, fixed_s, fixed_source, tuple(sentences), tuple(notices), interval
+        results,
+        report_paths,
+        report,
+        change,
+        fixed_s,
+        fixed_source,
+        tuple(sentences),
+        tuple(notices),
+        interval,
+        config.keep_store_path,
     )
 
 

@@ -152,3 +152,19 @@ async def test_a_new_route_page_says_what_its_source_and_reasons_mean(make_api) 
         legend = html[html.index('id="reason-legend"') :]
         for code in ("cold_start_supported", "clamped_max"):
             assert f"<dt>{code}</dt><dd>{REASON_MEANINGS[code]}</dd>" in legend
+
+
+async def test_the_route_page_draws_thresholds_on_a_log_axis_and_the_budget_as_a_band(make_api) -> None:
+    """The threshold chart's axis was linear (its 30 s cold start flattened the working range) and
+    the budget only a dashed line; the threshold chart is now log scale (1-2-5 ticks) and the
+    hedge-rate chart shades the share of calls the budget allows."""
+    async with make_api() as (_app, api):
+        assert (await api.put("/v1/routes/r", params=M, json={"budget": 0.05})).status_code == 201
+        page = await api.get("/ui/routes/r", params=M)
+        assert page.status_code == 200, page.text
+        first, second = page.text.split('<figure class="chart">')[1:3]
+        assert "(log scale)" in first
+        ticks = re.findall(r'<text class="tick" x="50.0" y="[0-9.]+" text-anchor="end">([^<]+)</text>', first)
+        assert ticks and all(re.fullmatch(r"[0-9.]+ (ms|s)", t) for t in ticks), ticks
+        assert '<path class="band s-budget-band" d="M' in second and "Z" in second
+        assert '<span class="key s-budget-band">within budget</span>' in second

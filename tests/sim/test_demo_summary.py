@@ -18,6 +18,7 @@ from hedgerow.sim.demo import (
     ChangeOfConditions,
     DemoConfig,
     ModeResult,
+    best_way_sentence,
     conclusion_sentences,
     manual_p90,
     p99_difference_interval,
@@ -131,15 +132,18 @@ def test_sentences_say_what_was_done_and_who_won() -> None:
     assert "backup" in first and "10%" in first
     assert "replica-b slowed down 2.5x" in second and "0.300 s, the none way's P90 before the change" in second
     assert "0.800 s at the end" in second
-    assert third.startswith("Measured beat guessed") and "1.000 s against 1.500 s" in third and "(-33%)" in third
+    best = "Best on TTFT P99 after the change: adaptive (none 2.000 s, fixed 1.500 s, adaptive 1.000 s)."
+    assert third.startswith(best)
+    assert " Measured beat guessed" in third and "1.000 s against 1.500 s" in third and "(-33%)" in third
 
 
 def test_sentences_say_so_when_adaptive_does_not_win() -> None:
     results = [way("none", 2.0, 0.0), way("fixed", 1.0, 0.1, hedge_after_s=0.3), way("adaptive", 1.2, 0.09)]
     third = conclusion_sentences(results, CHANGE, 0.10, "--fixed-hedge-after")[2]
-    assert third.startswith("Adaptive did not win in this run") and "(+20%)" in third
+    assert third.startswith("Best on TTFT P99 after the change: fixed") and "(+20%)" in third
+    assert " Adaptive did not win in this run" in third
     over = [way("fixed", 1.0, 0.1, hedge_after_s=0.3), way("adaptive", 0.8, 0.15)]
-    assert conclusion_sentences(over, CHANGE, 0.10, "p90_of_none")[2].startswith("Adaptive did not win fairly")
+    assert " Adaptive did not win fairly" in conclusion_sentences(over, CHANGE, 0.10, "p90_of_none")[2]
     alone = conclusion_sentences([way("none", 1.0, 0.0)], CHANGE, 0.10, "p90_of_none")[2]
     assert alone.startswith("No conclusion")
 
@@ -204,6 +208,49 @@ def test_bootstrap_interval_of_the_p99_difference() -> None:
 def test_a_lower_p99_within_the_noise_is_not_called_a_win() -> None:
     results = [way("fixed", 1.00, 0.1, hedge_after_s=0.3), way("adaptive", 0.99, 0.09)]
     tie = conclusion_sentences(results, CHANGE, 0.10, "p90_of_none", (-0.4, 0.3))[2]
-    assert tie.startswith("Adaptive was lower but not clearly") and "-0.400 to +0.300 s" in tie
+    assert tie.startswith("No way was clearly best") and "-0.400 to +0.300 s" in tie
+    assert " Adaptive was lower but not clearly" in tie
     clear = conclusion_sentences(results, CHANGE, 0.10, "p90_of_none", (-0.4, -0.01))[2]
-    assert clear.startswith("Measured beat guessed") and "-0.400 to -0.010 s" in clear
+    assert " Measured beat guessed" in clear and "-0.400 to -0.010 s" in clear
+
+
+def test_the_verdict_names_the_best_way_on_p99() -> None:
+    """The verdict compared adaptive with fixed only: a run where not hedging did best (none 0.340 s,
+    fixed 0.406 s, adaptive 0.405 s) read "adaptive was lower but not clearly". It now starts by
+    naming the best of the three on P99 after the change, and says plainly when that is none, why."""
+    fixed = way("fixed", 0.406, 0.1, hedge_after_s=0.3)
+    none_best = best_way_sentence([way("none", 0.340, 0.0), fixed, way("adaptive", 0.405, 0.09)])
+    assert none_best.startswith(
+        "Not hedging did best on TTFT P99 after the change (none 0.340 s, fixed 0.406 s, adaptive 0.405 s): "
+    )
+    # fixed's threshold 0.3 s + a fresh call's TTFT (the none way's P50, 0.1 s) > none's P99
+    assert "at best 0.400 s (hedge_after_s 0.300 s + a fresh call's TTFT 0.100 s)" in none_best
+    assert "not slow enough to pay for the backup's prefill" in none_best
+    # none best although a backup could have come in time: the load of the backups is the why
+    loaded = best_way_sentence([way("none", 0.9, 0.0), way("fixed", 1.2, 0.1, hedge_after_s=0.3)])
+    assert loaded.startswith("Not hedging did best") and "slowed the primaries" in loaded
+    adaptive_best = best_way_sentence([way("none", 2.0, 0.0), fixed, way("adaptive", 0.3, 0.09)])
+    expected = "Best on TTFT P99 after the change: adaptive (none 2.000 s, fixed 0.406 s, adaptive 0.300 s)."
+    assert adaptive_best == expected
+    fixed_best = best_way_sentence([way("none", 2.0, 0.0), fixed, way("adaptive", 0.6, 0.09)])
+    assert fixed_best.startswith("Best on TTFT P99 after the change: fixed (")
+    assert best_way_sentence([way("none", 1.0, 0.0)]) == ""
+
+
+def test_a_best_way_within_noise_is_called_a_tie() -> None:
+    """Within 5% of each other without samples, or when the bootstrap interval of the P99
+    difference reaches 0 with them, ways tie; a tie that includes none says hedging did not
+    clearly help."""
+    results = [way("none", 0.400, 0.0), way("fixed", 0.410, 0.1, hedge_after_s=0.3), way("adaptive", 0.9, 0.09)]
+    tie = best_way_sentence(results)
+    assert tie.startswith("No way was clearly best on TTFT P99 after the change (none 0.400 s, fixed 0.410 s")
+    assert "none and fixed are within noise (hedging did not clearly help)." in tie
+    # with samples: two draws of the same spread tie; a clearly slower third does not
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    same = {m: list(rng.lognormal(np.log(0.3), 0.4, 150)) for m in ("fixed", "adaptive")}
+    slow = {"none": [t * 3 for t in rng.lognormal(np.log(0.3), 0.4, 150)]}
+    results = [way("none", 2.0, 0.0), way("fixed", 0.70, 0.1, hedge_after_s=0.3), way("adaptive", 0.60, 0.09)]
+    sampled = best_way_sentence(results, same | slow)  # 0.60 vs 0.70 is > 5%, but the samples say noise
+    assert "adaptive and fixed are within noise." in sampled and "did not clearly help" not in sampled
