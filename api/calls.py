@@ -37,15 +37,17 @@ rolls back alone; every answer goes out after the group's commit.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Depends, Request, status
 from fastapi.responses import JSONResponse
-from pydantic import Field, ValidationError, create_model
+from pydantic import Field, TypeAdapter, ValidationError, create_model
 from pydantic_core import ErrorDetails
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -70,6 +72,7 @@ __all__ = [
     "learn_batch",
     "make_ingest_writer",
     "parse_batch",
+    "parse_batch_yielding",
     "router",
     "store_batch",
     "too_many_values",
@@ -193,6 +196,48 @@ def too_many_values(body: bytes, max_calls: int) -> JSONResponse | None:
     )
 
 
+#: Records validated between two yields to the event loop (:func:`parse_batch_yielding`): about
+#: 2-5 ms of validation, so a threshold poll waits at most that long behind a batch's parse.
+VALIDATE_SLICE = 100
+_RECORDS = TypeAdapter(list[CallRecordIn])
+
+
+async def parse_batch_yielding(body: bytes, max_calls: int) -> CallBatchIn | JSONResponse:
+    """:func:`parse_batch`, yielding to the event loop every :data:`VALIDATE_SLICE` records.
+
+    Validating a 1,000-record batch takes 20-50 ms of CPU in one call that holds the interpreter
+    lock (a worker thread would not free the loop), so every request of the process waited that
+    long behind each batch. The body is parsed by ``orjson``, then its records are validated a
+    slice at a time with the same record model, the loop running other requests in between.
+    Whatever is not a plain ``{"calls": [...]}`` within the batch limit (invalid JSON, another
+    shape, too many records), and any batch with a record refused in a slice, goes to
+    :func:`parse_batch`, so every refusal reads exactly as before; only a batch that is taken is
+    validated in slices.
+
+    Args:
+        body: the request body (already bounded in size and in values).
+        max_calls: ``max_batch_calls``.
+
+    Returns:
+        The validated batch, or the 413/422 answer for its first error.
+    """
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return parse_batch(body, max_calls)
+    calls = data.get("calls") if type(data) is dict and len(data) == 1 else None
+    if type(calls) is not list or len(calls) > max_calls:
+        return parse_batch(body, max_calls)
+    records: list[CallRecordIn] = []
+    for start in range(0, len(calls), VALIDATE_SLICE):
+        try:
+            records.extend(_RECORDS.validate_python(calls[start : start + VALIDATE_SLICE]))
+        except ValidationError:
+            return parse_batch(body, max_calls)  # the refusal, worded as for a whole body
+        await asyncio.sleep(0)
+    return CallBatchIn.model_construct(calls=records)
+
+
 def parse_batch(body: bytes, max_calls: int) -> CallBatchIn | JSONResponse:
     """Validate a ``POST /v1/calls`` body, straight from its bytes.
 
@@ -242,7 +287,7 @@ async def post_calls(
     crowded = too_many_values(body, limit)
     if crowded is not None:  # not counted in records_rejected: the records are not known
         return crowded
-    parsed = parse_batch(body, limit)
+    parsed = await parse_batch_yielding(body, limit)
     if isinstance(parsed, JSONResponse):
         _rejected(request, body, parsed)
         return parsed
