@@ -42,6 +42,8 @@ hedgerow_store_up                                      gauge      (1 when the sc
                                                                   the store; at 0 the threshold
                                                                   series are left out)
 hedgerow_hedge_after_seconds                           gauge      route, model (published value)
+hedgerow_route_budget                                  gauge      route, model (the route's hedge
+                                                                  budget, a fraction of calls)
 hedgerow_threshold_info                                gauge      route, model, version, source
 =====================================================  =========  ==================================
 """
@@ -152,6 +154,12 @@ class Metrics:
         self.hedge_after = Gauge(
             "hedgerow_hedge_after_seconds", "The published hedge_after_s, seconds.", route_model, registry=r
         )
+        self.route_budget = Gauge(
+            "hedgerow_route_budget",
+            "The route's hedge budget: largest allowed fraction of calls that hedge (0.10 = 10 %).",
+            route_model,
+            registry=r,
+        )
         self.threshold_info = Gauge(
             "hedgerow_threshold_info",
             "The published threshold's version and source (value 1).",
@@ -217,12 +225,15 @@ class Metrics:
         self.lease_held.labels(lease=CONTROLLER_LEASE).set(1 if held else 0)
 
     def set_thresholds(self, thresholds: list[dict[str, Any]]) -> None:
-        """Replace the threshold gauges by the published thresholds ``thresholds`` (as
+        """Replace the threshold gauges (published ``hedge_after_s``, the route's budget, the
+        threshold's version and source) by the published thresholds ``thresholds`` (as
         :func:`hedgerow.controller.store.queries.list_thresholds` gives them)."""
         self.hedge_after.clear()
+        self.route_budget.clear()
         self.threshold_info.clear()
         for row in thresholds:
             self.hedge_after.labels(route=row["route"], model=row["model"]).set(row["hedge_after_s"])
+            self.route_budget.labels(route=row["route"], model=row["model"]).set(row["budget"])
             self.threshold_info.labels(
                 route=row["route"], model=row["model"], version=str(row["version"]), source=row["source"]
             ).set(1)
