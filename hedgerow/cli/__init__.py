@@ -3,7 +3,7 @@
 Commands: ``call`` (one hedged chat completion), ``gateway`` (the race as an OpenAI-compatible
 server, :mod:`hedgerow.gateway`), ``serve`` (api + controller job), ``db upgrade``,
 ``db retention`` (hourly rollups, then deletion of old raw calls),
-``controller run-once``, ``routes list|show|history|set`` (the ops CLI, :mod:`hedgerow.cli_routes`),
+``controller run-once``, ``routes list|show|history|set`` (the ops CLI, :mod:`hedgerow.cli.routes`),
 ``replica`` (a simulated LLM replica) and ``demo`` (the main job).
 Each command parses its flags here and hands over to the part that does the work; user errors
 are printed as one line and exit with status 1 or 2, never as a traceback.
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from hedgerow import __version__
-from hedgerow.cli_report import report_app
-from hedgerow.cli_routes import routes_app
+from hedgerow.cli.report import report_app
+from hedgerow.cli.routes import routes_app
 
 if TYPE_CHECKING:
     from hedgerow.client import (
@@ -46,7 +46,7 @@ db_app = typer.Typer(help="The SQL store.", no_args_is_help=True, rich_markup_mo
 controller_app = typer.Typer(help="The threshold controller.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(db_app, name="db")
 app.add_typer(controller_app, name="controller")
-app.add_typer(report_app, name="report")  # hedgerow/cli_report.py
+app.add_typer(report_app, name="report")  # hedgerow/cli/report.py
 app.add_typer(routes_app, name="routes")
 
 
@@ -1290,7 +1290,7 @@ def controller_run_once(
     from rich.console import Console
     from rich.table import Table
 
-    from hedgerow.cli_routes import plain_cell
+    from hedgerow.cli.routes import plain_cell
     from hedgerow.client.names import visible
     from hedgerow.controller.errors import LeaseHeld, StoreError
     from hedgerow.logs import configure_logging
@@ -1419,7 +1419,3 @@ def retention_line(summary: dict[str, Any], *, fold_only: bool) -> str:
 def main() -> None:
     """Entry point of the console script."""
     app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
