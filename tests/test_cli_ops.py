@@ -308,7 +308,7 @@ def test_routes_set_takes_a_budget_in_percent_as_the_console_does(tmp_path: Path
 
 
 def test_the_retention_line_names_the_days_whose_partitions_were_dropped() -> None:
-    from hedgerow.cli import retention_line
+    from hedgerow.cli.db import retention_line
 
     summary = {
         "folded_hours": 3,
