@@ -193,10 +193,10 @@ def test_the_history_limit_has_one_home_that_loads_no_web_framework() -> None:
 import sys, typing
 import hedgerow.controller.ops_bounds as bounds
 bounds.MAX_HISTORY_LIMIT = 5
-import hedgerow.cli_routes
+import hedgerow.cli.routes
 from typer.testing import CliRunner
 assert "fastapi" not in sys.modules, "the CLI's routes module loaded FastAPI"
-done = CliRunner().invoke(hedgerow.cli_routes.routes_app, ["history", "r", "--limit", "6", "--api", "http://127.0.0.1:9"])
+done = CliRunner().invoke(hedgerow.cli.routes.routes_app, ["history", "r", "--limit", "6", "--api", "http://127.0.0.1:9"])
 print(done.exit_code, done.output.strip())
 from hedgerow.api.routes import get_route_history
 query = typing.get_type_hints(get_route_history, include_extras=True)["limit"].__metadata__[0]
@@ -249,7 +249,7 @@ def test_routes_history_shows_a_held_rows_last_tick_and_wraps_reasons_between_co
     import httpx
     from typer.testing import CliRunner
 
-    from hedgerow.cli_routes import routes_app
+    from hedgerow.cli.routes import routes_app
 
     row = {
         "computed_at": "2026-12-02T19:47:38.000000Z", "last_at": "2026-12-02T19:53:02.000000Z", "repeats": 18,
@@ -308,7 +308,7 @@ def test_routes_set_takes_a_budget_in_percent_as_the_console_does(tmp_path: Path
 
 
 def test_the_retention_line_names_the_days_whose_partitions_were_dropped() -> None:
-    from hedgerow.cli import retention_line
+    from hedgerow.cli.db import retention_line
 
     summary = {
         "folded_hours": 3,

@@ -4,7 +4,7 @@ Any OpenAI client, in any language, hedges by pointing its base URL at the gatew
 goes to ``hedgerow.client.HedgingTransport`` (the library's race, unchanged); this package adds
 the configuration file (``load_config``), the ASGI app (``GatewayApp``: auth, limits, routing by
 public model name, streaming back with disconnects cancelling the call, OpenAI-shaped errors)
-and nothing else. ``hedgerow gateway`` (``hedgerow/cli.py``) runs it under uvicorn.
+and nothing else. ``hedgerow gateway`` (``hedgerow/cli/gateway.py``) runs it under uvicorn.
 """
 
 from hedgerow.gateway._app import GatewayApp, RecordLog

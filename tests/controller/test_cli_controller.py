@@ -11,7 +11,8 @@ import sys
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from hedgerow.cli import LEASE_HELD_EXIT, app
+from hedgerow.cli import app
+from hedgerow.cli.controller import LEASE_HELD_EXIT
 from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, lease_holder, release_lease
 from hedgerow.controller.store.db import head_revision, make_engine, make_sessionmaker
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults

@@ -739,8 +739,8 @@ def test_reason_codes_validate_a_cli_flag_without_loading_numpy_or_scipy() -> No
     script = """
 import sys
 from typer.testing import CliRunner
-import hedgerow.cli_routes
-done = CliRunner().invoke(hedgerow.cli_routes.routes_app, ["history", "r", "--reason", "bogus"])
+import hedgerow.cli.routes
+done = CliRunner().invoke(hedgerow.cli.routes.routes_app, ["history", "r", "--reason", "bogus"])
 print(done.exit_code, "numpy" in sys.modules, "scipy" in sys.modules)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)

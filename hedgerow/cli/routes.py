@@ -27,6 +27,7 @@ from urllib.parse import quote, unquote
 
 import typer
 
+from hedgerow.cli._common import app
 from hedgerow.controller.ops_bounds import MAX_HISTORY_LIMIT, budget_range_error, history_filter_error, parse_budget
 
 __all__ = ["DEFAULT_API_URL", "plain_cell", "routes_app"]
@@ -40,6 +41,7 @@ routes_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
 )
+app.add_typer(routes_app, name="routes")
 
 _API = typer.Option(
     DEFAULT_API_URL, "--api", metavar="URL", envvar="HEDGEROW_API_URL", help="The api's root URL (HEDGEROW_API_URL)."

@@ -1,6 +1,6 @@
 """``hedgerow report weekly``: the weekly cost/latency report of a store, in any format.
 
-Registered in :mod:`hedgerow.cli` as the ``report`` sub-command. The figures are those of
+Registered on the ``hedgerow`` app (:mod:`hedgerow.cli`) as the ``report`` sub-command. The figures are those of
 ``GET /v1/reports/weekly`` and of the scheduled job (all call
 :func:`hedgerow.controller.report.report_store.weekly_report`); the store is only read.
 """
@@ -12,11 +12,14 @@ from typing import Any
 
 import typer
 
+from hedgerow.cli._common import _require_existing_sqlite_file, _server_settings, app
+
 __all__ = ["report_app"]
 
 report_app = typer.Typer(
     help="Reports of what hedging cost and what it bought.", no_args_is_help=True, rich_markup_mode=None
 )
+app.add_typer(report_app, name="report")
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -43,7 +46,6 @@ def weekly(
     import asyncio
     from datetime import UTC, datetime
 
-    from hedgerow.cli import _require_existing_sqlite_file, _server_settings
     from hedgerow.controller.errors import StoreError
     from hedgerow.controller.ops_bounds import unstarted_week_message
     from hedgerow.controller.report.report import IsoWeek

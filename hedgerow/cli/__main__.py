@@ -1,0 +1,5 @@
+"""``python -m hedgerow.cli``: the ``hedgerow`` console script."""
+
+from hedgerow.cli import main
+
+main()

@@ -1,0 +1,168 @@
+"""``hedgerow gateway``: the hedging race as an OpenAI-compatible server (:mod:`hedgerow.gateway`).
+
+Configured by a FILE or by ``--upstream`` flags; runs under uvicorn until SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from hedgerow.cli._common import _check_name, _parse_number, _parse_upstream, app, fail
+
+
+def _gateway_config(
+    file: str | None, upstream: list[str] | None, model: str | None, hedge_after: str | None, budget: str | None
+) -> Any:
+    """The ``GatewayConfig`` of ``hedgerow gateway`` from FILE or ``--upstream``; exits 2 naming the problem.
+
+    ``--hedge-after`` and ``--budget`` set every route's policy (over the file's values).
+    """
+    import os
+
+    from hedgerow.gateway import ConfigError, GatewayConfig, RouteSpec, load_config
+    from hedgerow.gateway._config import build_policy, keys_from_env
+
+    if (file is None) == (not upstream):
+        raise fail("give a config FILE or --upstream NAME=URL (not both)", 2)
+    overrides: dict[str, Any] = {}
+    if hedge_after is not None:
+        overrides["hedge_after_s"] = _parse_number("--hedge-after", hedge_after, "a number of seconds >= 0")
+    if budget is not None:
+        from hedgerow.controller.ops_bounds import parse_budget
+
+        try:
+            overrides["budget"] = parse_budget(budget)
+        except ValueError as exc:
+            raise fail(f"--budget: must be a fraction in [0, 1] or a percent (0.05 or 5%): {exc}", 2) from None
+    try:
+        if file is not None:
+            if model is not None:
+                raise fail("--model: only with --upstream (the FILE names its models)", 2)
+            config = load_config(file)
+            routes = {
+                name: RouteSpec(
+                    spec.public_model, spec.route, spec.upstreams, build_policy(name, overrides, spec.policy)
+                )
+                for name, spec in config.routes.items()
+            }
+            from dataclasses import replace
+
+            return replace(config, routes=routes)
+        upstreams = [_parse_upstream(u) for u in upstream or []]
+        names = [u.name for u in upstreams]
+        if len(set(names)) != len(names):
+            raise fail(f"--upstream: names must be unique, got {', '.join(names)}", 2)
+        if model is not None:
+            _check_name("--model", model)
+        policy = build_policy("policy", {"hedge_after_s": 2.0, **overrides})
+        spec = RouteSpec(model, "default", tuple(upstreams), policy)
+        keys = keys_from_env(os.environ)
+        if model is None:
+            return GatewayConfig(routes={}, any_model=spec, keys=keys, source="--upstream")
+        return GatewayConfig(routes={model: spec}, keys=keys, source="--upstream")
+    except ConfigError as exc:
+        message = str(exc)
+        for field, flag in (("hedge_after_s", "--hedge-after"), ("budget", "--budget")):
+            if field in overrides and f".{field}:" in message:
+                message = f"{flag}:{message.split(f'.{field}:', 1)[1]}"
+        raise fail(message, 2) from None
+
+
+@app.command(
+    epilog="Exit status: 130 after SIGINT (Ctrl-C) and 143 after SIGTERM, once shut down cleanly (uvicorn "
+    "re-raises the signal); 1 when it cannot listen; 2 for bad flags or config."
+)
+def gateway(
+    file: str = typer.Argument(None, metavar="[FILE]", help="The gateway's TOML config (models, upstreams, keys)."),
+    upstream: list[str] = typer.Option(
+        None,
+        "--upstream",
+        metavar="NAME=URL",
+        help="Without FILE: NAME=BASE_URL (ends in /v1); repeat; first = primary.",
+    ),
+    model: str = typer.Option(
+        None, "--model", metavar="M", help="With --upstream: the one public model name (default: any model passes)."
+    ),
+    hedge_after: str = typer.Option(
+        None, "--hedge-after", metavar="S", help="Seconds without a first token before hedging (default 2, or FILE's)."
+    ),
+    budget: str = typer.Option(
+        None, "--budget", metavar="F", help="Hedge budget, a fraction or a percent (default 0.10, or FILE's)."
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", metavar="H", help="Interface to listen on; off loopback, gateway keys are required."
+    ),
+    port: int = typer.Option(8480, "--port", metavar="P", help="TCP port (default 8480; 0 picks a free one)."),
+    api: str = typer.Option(
+        None, "--api", metavar="URL", help="A running `hedgerow serve`: poll its thresholds, send it the records."
+    ),
+    token: str = typer.Option(
+        None,
+        "--token",
+        metavar="T",
+        envvar="HEDGEROW_TOKEN",
+        show_default=False,
+        help="Bearer token for --api (HEDGEROW_TOKEN).",
+    ),
+    log_level: str = typer.Option("info", "--log-level", metavar="LEVEL", help="debug, info, warning or error."),
+) -> None:
+    """Serve the hedging race as an OpenAI-compatible endpoint: point any OpenAI client's base URL here.
+
+    Gateway keys (callers send Authorization: Bearer KEY) come from FILE's `keys` and from
+    HEDGEROW_GATEWAY_KEYS (NAME=KEY,NAME=KEY); upstream keys from the environment variables FILE
+    names. Without --api, the calls' records are only counted and logged.
+    """
+    import socket
+
+    config = _gateway_config(file, upstream, model, hedge_after, budget)
+    from hedgerow.gateway import is_loopback
+
+    if not is_loopback(host) and not config.keys:
+        raise fail(
+            f"--host {host}: off loopback the gateway needs keys "
+            "(set HEDGEROW_GATEWAY_KEYS=NAME=KEY or `keys` in the file)",
+            2,
+        )
+    import uvicorn
+
+    from hedgerow.gateway import GatewayApp
+    from hedgerow.logs import configure_logging, uvicorn_log_config
+
+    try:
+        configure_logging(log_level)
+    except ValueError as exc:
+        raise fail(f"--log-level: {exc}", 2) from None
+    background: list[Any] = []
+    poller = exporter = None
+    if api is not None:
+        from hedgerow.client import TelemetryExporter, ThresholdPoller
+
+        try:
+            poller = ThresholdPoller(api, token=token)
+            exporter = TelemetryExporter(api, token=token)
+        except ValueError as exc:
+            raise fail(f"--api: {exc}", 2) from None
+        background = [poller, exporter]
+    gateway_app = GatewayApp(config, thresholds=poller, telemetry=exporter, background=background)
+    try:
+        sock = socket.create_server((host, port))
+    except OSError as exc:
+        raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", 1) from None
+    bound = sock.getsockname()
+    typer.echo(f"hedgerow gateway: listening on http://{host}:{bound[1]}/v1 ({len(config.routes) or 'any'} model(s))")
+    server = uvicorn.Server(
+        uvicorn.Config(
+            gateway_app,
+            log_config=uvicorn_log_config(log_level),
+            lifespan="on",
+            server_header=False,
+            date_header=False,
+            timeout_graceful_shutdown=10,
+        )
+    )
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
