@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from hedgerow.cli._common import _require_existing_sqlite_file, _server_settings, app
+from hedgerow.cli._common import _require_existing_sqlite_file, _server_settings, app, fail
 
 __all__ = ["report_app"]
 
@@ -20,11 +20,6 @@ report_app = typer.Typer(
     help="Reports of what hedging cost and what it bought.", no_args_is_help=True, rich_markup_mode=None
 )
 app.add_typer(report_app, name="report")
-
-
-def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"hedgerow: {message}", err=True)
-    return typer.Exit(code)
 
 
 @report_app.command("weekly")
@@ -54,14 +49,14 @@ def weekly(
     from hedgerow.controller.store.db import check_ready, make_engine, make_sessionmaker
 
     if fmt not in FORMATS:
-        raise _fail(f"--format: must be one of {', '.join(FORMATS)}, got {fmt!r}", 2)
+        raise fail(f"--format: must be one of {', '.join(FORMATS)}, got {fmt!r}", 2)
     try:
         parsed = None if week is None else IsoWeek.parse(week)
     except ValueError as exc:
-        raise _fail(f"--week: {exc}", 2) from None
+        raise fail(f"--week: {exc}", 2) from None
     unstarted = None if parsed is None else unstarted_week_message(parsed, IsoWeek.of(datetime.now(UTC)))
     if unstarted is not None:
-        raise _fail(f"--week: {unstarted}", 2)
+        raise fail(f"--week: {unstarted}", 2)
     settings = _server_settings(db)
     _require_existing_sqlite_file(settings.database_url)
 
@@ -76,9 +71,9 @@ def weekly(
     try:
         report = asyncio.run(build())
     except StoreError as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     except Exception as exc:  # a store that is not migrated, unreachable, ...
-        raise _fail(f"cannot read the store: {type(exc).__name__}: {str(exc).splitlines()[0]}", 1) from None
+        raise fail(f"cannot read the store: {type(exc).__name__}: {str(exc).splitlines()[0]}", 1) from None
     if report["total"]["calls"] == 0:  # said on stderr too, so a script's JSON of nulls is not read as figures
         typer.echo(f"hedgerow: no calls in {report['week']}: the report has no latency, hedge rate or spend", err=True)
     text = render(report, fmt)
@@ -88,5 +83,5 @@ def weekly(
     try:
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise _fail(f"-o: cannot write {output}: {exc}", 1) from None
+        raise fail(f"-o: cannot write {output}: {exc}", 1) from None
     typer.echo(f"hedgerow: wrote the {fmt} report of {report['week']} to {output}", err=True)
