@@ -114,10 +114,49 @@ def gateway(
     HEDGEROW_GATEWAY_KEYS (NAME=KEY,NAME=KEY); upstream keys from the environment variables FILE
     names. Without --api, the calls' records are only counted and logged.
     """
+    config = _gateway_config(file, upstream, model, hedge_after, budget)
+    from hedgerow.logs import configure_logging
+
+    try:
+        configure_logging(log_level)
+    except ValueError as exc:
+        raise fail(f"--log-level: {exc}", 2) from None
+    server, sock = gateway_server(config, host, port, api=api, token=token, log_level=log_level)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def gateway_server(
+    config: Any, host: str, port: int, *, api: str | None, token: str | None, log_level: str
+) -> tuple[Any, Any]:
+    """The gateway's uvicorn server and its bound socket (``hedgerow gateway``, ``serve --gateway``).
+
+    Prints the line ``hedgerow gateway: listening on http://HOST:PORT/v1 (...)`` once bound.
+
+    Args:
+        config: the ``GatewayConfig``.
+        host / port: where to listen (port 0 picks a free one); off loopback ``config`` must
+            hold gateway keys.
+        api: a ``hedgerow serve`` to poll thresholds from and send records to, or None (records
+            are only counted and logged).
+        token: the bearer token for ``api``.
+        log_level: uvicorn's log level.
+
+    Returns:
+        ``(uvicorn.Server, socket.socket)``: run the server on the socket, close it after.
+
+    Raises:
+        typer.Exit: exit 2 for keys missing off loopback or a bad ``api``; exit 1 when the
+            address cannot be bound.
+    """
     import socket
 
-    config = _gateway_config(file, upstream, model, hedge_after, budget)
-    from hedgerow.gateway import is_loopback
+    import uvicorn
+
+    from hedgerow.gateway import GatewayApp, is_loopback
+    from hedgerow.logs import uvicorn_log_config
 
     if not is_loopback(host) and not config.keys:
         raise fail(
@@ -125,15 +164,6 @@ def gateway(
             "(set HEDGEROW_GATEWAY_KEYS=NAME=KEY or `keys` in the file)",
             2,
         )
-    import uvicorn
-
-    from hedgerow.gateway import GatewayApp
-    from hedgerow.logs import configure_logging, uvicorn_log_config
-
-    try:
-        configure_logging(log_level)
-    except ValueError as exc:
-        raise fail(f"--log-level: {exc}", 2) from None
     background: list[Any] = []
     poller = exporter = None
     if api is not None:
@@ -162,7 +192,4 @@ def gateway(
             timeout_graceful_shutdown=10,
         )
     )
-    try:
-        server.run(sockets=[sock])
-    finally:
-        sock.close()
+    return server, sock

@@ -1,6 +1,10 @@
-"""``hedgerow serve``: the api and the controller job in one process (:mod:`hedgerow.api.server`)."""
+"""``hedgerow serve``: the api and the controller job in one process (:mod:`hedgerow.api.server`),
+and with ``--gateway FILE`` the gateway too (:mod:`hedgerow.gateway`: embedded mode)."""
 
 from __future__ import annotations
+
+import asyncio
+from typing import Any
 
 import typer
 
@@ -30,6 +34,15 @@ def serve(
     access_log: bool = typer.Option(
         None, "--access-log/--no-access-log", help="Log one line per request (default HEDGEROW_ACCESS_LOG, else off)."
     ),
+    gateway: str = typer.Option(
+        None,
+        "--gateway",
+        metavar="FILE",
+        help="Also serve the gateway of this TOML config (embedded: its records go to this api).",
+    ),
+    gateway_port: int = typer.Option(
+        8480, "--gateway-port", metavar="P", help="With --gateway: its TCP port (default 8480; 0 picks a free one)."
+    ),
 ) -> None:
     """Run the api and the controller job; prints one line once listening."""
     settings = _server_settings(
@@ -47,10 +60,77 @@ def serve(
     from hedgerow.controller.errors import StoreError, StoreNotReady
 
     try:
-        serve_api(settings)
+        if gateway is None:
+            serve_api(settings)
+        else:
+            from hedgerow.cli.gateway import _gateway_config
+
+            config = _gateway_config(gateway, None, None, None, None)
+            asyncio.run(_serve_with_gateway(settings, config, gateway_port))
     except StoreNotReady as exc:
         raise fail(str(exc), 1) from None
     except (ApiConfigError, StoreError, ValueError) as exc:
         raise fail(str(exc), 2) from None
     except (OSError, RuntimeError) as exc:
         raise fail(f"cannot serve on {settings.host}:{settings.port}: {exc}", 1) from None
+
+
+def _ingest_token(settings: Any) -> str | None:
+    """A token of ``HEDGEROW_TOKENS`` with the ``ingest`` scope for the embedded gateway (None
+    without tokens); exits 2 when tokens are set and none has that scope."""
+    from hedgerow.api.auth import parse_tokens
+
+    tokens = parse_tokens(settings.tokens) if settings.tokens else {}
+    if not tokens:
+        return None
+    for token, scopes in tokens.items():
+        if "ingest" in scopes:
+            return token
+    raise fail("--gateway: HEDGEROW_TOKENS has no token with the ingest scope for the gateway's records", 2)
+
+
+async def _serve_with_gateway(settings: Any, config: Any, gateway_port: int) -> None:
+    """The api (:func:`hedgerow.api.server.serve_async`) and the gateway in one event loop.
+
+    The gateway starts once the api listens and talks to it over loopback like any client: it
+    polls the thresholds and sends its records with the api's ingest token. When either server
+    stops (a signal reaches both: uvicorn hands it on as each one exits), the other is stopped.
+    """
+    from hedgerow.api.server import serve_async
+    from hedgerow.cli.gateway import gateway_server
+    from hedgerow.controller.store.db import safe_url
+
+    token = _ingest_token(settings)
+    listening: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    def announce(url: str) -> None:
+        print(f"hedgerow: api listening on {url} (database {safe_url(settings.database_url)})", flush=True)
+        listening.set_result(url)
+
+    stop = asyncio.Event()
+    api = asyncio.create_task(serve_async(settings, announce=announce, stop=stop, own_logging=True))
+    pending: set[asyncio.Future[Any]] = {api, listening}
+    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    if not listening.done():
+        await api  # it failed to start: its error goes to the caller
+        return
+    try:
+        server, sock = gateway_server(
+            config, settings.host, gateway_port, api=listening.result(), token=token, log_level=settings.log_level
+        )
+    except BaseException:
+        stop.set()
+        await api
+        raise
+    gateway = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        await asyncio.wait({api, gateway}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        server.should_exit = True
+        stop.set()
+        await asyncio.wait({api, gateway})
+        sock.close()
+    for task in (api, gateway):
+        error = task.exception()
+        if error is not None:
+            raise error
