@@ -1,7 +1,7 @@
 """Smoke test of ``bench/gateway.py``: a quick run (without LiteLLM) end to end writes sound JSON.
 
 Speed is not asserted (that is the benchmark's output, not a test's business): only that every
-(way, streams) row is there, its calls succeeded without a hedge, and its figures are positive.
+(way, streams) row is there, its calls succeeded, and its figures are positive.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def test_gateway_bench_quick(tmp_path: Path) -> None:
     rows = {(row["way"], row["streams"]): row for row in document["rows"]}
     assert set(rows) == {(way, streams) for way in ("direct", "gateway") for streams in (1, 16, 64)}
     for (way, _), row in rows.items():
-        assert row["requests"] > 0 and row["errors"] == 0 and row["hedged"] == 0
+        # A hedge may fire: at 64 streams on a loaded machine the gateway's own queueing can pass 2 s.
+        assert row["requests"] > 0 and row["errors"] == 0 and 0 <= row["hedged"] <= row["requests"]
         assert row["rate_per_s"] > 0 and 0 < row["ttft_ms_p50"] <= row["ttft_ms_p99"]
         assert row["client_cpu_ms_per_request"] > 0
         if way == "gateway":
