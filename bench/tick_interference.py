@@ -1,0 +1,340 @@
+"""Benchmark: how much a running controller tick slows the polls and ingests of its own ``serve``.
+
+The controller tick runs inside ``hedgerow serve`` (``hedgerow.controller.scheduler``), beside
+the api that answers clients' threshold polls and record batches. For each route count (default
+100 and 1,000 routes x 1,000 calls each, ``bench/controller_tick.py``'s realistic records and
+seeding), this builds a store (a SQLite file, or a PostgreSQL database of its own with ``--db``),
+starts a real ``hedgerow serve`` on it with the scheduled tick an hour away
+(``HEDGEROW_CONTROLLER_INTERVAL_S=3600``) and an admin token, runs one warm-up tick, then, round
+after round, alternates two phases with the same probes:
+
+- idle: for ``--idle-seconds``, nothing but the probes;
+- tick: ``POST /v1/controller/run`` (one tick, answered when it is done) with the probes running
+  until it returns.
+
+Probes are open loop (each fired on schedule as its own task, whether or not the earlier ones
+have been answered, so a stalled server is not hidden by probes that wait their turn): polls at
+``--poll-rate`` per second alternating ``GET /v1/thresholds`` and ``GET /v1/thresholds/{route}``,
+and ingests at ``--ingest-rate`` per second, each ``POST /v1/calls`` of 10 new records, from a
+second client. Latency is from send to the full answer. Per route count it reports the tick's
+wall time (median over rounds), poll and ingest p50/p99 idle and during ticks (over all rounds),
+their ratio, and the non-2xx answers.
+
+Run: ``python bench/tick_interference.py [--routes 100,1000] [--calls-per-route 1000] [--rounds 3]
+[--idle-seconds 5] [--poll-rate 20] [--ingest-rate 5] [--db postgresql+asyncpg://...] [--quick]
+[--json bench/results/tick_interference.json]``. ``--quick``: 20 routes x 50 calls, one round of
+1 s idle (a smoke run). Prints a table and writes JSON. Not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from controller_tick import seed, synthetic_records
+
+from hedgerow.controller.store.db import upgrade_database
+from tests.conftest import create_pg_database, drop_pg_database
+from tests.serve_process import running_serve
+
+#: The bench's admin bearer token (admin is accepted by every endpoint).
+TOKEN = "bench-interference-admin-token"
+#: Records in each probe's ingest batch.
+INGEST_BATCH = 10
+
+
+@dataclasses.dataclass
+class Samples:
+    """Latencies (seconds) and non-2xx/transport-error counts of one phase's probes."""
+
+    poll_s: list[float] = dataclasses.field(default_factory=list)
+    ingest_s: list[float] = dataclasses.field(default_factory=list)
+    poll_errors: int = 0
+    ingest_errors: int = 0
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) of ``values``, or None when there are none."""
+    return float(np.percentile(values, q)) if values else None
+
+
+class Prober:
+    """Fires polls and ingest batches at fixed rates against one server, open loop.
+
+    Args:
+        base: the server's root url.
+        routes: route names to poll one by one (``GET /v1/thresholds/{route}``).
+        poll_rate: polls per second (alternating the list and one route).
+        ingest_rate: ingest batches per second.
+    """
+
+    def __init__(self, base: str, routes: list[str], poll_rate: float, ingest_rate: float) -> None:
+        headers = {"authorization": f"Bearer {TOKEN}"}
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+        self.pollers = httpx.AsyncClient(base_url=base, headers=headers, timeout=300, limits=limits)
+        self.ingesters = httpx.AsyncClient(base_url=base, headers=headers, timeout=300, limits=limits)
+        self.routes = routes
+        self.poll_rate = poll_rate
+        self.ingest_rate = ingest_rate
+        self._polls = 0
+        self._batches = 0
+
+    async def close(self) -> None:
+        """Close both clients."""
+        await self.pollers.aclose()
+        await self.ingesters.aclose()
+
+    async def _poll(self, samples: Samples) -> None:
+        index = self._polls
+        self._polls += 1
+        path = "/v1/thresholds" if index % 2 == 0 else f"/v1/thresholds/{self.routes[index // 2 % len(self.routes)]}"
+        started = time.perf_counter()
+        try:
+            answer = await self.pollers.get(path)
+            ok = answer.is_success
+        except httpx.TransportError:
+            ok = False
+        samples.poll_s.append(time.perf_counter() - started)
+        samples.poll_errors += not ok
+
+    async def _ingest(self, samples: Samples) -> None:
+        index = self._batches
+        self._batches += 1
+        now = datetime.now(UTC)
+        records = [
+            dataclasses.replace(r, request_id=f"probe-{os.getpid()}-{index}-{i}",
+                                route=self.routes[(index + i) % len(self.routes)], started_at=now)
+            for i, r in enumerate(synthetic_records(INGEST_BATCH, now, seed=index))
+        ]  # fmt: skip
+        body = json.dumps({"calls": [r.to_dict() for r in records]}).encode()
+        started = time.perf_counter()
+        try:
+            answer = await self.ingesters.post("/v1/calls", content=body, headers={"content-type": "application/json"})
+            ok = answer.is_success
+        except httpx.TransportError:
+            ok = False
+        samples.ingest_s.append(time.perf_counter() - started)
+        samples.ingest_errors += not ok
+
+    async def _fire(self, rate: float, probe: Callable[[Samples], Awaitable[None]], samples: Samples,
+                    stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:  # fmt: skip
+        interval = 1.0 / rate
+        next_at = time.perf_counter()
+        while not stop.is_set():
+            tasks.append(asyncio.create_task(probe(samples)))
+            next_at += interval
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=max(0.0, next_at - time.perf_counter()))
+
+    async def during(self, work: Awaitable[Any]) -> tuple[Samples, Any, float]:
+        """Probe until ``work`` finishes, then wait for every probe fired to be answered.
+
+        Returns:
+            ``(samples, work's result, work's wall time in seconds)``.
+        """
+        samples = Samples()
+        stop = asyncio.Event()
+        tasks: list[asyncio.Task[None]] = []
+        firing = [
+            asyncio.create_task(self._fire(self.poll_rate, self._poll, samples, stop, tasks)),
+            asyncio.create_task(self._fire(self.ingest_rate, self._ingest, samples, stop, tasks)),
+        ]
+        started = time.perf_counter()
+        try:
+            result = await work
+        finally:
+            elapsed = time.perf_counter() - started
+            stop.set()
+            await asyncio.gather(*firing)
+            await asyncio.gather(*tasks)
+        return samples, result, elapsed
+
+
+async def tick(client: httpx.AsyncClient) -> int:
+    """Run one tick through ``POST /v1/controller/run``; returns the decisions it wrote.
+
+    Raises:
+        RuntimeError: the server refused, or did not run the tick (another process held the lease).
+    """
+    answer = await client.post("/v1/controller/run", headers={"authorization": f"Bearer {TOKEN}"})
+    if not answer.is_success or not answer.json()["ran"]:
+        raise RuntimeError(f"POST /v1/controller/run: {answer.status_code} {answer.text[:300]}")
+    return len(answer.json()["history"])
+
+
+def summary(phase: str, samples: Samples) -> dict[str, Any]:
+    """p50/p99 (seconds), counts and errors of one phase's polls and ingests, merged over rounds."""
+    return {
+        f"{phase}_poll_p50_s": percentile(samples.poll_s, 50),
+        f"{phase}_poll_p99_s": percentile(samples.poll_s, 99),
+        f"{phase}_polls": len(samples.poll_s),
+        f"{phase}_poll_errors": samples.poll_errors,
+        f"{phase}_ingest_p50_s": percentile(samples.ingest_s, 50),
+        f"{phase}_ingest_p99_s": percentile(samples.ingest_s, 99),
+        f"{phase}_ingests": len(samples.ingest_s),
+        f"{phase}_ingest_errors": samples.ingest_errors,
+    }
+
+
+def merge(into: Samples, part: Samples) -> None:
+    """Add ``part``'s latencies and errors to ``into``."""
+    into.poll_s += part.poll_s
+    into.ingest_s += part.ingest_s
+    into.poll_errors += part.poll_errors
+    into.ingest_errors += part.ingest_errors
+
+
+async def measure(url: str, workdir: Path, routes: int, calls: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Seed a fresh store at ``url``, serve it, and probe it idle and during ticks, interleaved."""
+    await asyncio.to_thread(upgrade_database, url)
+    seed_s = await seed(url, routes, calls, datetime.now(UTC))
+    env = {
+        "HEDGEROW_CONTROLLER_INTERVAL_S": "3600",
+        "HEDGEROW_TOKENS": f"bench={TOKEN}:admin",
+        "HEDGEROW_MAX_ROUTES": str(max(routes, 1000)),
+        "HEDGEROW_WINDOW_S": "3600",
+    }
+    names = [f"route-{r}" for r in range(routes)]
+    idle, busy = Samples(), Samples()
+    ticks: list[float] = []
+    rounds: list[dict[str, Any]] = []
+    async with running_serve(url, workdir, **env) as served:
+        prober = Prober(served.base, names, args.poll_rate, args.ingest_rate)
+        try:
+            async with httpx.AsyncClient(base_url=served.base, timeout=3600) as control:
+                started = time.perf_counter()
+                decisions = await tick(control)  # warm-up: publishes thresholds, warms caches
+                warmup_s = time.perf_counter() - started
+                for index in range(args.rounds):
+                    part, _, _ = await prober.during(asyncio.sleep(args.idle_seconds))
+                    merge(idle, part)
+                    load_idle = os.getloadavg()[0]
+                    part_busy, decisions, tick_s = await prober.during(tick(control))
+                    merge(busy, part_busy)
+                    ticks.append(tick_s)
+                    rounds.append({"round": index, "tick_s": tick_s, "decisions": decisions, "load_1m_idle": load_idle,
+                                   "load_1m_tick": os.getloadavg()[0], **summary("idle", part),
+                                   **summary("tick", part_busy)})  # fmt: skip
+                    print(
+                        f"  {routes:>5} routes round {index}: tick {tick_s:.2f} s ({decisions} decisions); "
+                        f"polls {len(part.poll_s)} idle / {len(part_busy.poll_s)} during "
+                        f"(load {os.getloadavg()[0]:.1f})",
+                        flush=True,
+                    )
+        finally:
+            await prober.close()
+    result: dict[str, Any] = {
+        "routes": routes,
+        "calls_per_route": calls,
+        "seed_s": seed_s,
+        "warmup_tick_s": warmup_s,
+        "tick_s_median": statistics.median(ticks),
+        "tick_s_runs": ticks,
+        **summary("idle", idle),
+        **summary("tick", busy),
+    }
+    for probe in ("poll", "ingest"):
+        for q in ("p50", "p99"):
+            a, b = result[f"idle_{probe}_{q}_s"], result[f"tick_{probe}_{q}_s"]
+            result[f"{probe}_{q}_ratio"] = b / a if a and b is not None else None
+    result["rounds"] = rounds
+    return result
+
+
+def fmt_ms(value: float | None) -> str:
+    """Seconds as milliseconds with one decimal, or ``-``."""
+    return "-" if value is None else f"{value * 1e3:.1f}"
+
+
+def fmt_ratio(value: float | None) -> str:
+    """A ratio as ``12.3x``, or ``-``."""
+    return "-" if value is None else f"{value:.1f}x"
+
+
+async def main(args: argparse.Namespace) -> None:
+    """Measure every route count on SQLite (or PostgreSQL with ``--db``); print and save the results."""
+    store = "postgresql" if args.db else "sqlite"
+    results: list[dict[str, Any]] = []
+    for routes in [int(x) for x in args.routes.split(",")]:
+        with tempfile.TemporaryDirectory() as tmp:
+            if args.db:
+                url = await create_pg_database(args.db, "hedgerow_bench")
+                try:
+                    result = await measure(url, Path(tmp), routes, args.calls_per_route, args)
+                finally:
+                    await drop_pg_database(url)
+            else:
+                result = await measure(f"sqlite+aiosqlite:///{tmp}/bench.db", Path(tmp), routes,
+                                       args.calls_per_route, args)  # fmt: skip
+        results.append({"store": store, **result})
+    print()
+    print(f"{'store':<10} {'routes':>6} {'calls/rt':>8} {'tick s':>7} | {'poll p50 ms':>17} {'poll p99 ms':>19} | "
+          f"{'ingest p50 ms':>17} {'ingest p99 ms':>19} | errors")  # fmt: skip
+    print(f"{'':<10} {'':>6} {'':>8} {'':>7} | {'idle / tick (x)':>17} {'idle / tick (x)':>19} | "
+          f"{'idle / tick (x)':>17} {'idle / tick (x)':>19} |")  # fmt: skip
+    for r in results:
+        cells = []
+        for probe in ("poll", "ingest"):
+            for q in ("p50", "p99"):
+                cells.append(f"{fmt_ms(r[f'idle_{probe}_{q}_s'])} / {fmt_ms(r[f'tick_{probe}_{q}_s'])} "
+                             f"({fmt_ratio(r[f'{probe}_{q}_ratio'])})")  # fmt: skip
+        errors = sum(r[f"{phase}_{probe}_errors"] for phase in ("idle", "tick") for probe in ("poll", "ingest"))
+        print(f"{r['store']:<10} {r['routes']:>6} {r['calls_per_route']:>8} {r['tick_s_median']:>7.2f} | "
+              f"{cells[0]:>17} {cells[1]:>19} | {cells[2]:>17} {cells[3]:>19} | {errors}")  # fmt: skip
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        document = {"benchmark": "tick_interference", "python": platform.python_version(), "store": store,
+                    "rounds": args.rounds, "idle_seconds": args.idle_seconds, "poll_rate": args.poll_rate,
+                    "ingest_rate": args.ingest_rate, "ingest_batch": INGEST_BATCH, "cpus": os.cpu_count(),
+                    "results": results}  # fmt: skip
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+        print(f"written to {args.json}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; ``--quick`` sets small defaults for what was not given."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--routes", default=None, help="comma-separated route counts (default 100,1000)")
+    parser.add_argument("--calls-per-route", type=int, default=None, help="calls per route (default 1000)")
+    parser.add_argument("--rounds", type=int, default=None, help="idle + tick rounds per route count (default 3)")
+    parser.add_argument("--idle-seconds", type=float, default=None, help="seconds of each idle phase (default 5)")
+    parser.add_argument("--poll-rate", type=float, default=20.0, help="polls per second")
+    parser.add_argument("--ingest-rate", type=float, default=5.0, help="ingest batches (10 records) per second")
+    parser.add_argument("--db", default=None, help="PostgreSQL server url (a database of the bench's own is made)")
+    parser.add_argument("--quick", action="store_true", help="20 routes x 50 calls, 1 round of 1 s idle")
+    parser.add_argument("--json", type=Path, default=Path("bench/results/tick_interference.json"))
+    args = parser.parse_args(argv)
+    small = {"routes": "20", "calls_per_route": 50, "rounds": 1, "idle_seconds": 1.0}
+    full = {"routes": "100,1000", "calls_per_route": 1000, "rounds": 3, "idle_seconds": 5.0}
+    for name, value in (small if args.quick else full).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    for name in ("poll_rate", "ingest_rate", "idle_seconds"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.rounds < 1 or args.calls_per_route < 1:
+        parser.error("--rounds and --calls-per-route must be at least 1")
+    return args
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))
