@@ -343,6 +343,8 @@ class Cell:
     wall_s: float = 0.0
     ttfts_s: list[float] = field(default_factory=list)
     errors: int = 0
+    #: the failed calls by exception type (``ReadTimeout``, ``HTTPStatusError``, ...)
+    error_kinds: dict[str, int] = field(default_factory=dict)
     hedged: int = 0
     proxy_cpu_s: float = 0.0
     upstream_cpu_s: float = 0.0
@@ -381,8 +383,10 @@ async def closed_loop(clients: list[httpx.AsyncClient], url: str, cell: Cell, se
         while time.perf_counter() < deadline:
             try:
                 ttft, hedged = await one_call(http, url)
-            except (httpx.HTTPError, RuntimeError, ValueError):
+            except (httpx.HTTPError, RuntimeError, ValueError) as exc:
                 cell.errors += 1
+                kind = type(exc).__name__
+                cell.error_kinds[kind] = cell.error_kinds.get(kind, 0) + 1
                 await asyncio.sleep(0.01)  # an erroring proxy must not turn the loop into a spin
                 continue
             cell.ttfts_s.append(ttft)
@@ -466,6 +470,7 @@ def summarise(cells: list[Cell], ways: list[str], streams: list[int]) -> dict[st
                 "streams": count,
                 "requests": done,
                 "errors": sum(c.errors for c in mine),
+                "error_kinds": {k: sum(c.error_kinds.get(k, 0) for c in mine) for c in mine for k in c.error_kinds},
                 "hedged": sum(c.hedged for c in mine),
                 "rate_per_s": statistics.median(len(c.ttfts_s) / c.wall_s for c in mine),
                 "rate_per_s_range": [min(len(c.ttfts_s) / c.wall_s for c in mine),
