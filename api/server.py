@@ -19,7 +19,15 @@ from hedgerow.controller.store.db import make_engine, migrate_engine, safe_url
 from hedgerow.logs import configure_logging, uvicorn_log_config
 from hedgerow.settings import Settings
 
-__all__ = ["GC_GEN0_THRESHOLD", "bind_socket", "event_loop_factory", "serve", "serve_async", "tune_gc"]
+__all__ = [
+    "GC_GEN0_THRESHOLD",
+    "bind_socket",
+    "event_loop_factory",
+    "listening_line",
+    "serve",
+    "serve_async",
+    "tune_gc",
+]
 
 #: Allocations between two young-generation collections of a ``serve`` process (CPython: 700).
 GC_GEN0_THRESHOLD = 10_000
@@ -52,6 +60,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
         raise
     sock.setblocking(False)
     return sock
+
+
+def listening_line(url: str, settings: Settings) -> str:
+    """The line ``hedgerow serve`` prints once it listens (tests and scripts read the address
+    from it): ``hedgerow: api listening on URL (database URL with its password hidden)``."""
+    return f"hedgerow: api listening on {url} (database {safe_url(settings.database_url)})"
 
 
 async def serve_async(
@@ -113,9 +127,8 @@ async def serve_async(
     if server.started:
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{port}"
-        database = safe_url(settings.database_url)
         if announce is None:
-            print(f"hedgerow: api listening on {url} (database {database})", flush=True)
+            print(listening_line(url, settings), flush=True)
         else:
             announce(url)
     try:

@@ -96,15 +96,14 @@ async def _serve_with_gateway(settings: Any, config: Any, gateway_port: int) -> 
     polls the thresholds and sends its records with the api's ingest token. When either server
     stops (a signal reaches both: uvicorn hands it on as each one exits), the other is stopped.
     """
-    from hedgerow.api.server import serve_async
+    from hedgerow.api.server import listening_line, serve_async
     from hedgerow.cli.gateway import gateway_server
-    from hedgerow.controller.store.db import safe_url
 
     token = _ingest_token(settings)
     listening: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     def announce(url: str) -> None:
-        print(f"hedgerow: api listening on {url} (database {safe_url(settings.database_url)})", flush=True)
+        print(listening_line(url, settings), flush=True)
         listening.set_result(url)
 
     stop = asyncio.Event()
