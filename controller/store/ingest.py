@@ -58,6 +58,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from hedgerow.client.records import estimate_prompt_tokens
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded, StoreError
 from hedgerow.controller.policy.route_config import RouteConfig
+from hedgerow.controller.store.cpu_turns import CpuTurns, cpu_turn, pause
 from hedgerow.controller.store.db import dialect_insert
 from hedgerow.controller.store.minute_store import add_records
 from hedgerow.controller.store.models import Call, Route, utc_now
@@ -85,6 +86,8 @@ __all__ = [
 
 #: Rows per INSERT statement (keeps SQLite under its bound-parameter limit).
 _CHUNK_ROWS = 200
+#: Records per slice of a CPU-heavy step run with :class:`CpuTurns` (a millisecond or two).
+ROW_SLICE = 200
 #: PostgreSQL: key of the transaction-scoped advisory lock every ingest batch holds shared
 #: ("hedgeing"); the fold takes it exclusively for a moment to learn which call ids are committed.
 INGEST_LOCK = 0x6865646765696E67 & 0x7FFFFFFFFFFFFFFF
@@ -568,8 +571,26 @@ async def _write_sqlite(
     return call_ids
 
 
+async def _rows_in_slices(
+    turns: CpuTurns | None, build: Callable[[int, int], list[tuple[Any, ...]]], count: int
+) -> list[tuple[Any, ...]]:
+    """``build(0, count)`` in one go without ``turns``; with them, within a turn, a slice of
+    :data:`ROW_SLICE` records at a time with a pause between slices."""
+    if turns is None:
+        return build(0, count)
+    rows: list[tuple[Any, ...]] = []
+    async with cpu_turn(turns):
+        for start in range(0, count, ROW_SLICE):
+            await pause()
+            rows.extend(build(start, min(count, start + ROW_SLICE)))
+    return rows
+
+
 async def _write_postgresql(
-    connection: AsyncConnection, batch: Sequence[RecordFields], call_rows: list[tuple[Any, ...]]
+    connection: AsyncConnection,
+    batch: Sequence[RecordFields],
+    call_rows: list[tuple[Any, ...]],
+    turns: CpuTurns | None = None,
 ) -> dict[str, int]:
     """Write calls through a COPY to the staging table and one merge, attempts by COPY; returns new ids.
 
@@ -589,7 +610,9 @@ async def _write_postgresql(
     await driver.copy_records_to_table(_PG_STAGE, records=call_rows, columns=CALL_COLUMNS)
     try:
         call_ids = {row[0]: row[1] for row in await driver.fetch(_PG_MERGE)}
-        attempt_rows = _attempt_rows(batch, call_rows, call_ids)
+        attempt_rows = await _rows_in_slices(
+            turns, lambda i, j: _attempt_rows(batch[i:j], call_rows[i:j], call_ids), len(batch)
+        )
         if attempt_rows:
             await driver.copy_records_to_table("attempts", records=attempt_rows, columns=ATTEMPT_COLUMNS)
     except Exception as exc:
@@ -616,6 +639,7 @@ async def ingest_calls(
     resolved: dict[tuple[str, str], int] | None = None,
     partition_days: DayPartitionCache | None = None,
     checked_days: set[date] | None = None,
+    turns: CpuTurns | None = None,
 ) -> tuple[int, int]:
     """Write a batch of call records (and their attempts) into the store.
 
@@ -640,6 +664,9 @@ async def ingest_calls(
             looked up (without it every day of the batch is). Not changed here.
         checked_days: when given, receives the days looked up (and made if missing) in this
             transaction; hand them to ``partition_days.add`` once it committed.
+        turns: when given, the CPU-heavy steps (building rows, minute counts) run within its
+            turns, in slices of :data:`ROW_SLICE` records with a pause to the event loop
+            between them (:mod:`hedgerow.controller.store.cpu_turns`); None: each in one go.
 
     Returns:
         ``(accepted, duplicates)``: records written, and records skipped because their
@@ -685,13 +712,18 @@ async def ingest_calls(
         raise StoreError(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
     stamp = _as_is if dialect == "postgresql" else _sqlite_stamp(connection)
     received_at = stamp(utc_now())
-    call_rows = [_call_row(r, ids[(r.route, r.model)], received_at, stamp) for r in batch]
+    call_rows = await _rows_in_slices(
+        turns,
+        lambda i, j: [_call_row(r, ids[(r.route, r.model)], received_at, stamp) for r in batch[i:j]],
+        len(batch),
+    )
     if dialect == "postgresql":
-        call_ids = await _write_postgresql(connection, batch, call_rows)
+        call_ids = await _write_postgresql(connection, batch, call_rows, turns)
     else:
         call_ids = await _write_sqlite(connection, batch, call_rows)
     if call_ids:  # the calls this batch inserted, into the tick's minute aggregates
-        await add_records(connection, [(ids[(r.route, r.model)], r) for r in batch if r.request_id in call_ids])
+        inserted = [(ids[(r.route, r.model)], r) for r in batch if r.request_id in call_ids]
+        await add_records(connection, inserted, turns=turns)
     accepted = len(call_ids)
     if stored is not None:
         stored.extend(record for record in batch if record.request_id in call_ids)
