@@ -197,8 +197,8 @@ def too_many_values(body: bytes, max_calls: int) -> JSONResponse | None:
 
 
 #: Records validated between two yields to the event loop (:func:`parse_batch_yielding`): about
-#: 2-5 ms of validation, so a threshold poll waits at most that long behind a batch's parse.
-VALIDATE_SLICE = 100
+#: 1-3 ms of validation, so a threshold poll waits at most that long behind a batch's parse.
+VALIDATE_SLICE = 50
 _RECORDS = TypeAdapter(list[CallRecordIn])
 
 

@@ -88,6 +88,8 @@ __all__ = [
 _CHUNK_ROWS = 200
 #: Records per slice of a CPU-heavy step run with :class:`CpuTurns` (a millisecond or two).
 ROW_SLICE = 200
+#: PostgreSQL, with :class:`CpuTurns`: rows per ``COPY`` (see :func:`_copy`).
+COPY_SLICE = 250
 #: PostgreSQL: key of the transaction-scoped advisory lock every ingest batch holds shared
 #: ("hedgeing"); the fold takes it exclusively for a moment to learn which call ids are committed.
 INGEST_LOCK = 0x6865646765696E67 & 0x7FFFFFFFFFFFFFFF
@@ -586,6 +588,17 @@ async def _rows_in_slices(
     return rows
 
 
+async def _copy(
+    driver: Any, table: str, rows: list[tuple[Any, ...]], columns: Sequence[str], turns: CpuTurns | None
+) -> None:
+    """Binary ``COPY`` of ``rows`` into ``table``: in one go without ``turns``; with them, in
+    ``COPY``s of :data:`COPY_SLICE` rows, so the driver encodes a slice at a time on the event
+    loop (it encodes a whole ``COPY``'s rows before it waits for anything)."""
+    step = len(rows) if turns is None else COPY_SLICE
+    for start in range(0, len(rows), max(step, 1)):
+        await driver.copy_records_to_table(table, records=rows[start : start + step], columns=columns)
+
+
 async def _write_postgresql(
     connection: AsyncConnection,
     batch: Sequence[RecordFields],
@@ -607,14 +620,14 @@ async def _write_postgresql(
     driver = raw.driver_connection
     if driver is None:  # pragma: no cover - an open pooled connection always has its driver connection
         raise StoreError("the PostgreSQL connection has no driver connection")
-    await driver.copy_records_to_table(_PG_STAGE, records=call_rows, columns=CALL_COLUMNS)
+    await _copy(driver, _PG_STAGE, call_rows, CALL_COLUMNS, turns)
     try:
         call_ids = {row[0]: row[1] for row in await driver.fetch(_PG_MERGE)}
         attempt_rows = await _rows_in_slices(
             turns, lambda i, j: _attempt_rows(batch[i:j], call_rows[i:j], call_ids), len(batch)
         )
         if attempt_rows:
-            await driver.copy_records_to_table("attempts", records=attempt_rows, columns=ATTEMPT_COLUMNS)
+            await _copy(driver, "attempts", attempt_rows, ATTEMPT_COLUMNS, turns)
     except Exception as exc:
         if _is_missing_partition(exc):
             raise DayPartitionMissing(f"ingest: {str(exc).splitlines()[0]}") from exc
