@@ -7,7 +7,8 @@ all of them (measured: 9-15 s). :class:`IngestGate` lets at most ``slots`` batch
 (``HEDGEROW_DB_INGEST_POOL_SIZE``, the size of the ingest pool) be validated and written at
 once; the others wait, in arrival order, up to ``HEDGEROW_INGEST_WAIT_S``, and are then answered
 ``503`` with ``Retry-After`` (nothing of the batch is written; the exporter keeps it and posts it
-again). A slot is taken before the body is validated, after the token is checked.
+again; each such refusal is counted in ``hedgerow_ingest_refused_total{reason="busy"}``). A slot
+is taken before the body is validated, after the token is checked.
 
 Within the slots, the CPU-heavy steps of a batch (validating it, building its rows, counting it
 into minute aggregates) take turns of their own (:class:`~hedgerow.controller.store.cpu_turns.CpuTurns`,
@@ -115,7 +116,8 @@ async def ingest_session(request: Request) -> AsyncIterator[AsyncSession]:
     else a plain session of ``app.state.sessionmaker`` (SQLite).
 
     Raises:
-        HTTPException: 503 with ``Retry-After`` when no slot came free in time.
+        HTTPException: 503 with ``Retry-After`` when no slot came free in time (counted in
+            ``hedgerow_ingest_refused_total{reason="busy"}``).
     """
     state = request.app.state
     gate: IngestGate | None = getattr(state, "ingest_gate", None)
@@ -128,6 +130,7 @@ async def ingest_session(request: Request) -> AsyncIterator[AsyncSession]:
         async with gate.slot(), sessionmaker() as session:
             yield session
     except IngestBusy as exc:
+        state.metrics.ingest_refused.labels(reason="busy").inc()
         raise HTTPException(
             status_code=503,
             detail={"field": "calls", "message": f"the server is busy with other batches ({exc}); post again later"},

@@ -17,8 +17,10 @@ Probes are closed loop per path, one request every ``--probe-interval`` seconds 
 ``GET /v1/thresholds``, ``GET /v1/thresholds/{route}`` and ``GET /readyz`` (as
 ``tests/e2e/test_ingest_isolation.py``); latency is from send to the whole answer. Reported per
 variant: poll p50/p99 idle and under load (the two threshold paths; ``/readyz`` apart), their
-ratio, ingest batches accepted per second under load (202s), 503 refusals, and whether the
-server logged ``lease_lost``.
+ratio, ingest batches accepted per second under load (202s), the ``serve`` process's CPU
+seconds per accepted batch and its share of a core during the load (on a shared machine these
+say more than batches per second: a variant that leaves its loop idle has a lower share), 503
+refusals, and whether the server logged ``lease_lost``.
 
 Run: ``python bench/ingest_poll_interference.py [--db postgresql+asyncpg://postgres@127.0.0.1/x]
 [--variant default: --variant NAME:HEDGEROW_X=1] [--rounds 2] [--idle-seconds 5]
@@ -52,6 +54,12 @@ from tests.serve_process import running_serve
 POLLS = ("/v1/thresholds", "/v1/thresholds/load-1?model=m1")
 READY = "/readyz"
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process ``pid`` has used so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -131,12 +139,13 @@ async def one_round(
     async with running_serve(url, workdir, logs=f"serve-{name}", **settings) as served:
         await load(served.base, 1.0, 1, 100)  # the routes exist before anything is measured
         idle, _ = await probed(served.base, args.probe_interval, asyncio.sleep(args.idle_seconds))
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), cpu_seconds(served.process.pid)
         busy, counts = await probed(served.base, args.probe_interval,
                                     load(served.base, args.load_seconds, args.posters, args.batch))  # fmt: skip
         load_s = time.perf_counter() - started
+        cpu_s = cpu_seconds(served.process.pid) - cpu_before
         log = await served.stderr_text()
-    return {"variant": name, "idle": idle, "load": busy, "counts": counts, "load_s": load_s,
+    return {"variant": name, "idle": idle, "load": busy, "counts": counts, "load_s": load_s, "cpu_s": cpu_s,
             "lease_lost": "lease_lost" in log, "load_1m": os.getloadavg()[0]}  # fmt: skip
 
 
@@ -158,6 +167,9 @@ def summarise(name: str, env: dict[str, str], rounds: list[dict[str, Any]]) -> d
     accepted = sum(int(r["counts"]["statuses"].get("202", 0)) for r in rounds)
     out["batches_per_s"] = accepted / load_s if load_s else None
     out["records_per_s"] = sum(int(r["counts"]["records"]) for r in rounds) / load_s if load_s else None
+    cpu_s = sum(r["cpu_s"] for r in rounds)
+    out["serve_cpu_share"] = cpu_s / load_s if load_s else None
+    out["serve_cpu_ms_per_batch"] = 1e3 * cpu_s / accepted if accepted else None
     out["refused_503"] = sum(int(r["counts"]["statuses"].get("503", 0)) for r in rounds)
     out["other_statuses"] = {
         k: v for r in rounds for k, v in r["counts"]["statuses"].items() if k not in ("202", "503")
@@ -181,7 +193,7 @@ def table(results: list[dict[str, Any]]) -> str:
     """The results as a text table."""
     lines = [
         f"{'variant':<16} {'poll p50 ms':>13} {'poll p99 ms':>13} {'p99 x':>6} {'readyz p99':>11} "
-        f"{'batch/s':>8} {'rec/s':>7} {'503':>5} {'lease':>6}",
+        f"{'batch/s':>8} {'rec/s':>7} {'cpu ms/batch':>12} {'cpu share':>9} {'503':>5} {'lease':>6}",
         f"{'':<16} {'idle / load':>13} {'idle / load':>13} {'':>6} {'idle / load':>11}",
     ]
     for r in results:
@@ -190,7 +202,9 @@ def table(results: list[dict[str, Any]]) -> str:
             f"{r['variant']:<16} {ms(r['idle_poll_p50_s']) + ' / ' + ms(r['load_poll_p50_s']):>13} "
             f"{ms(r['idle_poll_p99_s']) + ' / ' + ms(r['load_poll_p99_s']):>13} {ratio:>6} "
             f"{ms(r['idle_ready_p99_s']) + ' / ' + ms(r['load_ready_p99_s']):>11} "
-            f"{r['batches_per_s'] or 0:>8.1f} {r['records_per_s'] or 0:>7.0f} {r['refused_503']:>5} "
+            f"{r['batches_per_s'] or 0:>8.1f} {r['records_per_s'] or 0:>7.0f} "
+            f"{r['serve_cpu_ms_per_batch'] or 0:>12.0f} "
+            f"{r['serve_cpu_share'] or 0:>9.2f} {r['refused_503']:>5} "
             f"{'LOST' if r['lease_lost'] else 'kept':>6}"
         )
     return "\n".join(lines)

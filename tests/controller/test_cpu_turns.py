@@ -104,8 +104,8 @@ async def test_ingest_within_turns_stores_what_ingest_in_one_go_stores(sessionma
     assert within == alone == [(10, 0)] * 3
     async with sessionmaker() as session:
         postgresql = (await session.connection()).dialect.name == "postgresql"
-    if postgresql:  # rows, attempts, minute counts; batches at once waited for their turns
-        assert turns.taken == 3 * 3 and turns.waited >= 1
+    if postgresql:  # rows, attempts, minute counts (whether one batch waited depends on timing)
+        assert turns.taken == 3 * 3
     else:  # rows, minute counts (SQLite runs the three transactions one after the other)
         assert turns.taken == 2 * 3
     assert await _rows(sessionmaker, "turns") == await _rows(sessionmaker, "one-go")
