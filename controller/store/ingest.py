@@ -89,7 +89,7 @@ _CHUNK_ROWS = 200
 #: Records per slice of a CPU-heavy step run with :class:`CpuTurns` (a millisecond or two).
 ROW_SLICE = 200
 #: PostgreSQL, with :class:`CpuTurns`: rows per ``COPY`` (see :func:`_copy`).
-COPY_SLICE = 250
+COPY_SLICE = 500
 #: PostgreSQL: key of the transaction-scoped advisory lock every ingest batch holds shared
 #: ("hedgeing"); the fold takes it exclusively for a moment to learn which call ids are committed.
 INGEST_LOCK = 0x6865646765696E67 & 0x7FFFFFFFFFFFFFFF
