@@ -41,6 +41,11 @@ Records are any objects with the wire format's attributes (:class:`RecordFields`
 so a batch posted to the api is never copied into a second object per record. Route ids are
 looked up in a :class:`RouteIdCache` first; only pairs it does not know are read (or created).
 
+With :class:`~hedgerow.controller.store.cpu_turns.CpuTurns` (the api's ingest gate on
+PostgreSQL), the CPU-heavy steps (building the rows, counting the minutes) run within its turns
+in slices of :data:`ROW_SLICE` records, and each ``COPY`` carries at most :data:`COPY_SLICE`
+rows, with the event loop free between slices; without, each step runs in one go.
+
 Measured by ``bench/ingest.py``; the figures are in the README's "Benchmarks".
 """
 
