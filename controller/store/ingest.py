@@ -43,8 +43,8 @@ looked up in a :class:`RouteIdCache` first; only pairs it does not know are read
 
 With :class:`~hedgerow.controller.store.cpu_turns.CpuTurns` (the api's ingest gate on
 PostgreSQL), the CPU-heavy steps (building the rows, counting the minutes) run within its turns
-in slices of :data:`ROW_SLICE` records, and each ``COPY`` carries at most :data:`COPY_SLICE`
-rows, with the event loop free between slices; without, each step runs in one go.
+in slices of :data:`ROW_SLICE` records, and each ``COPY`` pauses every :data:`COPY_SLICE` rows,
+with the event loop free between slices; without, each step runs in one go.
 
 Measured by ``bench/ingest.py``; the figures are in the README's "Benchmarks".
 """
@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any, Protocol
 
@@ -93,8 +93,8 @@ __all__ = [
 _CHUNK_ROWS = 200
 #: Records per slice of a CPU-heavy step run with :class:`CpuTurns` (a millisecond or two).
 ROW_SLICE = 200
-#: PostgreSQL, with :class:`CpuTurns`: rows per ``COPY`` (see :func:`_copy`).
-COPY_SLICE = 500
+#: PostgreSQL, with :class:`CpuTurns`: rows a ``COPY`` encodes between two pauses (see :func:`_copy`).
+COPY_SLICE = 250
 #: PostgreSQL: key of the transaction-scoped advisory lock every ingest batch holds shared
 #: ("hedgeing"); the fold takes it exclusively for a moment to learn which call ids are committed.
 INGEST_LOCK = 0x6865646765696E67 & 0x7FFFFFFFFFFFFFFF
@@ -596,12 +596,20 @@ async def _rows_in_slices(
 async def _copy(
     driver: Any, table: str, rows: list[tuple[Any, ...]], columns: Sequence[str], turns: CpuTurns | None
 ) -> None:
-    """Binary ``COPY`` of ``rows`` into ``table``: in one go without ``turns``; with them, in
-    ``COPY``s of :data:`COPY_SLICE` rows, so the driver encodes a slice at a time on the event
-    loop (it encodes a whole ``COPY``'s rows before it waits for anything)."""
-    step = len(rows) if turns is None else COPY_SLICE
-    for start in range(0, len(rows), max(step, 1)):
-        await driver.copy_records_to_table(table, records=rows[start : start + step], columns=columns)
+    """Binary ``COPY`` of ``rows`` into ``table``, one statement. Without ``turns`` the driver
+    encodes every row in one go; with them it takes the rows from an async iterator that pauses
+    to the event loop every :data:`COPY_SLICE` rows (:func:`_paced`)."""
+    records: Any = rows if turns is None else _paced(rows, COPY_SLICE)
+    await driver.copy_records_to_table(table, records=records, columns=columns)
+
+
+async def _paced(rows: list[tuple[Any, ...]], step: int) -> AsyncIterator[tuple[Any, ...]]:
+    """``rows`` one by one, with a pause to the event loop before each further ``step`` of them."""
+    for start in range(0, len(rows), step):
+        if start:
+            await pause()
+        for row in rows[start : start + step]:
+            yield row
 
 
 async def _write_postgresql(
