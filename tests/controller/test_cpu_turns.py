@@ -75,6 +75,7 @@ async def _rows(sessionmaker, route: str) -> tuple[list[tuple], list[tuple]]:
 
 async def test_ingest_within_turns_stores_what_ingest_in_one_go_stores(sessionmaker, call_factory, monkeypatch) -> None:
     monkeypatch.setattr(ingest_module, "ROW_SLICE", 3)  # many slices, and a last short one
+    monkeypatch.setattr(ingest_module, "COPY_SLICE", 4)  # PostgreSQL: COPYs that pause
     monkeypatch.setattr(minute_store, "SAMPLES_SLICE", 4)
     defaults = route_defaults(Settings())
     start = datetime.now(UTC) - timedelta(minutes=5)
