@@ -7,7 +7,8 @@ today's settings), round after round and interleaved with the other variants so 
 of a shared machine falls on all of them alike, on a PostgreSQL database of the bench's own:
 
 - a real ``hedgerow serve`` is started on it with the variant's variables (the scheduled tick an
-  hour away, so no tick runs while measuring), and one small batch is posted (the routes exist);
+  hour away, so no tick runs while measuring; an admin token), one small batch is posted (the
+  routes exist) and one tick is run (``POST /v1/controller/run``: every route has a threshold);
 - idle: for ``--idle-seconds`` the probes run alone;
 - load: the same probes while a separate process (``tests/ingest_load.py``, so the posters' own
   CPU is not charged to this process's clock) runs ``--posters`` posters of ``--batch``-record
@@ -20,7 +21,7 @@ variant: poll p50/p99 idle and under load (the two threshold paths; ``/readyz`` 
 ratio, ingest batches accepted per second under load (202s), the ``serve`` process's CPU
 seconds per accepted batch and its share of a core during the load (on a shared machine these
 say more than batches per second: a variant that leaves its loop idle has a lower share), 503
-refusals, and whether the server logged ``lease_lost``.
+refusals, whether the server logged ``lease_lost``, and the probes not answered 200 (both phases).
 
 Run: ``python bench/ingest_poll_interference.py [--db postgresql+asyncpg://postgres@127.0.0.1/x]
 [--variant default: --variant NAME:HEDGEROW_X=1] [--rounds 2] [--idle-seconds 5]
@@ -54,6 +55,9 @@ from tests.serve_process import running_serve
 POLLS = ("/v1/thresholds", "/v1/thresholds/load-1?model=m1")
 READY = "/readyz"
 ROOT = Path(__file__).resolve().parents[1]
+#: The bench's admin bearer token (admin is accepted by every endpoint).
+TOKEN = "bench-ingest-poll-admin-token"
+HEADERS = {"authorization": f"Bearer {TOKEN}"}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -75,7 +79,7 @@ async def load(base: str, seconds: float, posters: int, batch: int) -> dict[str,
     """
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.ingest_load", base, "--seconds", str(seconds), "--posters", str(posters),
-        "--batch", str(batch), stdout=asyncio.subprocess.PIPE, cwd=str(ROOT),
+        "--batch", str(batch), "--token", TOKEN, stdout=asyncio.subprocess.PIPE, cwd=str(ROOT),
     )  # fmt: skip
     out, _ = await process.communicate()
     if process.returncode != 0:
@@ -104,7 +108,7 @@ async def probe(
 async def probed(base: str, interval_s: float, work: Any) -> tuple[dict[str, tuple[list[float], int]], Any]:
     """Probe every path of :data:`POLLS` and :data:`READY` while ``work`` runs; returns (samples, its result)."""
     stop = asyncio.Event()
-    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+    async with httpx.AsyncClient(base_url=base, timeout=60, headers=HEADERS) as client:
         tasks = {path: asyncio.create_task(probe(client, path, interval_s, stop)) for path in (*POLLS, READY)}
         try:
             result = await work
@@ -135,9 +139,13 @@ async def one_round(
     url: str, workdir: Path, name: str, env: dict[str, str], args: argparse.Namespace
 ) -> dict[str, Any]:
     """One idle and one load phase on a fresh ``serve`` with the variant's variables."""
-    settings = {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600", **env}
+    settings = {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600", "HEDGEROW_TOKENS": f"bench={TOKEN}:admin", **env}
     async with running_serve(url, workdir, logs=f"serve-{name}", **settings) as served:
         await load(served.base, 1.0, 1, 100)  # the routes exist before anything is measured
+        async with httpx.AsyncClient(base_url=served.base, timeout=600, headers=HEADERS) as control:
+            ran = await control.post("/v1/controller/run")  # one tick: every route has a threshold to poll
+            if not ran.is_success or not ran.json()["ran"]:
+                raise RuntimeError(f"POST /v1/controller/run: {ran.status_code} {ran.text[:300]}")
         idle, _ = await probed(served.base, args.probe_interval, asyncio.sleep(args.idle_seconds))
         started, cpu_before = time.perf_counter(), cpu_seconds(served.process.pid)
         busy, counts = await probed(served.base, args.probe_interval,
@@ -193,7 +201,7 @@ def table(results: list[dict[str, Any]]) -> str:
     """The results as a text table."""
     lines = [
         f"{'variant':<16} {'poll p50 ms':>13} {'poll p99 ms':>13} {'p99 x':>6} {'readyz p99':>11} "
-        f"{'batch/s':>8} {'rec/s':>7} {'cpu ms/batch':>12} {'cpu share':>9} {'503':>5} {'lease':>6}",
+        f"{'batch/s':>8} {'rec/s':>7} {'cpu ms/batch':>12} {'cpu share':>9} {'503':>5} {'lease':>6} {'errors':>6}",
         f"{'':<16} {'idle / load':>13} {'idle / load':>13} {'':>6} {'idle / load':>11}",
     ]
     for r in results:
@@ -205,7 +213,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"{r['batches_per_s'] or 0:>8.1f} {r['records_per_s'] or 0:>7.0f} "
             f"{r['serve_cpu_ms_per_batch'] or 0:>12.0f} "
             f"{r['serve_cpu_share'] or 0:>9.2f} {r['refused_503']:>5} "
-            f"{'LOST' if r['lease_lost'] else 'kept':>6}"
+            f"{'LOST' if r['lease_lost'] else 'kept':>6} {r['idle_probe_errors'] + r['load_probe_errors']:>6}"
         )
     return "\n".join(lines)
 
