@@ -44,15 +44,17 @@ async def test_a_route_with_a_day_of_history_fits_a_phone_in_a_few_screens(tmp_p
     """At 390 px the route page of a day of history was about 8,700 px long: each history row
     was a card of twelve label/value lines (some 320 px). On a phone a row is now a short card
     (when, from, to, applied, repeats, reason; the measured figures are on the charts), so the
-    page is under 4,000 px and no card is over 120 px; on a desktop the table keeps every
-    column."""
+    page is under 4,000 px (plus each card's folded "Why" line) and no card is over 120 px; on a
+    desktop the table keeps every column."""
     db = tmp_path / "console.db"
     await seed_store(f"sqlite+aiosqlite:///{db}", hours=24, calls_per_hour=30)
     server = ServeProcess(
         f"sqlite+aiosqlite:///{db}", tmp_path, {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600", **SEED_SETTINGS}
     )
     measure = """() => ({page: document.scrollingElement.scrollHeight, wide: document.scrollingElement.scrollWidth,
-        cards: [...document.querySelectorAll('table.history tbody tr')].map(r => r.getBoundingClientRect().height),
+        cards: [...document.querySelectorAll('table.history tbody tr:not(.why)')].map(
+            r => r.getBoundingClientRect().height),
+        whys: [...document.querySelectorAll('table.history tbody tr.why')].map(r => r.getBoundingClientRect().height),
         samples: [...document.querySelectorAll('table.history td[data-label=samples]')].filter(
             td => td.getBoundingClientRect().height > 0).length})"""
     found = {}
@@ -69,7 +71,9 @@ async def test_a_route_with_a_day_of_history_fits_a_phone_in_a_few_screens(tmp_p
     phone, desktop = found[390], found[1280]
     assert len(phone["cards"]) >= 10, phone  # a day of decisions: held runs and applied changes
     assert phone["wide"] <= 390, phone
-    assert phone["page"] < 4000, phone
+    # each card ends in its folded "Why" line (the row's sentences), about 20 px more a row
+    assert len(phone["whys"]) == len(phone["cards"]) and max(phone["whys"]) <= 24, phone
+    assert phone["page"] < 4000 + 24 * len(phone["cards"]), phone
     assert max(phone["cards"]) <= 120, phone
     assert phone["samples"] == 0 and desktop["samples"] == len(desktop["cards"]), (phone, desktop)
 
