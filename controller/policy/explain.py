@@ -291,7 +291,7 @@ def _censored_hold(r: _Row) -> str:
     upto = "" if end is None else f" up to {_seconds(end)}"
     return (
         f"The budget's quantile lies where primaries were cancelled{upto}, and the value lies above every censoring"
-        " time, where the data cannot show a better one: held."
+        " time, where the data cannot show a better one: kept."
     )
 
 
