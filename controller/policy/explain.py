@@ -539,9 +539,10 @@ def _config(r: _Row) -> str:
     for name, change in changes.items():
         step = _mapping(change)
         parts.append(f"{name} {_setting(str(name), step.get('from'))} → {_setting(str(name), step.get('to'))}")
-    what = "created the route" if r.details.get("created") is True else "changed the route's configuration"
-    listed = f" ({'; '.join(parts)})" if parts and r.details.get("created") is not True else ""
-    return f"{_who(r)} {what}{listed}; the value was decided again at once."
+    if r.details.get("created") is True:
+        return f"{_who(r)} created the route; its first value was decided at once."
+    listed = f" ({'; '.join(parts)})" if parts else ""
+    return f"{_who(r)} changed the route's configuration{listed}; the value was decided again at once."
 
 
 def _archived(r: _Row) -> str:
