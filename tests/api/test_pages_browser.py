@@ -98,3 +98,50 @@ async def test_console_pages_request_nothing_that_fails(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert errors == []
+
+
+@pytest.mark.slow
+async def test_each_history_row_opens_to_its_sentences_at_desktop_and_phone_widths(tmp_path: Path) -> None:
+    """Each history row has a folded "Why" (a ``<details>``, no script): closed, no sentence shows;
+    clicked, the row's sentences show, the same as the api's ``explanation``, within the window
+    (no sideways scroll at 1280 or 390 px) and under their own row (a phone card's last line)."""
+    db = tmp_path / "why.db"
+    await seed_store(f"sqlite+aiosqlite:///{db}", hours=12, calls_per_hour=30)
+    server = ServeProcess(
+        f"sqlite+aiosqlite:///{db}", tmp_path, {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600", **SEED_SETTINGS}
+    )
+    measure = """(n) => {
+        const rows = [...document.querySelectorAll('table.history tbody tr:not(.why)')];
+        const whys = [...document.querySelectorAll('table.history tbody tr.why')];
+        const items = [...whys[n].querySelectorAll('li')];
+        return {rows: rows.length, whys: whys.length,
+            follows: whys.every((w, i) => w.previousElementSibling === rows[i]),
+            visible: items.filter(li => li.checkVisibility()).map(li => li.textContent),
+            right: Math.max(0, ...items.map(li => li.getBoundingClientRect().right)),
+            rowBottom: rows[n].getBoundingClientRect().bottom, whyTop: whys[n].getBoundingClientRect().top,
+            wide: document.scrollingElement.scrollWidth};
+    }"""
+    found = {}
+    try:
+        api_rows = httpx.get(f"{server.url}/v1/routes/summarize/history", params={"limit": 50}, timeout=60).json()
+        applied = next(i for i, row in enumerate(api_rows["history"]) if "step_down_limited" in row["reason"])
+        for width, height in ((1280, 800), (390, 844)):
+            async with open_page(viewport=(width, height)) as (page, requests):
+                response = await page.goto(f"{server.url}/ui/routes/summarize?range=24h")
+                assert response is not None and response.status == 200
+                closed = await page.evaluate(measure, applied)
+                await page.locator("table.history tr.why summary").nth(applied).click()
+                opened = await page.evaluate(measure, applied)
+                await page.screenshot(path=str(tmp_path / f"why_{width}.png"), full_page=True)
+                assert_local_only(requests)
+            found[width] = (closed, opened)
+    finally:
+        server.stop()
+    expected = api_rows["history"][applied]["explanation"]
+    assert any("window-looks bound" in sentence for sentence in expected), expected
+    for width, (closed, opened) in found.items():
+        assert closed["rows"] == closed["whys"] == len(api_rows["history"]) and closed["follows"], closed
+        assert closed["visible"] == [], (width, closed)
+        assert opened["visible"] == expected, (width, opened)
+        assert opened["right"] <= width and opened["wide"] <= width, (width, opened)
+        assert opened["whyTop"] >= opened["rowBottom"] - 1, (width, opened)
