@@ -46,10 +46,12 @@ _OPERATOR_CODES = frozenset({"config", "archived", "restored"})
 
 def _number(value: Any) -> float | None:
     """``value`` as a finite float, or None (missing, a bool, a string, NaN, infinite)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
+    kind = type(value)  # exact types: a bool is no number here, and JSON gives only int and float
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is int:
+        return float(value) if abs(value) < 2**1023 else None  # beyond it float() overflows
+    return None
 
 
 def _count(value: Any) -> int | None:

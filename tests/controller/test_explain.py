@@ -100,6 +100,7 @@ _scalars = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(-5, 10**6),
+    st.integers(min_value=10**308, max_value=10**400),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=5),
 )
