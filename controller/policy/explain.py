@@ -243,9 +243,10 @@ def _cold_start_supported(r: _Row) -> str:
     samples = "too few samples" if n is None else f"too few samples ({_plural(n, 'primary sample')})"
     if "clamped_max" in r.codes:
         needed = ""
-        if level is not None and r.budget is not None and 0 < r.budget < 1 and 0 < level < 1:
-            least = math.ceil(math.log(1.0 - level) / math.log(1.0 - r.budget) - 1e-9)
-            if n is not None and n < least:
+        if level is not None and r.budget is not None and 0 < r.budget < 1 and 0 < level < 1 and n is not None:
+            # k = 0 of n past a value is shown within the budget once 1 - (1 - level) ** (1 / n) <= budget
+            least = math.ceil(math.log1p(-level) / math.log1p(-r.budget) - 1e-9)
+            if n < least <= 10**6:  # a count an operator can act on
                 needed = f" (with none slow, about {least} samples are needed)"
         return (
             f"A new route with {samples} for a confident quantile: no value below the route's maximum is shown"

@@ -80,6 +80,9 @@ def test_unknown_codes_and_empty_rows_get_a_sentence_not_an_error() -> None:
     )
     assert explain_history_row({}) == ["No reason was recorded."]
     assert explain_history_row({"reason": "", "details": [1, 2], "hedge_after_s": "x"}) == ["No reason was recorded."]
+    tiny = {"reason": "cold_start_supported,clamped_max", "budget": 1e-300, "samples": 3, "hedge_after_s": 30.0}
+    tiny["details"] = {"small_sample_test": {"samples": 3, "look_confidence": 0.975}}
+    assert "samples are needed" not in " ".join(explain_history_row(tiny))  # no overflow, no absurd count
     held = explain_history_row({"reason": "pinned", "hedge_after_s": 0.8, "previous_hedge_after_s": 0.8, "repeats": 4})
     assert held[0] == "The value was held at 0.8 s. This hold stands for 4 ticks."
 
