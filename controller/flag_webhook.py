@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -35,6 +35,9 @@ from hedgerow.client.names import visible
 from hedgerow.controller.policy.reason_codes import REASON_MEANINGS
 from hedgerow.controller.report.report_job import post_webhook
 from hedgerow.controller.store.models import Route, ThresholdHistory
+
+if TYPE_CHECKING:
+    from hedgerow.settings import Settings
 
 __all__ = [
     "MAX_PENDING_CHANGES",
@@ -185,7 +188,7 @@ class FlagWebhook:
         self.dropped = 0
 
     @classmethod
-    def from_settings(cls, settings: Any) -> FlagWebhook | None:
+    def from_settings(cls, settings: Settings) -> FlagWebhook | None:
         """The webhook of ``settings.flag_webhook_url`` with the report's delivery settings, or None."""
         if not settings.flag_webhook_url:
             return None

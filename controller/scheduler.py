@@ -41,7 +41,7 @@ import math
 import time
 from collections.abc import Callable
 from datetime import UTC, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
@@ -69,6 +69,9 @@ from hedgerow.controller.report.report_job import (
 from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.overview import flags_of
 from hedgerow.controller.store.retention import RetentionReport, run_retention
+
+if TYPE_CHECKING:
+    from hedgerow.settings import Settings
 
 __all__ = ["REPORT_START_DELAY_S", "ControllerScheduler"]
 
@@ -110,7 +113,7 @@ class ControllerScheduler:
     def __init__(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
-        settings: Any,
+        settings: Settings,
         *,
         holder: str | None = None,
         lease_sessionmaker: async_sessionmaker[AsyncSession] | None = None,

@@ -51,6 +51,7 @@ from hedgerow.controller.policy.samples import ttft_sample
 
 if TYPE_CHECKING:
     from hedgerow.controller.policy.policy import PolicyKnobs
+    from hedgerow.settings import Settings
 
 __all__ = [
     "TAIL_SAMPLES",
@@ -308,7 +309,7 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
 
 
 def observe_window(
-    records: WindowRecords | WindowData, *, settings: Any, budget: float | None, knobs: PolicyKnobs
+    records: WindowRecords | WindowData, *, settings: Settings, budget: float | None, knobs: PolicyKnobs
 ) -> Observation:
     """The policy's ``Observation`` of one route at one tick (see the module docstring).
 
@@ -337,7 +338,7 @@ def observe_window(
     drift: dict[str, Any] | None = None
     if window == float(settings.window_s) and knobs.drift_alpha > 0:
         samples = (primary.age_s[mask], primary.durations_s[mask], primary.censored[mask])
-        tests = {
+        tests: dict[str, Any] = {
             "window_s": window,
             "min_samples": settings.min_samples,
             "alpha": knobs.drift_alpha,

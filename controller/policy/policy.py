@@ -193,7 +193,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -202,6 +202,9 @@ from hedgerow.controller.policy.estimation import TTFTEstimate
 from hedgerow.controller.policy.hedge_model import SurvivalCurve
 from hedgerow.controller.policy.reason_codes import REASON_CODES
 from hedgerow.controller.policy.route_config import RouteConfig, check_count, check_fraction, check_positive, is_number
+
+if TYPE_CHECKING:
+    from hedgerow.settings import Settings
 
 __all__ = [
     "REASON_CODES",
@@ -304,7 +307,7 @@ class PolicyKnobs:
             raise ValueError(f"replay_max_calls must be an integer >= 1, got {self.replay_max_calls!r}")
 
     @classmethod
-    def from_settings(cls, settings: Any) -> PolicyKnobs:
+    def from_settings(cls, settings: Settings) -> PolicyKnobs:
         """Build the knobs from a ``hedgerow.settings.Settings``.
 
         Args:

@@ -50,7 +50,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -68,6 +68,9 @@ from hedgerow.controller.store.partitions import (
     ensure_day_partitions,
     missing_days,
 )
+
+if TYPE_CHECKING:
+    from hedgerow.settings import Settings
 
 __all__ = [
     "ATTEMPT_COLUMNS",
@@ -90,7 +93,7 @@ _CHUNK_ROWS = 200
 INGEST_LOCK = 0x6865646765696E67 & 0x7FFFFFFFFFFFFFFF
 
 
-def route_defaults(settings: Any) -> RouteConfig:
+def route_defaults(settings: Settings) -> RouteConfig:
     """The configuration a route gets when it is first seen, from ``hedgerow.settings.Settings``.
 
     Raises:
