@@ -56,7 +56,7 @@ after which the threshold goes to 0.55-0.80 s (seed 2 loses the cut 5 minutes la
 smaller surge enters the recent part, and sits at 0.86-0.96 s for 13 minutes), and the pooled
 adaptive P99 goes from 1.668 s to 1.590 s (best fixed 1.420 s); seeds 3-5, whose threshold
 already settled at 0.85-0.97 s after the queue, stay at 1.520 s (1.515 s without the test). Worked number
-(``tests/controller/test_policy_drift.py``): the window of the log-rank example without the
+(``tests/controller/policy/test_policy_drift.py``): the window of the log-rank example without the
 slowdown, but 10% of the calls of a 7-minute queue that ended 12 minutes ago 8x slower: no
 median change; the tail test cuts at 720 s (level 4.37 s, 0 of 2,184 recent primaries past it
 against 71 of 7,176 older ones, p = 5.9e-9).
@@ -69,7 +69,7 @@ minutes of an old regime too: with 55 minutes as the longest, a change 57 minute
 minutes of the slow regime mixed into 2 of the new one beyond that split, the medians differed
 by less than 1.75x, and the window went back to the full hour with those 3 slow minutes in it;
 slowdown_2x_and_back seeds 3 and 5 then moved the threshold up and back, 4 changes an hour). Worked number
-(``tests/controller/test_policy_drift.py``): 3 calls/s, lognormal TTFT (median 0.6 s, sigma
+(``tests/controller/policy/test_policy_drift.py``): 3 calls/s, lognormal TTFT (median 0.6 s, sigma
 0.5) for 50 minutes, then every TTFT doubled for 2 minutes: the 2-minute split is chosen
 (log-rank statistic 22.3, a z-score; median ratio 2.14; 347 recent samples).
 """

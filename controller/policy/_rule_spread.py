@@ -58,7 +58,7 @@ def spread_steps(curve: SurvivalCurve, steps: int = SPREAD_STEPS) -> SurvivalCur
     call worse (adaptive P99 1.543 s -> 1.637 s, seeds 0-2, best fixed 1.420 s), so it is left
     out. The budget target and the binomial tests read the measured curve (each duration at
     its bucket's end: the cautious side).
-    Worked numbers (``tests/controller/test_policy_buckets.py``): one step at the 0.5012 s end
+    Worked numbers (``tests/controller/policy/test_policy_buckets.py``): one step at the 0.5012 s end
     from 1 to 0.5 becomes 8 steps of 0.0625 at ``0.5012 / 1.047 * 1.047 ** (j / 8)``, so
     ``S(0.49 s)`` is 0.75 instead of 1; steps at the 1.0 s end (to 0.8) and the 1.9953 s end 15
     buckets up (to 0.4): the second becomes 120 sub-steps over (1.0, 1.9953], so

@@ -52,7 +52,7 @@ def looks_target(curve: KMCurve, budget: float, confidence: float) -> float | No
     half-width by :func:`window_scan_ratio`: ``S ** exp(-z_scan sigma)``. Where ``S = 0`` the
     curve's own (exact binomial) upper bound is kept; where ``S = 1`` or the bound is undefined
     nothing is proven (1). Rule 5 lowers a published value no further than this time.
-    Worked number (``tests/controller/test_policy.py``): 1,000 samples, none censored, 900 at
+    Worked number (``tests/controller/policy/test_policy.py``): 1,000 samples, none censored, 900 at
     1.0 s, 20 at 2.5 s and 80 at 5.0 s: at 2.5 s ``S = 0.080``, the target's bound 0.0979
     (the budget target is 2.5 s) and the window-looks bound 0.1061, so the window-looks time
     is 5.0 s (``S = 0``, exact bound 0.0044).

@@ -77,7 +77,7 @@ the window 4-8 minutes after its end; until then the replay keeps rationing toke
 that is over (seed 1 at 2,340 s: predicted P99 2.81 s at 0.743 s and 2.22 s at 1.5 s, while the
 fixed replays count 27 and 124 calls over 1.5 s after the transient).
 
-Worked number (the code's own output; ``tests/controller/test_hedge_model.py`` checks it):
+Worked number (the code's own output; ``tests/controller/policy/test_hedge_model.py`` checks it):
 10,000 uncensored primary TTFTs drawn with ``numpy.random.default_rng(7)``: 87% uniform in
 0.05-0.3 s (short prompts), 12% uniform in 0.45-0.55 s (long prompts: their prefill), 1% uniform
 in 1-5 s (a slow host); the backup curve is the primary's (too few backup samples). The budget

@@ -35,7 +35,7 @@ published), in this order:
    take before ``min_samples`` (``_policy_rules.cold_start_confidence``, Bonferroni: at a 10%
    budget and 95%, the looks ``k = 0`` from 29 samples and ``k = 1`` from 46, each then at
    97.5%, where ``k = 0`` needs 36 samples and ``k = 1`` 54), so the whole cold period errs
-   with at most ``1 - confidence``. Worked numbers (``tests/controller/test_policy.py``): 35
+   with at most ``1 - confidence``. Worked numbers (``tests/controller/policy/test_policy.py``): 35
    calls at 0.4 s and one at 6.0 s: 0 of 36 past 6.0 s gives 0.0974, 6.0 s; with 34 at 0.4 s,
    0 of 35 gives 0.1000, so still the maximum; 47 at 0.4 s, one at 3.0 s and one at 6.0 s:
    1 of 49 past 3.0 s is not supported at 97.5% (it is at 95% from 46), so 6.0 s.
@@ -142,7 +142,7 @@ published), in this order:
    when rule 2 still kept the default and raised it to the maximum on evidence) kept the 30 s
    maximum for 93 ticks after the objective first ran (73 samples); with the test at the
    quantile it moved at once, and its regret went from 1.366 to 1.326. Worked
-   number (``tests/controller/test_policy.py``, 80 lognormal samples): predicted P99 7.41 s at
+   number (``tests/controller/policy/test_policy.py``, 80 lognormal samples): predicted P99 7.41 s at
    30 s against 7.23 s at the proposal (2.4% lower), and the same 6.18 s at P97.5.
    Against a proposal with the same predicted tail (e.g. the search's top, the primary's own
    tail quantile) such a value is held.
