@@ -40,31 +40,24 @@ def spread_steps(curve: SurvivalCurve, steps: int = SPREAD_STEPS) -> SurvivalCur
     jumps, and the objective's cost tie-break (the largest threshold within ``p99_tolerance``,
     2%, of the lowest predicted tail) runs to the far end of such a plateau: a tie of the
     estimate, not of the distribution (the bucket-limited test, the budget target's predicted
-    tail more than the tolerance above the lowest, reads the same jumps). Example
-    (``bench/controller_eval.py --suite scenarios --minutes``, slowdown_2x_and_back seed 0,
-    minute 8, 36 backup samples): with each step
-    spread only within its bucket the predicted P99 was 1.7478 s from 1.25 to 1.39 s, where
-    the true P99 rises from 1.7594 to 1.8167 s; the tick chose 1.3176 s (true P99 4.2% above
-    the best within budget) and kept it 33 minutes. Each step's drop is therefore spread evenly
+    tail more than the tolerance above the lowest, reads the same jumps). Each step's drop is
+    therefore spread evenly
     over sub-steps log-spaced over ``(t_prev, t]``, the interval since the previous step (the
     first step over its own bucket, ``(t / BUCKET_RATIO, t]``), ``steps`` per bucket width of
     the interval: within its bucket when the bucket below is occupied (the durations
     log-uniform within it), across the empty buckets of a gap otherwise. The curve keeps its
     value at every bucket end it stepped at (the first bucket's end, ``MIN_S``, is one: a
-    window with a TTFT of 1 ms or less was left unspread before). A curve with any step off the
-    bucket ends (raw calls, ``bench/controller_eval.py`` without ``--minutes``) is returned as
-    is: spreading the
-    sparse steps of raw calls too met the same scenario targets but made the Azure replay per
-    call worse (adaptive P99 1.543 s -> 1.637 s, seeds 0-2, best fixed 1.420 s), so it is left
-    out. The budget target and the binomial tests read the measured curve (each duration at
-    its bucket's end: the cautious side).
+    window with a TTFT of 1 ms or less counts too). A curve with any step off the bucket ends
+    (raw calls, ``bench/controller_eval.py`` without ``--minutes``) is returned as is. The
+    budget target and the binomial tests read the measured curve (each duration at its
+    bucket's end: the cautious side). The runs behind these choices: ``docs/evaluation.md``,
+    "Rule 3: prediction curves spread over their buckets".
     Worked numbers (``tests/controller/policy/test_policy_buckets.py``): one step at the 0.5012 s end
     from 1 to 0.5 becomes 8 steps of 0.0625 at ``0.5012 / 1.047 * 1.047 ** (j / 8)``, so
     ``S(0.49 s)`` is 0.75 instead of 1; steps at the 1.0 s end (to 0.8) and the 1.9953 s end 15
     buckets up (to 0.4): the second becomes 120 sub-steps over (1.0, 1.9953], so
     ``S(1.413 s)`` is 0.6 instead of 0.8. On 20,000 lognormal calls the predicted P99 comes
-    within 0.8% of the raw calls' (4.5% read at bucket ends). Scenario suite on minutes (seeds
-    0-2): regret median 1.055 -> 1.048 (with the window-looks limit of :func:`stability`).
+    within 0.8% of the raw calls' (4.5% read at bucket ends).
 
     Args:
         curve: a survival curve (``hedge_model.SurvivalCurve``).

@@ -65,13 +65,10 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
     rate is ``<= budget`` and the short window does not show it over budget) and either its
     predicted tail is not shown worse than the proposal's (``_tail_not_shown_worse``: worse
     by more than the tolerance at every level of the quantile's band) or the proposal is a
-    decrease within the budget target's sampling noise (``_within_target_noise``).
-    Why the same levels (``bench/controller_eval.py --suite scenarios``, rare_slow_mode, seed
-    0): the objective chooses 0.78 s over a current 0.869 s (predicted P99 1.388 s against
-    1.457 s, 5% better). With 1.2% of primaries in a slow mode, the current value's predicted
-    P98.75 falls in the body and lies below the proposal's P99, so comparing a lower level of
-    the current value with the proposal's P99 would hold 0.869 s; at the same levels the
-    current value is worse at each, and it moves. A value above the objective's search range
+    decrease within the budget target's sampling noise (``_within_target_noise``). Both
+    predictions rest on the same samples, so they are compared at the same levels: a lower
+    level of the current value against the proposal's P99 would hold a value that a slow mode
+    makes worse at every level. A value above the objective's search range
     (above the primary's own tail quantile) is no candidate: it is not stepped down but left in
     one step (the step limit guards a candidate against noise), and it is not held when the
     proposal's predicted tail beats its own by more than the tolerance at the quantile itself
@@ -84,13 +81,8 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
     target down follows its dips (:func:`window_scan_ratio`). Raises are not limited, so a
     value enters at the window-looks bound (``z_scan`` 2.795 at 95%) and leaves at the kept
     value's one-sided bound (1.645): the wider gap also keeps it from cycling at the budget's
-    edge. Why (``bench/controller_eval.py --suite scenarios``): heavy_tail_budget seed 1 (per
-    call) followed the target from 14.14 s to 13.34 s at 98 minutes (true rate 0.103; the
-    window read 0.088 there, 2.9 standard errors low) and stayed 9 ticks, until the one-sided
-    bound crossed the budget; few_calls seed 1 (minutes, with :func:`spread_steps`) 7 ticks at
-    3.59 s (0.1004). With the limit: 0 and 0, worst true rates 0.0952 and 0.0646. The price is
-    a higher value where the tail is lowest at the budget's edge: regret few_calls seed 0 1.343
-    -> 1.442 per call, heavy_tail_budget seed 1 1.074 -> 1.090.
+    edge. The price is a higher value where the tail is lowest at the budget's edge.
+    The scenario runs behind these choices: ``docs/evaluation.md``, "Rule 5".
     Neither the holds nor the step-down limits apply while a detected change is *fresh* (it
     lies within the short window, ``drift["fresh"]``): they guard an incumbent value against
     noise, and a value set for the regime before a change that passed the log-rank test is no

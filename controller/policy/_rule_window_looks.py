@@ -33,10 +33,8 @@ def window_scan_ratio(confidence: float) -> float:
     ``Phi_bar(u) + u phi(u)`` (the first look, plus upcrossings at rate ``u phi(u) / W``:
     Pickands' constant 1 for correlations linear at 0; Shepp, Ann. Math. Statist. 42, 1971).
     ``z_scan`` solves ``Phi_bar(z_scan) + z_scan phi(z_scan) = alpha``: 2.795 at 95%, ratio
-    1.426. Check (heavy_tail_budget, per call, seeds 0-5, 983 ticks with over 1,000 samples):
-    the budget target's true hedge rate exceeded the budget at 25 ticks (2.5%, as one look
-    promises) but in 2 of the 6 three-hour runs, where ``Phi_bar(1.96) + 3 * 1.96 phi(1.96)``
-    gives 0.37 per run.
+    1.426 (``tests/controller/policy/test_policy.py`` checks both). A check on the scenario
+    suite: ``docs/evaluation.md``, "Rule 5: window looks".
     """
     alpha = (1.0 - confidence) / 2.0
     z = float(stats.norm.isf(alpha))
