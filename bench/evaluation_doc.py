@@ -118,8 +118,8 @@ def _trace_lines(results: dict[str, Any]) -> list[str]:
     seeds = config["seeds"]
     lines = [
         f"Azure trace replay (`bench/controller_eval.py{' --minutes' if config.get('minutes') else ''}`;"
-        f" {config['requests']:,} requests over {config['span_s']:.0f} s, one replica of"
-        f" {config['replicas']} {config['shift_factor']:g}x slower from {config['shift_at_s']:.0f} s;"
+        f" {config['requests']:,} requests over {config['span_s']:.0f} s, one of {config['replicas']} replicas"
+        f" {config['shift_factor']:g}x slower from {config['shift_at_s']:.0f} s;"
         f" seeds {seeds[0]}-{seeds[-1]} pooled, after a {config['warmup_s']:.0f} s warm-up;"
         f" budget {results['budget']:g}):",
         "",
@@ -163,7 +163,7 @@ def render(scenarios: dict[str, Any], trace: dict[str, Any], stamp: str) -> str:
     Raises:
         KeyError: a JSON file lacks a field the tables need.
     """
-    lines = [f"Written by `bench/evaluation_doc.py` ({stamp}).", ""]
+    lines = [f"Written by `bench/evaluation_doc.py` ({stamp}) from the two runs' JSON.", ""]
     lines += [*_scenario_lines(scenarios), "", *_trace_lines(trace)]
     return "\n".join(lines) + "\n"
 
