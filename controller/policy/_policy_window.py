@@ -28,7 +28,7 @@ evaluation (``bench/controller_eval.py``, records from the simulation) both call
 The input is one entry per call (:class:`WindowRecords`) or weighted entries (:class:`WindowData`:
 samples of each kind with a weight, counters by age), such as a histogram's (minute, bucket, count)
 entries. A weight is that many calls of the same age and duration, so the same rules give the same
-observation from either form of the same calls (``tests/controller/test_policy_window.py``), at the
+observation from either form of the same calls (``tests/controller/policy/test_policy_window.py``), at the
 cost of the entries instead of the calls.
 
 The sample rule (:func:`ttft_sample`) is here too: a first token is an observed duration, an
