@@ -282,3 +282,20 @@ async def test_windows_refused(sessionmaker) -> None:
     with pytest.raises(UpstreamWindowError) as caught:
         await _stats(sessionmaker, limit=0)
     assert caught.value.field == "limit"
+
+
+async def test_sql_and_streamed_histograms_agree(sessionmaker) -> None:
+    """The counts made by the database (``log`` in SQL) equal those of the streamed fallback."""
+    from hedgerow.controller.store.upstreams import _ttft_histograms
+
+    await _store(sessionmaker, _random_calls(800, seed=3))
+    names = {"east", "west", "north", "sou[th]"}
+    window = (T0 - timedelta(hours=3), T0 + timedelta(hours=1))
+    async with sessionmaker() as session:
+        in_sql = await _ttft_histograms(session, *window, None, names, in_sql=True)
+        streamed = await _ttft_histograms(session, *window, None, names, in_sql=False)
+    assert set(in_sql.observed) == set(streamed.observed) == names
+    for name in names:
+        assert (in_sql.observed[name] == streamed.observed[name]).all()
+        assert (in_sql.censored[name] == streamed.censored[name]).all()
+        assert in_sql.censored[name].sum() > 0
