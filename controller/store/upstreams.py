@@ -28,7 +28,8 @@ Definitions (per attempt; an upstream's figures are those of every attempt sent 
   many censored samples: the quantile is then only known to be ``>= low_s``); the whole entry is
   None without a sample. Counting censored samples matters: an upstream whose slow attempts are
   cut short by hedges would otherwise look fast.
-- failure classes, from the attempt's ``error_type`` (:func:`failure_kind`; they do not overlap):
+- failure classes, from the attempt's ``error_type``
+  (:func:`~hedgerow.controller.policy.attempt_kinds.failure_kind`, in SQL here; no overlap):
   ``stall`` is ``stall_timeout`` (a gap after the first token); ``timeout`` any other type ending
   in ``timeout`` (``total_timeout``, ``ReadTimeout``, ``ConnectTimeout``, ...); ``error``
   every other failure (``http_503``, ``ConnectError``, ``truncated``, ...) and a ``failed``
@@ -64,6 +65,7 @@ from sqlalchemy import Integer, Select, and_, case, func, literal, or_, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from hedgerow.controller.policy.attempt_kinds import FAILURE_KINDS, failure_kind
 from hedgerow.controller.policy.ttft_histogram import (
     BUCKET_ENDS_S,
     BUCKETS_PER_DECADE,
@@ -92,8 +94,6 @@ MAX_WINDOW_S = 32 * 86_400.0
 MAX_UPSTREAMS = 500
 #: The TTFT quantiles reported, by name.
 QUANTILES: dict[str, float] = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
-#: Failure classes of an attempt, in table order.
-FAILURE_KINDS: tuple[str, ...] = ("error", "timeout", "stall")
 #: Rows fetched per round trip while the TTFT samples stream in.
 _CHUNK_ROWS = 20_000
 
@@ -125,25 +125,6 @@ def window_error(since: datetime, until: datetime) -> tuple[str, str] | None:
         days = MAX_WINDOW_S / 86_400
         return "since", f"the window is {(until - since).total_seconds() / 86_400:.1f} days; at most {days:g} days"
     return None
-
-
-def failure_kind(outcome: str, error_type: str | None) -> str | None:
-    """The failure class of one attempt (the rule the SQL of :func:`upstream_stats` applies).
-
-    Args:
-        outcome: ``won``, ``cancelled`` or ``failed``.
-        error_type: the attempt's ``error_type`` or None.
-
-    Returns:
-        ``stall``, ``timeout``, ``error`` or None (no failure).
-    """
-    if error_type is None:
-        return "error" if outcome == "failed" else None
-    if error_type == "stall_timeout":
-        return "stall"
-    if error_type.lower().endswith("timeout"):
-        return "timeout"
-    return "error"
 
 
 def _count(condition: Any) -> Any:
