@@ -2,14 +2,13 @@
 
 Everything else in the store is per route; hedging exists because one upstream is slow or
 failing, so this module answers "which one". It reads ``attempts`` joined to their ``calls``
-(the calls started in ``[since, until)``, optionally of one route), in two statements:
-
-1. one ``GROUP BY attempts.upstream`` aggregate (counters and sums, computed by the database);
-2. the TTFT samples of the same attempts counted per upstream and bucket of the log-bucketed
-   histograms of :mod:`hedgerow.controller.policy.ttft_histogram` (``GROUP BY upstream, censored,
-   bucket``, the bucket computed in SQL with ``log``; on a SQLite built without its math functions
-   the samples are streamed in chunks instead and counted here, so memory never grows with the
-   window's calls).
+(the calls started in ``[since, until)``, optionally of one route), in one statement grouped
+``GROUP BY upstream, sample kind, bucket``: the counters and sums of each group, computed by the
+database, where the bucket is the attempt's TTFT bucket in the log-bucketed histograms of
+:mod:`hedgerow.controller.policy.ttft_histogram` (computed in SQL with ``log``), so the answer is
+at most 661 rows an upstream whatever the window holds. On a SQLite built without its math
+functions it is two statements instead: a ``GROUP BY upstream`` aggregate, and the TTFT samples
+streamed in chunks and bucketed here (memory does not grow with the window's calls).
 
 Definitions (per attempt; an upstream's figures are those of every attempt sent to it):
 
@@ -46,7 +45,7 @@ Definitions (per attempt; an upstream's figures are those of every attempt sent 
 
 Bounds: the window is at most :data:`MAX_WINDOW_S` (32 days, longer than the weekly report's
 week), and the answer at most :data:`MAX_UPSTREAMS` upstreams (the busiest first; ``truncated``
-says when more were left out). Both statements read the calls through the index on
+says when more were left out). The statements read the calls through the index on
 ``(route_id, started_at)`` and the attempts through ``(call_id, attempt_index)``; on PostgreSQL the
 join also matches ``call_started_at``, so only the window's day partitions are read. Raw calls are
 kept ``retention_s`` (14 days by default): a window older than that finds nothing
@@ -148,12 +147,6 @@ def _filtered(query: Select[Any], since: datetime, until: datetime, route: str |
     return query
 
 
-@dataclass(frozen=True, slots=True)
-class _Histograms:
-    observed: dict[str, np.ndarray]
-    censored: dict[str, np.ndarray]
-
-
 def _sample_columns() -> tuple[Any, Any, Any]:
     """The TTFT sample of an attempt as SQL: (duration, 1 when censored else 0, has a sample)."""
     has_token = Attempt.first_token_s.is_not(None)
@@ -185,49 +178,91 @@ async def _has_sql_log(session: AsyncSession) -> bool:
     return True
 
 
-async def _ttft_histograms(
-    session: AsyncSession,
-    since: datetime,
-    until: datetime,
-    route: str | None,
-    upstreams: set[str],
-    *,
-    in_sql: bool | None = None,
-) -> _Histograms:
-    """The window's TTFT samples as one dense histogram pair (observed, censored) per upstream.
+def _counters() -> list[Any]:
+    """The per-upstream counters as SQL aggregates, in :data:`_COUNTER_NAMES` order."""
+    error_type = Attempt.error_type
+    stall = error_type == "stall_timeout"
+    timeout = and_(error_type.is_not(None), ~stall, func.lower(error_type).like("%timeout"))
+    error = or_(
+        and_(error_type.is_(None), Attempt.outcome == "failed"), and_(error_type.is_not(None), ~stall, ~timeout)
+    )
+    raced = Call.hedge_reason == "ttft_timeout"
+    primary = Attempt.role == "primary"
+    return [
+        func.count(),
+        _count(primary),
+        _count(error),
+        _count(timeout),
+        _count(stall),
+        _count(raced),
+        _count(and_(raced, Attempt.outcome == "won")),
+        _count(and_(raced, primary)),
+        _count(and_(Call.hedge_reason == "primary_error", primary)),
+        func.sum(case((and_(Call.hedged, Attempt.outcome != "won"), Attempt.completion_tokens), else_=0)),
+    ]
 
-    Counted by the database (``GROUP BY upstream, censored, bucket``: at most 660 rows an upstream)
-    when it has ``log`` (``in_sql`` None: find out), else streamed in chunks of :data:`_CHUNK_ROWS`
-    samples and counted here; both give the same counts.
+
+#: What :func:`_counters` counts, in order.
+_COUNTER_NAMES = (
+    "attempts", "primary", "errors", "timeouts", "stalls", "raced", "wins", "hedges", "failovers", "loser",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Collected:
+    """What the statements read: each upstream's counters (:data:`_COUNTER_NAMES`) and histograms."""
+
+    totals: dict[str, list[int]]
+    observed: dict[str, np.ndarray]
+    censored: dict[str, np.ndarray]
+
+
+def _zeros() -> np.ndarray:
+    return np.zeros(N_BUCKETS, dtype=np.int64)
+
+
+async def _collect(
+    session: AsyncSession, since: datetime, until: datetime, route: str | None, *, in_sql: bool
+) -> _Collected:
+    """Read every upstream's counters and TTFT histograms over the window.
+
+    ``in_sql``: one statement grouped by ``(upstream, sample kind, bucket)`` (at most 661 rows an
+    upstream), the bucket computed with ``log``, the counters summed here; else (a SQLite without
+    math functions) a ``GROUP BY upstream`` aggregate and the samples streamed in chunks of
+    :data:`_CHUNK_ROWS` and bucketed here. Both give the same figures.
     """
     duration, flag, has_sample = _sample_columns()
-    observed: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(N_BUCKETS, dtype=np.int64))
-    censored: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(N_BUCKETS, dtype=np.int64))
-    if in_sql is None:
-        in_sql = await _has_sql_log(session)
+    totals: dict[str, list[int]] = defaultdict(lambda: [0] * len(_COUNTER_NAMES))
+    observed: dict[str, np.ndarray] = defaultdict(_zeros)
+    censored: dict[str, np.ndarray] = defaultdict(_zeros)
     if in_sql:
+        kind = case((Attempt.first_token_s.is_not(None), literal(0)), (has_sample, literal(1)), else_=literal(2))
         clamped = case((duration < 0, literal(0.0)), else_=duration)
-        bucket = _bucket_sql(clamped)
-        query = _filtered(select(Attempt.upstream, flag, bucket, func.count()), since, until, route)
-        query = query.where(has_sample).group_by(Attempt.upstream, flag, bucket)
-        for name, cut, index, count in (await session.execute(query)).all():
-            if name in upstreams:
-                (censored if cut else observed)[name][min(max(int(index), 0), N_BUCKETS - 1)] += int(count)
-        return _Histograms(dict(observed), dict(censored))
+        bucket = case((has_sample, _bucket_sql(clamped)), else_=literal(-1))
+        query = _filtered(select(Attempt.upstream, kind, bucket, *_counters()), since, until, route)
+        for name, sample_kind, index, *values in await session.execute(query.group_by(Attempt.upstream, kind, bucket)):
+            total = totals[name]
+            for i, value in enumerate(values):
+                total[i] += int(value or 0)
+            if sample_kind in (0, 1):
+                histogram = censored[name] if sample_kind else observed[name]
+                histogram[min(max(int(index), 0), N_BUCKETS - 1)] += int(values[0])
+        return _Collected(dict(totals), dict(observed), dict(censored))
+    aggregate = _filtered(select(Attempt.upstream, *_counters()), since, until, route).group_by(Attempt.upstream)
+    for name, *values in (await session.execute(aggregate)).all():
+        totals[name] = [int(v or 0) for v in values]
     query = _filtered(select(Attempt.upstream, duration, flag), since, until, route).where(has_sample)
     result = await session.stream(query.execution_options(yield_per=_CHUNK_ROWS))
     async for rows in result.partitions(_CHUNK_ROWS):
         names = np.array([row[0] for row in rows], dtype=object)
-        values = np.maximum(np.array([row[1] for row in rows], dtype=float), 0.0)
+        values_s = np.maximum(np.array([row[1] for row in rows], dtype=float), 0.0)
         flags = np.array([row[2] for row in rows], dtype=bool)
-        buckets = bucket_indices(values)
+        buckets = bucket_indices(values_s)
         for name in np.unique(names):
-            if name not in upstreams:
-                continue
             mine = names == name
             observed[name] += np.bincount(buckets[mine & ~flags], minlength=N_BUCKETS)
             censored[name] += np.bincount(buckets[mine & flags], minlength=N_BUCKETS)
-    return _Histograms(dict(observed), dict(censored))
+    return _Collected(dict(totals), dict(observed), dict(censored))
 
 
 def _sparse(dense: np.ndarray | None) -> dict[int, int]:
@@ -286,45 +321,15 @@ async def upstream_stats(
         raise UpstreamWindowError(*problem)
     if not 1 <= limit <= MAX_UPSTREAMS:
         raise UpstreamWindowError("limit", f"must be from 1 to {MAX_UPSTREAMS}, got {limit}")
-    error_type = Attempt.error_type
-    stall = error_type == "stall_timeout"
-    timeout = and_(error_type.is_not(None), ~stall, func.lower(error_type).like("%timeout"))
-    error = or_(
-        and_(error_type.is_(None), Attempt.outcome == "failed"), and_(error_type.is_not(None), ~stall, ~timeout)
-    )
-    raced = Call.hedge_reason == "ttft_timeout"
-    primary = Attempt.role == "primary"
-    attempts = func.count()
-    query = _filtered(
-        select(
-            Attempt.upstream,
-            attempts,
-            _count(primary),
-            _count(error),
-            _count(timeout),
-            _count(stall),
-            _count(raced),
-            _count(and_(raced, Attempt.outcome == "won")),
-            _count(and_(raced, primary)),
-            _count(and_(Call.hedge_reason == "primary_error", primary)),
-            func.sum(case((and_(Call.hedged, Attempt.outcome != "won"), Attempt.completion_tokens), else_=0)),
-        ),
-        since,
-        until,
-        route,
-    ).group_by(Attempt.upstream)
-    rows = (await session.execute(query)).all()
-    rows.sort(key=lambda row: (-int(row[1]), row[0]))
-    total_hedges = sum(int(row[8] or 0) for row in rows)
-    total_attempts = sum(int(row[1]) for row in rows)
-    kept = rows[:limit]
-    histograms = await _ttft_histograms(session, since, until, route, {row[0] for row in kept})
+    collected = await _collect(session, since, until, route, in_sql=await _has_sql_log(session))
+    names = sorted(collected.totals, key=lambda name: (-collected.totals[name][0], name))
+    total_hedges = sum(values[7] for values in collected.totals.values())
+    total_attempts = sum(values[0] for values in collected.totals.values())
     table = []
-    for row in kept:
-        name = row[0]
-        n, n_primary, errors, timeouts, stalls, n_raced, wins, hedges, failovers, loser = (int(v or 0) for v in row[1:])
-        events = _sparse(histograms.observed.get(name))
-        cut = _sparse(histograms.censored.get(name))
+    for name in names[:limit]:
+        n, n_primary, errors, timeouts, stalls, n_raced, wins, hedges, failovers, loser = collected.totals[name]
+        events = _sparse(collected.observed.get(name))
+        cut = _sparse(collected.censored.get(name))
         table.append(
             {
                 "upstream": name,
@@ -355,7 +360,7 @@ async def upstream_stats(
         "route": route,
         "covered_from": await _covered_from(session),
         "upstreams": table,
-        "truncated": len(rows) > limit,
+        "truncated": len(names) > limit,
         "hedges": total_hedges,
         "attempts": total_attempts,
     }
