@@ -104,6 +104,24 @@ def table_json(table: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _moment(text: str | None) -> datetime | str | None:
+    """A query time: None when absent, the aware UTC datetime, or what is wrong with it (a str).
+
+    Only ISO 8601 with a zone is taken (a bare number is not read as a Unix time)."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return f"not an ISO 8601 time (e.g. 2026-12-01T09:30:00Z), got {text!r}"
+    if value.tzinfo is None:
+        return "must carry a timezone (e.g. Z)"
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        return f"out of range: {text} is not within years 1..9999 in UTC"
+
+
 def _unprocessable(field: str, message: str) -> JSONResponse:
     return JSONResponse(
         {"detail": {"field": field, "message": message}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
@@ -119,11 +137,20 @@ def _unprocessable(field: str, message: str) -> JSONResponse:
 async def get_upstreams(
     session: Session,
     since: Annotated[
-        datetime | None,
-        Query(description="Calls started at or after this ISO 8601 time (with a zone); default: until - 24 h."),
+        str | None,
+        Query(
+            max_length=64,
+            description="Calls started at or after this ISO 8601 time (with a zone); default: until - 24 h.",
+            json_schema_extra={"format": "date-time"},
+        ),
     ] = None,
     until: Annotated[
-        datetime | None, Query(description="Calls started before this ISO 8601 time (with a zone); default: now.")
+        str | None,
+        Query(
+            max_length=64,
+            description="Calls started before this ISO 8601 time (with a zone); default: now.",
+            json_schema_extra={"format": "date-time"},
+        ),
     ] = None,
     route: Annotated[
         str | None,
@@ -135,18 +162,17 @@ async def get_upstreams(
     ),
 ) -> Any:
     """Per-upstream figures of the calls started in ``[since, until)`` (at most 32 days)."""
-    for name, value in (("since", since), ("until", until)):
-        if value is not None and value.tzinfo is None:
-            return _unprocessable(name, "must carry a timezone (e.g. Z)")
-        if value is not None:
-            try:
-                value.astimezone(UTC)
-            except OverflowError:
-                return _unprocessable(name, f"out of range: {value.isoformat()} is not within years 1..9999 in UTC")
+    moments: dict[str, datetime | None] = {}
+    for name, text in (("since", since), ("until", until)):
+        parsed = _moment(text)
+        if isinstance(parsed, str):
+            return _unprocessable(name, parsed)
+        moments[name] = parsed
+    since_at, until_at = moments["since"], moments["until"]
     try:
-        start, end = default_window(datetime.now(UTC), since, until)
+        start, end = default_window(datetime.now(UTC), since_at, until_at)
     except OverflowError:
-        return _unprocessable("until" if since is None else "since", "the window reaches outside years 1..9999")
+        return _unprocessable("until" if since_at is None else "since", "the window reaches outside years 1..9999")
     problem = window_error(start, end)
     if problem is not None:
         return _unprocessable(*problem)

@@ -57,7 +57,9 @@ async def test_bad_windows_are_422_naming_the_parameter(api) -> None:
         ({"until": "2026-12-01T00:00:00"}, "until", "timezone"),
         ({"since": now.isoformat(), "until": (now - timedelta(hours=1)).isoformat()}, "since", "before until"),
         ({"since": (now - timedelta(days=40)).isoformat()}, "since", "at most 32 days"),
-        ({"since": "yesterday"}, "since", ""),
+        ({"since": "yesterday"}, "since", "not an ISO 8601 time"),
+        ({"until": "0.5"}, "until", "not an ISO 8601 time"),  # not read as a Unix time
+        ({"until": "0001-01-01T12:00:00Z"}, "until", "outside years 1..9999"),
         ({"route": "a\x01b"}, "route", "control"),
         ({"limit": "0"}, "limit", ""),
         ({"since": "0001-01-01T00:00:00+05:00"}, "since", "out of range"),
