@@ -5,8 +5,8 @@ One table, a row per upstream, over the calls started in the last ``range`` (``1
 (Kaplan-Meier, censored attempts counted), error/timeout/stall rates, win rate in races, hedges
 caused and loser tokens; the figures of ``GET /v1/upstreams``
 (:func:`hedgerow.controller.store.upstreams.upstream_stats`). A ``range`` it does not offer or a
-``route`` with a control character is a 422 page naming it. Like every console page it needs
-the ``read`` scope when tokens are configured.
+``route`` with a control character is a 422 page naming it, an unknown route a 404 page. Like
+every console page it needs the ``read`` scope when tokens are configured.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse
 
 from hedgerow.api._page_kit import error_page, page_user, render_page
 from hedgerow.client.records import control_character_error
+from hedgerow.controller.errors import UnknownRoute
 from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.upstreams import upstream_stats
 
@@ -61,8 +62,11 @@ async def upstreams_page(request: Request) -> HTMLResponse:
             return error_page(request, user, 422, f"route: {problem}")
     now = utc_now()
     since = now - timedelta(seconds=RANGES[range_key])
-    async with request.app.state.sessionmaker() as session:
-        table = await upstream_stats(session, since=since, until=now, route=route)
+    try:
+        async with request.app.state.sessionmaker() as session:
+            table = await upstream_stats(session, since=since, until=now, route=route)
+    except UnknownRoute as exc:
+        return error_page(request, user, 404, str(exc), back=("/ui/upstreams", "upstreams"))
     # raw calls older than the retention are deleted: say so when the range reaches past it
     kept_from = now - timedelta(seconds=request.app.state.settings.retention_s)
     return render_page(

@@ -5,7 +5,8 @@ figure's definition): per upstream, attempts, TTFT P50/P90/P99 (Kaplan-Meier, ce
 included), error/timeout/stall rates, win rate in races, hedges caused and output tokens spent as a
 loser, over the calls started in ``[since, until)`` (default: the 24 hours before ``until``, itself
 defaulting to now), optionally of one route. A bad window (no zone, ``since`` not before
-``until``, longer than 32 days) is 422 ``{"detail": {"field", "message"}}`` naming it.
+``until``, longer than 32 days) is 422 ``{"detail": {"field", "message"}}`` naming it; a ``route``
+no stored route has (any model) is 404 naming ``route``.
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def _unprocessable(field: str, message: str) -> JSONResponse:
     dependencies=[Depends(require_scope("read"))],
     response_model=UpstreamTableOut,
     summary="Every upstream's TTFT, failure rates, wins and hedges over a window",
+    responses={404: {"description": "no stored route has this name (route)"}},
 )
 async def get_upstreams(
     session: Session,

@@ -64,6 +64,7 @@ from sqlalchemy import Integer, Select, and_, case, func, literal, or_, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from hedgerow.controller.errors import UnknownRoute
 from hedgerow.controller.policy.attempt_kinds import FAILURE_KINDS, failure_kind
 from hedgerow.controller.policy.ttft_histogram import (
     BUCKET_ENDS_S,
@@ -315,12 +316,15 @@ async def upstream_stats(
 
     Raises:
         UpstreamWindowError: a window :func:`window_error` refuses, or ``limit`` out of range.
+        UnknownRoute: ``route`` names no stored route (an empty table would read as "no traffic").
     """
     problem = window_error(since, until)
     if problem is not None:
         raise UpstreamWindowError(*problem)
     if not 1 <= limit <= MAX_UPSTREAMS:
         raise UpstreamWindowError("limit", f"must be from 1 to {MAX_UPSTREAMS}, got {limit}")
+    if route is not None and await session.scalar(select(Route.id).where(Route.route == route).limit(1)) is None:
+        raise UnknownRoute(route, "", f"unknown route {route!r}: no route of that name (any model) is stored")
     collected = await _collect(session, since, until, route, in_sql=await _has_sql_log(session))
     names = sorted(collected.totals, key=lambda name: (-collected.totals[name][0], name))
     total_hedges = sum(values[7] for values in collected.totals.values())

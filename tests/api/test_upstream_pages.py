@@ -40,7 +40,9 @@ async def test_the_page_shows_the_table_escaped_and_filtered(make_api) -> None:
         assert "/ui/routes/team%2Fchat" in one  # back to the route
         recent = (await api.get("/ui/upstreams", params={"range": "1h"})).text
         assert "other-up" not in recent and 'id="coverage-note"' not in recent
-        empty = (await api.get("/ui/upstreams", params={"route": "nobody"})).text
+        unknown = await api.get("/ui/upstreams", params={"route": "nobody"})
+        assert unknown.status_code == 404 and "unknown route &#39;nobody&#39;" in unknown.text
+        empty = (await api.get("/ui/upstreams", params={"route": "other", "range": "1h"})).text
         assert 'id="no-upstreams"' in empty
         route_page = (await api.get("/ui/routes/team/chat", params={"model": "m1"})).text
         assert 'href="/ui/upstreams?route=team%2Fchat"' in route_page

@@ -46,7 +46,15 @@ async def test_the_table_over_http(make_api, call_factory) -> None:
         assert everything["route"] is None and everything["upstreams"][0]["attempts"] == 15
         week = {"since": (now - timedelta(days=3)).isoformat(), "until": now.isoformat()}
         assert (await api.get("/v1/upstreams", params=week | {"route": "r"})).json()["upstreams"][0]["attempts"] == 13
-        nothing = (await api.get("/v1/upstreams", params={"route": "nobody"})).json()
+        unknown = await api.get("/v1/upstreams", params={"route": "nobody"})
+        assert unknown.status_code == 404 and unknown.json()["detail"]["field"] == "route"
+        assert "unknown route 'nobody'" in unknown.json()["detail"]["message"]
+        quiet = {
+            "route": "r",
+            "since": (now - timedelta(days=9)).isoformat(),
+            "until": (now - timedelta(days=8)).isoformat(),
+        }
+        nothing = (await api.get("/v1/upstreams", params=quiet)).json()
         assert nothing["upstreams"] == [] and nothing["attempts"] == 0
 
 

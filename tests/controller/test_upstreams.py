@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hedgerow.client.records import AttemptRecord, CallRecord
+from hedgerow.controller.errors import UnknownRoute
 from hedgerow.controller.policy.samples import ttft_sample
 from hedgerow.controller.policy.ttft_histogram import histogram_of, km_quantile
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
@@ -157,8 +158,10 @@ async def test_hand_checked_figures(sessionmaker) -> None:
     assert {r["upstream"]: r["attempts"] for r in everything["upstreams"]} == {"a": 5, "b": 4, "c": 1}
     limited = await _stats(sessionmaker, limit=1)
     assert [r["upstream"] for r in limited["upstreams"]] == ["a"] and limited["truncated"]
-    empty = await _stats(sessionmaker, route="nothing")
+    empty = await _stats(sessionmaker, route="other", since=T0 + timedelta(hours=2), until=T0 + timedelta(hours=3))
     assert empty["upstreams"] == [] and empty["hedges"] == 0
+    with pytest.raises(UnknownRoute, match="unknown route 'nothing'"):
+        await _stats(sessionmaker, route="nothing")
 
 
 def _random_calls(n: int, seed: int) -> list[CallRecord]:
