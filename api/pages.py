@@ -9,7 +9,9 @@ Pages:
   shaded band: the share allowed), over ``range`` (``1h``,
   ``6h``, ``24h``, ``7d``, ``30d``; a route whose history starts inside the range gets charts fitted
   to its data, with a note saying so); the history table (filters ``applied``, ``reason``, ``since``,
-  ``until`` in UTC; 50 rows a page, ``page=``); the configuration, and with the admin scope a form;
+  ``until`` in UTC; 50 rows a page, ``page=``; each row expands, without script, to its
+  plain-English sentences, :func:`~hedgerow.controller.policy.explain.explain_history_row`); the
+  configuration, and with the admin scope a form;
   a ``range``, ``page``, ``applied``, ``reason``, ``since`` or ``until`` it cannot honour (an unknown
   reason code, ``since`` after ``until``: the api's rule, :func:`~hedgerow.controller.ops_bounds.history_filter_error`)
   is a 422 page naming it;
@@ -52,6 +54,7 @@ from hedgerow.api.metrics import metrics_response
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import AmbiguousModel, RouteLimitExceeded, UnknownRoute
 from hedgerow.controller.ops_bounds import budget_range_error, history_filter_error, parse_budget
+from hedgerow.controller.policy.explain import explain_history_row
 from hedgerow.controller.policy.reason_codes import REASON_CODES as POLICY_REASON_CODES
 from hedgerow.controller.policy.reason_codes import SOURCE_MEANINGS, reason_legend
 from hedgerow.controller.routes_admin import RouteConfigInvalid, archive_route, configure_route, restore_route
@@ -288,7 +291,10 @@ async def _route_page(
         model=chosen,
         charts=_charts(series, config, chart_start, now, chart_note),
         ranges=list(RANGES),
-        rows=[row | {"flags": flags_of(row["reason"])} for row in rows[:HISTORY_PAGE_ROWS]],
+        rows=[
+            row | {"flags": flags_of(row["reason"]), "explanation": explain_history_row(row)}
+            for row in rows[:HISTORY_PAGE_ROWS]
+        ],
         legend=reason_legend(row["reason"] for row in rows[:HISTORY_PAGE_ROWS]),
         page=page,
         more=len(rows) > HISTORY_PAGE_ROWS,

@@ -5,7 +5,8 @@ Commands (each prints a rich table, or with ``--json`` the api's JSON for script
 - ``hedgerow routes list [--archived]``: every route in use (or archived) and its published threshold;
 - ``hedgerow routes show ROUTE [--model M]``: one route's configuration and threshold;
 - ``hedgerow routes history ROUTE [--model M] [--applied] [--reason CODE] [--since T] [--until T]
-  [--limit N]``: its decisions, newest first;
+  [--limit N] [--explain]``: its decisions, newest first; ``--explain`` prints each decision
+  followed by its plain-English sentences (the api's ``explanation``);
 - ``hedgerow routes set ROUTE [--model M] [--budget F|P%] [--pin S | --unpin] [--enable | --disable]
   [--min S] [--max S] [--default S]``: change it (admin scope), audited;
 - ``hedgerow routes archive ROUTE [--model M]``: retire it (admin scope), audited, history kept:
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import textwrap
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, unquote
@@ -289,6 +292,9 @@ def route_history(
     since: str = typer.Option(None, "--since", metavar="TIME", help="Only decisions seen at or after (ISO 8601)."),
     until: str = typer.Option(None, "--until", metavar="TIME", help="Only decisions made at or before (ISO 8601)."),
     limit: int = typer.Option(50, "--limit", metavar="N", help=f"Most rows (1 to {MAX_HISTORY_LIMIT})."),
+    explain: bool = typer.Option(
+        False, "--explain", help="Print each decision followed by why, in words, with its numbers."
+    ),
     api: str = _API,
     token: str = _TOKEN,
     as_json: bool = _JSON,
@@ -313,6 +319,9 @@ def route_history(
     data = _request("GET", api, token, _route_path(route, "/history"), params=params)
     if as_json:
         _echo_json(data)
+        return
+    if explain:
+        _print_explained(route, data["history"])
         return
     rows = [
         [
@@ -340,6 +349,34 @@ def route_history(
 
     for code, meaning in reason_legend(h["reason"] for h in data["history"]):
         typer.echo(f"{code}: {meaning}")
+
+
+def _print_explained(route: str, history: list[dict[str, Any]]) -> None:
+    """``routes history --explain``: each decision on one line, then its sentences indented.
+
+    The sentences are the api's ``explanation`` (computed here from the row when an older api
+    sends none). Everything printed is plain text with control and format characters escaped
+    (:func:`_shown`): an actor's name or a configuration value from the store cannot move the
+    cursor or restyle the terminal, and nothing is read as rich markup (``typer.echo``).
+    """
+    from hedgerow.controller.policy.explain import explain_history_row
+
+    width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
+    typer.echo(f"{_shown(route)}: {len(history)} decision(s), newest first")
+    for h in history:
+        when = _history_time(h).replace("\n", " ")
+        applied = "applied" if h["applied"] else "held"
+        head = (
+            f"{when}  {_seconds(h['previous_hedge_after_s'])} -> {_seconds(h['hedge_after_s'])} s  {applied}"
+            f"  {h['reason'].replace(',', ', ')}  ({_shown(h['actor'] or 'controller')})"
+        )
+        typer.echo("")
+        typer.echo(_shown(head))
+        sentences = h.get("explanation")
+        if not isinstance(sentences, list):
+            sentences = explain_history_row(h)
+        for sentence in sentences:
+            typer.echo(textwrap.fill(_shown(sentence), width, initial_indent="  - ", subsequent_indent="    "))
 
 
 def _when(text: str | None) -> str:
