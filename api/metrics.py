@@ -48,6 +48,10 @@ hedgerow_route_budget                                  gauge      route, model (
                                                                   budget, a fraction of calls)
 hedgerow_threshold_info                                gauge      route, model, version, source
 =====================================================  =========  ==================================
+
+Per upstream (route, upstream: attempts by outcome, failures by kind, races won and lost, hedges
+caused, loser tokens, each attempt's TTFT; at most 50 upstream names a process):
+:mod:`hedgerow.api._upstream_metrics`.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from hedgerow.api._upstream_metrics import UpstreamMetrics
 from hedgerow.api.auth import require_scope
 from hedgerow.api.store_errors import STORE_ERRORS, is_store_down
 from hedgerow.client.records import estimate_prompt_tokens
@@ -172,6 +177,7 @@ class Metrics:
             registry=r,
         )
         self.lease_held.labels(lease=CONTROLLER_LEASE).set(0)
+        self.upstreams = UpstreamMetrics(r, TTFT_BUCKETS_S)
 
     def observe_records(self, records: Iterable[RecordFields]) -> None:
         """Count stored call records (each once: pass only the records written, not duplicates).
@@ -182,6 +188,8 @@ class Metrics:
         with the one estimate rule (:func:`hedgerow.client.records.estimate_prompt_tokens`), as
         stored.
         """
+        records = list(records)
+        self.upstreams.observe(records)
         counts: Tally[tuple[Any, ...]] = Tally()
         ttfts: dict[tuple[str, str], list[float]] = defaultdict(list)
         for record in records:

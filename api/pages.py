@@ -497,11 +497,12 @@ async def logout() -> RedirectResponse:
 
 def install_pages(app: FastAPI) -> None:
     """Add the console's pages, its static files (``/ui/static``) and the login redirect to ``app``."""
-    from hedgerow.api import report_pages
+    from hedgerow.api import report_pages, upstream_pages
 
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     app.include_router(router)
     app.include_router(report_pages.router)
+    app.include_router(upstream_pages.router)
 
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:

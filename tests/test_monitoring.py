@@ -168,6 +168,11 @@ def test_the_dashboard_queries_only_exported_series(exported: set[str]) -> None:
         "gen_ai_client_operation_time_to_first_chunk_seconds", "hedgerow_hedge_wins_total",
         "hedgerow_controller_last_success_timestamp_seconds", "hedgerow_store_up", "hedgerow_lease_held",
     }  # fmt: skip
+    wanted |= {  # the per-upstream panels
+        "hedgerow_upstream_ttft_seconds", "hedgerow_upstream_failures_total", "hedgerow_upstream_attempts_total",
+        "hedgerow_upstream_races_total", "hedgerow_upstream_hedges_caused_total",
+        "hedgerow_upstream_loser_tokens_total",
+    }  # fmt: skip
     assert wanted <= used
 
 
