@@ -4,7 +4,10 @@
 scope): the calls of (route, model), newest first, each with its attempts
 (:mod:`hedgerow.controller.store.calls_query`). ``model`` may be left out when the route has one
 model. Paged by cursor: pass a page's ``next_cursor`` back as ``cursor`` for the next (older)
-page; ``next_cursor`` is null on the last page. ``limit`` is 1 to
+page; ``next_cursor`` is null on the last page. A filtered page (``outcome``, ``winner``)
+examines at most :data:`~hedgerow.controller.calls_filters.MAX_SCAN_CALLS` calls: when they hold
+less than a page, the page is short, ``scan_stopped_at`` names the oldest call examined and
+``next_cursor`` goes on from it. ``limit`` is 1 to
 :data:`~hedgerow.controller.calls_filters.MAX_CALLS_LIMIT` (default 50). ``outcome`` is one of
 :data:`~hedgerow.controller.calls_filters.CALL_OUTCOMES`; ``winner`` names the upstream whose
 attempt won. A bad value is 422 ``{"detail": {"field", "message"}}`` naming it; an unknown
@@ -26,7 +29,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, status
 from fastapi.responses import JSONResponse
-from pydantic import AfterValidator, BaseModel
+from pydantic import AfterValidator, BaseModel, Field
 
 from hedgerow.api.auth import require_scope
 from hedgerow.api.routes import OptionalModelQuery, Session, StoredRoutePath
@@ -101,6 +104,10 @@ class CallsPageOut(BaseModel):
     model: str
     calls: list[ExploredCallOut]
     next_cursor: str | None
+    scan_stopped_at: str | None = Field(
+        description="When a filtered page is short because the search examined its bound of calls: the start of"
+        " the oldest call examined (the next page goes on from there); else null."
+    )
     retention_note: str | None
 
 
@@ -194,6 +201,7 @@ async def get_route_calls(
         "model": chosen,
         "calls": page.calls,
         "next_cursor": page.next_cursor,
+        "scan_stopped_at": page.scan_stopped_at,
         "retention_note": note,
     }
 

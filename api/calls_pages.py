@@ -31,7 +31,13 @@ from fastapi.responses import HTMLResponse
 from hedgerow.api._page_kit import error_page, page_user, render_page, route_url, templates
 from hedgerow.api.charts import PointLink
 from hedgerow.client.records import control_character_error
-from hedgerow.controller.calls_filters import CALL_OUTCOMES, DEFAULT_CALLS_LIMIT, calls_filter_error, decode_cursor
+from hedgerow.controller.calls_filters import (
+    CALL_OUTCOMES,
+    DEFAULT_CALLS_LIMIT,
+    MAX_SCAN_CALLS,
+    calls_filter_error,
+    decode_cursor,
+)
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
 from hedgerow.controller.store.calls_query import recent_calls, retention_note
 from hedgerow.controller.store.models import utc_now
@@ -188,6 +194,8 @@ async def calls_page(request: Request, route: str) -> HTMLResponse:
         first_url=calls_url(route, chosen, **filters),
         next_url=None if page.next_cursor is None else calls_url(route, chosen, **filters, cursor=page.next_cursor),
         note=retention_note(since, utc_now(), request.app.state.settings.retention_s),
+        scan_stopped_at=page.scan_stopped_at,
+        max_scan=MAX_SCAN_CALLS,
     )
 
 

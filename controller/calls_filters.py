@@ -30,6 +30,7 @@ __all__ = [
     "CALL_OUTCOMES",
     "DEFAULT_CALLS_LIMIT",
     "MAX_CALLS_LIMIT",
+    "MAX_SCAN_CALLS",
     "call_outcome",
     "calls_filter_error",
     "decode_cursor",
@@ -48,6 +49,9 @@ CALL_OUTCOMES: dict[str, str] = {
 DEFAULT_CALLS_LIMIT = 50
 #: Most calls one page holds (``limit`` above it is refused): each call brings its attempts.
 MAX_CALLS_LIMIT = 500
+#: Most calls one filtered page examines (newest first from its cursor): a rare outcome or winner
+#: on a busy route gives a short page and a cursor, never a read of every call kept.
+MAX_SCAN_CALLS = 20_000
 #: Statuses of a call that ended without an answer (the ``failed`` outcome).
 FAILED_STATUSES: tuple[str, ...] = ("error", "timeout", "stalled")
 _MAX_CURSOR_CHARS = 200

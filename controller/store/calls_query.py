@@ -5,9 +5,12 @@
 the call it names; no ``OFFSET``, so page 1,000 costs what page 1 does), at most
 :data:`~hedgerow.controller.calls_filters.MAX_CALLS_LIMIT` a page, filtered by outcome
 (:data:`~hedgerow.controller.calls_filters.CALL_OUTCOMES`), by the upstream whose attempt won,
-and by a time window. Each call comes with its attempts, read in one more query for the whole
-page (bounded by the page's call ids and its time span, so PostgreSQL reads only the days'
-partitions the page covers).
+and by a time window. A filtered page examines at most
+:data:`~hedgerow.controller.calls_filters.MAX_SCAN_CALLS` calls (a rare outcome on a busy route
+would otherwise read every call kept): when they hold less than a page, the page is short and
+its cursor goes on from the oldest call examined. Each call comes with its attempts, read in one
+more query for the whole page (bounded by the page's call ids and its time span, so PostgreSQL
+reads only the days' partitions the page covers).
 
 The read uses the ``calls`` index on ``(route_id, started_at)``; on PostgreSQL a ``since`` /
 ``until`` also prunes the day partitions. Raw calls are deleted after ``retention_s``
@@ -32,12 +35,13 @@ from typing import Any
 
 from sqlalchemy import and_, exists, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 
 from hedgerow.client.records import format_timestamp
 from hedgerow.controller.calls_filters import (
     FAILED_STATUSES,
-    MAX_CALLS_LIMIT,
+    MAX_SCAN_CALLS,
     call_outcome,
     calls_filter_error,
     encode_cursor,
@@ -68,27 +72,36 @@ class CallsPage:
     Attributes:
         calls: the calls, newest first (dicts of :data:`CALL_FIELDS`).
         next_cursor: the cursor of the next (older) page, or None when this page is the last.
+        scan_stopped_at: when a filtered page is short because the search examined its bound of
+            calls (:data:`~hedgerow.controller.calls_filters.MAX_SCAN_CALLS`), the start time of
+            the oldest call examined (ISO 8601 ``Z``); the next page goes on from there. None
+            otherwise.
     """
 
     calls: list[dict[str, Any]]
     next_cursor: str | None
+    scan_stopped_at: str | None = None
 
 
-def outcome_clause(outcome: str) -> ColumnElement[bool]:
-    """The SQL condition on ``calls`` of one outcome (the rule of
+def outcome_clause(outcome: str, calls: Any = Call) -> ColumnElement[bool]:
+    """The SQL condition of one outcome (the rule of
     :func:`~hedgerow.controller.calls_filters.call_outcome`, written for the database).
+
+    Args:
+        outcome: a key of :data:`~hedgerow.controller.calls_filters.CALL_OUTCOMES`.
+        calls: the ``calls`` entity to test (:class:`Call`, or an alias of it).
 
     Raises:
         ValueError: an unknown outcome.
     """
-    succeeded = Call.status == "ok"
-    backup_won = and_(succeeded, Call.winner == "backup")
+    succeeded = calls.status == "ok"
+    backup_won = and_(succeeded, calls.winner == "backup")
     clauses: dict[str, ColumnElement[bool]] = {
-        "cancelled": Call.status == "cancelled",
-        "failed": Call.status.in_(FAILED_STATUSES),
-        "failover": and_(backup_won, Call.hedge_reason == "primary_error"),
-        "hedge_won": and_(backup_won, or_(Call.hedge_reason.is_(None), Call.hedge_reason != "primary_error")),
-        "primary_won": and_(succeeded, or_(Call.winner.is_(None), Call.winner != "backup")),
+        "cancelled": calls.status == "cancelled",
+        "failed": calls.status.in_(FAILED_STATUSES),
+        "failover": and_(backup_won, calls.hedge_reason == "primary_error"),
+        "hedge_won": and_(backup_won, or_(calls.hedge_reason.is_(None), calls.hedge_reason != "primary_error")),
+        "primary_won": and_(succeeded, or_(calls.winner.is_(None), calls.winner != "backup")),
     }
     if outcome not in clauses:
         raise ValueError(f"unknown outcome {outcome!r}")
@@ -153,6 +166,7 @@ async def recent_calls(
     until: datetime | None = None,
     outcome: str | None = None,
     winner: str | None = None,
+    max_scan: int = MAX_SCAN_CALLS,
 ) -> CallsPage:
     """One page of the calls of (route, model), newest first, each with its attempts.
 
@@ -168,9 +182,12 @@ async def recent_calls(
         outcome: when given, only calls of this outcome (a key of
             :data:`~hedgerow.controller.calls_filters.CALL_OUTCOMES`).
         winner: when given, only calls whose winning attempt went to this upstream.
+        max_scan: with ``outcome`` or ``winner``, the most calls examined (newest first from the
+            cursor, within the window): when they hold fewer than ``limit`` matches the page is
+            short, and its ``next_cursor`` and ``scan_stopped_at`` name where the search stopped.
 
     Returns:
-        The page; its ``next_cursor`` is None when no older call matches.
+        The page; its ``next_cursor`` is None when no older call of the window is left to examine.
 
     Raises:
         UnknownRoute: no such (route, model).
@@ -180,27 +197,36 @@ async def recent_calls(
     if problem is not None:
         raise ValueError(f"{problem[0]}: {problem[1]}")
     row = await route_row(session, route, model)
-    query = select(Call).where(Call.route_id == row.id)
+    base = select(Call).where(Call.route_id == row.id)
     if since is not None:
-        query = query.where(Call.started_at >= since)
+        base = base.where(Call.started_at >= since)
     if until is not None:
-        query = query.where(Call.started_at <= until)
+        base = base.where(Call.started_at <= until)
     if after is not None:
         started, call_id = after
-        query = query.where(or_(Call.started_at < started, and_(Call.started_at == started, Call.id < call_id)))
-    if outcome is not None:
-        query = query.where(outcome_clause(outcome))
-    if winner is not None:
-        query = query.where(
-            exists().where(
-                Attempt.call_id == Call.id,
-                Attempt.call_started_at == Call.started_at,
-                Attempt.outcome == "won",
-                Attempt.upstream == winner,
+        base = base.where(or_(Call.started_at < started, and_(Call.started_at == started, Call.id < call_id)))
+    newest_first = (Call.started_at.desc(), Call.id.desc())
+    scan_edge: Call | None = None
+    if outcome is None and winner is None:
+        calls = list((await session.scalars(base.order_by(*newest_first).limit(limit + 1))).all())
+    else:  # the filters are applied to the newest max_scan calls only: a rare match costs no whole scan
+        scanned = aliased(Call, base.order_by(*newest_first).limit(max_scan).subquery("scanned"))
+        query = select(scanned)
+        if outcome is not None:
+            query = query.where(outcome_clause(outcome, scanned))
+        if winner is not None:
+            query = query.where(
+                exists().where(
+                    Attempt.call_id == scanned.id,
+                    Attempt.call_started_at == scanned.started_at,
+                    Attempt.outcome == "won",
+                    Attempt.upstream == winner,
+                )
             )
-        )
-    query = query.order_by(Call.started_at.desc(), Call.id.desc()).limit(min(limit, MAX_CALLS_LIMIT) + 1)
-    calls = list((await session.scalars(query)).all())
+        query = query.order_by(scanned.started_at.desc(), scanned.id.desc()).limit(limit + 1)
+        calls = list((await session.scalars(query)).all())
+        if len(calls) <= limit:  # not a full page: did the scan stop at its bound before the window's end?
+            scan_edge = await session.scalar(base.order_by(*newest_first).offset(max_scan - 1).limit(1))
     more = len(calls) > limit
     calls = calls[:limit]
     by_call: dict[int, list[Attempt]] = {call.id: [] for call in calls}
@@ -219,9 +245,16 @@ async def recent_calls(
         for attempt in attempts:
             by_call[attempt.call_id].append(attempt)
     last = calls[-1] if calls else None
+    if more and last is not None:
+        next_cursor: str | None = encode_cursor(last.started_at, last.id)
+    elif scan_edge is not None:
+        next_cursor = encode_cursor(scan_edge.started_at, scan_edge.id)
+    else:
+        next_cursor = None
     return CallsPage(
         calls=[_call_dict(call, by_call[call.id]) for call in calls],
-        next_cursor=encode_cursor(last.started_at, last.id) if more and last is not None else None,
+        next_cursor=next_cursor,
+        scan_stopped_at=None if scan_edge is None else format_timestamp(scan_edge.started_at),
     )
 
 

@@ -618,5 +618,7 @@ def route_calls(
     _print_table(f"{_shown(data['route'])} · {_shown(data['model'])}: {len(rows)} call(s)", columns, rows)
     if data.get("retention_note"):
         typer.echo(data["retention_note"])
+    if data.get("scan_stopped_at"):
+        typer.echo(f"searched back to {_when(data['scan_stopped_at'])} UTC; older calls are searched on the next page")
     if data["next_cursor"]:
         typer.echo(f"more: --cursor {data['next_cursor']}")

@@ -32,6 +32,7 @@ async def test_the_pages_walk_every_call_newest_first(api) -> None:
         assert answer.status_code == 200, answer.text
         body = answer.json()
         assert body["route"] == "r" and body["model"] == "m1" and body["retention_note"] is None
+        assert body["scan_stopped_at"] is None
         seen += [call["request_id"] for call in body["calls"]]
         if body["next_cursor"] is None:
             break

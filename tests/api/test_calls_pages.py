@@ -102,6 +102,10 @@ async def test_history_rows_and_chart_points_link_to_the_calls_of_their_tick(mak
         target = unescape(dots[0][1])
         calls = await api.get(target)
         assert calls.status_code == 200 and calls.text.count('<details class="call') == 50
-        # the window ends at the tick and reaches back window_s (at least the hour of the newest calls)
-        since = re.search(r"since=([^&]+)", target).group(1).replace("%3A", ":")
-        assert datetime.fromisoformat(since).replace(tzinfo=UTC) <= end - timedelta(minutes=59)
+        # the window is the tick's: from computed_at - window_s to last_at (UTC, to the second)
+        [row] = (await api.get("/v1/routes/r/history", params=M)).json()["history"]
+        computed = datetime.fromisoformat(row["computed_at"].replace("Z", "+00:00"))
+        since = computed - timedelta(seconds=row["window_s"])
+        assert f"since={since:%Y-%m-%dT%H%%3A%M%%3A%S}&" in target, target
+        assert f"until={computed:%Y-%m-%dT%H%%3A%M%%3A%S}" in target, target
+        assert since <= end - timedelta(minutes=50)

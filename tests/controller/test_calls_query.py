@@ -177,3 +177,28 @@ def test_the_retention_note_speaks_only_for_windows_older_than_retention() -> No
     assert note is not None and "kept 14 days" in note and "2026-11-19 12:00 UTC" in note
     assert "6 hours" in (retention_note(now - timedelta(days=1), now, 6 * 3600) or "")
     assert retention_note(now - timedelta(days=1), now, 1e300) is None
+
+
+async def test_a_filtered_page_examines_at_most_max_scan_calls_and_goes_on_from_there(sessionmaker) -> None:
+    """Only calls 12 and older fail: with a bound of 5 calls examined a page, the first pages
+    are empty with a cursor that moves 5 calls back each time, and every failed call is found."""
+    records = [record_of("primary_won", f"c{i:02d}", END - timedelta(minutes=i)) for i in range(12)]
+    records += [record_of("failed", f"c{i:02d}", END - timedelta(minutes=i)) for i in range(12, 20)]
+    await _ingest(sessionmaker, records)
+    found: list[str] = []
+    stops: list[str | None] = []
+    after = None
+    for _ in range(20):
+        async with sessionmaker() as session:
+            page = await recent_calls(session, "r", "m1", limit=3, after=after, outcome="failed", max_scan=5)
+        found += [c["request_id"] for c in page.calls]
+        stops.append(page.scan_stopped_at)
+        if page.next_cursor is None:
+            break
+        after = decode_cursor(page.next_cursor)
+    assert found == [f"c{i:02d}" for i in range(12, 20)]
+    assert stops[:2] == ["2026-12-03T11:56:00.000000Z", "2026-12-03T11:51:00.000000Z"]  # c04, c09: 5 calls each
+    assert stops[-1] is None
+    async with sessionmaker() as session:  # without a filter the page is the scan: no bound applies
+        plain = await recent_calls(session, "r", "m1", limit=20, max_scan=5)
+    assert len(plain.calls) == 20 and plain.scan_stopped_at is None
