@@ -109,3 +109,11 @@ async def test_history_rows_and_chart_points_link_to_the_calls_of_their_tick(mak
         assert f"since={since:%Y-%m-%dT%H%%3A%M%%3A%S}&" in target, target
         assert f"until={computed:%Y-%m-%dT%H%%3A%M%%3A%S}" in target, target
         assert since <= end - timedelta(minutes=50)
+
+
+async def test_the_route_page_links_to_its_recent_calls(api) -> None:
+    await _seed(api, 3)
+    page = await api.get("/ui/routes/r", params=M)
+    [link] = re.findall(r'href="([^"]+)" id="recent-calls"', page.text)
+    assert unescape(link) == "/ui/calls/r?model=m1"
+    assert (await api.get(unescape(link))).text.count('<details class="call') == 3
