@@ -155,7 +155,7 @@ async def measure(url: str, calls: int, days: float, repeat: int) -> dict[str, A
 
     async def keyset_rows() -> Any:
         started, call_id = after
-        older = or_(Call.started_at < started, and_(Call.started_at == started, Call.id < call_id))
+        older = and_(Call.started_at <= started, or_(Call.started_at < started, Call.id < call_id))
         async with sessionmaker() as session:
             return list(await session.scalars(mine.where(older).order_by(*newest_first).limit(PAGE)))
 

@@ -7,7 +7,8 @@ the call it names; no ``OFFSET``, so page 1,000 costs what page 1 does), at most
 (:data:`~hedgerow.controller.calls_filters.CALL_OUTCOMES`), by the upstream whose attempt won,
 and by a time window. A filtered page examines at most
 :data:`~hedgerow.controller.calls_filters.MAX_SCAN_CALLS` calls (a rare outcome on a busy route
-would otherwise read every call kept): when they hold less than a page, the page is short and
+would otherwise read every call kept; the newest ``max_scan``-th call is found first, on the
+index, and bounds the filtered read): when they hold less than a page, the page is short and
 its cursor goes on from the oldest call examined. Each call comes with its attempts, read in one
 more query for the whole page (bounded by the page's call ids and its time span, so PostgreSQL
 reads only the days' partitions the page covers).
@@ -35,7 +36,6 @@ from typing import Any
 
 from sqlalchemy import and_, exists, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 
 from hedgerow.client.records import format_timestamp
@@ -83,25 +83,24 @@ class CallsPage:
     scan_stopped_at: str | None = None
 
 
-def outcome_clause(outcome: str, calls: Any = Call) -> ColumnElement[bool]:
-    """The SQL condition of one outcome (the rule of
+def outcome_clause(outcome: str) -> ColumnElement[bool]:
+    """The SQL condition on ``calls`` of one outcome (the rule of
     :func:`~hedgerow.controller.calls_filters.call_outcome`, written for the database).
 
     Args:
         outcome: a key of :data:`~hedgerow.controller.calls_filters.CALL_OUTCOMES`.
-        calls: the ``calls`` entity to test (:class:`Call`, or an alias of it).
 
     Raises:
         ValueError: an unknown outcome.
     """
-    succeeded = calls.status == "ok"
-    backup_won = and_(succeeded, calls.winner == "backup")
+    succeeded = Call.status == "ok"
+    backup_won = and_(succeeded, Call.winner == "backup")
     clauses: dict[str, ColumnElement[bool]] = {
-        "cancelled": calls.status == "cancelled",
-        "failed": calls.status.in_(FAILED_STATUSES),
-        "failover": and_(backup_won, calls.hedge_reason == "primary_error"),
-        "hedge_won": and_(backup_won, or_(calls.hedge_reason.is_(None), calls.hedge_reason != "primary_error")),
-        "primary_won": and_(succeeded, or_(calls.winner.is_(None), calls.winner != "backup")),
+        "cancelled": Call.status == "cancelled",
+        "failed": Call.status.in_(FAILED_STATUSES),
+        "failover": and_(backup_won, Call.hedge_reason == "primary_error"),
+        "hedge_won": and_(backup_won, or_(Call.hedge_reason.is_(None), Call.hedge_reason != "primary_error")),
+        "primary_won": and_(succeeded, or_(Call.winner.is_(None), Call.winner != "backup")),
     }
     if outcome not in clauses:
         raise ValueError(f"unknown outcome {outcome!r}")
@@ -202,31 +201,34 @@ async def recent_calls(
         base = base.where(Call.started_at >= since)
     if until is not None:
         base = base.where(Call.started_at <= until)
-    if after is not None:
+    if after is not None:  # older than the cursor's call; the first term is the index's range
         started, call_id = after
-        base = base.where(or_(Call.started_at < started, and_(Call.started_at == started, Call.id < call_id)))
+        base = base.where(Call.started_at <= started, or_(Call.started_at < started, Call.id < call_id))
     newest_first = (Call.started_at.desc(), Call.id.desc())
-    scan_edge: Call | None = None
-    if outcome is None and winner is None:
-        calls = list((await session.scalars(base.order_by(*newest_first).limit(limit + 1))).all())
-    else:  # the filters are applied to the newest max_scan calls only: a rare match costs no whole scan
-        scanned = aliased(Call, base.order_by(*newest_first).limit(max_scan).subquery("scanned"))
-        query = select(scanned)
+    scan_edge: tuple[datetime, int] | None = None
+    query = base
+    if outcome is not None or winner is not None:
+        # the filters see the newest max_scan calls only: a rare match costs no read of every call
+        edge = (await session.execute(
+            base.with_only_columns(Call.started_at, Call.id).order_by(*newest_first).offset(max_scan - 1).limit(1)
+        )).first()  # fmt: skip
+        if edge is not None:
+            scan_edge = (edge[0], edge[1])
+            query = query.where(Call.started_at >= edge[0], or_(Call.started_at > edge[0], Call.id >= edge[1]))
         if outcome is not None:
-            query = query.where(outcome_clause(outcome, scanned))
+            query = query.where(outcome_clause(outcome))
         if winner is not None:
             query = query.where(
                 exists().where(
-                    Attempt.call_id == scanned.id,
-                    Attempt.call_started_at == scanned.started_at,
+                    Attempt.call_id == Call.id,
+                    Attempt.call_started_at == Call.started_at,
                     Attempt.outcome == "won",
                     Attempt.upstream == winner,
                 )
             )
-        query = query.order_by(scanned.started_at.desc(), scanned.id.desc()).limit(limit + 1)
-        calls = list((await session.scalars(query)).all())
-        if len(calls) <= limit:  # not a full page: did the scan stop at its bound before the window's end?
-            scan_edge = await session.scalar(base.order_by(*newest_first).offset(max_scan - 1).limit(1))
+    calls = list((await session.scalars(query.order_by(*newest_first).limit(limit + 1))).all())
+    if len(calls) > limit:
+        scan_edge = None  # a full page: the next one starts after its last call, not at the bound
     more = len(calls) > limit
     calls = calls[:limit]
     by_call: dict[int, list[Attempt]] = {call.id: [] for call in calls}
@@ -248,13 +250,13 @@ async def recent_calls(
     if more and last is not None:
         next_cursor: str | None = encode_cursor(last.started_at, last.id)
     elif scan_edge is not None:
-        next_cursor = encode_cursor(scan_edge.started_at, scan_edge.id)
+        next_cursor = encode_cursor(*scan_edge)
     else:
         next_cursor = None
     return CallsPage(
         calls=[_call_dict(call, by_call[call.id]) for call in calls],
         next_cursor=next_cursor,
-        scan_stopped_at=None if scan_edge is None else format_timestamp(scan_edge.started_at),
+        scan_stopped_at=None if scan_edge is None else format_timestamp(scan_edge[0]),
     )
 
 
