@@ -5,16 +5,19 @@ one partition a day), 1% of them failovers won by upstream ``c``, the rest won b
 or ``b`` (hedge). Then, each timed ``--repeat`` times (median reported, milliseconds):
 
 - ``first``: the newest page (:func:`~hedgerow.controller.store.calls_query.recent_calls`, 50 calls);
-- ``deep_page``: the page after the call half-way down (its cursor), as the explorer pages, with
-  its attempts;
+- ``deep_page``: the page after the call ``--depth`` of the way down (its cursor), as the explorer
+  pages, with its attempts;
 - ``keyset_rows`` / ``offset_rows``: the calls of that deep page alone (no attempts), read after
   the cursor as the explorer does, and read with ``OFFSET`` (the baseline keyset paging replaces);
 - ``rare_outcome``: the first page of ``outcome=failover`` (1% of calls: about 5,000 examined);
 - ``no_match``: ``winner=nobody``: nothing matches, so the search stops at ``MAX_SCAN_CALLS``.
 
+The kinds take turns in each round (so a load from elsewhere weighs on all alike); the deep page
+is the one after call ``--depth`` (a fraction of the calls, default 0.9).
+
 On a SQLite file, and on PostgreSQL when ``HEDGEROW_TEST_DATABASE_URL`` is set (a database of its
 own, dropped after). Run: ``python bench/calls_explorer.py [--calls 200000] [--days 7]
-[--repeat 5] [--json bench/results/calls_explorer.json]``. Prints a table and writes JSON. Not a
+[--repeat 15] [--depth 0.9] [--json bench/results/calls_explorer.json]``. Prints a table and writes JSON. Not a
 test: nothing is asserted. Compare the rows of one run with each other (ratios): the machine may
 be shared.
 """
@@ -103,16 +106,19 @@ def _record(i: int, started_at: datetime) -> CallRecord:
     )
 
 
-async def _median_ms(repeat: int, run: Callable[[], Awaitable[Any]]) -> float:
-    times = []
+async def _medians_ms(repeat: int, runs: dict[str, Callable[[], Awaitable[Any]]]) -> dict[str, float]:
+    """The median wall time of each of ``runs``, milliseconds; the runs take turns in each round,
+    so a load from elsewhere on the machine weighs on all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeat):
-        start = time.perf_counter()
-        await run()
-        times.append((time.perf_counter() - start) * 1000)
-    return round(statistics.median(times), 2)
+        for name, run in runs.items():
+            start = time.perf_counter()
+            await run()
+            times[name].append((time.perf_counter() - start) * 1000)
+    return {f"{name}_ms": round(statistics.median(values), 2) for name, values in times.items()}
 
 
-async def measure(url: str, calls: int, days: float, repeat: int) -> dict[str, Any]:
+async def measure(url: str, calls: int, days: float, repeat: int, depth_share: float = 0.9) -> dict[str, Any]:
     """Seed a fresh store at ``url``; time each kind of page. Returns the row of the table."""
     upgrade_database(url)
     engine = make_engine(url)
@@ -126,7 +132,7 @@ async def measure(url: str, calls: int, days: float, repeat: int) -> dict[str, A
         async with sessionmaker() as session, session.begin():
             await ingest_calls(session, batch, defaults=defaults)
     seed_s = time.perf_counter() - seed_start
-    depth = calls // 2
+    depth = max(1, int(calls * depth_share))
     async with sessionmaker() as session:
         route_id = await session.scalar(select(Route.id).where(Route.route == "r", Route.model == "m1"))
         middle = (
@@ -166,12 +172,15 @@ async def measure(url: str, calls: int, days: float, repeat: int) -> dict[str, A
     assert len(rare.calls) == min(PAGE, (calls + 99) // 100) and {c["winner_upstream"] for c in rare.calls} == {"c"}
     none = await page(winner="nobody")
     assert none.calls == [] and (none.scan_stopped_at is not None) == (calls > MAX_SCAN_CALLS)
-    results["first_ms"] = await _median_ms(repeat, page)
-    results["deep_page_ms"] = await _median_ms(repeat, lambda: page(after=after))
-    results["keyset_rows_ms"] = await _median_ms(repeat, keyset_rows)
-    results["offset_rows_ms"] = await _median_ms(repeat, offset_page)
-    results["rare_outcome_ms"] = await _median_ms(repeat, lambda: page(outcome="failover"))
-    results["no_match_ms"] = await _median_ms(repeat, lambda: page(winner="nobody"))
+    runs: dict[str, Callable[[], Awaitable[Any]]] = {
+        "first": page,
+        "deep_page": lambda: page(after=after),
+        "keyset_rows": keyset_rows,
+        "offset_rows": offset_page,
+        "rare_outcome": lambda: page(outcome="failover"),
+        "no_match": lambda: page(winner="nobody"),
+    }
+    results |= await _medians_ms(repeat, runs)
     await engine.dispose()
     return results
 
@@ -183,12 +192,14 @@ async def main(args: argparse.Namespace) -> None:
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        rows.append(await measure(f"sqlite+aiosqlite:///{tmp}/bench.db", args.calls, args.days, args.repeat))
+        rows.append(
+            await measure(f"sqlite+aiosqlite:///{tmp}/bench.db", args.calls, args.days, args.repeat, args.depth)
+        )
     base = os.environ.get("HEDGEROW_TEST_DATABASE_URL")
     if base:
         url = await create_pg_database(base, "hedgerow_bench_calls")
         try:
-            rows.append(await measure(url, args.calls, args.days, args.repeat))
+            rows.append(await measure(url, args.calls, args.days, args.repeat, args.depth))
         finally:
             await drop_pg_database(url)
     columns = [
@@ -214,6 +225,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200_000)
     parser.add_argument("--days", type=float, default=7.0)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--depth", type=float, default=0.9)
     parser.add_argument("--json", default="")
     asyncio.run(main(parser.parse_args()))
