@@ -190,11 +190,14 @@ async def recent_calls(
 
     Raises:
         UnknownRoute: no such (route, model).
-        ValueError: a filter :func:`~hedgerow.controller.calls_filters.calls_filter_error` refuses.
+        ValueError: a filter :func:`~hedgerow.controller.calls_filters.calls_filter_error` refuses,
+            or ``max_scan`` below ``limit``.
     """
     problem = calls_filter_error(outcome=outcome, since=since, until=until, limit=limit)
     if problem is not None:
         raise ValueError(f"{problem[0]}: {problem[1]}")
+    if max_scan < limit:
+        raise ValueError(f"max_scan: must be at least limit ({limit}), got {max_scan}")
     row = await route_row(session, route, model)
     base = select(Call).where(Call.route_id == row.id)
     if since is not None:

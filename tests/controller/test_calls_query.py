@@ -200,5 +200,8 @@ async def test_a_filtered_page_examines_at_most_max_scan_calls_and_goes_on_from_
     assert stops[:2] == ["2026-12-03T11:56:00.000000Z", "2026-12-03T11:51:00.000000Z"]  # c04, c09: 5 calls each
     assert stops[-1] is None
     async with sessionmaker() as session:  # without a filter the page is the scan: no bound applies
-        plain = await recent_calls(session, "r", "m1", limit=20, max_scan=5)
-    assert len(plain.calls) == 20 and plain.scan_stopped_at is None
+        plain = await recent_calls(session, "r", "m1", limit=5, max_scan=5)
+        with pytest.raises(ValueError, match="max_scan: must be at least limit"):
+            await recent_calls(session, "r", "m1", limit=6, max_scan=5)
+    assert len(plain.calls) == 5 and plain.scan_stopped_at is None
+    assert plain.next_cursor is not None and decode_cursor(plain.next_cursor)[0] == END - timedelta(minutes=4)
