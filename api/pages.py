@@ -49,6 +49,7 @@ from hedgerow.api._page_kit import (
     route_url,
 )
 from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
+from hedgerow.api.calls_pages import calls_links
 from hedgerow.api.charts import SeriesData, seconds_label, time_chart
 from hedgerow.api.metrics import metrics_response
 from hedgerow.client.records import control_character_error
@@ -176,6 +177,7 @@ def _charts(
     p99 = [(_at(row, "last_at"), row["p99_s"]) for row in measured]
     rate = [(_at(row, "last_at"), row["observed_hedge_rate"]) for row in measured]
     budget = [(_at(row, "computed_at"), row["budget"]) for row in series] or [(since, route["budget"])]
+    p99_links, rate_links = calls_links(route["route"], route["model"], measured)
     return [
         time_chart(
             [
@@ -189,6 +191,7 @@ def _charts(
             y_format=seconds_label,
             y_scale="log",  # the 30 s cold start would flatten the 0.1-1 s working range
             note=note,
+            links=p99_links,
         ),
         time_chart(
             [
@@ -202,6 +205,7 @@ def _charts(
             y_format=lambda v: f"{v * 100:g}%",
             y_floor=route["budget"] * 1.25,
             note=note,
+            links=rate_links,
         ),
     ]
 
@@ -497,12 +501,13 @@ async def logout() -> RedirectResponse:
 
 def install_pages(app: FastAPI) -> None:
     """Add the console's pages, its static files (``/ui/static``) and the login redirect to ``app``."""
-    from hedgerow.api import report_pages, upstream_pages
+    from hedgerow.api import calls_pages, report_pages, upstream_pages
 
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     app.include_router(router)
     app.include_router(report_pages.router)
     app.include_router(upstream_pages.router)
+    app.include_router(calls_pages.router)
 
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:
