@@ -8,6 +8,9 @@ Two interval jobs run on the caller's event loop:
 - ``rollup``: every ``rollup_interval_s`` (first run ``min(60 s, rollup_interval_s)`` after start),
   renew the lease and, while holding it, fold hourly rollups and delete raw calls older than
   ``retention_s`` (:func:`hedgerow.controller.store.retention.run_retention`);
+- after each tick, the flags that went up or down are posted to ``settings.flag_webhook_url``
+  when set (:mod:`hedgerow.controller.flag_webhook`; compared with each route's newest history
+  row in the store, so a new lease holder posts only real changes);
 - ``weekly_report``: at ``report_cron`` (a cron trigger, UTC) and once :data:`REPORT_START_DELAY_S`
   after start, renew the lease and, while holding it, deliver the weekly report of the week that
   ended (:func:`hedgerow.controller.report.report_job.deliver_weekly_report`, once per week whatever
@@ -38,7 +41,7 @@ import math
 import time
 from collections.abc import Callable
 from datetime import UTC, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
@@ -46,6 +49,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.client.errors import describe
 from hedgerow.controller.events import log_flag_changes, log_lease_change
+from hedgerow.controller.flag_webhook import FlagWebhook, flag_changes, latest_reasons
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.lease import (
     CONTROLLER_LEASE,
@@ -65,6 +69,9 @@ from hedgerow.controller.report.report_job import (
 from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.overview import flags_of
 from hedgerow.controller.store.retention import RetentionReport, run_retention
+
+if TYPE_CHECKING:
+    from hedgerow.settings import Settings
 
 __all__ = ["REPORT_START_DELAY_S", "ControllerScheduler"]
 
@@ -106,7 +113,7 @@ class ControllerScheduler:
     def __init__(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
-        settings: Any,
+        settings: Settings,
         *,
         holder: str | None = None,
         lease_sessionmaker: async_sessionmaker[AsyncSession] | None = None,
@@ -136,6 +143,8 @@ class ControllerScheduler:
         self.on_tick: Callable[[float, float], None] | None = None
         self.on_lease: Callable[[bool], None] | None = None
         self._flags: dict[tuple[str, str], list[str]] = {}
+        #: posts each tick's flag changes (``settings.flag_webhook_url``), or None
+        self.flag_webhook = FlagWebhook.from_settings(settings)
 
     @property
     def holding(self) -> bool:
@@ -200,6 +209,7 @@ class ControllerScheduler:
         async with self._lock:  # never two ticks at once in this process
             if not await self.renew():
                 return None
+            before = await self._reasons_before() if self.flag_webhook is not None else None
             started = time.perf_counter()
             try:
                 rows = await run_tick(self.sessionmaker, self.settings, fence=self._fence)
@@ -216,9 +226,31 @@ class ControllerScheduler:
                 flags = flags_of(row["reason"])
                 log_flag_changes(row["route"], row["model"], self._flags.get(key, []), flags)
                 self._flags[key] = flags
+            if self.flag_webhook is not None and before is not None:
+                at = utc_now()
+                self.flag_webhook.submit(
+                    [
+                        change
+                        for row in rows
+                        for change in flag_changes(
+                            row["route"], row["model"], before.get((row["route"], row["model"]), []),
+                            row["reason"].split(","), at,
+                        )
+                    ]
+                )  # fmt: skip
             if self.on_tick is not None:
                 self.on_tick(duration_s, time.time())
             return rows
+
+    async def _reasons_before(self) -> dict[tuple[str, str], list[str]] | None:
+        """Each route's reason codes before this tick, from the store (None, logged, on failure:
+        the tick's flag changes are then not posted)."""
+        try:
+            async with self.sessionmaker() as session:
+                return await latest_reasons(session)
+        except Exception as exc:
+            log.warning("flag webhook: could not read the routes' last flags: %s", describe(exc))
+            return None
 
     async def rollup(self) -> RetentionReport | None:
         """Renew the lease and, when held, fold hourly rollups and apply retention once.
@@ -367,6 +399,8 @@ class ControllerScheduler:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        if self.flag_webhook is not None:
+            await self.flag_webhook.aclose(timeout_s=min(max(timeout_s, 0.0), 5.0))
         if self._held:
             try:
                 await release_lease(self.lease_sessionmaker, CONTROLLER_LEASE, self.holder)

@@ -100,6 +100,10 @@ class Settings(BaseSettings):
         report_webhook_attempts: attempts of the post before the delivery is marked failed
             (default 5); report_webhook_backoff_s: the wait before the second attempt, doubled
             for each further one (default 2 s); report_webhook_timeout_s: per attempt (10 s).
+        flag_webhook_url: where the lease holder posts each tick's flag changes (a route's
+            ``backups_rarely_win``, ``hedges_did_not_lower_p99`` or ``raise_over_budget`` raised or
+            cleared; :mod:`hedgerow.controller.flag_webhook`), in ``report_webhook_format`` with the
+            report's attempts, backoff and timeout; may be the report's URL (empty: off, the default).
         report_cache_ttl_s: how long ``serve`` keeps a weekly report it built (api and console, each
             week and format), seconds; requests meanwhile get that copy, so a report costs its
             build (seconds of CPU for HTML) at most once per week and format in that time
@@ -211,6 +215,7 @@ class Settings(BaseSettings):
     report_webhook_attempts: int = Field(5, ge=1, le=20)
     report_webhook_backoff_s: float = Field(2.0, ge=0, le=3600)
     report_webhook_timeout_s: float = Field(10.0, gt=0, le=600)
+    flag_webhook_url: str = ""
     report_cache_ttl_s: float = Field(300.0, ge=0, le=86_400)
     host: str = "127.0.0.1"
     port: int = Field(8400, ge=0, le=65535)
