@@ -37,6 +37,7 @@ the pool's ``_network_backend`` are private to httpcore, whose version is pinned
 
 from __future__ import annotations
 
+import select
 import ssl
 import time
 import typing
@@ -60,13 +61,14 @@ class CoalescingStream(httpcore.AsyncNetworkStream):
         inner: the stream of the network backend (anyio's, for httpx on asyncio).
     """
 
-    __slots__ = ("_held", "_inner", "_size", "_timeout")
+    __slots__ = ("_held", "_inner", "_size", "_socket", "_timeout")
 
     def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self._inner = inner
         self._held: list[bytes] = []
         self._size = 0
         self._timeout: float | None = None
+        self._socket: typing.Any = inner.get_extra_info("socket")
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         """Hold ``buffer`` back (written with the next read, or now past ``FLUSH_BYTES``)."""
@@ -107,7 +109,16 @@ class CoalescingStream(httpcore.AsyncNetworkStream):
         return CoalescingStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> typing.Any:
-        """The inner stream's ``get_extra_info``."""
+        """The inner stream's ``get_extra_info``; ``is_readable`` (the pool asks it of every
+        connection it reuses) polls the socket found at the start, as httpcore does, without the
+        backend's lookup of the socket on each call."""
+        if info == "is_readable" and self._socket is not None and hasattr(select, "poll"):
+            descriptor = self._socket.fileno()
+            if descriptor == -1:  # closed: reading it would give the end of the stream at once
+                return True
+            poller = select.poll()
+            poller.register(descriptor, select.POLLIN)
+            return bool(poller.poll(0))
         return self._inner.get_extra_info(info)
 
 

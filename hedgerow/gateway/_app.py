@@ -86,6 +86,8 @@ _DROP_REQUEST = frozenset(
         b"api-key",
     }
 )
+#: The last event of a streamed chat answer, as the transport ends it.
+_DONE = b"data: [DONE]\n\n"
 #: Most request URLs kept for reuse (one per path; parsing a URL costs more than the lookup).
 _MAX_CACHED_URLS = 64
 #: Response headers not sent on: hop-by-hop ones, and those the ASGI server sets itself.
@@ -508,8 +510,15 @@ class GatewayApp:
             return
         await send({"type": "http.response.start", "status": status, "headers": headers})
         sse = response_headers.get("content-type", "").startswith("text/event-stream")
+        tail = b""  # a closing [DONE] goes out with the end of the body: one write less
         try:
             async for piece in response.aiter_raw():
+                if tail:
+                    await send({"type": "http.response.body", "body": tail, "more_body": True})
+                    tail = b""
+                if piece == _DONE:
+                    tail = piece
+                    continue
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
         except httpx.TransportError as exc:
             # After the first token: the status is sent, so the error goes into the stream.
@@ -524,8 +533,8 @@ class GatewayApp:
             )
             if sse:
                 error = openai_error(f"hedgerow gateway: the stream failed: {detail}", "api_error", code)
-                await send({"type": "http.response.body", "body": b"data: " + error + b"\n\n", "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                tail += b"data: " + error + b"\n\n"
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
 class _Exchange:
