@@ -419,7 +419,10 @@ async def measure(
     """
     # One client (pool) per stream: one pool shared by 64 streams cost the load generator 7 ms of CPU
     # per call (against 0.8 ms at one stream), which made it, not the proxy, the bottleneck.
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    # An idle connection is closed by the caller after 4 s, before the proxy's server would close it
+    # (uvicorn's default: 5 s, LiteLLM's proxy): a call sent on a connection as the server ends it
+    # fails with ReadError, which a loaded machine (the proxy without CPU at that moment) made happen.
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=4.0)
     timeout = httpx.Timeout(30.0, connect=5.0)
     cells: list[Cell] = []
     rng = random.Random(seed)
