@@ -214,6 +214,9 @@ class GatewayApp:
             return
         if scope["type"] != "http":
             return
+        if scope.get("path") == "/metrics":  # a scrape is not one of the requests it counts
+            await self._metrics(scope, send)
+            return
         exchange = _Exchange(time.monotonic())
 
         async def sending(message: Message) -> None:
@@ -300,9 +303,6 @@ class GatewayApp:
                 ),
             )
             return
-        if scope.get("path") == "/metrics" and scope.get("method") == "GET":
-            await _answer(send, 200, self.metrics.render(), headers=[(b"content-type", CONTENT_TYPE.encode())])
-            return
         if self.in_flight >= self.config.max_concurrent:
             exchange.refused = True
             await _answer(
@@ -321,6 +321,26 @@ class GatewayApp:
             await self._serve(scope, receive, send, raw_headers, exchange)
         finally:
             self.in_flight -= 1
+
+    async def _metrics(self, scope: Scope, send: Send) -> None:
+        """``GET /metrics``: the ``hedgerow_gateway_*`` family (a gateway key needed when keys are set)."""
+        if self.config.keys and not self._authorized(scope.get("headers", [])):
+            await _answer(
+                send,
+                401,
+                openai_error(
+                    "hedgerow gateway: /metrics needs a gateway key (send Authorization: Bearer <key>)",
+                    "invalid_request_error",
+                    "invalid_api_key",
+                ),
+            )
+            return
+        if scope.get("method") not in ("GET", "HEAD"):
+            await _answer(
+                send, 405, openai_error("hedgerow gateway: /metrics answers GET", "invalid_request_error", None)
+            )
+            return
+        await _answer(send, 200, self.metrics.render(), headers=[(b"content-type", CONTENT_TYPE.encode())])
 
     def _authorized(self, raw_headers: list[tuple[bytes, bytes]]) -> bool:
         given = api_key = ""

@@ -1,9 +1,9 @@
 """The gateway's own Prometheus metrics: the ``hedgerow_gateway_*`` family (prometheus-client).
 
 Served by the gateway's process at ``GET /metrics`` (Prometheus text format; with gateway keys
-configured the scrape needs one, as any request). Counts what **this gateway process** served,
-so with several replicas Prometheus sums them. The calls' own series (``hedgerow_calls_total``,
-TTFT, hedges) come from the records, at the api's ``/metrics``.
+configured the scrape needs one, as any request; scrapes are not counted). Counts what **this
+gateway process** served, so with several replicas Prometheus sums them. The calls' own series
+(``hedgerow_calls_total``, TTFT, hedges) come from the records, at the api's ``/metrics``.
 
 ==========================================  =========  ===============================================
 name                                        type       labels

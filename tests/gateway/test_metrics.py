@@ -78,8 +78,8 @@ async def test_every_request_is_counted_once_by_route_model_outcome_and_status()
     assert value(found, total, **routed, outcome="ok", status="200") == 2
     assert value(found, total, **routed, outcome="failed", status="502") == 1
     assert value(found, total, route="", model="", outcome="refused", status="404") == 1
-    assert value(found, total, route="", model="", outcome="refused", status="401") == 2  # a call and a scrape
-    assert value(found, "hedgerow_gateway_requests_in_flight") == 1  # the scrape itself
+    assert value(found, total, route="", model="", outcome="refused", status="401") == 1  # scrapes are not counted
+    assert value(found, "hedgerow_gateway_requests_in_flight") == 0
     assert value(found, "hedgerow_gateway_response_start_seconds_count", **routed) == 3
     assert value(found, "hedgerow_gateway_request_duration_seconds_count", **routed) == 3
     assert 0 < value(found, "hedgerow_gateway_request_duration_seconds_sum", **routed) < 30
