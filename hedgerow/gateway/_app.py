@@ -17,9 +17,9 @@ hedging rule of its own; what it adds:
   everything goes to that one route's transport as it is. Other paths are 404.
 * **Timing.** Status and headers are sent when the transport returns, which for a streamed call is
   when the winner's first token is known; the body's pieces are passed on as they arrive.
-* **Disconnects.** A caller that leaves (``http.disconnect``) cancels the request's task, before
-  or after the first token; the transport's response is closed, which ends every attempt (the
-  record says ``cancelled``).
+* **Disconnects.** A caller that leaves (``http.disconnect``, watched by a task of its own) cancels
+  the request's task, before or after the first token; the transport's response is closed, which
+  ends every attempt (the record says ``cancelled``).
 * **Errors** (OpenAI-shaped JSON, never a traceback): a call whose attempts all failed with HTTP
   errors -> 502 ``upstream_error``; ``httpx.TimeoutException`` -> 504 ``upstream_timeout``;
   ``httpx.ConnectError`` (no upstream answered) -> 503 ``upstream_unreachable``; other transport
@@ -223,6 +223,8 @@ class GatewayApp:
             if message["type"] == "http.response.start":
                 exchange.status = int(message["status"])
                 exchange.started_at = time.monotonic()
+            elif not message.get("more_body", False):
+                exchange.complete = True  # before the send: a disconnect from now on is the end
             await send(message)
 
         metrics = self.metrics
@@ -433,29 +435,36 @@ class GatewayApp:
     async def _proxy(
         self, spec: RouteSpec, request: httpx.Request, receive: Receive, send: Send, exchange: _Exchange
     ) -> None:
-        """Run the request through the transport in a task of its own, cancelled when the caller
-        disconnects (an ``http.disconnect`` from ``receive``, whose body is read already)."""
-        work = asyncio.ensure_future(self._forward(spec, request, send, exchange))
+        """Run the request through the transport in this task, cancelled when the caller
+        disconnects (an ``http.disconnect`` from ``receive``, whose body is read already, before
+        the answer's end was sent); the transport then closes every attempt."""
+        task = asyncio.current_task()
+        assert task is not None
+        left = False
+
+        def caller_left(watch: asyncio.Future[None]) -> None:
+            nonlocal left
+            if watch.cancelled() or watch.exception() is not None or exchange.complete:
+                return  # the answer was sent whole: uvicorn says "disconnect" after every answer
+            left = True
+            task.cancel()
+
         watch = asyncio.ensure_future(_wait_disconnect(receive))
+        watch.add_done_callback(caller_left)
         try:
-            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+            await self._forward(spec, request, send, exchange)
+        except asyncio.CancelledError:
+            exchange.cancelled = True
+            if not left or task.uncancel() > 0:
+                raise  # cancelled from outside too (the server shutting down)
+            _log.info(
+                "gateway_disconnect path=%s",
+                request.url.path,
+                extra={"event": "gateway_disconnect", "fields": {"path": request.url.path}},
+            )
         finally:
-            if not work.done():  # the caller left (or this task is being cancelled)
-                exchange.cancelled = True
-                work.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(work)  # the transport closes every attempt
-                if watch.done():
-                    _log.info(
-                        "gateway_disconnect path=%s",
-                        request.url.path,
-                        extra={"event": "gateway_disconnect", "fields": {"path": request.url.path}},
-                    )
+            watch.remove_done_callback(caller_left)
             watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
-        if work.done() and not work.cancelled():
-            work.result()  # an unexpected error of the app itself: let the server log it
 
     async def _forward(self, spec: RouteSpec, request: httpx.Request, send: Send, exchange: _Exchange) -> None:
         transport = self.transport(spec)
@@ -565,12 +574,14 @@ class _Exchange:
             (None until sent), seconds.
         status: the HTTP status sent (0 until sent).
         route / model: the route's name and public model name (``""`` until routed).
+        complete: the answer's last piece was sent.
         refused / failed / stream_failed / cancelled: what ended it, when not an answer.
     """
 
     __slots__ = (
         "arrived_at",
         "cancelled",
+        "complete",
         "failed",
         "model",
         "refused",
@@ -590,6 +601,7 @@ class _Exchange:
         self.failed = False
         self.stream_failed = False
         self.cancelled = False
+        self.complete = False
 
     def outcome(self) -> str:
         """The ``outcome`` label (``hedgerow.gateway._metrics.OUTCOMES``)."""
