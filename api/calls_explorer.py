@@ -31,6 +31,7 @@ from fastapi import APIRouter, Depends, Query, Request, status
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, Field
 
+from hedgerow.api._state import app_state
 from hedgerow.api.auth import require_scope
 from hedgerow.api.routes import OptionalModelQuery, Session, StoredRoutePath
 from hedgerow.api.schemas import no_control_characters
@@ -195,7 +196,7 @@ async def get_route_calls(
     page = await recent_calls(
         session, route, chosen, limit=limit, after=after, since=since, until=until, outcome=outcome, winner=winner
     )
-    note = retention_note(since, utc_now(), request.app.state.settings.retention_s)
+    note = retention_note(since, utc_now(), app_state(request.app).settings.retention_s)
     return {
         "route": route,
         "model": chosen,

@@ -29,6 +29,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from hedgerow.api._page_kit import error_page, page_user, render_page, route_url, templates
+from hedgerow.api._state import app_state
 from hedgerow.api.charts import PointLink
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.calls_filters import (
@@ -154,7 +155,7 @@ async def calls_page(request: Request, route: str) -> HTMLResponse:
     if refused is not None:
         return error_page(request, user, 422, f"{refused[0]}: {refused[1]}", back=back)
     try:
-        async with request.app.state.sessionmaker() as session:
+        async with app_state(request.app).sessionmaker() as session:
             chosen = await resolve_model(session, route, model)
             page = await recent_calls(
                 session,
@@ -193,7 +194,7 @@ async def calls_page(request: Request, route: str) -> HTMLResponse:
         first_page=cursor is None,
         first_url=calls_url(route, chosen, **filters),
         next_url=None if page.next_cursor is None else calls_url(route, chosen, **filters, cursor=page.next_cursor),
-        note=retention_note(since, utc_now(), request.app.state.settings.retention_s),
+        note=retention_note(since, utc_now(), app_state(request.app).settings.retention_s),
         scan_stopped_at=page.scan_stopped_at,
         max_scan=MAX_SCAN_CALLS,
     )

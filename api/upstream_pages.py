@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from hedgerow.api._page_kit import error_page, page_user, render_page
+from hedgerow.api._state import app_state
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import UnknownRoute
 from hedgerow.controller.store.models import utc_now
@@ -63,12 +64,12 @@ async def upstreams_page(request: Request) -> HTMLResponse:
     now = utc_now()
     since = now - timedelta(seconds=RANGES[range_key])
     try:
-        async with request.app.state.sessionmaker() as session:
+        async with app_state(request.app).sessionmaker() as session:
             table = await upstream_stats(session, since=since, until=now, route=route)
     except UnknownRoute as exc:
         return error_page(request, user, 404, str(exc), back=("/ui/upstreams", "upstreams"))
     # raw calls older than the retention are deleted: say so when the range reaches past it
-    kept_from = now - timedelta(seconds=request.app.state.settings.retention_s)
+    kept_from = now - timedelta(seconds=app_state(request.app).settings.retention_s)
     return render_page(
         request,
         "upstreams.html",

@@ -108,13 +108,19 @@ async def _scrape(database_url: str, call_factory: Any) -> dict[str, list[tuple[
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
-    """The series names a real app on SQLite exports, ``_bucket``/``_sum``/``_count`` stripped."""
+    """The series names a real app on SQLite exports, and a gateway's ``/metrics`` (the
+    ``hedgerow_gateway_*`` family), ``_bucket``/``_sum``/``_count`` stripped."""
     import asyncio
 
+    from hedgerow.gateway._metrics import GatewayMetrics
     from tests.conftest import make_call
 
     url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('monitoring') / 'hedgerow.db'}"
     samples = asyncio.run(_scrape(url, make_call))
+    # the gateway's own family, as a gateway's /metrics serves it after one answered request
+    gateway = GatewayMetrics()
+    gateway.observe("route", "model", "ok", 200, 0.01, 0.02)
+    samples.update(_samples(gateway.render().decode()))
     return {_base(name) for name in samples}
 
 
