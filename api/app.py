@@ -153,7 +153,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
             app.state.thresholds = threshold_cache
             app.state.ingest_sessionmaker = make_sessionmaker(engines.ingest)
             app.state.ingest_gate = make_ingest_gate(
-                engine.dialect.name, settings.db_ingest_pool_size, settings.ingest_wait_s
+                engine.dialect.name, settings.db_ingest_pool_size, settings.ingest_wait_s, settings.ingest_cpu_slots
             )
             writer = calls.make_ingest_writer(app.state)
             if writer is not None:

@@ -146,6 +146,13 @@ class Metrics:
             "hedgerow_records_duplicate", "Call records already stored (not counted again).", registry=r
         )
         self.records_rejected = Counter("hedgerow_records_rejected", "Call records of refused batches.", registry=r)
+        self.ingest_refused = Counter(
+            "hedgerow_ingest_refused",
+            "Ingest batches answered 503 before they were read, by reason (busy: every ingest slot stayed taken).",
+            ["reason"],
+            registry=r,
+        )
+        self.ingest_refused.labels(reason="busy")  # exported at 0 from the start
         self.tick_duration = Histogram(
             "hedgerow_controller_tick_duration_seconds",
             "Duration of the controller ticks this process ran, seconds.",

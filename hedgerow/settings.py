@@ -167,6 +167,11 @@ class Settings(BaseSettings):
             slot before it is answered 503 with ``Retry-After`` (the exporter keeps the batch and
             posts it again after its backoff) (default 10; 0 answers 503 at once when all are
             taken).
+        ingest_cpu_slots: PostgreSQL: most admitted ``POST /v1/calls`` batches in a CPU-heavy
+            step (validation, building rows, minute counts) at once, each cut into short slices
+            (:mod:`hedgerow.controller.store.cpu_turns`), so a threshold poll waits behind at
+            most that many slices; their database waits still overlap (default 1; 0: no bound,
+            every admitted batch computes at once).
     """
 
     model_config = SettingsConfigDict(env_prefix="HEDGEROW_", extra="ignore")
@@ -237,6 +242,7 @@ class Settings(BaseSettings):
     db_ingest_pool_size: int = Field(4, ge=1, le=1000)
     db_jobs_pool_size: int = Field(3, ge=1, le=1000)
     ingest_wait_s: float = Field(10.0, ge=0, le=3600, allow_inf_nan=False)
+    ingest_cpu_slots: int = Field(1, ge=0, le=1000)
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -41,12 +41,17 @@ Records are any objects with the wire format's attributes (:class:`RecordFields`
 so a batch posted to the api is never copied into a second object per record. Route ids are
 looked up in a :class:`RouteIdCache` first; only pairs it does not know are read (or created).
 
+With :class:`~hedgerow.controller.store.cpu_turns.CpuTurns` (the api's ingest gate on
+PostgreSQL), the CPU-heavy steps (building the rows, counting the minutes) run within its turns
+in slices of :data:`ROW_SLICE` records, and each ``COPY`` pauses every :data:`COPY_SLICE` rows,
+with the event loop free between slices; without, each step runs in one go.
+
 Measured by ``bench/ingest.py``; the figures are in the README's "Benchmarks".
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -62,6 +67,7 @@ from hedgerow.controller.store._ingest_routes import (
     ensure_routes,
     route_defaults,
 )
+from hedgerow.controller.store.cpu_turns import CpuTurns, cpu_turn, pause
 from hedgerow.controller.store.minute_store import add_records
 from hedgerow.controller.store.models import Call, utc_now
 from hedgerow.controller.store.partitions import (
@@ -89,6 +95,10 @@ __all__ = [
     "route_defaults",
 ]
 
+#: Records per slice of a CPU-heavy step run with :class:`CpuTurns` (a millisecond or two).
+ROW_SLICE = 200
+#: PostgreSQL, with :class:`CpuTurns`: rows a ``COPY`` encodes between two pauses (see :func:`_copy`).
+COPY_SLICE = 250
 #: PostgreSQL: key of the transaction-scoped advisory lock every ingest batch holds shared
 #: ("hedgeing"); the fold takes it exclusively for a moment to learn which call ids are committed.
 INGEST_LOCK = 0x6865646765696E67 & 0x7FFFFFFFFFFFFFFF
@@ -360,8 +370,45 @@ async def _write_sqlite(
     return call_ids
 
 
+async def _rows_in_slices(
+    turns: CpuTurns | None, build: Callable[[int, int], list[tuple[Any, ...]]], count: int
+) -> list[tuple[Any, ...]]:
+    """``build(0, count)`` in one go without ``turns``; with them, within a turn, a slice of
+    :data:`ROW_SLICE` records at a time with a pause between slices."""
+    if turns is None:
+        return build(0, count)
+    rows: list[tuple[Any, ...]] = []
+    async with cpu_turn(turns):
+        for start in range(0, count, ROW_SLICE):
+            await pause()
+            rows.extend(build(start, min(count, start + ROW_SLICE)))
+    return rows
+
+
+async def _copy(
+    driver: Any, table: str, rows: list[tuple[Any, ...]], columns: Sequence[str], turns: CpuTurns | None
+) -> None:
+    """Binary ``COPY`` of ``rows`` into ``table``, one statement. Without ``turns`` the driver
+    encodes every row in one go; with them it takes the rows from an async iterator that pauses
+    to the event loop every :data:`COPY_SLICE` rows (:func:`_paced`)."""
+    records: Any = rows if turns is None else _paced(rows, COPY_SLICE)
+    await driver.copy_records_to_table(table, records=records, columns=columns)
+
+
+async def _paced(rows: list[tuple[Any, ...]], step: int) -> AsyncIterator[tuple[Any, ...]]:
+    """``rows`` one by one, with a pause to the event loop before each further ``step`` of them."""
+    for start in range(0, len(rows), step):
+        if start:
+            await pause()
+        for row in rows[start : start + step]:
+            yield row
+
+
 async def _write_postgresql(
-    connection: AsyncConnection, batch: Sequence[RecordFields], call_rows: list[tuple[Any, ...]]
+    connection: AsyncConnection,
+    batch: Sequence[RecordFields],
+    call_rows: list[tuple[Any, ...]],
+    turns: CpuTurns | None = None,
 ) -> dict[str, int]:
     """Write calls through a COPY to the staging table and one merge, attempts by COPY; returns new ids.
 
@@ -378,12 +425,14 @@ async def _write_postgresql(
     driver = raw.driver_connection
     if driver is None:  # pragma: no cover - an open pooled connection always has its driver connection
         raise StoreError("the PostgreSQL connection has no driver connection")
-    await driver.copy_records_to_table(_PG_STAGE, records=call_rows, columns=CALL_COLUMNS)
+    await _copy(driver, _PG_STAGE, call_rows, CALL_COLUMNS, turns)
     try:
         call_ids = {row[0]: row[1] for row in await driver.fetch(_PG_MERGE)}
-        attempt_rows = _attempt_rows(batch, call_rows, call_ids)
+        attempt_rows = await _rows_in_slices(
+            turns, lambda i, j: _attempt_rows(batch[i:j], call_rows[i:j], call_ids), len(batch)
+        )
         if attempt_rows:
-            await driver.copy_records_to_table("attempts", records=attempt_rows, columns=ATTEMPT_COLUMNS)
+            await _copy(driver, "attempts", attempt_rows, ATTEMPT_COLUMNS, turns)
     except Exception as exc:
         if _is_missing_partition(exc):
             raise DayPartitionMissing(f"ingest: {str(exc).splitlines()[0]}") from exc
@@ -408,6 +457,7 @@ async def ingest_calls(
     resolved: dict[tuple[str, str], int] | None = None,
     partition_days: DayPartitionCache | None = None,
     checked_days: set[date] | None = None,
+    turns: CpuTurns | None = None,
 ) -> tuple[int, int]:
     """Write a batch of call records (and their attempts) into the store.
 
@@ -432,6 +482,9 @@ async def ingest_calls(
             looked up (without it every day of the batch is). Not changed here.
         checked_days: when given, receives the days looked up (and made if missing) in this
             transaction; hand them to ``partition_days.add`` once it committed.
+        turns: when given, the CPU-heavy steps (building rows, minute counts) run within its
+            turns, in slices of :data:`ROW_SLICE` records with a pause to the event loop
+            between them (:mod:`hedgerow.controller.store.cpu_turns`); None: each in one go.
 
     Returns:
         ``(accepted, duplicates)``: records written, and records skipped because their
@@ -477,13 +530,18 @@ async def ingest_calls(
         raise StoreError(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
     stamp = _as_is if dialect == "postgresql" else _sqlite_stamp(connection)
     received_at = stamp(utc_now())
-    call_rows = [_call_row(r, ids[(r.route, r.model)], received_at, stamp) for r in batch]
+    call_rows = await _rows_in_slices(
+        turns,
+        lambda i, j: [_call_row(r, ids[(r.route, r.model)], received_at, stamp) for r in batch[i:j]],
+        len(batch),
+    )
     if dialect == "postgresql":
-        call_ids = await _write_postgresql(connection, batch, call_rows)
+        call_ids = await _write_postgresql(connection, batch, call_rows, turns)
     else:
         call_ids = await _write_sqlite(connection, batch, call_rows)
     if call_ids:  # the calls this batch inserted, into the tick's minute aggregates
-        await add_records(connection, [(ids[(r.route, r.model)], r) for r in batch if r.request_id in call_ids])
+        inserted = [(ids[(r.route, r.model)], r) for r in batch if r.request_id in call_ids]
+        await add_records(connection, inserted, turns=turns)
     accepted = len(call_ids)
     if stored is not None:
         stored.extend(record for record in batch if record.request_id in call_ids)
