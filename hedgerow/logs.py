@@ -164,7 +164,9 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)
-    for noisy in ("apscheduler", "alembic"):  # their INFO lines say nothing an operator needs
+    # their INFO lines say nothing an operator needs (httpx logs one line per request: every
+    # upstream attempt of a gateway and every threshold poll)
+    for noisy in ("apscheduler", "alembic", "httpx"):
         logging.getLogger(noisy).setLevel(max(numeric, logging.WARNING))
 
 

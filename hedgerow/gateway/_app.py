@@ -486,7 +486,7 @@ class GatewayApp:
 
     async def _failed(self, send: Send, status: int, code: str, exc: BaseException, exchange: _Exchange) -> None:
         exchange.failed = True
-        what = {504: "timed out", 503: "no upstream could be reached", 502: "failed"}[status]
+        what = {504: "the call timed out", 503: "no upstream could be reached", 502: "the call failed"}[status]
         detail = self.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
         _log.warning(
             "gateway_failed status=%d code=%s detail=%s",
@@ -495,8 +495,8 @@ class GatewayApp:
             detail,
             extra={"event": "gateway_failed", "fields": {"status": status, "code": code, "detail": detail}},
         )
-        message = f"hedgerow gateway: the call {what}: {detail}"
-        await _answer(send, status, openai_error(message, "api_error", code))
+        message = f"hedgerow gateway: {what}: {detail}"
+        await _answer(send, status, openai_error(message, "api_error", code), extra=_failure_headers(exc))
 
     async def _relay(self, response: httpx.Response, send: Send, exchange: _Exchange) -> None:
         status = response.status_code
@@ -700,6 +700,22 @@ def _model_not_found(name: str) -> bytes:
 def _not_found(path: str) -> bytes:
     return openai_error(f"hedgerow gateway: no route for {path!r}", "invalid_request_error", "unknown_url")
 
+
+
+def _failure_headers(exc: BaseException) -> list[tuple[bytes, bytes]]:
+    """The ``X-Hedgerow-*`` headers of a call that failed before any answer: its request id (from
+    the record the transport's error carries as its cause, so the caller can find the record),
+    no winner, and whether it hedged. Empty when the error carries no record."""
+    record = getattr(exc.__cause__, "record", None)
+    request_id = getattr(record, "request_id", None)
+    if not request_id:
+        return []
+    hedged = "true" if getattr(record, "hedged", False) else "false"
+    return [
+        (REQUEST_ID_HEADER.lower().encode("latin-1"), str(request_id).encode("latin-1")),
+        (WINNER_HEADER.lower().encode("latin-1"), b""),
+        (HEDGED_HEADER.lower().encode("latin-1"), hedged.encode("latin-1")),
+    ]
 
 async def _answer(
     send: Send,

@@ -110,6 +110,10 @@ async def test_failures_are_openai_shaped_502_503_504(caller) -> None:  # type: 
                     error = answer.json()["error"]
                     assert error["code"] == code and error["type"] == "api_error"
                     assert error["message"].startswith("hedgerow gateway: ")
+                    # the caller can find the failed call's record: its id, no winner, hedged or not
+                    assert answer.headers["x-hedgerow-request-id"], (code, dict(answer.headers))
+                    assert answer.headers["x-hedgerow-winner"] == ""
+                    assert answer.headers["x-hedgerow-hedged"] in ("true", "false")
 
 
 async def test_an_error_after_the_first_token_ends_the_stream_with_an_error_event(caller) -> None:  # type: ignore[no-untyped-def]
