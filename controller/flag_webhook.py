@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,6 +47,7 @@ __all__ = [
     "flag_changes",
     "latest_reasons",
     "slack_escape",
+    "undecided_flags",
     "webhook_payload",
 ]
 
@@ -95,17 +96,28 @@ def slack_escape(name: str) -> str:
     return visible(name).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def flag_changes(route: str, model: str, before: Sequence[str], after: Sequence[str], at: datetime) -> list[FlagChange]:
+def flag_changes(
+    route: str,
+    model: str,
+    before: Sequence[str],
+    after: Sequence[str],
+    at: datetime,
+    undecided: Collection[str] = (),
+) -> list[FlagChange]:
     """The notified codes in ``after`` only (raised) and in ``before`` only (cleared).
 
     Args:
         route, model: the route.
         before, after: the reason codes of the route's previous and new history rows.
         at: the tick's time (aware UTC).
+        undecided: codes whose check did not run on the new row (too little data, e.g. a
+            window shrunk to the data since a detected change): they keep their state, so a
+            check that could not run is not posted as a flag cleared (see :func:`undecided_flags`).
 
     Returns:
         Raised ones first, each group in :data:`NOTIFIED_CODES` order.
     """
+    after = [code for code in after if code not in undecided] + [code for code in before if code in undecided]
     raised = [
         FlagChange(route, model, code, True, at) for code in NOTIFIED_CODES if code in after and code not in before
     ]
@@ -113,6 +125,19 @@ def flag_changes(route: str, model: str, before: Sequence[str], after: Sequence[
         FlagChange(route, model, code, False, at) for code in NOTIFIED_CODES if code in before and code not in after
     ]
     return raised + cleared
+
+
+def undecided_flags(row: Mapping[str, Any]) -> set[str]:
+    """The flags a history row (as the api returns it) did not decide: ``hedges_did_not_lower_p99``
+    when its ``details`` hold no ``p99_check`` (the check lacked its inputs), and
+    ``backups_rarely_win`` when it has no ``backup_win_rate`` (no hedged calls in its window)."""
+    undecided: set[str] = set()
+    details = row.get("details") or {}
+    if not (isinstance(details, Mapping) and details.get("p99_check")):
+        undecided.add("hedges_did_not_lower_p99")
+    if row.get("backup_win_rate") is None:
+        undecided.add("backups_rarely_win")
+    return undecided
 
 
 async def latest_reasons(session: AsyncSession) -> dict[tuple[str, str], list[str]]:
@@ -233,6 +258,7 @@ class FlagWebhook:
         sent, attempts, error = await post_webhook(
             self.url,
             webhook_payload(batch, self.fmt),
+            what="flag webhook",
             attempts=self.attempts,
             backoff_s=self.backoff_s,
             timeout_s=self.timeout_s,

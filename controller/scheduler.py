@@ -49,7 +49,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.client.errors import describe
 from hedgerow.controller.events import log_flag_changes, log_lease_change
-from hedgerow.controller.flag_webhook import FlagWebhook, flag_changes, latest_reasons
+from hedgerow.controller.flag_webhook import FlagWebhook, flag_changes, latest_reasons, undecided_flags
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.lease import (
     CONTROLLER_LEASE,
@@ -234,7 +234,7 @@ class ControllerScheduler:
                         for row in rows
                         for change in flag_changes(
                             row["route"], row["model"], before.get((row["route"], row["model"]), []),
-                            row["reason"].split(","), at,
+                            row["reason"].split(","), at, undecided_flags(row),
                         )
                     ]
                 )  # fmt: skip

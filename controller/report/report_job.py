@@ -137,12 +137,18 @@ async def claim_delivery(
 
 
 async def post_webhook(
-    url: str, payload: dict[str, Any], *, attempts: int, backoff_s: float, timeout_s: float
+    url: str,
+    payload: dict[str, Any],
+    *,
+    attempts: int,
+    backoff_s: float,
+    timeout_s: float,
+    what: str = "report webhook",
 ) -> tuple[bool, int, str | None]:
     """POST ``payload`` as JSON to ``url``, retrying with exponential backoff.
 
     Args:
-        url: the webhook; payload: the JSON body.
+        url: the webhook; payload: the JSON body; what: how the log lines name it.
         attempts: the most attempts (>= 1); backoff_s: the wait after the first failure,
             doubled after each further one; timeout_s: per attempt.
 
@@ -155,12 +161,12 @@ async def post_webhook(
             try:
                 response = await client.post(url, json=payload)
                 if 200 <= response.status_code < 300:
-                    log.info("report webhook: delivered on attempt %d (HTTP %d)", attempt, response.status_code)
+                    log.info("%s: delivered on attempt %d (HTTP %d)", what, attempt, response.status_code)
                     return True, attempt, None
                 error = f"HTTP {response.status_code}: {response.text[:200]}"
             except httpx.HTTPError as exc:
                 error = f"{type(exc).__name__}: {exc}"
-            log.warning("report webhook: attempt %d of %d failed: %s", attempt, attempts, error)
+            log.warning("%s: attempt %d of %d failed: %s", what, attempt, attempts, error)
             if attempt < attempts:
                 await asyncio.sleep(backoff_s * 2 ** (attempt - 1))
     return False, attempts, error

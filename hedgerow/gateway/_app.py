@@ -701,7 +701,6 @@ def _not_found(path: str) -> bytes:
     return openai_error(f"hedgerow gateway: no route for {path!r}", "invalid_request_error", "unknown_url")
 
 
-
 def _failure_headers(exc: BaseException) -> list[tuple[bytes, bytes]]:
     """The ``X-Hedgerow-*`` headers of a call that failed before any answer: its request id (from
     the record the transport's error carries as its cause, so the caller can find the record),
@@ -716,6 +715,7 @@ def _failure_headers(exc: BaseException) -> list[tuple[bytes, bytes]]:
         (WINNER_HEADER.lower().encode("latin-1"), b""),
         (HEDGED_HEADER.lower().encode("latin-1"), hedged.encode("latin-1")),
     ]
+
 
 async def _answer(
     send: Send,

@@ -11,6 +11,7 @@ from hedgerow.controller.flag_webhook import (
     flag_changes,
     latest_reasons,
     slack_escape,
+    undecided_flags,
     webhook_payload,
 )
 from hedgerow.controller.jobs import run_tick
@@ -121,3 +122,18 @@ async def test_a_real_tick_raises_a_flag_that_the_store_shows(sessionmaker, call
         await webhook.drain(timeout_s=10)
         await webhook.aclose()
     assert "backups_rarely_win raised on route chat (model m1)" in receiver.delivered[0]["text"]
+
+
+def test_a_check_that_did_not_run_neither_clears_nor_raises_its_flag() -> None:
+    """A tick whose window was shrunk to the data since a change has no P99 check: the flag stays."""
+    before = ["tail_min", "hedges_did_not_lower_p99"]
+    shrunk = {"reason": "tail_min,drift_window", "details": {"binding": "tail"}, "backup_win_rate": 0.5}
+    undecided = undecided_flags(shrunk)
+    assert undecided == {"hedges_did_not_lower_p99"}
+    assert flag_changes("chat", "m", before, shrunk["reason"].split(","), NOW, undecided) == []
+    full = {"reason": "tail_min", "details": {"p99_check": {"flagged": False}}, "backup_win_rate": None}
+    assert undecided_flags(full) == {"backups_rarely_win"}
+    [cleared] = flag_changes("chat", "m", before, ["tail_min"], NOW, undecided_flags(full))
+    assert (cleared.flag, cleared.raised) == ("hedges_did_not_lower_p99", False)
+    # an undecided flag is not raised either
+    assert flag_changes("chat", "m", [], ["hedges_did_not_lower_p99"], NOW, {"hedges_did_not_lower_p99"}) == []
