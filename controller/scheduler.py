@@ -28,6 +28,13 @@ its last successful renewal started (monotonic clock): a holder whose renewals s
 tick, and each tick's publish checks the lease row in its own transaction
 (:func:`~hedgerow.controller.lease.check_lease_held`), so a stale holder never publishes after
 another took over.
+
+Where the tick computes (``settings.controller_tick_in``): ``"process"`` runs it in a worker
+process of its own (:mod:`hedgerow.controller._tick_worker`, started at the first tick and kept
+until :meth:`ControllerScheduler.shutdown`), so that its observation and decision never hold the
+interpreter lock of the api that shares this process; the hold deadline is shared with the worker
+and its publish runs the same fence. ``"loop"`` runs it here (the decision in a thread). A store
+that a worker cannot open (in-memory SQLite) ticks here, said once in the log.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.client.errors import describe
+from hedgerow.controller._tick_worker import TickWorker, worker_url
 from hedgerow.controller.events import log_flag_changes, log_lease_change
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.lease import (
@@ -97,6 +105,8 @@ class ControllerScheduler:
         on_tick: called after each tick this process ran, with its duration (seconds) and the
             Unix time it finished (e.g. the api's metrics); None by default.
         on_lease: called with True/False whenever this process acquires or loses the lease.
+        tick_in: where ticks compute, ``"process"`` (a worker process) or ``"loop"`` (here): the
+            ``controller_tick_in`` setting, or ``"loop"`` when a worker cannot open the store.
 
     Lease changes and each flag raised or cleared are logged (:mod:`hedgerow.controller.events`);
     flags are compared with the previous tick this process ran (the first tick logs the flags
@@ -136,6 +146,26 @@ class ControllerScheduler:
         self.on_tick: Callable[[float, float], None] | None = None
         self.on_lease: Callable[[bool], None] | None = None
         self._flags: dict[tuple[str, str], list[str]] = {}
+        self.tick_in = self._tick_mode(sessionmaker, settings)
+        self._worker: TickWorker | None = None
+
+    def _tick_mode(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Any) -> str:
+        """``"process"`` or ``"loop"``: the setting, or the loop when a worker cannot open the store."""
+        mode = str(getattr(settings, "controller_tick_in", "loop"))
+        if mode == "process" and worker_url(sessionmaker) is None:
+            log.info("controller tick runs on the event loop: a worker process cannot open an in-memory SQLite store")
+            return "loop"
+        return mode
+
+    def _share_hold(self) -> None:
+        """Give the tick worker the end of this process's hold on the monotonic clock (-inf: none)."""
+        if self._worker is None:
+            return
+        if self._held and not self._stopping:
+            remaining_s = self.safe_hold_s - (self._clock() - self._renewed_at)
+            self._worker.set_hold_until(time.monotonic() + remaining_s)
+        else:
+            self._worker.set_hold_until(-math.inf)
 
     @property
     def holding(self) -> bool:
@@ -168,6 +198,7 @@ class ControllerScheduler:
             self._held = held
             if held:
                 self._renewed_at = started
+            self._share_hold()
             self._report_lease()
             return self.holding
 
@@ -202,10 +233,11 @@ class ControllerScheduler:
                 return None
             started = time.perf_counter()
             try:
-                rows = await run_tick(self.sessionmaker, self.settings, fence=self._fence)
+                rows = await self._run_tick()
             except LeaseLost as exc:
                 log.warning("controller tick not published: %s", exc)
                 self._held = False
+                self._share_hold()
                 self._report_lease()
                 return None
             duration_s = time.perf_counter() - started
@@ -219,6 +251,17 @@ class ControllerScheduler:
             if self.on_tick is not None:
                 self.on_tick(duration_s, time.time())
             return rows
+
+    async def _run_tick(self) -> list[dict[str, Any]]:
+        """One tick under the fence, here or in the worker process (:attr:`tick_in`)."""
+        if self.tick_in != "process":
+            return await run_tick(self.sessionmaker, self.settings, fence=self._fence)
+        if self._worker is None:
+            url = worker_url(self.sessionmaker)
+            assert url is not None  # checked by _tick_mode
+            self._worker = TickWorker(url, self.settings)
+        self._share_hold()
+        return await self._worker.tick(self.holder)
 
     async def rollup(self) -> RetentionReport | None:
         """Renew the lease and, when held, fold hourly rollups and apply retention once.
@@ -353,6 +396,7 @@ class ControllerScheduler:
         without waiting (what ``hedgerow serve`` does on SIGTERM, before draining requests).
         """
         self._stopping = True
+        self._share_hold()  # a tick running in the worker publishes nothing from now on
         if self._scheduler is not None:
             # no new run, but a running job finishes: APScheduler's shutdown would cancel it at once
             # (and log the CancelledError's traceback)
@@ -367,6 +411,8 @@ class ControllerScheduler:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        if self._worker is not None:  # gone before the release: nothing it runs can commit after it
+            await self._worker.close()
         if self._held:
             try:
                 await release_lease(self.lease_sessionmaker, CONTROLLER_LEASE, self.holder)
