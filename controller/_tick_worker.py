@@ -7,7 +7,8 @@ persistent worker process (``spawn``; a pebble ``ProcessPool`` of one worker, st
 tick and kept), which opens the store itself on an event loop of its own (made once: asyncpg
 connections are bound to their loop) and hands back the history rows written.
 
-What stays as in a tick on the loop:
+The worker runs at a lower CPU priority (:data:`WORKER_NICE`): on a machine short of CPU the
+api's own work goes first. What stays as in a tick on the loop:
 
 - **Lease fence.** The worker's publishing transaction runs both checks of the scheduler's fence:
   the parent's hold (its last successful renewal started less than the safety fraction of the TTL
@@ -39,16 +40,19 @@ ticks), which is what the lease and shutdown rules need, without a home-made sup
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import itertools
 import logging
 import logging.handlers
 import math
 import multiprocessing
+import os
 import pickle
 import threading
 import time
 import traceback
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -60,7 +64,7 @@ from hedgerow.client.errors import describe
 from hedgerow.controller.errors import ControllerError
 from hedgerow.controller.lease import CONTROLLER_LEASE, LeaseLost, check_lease_held
 
-__all__ = ["LOG_DRAIN_TIMEOUT_S", "TickWorker", "TickWorkerError", "worker_url"]
+__all__ = ["LOG_DRAIN_TIMEOUT_S", "WORKER_NICE", "TickWorker", "TickWorkerError", "worker_url"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,9 @@ log = logging.getLogger(__name__)
 LOG_DRAIN_TIMEOUT_S = 10.0
 #: Seconds :meth:`TickWorker.close` waits for the pool's threads and worker to end.
 CLOSE_TIMEOUT_S = 15.0
+#: Niceness added to the worker process: when CPUs are short, the api's polls and ingest (this
+#: process) run before the tick, which has a whole interval to finish (Linux CFS weight 110 vs 1024).
+WORKER_NICE = 10
 
 
 class TickWorkerError(ControllerError):
@@ -151,6 +158,8 @@ _STATE: _WorkerState | None = None
 def _start_worker(url: str, settings: Any, hold_until: Any, log_queue: Any) -> None:
     """The worker's initializer: its logging to the queue, its event loop, engine and sessionmaker."""
     global _STATE
+    with contextlib.suppress(OSError):  # raising one's own niceness needs no privilege; never fatal
+        os.nice(WORKER_NICE)
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -185,6 +194,7 @@ def _tick_in_worker(tick_id: int, holder: str, now: datetime | None, levels: tup
     if state is None:  # pragma: no cover - the initializer always ran
         return ("error", ("the tick worker was not initialised", ""))
     _apply_levels(state, levels)
+    state.log_queue.put(("tick_started", tick_id))
 
     async def fence(session: AsyncSession) -> None:
         if time.monotonic() >= state.hold_until.value:
@@ -229,6 +239,8 @@ class TickWorker:
         self._waiting_lock = threading.Lock()
         self._closed = False
         self._hold_deadline = -math.inf
+        #: The id of the last tick the worker said it started (0: none); ticks are numbered from 1.
+        self.last_started = 0
 
     def set_hold_until(self, deadline_s: float) -> None:
         """Set the end of the parent's hold (``time.monotonic()`` seconds; ``-inf``: not holding).
@@ -239,7 +251,7 @@ class TickWorker:
         if self._hold_until is not None:
             self._hold_until.value = deadline_s
 
-    def _start(self) -> ProcessPool:
+    async def _start(self) -> ProcessPool:
         """The running pool: made at the first tick, remade when a worker's death broke it."""
         if self._closed:
             raise TickWorkerError("the tick worker is closed")
@@ -249,9 +261,10 @@ class TickWorker:
             self._listener = threading.Thread(target=self._forward_logs, name="hedgerow-tick-logs", daemon=True)
             self._listener.start()
         if self._pool is not None and not self._pool.active:
-            log.warning("the controller tick worker pool broke (a worker died while idle); starting a new one")
-            self._pool.stop()  # type: ignore[no-untyped-call]
-            self._pool = None
+            log.warning("the controller tick worker died outside a tick; starting a new one")
+            broken, self._pool = self._pool, None
+            broken.stop()  # type: ignore[no-untyped-call]
+            await asyncio.to_thread(broken.join, CLOSE_TIMEOUT_S)
         if self._pool is None:
             self._pool = ProcessPool(
                 max_workers=1,
@@ -284,29 +297,18 @@ class TickWorker:
             LeaseLost: the fence found the lease lost; nothing was published.
             TickWorkerError: the tick failed in the worker, or the worker died during it.
         """
-        pool = self._start()
-        tick_id = next(self._ticks)
-        loop = asyncio.get_running_loop()
-        drained: asyncio.Future[None] = loop.create_future()
-        with self._waiting_lock:
-            self._waiting[tick_id] = (loop, drained)
-        try:
-            future = pool.schedule(_tick_in_worker, args=(tick_id, holder, now, _levels()))
+        for attempt in (1, 2):
+            tick_id = next(self._ticks)
             try:
-                kind, payload = await asyncio.wrap_future(future)
-            except ProcessExpired as exc:
-                raise TickWorkerError(
-                    f"the controller tick worker (pid {exc.pid}) died during the tick (exit code {exc.exitcode});"
-                    " nothing was published, a new worker takes the next tick"
-                ) from None
-            try:  # every record of the tick reaches the parent's logging before the tick returns
-                async with asyncio.timeout(LOG_DRAIN_TIMEOUT_S):
-                    await drained
-            except TimeoutError:
-                log.warning("controller tick: the worker's last log records did not arrive in time")
-        finally:
-            with self._waiting_lock:
-                self._waiting.pop(tick_id, None)
+                kind, payload = await self._run(tick_id, holder, now)
+                break
+            except BrokenProcessPool:  # the worker died before it took this tick (e.g. while idle)
+                if attempt == 2 or self.last_started >= tick_id:
+                    raise TickWorkerError(
+                        "the controller tick worker died during the tick; nothing was published,"
+                        " a new worker takes the next tick"
+                    ) from None
+                log.warning("the controller tick worker died before taking the tick; starting a new one")
         if kind == "lease_lost":
             raise LeaseLost(*payload)
         if kind == "error":
@@ -316,6 +318,37 @@ class TickWorker:
             )
         rows: list[dict[str, Any]] = payload
         return rows
+
+    async def _run(self, tick_id: int, holder: str, now: datetime | None) -> tuple[str, Any]:
+        """Hand tick ``tick_id`` to the worker; its outcome once its log records are forwarded.
+
+        Raises:
+            BrokenProcessPool: the pool broke (its worker died) before the tick was taken.
+            TickWorkerError: the worker died while running the tick.
+        """
+        pool = await self._start()
+        loop = asyncio.get_running_loop()
+        drained: asyncio.Future[None] = loop.create_future()
+        with self._waiting_lock:
+            self._waiting[tick_id] = (loop, drained)
+        try:
+            future = pool.schedule(_tick_in_worker, args=(tick_id, holder, now, _levels()))
+            try:
+                outcome: tuple[str, Any] = await asyncio.wrap_future(future)
+            except ProcessExpired as exc:
+                raise TickWorkerError(
+                    f"the controller tick worker (pid {exc.pid}, exit code {exc.exitcode}) died during the tick;"
+                    " nothing was published, a new worker takes the next tick"
+                ) from None
+            try:  # every record of the tick reaches the parent's logging before the tick returns
+                async with asyncio.timeout(LOG_DRAIN_TIMEOUT_S):
+                    await drained
+            except TimeoutError:
+                log.warning("controller tick: the worker's last log records did not arrive in time")
+            return outcome
+        finally:
+            with self._waiting_lock:
+                self._waiting.pop(tick_id, None)
 
     def _forward_logs(self) -> None:
         """The listener thread: hand each record to the parent's logger; wake a tick at its marker."""
@@ -333,6 +366,8 @@ class TickWorker:
                         logger.handle(item)
                     except Exception:  # never let one record stop the forwarding
                         logging.getLogger(__name__).exception("could not log a record of the tick worker")
+            elif isinstance(item, tuple) and item and item[0] == "tick_started":
+                self.last_started = max(self.last_started, item[1])
             elif isinstance(item, tuple) and item and item[0] == "tick_done":
                 with self._waiting_lock:
                     waiter = self._waiting.get(item[1])

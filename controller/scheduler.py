@@ -157,6 +157,11 @@ class ControllerScheduler:
             return "loop"
         return mode
 
+    @property
+    def tick_worker(self) -> TickWorker | None:
+        """The worker that computes the ticks (``tick_in == "process"``), None before the first tick."""
+        return self._worker
+
     def _share_hold(self) -> None:
         """Give the tick worker the end of this process's hold on the monotonic clock (-inf: none)."""
         if self._worker is None:
