@@ -8,7 +8,8 @@ tick and kept), which opens the store itself on an event loop of its own (made o
 connections are bound to their loop) and hands back the history rows written.
 
 The worker runs at a lower CPU priority (:data:`WORKER_NICE`): on a machine short of CPU the
-api's own work goes first. What stays as in a tick on the loop:
+api's own work goes first. On Linux it is killed when its parent dies (``PR_SET_PDEATHSIG``), so
+a ``serve`` killed outright leaves no tick running. What stays as in a tick on the loop:
 
 - **Lease fence.** The worker's publishing transaction runs both checks of the scheduler's fence:
   the parent's hold (its last successful renewal started less than the safety fraction of the TTL
@@ -42,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import ctypes
 import itertools
 import logging
 import logging.handlers
@@ -49,6 +51,8 @@ import math
 import multiprocessing
 import os
 import pickle
+import signal
+import sys
 import threading
 import time
 import traceback
@@ -75,6 +79,8 @@ CLOSE_TIMEOUT_S = 15.0
 #: Niceness added to the worker process: when CPUs are short, the api's polls and ingest (this
 #: process) run before the tick, which has a whole interval to finish (Linux CFS weight 110 vs 1024).
 WORKER_NICE = 10
+#: prctl(2) option: the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
 
 
 class TickWorkerError(ControllerError):
@@ -160,6 +166,7 @@ def _start_worker(url: str, settings: Any, hold_until: Any, log_queue: Any) -> N
     global _STATE
     with contextlib.suppress(OSError):  # raising one's own niceness needs no privilege; never fatal
         os.nice(WORKER_NICE)
+    _die_with_parent()
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -173,6 +180,19 @@ def _start_worker(url: str, settings: Any, hold_until: Any, log_queue: Any) -> N
     else:  # a pool of the size of serve's jobs pool (the tick's connections are here now)
         engine = make_engine(url, pool_size=max(1, int(getattr(settings, "db_jobs_pool_size", 3))), max_overflow=0)
     _STATE = _WorkerState(loop, make_sessionmaker(engine), settings, hold_until, log_queue, {})
+
+
+def _die_with_parent() -> None:
+    """Linux: be killed when the parent dies (a ``serve`` killed with SIGKILL leaves no tick behind)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl: the worker still ends at its next read of the pool
+        return
+    if os.getppid() == 1:  # the parent died before the call
+        os._exit(1)
 
 
 def _apply_levels(state: _WorkerState, levels: tuple[int, dict[str, int]]) -> None:
