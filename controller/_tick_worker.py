@@ -164,6 +164,8 @@ _STATE: _WorkerState | None = None
 def _start_worker(url: str, settings: Any, hold_until: Any, log_queue: Any) -> None:
     """The worker's initializer: its logging to the queue, its event loop, engine and sessionmaker."""
     global _STATE
+    import hedgerow.controller.jobs  # noqa: F401  the estimation stack, imported before the nice
+
     with contextlib.suppress(OSError):  # raising one's own niceness needs no privilege; never fatal
         os.nice(WORKER_NICE)
     _die_with_parent()
@@ -246,7 +248,7 @@ class TickWorker:
     Nothing is started before the first :meth:`tick`.
     """
 
-    def __init__(self, url: str, settings: Any) -> None:
+    def __init__(self, url: str, settings: Any) -> None:  # nothing starts here
         self.url = url
         self.settings = settings
         self._context = multiprocessing.get_context("spawn")
@@ -292,7 +294,13 @@ class TickWorker:
                 initargs=(self.url, self.settings, self._hold_until, self._logs),
                 context=self._context,
             )
+            if not self._pool.active:  # reading it starts the pool: its worker process is spawned now
+                raise TickWorkerError("the controller tick worker pool did not start")
         return self._pool
+
+    async def start(self) -> None:
+        """Start the worker process now (it imports the estimation stack), before the first tick."""
+        await self._start()
 
     @property
     def pids(self) -> list[int]:

@@ -30,11 +30,13 @@ tick, and each tick's publish checks the lease row in its own transaction
 another took over.
 
 Where the tick computes (``settings.controller_tick_in``): ``"process"`` runs it in a worker
-process of its own (:mod:`hedgerow.controller._tick_worker`, started at the first tick and kept
-until :meth:`ControllerScheduler.shutdown`), so that its observation and decision never hold the
-interpreter lock of the api that shares this process; the hold deadline is shared with the worker
-and its publish runs the same fence. ``"loop"`` runs it here (the decision in a thread). A store
-that a worker cannot open (in-memory SQLite) ticks here, said once in the log.
+process of its own (:mod:`hedgerow.controller._tick_worker`), so that its observation and
+decision never hold the interpreter lock of the api that shares this process; the hold deadline
+is shared with the worker and its publish runs the same fence. The worker is started by the
+``tick_worker_warm_up`` job :data:`WORKER_WARM_UP_S` after start (half the interval if shorter),
+or by the first tick if sooner, on every process, holder or not, and kept until
+:meth:`ControllerScheduler.shutdown`. ``"loop"`` runs the tick here (the decision in a thread). A
+store that a worker cannot open (in-memory SQLite) ticks here, said once in the log.
 """
 
 from __future__ import annotations
@@ -74,10 +76,13 @@ from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.overview import flags_of
 from hedgerow.controller.store.retention import RetentionReport, run_retention
 
-__all__ = ["REPORT_START_DELAY_S", "ControllerScheduler"]
+__all__ = ["REPORT_START_DELAY_S", "WORKER_WARM_UP_S", "ControllerScheduler"]
 
 #: Seconds after start before the weekly report job's catch-up run (the lease is taken by then).
 REPORT_START_DELAY_S = 5.0
+#: Seconds after start before the tick worker process is started (or half the tick interval if
+#: shorter); a process that stops sooner (e.g. a short-lived test app) never starts one.
+WORKER_WARM_UP_S = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -261,12 +266,28 @@ class ControllerScheduler:
         """One tick under the fence, here or in the worker process (:attr:`tick_in`)."""
         if self.tick_in != "process":
             return await run_tick(self.sessionmaker, self.settings, fence=self._fence)
+        worker = self._tick_worker()
+        self._share_hold()
+        return await worker.tick(self.holder)
+
+    def _tick_worker(self) -> TickWorker:
+        """The tick worker, made (not started) on first use."""
         if self._worker is None:
             url = worker_url(self.sessionmaker)
             assert url is not None  # checked by _tick_mode
             self._worker = TickWorker(url, self.settings)
-        self._share_hold()
-        return await self._worker.tick(self.holder)
+            self._share_hold()
+        return self._worker
+
+    async def warm_up(self) -> None:
+        """Start the tick worker process now, if ticks run in one (``tick_in == "process"``).
+
+        :meth:`start` has it run :data:`WORKER_WARM_UP_S` (at most half an interval) after the
+        start, on every process, holder or not, so that neither the first tick nor the first
+        tick after a takeover waits for a worker to start.
+        """
+        if self.tick_in == "process" and not self._stopping:
+            await self._tick_worker().start()
 
     async def rollup(self) -> RetentionReport | None:
         """Renew the lease and, when held, fold hourly rollups and apply retention once.
@@ -333,6 +354,9 @@ class ControllerScheduler:
             if task is not None:
                 self._running.discard(task)
 
+    async def _warm_up_job(self) -> None:
+        await self._job(self.warm_up)
+
     async def _renew_job(self) -> None:
         await self._job(self.renew)
 
@@ -373,6 +397,11 @@ class ControllerScheduler:
             coalesce=True,
             misfire_grace_time=None,
         )
+        if self.tick_in == "process":
+            warm_up_s = min(WORKER_WARM_UP_S, self.settings.controller_interval_s / 2.0)
+            scheduler.add_job(
+                self._warm_up_job, "date", run_date=utc_now() + timedelta(seconds=warm_up_s), id="tick_worker_warm_up"
+            )
         if report_job_enabled(self.settings):
             trigger = CronTrigger.from_crontab(self.settings.report_cron, timezone=UTC)
             scheduler.add_job(self._report_job, trigger, id="weekly_report", max_instances=1, coalesce=True)

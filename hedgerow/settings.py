@@ -33,10 +33,11 @@ class Settings(BaseSettings):
             ``postgresql://...`` are mapped to those async drivers).
         controller_interval_s: seconds between two controller ticks (default 60).
         controller_tick_in: where ``serve`` computes a tick: ``"process"`` (default) in a worker
-            process of its own, started at the first tick and kept, so that the tick's
-            computation never holds the api's interpreter lock; ``"loop"`` on the api's event
-            loop and its threads. An in-memory SQLite store ticks on the loop (a worker cannot
-            open it). ``hedgerow controller run-once`` always ticks in its own process.
+            process of its own, started 30 s after ``serve`` (half an interval if shorter) or at
+            the first tick, and kept, so that the tick's computation never holds the api's
+            interpreter lock; ``"loop"`` on the api's event loop and its threads. An in-memory
+            SQLite store ticks on the loop (a worker cannot open it). ``hedgerow controller
+            run-once`` always ticks in its own process.
         window_s: the estimation window, seconds of recent calls per tick (default 3600).
         max_window_s: how far the window may widen while samples are too few (default 86400).
         short_window_s: the window in which an observed hedge rate above budget raises the

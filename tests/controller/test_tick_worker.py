@@ -285,3 +285,17 @@ async def test_an_in_memory_store_ticks_on_the_loop(caplog) -> None:
         assert any("cannot open an in-memory SQLite store" in r.getMessage() for r in caplog.records)
     finally:
         await engine.dispose()
+
+
+async def test_the_worker_is_warmed_up_before_any_tick_and_stopped_at_shutdown(migrated_url: str, sessionmaker) -> None:
+    scheduler = ControllerScheduler(sessionmaker, Settings(controller_tick_in="process"), holder="me")
+    try:
+        await scheduler.warm_up()  # what start() schedules WORKER_WARM_UP_S later, on every process
+        worker = scheduler.tick_worker
+        assert worker is not None
+        (pid,) = worker.pids
+        assert scheduler.ticks == 0 and _alive(pid)
+    finally:
+        await scheduler.shutdown()
+    assert not worker.pids
+    await _wait_for(lambda: asyncio.sleep(0, not _alive(pid)), what="the worker to end")
