@@ -174,16 +174,20 @@ class Prober:
         return samples, result, elapsed
 
 
-async def tick(client: httpx.AsyncClient) -> int:
+async def tick(client: httpx.AsyncClient) -> int | None:
     """Run one tick through ``POST /v1/controller/run``; returns the decisions it wrote.
 
+    Returns:
+        The decisions written, or None when the tick was not published (``ran`` false: the
+        serve lost the lease, e.g. its renewals starved while the tick ran; the round still counts).
+
     Raises:
-        RuntimeError: the server refused, or did not run the tick (another process held the lease).
+        RuntimeError: the server refused.
     """
     answer = await client.post("/v1/controller/run", headers={"authorization": f"Bearer {TOKEN}"})
-    if not answer.is_success or not answer.json()["ran"]:
+    if not answer.is_success:
         raise RuntimeError(f"POST /v1/controller/run: {answer.status_code} {answer.text[:300]}")
-    return len(answer.json()["history"])
+    return len(answer.json()["history"]) if answer.json()["ran"] else None
 
 
 def summary(phase: str, samples: Samples) -> dict[str, Any]:
@@ -254,7 +258,8 @@ async def measure_mode(
                                    "load_1m_tick": os.getloadavg()[0], **summary("idle", part),
                                    **summary("tick", part_busy)})  # fmt: skip
                     print(
-                        f"  {routes:>5} routes round {index}: tick {tick_s:.2f} s ({decisions} decisions); "
+                        f"  {routes:>5} routes round {index}: tick {tick_s:.2f} s "
+                        f"({'not published: lease lost' if decisions is None else f'{decisions} decisions'}); "
                         f"polls {len(part.poll_s)} idle / {len(part_busy.poll_s)} during "
                         f"(load {os.getloadavg()[0]:.1f})",
                         flush=True,
@@ -267,6 +272,7 @@ async def measure_mode(
         "warmup_tick_s": warmup_s,
         "tick_s_median": statistics.median(ticks),
         "tick_s_runs": ticks,
+        "ticks_not_published": sum(r["decisions"] is None for r in rounds),
         **summary("idle", idle),
         **summary("tick", busy),
     }
