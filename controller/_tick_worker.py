@@ -56,6 +56,7 @@ import sys
 import threading
 import time
 import traceback
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime
@@ -81,6 +82,10 @@ CLOSE_TIMEOUT_S = 15.0
 WORKER_NICE = 10
 #: prctl(2) option: the signal a process gets when its parent dies.
 _PR_SET_PDEATHSIG = 1
+
+
+#: The error of a tick whose worker :meth:`TickWorker.close` stopped.
+_STOPPED = "the controller tick worker was stopped (shutdown); nothing was published"
 
 
 class TickWorkerError(ControllerError):
@@ -260,6 +265,7 @@ class TickWorker:
         self._waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = {}
         self._waiting_lock = threading.Lock()
         self._closed = False
+        self._inflight: set[Future[Any]] = set()
         self._hold_deadline = -math.inf
         #: The id of the last tick the worker said it started (0: none); ticks are numbered from 1.
         self.last_started = 0
@@ -331,7 +337,7 @@ class TickWorker:
                 kind, payload = await self._run(tick_id, holder, now)
                 break
             except BrokenProcessPool:  # the worker died before it took this tick (e.g. while idle)
-                if attempt == 2 or self.last_started >= tick_id:
+                if attempt == 2 or self.last_started >= tick_id or self._closed:
                     raise TickWorkerError(
                         "the controller tick worker died during the tick; nothing was published,"
                         " a new worker takes the next tick"
@@ -361,9 +367,15 @@ class TickWorker:
             self._waiting[tick_id] = (loop, drained)
         try:
             future = pool.schedule(_tick_in_worker, args=(tick_id, holder, now, _levels()))
+            self._inflight.add(future)
+            future.add_done_callback(self._inflight.discard)
             try:
                 outcome: tuple[str, Any] = await asyncio.wrap_future(future)
-            except ProcessExpired as exc:
+            except (ProcessExpired, BrokenProcessPool) as exc:
+                if self._closed:
+                    raise TickWorkerError(_STOPPED) from None
+                if isinstance(exc, BrokenProcessPool):
+                    raise
                 raise TickWorkerError(
                     f"the controller tick worker (pid {exc.pid}, exit code {exc.exitcode}) died during the tick;"
                     " nothing was published, a new worker takes the next tick"
@@ -416,6 +428,9 @@ class TickWorker:
                 await asyncio.to_thread(pool.join, CLOSE_TIMEOUT_S)
             except Exception:
                 log.exception("the controller tick worker did not stop cleanly")
+        for future in list(self._inflight):  # a tick awaited elsewhere (POST /v1/controller/run) ends too
+            with contextlib.suppress(InvalidStateError):
+                future.set_exception(TickWorkerError(_STOPPED))
         if self._listener is not None:
             self._logs.put(None)
             await asyncio.to_thread(self._listener.join, CLOSE_TIMEOUT_S)

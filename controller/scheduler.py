@@ -171,7 +171,7 @@ class ControllerScheduler:
         """Give the tick worker the end of this process's hold on the monotonic clock (-inf: none)."""
         if self._worker is None:
             return
-        if self._held and not self._stopping:
+        if self._held:
             remaining_s = self.safe_hold_s - (self._clock() - self._renewed_at)
             self._worker.set_hold_until(time.monotonic() + remaining_s)
         else:
@@ -430,7 +430,6 @@ class ControllerScheduler:
         without waiting (what ``hedgerow serve`` does on SIGTERM, before draining requests).
         """
         self._stopping = True
-        self._share_hold()  # a tick running in the worker publishes nothing from now on
         if self._scheduler is not None:
             # no new run, but a running job finishes: APScheduler's shutdown would cancel it at once
             # (and log the CancelledError's traceback)
@@ -446,6 +445,7 @@ class ControllerScheduler:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
         if self._worker is not None:  # gone before the release: nothing it runs can commit after it
+            self._worker.set_hold_until(-math.inf)
             await self._worker.close()
         if self._held:
             try:
