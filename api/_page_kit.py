@@ -22,6 +22,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.types import Scope
 
 from hedgerow import __version__
+from hedgerow.api._state import app_state
 from hedgerow.api.auth import TOKEN_COOKIE, token_scopes
 from hedgerow.controller.policy.reason_codes import explain_reason
 
@@ -110,7 +111,7 @@ def page_user(request: Request) -> PageUser:
     Raises:
         LoginNeeded: tokens are configured and the cookie holds no token with ``read`` or ``admin``.
     """
-    tokens: dict[str, frozenset[str]] = request.app.state.tokens
+    tokens: dict[str, frozenset[str]] = app_state(request.app).tokens
     if not tokens:
         return PageUser(frozenset({"ingest", "read", "admin"}), None, auth=False)
     given = request.cookies.get(TOKEN_COOKIE)

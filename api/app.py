@@ -18,8 +18,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from hedgerow import __version__
-from hedgerow.api import calls, controller, health, prices, reports, routes, thresholds
+from hedgerow.api import calls, calls_explorer, controller, health, prices, reports, routes, thresholds
 from hedgerow.api import metrics as metrics_api
+from hedgerow.api import upstreams as upstreams_api
 from hedgerow.api._request_guard import HostPolicy, RequestGuardMiddleware
 from hedgerow.api.auth import check_listen_allowed, parse_token_names, parse_tokens
 from hedgerow.api.docs import install_docs
@@ -152,7 +153,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
             app.state.thresholds = threshold_cache
             app.state.ingest_sessionmaker = make_sessionmaker(engines.ingest)
             app.state.ingest_gate = make_ingest_gate(
-                engine.dialect.name, settings.db_ingest_pool_size, settings.ingest_wait_s
+                engine.dialect.name, settings.db_ingest_pool_size, settings.ingest_wait_s, settings.ingest_cpu_slots
             )
             writer = calls.make_ingest_writer(app.state)
             if writer is not None:
@@ -196,8 +197,10 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
     # SQLite: the group commit writer of POST /v1/calls, made by the lifespan (hedgerow.api.calls)
     app.state.ingest_writer = None
     app.state.metrics = metrics
-    for module in (calls, thresholds, routes, controller, health, prices, reports, metrics_api):
+    # calls_explorer before routes: /v1/routes/{route}/calls must not read as a route named .../calls
+    for module in (calls, thresholds, calls_explorer, routes, controller, health, prices, reports, metrics_api):
         app.include_router(module.router)
+    app.include_router(upstreams_api.router)
     install_docs(app)
     install_pages(app)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]

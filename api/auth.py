@@ -25,6 +25,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from hedgerow.api._state import app_state
 from hedgerow.api.errors import ApiConfigError
 
 __all__ = [
@@ -247,7 +248,7 @@ def authorize(request: Request, wanted: frozenset[str]) -> str | None:
     Raises:
         HTTPException: 401 without a valid token, 403 when it has none of ``wanted``.
     """
-    return check_bearer(request.app.state.tokens, request.headers.get("authorization", ""), wanted)
+    return check_bearer(app_state(request.app).tokens, request.headers.get("authorization", ""), wanted)
 
 
 def check_bearer(tokens: dict[str, frozenset[str]], authorization: str, wanted: frozenset[str]) -> str | None:

@@ -37,7 +37,6 @@ rolls back alone; every answer goes out after the group's commit.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -57,6 +56,7 @@ from hedgerow.api.ingest_gate import ingest_session
 from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
 from hedgerow.controller.events import log_rejected_batch
+from hedgerow.controller.store.cpu_turns import CpuTurns, cpu_turn, pause
 from hedgerow.controller.store.db import make_engine, make_sessionmaker
 from hedgerow.controller.store.group_commit import GroupCommitWriter
 from hedgerow.controller.store.ingest import ingest_calls
@@ -197,12 +197,14 @@ def too_many_values(body: bytes, max_calls: int) -> JSONResponse | None:
 
 
 #: Records validated between two yields to the event loop (:func:`parse_batch_yielding`): about
-#: 2-5 ms of validation, so a threshold poll waits at most that long behind a batch's parse.
-VALIDATE_SLICE = 100
+#: 1-3 ms of validation, so a threshold poll waits at most that long behind a batch's parse.
+VALIDATE_SLICE = 50
 _RECORDS = TypeAdapter(list[CallRecordIn])
 
 
-async def parse_batch_yielding(body: bytes, max_calls: int) -> CallBatchIn | JSONResponse:
+async def parse_batch_yielding(
+    body: bytes, max_calls: int, turns: CpuTurns | None = None
+) -> CallBatchIn | JSONResponse:
     """:func:`parse_batch`, yielding to the event loop every :data:`VALIDATE_SLICE` records.
 
     Validating a 1,000-record batch takes 20-50 ms of CPU in one call that holds the interpreter
@@ -214,28 +216,34 @@ async def parse_batch_yielding(body: bytes, max_calls: int) -> CallBatchIn | JSO
     :func:`parse_batch`, so every refusal reads exactly as before; only a batch that is taken is
     validated in slices.
 
+    With ``turns``, the whole parse is done within a CPU turn
+    (:class:`~hedgerow.controller.store.cpu_turns.CpuTurns`): other batches' CPU-heavy steps wait
+    meanwhile, so a pass of the loop runs fewer slices of ingest.
+
     Args:
         body: the request body (already bounded in size and in values).
         max_calls: ``max_batch_calls``.
+        turns: the ingest gate's CPU turns, or None (no turn to take).
 
     Returns:
         The validated batch, or the 413/422 answer for its first error.
     """
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return parse_batch(body, max_calls)
-    calls = data.get("calls") if type(data) is dict and len(data) == 1 else None
-    if type(calls) is not list or len(calls) > max_calls:
-        return parse_batch(body, max_calls)
-    records: list[CallRecordIn] = []
-    for start in range(0, len(calls), VALIDATE_SLICE):
+    async with cpu_turn(turns):
         try:
-            records.extend(_RECORDS.validate_python(calls[start : start + VALIDATE_SLICE]))
-        except ValidationError:
-            return parse_batch(body, max_calls)  # the refusal, worded as for a whole body
-        await asyncio.sleep(0)
-    return CallBatchIn.model_construct(calls=records)
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return parse_batch(body, max_calls)
+        calls = data.get("calls") if type(data) is dict and len(data) == 1 else None
+        if type(calls) is not list or len(calls) > max_calls:
+            return parse_batch(body, max_calls)
+        records: list[CallRecordIn] = []
+        for start in range(0, len(calls), VALIDATE_SLICE):
+            await pause()
+            try:
+                records.extend(_RECORDS.validate_python(calls[start : start + VALIDATE_SLICE]))
+            except ValidationError:
+                return parse_batch(body, max_calls)  # the refusal, worded as for a whole body
+        return CallBatchIn.model_construct(calls=records)
 
 
 def parse_batch(body: bytes, max_calls: int) -> CallBatchIn | JSONResponse:
@@ -287,7 +295,9 @@ async def post_calls(
     crowded = too_many_values(body, limit)
     if crowded is not None:  # not counted in records_rejected: the records are not known
         return crowded
-    parsed = await parse_batch_yielding(body, limit)
+    gate = getattr(request.app.state, "ingest_gate", None)
+    turns: CpuTurns | None = None if gate is None else gate.cpu
+    parsed = await parse_batch_yielding(body, limit, turns)
     if isinstance(parsed, JSONResponse):
         _rejected(request, body, parsed)
         return parsed
@@ -309,7 +319,7 @@ async def post_calls(
         if writer is not None:  # SQLite: this process's batches go through its one writer
             batch = await writer.submit(records)
         else:
-            batch = await _store_alone(state, session, records)
+            batch = await _store_alone(state, session, records, turns)
     except (RouteLimitExceeded, RouteArchived) as exc:
         index = next(i for i, r in enumerate(records) if (r.route, r.model) == (exc.route, exc.model))
         return _unprocessable(index, exc.field, str(exc))
@@ -337,13 +347,16 @@ class StoredBatch:
     checked_days: set[date]
 
 
-async def store_batch(state: Any, session: AsyncSession, records: list[CallRecordIn]) -> StoredBatch:
+async def store_batch(
+    state: Any, session: AsyncSession, records: list[CallRecordIn], turns: CpuTurns | None = None
+) -> StoredBatch:
     """Write a validated batch inside the session's open transaction (the caller commits).
 
     Args:
         state: the app's ``state`` (settings, route defaults, the route id and partition caches).
         session: a session whose transaction is open.
         records: the validated records.
+        turns: the ingest gate's CPU turns for the batch's CPU-heavy steps, or None.
 
     Raises:
         RouteLimitExceeded: a new route past a bound; roll back.
@@ -366,6 +379,7 @@ async def store_batch(state: Any, session: AsyncSession, records: list[CallRecor
         resolved=resolved,
         partition_days=state.partition_days,
         checked_days=checked_days,
+        turns=turns,
     )
     return StoredBatch(accepted, duplicates, stored, resolved, checked_days)
 
@@ -411,16 +425,18 @@ def make_ingest_writer(state: Any) -> GroupCommitWriter[list[CallRecordIn], Stor
     )
 
 
-async def _store_alone(state: Any, session: AsyncSession, records: list[CallRecordIn]) -> StoredBatch:
+async def _store_alone(
+    state: Any, session: AsyncSession, records: list[CallRecordIn], turns: CpuTurns | None
+) -> StoredBatch:
     """Write a batch in a transaction of its own; run once more with the day cache emptied when
     a cached day was dropped meanwhile (PostgreSQL)."""
     try:
         async with session.begin():
-            return await store_batch(state, session, records)
+            return await store_batch(state, session, records, turns)
     except DayPartitionMissing:
         state.partition_days.forget()  # a cached day was dropped: look every day up this time
     async with session.begin():
-        return await store_batch(state, session, records)
+        return await store_batch(state, session, records, turns)
 
 
 def _first_too_old(records: list[CallRecordIn], retention_s: float) -> int | None:

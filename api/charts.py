@@ -7,6 +7,11 @@ value until the next point (a published threshold), a ``line`` series joins its 
 breaks where a value is missing), a ``band`` series is a step series filled down to the axis (the
 hedge budget: the share of calls allowed to hedge).
 
+A chart may carry *point links* (:class:`PointLink`): a dot at a measured point that links to
+the calls behind it (the console's calls explorer). At most ``max_links`` are drawn: when a
+series has more points, the x axis is cut into that many slots and each slot keeps its highest
+point, so a spike always keeps its link.
+
 The y axis (:class:`ValueAxis`) is linear from 0 (hedge rates) or logarithmic (TTFT and
 thresholds, ``y_scale="log"``): a route's first threshold is its 30 s cold-start maximum and its
 working range is 0.1-1 s, so on a linear axis the working range lies flat on the axis (0.12 s and
@@ -22,7 +27,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-__all__ = ["Chart", "Series", "SeriesData", "ValueAxis", "log_ticks", "nice_ticks", "seconds_label", "time_chart"]
+__all__ = [
+    "Chart",
+    "DrawnLink",
+    "PointLink",
+    "Series",
+    "SeriesData",
+    "ValueAxis",
+    "log_ticks",
+    "nice_ticks",
+    "seconds_label",
+    "time_chart",
+]
 
 Kind = Literal["step", "line", "band"]
 Scale = Literal["linear", "log"]
@@ -51,6 +67,29 @@ class Series:
 
 
 @dataclass(frozen=True)
+class PointLink:
+    """A point of a series that links somewhere: ``(time, value)``, the URL, a label (the link's
+    accessible name and tooltip) and the CSS class of its series (its colour)."""
+
+    time: datetime
+    value: float
+    href: str
+    label: str
+    css: str
+
+
+@dataclass(frozen=True)
+class DrawnLink:
+    """A :class:`PointLink` placed on the chart: ``x``, ``y`` in user units."""
+
+    x: float
+    y: float
+    href: str
+    label: str
+    css: str
+
+
+@dataclass(frozen=True)
 class Chart:
     """Everything the template needs to draw one chart (user units of the SVG ``viewBox``).
 
@@ -63,6 +102,7 @@ class Chart:
         empty: True when no series has a point to draw.
         note: a sentence shown under the chart (e.g. why its range differs from the one asked
             for); empty for none.
+        links: the point links drawn (at most ``max_links`` of :func:`time_chart`).
     """
 
     width: int
@@ -77,6 +117,7 @@ class Chart:
     y_ticks: list[tuple[float, str]] = field(default_factory=list)
     empty: bool = True
     note: str = ""
+    links: list[DrawnLink] = field(default_factory=list)
 
 
 def nice_ticks(high: float, count: int = 5) -> list[float]:
@@ -204,6 +245,8 @@ def time_chart(
     width: int = 560,
     height: int = 220,
     note: str = "",
+    links: Sequence[PointLink] = (),
+    max_links: int = 120,
 ) -> Chart:
     """Lay out ``data`` over the time range ``[since, until]`` (x) and a :class:`ValueAxis` (y).
 
@@ -217,6 +260,9 @@ def time_chart(
         y_scale: ``linear`` (from 0) or ``log`` (1-2-5 ticks over the values' range).
         width, height: the ``viewBox`` size.
         note: a sentence to show under the chart (``Chart.note``).
+        links: points to draw as links (those outside the range or not finite are left out).
+        max_links: the most links drawn; past it, the highest point of each of ``max_links``
+            equal slots of the x axis is kept.
 
     Returns:
         The chart; ``empty`` when no series has a value.
@@ -262,6 +308,17 @@ def time_chart(
                 parts.append(f"{'L' if pen_down else 'M'}{x_of(t)},{y_of(v)}")
                 pen_down = True
         drawn.append(Series(series.name, series.css, "".join(parts), series.kind))
+    slots: dict[int, DrawnLink] = {}
+    for link in links:
+        if not (since <= link.time <= until and math.isfinite(link.value)):
+            continue
+        x, y = x_of(link.time), y_of(link.value)
+        slot = (
+            min(int((x - left) / (right - left) * max_links), max_links - 1) if len(links) > max_links else len(slots)
+        )
+        kept = slots.get(slot)
+        if kept is None or y < kept.y:  # higher on the chart: a smaller y
+            slots[slot] = DrawnLink(x, y, link.href, link.label, link.css)
     label = _time_label(since, until)
     x_ticks = [(x_of(since + (until - since) * (i / 5)), label(since + (until - since) * (i / 5))) for i in range(6)]
     return Chart(
@@ -277,4 +334,5 @@ def time_chart(
         y_ticks=[(y_of(v), y_format(v)) for v in axis.ticks],
         empty=not any(s.path for s in drawn),
         note=note,
+        links=[slots[k] for k in sorted(slots)],
     )

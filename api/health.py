@@ -7,6 +7,7 @@ import logging
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from hedgerow.api._state import app_state
 from hedgerow.api.schemas import HealthOut, ReadyOut
 from hedgerow.controller.errors import StoreNotReady
 from hedgerow.controller.store.db import check_ready
@@ -37,7 +38,7 @@ async def readyz(request: Request) -> JSONResponse:
     """200 ``{"status": "ready", "revision": ...}``, or 503 with a generic reason (the database's
     error, which may name hosts and users, is logged, not answered: this endpoint needs no token)."""
     try:
-        revision = await check_ready(request.app.state.engine)
+        revision = await check_ready(app_state(request.app).engine)
     except StoreNotReady as exc:
         log.warning("not ready: %s", exc)
         return JSONResponse({"status": "not ready", "reason": NOT_READY_REASON}, status_code=503)

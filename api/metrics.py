@@ -20,8 +20,10 @@ hedgerow_hedges_total                                  counter    route, model, 
                                                                   error: the primary failed, a
                                                                   failover)
 hedgerow_hedges_denied_total                           counter    route, model
-hedgerow_hedge_wins_total                              counter    route, model, winner (calls with
-                                                                  a backup: which attempt won)
+hedgerow_hedge_wins_total                              counter    route, model, trigger, winner
+                                                                  (calls with a backup: which
+                                                                  attempt won; trigger as above, so
+                                                                  delay alone is the hedges' wins)
 hedgerow_failovers_total                               counter    route, model
 hedgerow_failovers_denied_total                        counter    route, model (refused by the
                                                                   client's failover retry budget)
@@ -46,6 +48,10 @@ hedgerow_route_budget                                  gauge      route, model (
                                                                   budget, a fraction of calls)
 hedgerow_threshold_info                                gauge      route, model, version, source
 =====================================================  =========  ==================================
+
+Per upstream (route, upstream: attempts by outcome, failures by kind, races won and lost, hedges
+caused, loser tokens, each attempt's TTFT; at most 50 upstream names a process):
+:mod:`hedgerow.api._upstream_metrics`.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from hedgerow.api._upstream_metrics import UpstreamMetrics
 from hedgerow.api.auth import require_scope
 from hedgerow.api.store_errors import STORE_ERRORS, is_store_down
 from hedgerow.client.records import estimate_prompt_tokens
@@ -76,6 +83,9 @@ TTFT_BUCKETS_S: tuple[float, ...] = (
 )  # fmt: skip
 #: Bucket bounds of the controller tick duration, seconds.
 TICK_BUCKETS_S: tuple[float, ...] = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: The ``trigger`` label of a record's ``hedge_reason``: a late first token (a hedge) or a
+#: failed primary (a failover).
+_TRIGGERS: dict[str, str] = {"ttft_timeout": "delay", "primary_error": "error"}
 
 router = APIRouter()
 
@@ -108,8 +118,8 @@ class Metrics:
         )
         self.hedge_wins = Counter(
             "hedgerow_hedge_wins",
-            "Calls with a backup attempt, by the winning attempt.",
-            [*route_model, "winner"],
+            "Calls with a backup attempt, by trigger (delay = hedge, error = failover) and winning attempt.",
+            [*route_model, "trigger", "winner"],
             registry=r,
         )
         self.failovers = Counter(
@@ -136,6 +146,13 @@ class Metrics:
             "hedgerow_records_duplicate", "Call records already stored (not counted again).", registry=r
         )
         self.records_rejected = Counter("hedgerow_records_rejected", "Call records of refused batches.", registry=r)
+        self.ingest_refused = Counter(
+            "hedgerow_ingest_refused",
+            "Ingest batches answered 503 before they were read, by reason (busy: every ingest slot stayed taken).",
+            ["reason"],
+            registry=r,
+        )
+        self.ingest_refused.labels(reason="busy")  # exported at 0 from the start
         self.tick_duration = Histogram(
             "hedgerow_controller_tick_duration_seconds",
             "Duration of the controller ticks this process ran, seconds.",
@@ -167,6 +184,7 @@ class Metrics:
             registry=r,
         )
         self.lease_held.labels(lease=CONTROLLER_LEASE).set(0)
+        self.upstreams = UpstreamMetrics(r, TTFT_BUCKETS_S)
 
     def observe_records(self, records: Iterable[RecordFields]) -> None:
         """Count stored call records (each once: pass only the records written, not duplicates).
@@ -177,20 +195,22 @@ class Metrics:
         with the one estimate rule (:func:`hedgerow.client.records.estimate_prompt_tokens`), as
         stored.
         """
+        records = list(records)
+        self.upstreams.observe(records)
         counts: Tally[tuple[Any, ...]] = Tally()
         ttfts: dict[tuple[str, str], list[float]] = defaultdict(list)
         for record in records:
             key = (record.route, record.model)
             counts[("calls", *key, record.status)] += 1
-            if record.hedge_reason == "ttft_timeout":
-                counts[("hedges", *key, "delay")] += 1
-            elif record.hedge_reason == "primary_error":
-                counts[("hedges", *key, "error")] += 1
+            trigger = _TRIGGERS.get(record.hedge_reason) if record.hedge_reason else None
+            if trigger is not None:
+                counts[("hedges", *key, trigger)] += 1
+            if trigger == "error":
                 counts[("failovers", *key)] += 1
             if record.hedge_denied:
                 counts[("hedges_denied", *key)] += 1
-            if record.hedged and record.winner is not None:
-                counts[("hedge_wins", *key, record.winner)] += 1
+            if record.hedged and trigger is not None and record.winner is not None:
+                counts[("hedge_wins", *key, trigger, record.winner)] += 1
             if record.failover_denied:
                 counts[("failovers_denied", *key)] += 1
             if record.wasted_completion_tokens:

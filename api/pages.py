@@ -9,7 +9,9 @@ Pages:
   shaded band: the share allowed), over ``range`` (``1h``,
   ``6h``, ``24h``, ``7d``, ``30d``; a route whose history starts inside the range gets charts fitted
   to its data, with a note saying so); the history table (filters ``applied``, ``reason``, ``since``,
-  ``until`` in UTC; 50 rows a page, ``page=``); the configuration, and with the admin scope a form;
+  ``until`` in UTC; 50 rows a page, ``page=``; each row expands, without script, to its
+  plain-English sentences, :func:`~hedgerow.controller.policy.explain.explain_history_row`); the
+  configuration, and with the admin scope a form;
   a ``range``, ``page``, ``applied``, ``reason``, ``since`` or ``until`` it cannot honour (an unknown
   reason code, ``since`` after ``until``: the api's rule, :func:`~hedgerow.controller.ops_bounds.history_filter_error`)
   is a 422 page naming it;
@@ -47,11 +49,13 @@ from hedgerow.api._page_kit import (
     route_url,
 )
 from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
+from hedgerow.api.calls_pages import calls_links
 from hedgerow.api.charts import SeriesData, seconds_label, time_chart
 from hedgerow.api.metrics import metrics_response
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import AmbiguousModel, RouteLimitExceeded, UnknownRoute
 from hedgerow.controller.ops_bounds import budget_range_error, history_filter_error, parse_budget
+from hedgerow.controller.policy.explain import explain_history_row
 from hedgerow.controller.policy.reason_codes import REASON_CODES as POLICY_REASON_CODES
 from hedgerow.controller.policy.reason_codes import SOURCE_MEANINGS, reason_legend
 from hedgerow.controller.routes_admin import RouteConfigInvalid, archive_route, configure_route, restore_route
@@ -173,6 +177,7 @@ def _charts(
     p99 = [(_at(row, "last_at"), row["p99_s"]) for row in measured]
     rate = [(_at(row, "last_at"), row["observed_hedge_rate"]) for row in measured]
     budget = [(_at(row, "computed_at"), row["budget"]) for row in series] or [(since, route["budget"])]
+    p99_links, rate_links = calls_links(route["route"], route["model"], measured)
     return [
         time_chart(
             [
@@ -186,6 +191,7 @@ def _charts(
             y_format=seconds_label,
             y_scale="log",  # the 30 s cold start would flatten the 0.1-1 s working range
             note=note,
+            links=p99_links,
         ),
         time_chart(
             [
@@ -199,6 +205,7 @@ def _charts(
             y_format=lambda v: f"{v * 100:g}%",
             y_floor=route["budget"] * 1.25,
             note=note,
+            links=rate_links,
         ),
     ]
 
@@ -288,7 +295,10 @@ async def _route_page(
         model=chosen,
         charts=_charts(series, config, chart_start, now, chart_note),
         ranges=list(RANGES),
-        rows=[row | {"flags": flags_of(row["reason"])} for row in rows[:HISTORY_PAGE_ROWS]],
+        rows=[
+            row | {"flags": flags_of(row["reason"]), "explanation": explain_history_row(row)}
+            for row in rows[:HISTORY_PAGE_ROWS]
+        ],
         legend=reason_legend(row["reason"] for row in rows[:HISTORY_PAGE_ROWS]),
         page=page,
         more=len(rows) > HISTORY_PAGE_ROWS,
@@ -491,11 +501,13 @@ async def logout() -> RedirectResponse:
 
 def install_pages(app: FastAPI) -> None:
     """Add the console's pages, its static files (``/ui/static``) and the login redirect to ``app``."""
-    from hedgerow.api import report_pages
+    from hedgerow.api import calls_pages, report_pages, upstream_pages
 
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     app.include_router(router)
     app.include_router(report_pages.router)
+    app.include_router(upstream_pages.router)
+    app.include_router(calls_pages.router)
 
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:

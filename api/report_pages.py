@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 
 from hedgerow.api._page_kit import error_page, page_user, render_page
 from hedgerow.api._report_cache import cached_report
+from hedgerow.api._state import app_state
 from hedgerow.controller.ops_bounds import unstarted_week_message
 from hedgerow.controller.report.report import IsoWeek
 from hedgerow.controller.report.report_render import FORMATS, MEDIA_TYPES
@@ -43,7 +44,7 @@ def _aware(moment: datetime) -> datetime:
 
 async def _first_moment(request: Request) -> datetime | None:
     """The earliest call or rollup hour in the store, or None in an empty store."""
-    async with request.app.state.sessionmaker() as session:
+    async with app_state(request.app).sessionmaker() as session:
         first_call = await session.scalar(select(func.min(Call.started_at)))
         first_hour = await session.scalar(select(func.min(HourlyRollup.hour_start)))
     found = [_aware(m) for m in (first_call, first_hour) if m is not None]

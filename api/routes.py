@@ -46,6 +46,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from hedgerow.api._state import app_state
 from hedgerow.api.auth import bearer_token, require_scope, token_actor
 from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
@@ -259,9 +260,11 @@ def request_actor(request: Request, claimed: str | None) -> str:
     Returns:
         At most 200 characters.
     """
-    if not request.app.state.tokens:
+    if not app_state(request.app).tokens:
         return claimed or "api"
-    identity = token_actor(request.app.state.tokens, request.app.state.token_names, bearer_token(request) or "")
+    identity = token_actor(
+        app_state(request.app).tokens, app_state(request.app).token_names, bearer_token(request) or ""
+    )
     if not claimed or claimed == identity:
         return identity
     return f"{identity} (note: {claimed})"[:200]
@@ -319,15 +322,15 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
         return await _archive_or_restore(request, route, model, fields, actor)
     try:
         result = await configure_route(
-            request.app.state.sessionmaker,
-            request.app.state.settings,
+            app_state(request.app).sessionmaker,
+            app_state(request.app).settings,
             route,
             model,
             fields,
             replace=replace,
             actor=actor,
         )
-        request.app.state.thresholds.invalidate()
+        app_state(request.app).thresholds.invalidate()
     except RouteConfigInvalid as exc:
         return _unprocessable(exc.field, exc.message)
     except RouteLimitExceeded as exc:
@@ -454,9 +457,11 @@ async def delete_route(request: Request, route: StoredRoutePath, model: StoredMo
     ``archived_at``, ``changes: {}``, ``history: null``). ``PATCH`` with ``{"archived": false}``
     restores it."""
     try:
-        result = await archive_route(request.app.state.sessionmaker, route, model, actor=request_actor(request, None))
+        result = await archive_route(
+            app_state(request.app).sessionmaker, route, model, actor=request_actor(request, None)
+        )
     except ValueError as exc:
         return _unprocessable("route", str(exc))
-    request.app.state.thresholds.invalidate()
-    request.app.state.route_ids.forget(route, model)  # this process refuses its records at once
+    app_state(request.app).thresholds.invalidate()
+    app_state(request.app).route_ids.forget(route, model)  # this process refuses its records at once
     return _state_answer(result)

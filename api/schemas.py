@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictStr,
+    computed_field,
     field_validator,
     model_validator,
 )
@@ -35,6 +36,7 @@ from hedgerow.client.records import (
     control_character_error,
     parse_timestamp,
 )
+from hedgerow.controller.policy.explain import explain_history_row
 
 if TYPE_CHECKING:
     from hedgerow.client.records import CallRecord
@@ -349,7 +351,8 @@ class HistoryRowOut(BaseModel):
     null quantile), ``target_s``, ``short_window``, ``p99_check`` and, for a ``config`` row,
     ``changes`` (``{"field": {"from": x, "to": y}}``); ``repeats`` (ticks the row stands for:
     identical holds merge into one row) and ``last_at`` (the latest of them; ``computed_at`` is the
-    first).
+    first); last, ``explanation``: the row in plain-English sentences
+    (:func:`hedgerow.controller.policy.explain.explain_history_row`), derived from the other fields.
     """
 
     computed_at: str
@@ -375,6 +378,19 @@ class HistoryRowOut(BaseModel):
     details: dict[str, Any] | None = None
     repeats: int = 1
     last_at: str | None = None
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description=(
+            "The row in plain English: what happened to the value, the binding constraint, the budget"
+            " target and bounds, the predicted P99 before and after, the samples, any detected change"
+            " and the flags, with their numbers and units."
+        ),
+        examples=[["The value went down from 30 s to 3.311 s (-89%).", "Binding constraint: cost. ..."]],
+    )
+    @property
+    def explanation(self) -> list[str]:
+        """The row's sentences (:func:`~hedgerow.controller.policy.explain.explain_history_row`)."""
+        return explain_history_row({name: getattr(self, name) for name in type(self).model_fields})
 
 
 class _RouteSettingsIn(BaseModel):

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import SQLAlchemyError
 
 from hedgerow.api._page_kit import error_page
+from hedgerow.api._state import app_state
 from hedgerow.client.errors import describe
 from hedgerow.controller.errors import StoreNotReady
 from hedgerow.controller.store.db import check_ready
@@ -46,7 +47,7 @@ UNAVAILABLE_MESSAGE = "the store is unavailable: database unreachable or not mig
 async def is_store_down(request: Request) -> str | None:
     """Why the app's store cannot serve now (``check_ready``'s reason), or None when it can."""
     try:
-        await asyncio.wait_for(check_ready(request.app.state.engine), CHECK_TIMEOUT_S)
+        await asyncio.wait_for(check_ready(app_state(request.app).engine), CHECK_TIMEOUT_S)
     except StoreNotReady as exc:
         return str(exc)
     except TimeoutError:

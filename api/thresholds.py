@@ -21,6 +21,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import AfterValidator
 
+from hedgerow.api._state import app_state
 from hedgerow.api._threshold_cache import ThresholdCache
 from hedgerow.api.auth import BEARER_SECURITY, authorize, require_scope
 from hedgerow.api.routes import RoutePath, Session
@@ -100,7 +101,7 @@ async def get_thresholds(request: Request) -> Response:
     ``require_scope``): this is the endpoint every client polls.
     """
     authorize(request, _READERS)
-    cache: ThresholdCache = request.app.state.thresholds
+    cache: ThresholdCache = app_state(request.app).thresholds
     table = cache.fresh() or await cache.current()
     headers = {"ETag": table.etag, "Cache-Control": "no-cache"}
     if etag_matches(request.headers.get("if-none-match"), table.etag):

@@ -242,10 +242,10 @@ class Child:
                 self.process.wait(10)
 
 
-def spawn(command: list[str], log: Path, env: dict[str, str] | None = None) -> Child:
-    """Start ``command`` with stdout and stderr to ``log``."""
+def spawn(command: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path = ROOT) -> Child:
+    """Start ``command`` in ``cwd`` with stdout and stderr to ``log``."""
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     return Child(process, log)
 
 
@@ -257,13 +257,13 @@ def start_upstream(tokens: int, work: Path, name: str) -> Child:
     return child
 
 
-def start_gateway(upstreams: list[str], work: Path) -> Child:
-    """``hedgerow gateway`` over ``upstreams`` (named a, b, ...) on a free port."""
+def start_gateway(upstreams: list[str], work: Path, root: Path = ROOT, name: str = "gateway") -> Child:
+    """``hedgerow gateway`` of the source tree ``root`` over ``upstreams`` (named a, b, ...) on a free port."""
     command = [sys.executable, "-m", "hedgerow.cli", "gateway", "--port", "0", "--log-level", "warning"]
-    for name, url in zip("abcdefgh", upstreams, strict=False):
-        command += ["--upstream", f"{name}={url}"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    child = spawn(command, work / "gateway.log", env)
+    for upstream, url in zip("abcdefgh", upstreams, strict=False):
+        command += ["--upstream", f"{upstream}={url}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    child = spawn(command, work / f"{name}.log", env, cwd=root)
     child.url = child.wait_for(r"listening on (http://\S+/v1)").group(1)
     return child
 
@@ -372,8 +372,11 @@ async def one_call(http: httpx.AsyncClient, url: str) -> tuple[float, bool]:
     return ttft, hedged
 
 
-async def closed_loop(clients: list[httpx.AsyncClient], url: str, cell: Cell, seconds: float) -> None:
-    """``cell.streams`` callers, each calling again as soon as its call ends, until ``seconds`` pass.
+async def closed_loop(
+    clients: list[httpx.AsyncClient], url: str, cell: Cell, seconds: float, think_s: float = 0.0
+) -> None:
+    """``cell.streams`` callers, each calling again ``think_s`` after its call ended (at once by
+    default), until ``seconds`` pass.
 
     Caller i uses ``clients[i]`` (a pool of one keep-alive connection of its own).
     """
@@ -391,6 +394,8 @@ async def closed_loop(clients: list[httpx.AsyncClient], url: str, cell: Cell, se
                 continue
             cell.ttfts_s.append(ttft)
             cell.hedged += hedged
+            if think_s > 0:
+                await asyncio.sleep(think_s)
 
     start = time.perf_counter()
     await asyncio.gather(*(caller(clients[i]) for i in range(cell.streams)))
@@ -405,6 +410,7 @@ async def measure(
     rounds: int,
     warmup_s: float,
     seed: int = 16,
+    think_s: float = 0.0,
 ) -> list[Cell]:
     """Run every (way, C) cell once per round, ways shuffled per round; returns every cell.
 
@@ -413,7 +419,10 @@ async def measure(
     """
     # One client (pool) per stream: one pool shared by 64 streams cost the load generator 7 ms of CPU
     # per call (against 0.8 ms at one stream), which made it, not the proxy, the bottleneck.
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    # An idle connection is closed by the caller after 4 s, before the proxy's server would close it
+    # (uvicorn's default: 5 s, LiteLLM's proxy): a call sent on a connection as the server ends it
+    # fails with ReadError, which a loaded machine (the proxy without CPU at that moment) made happen.
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=4.0)
     timeout = httpx.Timeout(30.0, connect=5.0)
     cells: list[Cell] = []
     rng = random.Random(seed)
@@ -435,7 +444,7 @@ async def measure(
                     proxy_before = cpu_seconds(proxy_pids) if proxy_pids else 0.0
                     upstream_before = cpu_seconds(upstream_pids)
                     client_before = time.process_time()
-                    await closed_loop(clients[name], url, cell, seconds)
+                    await closed_loop(clients[name], url, cell, seconds, think_s)
                     cell.client_cpu_s = time.process_time() - client_before
                     cell.upstream_cpu_s = cpu_seconds(upstream_pids) - upstream_before
                     cell.proxy_cpu_s = cpu_seconds(proxy_pids) - proxy_before if proxy_pids else 0.0
@@ -554,6 +563,10 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             "direct": (f"{urls[0]}/chat/completions", [], {}),
             "gateway": (f"{gateway.url}/chat/completions", [gateway.process.pid], {}),
         }
+        if args.compare is not None:  # the gateway of another source tree, e.g. the previous commit's
+            other = start_gateway(urls, work, root=args.compare.resolve(), name="gateway-compare")
+            started.append(other)
+            ways["gw-other"] = (f"{other.url}/chat/completions", [other.process.pid], {})
         if args.litellm:
             exe, why = litellm_executable()
             if exe is not None:
@@ -568,14 +581,23 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
                 litellm_skipped = why
                 print(f"LiteLLM skipped: {why}", flush=True)
         cells = asyncio.run(
-            measure(ways, [u.process.pid for u in upstreams], streams, args.seconds, args.rounds, args.warmup)
+            measure(
+                ways,
+                [u.process.pid for u in upstreams],
+                streams,
+                args.seconds,
+                args.rounds,
+                args.warmup,
+                think_s=args.think_ms / 1e3,
+            )
         )
     summary = summarise(cells, list(ways), streams)
     load = os.getloadavg()
     print(
-        f"{args.rounds} round(s) x {args.seconds:g} s per cell (closed loop, C concurrent streams; ways shuffled per "
-        f"round), {args.tokens} content chunks per call, 2 upstreams in child processes, {os.cpu_count()} CPU(s); "
-        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end"
+        f"{args.rounds} round(s) x {args.seconds:g} s per cell (closed loop, C concurrent streams"
+        + (f", {args.think_ms:g} ms between a stream's calls" if args.think_ms else "")
+        + f"; ways shuffled per round), {args.tokens} content chunks per call, 2 upstreams in child processes, "
+        f"{os.cpu_count()} CPU(s); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end"
     )
     print_table(summary)
     document = {
@@ -588,6 +610,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": args.seconds,
         "rounds": args.rounds,
         "tokens": args.tokens,
+        "think_ms": args.think_ms,
+        "compare": None if args.compare is None else str(args.compare),
         "ways": list(ways),
         "litellm_skipped": litellm_skipped,
         "load_average": list(load),
@@ -614,6 +638,19 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "--warmup", type=float, default=None, help="warm-up seconds per way (default 3; 1 with --quick)"
     )
     parser.add_argument("--tokens", type=int, default=16, help="content chunks per answer (>= 1)")
+    parser.add_argument(
+        "--think-ms",
+        type=float,
+        default=0.0,
+        help="pause of each stream between its calls, ms (default 0: saturating; > 0 measures below saturation)",
+    )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also the gateway of the source tree DIR (way gw-other), e.g. a `git worktree` of the previous commit",
+    )
     parser.add_argument("--json", type=Path, default=Path("bench/results/gateway.json"))
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -627,8 +664,10 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--streams: comma-separated integers, got {args.streams!r}")
     if not counts or min(counts) < 1:
         parser.error(f"--streams: every count must be >= 1, got {args.streams!r}")
-    if args.seconds <= 0 or args.rounds < 1 or args.tokens < 1 or args.warmup < 0:
-        parser.error("--seconds must be > 0, --rounds and --tokens >= 1, --warmup >= 0")
+    if args.seconds <= 0 or args.rounds < 1 or args.tokens < 1 or args.warmup < 0 or args.think_ms < 0:
+        parser.error("--seconds must be > 0, --rounds and --tokens >= 1, --warmup and --think-ms >= 0")
+    if args.compare is not None and not (args.compare / "hedgerow" / "cli").is_dir():
+        parser.error(f"--compare: {args.compare} is not a hedgerow source tree (no hedgerow/cli in it)")
     return args
 
 

@@ -299,6 +299,9 @@ async def open_response(
         await response.aclose()  # runs to its end: OwnedTransport's body closes through the gate or close_shielded
 
 
+#: Most sets of caller headers whose request header template ``AttemptSender`` keeps.
+MAX_HEADER_SETS = 256
+
 #: httpx's logger: ``AttemptSender.send`` logs each request there as ``httpx.AsyncClient.send`` does.
 _httpx_log = logging.getLogger("httpx")
 
@@ -327,6 +330,10 @@ class AttemptSender:
         self._transport = transport
         self._timeout = http.timeout.as_dict()
         self._templates: dict[str, tuple[httpx.Headers, frozenset[str]]] = {}
+        # with the caller's headers, per (upstream, those headers): a proxy's callers send the same
+        # few sets of headers again and again (an SDK's); bounded, emptied when full
+        self._with_extra: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[httpx.Headers, frozenset[str]]] = {}
+        self._hosts: dict[str, str] = {}
 
     def template(self, upstream: Upstream, extra: Mapping[str, str] | None) -> tuple[httpx.Headers, frozenset[str]]:
         """The headers of every request to ``upstream`` but the attempt's own ids, and the
@@ -336,13 +343,22 @@ class AttemptSender:
         upstream's host and port, as httpx sets it), httpx's default headers, ``extra`` (the
         caller's), ``Accept: text/event-stream``, ``Content-Type: application/json``,
         ``Authorization: Bearer <api_key>`` (when the upstream has a key), the upstream's
-        ``headers``. Made once per upstream when ``extra`` is None, else per call.
+        ``headers``. Made once per upstream, and once per set of ``extra`` headers (the last
+        ``MAX_HEADER_SETS`` sets kept). The caller copies the headers before changing them.
         """
         if extra is None:
             found = self._templates.get(upstream.name)
             if found is not None:
                 return found
-        headers = httpx.Headers({"Host": httpx.URL(upstream.base_url).netloc.decode("ascii")})
+        else:
+            key = (upstream.name, tuple(extra.items()))
+            found = self._with_extra.get(key)
+            if found is not None:
+                return found
+        host = self._hosts.get(upstream.name)
+        if host is None:
+            host = self._hosts[upstream.name] = httpx.URL(upstream.base_url).netloc.decode("ascii")
+        headers = httpx.Headers({"Host": host})
         headers.update(self._http.headers)
         if extra:
             headers.update(extra)
@@ -357,6 +373,10 @@ class AttemptSender:
         made = (headers, upstream_set)
         if extra is None:
             self._templates[upstream.name] = made
+        else:
+            if len(self._with_extra) >= MAX_HEADER_SETS:
+                self._with_extra.clear()
+            self._with_extra[key] = made
         return made
 
     def request(

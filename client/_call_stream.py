@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -53,9 +53,13 @@ from hedgerow.client.records import CallApi, CallRecord
 if TYPE_CHECKING:
     from hedgerow.client.hedging import HedgingClient
 
-__all__ = ["CallStream", "check_body", "choice_count"]
+__all__ = ["CallStream", "RawChunk", "check_body", "choice_count"]
 
 log = logging.getLogger("hedgerow.client")
+
+#: One chunk of a pass-through call (``CallStream.raw_batches``): the parsed JSON object, the SSE
+#: ``event`` name the upstream gave it (``""`` when none) and its ``data`` bytes as received.
+RawChunk = tuple[dict[str, Any], str, bytes]
 
 
 @dataclass(eq=False, slots=True)
@@ -70,7 +74,7 @@ class _Attempt:
     task: asyncio.Task[None] | None = None
     gate: CancelGate | None = None  # cancels ``task``, never inside a connect-to-request window
     cancel_sent: bool = False  # the task was cancelled: never cancel it twice (``_cancel_task``)
-    pending: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[Any] = field(default_factory=list)  # chunk dicts, or ``RawChunk`` tuples
     response_headers: httpx.Headers | None = None
 
 
@@ -101,7 +105,8 @@ class CallStream:
     ) -> None:
         self._client = client
         self.api: CallApi = api
-        self._classify = classify_chunk if api == "chat" else classify_event
+        self._classify: Callable[[Any], Any] = classify_chunk if api == "chat" else classify_event
+        self._raw = False  # pass-through (``keep_raw``): chunks are ``RawChunk`` tuples
         self._extra_headers = extra_headers
         self._params = params
         self._http = client._http
@@ -143,7 +148,7 @@ class CallStream:
         # own task; the outcome (the winner's first chunks, or the error) resolves ``_head``.
         self._encoded: bytes | None = None
         self._racing = True
-        self._head: asyncio.Future[list[dict[str, Any]]] | None = None
+        self._head: asyncio.Future[list[Any]] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._t0 = 0.0
@@ -169,10 +174,45 @@ class CallStream:
             exc.record = self.record
 
     def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        if self._raw:
+            raise RuntimeError("a CallStream made with keep_raw() is read with raw_batches()")
+        return self._start_reading(batched=False)
+
+    def keep_raw(self) -> Self:
+        """Have this call keep each chunk's SSE bytes, for ``raw_batches`` (a pass-through proxy).
+
+        Must be called before the ``async with`` block is entered. Returns the call.
+
+        Raises:
+            RuntimeError: when the call has started already.
+        """
+        if self._head is not None:
+            raise RuntimeError("keep_raw() must be called before the call starts")
+        self._raw = True
+        base = self._classify
+        self._classify = lambda item: base(item[0])
+        return self
+
+    def raw_batches(self) -> AsyncIterator[list[RawChunk]]:
+        """The winner's chunks as they were read: one list of ``RawChunk`` per read of its body
+        (the first list holds the chunks up to and including the first token).
+
+        The same call as iterating (the race, the record, the errors raised are the same); only
+        the shape differs, so that a proxy can send each read on as one write of the upstream's
+        own bytes. Iterate once, instead of iterating the call itself.
+
+        Raises:
+            RuntimeError: without ``keep_raw()``, or when read twice.
+        """
+        if not self._raw:
+            raise RuntimeError("raw_batches() needs keep_raw() before the call starts")
+        return self._start_reading(batched=True)
+
+    def _start_reading(self, *, batched: bool) -> AsyncIterator[Any]:
         if self._iterated:
             raise RuntimeError("a CallStream can be iterated only once")
         self._iterated = True
-        generator = self._run()
+        generator = self._run(batched)
         self._generator = generator
         return generator
 
@@ -268,6 +308,7 @@ class CallStream:
         asyncio.get_running_loop().call_soon(self._arm_timer)
         done_at: float | None = None
         responses = self.api == "responses"
+        raw = self._raw
         delta_seen = False
         try:
             assert self._sender is not None
@@ -321,9 +362,10 @@ class CallStream:
                                     raise AttemptError(
                                         "sse_error", f"SSE error payload: {json.dumps(chunk['error'])[:200]}"
                                     )
+                                item: Any = (chunk, name, data) if raw else chunk
                                 if not self._racing:
-                                    batch.append(chunk)
-                                elif self._race_event("chunk", attempt, chunk, self._now()):
+                                    batch.append(item)
+                                elif self._race_event("chunk", attempt, item, self._now()):
                                     # This chunk won: let the reader take it before reading on (the
                                     # rest of a burst would otherwise be parsed first, delaying TTFT).
                                     await asyncio.sleep(0)
@@ -434,7 +476,7 @@ class CallStream:
         self._settle(head)
         return True
 
-    def _settle(self, outcome: list[dict[str, Any]] | BaseException) -> None:
+    def _settle(self, outcome: list[Any] | BaseException) -> None:
         """End phase 1: stop the timer and resolve ``_head`` with the first chunks or the error."""
         self._stop_racing()
         head = self._head
@@ -482,15 +524,20 @@ class CallStream:
             return  # the hedge timer counts from the primary's send: its task re-arms the timer
         self._arm_timer()
 
-    async def _run(self) -> AsyncIterator[dict[str, Any]]:
+    async def _run(self, batched: bool) -> AsyncIterator[Any]:
+        """The winner's chunks, one at a time, or (``batched``) one list per read."""
         race = self._race
         assert self._head is not None
         try:
             # Phase 1 runs in the attempts' tasks and the timer (``_race_event``, ``_on_timer``);
             # a cancellation of the reader here ends the call, as leaving it would.
             head = await self._head
-            for early in head:
-                yield early
+            if batched:
+                if head:
+                    yield head
+            else:
+                for early in head:
+                    yield early
             if race.over:  # an answer without a token: complete already
                 return
 
@@ -517,6 +564,11 @@ class CallStream:
                     self._execute(race.tick(at))
                 if kind == "chunks":  # the chunks of one read
                     if attempt is winner:
+                        if batched:  # the race counts the read's chunks, then the reader gets them
+                            for item in payload:
+                                winner_chunk(winner_state, classify(item), at)
+                            yield payload
+                            continue
                         for item in payload:
                             winner_chunk(winner_state, classify(item), at)
                             yield item

@@ -54,6 +54,7 @@ from typing import Any, Self
 
 import httpx
 
+from hedgerow.client._pool import linear_pool_transport
 from hedgerow.client.errors import AttemptError
 
 __all__ = [
@@ -356,14 +357,15 @@ class OwnedTransport(httpx.AsyncBaseTransport):
     """httpx's transport (or any async transport) made safe to cancel (see the module docstring).
 
     Args:
-        inner: the transport to wrap; default ``httpx.AsyncHTTPTransport(limits=limits)``.
+        inner: the transport to wrap; default ``httpx.AsyncHTTPTransport(limits=limits)`` with a
+            ``LinearPool`` (``hedgerow.client._pool``: httpcore's pool, its bookkeeping linear).
         limits: connection limits of the default inner transport (ignored with ``inner``).
 
     ``aclose`` closes the inner transport.
     """
 
     def __init__(self, inner: httpx.AsyncBaseTransport | None = None, *, limits: httpx.Limits | None = None) -> None:
-        self._inner = inner if inner is not None else httpx.AsyncHTTPTransport(limits=limits or httpx.Limits())
+        self._inner = inner if inner is not None else linear_pool_transport(limits or httpx.Limits())
 
     async def __aenter__(self) -> Self:
         return self

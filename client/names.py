@@ -9,8 +9,9 @@ A route or model name is 1 to :data:`MAX_NAME_CHARS` (200) characters that
   (``Cf``: the bidirectional overrides and isolates U+202A-U+202E and U+2066-U+2069, zero-width
   characters, U+FEFF, the soft hyphen), surrogates (``Cs``) and the line and paragraph
   separators U+2028/U+2029 (``Zl``, ``Zp``);
-* for a route only: does not end in :data:`HISTORY_SUFFIX` (``/v1/routes/{route}/history`` is
-  the history of ``route``).
+* for a route only: does not end in :data:`HISTORY_SUFFIX` or :data:`CALLS_SUFFIX`
+  (``/v1/routes/{route}/history`` is the history of ``route``, ``/v1/routes/{route}/calls`` its
+  calls).
 
 Everything else is allowed, including ``/`` (``team/summarize``), spaces inside the name, any
 letter or symbol of any script, and the characters that mean something to one output format
@@ -29,6 +30,7 @@ from __future__ import annotations
 import unicodedata
 
 __all__ = [
+    "CALLS_SUFFIX",
     "HISTORY_SUFFIX",
     "MAX_NAME_CHARS",
     "REFUSED_CATEGORIES",
@@ -44,6 +46,8 @@ __all__ = [
 MAX_NAME_CHARS = 200
 #: Route names may not end in this: ``/v1/routes/{route}/history`` is the history of ``route``.
 HISTORY_SUFFIX = "/history"
+#: Route names may not end in this: ``/v1/routes/{route}/calls`` lists the calls of ``route``.
+CALLS_SUFFIX = "/calls"
 #: Unicode general categories refused anywhere in a name: control, format, surrogate, line
 #: separator, paragraph separator. They are invisible or reorder or break the text around them
 #: (a log line, a table row, a terminal) and have no place in an identifier.
@@ -89,7 +93,8 @@ def name_error(value: object) -> str | None:
 
 
 def route_name_error(value: object) -> str | None:
-    """Why ``value`` cannot be a route name, or None: :func:`name_error`, and no ``/history`` end.
+    """Why ``value`` cannot be a route name, or None: :func:`name_error`, and no ``/history`` or
+    ``/calls`` end.
 
     Args:
         value: the candidate route name.
@@ -100,6 +105,8 @@ def route_name_error(value: object) -> str | None:
     problem = name_error(value)
     if problem is None and isinstance(value, str) and value.endswith(HISTORY_SUFFIX):
         return f"must not end in {HISTORY_SUFFIX!r} (that path reads a route's history)"
+    if problem is None and isinstance(value, str) and value.endswith(CALLS_SUFFIX):
+        return f"must not end in {CALLS_SUFFIX!r} (that path lists a route's calls)"
     return problem
 
 

@@ -28,11 +28,14 @@ What the transport does with one request:
 * **``POST <base>/chat/completions`` with ``"stream": true``** is one ``HedgingClient`` call
   (hedge on a late first token, see ``hedgerow.client.hedging``). The response is returned when
   the winner's first token has arrived, so the app's TTFT is the winner's; it is a real streaming
-  ``httpx.Response`` (status 200, the winner's headers minus framing ones) whose body re-encodes
-  the winner's chunks as SSE (``data: {json}``, one event per chunk, then ``data: [DONE]``; SSE
-  comments and ``event:`` names are not forwarded). If the caller set no ``stream_options``, the
-  client still asks for usage (for the record) and the usage-only chunk (``choices: []`` with a
-  ``usage``) is withheld from the app, which did not ask for it.
+  ``httpx.Response`` (status 200, the winner's headers minus framing ones) whose body passes the
+  winner's chunks on as it read them: each chunk's ``data`` bytes unchanged, framed as one
+  ``data: ...`` event per chunk (then ``data: [DONE]``; SSE comments, ``id:``/``retry:`` fields
+  and ``event:`` names are not forwarded, line ends are ``\n``), one body piece per read of the
+  winner's body (so a proxy writes a burst of chunks once). A chunk is re-encoded only when
+  ``rewrite_model`` asks for its model name to be changed (below). If the caller set no
+  ``stream_options``, the client still asks for usage (for the record) and the usage-only chunk
+  (``choices: []`` with a ``usage``) is withheld from the app, which did not ask for it.
 * **``"stream": false``** (or absent) is hedged on the arrival of the whole response
   (``hedgerow.client.unary``), under route ``unary_route`` (default ``"<route>.unary"``) so
   whole-response times do not mix with first-token times in the controller's estimates, and
@@ -40,7 +43,14 @@ What the transport does with one request:
 * **``POST <base>/responses``** (the Responses API) is hedged the same way, streaming or not
   (``HedgingClient.stream_responses``; non-streaming as whole responses under ``unary_route``):
   same route, thresholds and budgets as chat calls, the record's ``api`` is ``responses``; the
-  streamed body re-encodes each event as ``event: <type>`` + ``data: {json}``, without ``[DONE]``.
+  streamed body passes each event on as ``event: <name>`` (the upstream's, else the event's
+  ``type``) + ``data:`` with the upstream's bytes, without ``[DONE]``.
+* **``rewrite_model``** (off by default; ``hedgerow gateway`` turns it on): when the winner is an
+  upstream with its own ``model`` name, the answer's model name is set back to the one the caller
+  sent, so which upstream answered does not show in the body: the ``model`` of each streamed chat
+  chunk, the ``response.model`` of Responses events that carry one, the top-level ``model`` of a
+  whole (non-streamed) answer. Only those chunks are re-encoded (compact JSON); every other chunk,
+  and every answer of an upstream without its own ``model``, passes through byte for byte.
 * **Every other request** (``GET /v1/models``, embeddings, files, ...) passes through unhedged
   to the primary (first) upstream (the request body re-sent as read, with the primary's
   ``Upstream.model`` applied to a JSON object body when it has one; the response streamed
@@ -100,8 +110,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 
 from hedgerow.client._attempt_io import send_streaming, wait_tasks_shielded
+from hedgerow.client._call_stream import RawChunk
 from hedgerow.client._portal import PORTAL
 from hedgerow.client._transport import OwnedTransport
 from hedgerow.client.budget import HedgeBudget
@@ -211,6 +223,8 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         base_path: the caller's base path; None applies the ``v1`` rule of ``rebase_path``.
         client_tag: the records' ``client`` field (default: the host name).
         max_connections: size of the connection pool shared by all upstreams.
+        rewrite_model: give answers the caller's model name back when the winning upstream has
+            its own ``model`` (see the module docstring).
 
     Raises:
         ValueError: for bad upstreams, route, unary_route or base_path (must start with ``/``,
@@ -234,6 +248,7 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         base_path: str | None = None,
         client_tag: str | None = None,
         max_connections: int = 1000,
+        rewrite_model: bool = False,
     ) -> None:
         if policy is None:
             policy = HedgePolicy()
@@ -261,6 +276,8 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
             transport=self._pool,
         )
         self.upstreams: list[Upstream] = self._client.upstreams
+        self.rewrite_model = rewrite_model
+        self._by_name = {u.name: u for u in self.upstreams}
         self.route = route
         self.policy = policy
         self.unary_route = unary_route or f"{route}.unary"
@@ -281,6 +298,7 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
             "base_path": base_path,
             "client_tag": client_tag,
             "max_connections": max_connections,
+            "rewrite_model": rewrite_model,
         }
         self._twin: HedgingTransport | None = None
         self._twin_lock = threading.Lock()
@@ -405,10 +423,10 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         api: CallApi,
     ) -> httpx.Response:
         start = self._client.stream_chat if api == "chat" else self._client.stream_responses
-        call = start(body, headers=headers, params=params)
+        call = start(body, headers=headers, params=params).keep_raw()
         await call.__aenter__()
-        iterator = call.__aiter__()
-        first: dict[str, Any] | None
+        iterator = call.raw_batches()
+        first: list[RawChunk] | None
         try:
             first = await iterator.__anext__()
         except StopAsyncIteration:
@@ -421,11 +439,18 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         response_headers = _response_headers(
             call.winner_response_headers, call.request_id, call.winner_upstream or "", call.hedged
         )
-        # The body handed back is hedgerow's own SSE encoding of the winner's chunks, whatever the
-        # upstream labelled its body (some label SSE as application/json, or not at all).
+        # The body handed back is SSE framed by hedgerow, whatever the upstream labelled its body
+        # (some label SSE as application/json, or not at all).
         response_headers["Content-Type"] = "text/event-stream; charset=utf-8"
         withhold = api == "chat" and "stream_options" not in body
-        stream = _ChatByteStream(call, iterator, first, withhold_usage=withhold, request=request)
+        stream = _ChatByteStream(
+            call,
+            iterator,
+            first,
+            withhold_usage=withhold,
+            request=request,
+            model=self._public_model(call.winner_upstream, body["model"]),
+        )
         return httpx.Response(200, headers=response_headers, stream=stream, request=request)
 
     async def _unary(
@@ -467,7 +492,20 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
             return _failure(request, exc, exc.record.request_id if exc.record else "")
         winner = result.upstream if result.record.winner is not None else ""  # a 4xx handed back: no winner
         response_headers = _response_headers(result.headers, result.record.request_id, winner, result.hedged)
-        return httpx.Response(result.status_code, headers=response_headers, content=result.content, request=request)
+        content = result.content
+        public = self._public_model(winner, model)
+        if public is not None and result.status_code == 200:
+            content = _renamed_answer(content, public)
+        return httpx.Response(result.status_code, headers=response_headers, content=content, request=request)
+
+    def _public_model(self, winner: str | None, model: str) -> str | None:
+        """The model name to give the answer back (``rewrite_model``), or None to leave it."""
+        if not self.rewrite_model or not winner:
+            return None
+        upstream = self._by_name.get(winner)
+        if upstream is None or upstream.model is None or upstream.model == model:
+            return None
+        return model
 
     # -- everything else ------------------------------------------------------------------------
 
@@ -595,9 +633,10 @@ class _BodyEnd:
 
 
 class _ChatByteStream(httpx.AsyncByteStream):
-    """The body of a hedged streaming response: the winner's chunks as SSE, then ``[DONE]``
-    (Responses API calls: each event as ``event: <type>`` and ``data:``, and no ``[DONE]``, as
-    OpenAI sends them).
+    """The body of a hedged streaming response: the winner's chunks, one piece per read of its
+    body, each chunk as ``data: <its bytes>`` (Responses API calls: ``event: <name>`` first, and no
+    ``[DONE]``, as OpenAI sends them), then ``[DONE]``. A chunk is re-encoded only to give it the
+    caller's model name (``model``).
 
     Closing it (the response closed by the app or the SDK) ends the call; errors of the call
     after the first token surface as httpx transport errors (see the module table).
@@ -606,11 +645,12 @@ class _ChatByteStream(httpx.AsyncByteStream):
     def __init__(
         self,
         call: CallStream,
-        iterator: AsyncIterator[dict[str, Any]],
-        first: dict[str, Any] | None,
+        iterator: AsyncIterator[list[RawChunk]],
+        first: list[RawChunk] | None,
         *,
         withhold_usage: bool,
         request: httpx.Request,
+        model: str | None = None,
     ) -> None:
         self._call = call
         self._iterator = iterator
@@ -618,26 +658,39 @@ class _ChatByteStream(httpx.AsyncByteStream):
         self._withhold_usage = withhold_usage
         self._responses = call.api == "responses"
         self._request = request
+        self._model = model
         self._closed = False
 
-    def _encode(self, chunk: dict[str, Any]) -> bytes | None:
-        if self._withhold_usage and chunk.get("choices") == [] and chunk.get("usage") is not None:
-            return None
-        data = b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
-        kind = chunk.get("type") if self._responses else None
-        if isinstance(kind, str):
-            return b"event: " + kind.encode() + b"\n" + data
-        return data
+    def _encode(self, batch: list[RawChunk]) -> bytes:
+        """The SSE bytes of one read's chunks (``b""`` when every one is withheld)."""
+        if len(batch) == 1 and not self._responses and self._model is None and not self._withhold_usage:
+            data = batch[0][2]  # the common piece: one chunk, passed on as it is
+            if b"\n" not in data:
+                return b"data: " + data + b"\n\n"
+        parts: list[bytes] = []
+        for chunk, name, data in batch:
+            if self._withhold_usage and chunk.get("choices") == [] and chunk.get("usage") is not None:
+                continue
+            if self._model is not None:
+                data = _renamed_chunk(chunk, data, self._model, self._responses)
+            if self._responses:
+                kind = name or chunk.get("type")
+                if isinstance(kind, str) and kind:
+                    parts += (b"event: ", kind.encode(), b"\n")
+            if b"\n" in data:  # data of several lines: one data field per line
+                data = data.replace(b"\n", b"\ndata: ")
+            parts += (b"data: ", data, b"\n\n")
+        return b"".join(parts)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             if self._first is not None:
                 data = self._encode(self._first)
-                if data is not None:
+                if data:
                     yield data
-            async for chunk in self._iterator:
-                data = self._encode(chunk)
-                if data is not None:
+            async for batch in self._iterator:
+                data = self._encode(batch)
+                if data:
                     yield data
             await self._close(None)  # the call ended well: record it before the app sees the end
             if not self._responses:
@@ -661,6 +714,40 @@ class _ChatByteStream(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         """End the call: an unfinished call is recorded ``cancelled`` and every attempt closed."""
         await self._close(None)
+
+
+def _dumps(document: Any) -> bytes:
+    """Compact JSON bytes of ``document`` (orjson; ``json`` for what orjson refuses)."""
+    try:
+        return orjson.dumps(document)
+    except TypeError:  # an integer beyond 64 bits
+        return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _renamed_chunk(chunk: dict[str, Any], data: bytes, model: str, responses: bool) -> bytes:
+    """``data`` of a streamed chunk with its model name set to ``model``: re-encoded when the chunk
+    names another model (chat: ``model``; Responses: ``response.model``), else unchanged."""
+    if responses:
+        inner = chunk.get("response")
+        if isinstance(inner, dict) and "model" in inner and inner["model"] != model:
+            return _dumps({**chunk, "response": {**inner, "model": model}})
+        return data
+    if "model" in chunk and chunk["model"] != model:
+        return _dumps({**chunk, "model": model})
+    return data
+
+
+def _renamed_answer(content: bytes, model: str) -> bytes:
+    """A whole answer with its top-level ``model`` set to ``model``; unchanged when it has none
+    or is not a JSON object."""
+    try:
+        document = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return content
+    if not isinstance(document, dict) or "model" not in document or document["model"] == model:
+        return content
+    document["model"] = model
+    return _dumps(document)
 
 
 def _mark(headers: httpx.Headers, request_id: str, winner: str, hedged: bool) -> None:

@@ -61,7 +61,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlalchemy import and_, case, func, or_, select, update
@@ -99,6 +99,9 @@ from hedgerow.controller.store.models import (
     utc_now,
 )
 from hedgerow.controller.store.queries import history_row_dict
+
+if TYPE_CHECKING:
+    from hedgerow.settings import Settings
 
 #: ``await fence(session)`` inside a publishing transaction, after its publish locks: raises
 #: :class:`~hedgerow.controller.lease.LeaseLost` when the publisher no longer holds its lease.
@@ -246,7 +249,7 @@ async def backup_samples(session: AsyncSession, route_id: int, since: datetime, 
     return BackupSamples(tuple(records.backup_s[has].tolist()), tuple(records.backup_censored[has].tolist()))
 
 
-def _needs_wide(observation: Observation, settings: Any) -> bool:
+def _needs_wide(observation: Observation, settings: Settings) -> bool:
     """Whether the route's observation of ``window_s`` asks for the ``max_window_s`` span: too
     few primary samples, or too few for the budget's tail and no change detected."""
     estimate = observation.estimate
@@ -256,7 +259,7 @@ def _needs_wide(observation: Observation, settings: Any) -> bool:
 
 
 async def observe_routes(
-    session: AsyncSession, routes: list[Route], settings: Any, now: datetime, knobs: PolicyKnobs | None = None
+    session: AsyncSession, routes: list[Route], settings: Settings, now: datetime, knobs: PolicyKnobs | None = None
 ) -> dict[int, Observation]:
     """Everything one tick sees of each route, from the minute aggregates and two minutes of calls.
 
@@ -320,7 +323,7 @@ def _budget(route: Route) -> float | None:
 
 
 async def observe_route(
-    session: AsyncSession, route: Route, settings: Any, now: datetime, knobs: PolicyKnobs | None = None
+    session: AsyncSession, route: Route, settings: Settings, now: datetime, knobs: PolicyKnobs | None = None
 ) -> Observation:
     """Everything one tick sees of one route: :func:`observe_routes` of that route alone.
 
@@ -348,7 +351,7 @@ def _config(route: Route) -> RouteConfig:
     )
 
 
-def history_details(decision: Decision, observation: Observation, settings: Any) -> dict[str, Any]:
+def history_details(decision: Decision, observation: Observation, settings: Settings) -> dict[str, Any]:
     """The ``threshold_history.details`` JSON of one decision.
 
     Keys (each only when it applies):
@@ -707,7 +710,7 @@ class _Decided:
 
 async def _decide_route(
     session: AsyncSession,
-    settings: Any,
+    settings: Settings,
     route: Route,
     current: float | None,
     source: str | None,
@@ -725,7 +728,7 @@ async def _decide_route(
 
 
 def _decided(
-    settings: Any,
+    settings: Settings,
     route: Route,
     current: float | None,
     source: str | None,
@@ -743,7 +746,7 @@ def _decided(
 
 
 def _decide_all(
-    settings: Any,
+    settings: Settings,
     routes: Sequence[tuple[Route, float | None, str | None]],
     observations: dict[int, Observation],
     knobs: PolicyKnobs,
@@ -762,7 +765,7 @@ def _decide_all(
 
 async def run_tick(
     sessionmaker: async_sessionmaker[AsyncSession],
-    settings: Any,
+    settings: Settings,
     *,
     now: datetime | None = None,
     fence: Fence | None = None,
@@ -855,7 +858,7 @@ async def run_tick(
 
 async def _publish_all(
     sessionmaker: async_sessionmaker[AsyncSession],
-    settings: Any,
+    settings: Settings,
     decided: list[_Decided],
     now: datetime,
     knobs: PolicyKnobs,
@@ -903,7 +906,7 @@ async def _publish_all(
 
 async def tick_route(
     sessionmaker: async_sessionmaker[AsyncSession],
-    settings: Any,
+    settings: Settings,
     route: Route,
     current_hedge_after_s: float | None,
     *,
@@ -974,7 +977,7 @@ async def tick_route(
     )
 
 
-async def run_once(settings: Any) -> list[dict[str, Any]]:
+async def run_once(settings: Settings) -> list[dict[str, Any]]:
     """Open the store of ``settings.database_url``, take the controller lease, tick once, release it.
 
     A running ``hedgerow serve`` ticks every ``HEDGEROW_CONTROLLER_INTERVAL_S`` while it holds

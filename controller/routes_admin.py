@@ -62,7 +62,7 @@ import logging
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -78,6 +78,9 @@ from hedgerow.controller.store.db import dialect_insert
 from hedgerow.controller.store.ingest import check_route_limits
 from hedgerow.controller.store.models import Route, Threshold, ThresholdHistory, utc_now
 from hedgerow.controller.store.queries import history_row_dict, route_dict
+
+if TYPE_CHECKING:
+    from hedgerow.settings import Settings
 
 __all__ = [
     "ROUTE_CONFIG_FIELDS",
@@ -187,7 +190,7 @@ def validate_route_config(values: dict[str, Any]) -> RouteConfig:
     )
 
 
-def _defaults(settings: Any) -> dict[str, Any]:
+def _defaults(settings: Settings) -> dict[str, Any]:
     """A new route's configuration from ``hedgerow.settings.Settings``."""
     return {
         "enabled": True,
@@ -218,7 +221,7 @@ class RouteChange:
 
 async def configure_route(
     sessionmaker: async_sessionmaker[AsyncSession],
-    settings: Any,
+    settings: Settings,
     route: str,
     model: str,
     fields: dict[str, Any],
@@ -473,7 +476,7 @@ async def archive_route(
 
 async def restore_route(
     sessionmaker: async_sessionmaker[AsyncSession],
-    settings: Any,
+    settings: Settings,
     route: str,
     model: str,
     *,
@@ -573,7 +576,7 @@ class _JoinedSessionmaker:
 
 async def update_route(
     sessionmaker: async_sessionmaker[AsyncSession],
-    settings: Any,
+    settings: Settings,
     route: str,
     model: str,
     changes: dict[str, Any],

@@ -8,6 +8,9 @@ Two interval jobs run on the caller's event loop:
 - ``rollup``: every ``rollup_interval_s`` (first run ``min(60 s, rollup_interval_s)`` after start),
   renew the lease and, while holding it, fold hourly rollups and delete raw calls older than
   ``retention_s`` (:func:`hedgerow.controller.store.retention.run_retention`);
+- after each tick, the flags that went up or down are posted to ``settings.flag_webhook_url``
+  when set (:mod:`hedgerow.controller.flag_webhook`; compared with each route's newest history
+  row in the store, so a new lease holder posts only real changes);
 - ``weekly_report``: at ``report_cron`` (a cron trigger, UTC) and once :data:`REPORT_START_DELAY_S`
   after start, renew the lease and, while holding it, deliver the weekly report of the week that
   ended (:func:`hedgerow.controller.report.report_job.deliver_weekly_report`, once per week whatever
@@ -47,7 +50,7 @@ import math
 import time
 from collections.abc import Callable
 from datetime import UTC, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
@@ -56,6 +59,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from hedgerow.client.errors import describe
 from hedgerow.controller._tick_worker import TickWorker, worker_url
 from hedgerow.controller.events import log_flag_changes, log_lease_change
+from hedgerow.controller.flag_webhook import FlagWebhook, flag_changes, latest_reasons
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.lease import (
     CONTROLLER_LEASE,
@@ -75,6 +79,9 @@ from hedgerow.controller.report.report_job import (
 from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.overview import flags_of
 from hedgerow.controller.store.retention import RetentionReport, run_retention
+
+if TYPE_CHECKING:
+    from hedgerow.settings import Settings
 
 __all__ = ["REPORT_START_DELAY_S", "WORKER_WARM_UP_S", "ControllerScheduler"]
 
@@ -121,7 +128,7 @@ class ControllerScheduler:
     def __init__(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
-        settings: Any,
+        settings: Settings,
         *,
         holder: str | None = None,
         lease_sessionmaker: async_sessionmaker[AsyncSession] | None = None,
@@ -151,6 +158,8 @@ class ControllerScheduler:
         self.on_tick: Callable[[float, float], None] | None = None
         self.on_lease: Callable[[bool], None] | None = None
         self._flags: dict[tuple[str, str], list[str]] = {}
+        #: posts each tick's flag changes (``settings.flag_webhook_url``), or None
+        self.flag_webhook = FlagWebhook.from_settings(settings)
         self.tick_in = self._tick_mode(sessionmaker, settings)
         self._worker: TickWorker | None = None
 
@@ -241,6 +250,7 @@ class ControllerScheduler:
         async with self._lock:  # never two ticks at once in this process
             if not await self.renew():
                 return None
+            before = await self._reasons_before() if self.flag_webhook is not None else None
             started = time.perf_counter()
             try:
                 rows = await self._run_tick()
@@ -258,6 +268,18 @@ class ControllerScheduler:
                 flags = flags_of(row["reason"])
                 log_flag_changes(row["route"], row["model"], self._flags.get(key, []), flags)
                 self._flags[key] = flags
+            if self.flag_webhook is not None and before is not None:
+                at = utc_now()
+                self.flag_webhook.submit(
+                    [
+                        change
+                        for row in rows
+                        for change in flag_changes(
+                            row["route"], row["model"], before.get((row["route"], row["model"]), []),
+                            row["reason"].split(","), at,
+                        )
+                    ]
+                )  # fmt: skip
             if self.on_tick is not None:
                 self.on_tick(duration_s, time.time())
             return rows
@@ -288,6 +310,16 @@ class ControllerScheduler:
         """
         if self.tick_in == "process" and not self._stopping:
             await self._tick_worker().start()
+
+    async def _reasons_before(self) -> dict[tuple[str, str], list[str]] | None:
+        """Each route's reason codes before this tick, from the store (None, logged, on failure:
+        the tick's flag changes are then not posted)."""
+        try:
+            async with self.sessionmaker() as session:
+                return await latest_reasons(session)
+        except Exception as exc:
+            log.warning("flag webhook: could not read the routes' last flags: %s", describe(exc))
+            return None
 
     async def rollup(self) -> RetentionReport | None:
         """Renew the lease and, when held, fold hourly rollups and apply retention once.
@@ -447,6 +479,8 @@ class ControllerScheduler:
         if self._worker is not None:  # gone before the release: nothing it runs can commit after it
             self._worker.set_hold_until(-math.inf)
             await self._worker.close()
+        if self.flag_webhook is not None:
+            await self.flag_webhook.aclose(timeout_s=min(max(timeout_s, 0.0), 5.0))
         if self._held:
             try:
                 await release_lease(self.lease_sessionmaker, CONTROLLER_LEASE, self.holder)

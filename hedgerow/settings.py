@@ -106,6 +106,10 @@ class Settings(BaseSettings):
         report_webhook_attempts: attempts of the post before the delivery is marked failed
             (default 5); report_webhook_backoff_s: the wait before the second attempt, doubled
             for each further one (default 2 s); report_webhook_timeout_s: per attempt (10 s).
+        flag_webhook_url: where the lease holder posts each tick's flag changes (a route's
+            ``backups_rarely_win``, ``hedges_did_not_lower_p99`` or ``raise_over_budget`` raised or
+            cleared; :mod:`hedgerow.controller.flag_webhook`), in ``report_webhook_format`` with the
+            report's attempts, backoff and timeout; may be the report's URL (empty: off, the default).
         report_cache_ttl_s: how long ``serve`` keeps a weekly report it built (api and console, each
             week and format), seconds; requests meanwhile get that copy, so a report costs its
             build (seconds of CPU for HTML) at most once per week and format in that time
@@ -169,6 +173,11 @@ class Settings(BaseSettings):
             slot before it is answered 503 with ``Retry-After`` (the exporter keeps the batch and
             posts it again after its backoff) (default 10; 0 answers 503 at once when all are
             taken).
+        ingest_cpu_slots: PostgreSQL: most admitted ``POST /v1/calls`` batches in a CPU-heavy
+            step (validation, building rows, minute counts) at once, each cut into short slices
+            (:mod:`hedgerow.controller.store.cpu_turns`), so a threshold poll waits behind at
+            most that many slices; their database waits still overlap (default 1; 0: no bound,
+            every admitted batch computes at once).
     """
 
     model_config = SettingsConfigDict(env_prefix="HEDGEROW_", extra="ignore")
@@ -213,6 +222,7 @@ class Settings(BaseSettings):
     report_webhook_attempts: int = Field(5, ge=1, le=20)
     report_webhook_backoff_s: float = Field(2.0, ge=0, le=3600)
     report_webhook_timeout_s: float = Field(10.0, gt=0, le=600)
+    flag_webhook_url: str = ""
     report_cache_ttl_s: float = Field(300.0, ge=0, le=86_400)
     host: str = "127.0.0.1"
     port: int = Field(8400, ge=0, le=65535)
@@ -239,6 +249,7 @@ class Settings(BaseSettings):
     db_ingest_pool_size: int = Field(4, ge=1, le=1000)
     db_jobs_pool_size: int = Field(3, ge=1, le=1000)
     ingest_wait_s: float = Field(10.0, ge=0, le=3600, allow_inf_nan=False)
+    ingest_cpu_slots: int = Field(1, ge=0, le=1000)
 
     @field_validator("log_level", mode="before")
     @classmethod

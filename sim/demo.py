@@ -61,34 +61,38 @@ that path once ``serve`` has stopped (SQLite's online backup, so the WAL's pages
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-import os
-import socket
 import sqlite3
-import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from hedgerow.client import (
-    CallRecord,
-    HedgeError,
-    HedgePolicy,
-    HedgingClient,
-    TelemetryExporter,
-    ThresholdPoller,
     Upstream,
 )
-from hedgerow.client.records import parse_timestamp
+from hedgerow.sim._demo_io import (
+    DemoError,
+    Processes,
+    applied_history,
+    configure_route,
+    drain,
+    free_port,
+    perf_model_notice,
+    published_at,
+    published_now,
+    set_demo_price,
+    set_slowdown,
+    wait_ready,
+    write_report,
+)
+from hedgerow.sim._demo_replay import Replayed, replay_way
 from hedgerow.sim._demo_summary import (
     ChangeOfConditions,
     ModeResult,
@@ -127,15 +131,10 @@ __all__ = [
 MODES = ("none", "fixed", "adaptive")
 #: The changes of conditions ``DemoConfig.change`` may name.
 CHANGES = ("degrade", "recover", "none")
-MODEL = "llama2-70b"
 #: ``duration_s`` of the ``--quick`` preset (the CLI's help quotes it; a test keeps them equal).
 QUICK_DURATION_S = 22.0
 #: The replicas' names; the last one starts degraded.
 REPLICAS = ("replica-a", "replica-b", "replica-c")
-
-
-class DemoError(RuntimeError):
-    """The demo could not start or finish (a process did not come up, a port was taken, ...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,79 +289,6 @@ def keep_store(source: Path, destination: Path) -> None:
         raise DemoError(f"--keep-store: cannot write the store to {destination}: {exc}") from None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class _Processes:
-    """Child processes of the demo, all stopped on exit."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.procs: list[tuple[str, asyncio.subprocess.Process]] = []
-
-    async def start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        with open(self.workdir / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "hedgerow.cli",
-                *args,
-                stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL,
-                env={**os.environ, **(env or {})},
-                cwd=self.workdir,
-            )
-        self.procs.append((name, proc))
-
-    def tail(self, name: str, lines: int = 5) -> str:
-        path = self.workdir / f"{name}.log"
-        text = path.read_text(errors="replace") if path.exists() else ""
-        return " | ".join(text.strip().splitlines()[-lines:])
-
-    async def stop(self) -> None:
-        for _, proc in self.procs:
-            if proc.returncode is None:
-                proc.terminate()
-        for _, proc in self.procs:
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-
-
-async def _wait_ready(http: httpx.AsyncClient, url: str, procs: _Processes, name: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    proc = dict(procs.procs)[name]
-    while time.monotonic() < deadline:
-        if proc.returncode is not None:
-            raise DemoError(f"{name} exited with status {proc.returncode}: {procs.tail(name)}")
-        try:
-            if (await http.get(url, timeout=2.0)).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        await asyncio.sleep(0.2)
-    raise DemoError(f"{name} did not answer {url} within {timeout_s:g} s: {procs.tail(name)}")
-
-
-class _Recorder:
-    """Keeps this process's copy of each record and forwards it to the exporter."""
-
-    def __init__(self, exporter: TelemetryExporter) -> None:
-        self.exporter = exporter
-        self.records: list[CallRecord] = []
-
-    def submit(self, record: CallRecord) -> None:
-        self.records.append(record)
-        self.exporter.submit(record)
-
-
 def build_workload(config: DemoConfig) -> list[TraceRequest]:
     """The requests of one way: from the trace (compressed) or the built-in generator.
 
@@ -381,178 +307,6 @@ def build_workload(config: DemoConfig) -> list[TraceRequest]:
     else:
         trace = synthetic_trace(n, config.rate_per_s, seed=config.seed)
     return trace
-
-
-@dataclass(frozen=True, slots=True)
-class _Replayed:
-    records: list[CallRecord]
-    polled_hedge_after_s: float | None
-    rejected: int
-    change_at: datetime | None
-
-
-async def _replay(
-    mode: str,
-    workload: list[TraceRequest],
-    upstreams: list[Upstream],
-    config: DemoConfig,
-    api_url: str,
-    on_done: Callable[[], None],
-    hedge_after_s: float,
-    change: Callable[[], Any],
-) -> _Replayed:
-    """Replay ``workload`` through one way's hedging client, calling ``change`` halfway.
-
-    Args:
-        hedge_after_s: the policy's threshold (the fixed way's value; the adaptive way's
-            fallback until the poller has a table).
-        change: an async callable that applies the change of conditions, awaited just before
-            the call at ``config.change_index`` is sent.
-
-    Returns:
-        The way's records, the threshold it last polled (adaptive way only), how many records
-        the api refused, and the moment the change was in force (aware UTC; None without one).
-    """
-    if mode == "none":
-        policy = HedgePolicy(hedge_after_s=hedge_after_s, max_backups=0, total_timeout_s=300)
-    else:
-        policy = HedgePolicy(
-            hedge_after_s=hedge_after_s, budget=config.budget, budget_burst=config.budget_burst, total_timeout_s=300
-        )
-    route = f"demo-{mode}"
-    poller = ThresholdPoller(api_url, interval_s=1.0, max_stale_s=30.0) if mode == "adaptive" else None
-    exporter = TelemetryExporter(api_url, batch_size=200, flush_interval_s=1.0)
-    recorder = _Recorder(exporter)
-    exporter.start()
-    if poller is not None:
-        await poller.start()
-    final: float | None = None
-    change_at: datetime | None = None
-    try:
-        async with HedgingClient(
-            upstreams, route=route, policy=policy, thresholds=poller, telemetry=recorder, client_tag=f"demo-{mode}"
-        ) as client:
-
-            async def one(i: int, req: TraceRequest) -> None:
-                body = {
-                    "model": MODEL,
-                    "messages": [{"role": "user", "content": f"request {i}"}],
-                    "max_tokens": req.output_tokens
-                    if config.max_output_tokens is None
-                    else min(req.output_tokens, config.max_output_tokens),
-                    "hedgerow_prompt_tokens": req.prompt_tokens,
-                }
-                try:
-                    async with client.stream_chat(body, primary=i % len(upstreams)) as stream:
-                        async for _ in stream:
-                            pass
-                except HedgeError:
-                    pass  # the record says what happened
-                finally:
-                    on_done()
-
-            start = time.monotonic()
-            tasks = []
-            middle = config.change_index(len(workload))
-            for i, req in enumerate(workload):
-                delay = start + req.arrival_s - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                if i == middle:
-                    await change()
-                    change_at = datetime.now(UTC)
-                tasks.append(asyncio.create_task(one(i, req)))
-            await asyncio.gather(*tasks)
-            if poller is not None:
-                found = poller.lookup(route, MODEL)
-                final = found[0] if found else None
-    finally:
-        if poller is not None:
-            await poller.aclose()
-        await exporter.aclose(timeout_s=30.0)
-    return _Replayed(recorder.records, final, exporter.rejected, change_at)
-
-
-async def _set_slowdown(http: httpx.AsyncClient, upstream: Upstream, slowdown: float) -> None:
-    """Set one replica's service-time factor (``PUT /slowdown``).
-
-    Raises:
-        DemoError: the replica refused or did not answer.
-    """
-    url = upstream.base_url.removesuffix("/v1") + "/slowdown"
-    try:
-        response = await http.put(url, json={"slowdown": slowdown}, timeout=10.0)
-    except httpx.HTTPError as exc:
-        raise DemoError(f"could not change the speed of {upstream.name}: {exc!r}") from None
-    if response.status_code != 200:
-        raise DemoError(
-            f"{upstream.name} refused the change of speed: HTTP {response.status_code} {response.text[:200]}"
-        )
-
-
-async def _drain(http: httpx.AsyncClient, upstreams: list[Upstream], timeout_s: float = 60.0) -> None:
-    """Wait until no replica has a request queued or running."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        busy = 0
-        for upstream in upstreams:
-            try:
-                stats = (await http.get(upstream.base_url.removesuffix("/v1") + "/stats")).json()
-                busy += int(stats.get("waiting", 0)) + int(stats.get("running", 0))
-            except (httpx.HTTPError, ValueError):
-                pass
-        if busy == 0:
-            return
-        await asyncio.sleep(0.2)
-
-
-async def _set_demo_price(http: httpx.AsyncClient, api_url: str, config: DemoConfig) -> None:
-    usd_in, usd_out = config.price_usd_per_mtok
-    body = {"input_usd_per_mtok": usd_in, "output_usd_per_mtok": usd_out, "actor": "hedgerow demo"}
-    response = await http.put(f"{api_url}/v1/prices/{MODEL}", json=body)
-    if response.status_code not in (200, 201):
-        raise DemoError(f"could not set the demo price: HTTP {response.status_code} {response.text[:200]}")
-
-
-async def _configure_route(
-    http: httpx.AsyncClient, api_url: str, mode: str, hedge_after_s: float, config: DemoConfig
-) -> None:
-    """Make the store say what a way's clients do, before its load starts (``PUT /v1/routes``).
-
-    ``none`` is disabled (its clients never hedge) and ``fixed`` is pinned at its threshold, so
-    the controller publishes nothing else for them and the weekly report's thresholds and states
-    are the ones their clients used; ``adaptive`` keeps the defaults of a new route.
-
-    Raises:
-        DemoError: the api refused the configuration.
-    """
-    if mode == "adaptive":
-        return
-    body: dict[str, Any] = {"budget": config.budget, "actor": "hedgerow demo"}
-    if mode == "none":
-        body["enabled"] = False
-    else:
-        body["pinned_hedge_after_s"] = hedge_after_s
-        body["min_hedge_after_s"] = min(hedge_after_s, config.default_hedge_after_s, 0.05)
-    response = await http.put(f"{api_url}/v1/routes/demo-{mode}", params={"model": MODEL}, json=body)
-    if response.status_code not in (200, 201):
-        raise DemoError(f"could not configure route demo-{mode}: HTTP {response.status_code} {response.text[:200]}")
-
-
-async def _write_report(http: httpx.AsyncClient, api_url: str, directory: Path) -> tuple[tuple[Path, ...], Any]:
-    """Fetch the current week's report as JSON and HTML and write both; returns (paths, JSON report)."""
-    url = f"{api_url}/v1/reports/weekly"
-    as_json = await http.get(url, params={"format": "json"}, timeout=120)
-    as_html = await http.get(url, params={"format": "html"}, timeout=120)
-    if as_json.status_code != 200 or as_html.status_code != 200:
-        raise DemoError(f"could not fetch the weekly report: HTTP {as_json.status_code}/{as_html.status_code}")
-    report = as_json.json()
-    directory.mkdir(parents=True, exist_ok=True)
-    html_path = directory / f"hedgerow-weekly-{report['week']}.html"
-    json_path = directory / f"hedgerow-weekly-{report['week']}.json"
-    html_path.write_text(as_html.text, encoding="utf-8")
-    json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    return (html_path, json_path), report
 
 
 async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[str], None] | None = None) -> DemoRun:
@@ -579,8 +333,8 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
     fixed_source = "p90_of_none" if fixed_s is None else "--fixed-hedge-after"
     with tempfile.TemporaryDirectory(prefix="hedgerow-demo-") as tmp:
         workdir = Path(tmp)
-        procs = _Processes(workdir)
-        api_port = _free_port()
+        procs = Processes(workdir)
+        api_port = free_port()
         api_url = f"http://127.0.0.1:{api_port}"
         env = {
             "HEDGEROW_CONTROLLER_INTERVAL_S": str(config.controller_interval_s),
@@ -598,7 +352,7 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
             async with httpx.AsyncClient() as http:
                 await procs.start("api", ["serve", "--db", db_url, "--port", str(api_port)], env)
                 for i, name in enumerate(REPLICAS):
-                    port = _free_port()
+                    port = free_port()
                     await procs.start(
                         name,
                         [
@@ -622,19 +376,19 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
                     )
                     upstreams.append(Upstream(name, f"http://127.0.0.1:{port}/v1"))
                 by_name = {u.name: u for u in upstreams}
-                await _wait_ready(http, f"{api_url}/healthz", procs, "api")
+                await wait_ready(http, f"{api_url}/healthz", procs, "api")
                 for upstream in upstreams:
-                    await _wait_ready(http, upstream.base_url.removesuffix("/v1") + "/healthz", procs, upstream.name)
-                notice = await _perf_model_notice(http, upstreams)
+                    await wait_ready(http, upstream.base_url.removesuffix("/v1") + "/healthz", procs, upstream.name)
+                notice = await perf_model_notice(http, upstreams)
                 if notice is not None:
                     notices.append(notice)
                     if notify is not None:
                         notify(notice)
-                await _set_demo_price(http, api_url, config)
+                await set_demo_price(http, api_url, config)
 
                 async def apply_change() -> None:
                     if change.replica is not None:
-                        await _set_slowdown(http, by_name[change.replica], change.slowdown_after)
+                        await set_slowdown(http, by_name[change.replica], change.slowdown_after)
 
                 for mode in MODES:
                     task_id = None
@@ -646,7 +400,7 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
                             progress.advance(task_id)
 
                     if change.replica is not None:  # every way starts in the same conditions
-                        await _set_slowdown(http, by_name[change.replica], change.slowdown_before)
+                        await set_slowdown(http, by_name[change.replica], change.slowdown_before)
                     hedge_after = config.default_hedge_after_s
                     if mode == "fixed":
                         if fixed_s is None:  # the manual recipe: the none way's P90 before the change
@@ -655,8 +409,8 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
                             except ValueError as exc:
                                 raise DemoError(str(exc)) from None
                         hedge_after = fixed_s
-                    await _configure_route(http, api_url, mode, hedge_after, config)
-                    replayed = await _replay(
+                    await configure_route(http, api_url, mode, hedge_after, config)
+                    replayed = await replay_way(
                         mode, workload, upstreams, config, api_url, done, hedge_after, apply_change
                     )
                     result = summarize(
@@ -666,18 +420,18 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
                     if mode == "adaptive":
                         # The published value first: the controller keeps ticking, and a value
                         # published after this read still leaves this one in the history.
-                        published = await _published(http, api_url, f"demo-{mode}")
-                        history = await _applied_history(http, api_url, f"demo-{mode}")
+                        published = await published_now(http, api_url, f"demo-{mode}")
+                        history = await applied_history(http, api_url, f"demo-{mode}")
                         result = _with_controller(result, replayed, history, published, config.default_hedge_after_s)
                     else:
                         result = _with_threshold(result, mode, replayed, hedge_after, fixed_source)
                     results.append(result)
-                    await _drain(http, upstreams)
+                    await drain(http, upstreams)
                 if change.replica is not None:
-                    await _set_slowdown(http, by_name[change.replica], change.slowdown_before)
+                    await set_slowdown(http, by_name[change.replica], change.slowdown_before)
                 if config.report_dir is not None:
                     try:
-                        report_paths, report = await _write_report(http, api_url, config.report_dir)
+                        report_paths, report = await write_report(http, api_url, config.report_dir)
                     except OSError as exc:
                         raise DemoError(f"cannot write the report into {config.report_dir}: {exc}") from None
         finally:
@@ -700,64 +454,15 @@ async def run_demo(config: DemoConfig, progress: Any = None, notify: Callable[[s
     )
 
 
-async def _perf_model_notice(http: httpx.AsyncClient, upstreams: Sequence[Upstream]) -> str | None:
-    """A notice when any replica fell back to the embedded speed table (the shared CSV absent)."""
-    fallen = []
-    for upstream in upstreams:
-        try:
-            stats = (await http.get(upstream.base_url.removesuffix("/v1") + "/stats", timeout=10.0)).json()
-        except (httpx.HTTPError, ValueError):
-            continue
-        if isinstance(stats, dict) and stats.get("perf_model_embedded") is True:
-            fallen.append(upstream.name)
-    if not fallen:
-        return None
-    return (
-        f"notice: {', '.join(fallen)} {'uses' if len(fallen) == 1 else 'use'} the embedded Splitwise speed table "
-        "(../shared/data/traces/splitwise_perf_model.csv was not found; give the file with --perf-model)"
-    )
-
-
-async def _applied_history(http: httpx.AsyncClient, api_url: str, route: str) -> list[tuple[datetime, float]]:
-    """The values the controller published for ``route`` and when, oldest first (the api's history)."""
-    try:
-        response = await http.get(
-            f"{api_url}/v1/routes/{route}/history", params={"model": MODEL, "applied": "true", "limit": 10_000}
-        )
-        rows = response.json()["history"] if response.status_code == 200 else []
-        return [(parse_timestamp(row["computed_at"]), float(row["hedge_after_s"])) for row in reversed(rows)]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
-        return []
-
-
-async def _published(http: httpx.AsyncClient, api_url: str, route: str) -> float | None:
-    """The threshold the api publishes now for ``route`` (``GET /v1/thresholds/{route}``), or None."""
-    try:
-        response = await http.get(f"{api_url}/v1/thresholds/{route}", params={"model": MODEL})
-        return float(response.json()["hedge_after_s"]) if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _published_at(history: Sequence[tuple[datetime, float]], moment: datetime | None, default: float) -> float:
-    """The last value in ``history`` published at or before ``moment`` (``default`` before any)."""
-    value = default
-    for computed_at, hedge_after_s in history:
-        if moment is not None and computed_at > moment:
-            break
-        value = hedge_after_s
-    return value
-
-
 def _with_controller(
     result: ModeResult,
-    replayed: _Replayed,
+    replayed: Replayed,
     history: Sequence[tuple[datetime, float]],
     published: float | None,
     default: float,
 ) -> ModeResult:
     """The adaptive way's result with what the controller published (from the api)."""
-    last = published if published is not None else _published_at(history, None, default)
+    last = published if published is not None else published_at(history, None, default)
     assert result.before_change is not None and result.after_change is not None
     return replace(
         result,
@@ -768,14 +473,14 @@ def _with_controller(
         hedge_after_source="controller",
         published_hedge_after_s=last,
         before_change=replace(
-            result.before_change, published_hedge_after_s=_published_at(history, replayed.change_at, default)
+            result.before_change, published_hedge_after_s=published_at(history, replayed.change_at, default)
         ),
         after_change=replace(result.after_change, published_hedge_after_s=last),
     )
 
 
 def _with_threshold(
-    result: ModeResult, mode: str, replayed: _Replayed, hedge_after_s: float, fixed_source: str
+    result: ModeResult, mode: str, replayed: Replayed, hedge_after_s: float, fixed_source: str
 ) -> ModeResult:
     """The none or fixed way's result with its own threshold (None for ``none``)."""
     value = hedge_after_s if mode == "fixed" else None

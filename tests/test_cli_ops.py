@@ -352,3 +352,39 @@ def test_demo_perf_model_that_is_not_a_file_is_refused(tmp_path: Path) -> None:
     done = _cli("demo", "--quick", "--perf-model", str(tmp_path / "none.csv"), cwd=tmp_path)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.startswith("hedgerow: --perf-model: not a file"), done.stderr
+
+
+@pytest.mark.slow
+def test_routes_history_explain_prints_each_decision_then_its_sentences(tmp_path: Path) -> None:
+    """``--explain``: each decision on a line, then the api's sentences for it, plain text: an
+    actor written like rich markup prints as typed, and no escape sequence reaches the terminal."""
+    import httpx
+
+    from tests.serve_process import ServeProcess
+
+    served = ServeProcess(f"sqlite:///{tmp_path / 'x.db'}", tmp_path, {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600"})
+    try:
+        made = httpx.put(f"{served.url}/v1/routes/team/chat", params={"model": "m1"}, json={"actor": "[bold]ops[/]"})
+        assert made.status_code == 201, made.text
+        pinned = httpx.patch(
+            f"{served.url}/v1/routes/team/chat", params={"model": "m1"}, json={"pinned_hedge_after_s": 0.5}
+        )
+        assert pinned.status_code == 200, pinned.text
+        rows = httpx.get(f"{served.url}/v1/routes/team/chat/history", params={"model": "m1"}).json()["history"]
+        done = _cli("routes", "history", "team/chat", "--explain", "--api", served.url, COLUMNS="100")
+    finally:
+        served.stop()
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "\x1b" not in out and out.startswith("team/chat: 2 decision(s), newest first\n"), out
+    blocks = out.split("\n\n")[1:]
+    assert len(blocks) == 2, out
+    for block, row in zip(blocks, rows, strict=True):
+        head, *body = block.splitlines()
+        assert head.startswith(row["computed_at"].replace("T", " ")[:19]) and row["reason"].split(",")[0] in head
+        # the sentences, wrapped at the terminal's width, each starting "  - "
+        joined = " ".join(line.strip() for line in body)
+        assert joined == " ".join(f"- {sentence}" for sentence in row["explanation"]), (joined, row["explanation"])
+        assert all(len(line) <= 100 for line in body), body
+    assert "(api)" in blocks[0].splitlines()[0] and "[bold]ops[/] created the route; its first value" in blocks[1], out
+    assert "- An operator pinned the value at 0.5 s" in blocks[0], out

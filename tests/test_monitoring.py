@@ -108,13 +108,19 @@ async def _scrape(database_url: str, call_factory: Any) -> dict[str, list[tuple[
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
-    """The series names a real app on SQLite exports, ``_bucket``/``_sum``/``_count`` stripped."""
+    """The series names a real app on SQLite exports, and a gateway's ``/metrics`` (the
+    ``hedgerow_gateway_*`` family), ``_bucket``/``_sum``/``_count`` stripped."""
     import asyncio
 
+    from hedgerow.gateway._metrics import GatewayMetrics
     from tests.conftest import make_call
 
     url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('monitoring') / 'hedgerow.db'}"
     samples = asyncio.run(_scrape(url, make_call))
+    # the gateway's own family, as a gateway's /metrics serves it after one answered request
+    gateway = GatewayMetrics()
+    gateway.observe("route", "model", "ok", 200, 0.01, 0.02)
+    samples.update(_samples(gateway.render().decode()))
     return {_base(name) for name in samples}
 
 
@@ -168,6 +174,11 @@ def test_the_dashboard_queries_only_exported_series(exported: set[str]) -> None:
         "gen_ai_client_operation_time_to_first_chunk_seconds", "hedgerow_hedge_wins_total",
         "hedgerow_controller_last_success_timestamp_seconds", "hedgerow_store_up", "hedgerow_lease_held",
     }  # fmt: skip
+    wanted |= {  # the per-upstream panels
+        "hedgerow_upstream_ttft_seconds", "hedgerow_upstream_failures_total", "hedgerow_upstream_attempts_total",
+        "hedgerow_upstream_races_total", "hedgerow_upstream_hedges_caused_total",
+        "hedgerow_upstream_loser_tokens_total",
+    }  # fmt: skip
     assert wanted <= used
 
 
@@ -176,6 +187,7 @@ def test_the_alert_rules_query_only_exported_series(exported: set[str]) -> None:
     assert {r["alert"] for r in rules} == {
         "HedgerowHedgeRateOverBudget", "HedgerowHedgesNotHelping", "HedgerowCallFailuresSurging",
         "HedgerowStoreDown", "HedgerowControllerTickLate", "HedgerowNoLeaseHolder",
+        "HedgerowUpstreamFailuresSurging",
     }  # fmt: skip
     for rule in rules:
         names = {_base(n) for n in metric_names(rule["expr"])}
@@ -185,6 +197,20 @@ def test_the_alert_rules_query_only_exported_series(exported: set[str]) -> None:
         if "route" in rule["expr"]:  # a per-route alert names the route and the model
             for key in ("summary", "description"):
                 assert "$labels.route" in annotations[key] and "$labels.model" in annotations[key], rule["alert"]
+
+
+def test_every_alert_has_a_promtool_case_where_it_fires_and_one_where_it_does_not() -> None:
+    """The promtool unit tests (run by .ci/run) drive each rule's condition: for every alert at
+    least one case expects it firing and one expects it silent (or a series that must not fire it)."""
+    cases = yaml.safe_load((MONITORING / "hedgerow-alerts.test.yml").read_text())["tests"]
+    firing: set[str] = set()
+    silent: set[str] = set()
+    for case in cases:
+        for check in case.get("alert_rule_test", []):
+            (firing if check.get("exp_alerts") else silent).add(check["alertname"])
+    alerts = {r["alert"] for r in _alert_rules()}
+    assert firing == alerts
+    assert {"HedgerowUpstreamFailuresSurging", "HedgerowCallFailuresSurging"} <= silent
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian: prometheus)")

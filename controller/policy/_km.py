@@ -19,7 +19,7 @@ Formulas, with ``S`` the survival ``P(T > t)``:
 
 With unit weights the operations are those of ``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``,
 its ``confidence_interval(method="log-log")`` and ``scipy.stats.logrank`` (scipy 1.17), in the
-same order, so the values are equal to the last bit (``tests/controller/test_km.py`` checks it);
+same order, so the values are equal to the last bit (``tests/controller/policy/test_km.py`` checks it);
 scipy's versions take neither weights nor a table built once and cut many ways, and building
 their objects cost 0.3-1 ms per call, about 20 times the arithmetic at 1,000 samples.
 """
@@ -142,7 +142,7 @@ class DurationIndex:
     (:meth:`cumulative`); ``at_risk_of``, ``km_survival_rows``, ``km_quantiles`` and
     ``logrank_rows`` then work on all parts at once. With whole number weights (counts) every
     sum is exact in float64, so each part gives ``risk_table`` of that part, its survival,
-    quantiles and ``logrank_z`` to the last bit (``tests/controller/test_km.py`` checks it).
+    quantiles and ``logrank_z`` to the last bit (``tests/controller/policy/test_km.py`` checks it).
 
     Attributes:
         times_s: the sample's distinct durations, seconds, ascending, shape (m,).

@@ -28,7 +28,7 @@ evaluation (``bench/controller_eval.py``, records from the simulation) both call
 The input is one entry per call (:class:`WindowRecords`) or weighted entries (:class:`WindowData`:
 samples of each kind with a weight, counters by age), such as a histogram's (minute, bucket, count)
 entries. A weight is that many calls of the same age and duration, so the same rules give the same
-observation from either form of the same calls (``tests/controller/test_policy_window.py``), at the
+observation from either form of the same calls (``tests/controller/policy/test_policy_window.py``), at the
 cost of the entries instead of the calls.
 
 The sample rule (:func:`ttft_sample`) is here too: a first token is an observed duration, an
@@ -51,6 +51,7 @@ from hedgerow.controller.policy.samples import ttft_sample
 
 if TYPE_CHECKING:
     from hedgerow.controller.policy.policy import PolicyKnobs
+    from hedgerow.settings import Settings
 
 __all__ = [
     "TAIL_SAMPLES",
@@ -308,7 +309,7 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
 
 
 def observe_window(
-    records: WindowRecords | WindowData, *, settings: Any, budget: float | None, knobs: PolicyKnobs
+    records: WindowRecords | WindowData, *, settings: Settings, budget: float | None, knobs: PolicyKnobs
 ) -> Observation:
     """The policy's ``Observation`` of one route at one tick (see the module docstring).
 
@@ -337,7 +338,7 @@ def observe_window(
     drift: dict[str, Any] | None = None
     if window == float(settings.window_s) and knobs.drift_alpha > 0:
         samples = (primary.age_s[mask], primary.durations_s[mask], primary.censored[mask])
-        tests = {
+        tests: dict[str, Any] = {
             "window_s": window,
             "min_samples": settings.min_samples,
             "alpha": knobs.drift_alpha,

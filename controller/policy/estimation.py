@@ -62,14 +62,14 @@ Outputs
   holds); a value means censoring is what hides the target (the policy may raise).
   A time only counts there while at least ``n * budget / 2`` samples are at risk (a bound that
   gets under the budget on the last one or two samples is a sample-size artefact).
-  Example (``tests/controller/test_estimation.py``): 120 lognormal TTFTs with 3 censored at
+  Example (``tests/controller/policy/test_estimation.py``): 120 lognormal TTFTs with 3 censored at
   budget 0.05: the all-events bound first gets under 0.05 at the 119th sorted sample, where 2
   samples are at risk (< 120 * 0.05 / 2 = 3), so both targets are ``None`` (too few samples);
   1,000 samples censored above 0.85 s at budget 0.10 give ``target_s = None`` but
   ``target_all_events_s = 0.85`` s (588 at risk): censoring hides the target.
   ``TTFTEstimate.too_few_for_budget`` is that first case.
 
-Worked number (the code's own output; ``tests/controller/test_estimation.py`` checks it):
+Worked number (the code's own output; ``tests/controller/policy/test_estimation.py`` checks it):
 1,000 uncensored draws of a lognormal TTFT (sigma 0.6, median 1.0 s, so true P90 =
 exp(0.6 * 1.2816) = 2.157 s), drawn by ``lognorm(s=0.6).rvs(1000,
 random_state=default_rng(5))``, budget 0.10, confidence 0.95: KM P90 = 2.144 s and target_s =
@@ -171,7 +171,7 @@ class KMCurve:
         on ``S`` is ``<= 1 - q``, the bound ``S(t) >= L(t) > 1 - q`` for every ``t < tau``
         gives ``x_q >= tau`` with the bound's confidence. When the lower bound stays above
         ``1 - q`` up to the last duration, ``tau`` is ``max_observed_s``. Worked number
-        (``tests/controller/test_estimation.py``): 200 draws of Exp(1) censored at 1.0 s
+        (``tests/controller/policy/test_estimation.py``): 200 draws of Exp(1) censored at 1.0 s
         (true P90 = 2.303 s): the bound for P90 is 1.0 s; the old "largest duration seen"
         answer would be the same here but can exceed the quantile when a few long durations
         are censored at large times (the issue's 3 of 14 cases).

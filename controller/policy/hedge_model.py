@@ -57,27 +57,14 @@ independence). The model also ignores the load a backup adds and the load a winn
 sheds (the cancelled primary leaves its queue); both matter under saturation. The replay takes
 the primaries as they were under the *current* threshold: when a host is overloaded, a lower
 threshold would also have drained its queue (fewer slow primaries, fewer wanted hedges), which
-the replay cannot see, so after a slowdown the efficient target errs *high*. In
-``bench/controller_eval.py`` (3x slowdown of one of 5 replicas, seeds 0-2) the window's tail
-is the overload transient right after the slowdown, when the wanted hedge rate was 13-18% and
-the bucket ran dry: 81-90% of its calls slower than 1.56 s had their hedge denied. While the
-transient is in the window, the search's predicted P99 is the transient's (2-3 s) and its
-minimum lies at 1.1-1.8 s. The replay puts it there, not the backup curve nor the independence
-assumption: on seed 1's window at 2,040 s the predicted P99 is 2.88 s at 0.5 s and 2.24 s at
-1.5 s with the replay, 2.81 s and 1.99 s with the primary's curve in place of the backup's, and
-1.01 s and 1.98 s without the replay. Without it the model misses the denied hedges (it
-predicts 0.17% of the window's calls over 2.0 s at 0.743 s, the replay 1.5%, while the window's
-observed call P99 is 1.96 s); with it the minimum sits where the error above puts it. Replayed
-at fixed thresholds, the transient's calls (seed 1, 3,649 of them) over 2.0 s number 140 at
-0.743 s, 100 at 0.85 s, 110 at 1.0 s, 128 at 1.25 s and 111 at 1.5 s, and over 1.5 s (the
-level of the run's pooled P99) 175, 140, 178, 230 and 313. ``policy`` therefore does not follow
-a bucket-limited search above the current value (``replay_hold``); a raise there comes from the
-budget's evidence. After the transient, ``_policy_drift.detect_tail_recovery`` takes it out of
-the window 4-8 minutes after its end; until then the replay keeps rationing tokens for a queue
-that is over (seed 1 at 2,340 s: predicted P99 2.81 s at 0.743 s and 2.22 s at 1.5 s, while the
-fixed replays count 27 and 124 calls over 1.5 s after the transient).
+the replay cannot see, so after a slowdown the efficient target errs *high*: while an overload
+transient is in the window, the bucket ran dry on its slow calls, and the search's minimum lies
+where that one-sided error puts it. ``policy`` therefore does not follow a bucket-limited search
+above the current value (``replay_hold``); a raise there comes from the budget's evidence. After
+the transient, ``_policy_drift.detect_tail_recovery`` takes it out of the window. The replay
+figures behind this: ``docs/evaluation.md``, "The hedge model in a queue".
 
-Worked number (the code's own output; ``tests/controller/test_hedge_model.py`` checks it):
+Worked number (the code's own output; ``tests/controller/policy/test_hedge_model.py`` checks it):
 10,000 uncensored primary TTFTs drawn with ``numpy.random.default_rng(7)``: 87% uniform in
 0.05-0.3 s (short prompts), 12% uniform in 0.45-0.55 s (long prompts: their prefill), 1% uniform
 in 1-5 s (a slow host); the backup curve is the primary's (too few backup samples). The budget

@@ -3,7 +3,8 @@
 ``decide(config, current, observation, knobs)`` is pure (no I/O, no clock). It folds the rules
 of :data:`hedgerow.controller.policy._policy_rules.RULES`, small functions ``(proposal, inputs) ->
 proposal``, over a starting proposal (the current value, or the default when nothing was
-published), in this order:
+published), in this order. The benchmark runs that chose each rule's design, and the current
+figures of the scenario suite and the Azure replay, are in ``docs/evaluation.md``.
 
 1. **Route state** (``route_state``). A disabled route keeps its value (or the default), source
    ``"disabled"``; a pinned route publishes the pinned value as is (no clamp), ``"pinned"``.
@@ -35,16 +36,10 @@ published), in this order:
    take before ``min_samples`` (``_policy_rules.cold_start_confidence``, Bonferroni: at a 10%
    budget and 95%, the looks ``k = 0`` from 29 samples and ``k = 1`` from 46, each then at
    97.5%, where ``k = 0`` needs 36 samples and ``k = 1`` 54), so the whole cold period errs
-   with at most ``1 - confidence``. Worked numbers (``tests/controller/test_policy.py``): 35
+   with at most ``1 - confidence``. Worked numbers (``tests/controller/policy/test_policy.py``): 35
    calls at 0.4 s and one at 6.0 s: 0 of 36 past 6.0 s gives 0.0974, 6.0 s; with 34 at 0.4 s,
    0 of 35 gives 0.1000, so still the maximum; 47 at 0.4 s, one at 3.0 s and one at 6.0 s:
    1 of 49 past 3.0 s is not supported at 97.5% (it is at 95% from 46), so 6.0 s.
-   Why (``bench/controller_eval.py --suite scenarios``, few_calls, 0.72 calls/min, a 2.0 s
-   default where 24.4% hedge): keeping the default until a lower bound shows it over budget
-   took 27-40 samples, 43, 72 and 37 ticks over budget on seeds 0-2; from the maximum down
-   with each look at 95%, 0, 4 and 0 (seed 1's 4: at 46 samples the second slowest, 3.29 s,
-   was supported and its true rate is 0.117, until a 49th sample moved it back to 4.95 s:
-   the second look's own 5% error, added to the first's); with the split, 0 on seeds 0-5.
    **A value the objective chose** (source ``controller``) is kept (``too_few_samples``)
    while the samples are consistent with it: the one-sided ``confidence`` Clopper-Pearson
    lower bound on the share of primaries known to have waited past it
@@ -70,20 +65,10 @@ published), in this order:
    curve), and a high threshold wins only if the predicted tail says so.
    **Minute aggregates.** The live tick reads each duration at its histogram bucket's end
    (4.7 % wide), so its curves step only there and their predicted tails move in 4.7 % jumps,
-   coarser than the 2 % tolerance: the tie-break and the bucket-limited test below saw ties
-   that the calls do not show. The predictions (not the budget target) therefore spread each
-   step over its bucket (on 20,000 lognormal calls the predicted P99 comes within 0.8 % of
-   the raw calls' instead of 4.5 %). **Sparse buckets.** The same holds across empty buckets
-   between occupied ones (the backup's curve rests on a few dozen to a few hundred hedges):
-   the predicted P99 stays flat over thresholds several percent apart and the cost tie-break
-   runs to the far end of the plateau. Each step is therefore spread over the interval since
-   the previous step, within its bucket or across a gap (``_policy_rules.spread_steps``);
-   scenario regret median on minutes (seeds 0-2) 1.055 -> 1.048 (with rule 5's window-looks
-   limit). Curves of raw calls are used as they are. On
-   ``bench/controller_eval.py --minutes`` (Azure trace, seeds 0-2) the search on the buckets
-   no longer cost-ties to 0.76 s at the start of the slowdown's queue where the calls show
-   it bucket-limited at 0.49 s; adaptive P99 1.645 s -> 1.545 s (best fixed 1.420 s);
-   seeds 6-11: 1.548 s -> 1.522 s (best fixed 1.367 s; the calls read one by one: 1.550 s).
+   coarser than the 2 % tolerance. The predictions (not the budget target) therefore spread
+   each step over the interval since the previous step, within its bucket or across empty
+   buckets (``_policy_rules.spread_steps``; on 20,000 lognormal calls the predicted P99 comes
+   within 0.8 % of the raw calls' instead of 4.5 %). Curves of raw calls are used as they are.
    **Replay hold.** When the search is bucket-limited (``hedge_model.efficient_threshold``: the
    budget target's predicted tail is worse than the lowest because the replayed bucket runs
    dry there) and its value lies above the current one, the current value is kept
@@ -91,12 +76,7 @@ published), in this order:
    current value: it cannot see that a lower threshold drains an overloaded upstream's queue
    (its backups win and cancel the slow primaries) nor that a higher one lets it grow, so its
    error favours higher thresholds and its prediction is self-consistent only at the current
-   value. A raise in that regime comes from the budget's evidence (rule 4). On
-   ``bench/controller_eval.py`` (Azure trace, one replica of five 3x slower half way) the
-   search put 1.08-1.58 s into the slowdown's 7-minute queue (seed 1), where replays at fixed
-   values count the fewest calls over 1.5 s at 0.85 s (140, against 230 at 1.25 s and 313 at
-   1.5 s); with the hold, and rule 4's raise below, the queue's minutes run at 0.71-1.05 s
-   (seeds 0-2).
+   value. A raise in that regime comes from the budget's evidence (rule 4).
    **Censored region.** When no time qualifies because the budget quantile lies where the
    primaries were cancelled (``target_s`` None, the value at or below the largest censoring
    time), the value moves to the lowest one the data can support,
@@ -111,13 +91,9 @@ published), in this order:
    exceeds the budget, ``v`` is raised to the smallest value the same test accepts
    (``_policy_rules.least_accepted_value``; ``raise_over_budget``, binding ``evidence``): a
    value the rule accepts from the objective is one it accepts from itself, and the window's
-   budget bound (rule 3) is what holds a value within the budget with confidence. Rule 2's
-   stricter target (the short window's upper bound within the budget, primaries cancelled
-   before the value counted as still waiting) overshoots in a queue, where most slow
-   primaries' hedges won early: on the Azure replay it put 3.7 s into the queue's worst
-   minute (seed 2). A raw proportion over the budget is not enough: 31 of 300 (10.3%) gives
-   a lower bound of 0.076 and no raise. After a detected change the short window holds only
-   data since the change.
+   budget bound (rule 3) is what holds a value within the budget with confidence. A raw
+   proportion over the budget is not enough: 31 of 300 (10.3%) gives a lower bound of 0.076
+   and no raise. After a detected change the short window holds only data since the change.
 5. **Stability** (``stability``, only against a published value). A proposal of the objective
    is not followed (``hysteresis_hold``) while the current value is within the budget (the
    one-sided ``confidence`` upper bound on ``S`` there, ``KMCurve.upper_one_sided``, is
@@ -136,26 +112,14 @@ published), in this order:
    (``step_down_limited``); a value above it (at or above the primary's own tail quantile, as
    after a small sample's raise to the maximum) is no candidate: it is not stepped down but
    left in one step, and it is not held when the proposal's predicted tail is lower by more
-   than ``p99_tolerance`` at the quantile itself. The band's lower levels cannot show that,
-   since a level whose primary quantile lies below the proposal predicts the same for both:
-   with the band alone, few_calls (``bench/controller_eval.py --suite scenarios``, seed 0,
-   when rule 2 still kept the default and raised it to the maximum on evidence) kept the 30 s
-   maximum for 93 ticks after the objective first ran (73 samples); with the test at the
-   quantile it moved at once, and its regret went from 1.366 to 1.326. Worked
-   number (``tests/controller/test_policy.py``, 80 lognormal samples): predicted P99 7.41 s at
-   30 s against 7.23 s at the proposal (2.4% lower), and the same 6.18 s at P97.5.
+   than ``p99_tolerance`` at the quantile itself (the band's lower levels cannot show that,
+   since a level whose primary quantile lies below the proposal predicts the same for both).
+   Worked number (``tests/controller/policy/test_policy.py``, 80 lognormal samples): predicted
+   P99 7.41 s at 30 s against 7.23 s at the proposal (2.4% lower), and the same 6.18 s at P97.5.
    Against a proposal with the same predicted tail (e.g. the search's top, the primary's own
    tail quantile) such a value is held.
    Neither hold nor step limit applies while a detected change is fresh (within the short
    window): the value then belongs to the old regime.
-   Why the kept value's bound is one-sided (``bench/controller_eval.py --suite scenarios``,
-   seeds 0-5): it lets a value whose true rate sits just above the budget stay until its
-   one-sided bound crosses it (heavy_tail_budget seed 1: 9 of 180 ticks at a true 0.103, until
-   the window-looks limit below kept the value from entering there). A
-   hold on the two-sided bound removed those 9 ticks but moved small_windows more often
-   (changes per hour at steady state 1.5, 1.5, 0.5, 1.5, 5.0, 2.0 against 2.0, 0.5, 0.5,
-   1.0, 1.0, 1.0; seed 4 over the limit of 2) and raised the regret in 10 of those 12 runs of
-   the two scenarios (small_windows seed 4: 1.236 to 1.318).
    **Window looks.** A decrease goes no lower than ``_policy_rules.looks_target`` (cut:
    ``step_down_limited``; held when it lies at or above the current value: ``hysteresis_hold``;
    binding ``looks`` either way): the first time whose upper bound on ``S`` is within the
@@ -165,9 +129,8 @@ published), in this order:
    target down follows those dips and the one-sided hold above keeps it there. Over one window
    span the window's error behaves like a Slepian process and passes ``u`` with probability
    about ``Phi_bar(u) + u phi(u)`` (``_policy_rules.window_scan_ratio``): 2.5% at ``u`` =
-   2.795 instead of 1.960, a log-log half-width 1.426 times the target's. The 9 ticks of
-   heavy_tail_budget seed 1 above go to 0 (a raise is not limited: the value enters at 2.795
-   and leaves at the one-sided 1.645).
+   2.795 instead of 1.960, a log-log half-width 1.426 times the target's. A raise is not
+   limited: the value enters at 2.795 and leaves at the one-sided 1.645.
 6. **Clamp** (``clamp``) to ``[min_hedge_after_s, max_hedge_after_s]``; a value at a bound
    always carries ``clamped_min`` / ``clamped_max`` (also when the search itself stopped there).
 7. **Drift note** (``drift_note``): ``drift_window`` when the window was shrunk to the data since
@@ -193,7 +156,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -202,6 +165,9 @@ from hedgerow.controller.policy.estimation import TTFTEstimate
 from hedgerow.controller.policy.hedge_model import SurvivalCurve
 from hedgerow.controller.policy.reason_codes import REASON_CODES
 from hedgerow.controller.policy.route_config import RouteConfig, check_count, check_fraction, check_positive, is_number
+
+if TYPE_CHECKING:
+    from hedgerow.settings import Settings
 
 __all__ = [
     "REASON_CODES",
@@ -304,7 +270,7 @@ class PolicyKnobs:
             raise ValueError(f"replay_max_calls must be an integer >= 1, got {self.replay_max_calls!r}")
 
     @classmethod
-    def from_settings(cls, settings: Any) -> PolicyKnobs:
+    def from_settings(cls, settings: Settings) -> PolicyKnobs:
         """Build the knobs from a ``hedgerow.settings.Settings``.
 
         Args:

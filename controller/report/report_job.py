@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from sqlalchemy import select, update
@@ -58,6 +58,9 @@ from hedgerow.controller.report.report_render import render, summary_text
 from hedgerow.controller.report.report_store import weekly_report
 from hedgerow.controller.store.db import dialect_insert, rowcount
 from hedgerow.controller.store.models import ReportDelivery, utc_now
+
+if TYPE_CHECKING:
+    from hedgerow.settings import Settings
 
 __all__ = [
     "WEEKLY",
@@ -100,7 +103,7 @@ class DeliveryResult:
     retry_at: datetime | None = None
 
 
-def report_job_enabled(settings: Any) -> bool:
+def report_job_enabled(settings: Settings) -> bool:
     """Whether the scheduled report has anywhere to go (``report_dir`` or ``report_webhook_url`` set)."""
     return bool(settings.report_dir or settings.report_webhook_url)
 
@@ -172,7 +175,7 @@ def _write(directory: Path, name: str, text: str) -> Path:
     return target
 
 
-def run_again_at(row: ReportDelivery, settings: Any) -> datetime | None:
+def run_again_at(row: ReportDelivery, settings: Settings) -> datetime | None:
     """When the delivery in ``row`` may be run again, or None when never.
 
     A ``failed`` run: ``report_retry_backoff_s * 2 ** (runs - 1)`` after it ended; a claim still
@@ -214,7 +217,7 @@ async def _take_back(
 
 async def _run_delivery(
     sessionmaker: async_sessionmaker[AsyncSession],
-    settings: Any,
+    settings: Settings,
     holder: str,
     week: IsoWeek,
     run: int,
@@ -301,7 +304,7 @@ async def _delivery_row(sessionmaker: async_sessionmaker[AsyncSession], week: st
 
 async def deliver_weekly_report(
     sessionmaker: async_sessionmaker[AsyncSession],
-    settings: Any,
+    settings: Settings,
     holder: str,
     *,
     week: IsoWeek | None = None,
@@ -341,7 +344,7 @@ async def deliver_weekly_report(
 
 
 async def retry_deliveries(
-    sessionmaker: async_sessionmaker[AsyncSession], settings: Any, holder: str, *, now: datetime | None = None
+    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings, holder: str, *, now: datetime | None = None
 ) -> list[DeliveryResult]:
     """Run again every weekly delivery whose retry is due (:func:`run_again_at`): failed runs
     after their backoff, and claims left ``sending`` by a process that died. A stale claim with

@@ -11,6 +11,8 @@ Every format renders the JSON report of :func:`hedgerow.controller.report.report
   :mod:`hedgerow.controller.report.report_plots`), no script, no external request: readable offline
   and by mail. Template: ``templates/weekly_report.html.j2`` (Jinja2, autoescaped);
 * :func:`to_markdown`: headline figures and a table per route, for chat;
+* every format but JSON also renders the per-upstream table (``report["upstreams"]``,
+  :mod:`hedgerow.controller.report.report_upstreams`) when the report has one;
 * :func:`summary_text`: the one-paragraph summary posted to a webhook.
 
 Route and model names are stored text: each format escapes them for itself (names stored before
@@ -36,6 +38,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from hedgerow.client.names import visible
+from hedgerow.controller.report import report_upstreams
+from hedgerow.controller.report.report_upstreams import CSV_UPSTREAM_COLUMNS
 
 __all__ = [
     "CSV_COLUMNS",
@@ -74,6 +78,7 @@ CSV_COLUMNS = (
     "price_status", "threshold_start_s", "threshold_end_s", "threshold_min_s", "threshold_max_s",
     "threshold_changes", "backups_rarely_win", "hedges_did_not_lower_p99", "enabled", "pinned_hedge_after_s",
     "calls_change", "ttft_p99_s_change", "overhead_usd_change",
+    *CSV_UPSTREAM_COLUMNS,
 )  # fmt: skip
 
 
@@ -140,13 +145,17 @@ def _row(report: Mapping[str, Any], section: Mapping[str, Any], scope: str) -> d
 
 
 def to_csv(report: Mapping[str, Any]) -> str:
-    """One row per (route, model) and a ``total`` row (``scope`` column), columns :data:`CSV_COLUMNS`."""
+    """One row per (route, model), a ``total`` row, then one ``upstream`` row per upstream (``scope``
+    column), columns :data:`CSV_COLUMNS` (the upstream rows fill the ``upstream`` columns at its end,
+    the route rows the others)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for section in report["routes"]:
         writer.writerow(_cells(_row(report, section, "route")))
     writer.writerow(_cells(_row(report, report["total"], "total")))
+    for row in report_upstreams.csv_rows(report):
+        writer.writerow(_cells(row))
     return buffer.getvalue()
 
 
@@ -272,6 +281,7 @@ _FILTERS = {
     "primary": _primary_text,
     "flags": _flags,
     "shown": visible,
+    "upstream_q": lambda entry: report_upstreams.quantile_text(entry, _s),
 }
 
 
@@ -361,6 +371,7 @@ def to_markdown(report: Mapping[str, Any]) -> str:
             lines += ["", f"Moved most ({title}): " + "; ".join(
                 f"{markdown_text(m['route'])}/{markdown_text(m['model'])} {_delta(m['delta'], kind)}"
                 for m in moved)]  # fmt: skip
+    lines += report_upstreams.markdown_lines(report, markdown_text, _s, _pct)
     return "\n".join(lines) + "\n"
 
 
@@ -404,6 +415,7 @@ def to_html(report: Mapping[str, Any]) -> str:
         overhead=overhead,
         omitted=len(with_calls) - len(plotted),
         days=_days_of(report),
+        upstream_note=report_upstreams.coverage_note(report),
     )
 
 

@@ -28,6 +28,7 @@ from hedgerow.controller.report.report import (
     WeekData,
     build_weekly_report,
 )
+from hedgerow.controller.report.report_upstreams import week_upstreams
 from hedgerow.controller.store.models import Call, HourlyRollup, Route, ThresholdHistory, utc_now
 from hedgerow.controller.store.prices import load_price_book
 from hedgerow.controller.store.rollups import (
@@ -168,7 +169,8 @@ async def load_week_data(session: AsyncSession, week: IsoWeek, *, now: datetime 
 async def weekly_report(
     sessionmaker: async_sessionmaker[AsyncSession], week: IsoWeek | str | None = None, *, now: datetime | None = None
 ) -> dict[str, Any]:
-    """The JSON report of an ISO week (default: the current week), read in one session.
+    """The JSON report of an ISO week (default: the current week), read in one session, with its
+    per-upstream table under ``upstreams`` (:mod:`hedgerow.controller.report.report_upstreams`).
 
     Args:
         sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker`.
@@ -186,4 +188,7 @@ async def weekly_report(
         week = IsoWeek.parse(week)
     async with sessionmaker() as session:
         data = await load_week_data(session, week, now=now)
-    return build_weekly_report(data)
+        upstreams = await week_upstreams(session, week)
+    report = build_weekly_report(data)
+    report["upstreams"] = upstreams  # the per-upstream table (report_upstreams; from raw attempts)
+    return report

@@ -206,8 +206,7 @@ def window_data(minutes: RouteMinutes, now: datetime) -> WindowData:
     less than one bucket (4.7 %), and the budget target (an upper confidence bound on the same
     curve) and the predicted tails follow it: a value published within the budget on the
     buckets is within it on the calls. The bucket's midpoint would halve the error but make it
-    two-sided: on the evaluation with ``--minutes`` (``bench/controller_eval.py``) midpoints
-    left rare_slow_mode seed 1 settled over the budget for 6 ticks. On the worked number of
+    two-sided (``docs/evaluation.md``, "Minute aggregates"). On the worked number of
     ``jobs`` (2,000 Exp(1 s) primaries hedged at 1.5 s, 324 censored) see there for the
     figures against the raw calls; ``tests/controller/test_jobs.py`` checks them.
     Each minute's counters are one :class:`CallCounts` entry.

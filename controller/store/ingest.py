@@ -41,26 +41,35 @@ Records are any objects with the wire format's attributes (:class:`RecordFields`
 so a batch posted to the api is never copied into a second object per record. Route ids are
 looked up in a :class:`RouteIdCache` first; only pairs it does not know are read (or created).
 
+With :class:`~hedgerow.controller.store.cpu_turns.CpuTurns` (the api's ingest gate on
+PostgreSQL), the CPU-heavy steps (building the rows, counting the minutes) run within its turns
+in slices of :data:`ROW_SLICE` records, and each ``COPY`` pauses every :data:`COPY_SLICE` rows,
+with the event loop free between slices; without, each step runs in one go.
+
 Measured by ``bench/ingest.py``; the figures are in the README's "Benchmarks".
 """
 
 from __future__ import annotations
 
-import math
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import date, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from hedgerow.client.records import estimate_prompt_tokens
-from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded, StoreError
+from hedgerow.controller.errors import StoreError
 from hedgerow.controller.policy.route_config import RouteConfig
-from hedgerow.controller.store.db import dialect_insert
+from hedgerow.controller.store._ingest_routes import (
+    ROUTE_ID_MAX_AGE_S,
+    RouteIdCache,
+    check_route_limits,
+    ensure_routes,
+    route_defaults,
+)
+from hedgerow.controller.store.cpu_turns import CpuTurns, cpu_turn, pause
 from hedgerow.controller.store.minute_store import add_records
-from hedgerow.controller.store.models import Call, Route, utc_now
+from hedgerow.controller.store.models import Call, utc_now
 from hedgerow.controller.store.partitions import (
     DayPartitionCache,
     DayPartitionMissing,
@@ -68,6 +77,9 @@ from hedgerow.controller.store.partitions import (
     ensure_day_partitions,
     missing_days,
 )
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = [
     "ATTEMPT_COLUMNS",
@@ -83,148 +95,13 @@ __all__ = [
     "route_defaults",
 ]
 
-#: Rows per INSERT statement (keeps SQLite under its bound-parameter limit).
-_CHUNK_ROWS = 200
+#: Records per slice of a CPU-heavy step run with :class:`CpuTurns` (a millisecond or two).
+ROW_SLICE = 200
+#: PostgreSQL, with :class:`CpuTurns`: rows a ``COPY`` encodes between two pauses (see :func:`_copy`).
+COPY_SLICE = 250
 #: PostgreSQL: key of the transaction-scoped advisory lock every ingest batch holds shared
 #: ("hedgeing"); the fold takes it exclusively for a moment to learn which call ids are committed.
 INGEST_LOCK = 0x6865646765696E67 & 0x7FFFFFFFFFFFFFFF
-
-
-def route_defaults(settings: Any) -> RouteConfig:
-    """The configuration a route gets when it is first seen, from ``hedgerow.settings.Settings``.
-
-    Raises:
-        ValueError: when a default is out of range (named in the message).
-    """
-    return RouteConfig(
-        enabled=True,
-        budget=settings.default_budget,
-        default_hedge_after_s=settings.default_hedge_after_s,
-        min_hedge_after_s=settings.min_hedge_after_s,
-        max_hedge_after_s=settings.max_hedge_after_s,
-        pinned_hedge_after_s=None,
-    )
-
-
-async def check_route_limits(
-    session: AsyncSession, pairs: Sequence[tuple[str, str]], *, max_routes: int, max_models_per_route: int
-) -> None:
-    """Refuse (route, model) pairs that are not stored yet when creating them would pass a bound.
-
-    Counts the rows already stored that are not archived plus the new pairs: at most
-    ``max_routes`` (route, model) rows in all, at most ``max_models_per_route`` models per route
-    name (an archived route counts against neither, and is not new: it exists). Two transactions
-    creating routes at the same moment may each pass the check, so the bound can be passed by
-    the new pairs of concurrent batches (at most one batch each), never more.
-
-    Args:
-        session: an open session.
-        pairs: the (route, model) pairs about to be ensured.
-        max_routes: the most (route, model) rows, >= 1.
-        max_models_per_route: the most models of one route, >= 1.
-
-    Raises:
-        RouteLimitExceeded: for the first new pair (in sorted order) past a bound.
-    """
-    wanted = sorted(set(pairs))
-    if not wanted:
-        return
-    existing: set[tuple[str, str]] = set()
-    for start in range(0, len(wanted), _CHUNK_ROWS):
-        chunk = wanted[start : start + _CHUNK_ROWS]
-        result = await session.execute(
-            select(Route.route, Route.model).where(tuple_(Route.route, Route.model).in_(chunk))
-        )
-        existing.update((r, m) for r, m in result.all())
-    new = [pair for pair in wanted if pair not in existing]
-    if not new:
-        return
-    active = Route.archived_at.is_(None)
-    total = int(await session.scalar(select(func.count()).select_from(Route).where(active)) or 0)
-    names = sorted({route for route, _model in new})
-    per_route: dict[str, int] = {}
-    for start in range(0, len(names), _CHUNK_ROWS):
-        chunk_names = names[start : start + _CHUNK_ROWS]
-        result = await session.execute(
-            select(Route.route, func.count()).where(Route.route.in_(chunk_names), active).group_by(Route.route)
-        )
-        per_route.update({route: int(count) for route, count in result.all()})
-    for route, model in new:
-        if total >= max_routes:
-            raise RouteLimitExceeded(route, model, "route", max_routes)
-        if per_route.get(route, 0) >= max_models_per_route:
-            raise RouteLimitExceeded(route, model, "model", max_models_per_route)
-        total += 1
-        per_route[route] = per_route.get(route, 0) + 1
-
-
-async def ensure_routes(
-    session: AsyncSession,
-    pairs: Sequence[tuple[str, str]],
-    defaults: RouteConfig,
-    *,
-    max_routes: int | None = None,
-    max_models_per_route: int | None = None,
-) -> dict[tuple[str, str], int]:
-    """Create the missing (route, model) rows with ``defaults``; return every pair's route id.
-
-    Args:
-        session: an open session; the caller commits.
-        pairs: (route, model) pairs, in any order, repeats allowed.
-        defaults: configuration of a newly created route.
-        max_routes, max_models_per_route: bounds checked by :func:`check_route_limits` before
-            anything is created (None: unbounded).
-
-    Raises:
-        RouteLimitExceeded: a new pair would pass a bound; nothing was created.
-        RouteArchived: a pair is an archived route (the first in (route, model) order); roll
-            back (other pairs may have been created).
-    """
-    wanted = sorted(set(pairs))
-    if not wanted:
-        return {}
-    if max_routes is not None or max_models_per_route is not None:
-        await check_route_limits(
-            session,
-            wanted,
-            max_routes=max_routes if max_routes is not None else 2**62,
-            max_models_per_route=max_models_per_route if max_models_per_route is not None else 2**62,
-        )
-    now = utc_now()
-    rows = [
-        {
-            "route": route,
-            "model": model,
-            "enabled": defaults.enabled,
-            "budget": defaults.budget,
-            "default_hedge_after_s": defaults.default_hedge_after_s,
-            "min_hedge_after_s": defaults.min_hedge_after_s,
-            "max_hedge_after_s": defaults.max_hedge_after_s,
-            "pinned_hedge_after_s": defaults.pinned_hedge_after_s,
-            "created_at": now,
-            "updated_at": now,
-        }
-        for route, model in wanted
-    ]
-    for start in range(0, len(rows), _CHUNK_ROWS):
-        stmt = dialect_insert(session, Route).on_conflict_do_nothing(index_elements=["route", "model"])
-        await session.execute(stmt, rows[start : start + _CHUNK_ROWS])
-    ids: dict[tuple[str, str], int] = {}
-    archived: list[tuple[str, str, datetime]] = []
-    for start in range(0, len(wanted), _CHUNK_ROWS):
-        chunk = wanted[start : start + _CHUNK_ROWS]
-        result = await session.execute(
-            select(Route.route, Route.model, Route.id, Route.archived_at).where(
-                tuple_(Route.route, Route.model).in_(chunk)
-            )
-        )
-        for route, model, route_id, archived_at in result.all():
-            ids[(route, model)] = route_id
-            if archived_at is not None:
-                archived.append((route, model, archived_at))
-    if archived:
-        raise RouteArchived(*min(archived))
-    return ids
 
 
 class AttemptFields(Protocol):
@@ -311,81 +188,6 @@ class RecordFields(Protocol):
     def api(self) -> str: ...
     @property
     def attempts(self) -> Sequence[AttemptFields]: ...
-
-
-#: Seconds a :class:`RouteIdCache` trusts what it learnt before it starts again empty: the
-#: longest a record of a route archived through another ``serve`` process may still be stored.
-ROUTE_ID_MAX_AGE_S = 5.0
-
-
-class RouteIdCache:
-    """The ids of (route, model) rows known to exist and not archived, kept between batches of one process.
-
-    A route row is never deleted while the store serves (routes are only created, changed and
-    archived), so an id once committed stays right; the cache only learns ids after the
-    transaction that read or created them committed (:meth:`add`). It holds at most
-    ``max_entries`` pairs (the store's own bound is ``HEDGEROW_MAX_ROUTES``); past that it starts
-    again empty. A pair archived through this process is forgotten at once (:meth:`forget`);
-    one archived through another process is seen when this cache starts again empty, at most
-    ``max_age_s`` after it learnt it: every pair is then read again (with its archive mark, see
-    :func:`ensure_routes`) by the next batch naming it.
-
-    Args:
-        max_entries: most pairs kept, >= 1.
-        max_age_s: seconds after which the cache starts again empty, > 0.
-        clock: monotonic seconds (a fake clock in tests).
-    """
-
-    def __init__(
-        self,
-        max_entries: int = 100_000,
-        *,
-        max_age_s: float = ROUTE_ID_MAX_AGE_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if max_entries < 1:
-            raise ValueError(f"max_entries: must be >= 1, got {max_entries!r}")
-        if not (math.isfinite(max_age_s) and max_age_s > 0):
-            raise ValueError(f"max_age_s: must be a finite number of seconds > 0, got {max_age_s!r}")
-        self._ids: dict[tuple[str, str], int] = {}
-        self._max_entries = max_entries
-        self._max_age_s = max_age_s
-        self._clock = clock
-        self._started_at = clock()
-
-    def __len__(self) -> int:
-        """Pairs known."""
-        return len(self._ids)
-
-    def lookup(self, pairs: Iterable[tuple[str, str]]) -> tuple[dict[tuple[str, str], int], list[tuple[str, str]]]:
-        """Split ``pairs`` into ``({pair: id} known, [pairs not known])`` (every pair is not
-        known once the cache is older than ``max_age_s``: it starts again empty)."""
-        if self._clock() - self._started_at > self._max_age_s:
-            self.clear()
-        known: dict[tuple[str, str], int] = {}
-        missing: list[tuple[str, str]] = []
-        for pair in pairs:
-            route_id = self._ids.get(pair)
-            if route_id is None:
-                missing.append(pair)
-            else:
-                known[pair] = route_id
-        return known, missing
-
-    def add(self, ids: Mapping[tuple[str, str], int]) -> None:
-        """Remember committed ids (call only after the transaction that read them committed)."""
-        if len(self._ids) + len(ids) > self._max_entries:
-            self._ids.clear()
-        self._ids.update(ids)
-
-    def forget(self, route: str, model: str) -> None:
-        """Forget one pair (archived: the next batch naming it reads it again, and is refused)."""
-        self._ids.pop((route, model), None)
-
-    def clear(self) -> None:
-        """Forget every id; the ``max_age_s`` clock starts again."""
-        self._ids.clear()
-        self._started_at = self._clock()
 
 
 #: Columns of ``calls`` written by ingest, in the order of the rows built for them.
@@ -568,8 +370,45 @@ async def _write_sqlite(
     return call_ids
 
 
+async def _rows_in_slices(
+    turns: CpuTurns | None, build: Callable[[int, int], list[tuple[Any, ...]]], count: int
+) -> list[tuple[Any, ...]]:
+    """``build(0, count)`` in one go without ``turns``; with them, within a turn, a slice of
+    :data:`ROW_SLICE` records at a time with a pause between slices."""
+    if turns is None:
+        return build(0, count)
+    rows: list[tuple[Any, ...]] = []
+    async with cpu_turn(turns):
+        for start in range(0, count, ROW_SLICE):
+            await pause()
+            rows.extend(build(start, min(count, start + ROW_SLICE)))
+    return rows
+
+
+async def _copy(
+    driver: Any, table: str, rows: list[tuple[Any, ...]], columns: Sequence[str], turns: CpuTurns | None
+) -> None:
+    """Binary ``COPY`` of ``rows`` into ``table``, one statement. Without ``turns`` the driver
+    encodes every row in one go; with them it takes the rows from an async iterator that pauses
+    to the event loop every :data:`COPY_SLICE` rows (:func:`_paced`)."""
+    records: Any = rows if turns is None else _paced(rows, COPY_SLICE)
+    await driver.copy_records_to_table(table, records=records, columns=columns)
+
+
+async def _paced(rows: list[tuple[Any, ...]], step: int) -> AsyncIterator[tuple[Any, ...]]:
+    """``rows`` one by one, with a pause to the event loop before each further ``step`` of them."""
+    for start in range(0, len(rows), step):
+        if start:
+            await pause()
+        for row in rows[start : start + step]:
+            yield row
+
+
 async def _write_postgresql(
-    connection: AsyncConnection, batch: Sequence[RecordFields], call_rows: list[tuple[Any, ...]]
+    connection: AsyncConnection,
+    batch: Sequence[RecordFields],
+    call_rows: list[tuple[Any, ...]],
+    turns: CpuTurns | None = None,
 ) -> dict[str, int]:
     """Write calls through a COPY to the staging table and one merge, attempts by COPY; returns new ids.
 
@@ -586,12 +425,14 @@ async def _write_postgresql(
     driver = raw.driver_connection
     if driver is None:  # pragma: no cover - an open pooled connection always has its driver connection
         raise StoreError("the PostgreSQL connection has no driver connection")
-    await driver.copy_records_to_table(_PG_STAGE, records=call_rows, columns=CALL_COLUMNS)
+    await _copy(driver, _PG_STAGE, call_rows, CALL_COLUMNS, turns)
     try:
         call_ids = {row[0]: row[1] for row in await driver.fetch(_PG_MERGE)}
-        attempt_rows = _attempt_rows(batch, call_rows, call_ids)
+        attempt_rows = await _rows_in_slices(
+            turns, lambda i, j: _attempt_rows(batch[i:j], call_rows[i:j], call_ids), len(batch)
+        )
         if attempt_rows:
-            await driver.copy_records_to_table("attempts", records=attempt_rows, columns=ATTEMPT_COLUMNS)
+            await _copy(driver, "attempts", attempt_rows, ATTEMPT_COLUMNS, turns)
     except Exception as exc:
         if _is_missing_partition(exc):
             raise DayPartitionMissing(f"ingest: {str(exc).splitlines()[0]}") from exc
@@ -616,6 +457,7 @@ async def ingest_calls(
     resolved: dict[tuple[str, str], int] | None = None,
     partition_days: DayPartitionCache | None = None,
     checked_days: set[date] | None = None,
+    turns: CpuTurns | None = None,
 ) -> tuple[int, int]:
     """Write a batch of call records (and their attempts) into the store.
 
@@ -640,6 +482,9 @@ async def ingest_calls(
             looked up (without it every day of the batch is). Not changed here.
         checked_days: when given, receives the days looked up (and made if missing) in this
             transaction; hand them to ``partition_days.add`` once it committed.
+        turns: when given, the CPU-heavy steps (building rows, minute counts) run within its
+            turns, in slices of :data:`ROW_SLICE` records with a pause to the event loop
+            between them (:mod:`hedgerow.controller.store.cpu_turns`); None: each in one go.
 
     Returns:
         ``(accepted, duplicates)``: records written, and records skipped because their
@@ -685,13 +530,18 @@ async def ingest_calls(
         raise StoreError(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
     stamp = _as_is if dialect == "postgresql" else _sqlite_stamp(connection)
     received_at = stamp(utc_now())
-    call_rows = [_call_row(r, ids[(r.route, r.model)], received_at, stamp) for r in batch]
+    call_rows = await _rows_in_slices(
+        turns,
+        lambda i, j: [_call_row(r, ids[(r.route, r.model)], received_at, stamp) for r in batch[i:j]],
+        len(batch),
+    )
     if dialect == "postgresql":
-        call_ids = await _write_postgresql(connection, batch, call_rows)
+        call_ids = await _write_postgresql(connection, batch, call_rows, turns)
     else:
         call_ids = await _write_sqlite(connection, batch, call_rows)
     if call_ids:  # the calls this batch inserted, into the tick's minute aggregates
-        await add_records(connection, [(ids[(r.route, r.model)], r) for r in batch if r.request_id in call_ids])
+        inserted = [(ids[(r.route, r.model)], r) for r in batch if r.request_id in call_ids]
+        await add_records(connection, inserted, turns=turns)
     accepted = len(call_ids)
     if stored is not None:
         stored.extend(record for record in batch if record.request_id in call_ids)

@@ -37,6 +37,7 @@ from hedgerow.controller.policy.minute_counts import (
     merge_many,
     minute_index,
 )
+from hedgerow.controller.store.cpu_turns import CpuTurns, cpu_turn, pause
 from hedgerow.controller.store.db import rowcount
 from hedgerow.controller.store.models import MinuteAggregate
 
@@ -170,20 +171,35 @@ async def add_minutes(connection: AsyncConnection, counts: dict[Key, MinuteCount
         raise StoreError(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
 
 
-async def add_records(connection: AsyncConnection, records: Iterable[tuple[int, Any]]) -> None:
+#: Records per slice of :func:`add_records`'s counting when it runs within CPU turns.
+SAMPLES_SLICE = 200
+
+
+async def add_records(
+    connection: AsyncConnection, records: Iterable[tuple[int, Any]], *, turns: CpuTurns | None = None
+) -> None:
     """Count stored call records into their minutes (see the module docstring).
 
     Args:
         connection: the ingest transaction's connection.
         records: ``(route_id, record)`` of each call the transaction inserted (wire fields).
+        turns: when given, the counting runs within one of its turns, the records' samples
+            taken :data:`SAMPLES_SLICE` at a time with a pause to the event loop between slices
+            (:mod:`hedgerow.controller.store.cpu_turns`); None: in one go.
 
     Raises:
         ValueError: a negative, NaN or infinite duration (roll the transaction back).
     """
     pairs = list(records)
-    counts = count_minutes(
-        [route_id for route_id, _ in pairs], [r.started_at for _, r in pairs], [record_samples(r) for _, r in pairs]
-    )
+    async with cpu_turn(turns):
+        if turns is None:
+            samples = [record_samples(r) for _, r in pairs]
+        else:
+            samples = []
+            for start in range(0, len(pairs), SAMPLES_SLICE):
+                await pause()
+                samples.extend(record_samples(r) for _, r in pairs[start : start + SAMPLES_SLICE])
+        counts = count_minutes([route_id for route_id, _ in pairs], [r.started_at for _, r in pairs], samples)
     await add_minutes(connection, counts)
 
 

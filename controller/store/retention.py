@@ -51,7 +51,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.exc import DBAPIError
@@ -77,6 +77,9 @@ from hedgerow.controller.store.rollups import (
     hour_of_index,
     scan_raw_hours,
 )
+
+if TYPE_CHECKING:
+    from hedgerow.settings import Settings
 
 __all__ = [
     "DeletedHour",
@@ -521,7 +524,7 @@ async def prune_history(
 
 async def run_retention(
     sessionmaker: async_sessionmaker[AsyncSession],
-    settings: Any,
+    settings: Settings,
     *,
     now: datetime | None = None,
     delete_raw: bool = True,
@@ -590,7 +593,7 @@ async def run_retention(
     return report
 
 
-async def run_retention_once(settings: Any, *, delete_raw: bool = True) -> RetentionReport:
+async def run_retention_once(settings: Settings, *, delete_raw: bool = True) -> RetentionReport:
     """Open the store of ``settings.database_url``, run :func:`run_retention` once, close it.
 
     Raises:

@@ -11,6 +11,12 @@ import typer
 
 from hedgerow.cli._common import _check_name, _parse_number, _parse_upstream, app, fail
 
+#: How long (s) the gateway keeps an idle caller connection open. Longer than the idle timeouts
+#: of common load balancers (60 s) and clients (httpx: 5 s), so that the caller, not the gateway,
+#: ends an idle connection: a request sent just as the server closes its end fails (ReadError), and
+#: with uvicorn's default of 5 s, equal to httpx's, a gateway short of CPU at that moment did so.
+KEEP_ALIVE_S = 75
+
 
 def _gateway_config(
     file: str | None, upstream: list[str] | None, model: str | None, hedge_after: str | None, budget: str | None
@@ -190,6 +196,7 @@ def gateway_server(
             server_header=False,
             date_header=False,
             timeout_graceful_shutdown=10,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
     )
     return server, sock

@@ -5,7 +5,11 @@ Commands (each prints a rich table, or with ``--json`` the api's JSON for script
 - ``hedgerow routes list [--archived]``: every route in use (or archived) and its published threshold;
 - ``hedgerow routes show ROUTE [--model M]``: one route's configuration and threshold;
 - ``hedgerow routes history ROUTE [--model M] [--applied] [--reason CODE] [--since T] [--until T]
-  [--limit N]``: its decisions, newest first;
+  [--limit N] [--explain]``: its decisions, newest first; ``--explain`` prints each decision
+  followed by its plain-English sentences (the api's ``explanation``);
+- ``hedgerow routes calls ROUTE [--model M] [--outcome O] [--winner U] [--since T] [--until T]
+  [--limit N] [--cursor C]``: its recent calls, newest first, each with its attempts (which
+  upstream, role, TTFT, how it ended); ``--cursor`` pages on;
 - ``hedgerow routes set ROUTE [--model M] [--budget F|P%] [--pin S | --unpin] [--enable | --disable]
   [--min S] [--max S] [--default S]``: change it (admin scope), audited;
 - ``hedgerow routes archive ROUTE [--model M]``: retire it (admin scope), audited, history kept:
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import textwrap
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, unquote
@@ -119,13 +125,13 @@ def _check_route(route: str, model: str | None, *, change: bool) -> None:
 
     A change (``routes set``) takes valid names only (:mod:`hedgerow.client.names`, as the api's
     ``PATCH``); a read (``show``, ``history``) takes any name without a control character (a route
-    stored before the name rule stays readable), but never one ending in ``/history``: the api
-    reads ``a/history`` as the history of ``a``, an answer of another shape.
+    stored before the name rule stays readable), but never one ending in ``/history`` or
+    ``/calls``: the api reads ``a/history`` as the history of ``a``, an answer of another shape.
 
     Raises:
         typer.Exit: status 2 with one line naming the argument and what is wrong.
     """
-    from hedgerow.client.names import HISTORY_SUFFIX, model_name_error, route_name_error
+    from hedgerow.client.names import CALLS_SUFFIX, HISTORY_SUFFIX, model_name_error, route_name_error
     from hedgerow.client.records import control_character_error
 
     if change:
@@ -136,6 +142,11 @@ def _check_route(route: str, model: str | None, *, change: bool) -> None:
             route_problem = (
                 f"must not end in {HISTORY_SUFFIX!r} (no route does; for the history of a route R "
                 "use `hedgerow routes history R`)"
+            )
+        elif route_problem is None and route.endswith(CALLS_SUFFIX):
+            route_problem = (
+                f"must not end in {CALLS_SUFFIX!r} (no route does; for the calls of a route R "
+                "use `hedgerow routes calls R`)"
             )
         model_problem = None if model is None else control_character_error(model)
     if route_problem is not None:
@@ -193,7 +204,22 @@ def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     from rich.table import Table
 
     table = Table(title=plain_cell(title))
-    left = {"route", "model", "source", "reason", "actor", "time (UTC)", "setting", "value", "last", "enabled"}
+    left = {
+        "route",
+        "model",
+        "source",
+        "reason",
+        "actor",
+        "time (UTC)",
+        "setting",
+        "value",
+        "last",
+        "enabled",
+        "request_id",
+        "outcome",
+        "winner",
+        "attempts",
+    }
     for column in columns:
         table.add_column(column, justify="left" if column in left else "right", overflow="fold")
     for row in rows:
@@ -289,6 +315,9 @@ def route_history(
     since: str = typer.Option(None, "--since", metavar="TIME", help="Only decisions seen at or after (ISO 8601)."),
     until: str = typer.Option(None, "--until", metavar="TIME", help="Only decisions made at or before (ISO 8601)."),
     limit: int = typer.Option(50, "--limit", metavar="N", help=f"Most rows (1 to {MAX_HISTORY_LIMIT})."),
+    explain: bool = typer.Option(
+        False, "--explain", help="Print each decision followed by why, in words, with its numbers."
+    ),
     api: str = _API,
     token: str = _TOKEN,
     as_json: bool = _JSON,
@@ -313,6 +342,9 @@ def route_history(
     data = _request("GET", api, token, _route_path(route, "/history"), params=params)
     if as_json:
         _echo_json(data)
+        return
+    if explain:
+        _print_explained(route, data["history"])
         return
     rows = [
         [
@@ -340,6 +372,34 @@ def route_history(
 
     for code, meaning in reason_legend(h["reason"] for h in data["history"]):
         typer.echo(f"{code}: {meaning}")
+
+
+def _print_explained(route: str, history: list[dict[str, Any]]) -> None:
+    """``routes history --explain``: each decision on one line, then its sentences indented.
+
+    The sentences are the api's ``explanation`` (computed here from the row when an older api
+    sends none). Everything printed is plain text with control and format characters escaped
+    (:func:`_shown`): an actor's name or a configuration value from the store cannot move the
+    cursor or restyle the terminal, and nothing is read as rich markup (``typer.echo``).
+    """
+    from hedgerow.controller.policy.explain import explain_history_row
+
+    width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
+    typer.echo(f"{_shown(route)}: {len(history)} decision(s), newest first")
+    for h in history:
+        when = _history_time(h).replace("\n", " ")
+        applied = "applied" if h["applied"] else "held"
+        head = (
+            f"{when}  {_seconds(h['previous_hedge_after_s'])} -> {_seconds(h['hedge_after_s'])} s  {applied}"
+            f"  {h['reason'].replace(',', ', ')}  ({_shown(h['actor'] or 'controller')})"
+        )
+        typer.echo("")
+        typer.echo(_shown(head))
+        sentences = h.get("explanation")
+        if not isinstance(sentences, list):
+            sentences = explain_history_row(h)
+        for sentence in sentences:
+            typer.echo(textwrap.fill(_shown(sentence), width, initial_indent="  - ", subsequent_indent="    "))
 
 
 def _when(text: str | None) -> str:
@@ -515,3 +575,87 @@ def restore(
 ) -> None:
     """Restore an archived route (admin scope), audited: listed, published and ticked again."""
     _change_state("restore", route, model, api, token, as_json)
+
+
+def _attempt_text(attempt: dict[str, Any]) -> str:
+    """One attempt as a table line: ``b backup won ttft 0.3 s``, ``a primary failed http_503``,
+    ``a primary cancelled censored >1.3 s`` (upstream and error type escaped, :func:`_shown`)."""
+    words = [_shown(attempt["upstream"]), attempt["role"], attempt["outcome"]]
+    if attempt["ttft_s"] is not None:
+        words.append(f"ttft {_seconds(attempt['ttft_s'])} s")
+    elif attempt["censored"]:
+        words.append(f"censored >{_seconds(attempt['end_s'] - attempt['start_s'])} s")
+    if attempt["error_type"]:
+        words.append(_shown(attempt["error_type"]))
+    if attempt["start_s"] > 0:
+        words.append(f"at +{_seconds(attempt['start_s'])} s")
+    return " ".join(words)
+
+
+@routes_app.command("calls")
+def route_calls(
+    route: str = _ROUTE,
+    model: str = _MODEL,
+    outcome: str = typer.Option(
+        None,
+        "--outcome",
+        metavar="O",
+        help="Only calls of this outcome: primary_won, hedge_won, failover, failed, cancelled.",
+    ),
+    winner: str = typer.Option(
+        None, "--winner", metavar="U", help="Only calls whose winning attempt went to upstream U."
+    ),
+    since: str = typer.Option(None, "--since", metavar="TIME", help="Only calls started at or after (ISO 8601)."),
+    until: str = typer.Option(None, "--until", metavar="TIME", help="Only calls started at or before (ISO 8601)."),
+    limit: int = typer.Option(50, "--limit", metavar="N", help="Most calls (1 to 500)."),
+    cursor: str = typer.Option(None, "--cursor", metavar="C", help="Go on from a page: the cursor it printed."),
+    api: str = _API,
+    token: str = _TOKEN,
+    as_json: bool = _JSON,
+) -> None:
+    """A route's recent calls, newest first, each with its attempts (which upstream won, which failed)."""
+    from hedgerow.client.records import control_character_error
+    from hedgerow.controller.calls_filters import calls_filter_error
+
+    _check_route(route, model, change=False)
+    since_text = _time_flag("--since", since)
+    until_text = _time_flag("--until", until)
+    outcome = outcome.strip() if outcome is not None else None
+    problem = calls_filter_error(  # the api's rule, checked before the request
+        outcome=outcome,
+        since=datetime.fromisoformat(since_text) if since_text else None,
+        until=datetime.fromisoformat(until_text) if until_text else None,
+        limit=limit,
+    )
+    if problem is not None:
+        raise _fail(f"--{problem[0]}: {problem[1]}", 2)
+    winner_problem = None if winner is None else control_character_error(winner)
+    if winner_problem is not None:
+        raise _fail(f"--winner: {winner_problem}", 2)
+    params = _params(
+        model, outcome=outcome, winner=winner, since=since_text, until=until_text, limit=limit, cursor=cursor
+    )
+    data = _request("GET", api, token, _route_path(route, "/calls"), params=params)
+    if as_json:
+        _echo_json(data)
+        return
+    rows = [
+        [
+            _when(c["started_at"]),
+            _shown(c["request_id"]),
+            c["outcome"],
+            _shown(c["winner_upstream"] or "-"),
+            _seconds(c["ttft_s"]),
+            _seconds(c["e2e_s"]),
+            "\n".join(_attempt_text(a) for a in c["attempts"]) or "-",
+        ]
+        for c in data["calls"]
+    ]
+    columns = ["time (UTC)", "request_id", "outcome", "winner", "ttft_s", "e2e_s", "attempts"]
+    _print_table(f"{_shown(data['route'])} · {_shown(data['model'])}: {len(rows)} call(s)", columns, rows)
+    if data.get("retention_note"):
+        typer.echo(data["retention_note"])
+    if data.get("scan_stopped_at"):
+        typer.echo(f"searched back to {_when(data['scan_stopped_at'])} UTC; older calls are searched on the next page")
+    if data["next_cursor"]:
+        typer.echo(f"more: --cursor {data['next_cursor']}")

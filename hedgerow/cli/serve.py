@@ -4,11 +4,14 @@ and with ``--gateway FILE`` the gateway too (:mod:`hedgerow.gateway`: embedded m
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from hedgerow.cli._common import _log_format_option, _log_level_option, _server_settings, app, fail
+
+if TYPE_CHECKING:
+    from hedgerow.settings import Settings
 
 
 @app.command()
@@ -75,7 +78,7 @@ def serve(
         raise fail(f"cannot serve on {settings.host}:{settings.port}: {exc}", 1) from None
 
 
-def _ingest_token(settings: Any) -> str | None:
+def _ingest_token(settings: Settings) -> str | None:
     """A token of ``HEDGEROW_TOKENS`` with the ``ingest`` scope for the embedded gateway (None
     without tokens); exits 2 when tokens are set and none has that scope."""
     from hedgerow.api.auth import parse_tokens
@@ -89,7 +92,7 @@ def _ingest_token(settings: Any) -> str | None:
     raise fail("--gateway: HEDGEROW_TOKENS has no token with the ingest scope for the gateway's records", 2)
 
 
-async def _serve_with_gateway(settings: Any, config: Any, gateway_port: int) -> None:
+async def _serve_with_gateway(settings: Settings, config: Any, gateway_port: int) -> None:
     """The api (:func:`hedgerow.api.server.serve_async`) and the gateway in one event loop.
 
     The gateway starts once the api listens and talks to it over loopback like any client: it

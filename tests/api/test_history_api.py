@@ -127,3 +127,31 @@ async def test_a_repeated_hold_carries_its_latest_ticks_figures(make_api, call_f
         after["details"] != before["details"]
         and after["details"]["short_window"]["calls"] > (before["details"]["short_window"]["calls"])
     )
+
+
+async def test_every_history_row_the_api_returns_explains_itself(make_api, call_factory) -> None:
+    """``explanation``: the row's sentences (``explain_history_row`` of the row's own fields), in
+    the history, in a change's answer and in the controller's run; the numbers are the row's."""
+    from hedgerow.controller.policy.explain import explain_history_row
+
+    async with make_api() as (_app, api):
+        calls = recent_calls(call_factory, "x", 300, 1.0, route="r")
+        assert (await api.post("/v1/calls", json={"calls": calls})).status_code == 202
+        run = (await api.post("/v1/controller/run")).json()["history"]
+        changed = await api.patch("/v1/routes/r", params=M, json={"pinned_hedge_after_s": 0.75, "actor": "ops"})
+        assert changed.status_code == 200, changed.text
+        rows = (await api.get("/v1/routes/r/history", params=M)).json()["history"]
+    pin, first = rows
+    assert run[0] == first and changed.json()["history"] == pin
+    for row in rows:
+        fields = {key: value for key, value in row.items() if key != "explanation"}
+        assert row["explanation"] == explain_history_row(fields), row
+    assert pin["explanation"][:3] == [
+        f"The value went down from {first['hedge_after_s']:.4g} s to 0.75 s"
+        f" ({(0.75 / first['hedge_after_s'] - 1) * 100:+.3g}%).",
+        "ops changed the route's configuration (pinned_hedge_after_s none → 0.75 s); the value was decided again"
+        " at once.",
+        "An operator pinned the value at 0.75 s: it is published as is, and the controller's rules do not apply"
+        " while the pin stands.",
+    ]
+    assert f"Samples: {first['samples']} primary TTFTs over the last" in " ".join(first["explanation"])

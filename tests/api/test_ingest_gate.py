@@ -1,4 +1,5 @@
-"""PostgreSQL: batches past the ingest slots are answered 503 with ``Retry-After``, nothing written."""
+"""PostgreSQL: batches past the ingest slots are answered 503 with ``Retry-After``, nothing written,
+and counted in ``/metrics``; the gate's CPU turns."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from hedgerow.api.ingest_gate import IngestGate, make_ingest_gate
 from tests.conftest import fresh_pg_database
 from tests.ingest_load import batch_template
 from tests.serve_process import running_serve
@@ -38,3 +41,20 @@ async def test_batches_past_the_slots_are_503_with_retry_after(tmp_path: Path) -
             "/v1/calls", content=bodies[answers.index(busy)], headers={"content-type": "application/json"}
         )
         assert again.status_code == 202 and json.loads(again.content) == {"accepted": 1000, "duplicates": 0}
+        exported = (await client.get("/metrics")).text
+        refused = {
+            sample.labels["reason"]: sample.value
+            for family in text_string_to_metric_families(exported)
+            for sample in family.samples
+            if sample.name == "hedgerow_ingest_refused_total"
+        }
+        assert refused == {"busy": statuses.count(503)}
+
+
+def test_the_gate_has_cpu_turns_only_when_asked() -> None:
+    assert make_ingest_gate("sqlite", 4, 1.0, 1) is None
+    assert make_ingest_gate("postgresql", 4, 1.0).cpu is None  # 0: no bound
+    gate = make_ingest_gate("postgresql", 4, 1.0, 2)
+    assert gate is not None and gate.cpu is not None and gate.cpu.slots == 2
+    with pytest.raises(ValueError, match="cpu_slots: must be >= 0, got -1"):
+        IngestGate(4, 1.0, -1)

@@ -17,6 +17,7 @@ import pytest
 from fastapi.responses import JSONResponse
 
 from hedgerow.api.calls import VALIDATE_SLICE, parse_batch, parse_batch_yielding
+from hedgerow.controller.store.cpu_turns import CpuTurns
 from tests.conftest import make_call
 
 MAX_CALLS = 1000
@@ -132,3 +133,31 @@ def test_the_event_loop_runs_between_slices() -> None:
 
     assert asyncio.run(ticks_during(whole)) <= 2
     assert asyncio.run(ticks_during(sliced)) >= 1000 // VALIDATE_SLICE - 1
+
+
+def test_batches_parsed_within_one_turn_take_it_in_turn_and_still_free_the_loop() -> None:
+    # two 500-record batches at once with one CPU turn: the second waits for the first to be
+    # validated, and the loop runs other tasks between every slice of both
+    bodies = [json.dumps({"calls": batch(500)}).encode().replace(b'"req-', prefix) for prefix in (b'"a-', b'"b-')]
+
+    async def run() -> tuple[list[Any], CpuTurns, int]:
+        turns = CpuTurns(1)
+        count = 0
+        done = False
+
+        async def ticker() -> None:
+            nonlocal count
+            while not done:
+                await asyncio.sleep(0)
+                count += 1
+
+        task = asyncio.create_task(ticker())
+        parsed = await asyncio.gather(*(parse_batch_yielding(body, MAX_CALLS, turns) for body in bodies))
+        done = True
+        await task
+        return list(parsed), turns, count
+
+    parsed, turns, ticks = asyncio.run(run())
+    assert [answer_of(p) for p in parsed] == [answer_of(parse_batch(body, MAX_CALLS)) for body in bodies]
+    assert (turns.taken, turns.waited) == (2, 1)
+    assert ticks >= 2 * (500 // VALIDATE_SLICE) - 2

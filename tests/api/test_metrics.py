@@ -90,6 +90,11 @@ async def test_metrics_count_exactly_the_ingested_records(make_api, call_factory
     for winner in ("primary", "backup"):
         expected = sum(r.hedged and r.winner == winner for r in records)
         assert _value(samples, "hedgerow_hedge_wins_total", winner=winner) == expected
+        # the hedges' wins apart from the failovers', whose backup wins by construction
+        for trigger, reason in (("delay", "ttft_timeout"), ("error", "primary_error")):
+            expected = sum(r.hedge_reason == reason and r.winner == winner for r in records)
+            assert _value(samples, "hedgerow_hedge_wins_total", trigger=trigger, winner=winner) == expected
+    assert _value(samples, "hedgerow_hedge_wins_total", trigger="error", winner="backup") > 0
     wasted = sum(r.wasted_completion_tokens for r in records)
     assert _value(samples, "hedgerow_wasted_tokens_total", token_type="completion") == wasted
     # the prompts of losing attempts, after the one estimate rule (a 2xx attempt without usage

@@ -38,4 +38,8 @@ def test_every_referenced_schema_is_present_and_errors_have_our_shapes() -> None
     completion = schemas["AttemptIn"]["properties"]["completion_tokens"]
     assert {"type": "null"} in completion["anyOf"]
     assert "min_hedge_after_s <= default_hedge_after_s" in schemas["RoutePatchIn"]["description"]
+    # every history row carries its plain-English sentences (read-only: derived from the row)
+    explanation = schemas["HistoryRowOut"]["properties"]["explanation"]
+    assert explanation["type"] == "array" and explanation["items"] == {"type": "string"} and explanation["readOnly"]
+    assert "explanation" in schemas["HistoryRowOut"]["required"]
     assert "first_token_s" in schemas["CallRecordIn"]["description"]

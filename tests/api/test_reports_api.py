@@ -70,6 +70,9 @@ async def test_weekly_report_formats_scopes_and_errors(make_api) -> None:
         assert as_csv.headers["content-type"].startswith("text/csv")
         rows = list(csv.DictReader(io.StringIO(as_csv.text)))
         assert tuple(rows[0]) == CSV_COLUMNS
+        upstream_rows = [r for r in rows if r["scope"] == "upstream"]  # after the total (report_upstreams)
+        assert upstream_rows and rows[-len(upstream_rows) :] == upstream_rows
+        rows = rows[: -len(upstream_rows)]
         assert [(r["scope"], r["route"], r["model"]) for r in rows] == [
             ("route", "batch", "m-free"), ("route", "chat", "m-priced"), ("total", "", "")
         ]  # fmt: skip

@@ -49,7 +49,9 @@ async def test_thresholds_etag_304_and_history(make_api, call_factory) -> None:
 
         history = await api.get("/v1/routes/summarize/history", params={"model": "m1", "limit": 10})
         rows = history.json()["history"]
-        assert len(rows) == 2 and all(tuple(r) == HISTORY_FIELDS for r in rows)
+        # the store's fields, then the api's plain-English sentences of each row
+        assert len(rows) == 2 and all(tuple(r) == (*HISTORY_FIELDS, "explanation") for r in rows)
+        assert all(r["explanation"] and all(isinstance(s, str) for s in r["explanation"]) for r in rows)
         assert rows[0]["computed_at"] > rows[1]["computed_at"]  # newest first
         assert rows[0]["previous_hedge_after_s"] == rows[1]["hedge_after_s"]
         assert rows[0]["hedge_after_s"] == changed.json()["thresholds"][0]["hedge_after_s"]

@@ -22,7 +22,7 @@ import pytest
 
 from hedgerow.client import Upstream
 from hedgerow.sim import ReplicaConfig, ReplicaThread, perf_model
-from hedgerow.sim.demo import _perf_model_notice
+from hedgerow.sim._demo_io import perf_model_notice
 
 TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 
@@ -122,8 +122,8 @@ async def test_the_notice_names_replicas_on_the_embedded_speed_table(monkeypatch
     try:
         upstreams = [Upstream(r.config.name, r.base_url) for r in (with_file, embedded)]
         async with httpx.AsyncClient() as http:
-            notice = await _perf_model_notice(http, upstreams)
-            alone = await _perf_model_notice(http, upstreams[:1])
+            notice = await perf_model_notice(http, upstreams)
+            alone = await perf_model_notice(http, upstreams[:1])
     finally:
         with_file.stop()
         embedded.stop()

@@ -169,3 +169,22 @@ async def test_upstream_flags_and_api_records(replicas: tuple[ReplicaThread, Rep
     assert [(c["route"], c["model"]) for c in calls] == [("default.unary", "anything")]
     assert gateway.proc.returncode == 130
     assert json.dumps(calls).count("fast") >= 1
+
+
+def test_an_idle_caller_connection_outlives_the_clients_keep_alive(config_file: Path) -> None:
+    """The gateway keeps an idle connection open past httpx's 5 s keep-alive (uvicorn's default
+    would close it at 5 s, and a request sent at that moment failed): the caller ends it."""
+    with Gateway(str(config_file), SLOW_KEY=FAKE_UPSTREAM_KEY) as gateway:
+        limits = httpx.Limits(keepalive_expiry=60.0)
+        with httpx.Client(timeout=30, limits=limits) as http:
+            seen: list[tuple[str, int] | None] = []
+
+            def note(response: httpx.Response) -> None:  # the local address of the connection used
+                stream = response.extensions.get("network_stream")
+                seen.append(stream.get_extra_info("client_addr") if stream is not None else None)
+
+            http.event_hooks["response"] = [note]
+            assert http.get(gateway.base_url + "/models").status_code == 200
+            time.sleep(6.5)
+            assert http.get(gateway.base_url + "/models").status_code == 200
+    assert seen[0] is not None and seen == [seen[0], seen[0]]  # the same connection, still open

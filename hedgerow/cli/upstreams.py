@@ -1,0 +1,147 @@
+"""``hedgerow upstreams``: which upstream is slow or failing, from a running api.
+
+- ``hedgerow upstreams list [--since T] [--until T] [--route R] [--json]``: per upstream over the
+  calls started in ``[since, until)`` (default: the last 24 hours; at most 32 days), the attempts,
+  TTFT P50/P90/P99 (Kaplan-Meier, attempts cancelled before their first token counted as
+  censored), error/timeout/stall rates, win rate in races, hedges caused (as the slow primary) and
+  output tokens spent in losing attempts. ``GET /v1/upstreams`` underneath; the definitions are
+  those of :mod:`hedgerow.controller.store.upstreams`.
+
+Where: ``--api URL`` (or ``HEDGEROW_API_URL``) and ``--token T`` (or ``HEDGEROW_TOKEN``), as
+``hedgerow routes``. Names are printed with control and format characters escaped and never read
+as rich markup. Exit status: 0 done, 1 the api refused or could not be reached, 2 bad flags.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import typer
+
+from hedgerow.cli._common import app
+
+# the api client of the ops CLI (one rule for URLs, tokens, error lines and time flags)
+from hedgerow.cli.routes import _API, _JSON, _TOKEN, _echo_json, _fail, _request, _time_flag, plain_cell
+
+__all__ = ["format_quantile", "upstream_rows", "upstreams_app"]
+
+upstreams_app = typer.Typer(
+    help="Per-upstream TTFT, failures, wins and hedges, from a running api (--api, --token).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(upstreams_app, name="upstreams")
+
+#: The table's columns, in order.
+COLUMNS = [
+    "upstream",
+    "attempts",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "censored",
+    "error",
+    "timeout",
+    "stall",
+    "win_rate",
+    "hedges_caused",
+    "failovers",
+    "loser_tokens",
+]
+
+
+def format_quantile(entry: dict[str, Any] | None) -> str:
+    """A TTFT quantile of the api for a table: ``0.412``, ``>=2.5`` when only bounded below, ``-``
+    without samples."""
+    if entry is None:
+        return "-"
+    if entry["value_s"] is None:
+        return f">={entry['low_s']:.3g}"
+    return f"{entry['value_s']:.3f}"
+
+
+def _print_table(title: str, rows: list[list[str]]) -> None:
+    """Print the table: every cell plain text (:func:`~hedgerow.cli.routes.plain_cell`), names left."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=plain_cell(title))
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column == "upstream" else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*(plain_cell(cell) for cell in row))
+    Console(width=max(Console().width, 160)).print(table)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def upstream_rows(data: dict[str, Any]) -> list[list[str]]:
+    """The rows of the table (one per upstream, as :data:`COLUMNS`) from ``GET /v1/upstreams``'s body.
+
+    Names go through :func:`hedgerow.client.names.visible` (control and format characters escaped).
+    """
+    from hedgerow.client.names import visible
+
+    rows = []
+    for row in data["upstreams"]:
+        q = row["ttft_s"]
+        rows.append(
+            [
+                visible(row["upstream"]),
+                str(row["attempts"]),
+                format_quantile(q["p50"]),
+                format_quantile(q["p90"]),
+                format_quantile(q["p99"]),
+                str(row["ttft_censored"]),
+                _percent(row["error_rate"]),
+                _percent(row["timeout_rate"]),
+                _percent(row["stall_rate"]),
+                "-" if row["win_rate"] is None else f"{row['win_rate']:.1%} of {row['raced']}",
+                str(row["hedges_caused"]),
+                str(row["failovers_caused"]),
+                str(row["loser_completion_tokens"]),
+            ]
+        )
+    return rows
+
+
+@upstreams_app.command("list")
+def list_upstreams(
+    since: str = typer.Option(None, "--since", metavar="TIME", help="Calls started at or after (ISO 8601; UTC)."),
+    until: str = typer.Option(None, "--until", metavar="TIME", help="Calls started before (ISO 8601; default now)."),
+    route: str = typer.Option(None, "--route", metavar="R", help="Only the calls of this route."),
+    api: str = _API,
+    token: str = _TOKEN,
+    as_json: bool = _JSON,
+) -> None:
+    """Every upstream's TTFT percentiles, failure rates, win rate and hedges over a window (default 24 h)."""
+    from hedgerow.client.names import visible
+    from hedgerow.client.records import control_character_error
+    from hedgerow.controller.store.upstreams import window_error
+
+    since_text = _time_flag("--since", since)
+    until_text = _time_flag("--until", until)
+    if since_text and until_text:
+        problem = window_error(datetime.fromisoformat(since_text), datetime.fromisoformat(until_text))
+        if problem is not None:
+            raise _fail(f"--{problem[0]}: {problem[1]}", 2)
+    if route is not None and control_character_error(route) is not None:
+        raise _fail(f"--route: {control_character_error(route)}", 2)
+    params = {k: v for k, v in {"since": since_text, "until": until_text, "route": route}.items() if v is not None}
+    data = _request("GET", api, token, "/v1/upstreams", params=params)
+    if as_json:
+        _echo_json(data)
+        return
+    scope = f"route {visible(route)}" if route is not None else "every route"
+    title = f"{len(data['upstreams'])} upstream(s), {scope}, {data['since'][:19]} to {data['until'][:19]} UTC"
+    _print_table(title, upstream_rows(data))
+    if data["truncated"]:
+        typer.echo("more upstreams than shown: the busiest are listed (use --json for the same list)")
+    typer.echo(
+        "ttft: Kaplan-Meier over attempts with a first token and those cancelled before one (censored); "
+        ">=x: the data only bound it below. win_rate: wins of races (hedged calls). "
+        "hedges_caused: hedges while it was the slow primary; loser_tokens: output of its losing attempts."
+    )

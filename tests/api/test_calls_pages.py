@@ -1,0 +1,119 @@
+"""The console's calls explorer (``/ui/calls/{route}``) and the route page's links to it."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from html import unescape
+
+import pytest
+
+from tests.controller.calls_seed import explorer_records, record_of
+
+M = {"model": "m1"}
+
+
+async def _seed(api, count: int, **where) -> datetime:
+    end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    records = [r.to_dict() for r in explorer_records(end, count, **where)]
+    answer = await api.post("/v1/calls", json={"calls": records})
+    assert answer.status_code == 202, answer.text
+    return end
+
+
+def _hrefs(html: str, pattern: str) -> list[str]:
+    return [unescape(h) for h in re.findall(r'href="([^"]+)"', html) if re.search(pattern, unescape(h))]
+
+
+async def test_the_page_lists_calls_with_their_attempts_and_pages_on(api) -> None:
+    await _seed(api, 60)
+    first = await api.get("/ui/calls/r", params=M)
+    assert first.status_code == 200, first.text
+    assert first.text.count('<details class="call') == 50
+    assert "hedge won" in first.text and "failover" in first.text
+    assert "http_503" in first.text and "(censored)" in first.text  # inside the attempts
+    assert "Attempts on this page, by upstream" in first.text
+    [older] = _hrefs(first.text, r"cursor=")
+    second = await api.get(older)
+    assert second.status_code == 200 and second.text.count('<details class="call') == 10
+    assert "↑ newest" in second.text and not _hrefs(second.text, r"cursor=")
+
+
+async def test_filters_narrow_the_list(api) -> None:
+    end = await _seed(api, 20)
+    since = (end - timedelta(minutes=9)).strftime("%Y-%m-%dT%H:%M:%S")  # as a datetime-local input sends it
+    page = await api.get("/ui/calls/r", params=M | {"outcome": "failover", "winner": "c", "since": since})
+    assert page.status_code == 200
+    assert page.text.count('<details class="call') == 2
+    assert 'value="failover" selected' in page.text and f'value="{since}"' in page.text
+    assert "Calls started from" in page.text
+
+
+@pytest.mark.parametrize(
+    ("params", "words"),
+    [
+        ({"outcome": "won"}, "outcome: unknown outcome &#39;won&#39;"),
+        ({"since": "soon"}, "since: not a time"),
+        ({"until": "0001-01-01T00:00:00+05:00"}, "until: out of range"),
+        ({"since": "2026-12-02T00:00", "until": "2026-12-01T00:00"}, "since: must not be after until"),
+        ({"cursor": "junk"}, "cursor: not a cursor"),
+    ],
+)
+async def test_bad_filters_are_a_422_page_naming_them(api, params, words: str) -> None:
+    await _seed(api, 1)
+    page = await api.get("/ui/calls/r", params=M | params)
+    assert page.status_code == 422 and words in page.text, page.text[-800:]
+
+
+async def test_unknown_route_404_and_a_route_of_several_models_asks_for_one(api) -> None:
+    await _seed(api, 1)
+    await _seed(api, 1, model="m2")
+    assert (await api.get("/ui/calls/nope")).status_code == 404
+    pick = await api.get("/ui/calls/r", params={"outcome": "failed"})
+    assert pick.status_code == 200 and _hrefs(pick.text, r"^/ui/calls/r\?.*model=m2.*outcome=failed")
+
+
+async def test_a_window_older_than_retention_says_so(make_api) -> None:
+    async with make_api(retention_s=86_400.0, max_window_s=3600.0) as (_app, api):
+        await _seed(api, 1)
+        old = (datetime.now(UTC) - timedelta(days=2)).strftime("%Y-%m-%dT%H:%M")
+        page = await api.get("/ui/calls/r", params=M | {"since": old})
+        assert 'id="retention-note"' in page.text and "Raw calls are kept 1 days" in page.text
+
+
+async def test_stored_names_are_escaped(api) -> None:
+    await _seed(api, 1, route="<b>r</b>")
+    page = await api.get("/ui/calls/%3Cb%3Er%3C%2Fb%3E", params=M)
+    assert page.status_code == 200 and "&lt;b&gt;r&lt;/b&gt;" in page.text and "<b>r</b>" not in page.text
+
+
+async def test_history_rows_and_chart_points_link_to_the_calls_of_their_tick(make_api) -> None:
+    async with make_api(min_samples=20) as (_app, api):
+        end = await _seed(api, 100)
+        fast = [record_of("primary_won", f"f{i}", end - timedelta(seconds=20 * i + 7)).to_dict() for i in range(150)]
+        assert (await api.post("/v1/calls", json={"calls": fast})).status_code == 202  # a P99 the tick can estimate
+        assert (await api.post("/v1/controller/run")).json()["ran"] is True
+        page = await api.get("/ui/routes/r", params=M)
+        assert page.status_code == 200
+        row_links = _hrefs(page.text, r"^/ui/calls/r\?")
+        assert row_links, "no link from the history rows or the charts"
+        dots = re.findall(r'<a class="point-link s-(p99|p90|rate)" href="([^"]+)"', page.text)
+        assert {kind for kind, _ in dots} == {"p90", "rate"}, dots  # the censored hedges leave P99 unknown
+        target = unescape(dots[0][1])
+        calls = await api.get(target)
+        assert calls.status_code == 200 and calls.text.count('<details class="call') == 50
+        # the window is the tick's: from computed_at - window_s to last_at (UTC, to the second)
+        [row] = (await api.get("/v1/routes/r/history", params=M)).json()["history"]
+        computed = datetime.fromisoformat(row["computed_at"].replace("Z", "+00:00"))
+        since = computed - timedelta(seconds=row["window_s"])
+        assert f"since={since:%Y-%m-%dT%H%%3A%M%%3A%S}&" in target, target
+        assert f"until={computed:%Y-%m-%dT%H%%3A%M%%3A%S}" in target, target
+        assert since <= end - timedelta(minutes=50)
+
+
+async def test_the_route_page_links_to_its_recent_calls(api) -> None:
+    await _seed(api, 3)
+    page = await api.get("/ui/routes/r", params=M)
+    [link] = re.findall(r'href="([^"]+)" id="recent-calls"', page.text)
+    assert unescape(link) == "/ui/calls/r?model=m1"
+    assert (await api.get(unescape(link))).text.count('<details class="call') == 3

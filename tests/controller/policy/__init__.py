@@ -1,0 +1,1 @@
+"""Tests of hedgerow.controller.policy (mirrors controller/policy/)."""

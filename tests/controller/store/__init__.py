@@ -1,0 +1,1 @@
+"""Tests of hedgerow.controller.store (mirrors controller/store/)."""

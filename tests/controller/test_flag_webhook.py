@@ -1,0 +1,123 @@
+"""Flag changes posted to a webhook: the changes, the bodies, the delivery, and a real tick's flag."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+from hedgerow.controller.flag_webhook import (
+    FlagChange,
+    FlagWebhook,
+    flag_changes,
+    latest_reasons,
+    slack_escape,
+    webhook_payload,
+)
+from hedgerow.controller.jobs import run_tick
+from hedgerow.controller.store.ingest import ingest_calls, route_defaults
+from hedgerow.settings import Settings
+from tests.controller.webhook_receiver import WebhookReceiver
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def test_changes_are_the_notified_codes_that_went_up_or_down() -> None:
+    before = ["hysteresis_hold", "backups_rarely_win"]
+    after = ["raise_over_budget", "hedges_did_not_lower_p99", "step_down_limited"]
+    changes = flag_changes("chat", "m", before, after, NOW)
+    assert [(c.flag, c.raised) for c in changes] == [
+        ("hedges_did_not_lower_p99", True),
+        ("raise_over_budget", True),
+        ("backups_rarely_win", False),
+    ]
+    assert flag_changes("chat", "m", after, after, NOW) == []  # nothing changed, nothing posted
+
+
+def test_slack_body_escapes_names_and_json_body_carries_each_change() -> None:
+    changes = [
+        FlagChange("<!channel> & co\n", "m", "backups_rarely_win", True, NOW),
+        FlagChange("chat", "m", "raise_over_budget", False, NOW),
+    ]
+    text = webhook_payload(changes, "slack")["text"]
+    lines = text.split("\n")
+    assert lines[0] == "hedgerow: 2 flag changes" and len(lines) == 3  # the name's newline did not split a line
+    assert "route &lt;!channel&gt; &amp; co\\n (model m)" in lines[1]  # no mention, no raw newline
+    assert "backups win rarely" in lines[1]
+    assert lines[2] == "• raise_over_budget cleared on route chat (model m)"
+    assert slack_escape("a<b>") == "a&lt;b&gt;"
+    body = webhook_payload(changes, "json")
+    assert body["event"] == "hedgerow.flags"
+    assert body["changes"][0] == {
+        "route": "<!channel> & co\n",
+        "model": "m",
+        "flag": "backups_rarely_win",
+        "change": "raised",
+        "at": NOW.isoformat(),
+        "meaning": "(flag) backups win rarely: they may share the primary's queue",
+    }
+
+
+async def test_posts_are_retried_and_delivered_once() -> None:
+    with WebhookReceiver(fail_first=1) as receiver:
+        webhook = FlagWebhook(receiver.url, "json", attempts=3, backoff_s=0.01, timeout_s=5)
+        webhook.submit(flag_changes("chat", "m", [], ["backups_rarely_win"], NOW))
+        await webhook.drain(timeout_s=10)
+        await webhook.aclose()
+    assert receiver.statuses == [503, 200]
+    assert [c["flag"] for c in receiver.delivered[0]["changes"]] == ["backups_rarely_win"]
+    assert (webhook.posted, webhook.failed, webhook.dropped) == (1, 0, 0)
+
+
+async def test_a_webhook_that_is_down_drops_the_oldest_changes_beyond_the_bound_and_says_so(caplog) -> None:
+    with WebhookReceiver(fail_first=100) as receiver:
+        webhook = FlagWebhook(receiver.url, "json", attempts=1, backoff_s=0.0, timeout_s=5, max_pending=3)
+        changes = [FlagChange(f"r{i}", "m", "backups_rarely_win", True, NOW) for i in range(5)]
+        webhook.submit(changes)  # the task has not run yet: 5 wait, 2 dropped
+        await webhook.drain(timeout_s=10)
+        await webhook.aclose()
+    assert webhook.dropped == 2 and webhook.failed == 1 and webhook.posted == 0
+    assert [c["route"] for c in receiver.bodies[0]["changes"]] == ["r2", "r3", "r4"]
+    assert "dropping the oldest" in caplog.text and "not delivered after 1 attempt" in caplog.text
+
+
+def test_off_unless_configured() -> None:
+    assert FlagWebhook.from_settings(Settings()) is None
+    webhook = FlagWebhook.from_settings(Settings(flag_webhook_url="http://127.0.0.1:9/hook", report_webhook_attempts=2))
+    assert webhook is not None and webhook.attempts == 2 and webhook.fmt == "slack"
+
+
+async def test_a_real_tick_raises_a_flag_that_the_store_shows(sessionmaker, call_factory) -> None:
+    """Hedges whose backups never win: the tick flags ``backups_rarely_win``; the flags of the newest
+    history row (what a new lease holder starts from) show it; the change is what gets posted."""
+    settings = Settings()
+    rng = random.Random(7)
+    records = [
+        call_factory(
+            f"slow-backup-{i}",
+            route="chat",
+            started_at=NOW - timedelta(seconds=rng.uniform(5.0, 1500.0)),
+            primary_ttft_s=0.3 + rng.expovariate(2.0),
+            hedge_after_s=0.25,
+            backup_ttft_s=5.0,  # always later than the primary: the backup never wins
+        )
+        for i in range(300)
+    ]
+    async with sessionmaker() as session, session.begin():
+        await ingest_calls(session, records, defaults=route_defaults(settings))
+    async with sessionmaker() as session:
+        assert await latest_reasons(session) == {}  # no history yet: every flag counts as raised
+    [row] = await run_tick(sessionmaker, settings, now=NOW)
+    after = row["reason"].split(",")
+    assert "backups_rarely_win" in after
+    async with sessionmaker() as session:
+        before = await latest_reasons(session)
+    assert before == {("chat", "m1"): after}
+    raised = flag_changes("chat", "m1", [], after, NOW)
+    assert "backups_rarely_win" in [c.flag for c in raised if c.raised]
+    assert flag_changes("chat", "m1", before[("chat", "m1")], after, NOW) == []
+    with WebhookReceiver() as receiver:
+        webhook = FlagWebhook(receiver.url, "slack", attempts=1, backoff_s=0.0, timeout_s=5)
+        webhook.submit(raised)
+        await webhook.drain(timeout_s=10)
+        await webhook.aclose()
+    assert "backups_rarely_win raised on route chat (model m1)" in receiver.delivered[0]["text"]
