@@ -12,6 +12,10 @@ after round, alternates two phases with the same probes:
 - tick: ``POST /v1/controller/run`` (one tick, answered when it is done) with the probes running
   until it returns.
 
+Each mode of ``--tick-in`` (default ``loop,process``: ``HEDGEROW_CONTROLLER_TICK_IN``, the tick on
+the api's event loop or in a worker process) gets a ``serve`` of its own on the same seeded store,
+one after the other, so the rows of one route count compare the modes in the same run.
+
 Probes are open loop (each fired on schedule as its own task, whether or not the earlier ones
 have been answered, so a stalled server is not hidden by probes that wait their turn): polls at
 ``--poll-rate`` per second alternating ``GET /v1/thresholds`` and ``GET /v1/thresholds/{route}``,
@@ -21,7 +25,8 @@ wall time (median over rounds), poll and ingest p50/p99 idle and during ticks (o
 their ratio, and the non-2xx answers.
 
 Run: ``python bench/tick_interference.py [--routes 100,1000] [--calls-per-route 1000] [--rounds 3]
-[--idle-seconds 5] [--poll-rate 20] [--ingest-rate 5] [--db postgresql+asyncpg://...] [--quick]
+[--idle-seconds 5] [--poll-rate 20] [--ingest-rate 5] [--tick-in loop,process]
+[--db postgresql+asyncpg://...] [--quick]
 [--json bench/results/tick_interference.json]``. ``--quick``: 20 routes x 50 calls, one round of
 1 s idle (a smoke run). Prints a table and writes JSON. Not a test: nothing is asserted.
 """
@@ -169,16 +174,20 @@ class Prober:
         return samples, result, elapsed
 
 
-async def tick(client: httpx.AsyncClient) -> int:
+async def tick(client: httpx.AsyncClient) -> int | None:
     """Run one tick through ``POST /v1/controller/run``; returns the decisions it wrote.
 
+    Returns:
+        The decisions written, or None when the tick was not published (``ran`` false: the
+        serve lost the lease, e.g. its renewals starved while the tick ran; the round still counts).
+
     Raises:
-        RuntimeError: the server refused, or did not run the tick (another process held the lease).
+        RuntimeError: the server refused.
     """
     answer = await client.post("/v1/controller/run", headers={"authorization": f"Bearer {TOKEN}"})
-    if not answer.is_success or not answer.json()["ran"]:
+    if not answer.is_success:
         raise RuntimeError(f"POST /v1/controller/run: {answer.status_code} {answer.text[:300]}")
-    return len(answer.json()["history"])
+    return len(answer.json()["history"]) if answer.json()["ran"] else None
 
 
 def summary(phase: str, samples: Samples) -> dict[str, Any]:
@@ -203,11 +212,25 @@ def merge(into: Samples, part: Samples) -> None:
     into.ingest_errors += part.ingest_errors
 
 
-async def measure(url: str, workdir: Path, routes: int, calls: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Seed a fresh store at ``url``, serve it, and probe it idle and during ticks, interleaved."""
+async def measure(url: str, workdir: Path, routes: int, calls: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Seed a fresh store at ``url``; for each ``--tick-in`` mode, serve it and probe it idle and
+    during ticks, interleaved. Returns one result per mode."""
     await asyncio.to_thread(upgrade_database, url)
     seed_s = await seed(url, routes, calls, datetime.now(UTC))
+    results = []
+    for mode in args.tick_in:
+        print(f"  {routes:>5} routes, tick in {mode}:", flush=True)
+        result = await measure_mode(url, workdir, routes, calls, mode, args)
+        results.append({"tick_in": mode, **result, "seed_s": seed_s})
+    return results
+
+
+async def measure_mode(
+    url: str, workdir: Path, routes: int, calls: int, mode: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Serve the seeded store at ``url`` with the tick in ``mode`` and probe it idle and during ticks."""
     env = {
+        "HEDGEROW_CONTROLLER_TICK_IN": mode,
         "HEDGEROW_CONTROLLER_INTERVAL_S": "3600",
         "HEDGEROW_TOKENS": f"bench={TOKEN}:admin",
         "HEDGEROW_MAX_ROUTES": str(max(routes, 1000)),
@@ -217,7 +240,7 @@ async def measure(url: str, workdir: Path, routes: int, calls: int, args: argpar
     idle, busy = Samples(), Samples()
     ticks: list[float] = []
     rounds: list[dict[str, Any]] = []
-    async with running_serve(url, workdir, **env) as served:
+    async with running_serve(url, workdir, logs=f"serve-{mode}", **env) as served:
         prober = Prober(served.base, names, args.poll_rate, args.ingest_rate)
         try:
             async with httpx.AsyncClient(base_url=served.base, timeout=3600) as control:
@@ -235,7 +258,8 @@ async def measure(url: str, workdir: Path, routes: int, calls: int, args: argpar
                                    "load_1m_tick": os.getloadavg()[0], **summary("idle", part),
                                    **summary("tick", part_busy)})  # fmt: skip
                     print(
-                        f"  {routes:>5} routes round {index}: tick {tick_s:.2f} s ({decisions} decisions); "
+                        f"  {routes:>5} routes round {index}: tick {tick_s:.2f} s "
+                        f"({'not published: lease lost' if decisions is None else f'{decisions} decisions'}); "
                         f"polls {len(part.poll_s)} idle / {len(part_busy.poll_s)} during "
                         f"(load {os.getloadavg()[0]:.1f})",
                         flush=True,
@@ -245,10 +269,10 @@ async def measure(url: str, workdir: Path, routes: int, calls: int, args: argpar
     result: dict[str, Any] = {
         "routes": routes,
         "calls_per_route": calls,
-        "seed_s": seed_s,
         "warmup_tick_s": warmup_s,
         "tick_s_median": statistics.median(ticks),
         "tick_s_runs": ticks,
+        "ticks_not_published": sum(r["decisions"] is None for r in rounds),
         **summary("idle", idle),
         **summary("tick", busy),
     }
@@ -279,17 +303,17 @@ async def main(args: argparse.Namespace) -> None:
             if args.db:
                 url = await create_pg_database(args.db, "hedgerow_bench")
                 try:
-                    result = await measure(url, Path(tmp), routes, args.calls_per_route, args)
+                    measured = await measure(url, Path(tmp), routes, args.calls_per_route, args)
                 finally:
                     await drop_pg_database(url)
             else:
-                result = await measure(f"sqlite+aiosqlite:///{tmp}/bench.db", Path(tmp), routes,
-                                       args.calls_per_route, args)  # fmt: skip
-        results.append({"store": store, **result})
+                measured = await measure(f"sqlite+aiosqlite:///{tmp}/bench.db", Path(tmp), routes,
+                                         args.calls_per_route, args)  # fmt: skip
+        results += [{"store": store, **result} for result in measured]
     print()
-    print(f"{'store':<10} {'routes':>6} {'calls/rt':>8} {'tick s':>7} | {'poll p50 ms':>17} {'poll p99 ms':>19} | "
-          f"{'ingest p50 ms':>17} {'ingest p99 ms':>19} | errors")  # fmt: skip
-    print(f"{'':<10} {'':>6} {'':>8} {'':>7} | {'idle / tick (x)':>17} {'idle / tick (x)':>19} | "
+    print(f"{'store':<10} {'tick in':<8} {'routes':>6} {'calls/rt':>8} {'tick s':>7} | {'poll p50 ms':>17} "
+          f"{'poll p99 ms':>19} | {'ingest p50 ms':>17} {'ingest p99 ms':>19} | errors")  # fmt: skip
+    print(f"{'':<10} {'':<8} {'':>6} {'':>8} {'':>7} | {'idle / tick (x)':>17} {'idle / tick (x)':>19} | "
           f"{'idle / tick (x)':>17} {'idle / tick (x)':>19} |")  # fmt: skip
     for r in results:
         cells = []
@@ -298,13 +322,15 @@ async def main(args: argparse.Namespace) -> None:
                 cells.append(f"{fmt_ms(r[f'idle_{probe}_{q}_s'])} / {fmt_ms(r[f'tick_{probe}_{q}_s'])} "
                              f"({fmt_ratio(r[f'{probe}_{q}_ratio'])})")  # fmt: skip
         errors = sum(r[f"{phase}_{probe}_errors"] for phase in ("idle", "tick") for probe in ("poll", "ingest"))
-        print(f"{r['store']:<10} {r['routes']:>6} {r['calls_per_route']:>8} {r['tick_s_median']:>7.2f} | "
+        print(f"{r['store']:<10} {r['tick_in']:<8} {r['routes']:>6} {r['calls_per_route']:>8} "
+              f"{r['tick_s_median']:>7.2f} | "
               f"{cells[0]:>17} {cells[1]:>19} | {cells[2]:>17} {cells[3]:>19} | {errors}")  # fmt: skip
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         document = {"benchmark": "tick_interference", "python": platform.python_version(), "store": store,
                     "rounds": args.rounds, "idle_seconds": args.idle_seconds, "poll_rate": args.poll_rate,
                     "ingest_rate": args.ingest_rate, "ingest_batch": INGEST_BATCH, "cpus": os.cpu_count(),
+                    "tick_in": args.tick_in, "load_1m_end": os.getloadavg()[0],
                     "results": results}  # fmt: skip
         args.json.write_text(json.dumps(document, indent=2) + "\n")
         print(f"written to {args.json}")
@@ -319,6 +345,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle-seconds", type=float, default=None, help="seconds of each idle phase (default 5)")
     parser.add_argument("--poll-rate", type=float, default=20.0, help="polls per second")
     parser.add_argument("--ingest-rate", type=float, default=5.0, help="ingest batches (10 records) per second")
+    parser.add_argument(
+        "--tick-in",
+        default="loop,process",
+        help="HEDGEROW_CONTROLLER_TICK_IN modes, comma-separated (default loop,process)",
+    )
     parser.add_argument("--db", default=None, help="PostgreSQL server url (a database of the bench's own is made)")
     parser.add_argument("--quick", action="store_true", help="20 routes x 50 calls, 1 round of 1 s idle")
     parser.add_argument("--json", type=Path, default=Path("bench/results/tick_interference.json"))
@@ -331,6 +362,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("poll_rate", "ingest_rate", "idle_seconds"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    args.tick_in = [mode.strip() for mode in args.tick_in.split(",") if mode.strip()]
+    if not args.tick_in or any(mode not in ("loop", "process") for mode in args.tick_in):
+        parser.error(f"--tick-in takes loop and/or process, got {','.join(args.tick_in) or 'nothing'}")
     if args.rounds < 1 or args.calls_per_route < 1:
         parser.error("--rounds and --calls-per-route must be at least 1")
     return args

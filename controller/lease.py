@@ -87,12 +87,18 @@ class LeaseLost(ControllerError):
     Attributes:
         lease: the lease's name.
         holder: this process's holder id.
+        why: what the check found (e.g. ``"other holds it"``).
     """
 
     def __init__(self, lease: str, holder: str, why: str) -> None:
         self.lease = lease
         self.holder = holder
+        self.why = why
         super().__init__(f"the {lease} lease is no longer held by {holder}: {why}")
+
+    def __reduce__(self) -> tuple[type[LeaseLost], tuple[str, str, str]]:
+        """Pickle by the constructor's arguments (it crosses from a tick worker process)."""
+        return (type(self), (self.lease, self.holder, self.why))
 
 
 def make_holder_id() -> str:

@@ -31,6 +31,15 @@ its last successful renewal started (monotonic clock): a holder whose renewals s
 tick, and each tick's publish checks the lease row in its own transaction
 (:func:`~hedgerow.controller.lease.check_lease_held`), so a stale holder never publishes after
 another took over.
+
+Where the tick computes (``settings.controller_tick_in``): ``"process"`` runs it in a worker
+process of its own (:mod:`hedgerow.controller._tick_worker`), so that its observation and
+decision never hold the interpreter lock of the api that shares this process; the hold deadline
+is shared with the worker and its publish runs the same fence. The worker is started by the
+``tick_worker_warm_up`` job :data:`WORKER_WARM_UP_S` after start (half the interval if shorter),
+or by the first tick if sooner, on every process, holder or not, and kept until
+:meth:`ControllerScheduler.shutdown`. ``"loop"`` runs the tick here (the decision in a thread). A
+store that a worker cannot open (in-memory SQLite) ticks here, said once in the log.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.client.errors import describe
+from hedgerow.controller._tick_worker import TickWorker, worker_url
 from hedgerow.controller.events import log_flag_changes, log_lease_change
 from hedgerow.controller.flag_webhook import FlagWebhook, flag_changes, latest_reasons, undecided_flags
 from hedgerow.controller.jobs import run_tick
@@ -73,10 +83,13 @@ from hedgerow.controller.store.retention import RetentionReport, run_retention
 if TYPE_CHECKING:
     from hedgerow.settings import Settings
 
-__all__ = ["REPORT_START_DELAY_S", "ControllerScheduler"]
+__all__ = ["REPORT_START_DELAY_S", "WORKER_WARM_UP_S", "ControllerScheduler"]
 
 #: Seconds after start before the weekly report job's catch-up run (the lease is taken by then).
 REPORT_START_DELAY_S = 5.0
+#: Seconds after start before the tick worker process is started (or half the tick interval if
+#: shorter); a process that stops sooner (e.g. a short-lived test app) never starts one.
+WORKER_WARM_UP_S = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +117,8 @@ class ControllerScheduler:
         on_tick: called after each tick this process ran, with its duration (seconds) and the
             Unix time it finished (e.g. the api's metrics); None by default.
         on_lease: called with True/False whenever this process acquires or loses the lease.
+        tick_in: where ticks compute, ``"process"`` (a worker process) or ``"loop"`` (here): the
+            ``controller_tick_in`` setting, or ``"loop"`` when a worker cannot open the store.
 
     Lease changes and each flag raised or cleared are logged (:mod:`hedgerow.controller.events`);
     flags are compared with the previous tick this process ran (the first tick logs the flags
@@ -145,6 +160,31 @@ class ControllerScheduler:
         self._flags: dict[tuple[str, str], list[str]] = {}
         #: posts each tick's flag changes (``settings.flag_webhook_url``), or None
         self.flag_webhook = FlagWebhook.from_settings(settings)
+        self.tick_in = self._tick_mode(sessionmaker, settings)
+        self._worker: TickWorker | None = None
+
+    def _tick_mode(self, sessionmaker: async_sessionmaker[AsyncSession], settings: Any) -> str:
+        """``"process"`` or ``"loop"``: the setting, or the loop when a worker cannot open the store."""
+        mode = str(getattr(settings, "controller_tick_in", "loop"))
+        if mode == "process" and worker_url(sessionmaker) is None:
+            log.info("controller tick runs on the event loop: a worker process cannot open an in-memory SQLite store")
+            return "loop"
+        return mode
+
+    @property
+    def tick_worker(self) -> TickWorker | None:
+        """The worker that computes the ticks (``tick_in == "process"``), None before the first tick."""
+        return self._worker
+
+    def _share_hold(self) -> None:
+        """Give the tick worker the end of this process's hold on the monotonic clock (-inf: none)."""
+        if self._worker is None:
+            return
+        if self._held:
+            remaining_s = self.safe_hold_s - (self._clock() - self._renewed_at)
+            self._worker.set_hold_until(time.monotonic() + remaining_s)
+        else:
+            self._worker.set_hold_until(-math.inf)
 
     @property
     def holding(self) -> bool:
@@ -177,6 +217,7 @@ class ControllerScheduler:
             self._held = held
             if held:
                 self._renewed_at = started
+            self._share_hold()
             self._report_lease()
             return self.holding
 
@@ -212,10 +253,11 @@ class ControllerScheduler:
             before = await self._reasons_before() if self.flag_webhook is not None else None
             started = time.perf_counter()
             try:
-                rows = await run_tick(self.sessionmaker, self.settings, fence=self._fence)
+                rows = await self._run_tick()
             except LeaseLost as exc:
                 log.warning("controller tick not published: %s", exc)
                 self._held = False
+                self._share_hold()
                 self._report_lease()
                 return None
             duration_s = time.perf_counter() - started
@@ -241,6 +283,33 @@ class ControllerScheduler:
             if self.on_tick is not None:
                 self.on_tick(duration_s, time.time())
             return rows
+
+    async def _run_tick(self) -> list[dict[str, Any]]:
+        """One tick under the fence, here or in the worker process (:attr:`tick_in`)."""
+        if self.tick_in != "process":
+            return await run_tick(self.sessionmaker, self.settings, fence=self._fence)
+        worker = self._tick_worker()
+        self._share_hold()
+        return await worker.tick(self.holder)
+
+    def _tick_worker(self) -> TickWorker:
+        """The tick worker, made (not started) on first use."""
+        if self._worker is None:
+            url = worker_url(self.sessionmaker)
+            assert url is not None  # checked by _tick_mode
+            self._worker = TickWorker(url, self.settings)
+            self._share_hold()
+        return self._worker
+
+    async def warm_up(self) -> None:
+        """Start the tick worker process now, if ticks run in one (``tick_in == "process"``).
+
+        :meth:`start` has it run :data:`WORKER_WARM_UP_S` (at most half an interval) after the
+        start, on every process, holder or not, so that neither the first tick nor the first
+        tick after a takeover waits for a worker to start.
+        """
+        if self.tick_in == "process" and not self._stopping:
+            await self._tick_worker().start()
 
     async def _reasons_before(self) -> dict[tuple[str, str], list[str]] | None:
         """Each route's reason codes before this tick, from the store (None, logged, on failure:
@@ -317,6 +386,9 @@ class ControllerScheduler:
             if task is not None:
                 self._running.discard(task)
 
+    async def _warm_up_job(self) -> None:
+        await self._job(self.warm_up)
+
     async def _renew_job(self) -> None:
         await self._job(self.renew)
 
@@ -357,6 +429,11 @@ class ControllerScheduler:
             coalesce=True,
             misfire_grace_time=None,
         )
+        if self.tick_in == "process":
+            warm_up_s = min(WORKER_WARM_UP_S, self.settings.controller_interval_s / 2.0)
+            scheduler.add_job(
+                self._warm_up_job, "date", run_date=utc_now() + timedelta(seconds=warm_up_s), id="tick_worker_warm_up"
+            )
         if report_job_enabled(self.settings):
             trigger = CronTrigger.from_crontab(self.settings.report_cron, timezone=UTC)
             scheduler.add_job(self._report_job, trigger, id="weekly_report", max_instances=1, coalesce=True)
@@ -399,6 +476,9 @@ class ControllerScheduler:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        if self._worker is not None:  # gone before the release: nothing it runs can commit after it
+            self._worker.set_hold_until(-math.inf)
+            await self._worker.close()
         if self.flag_webhook is not None:
             await self.flag_webhook.aclose(timeout_s=min(max(timeout_s, 0.0), 5.0))
         if self._held:

@@ -100,6 +100,8 @@ class TextFormatter(logging.Formatter):
         line = f"{_timestamp(record)} {record.levelname} {record.name} {_message(record)}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
+        elif record.exc_text:  # a record forwarded from another process carries its traceback as text
+            line += "\n" + record.exc_text
         return line
 
 
@@ -120,6 +122,8 @@ class JsonFormatter(logging.Formatter):
             data.update(getattr(record, "fields", {}) or {})
         if record.exc_info:
             data["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:  # forwarded from another process (see TextFormatter)
+            data["exception"] = record.exc_text
         return json.dumps(data, default=str)
 
 

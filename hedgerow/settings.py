@@ -32,6 +32,12 @@ class Settings(BaseSettings):
             ``postgresql+asyncpg://user@host/db``; plain ``sqlite:///path`` and
             ``postgresql://...`` are mapped to those async drivers).
         controller_interval_s: seconds between two controller ticks (default 60).
+        controller_tick_in: where ``serve`` computes a tick: ``"process"`` (default) in a worker
+            process of its own, started 30 s after ``serve`` (half an interval if shorter) or at
+            the first tick, and kept, so that the tick's computation never holds the api's
+            interpreter lock; ``"loop"`` on the api's event loop and its threads. An in-memory
+            SQLite store ticks on the loop (a worker cannot open it). ``hedgerow controller
+            run-once`` always ticks in its own process.
         window_s: the estimation window, seconds of recent calls per tick (default 3600).
         max_window_s: how far the window may widen while samples are too few (default 86400).
         short_window_s: the window in which an observed hedge rate above budget raises the
@@ -178,6 +184,7 @@ class Settings(BaseSettings):
 
     database_url: str = DEFAULT_DATABASE_URL
     controller_interval_s: float = Field(60.0, gt=0)
+    controller_tick_in: Literal["process", "loop"] = "process"
     threshold_check_interval_s: float = Field(1.0, ge=0, allow_inf_nan=False)
     window_s: float = Field(3600.0, gt=0)
     max_window_s: float = Field(86400.0, gt=0)

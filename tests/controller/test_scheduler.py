@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 
+import pytest
 from sqlalchemy import func, select
 
 from hedgerow.controller.scheduler import ControllerScheduler
@@ -14,11 +15,12 @@ from hedgerow.controller.store.models import ThresholdHistory
 from hedgerow.settings import Settings
 
 
-async def test_only_the_lease_holder_ticks_and_hands_over(sessionmaker, call_factory) -> None:
+@pytest.mark.parametrize("tick_in", ["loop", "process"])
+async def test_only_the_lease_holder_ticks_and_hands_over(sessionmaker, call_factory, tick_in: str) -> None:
     # A 6 s lease renewed at every 0.3 s tick: a renewal held up by a loaded machine for less than
     # 5 s does not let the second take over. The hand-over below needs no expiry (the first
     # releases the lease at shutdown).
-    settings = Settings(controller_interval_s=0.3, lease_ttl_s=6.0)
+    settings = Settings(controller_interval_s=0.3, lease_ttl_s=6.0, controller_tick_in=tick_in)
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, [call_factory("a")], defaults=route_defaults(settings))
     first = ControllerScheduler(sessionmaker, settings, holder="first")
