@@ -20,6 +20,12 @@ def _calls(now: datetime) -> list[dict]:
         )
         out.append(CallRecord(f"h{i}", "team/chat", "m1", now - timedelta(minutes=5), hedged=True,
                               hedge_reason="ttft_timeout", winner="backup", ttft_s=0.7, attempts=atts))  # fmt: skip
+    atts = (
+        AttemptRecord("<b>slow</b>", "primary", 0.0, None, 0.1, "failed", 503, "http_503", 0),
+        AttemptRecord("fast", "backup", 0.1, 0.4, 1.0, "won", 200, None, 20),
+    )
+    out.append(CallRecord("f1", "team/chat", "m1", now - timedelta(minutes=5), hedged=True,
+                          hedge_reason="primary_error", winner="backup", ttft_s=0.4, attempts=atts))  # fmt: skip
     atts = (AttemptRecord("other-up", "primary", 0.0, 0.2, 1.0, "won", 200, None, 5),)
     out.append(CallRecord("o1", "other", "m1", now - timedelta(hours=3), winner="primary", ttft_s=0.2, attempts=atts))
     return [r.to_dict() for r in out]
@@ -35,6 +41,7 @@ async def test_the_page_shows_the_table_escaped_and_filtered(make_api) -> None:
         assert "&lt;b&gt;slow&lt;/b&gt;" in html and "<b>slow</b>" not in html
         assert "fast" in html and "other-up" in html
         assert 'data-label="hedges caused" class="num">6' in html
+        assert html.count("+ 1 failover<") == 1  # the slow primary's, as the api's failovers_caused
         one = (await api.get("/ui/upstreams", params={"route": "team/chat", "range": "1h"})).text
         assert "other-up" not in one and "fast" in one and 'aria-current="true" class="on">1h' in one
         assert "/ui/routes/team%2Fchat" in one  # back to the route
