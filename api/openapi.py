@@ -119,10 +119,11 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 if description == "Validation Error":
                     description = "a bad value, named"
                 responses["422"] = _error(description, shape)
-            if any(p.get("in") == "path" for p in operation.get("parameters", [])):
-                # an unknown (route, model) is a FieldError naming ``route``; a path that matches no
-                # operation is the framework's plain Error (a path parameter with a control
-                # character is a 422 FieldError naming it: hedgerow.api.path_check)
+            if "404" in responses or any(p.get("in") == "path" for p in operation.get("parameters", [])):
+                # an unknown (route, model), in the path or a query, is a FieldError naming
+                # ``route``; a path that matches no operation is the framework's plain Error (a path
+                # parameter with a control character is a 422 FieldError naming it:
+                # hedgerow.api.path_check)
                 described = responses.get("404", {}).get("description")
                 responses["404"] = {
                     "description": (described + "; " if described else "") + "no such path",

@@ -129,12 +129,20 @@ async def test_markdown_report_escapes_names_so_rows_keep_their_columns(sessionm
     from hedgerow.controller.report.report_render import to_markdown
 
     text = to_markdown(await _report(sessionmaker))
-    rows = [line for line in text.splitlines() if line.startswith("|")]
-    header = rows[0]
+    tables: list[list[str]] = []  # each run of table lines: the routes', then the upstreams'
+    previous = ""
+    for line in text.splitlines():
+        if line.startswith("|"):
+            if not previous.startswith("|"):
+                tables.append([])
+            tables[-1].append(line)
+        previous = line
+    rows = tables[0]
     assert len(rows) == 2 + len(LEGACY) + 1  # header, rule, a row per route, the total
-    columns = len(re.findall(r"(?<!\\)\|", header))
-    for row in rows:
-        assert len(re.findall(r"(?<!\\)\|", row)) == columns, row
+    for table in tables:  # every row of every table keeps its header's columns
+        columns = len(re.findall(r"(?<!\\)\|", table[0]))
+        for row in table:
+            assert len(re.findall(r"(?<!\\)\|", row)) == columns, row
     assert "| \\[bold\\]r1\\[/\\] | \\[bold\\]r1\\[/\\] |" in text
     assert "p\\|ipe" in text and "new\\\\nline" in text and "\\<b\\>html\\</b\\>" in text
     assert "\nline" not in text
