@@ -458,11 +458,14 @@ async def upstream_ttft_series(
 
     The samples are the attempts' own TTFTs as in :func:`upstream_stats` (first tokens observed,
     attempts cancelled before one censored at their elapsed time, failures no sample), counted
-    per log bucket and read with :func:`km_quantile` at :data:`SERIES_LEVEL`. One statement,
-    grouped by ``(upstream, slot, censored, TTFT bucket)``, of the busiest ``limit`` upstreams
-    (most samples, then name; a subquery picks them), so its rows are at most ``limit + 1`` x
-    :data:`SERIES_MAX_SLOTS` x 2 x 330 whatever the range holds. Calls are those started in the
-    range (``call_started_at`` matched too, so PostgreSQL reads only the range's partitions).
+    per log bucket and read with :func:`km_quantile` at :data:`SERIES_LEVEL`. One statement and
+    one pass over the range's rows: grouped by ``(upstream, slot, censored, TTFT bucket)``, the
+    groups ranked by their upstream's samples (window functions over the groups, not the rows)
+    and those of the busiest ``limit + 1`` upstreams kept (most samples, then name), so the answer
+    is at most ``limit + 1`` x :data:`SERIES_MAX_SLOTS` x 2 x 330 rows whatever the range holds.
+    Calls are those started in the range (``call_started_at`` matched too, so PostgreSQL reads only
+    the range's partitions). On a SQLite without math functions the samples are streamed and
+    bucketed here instead (memory bounded by the slots, not the rows).
 
     A slot's point:
 
@@ -501,7 +504,6 @@ async def upstream_ttft_series(
     width_s = slot_width_s((until - since).total_seconds())
     dialect = (await session.connection()).dialect.name
     duration, flag, has_sample = _sample_columns()
-    clamped = case((duration < 0, literal(0.0)), else_=duration)
 
     def window(query: Select[Any]) -> Select[Any]:
         return (
@@ -517,29 +519,39 @@ async def upstream_ttft_series(
             )
         )
 
-    busiest = (
-        window(select(Attempt.upstream))
-        .group_by(Attempt.upstream)
-        .order_by(func.count().desc(), Attempt.upstream)
-        .limit(limit + 1)
-    )
     slot = _slot_sql(dialect, width_s)
-    in_sql = await _has_sql_log(session)
     observed: dict[str, dict[int, np.ndarray]] = defaultdict(lambda: defaultdict(_zeros))
     censored: dict[str, dict[int, np.ndarray]] = defaultdict(lambda: defaultdict(_zeros))
-    if in_sql:
-        bucket = _bucket_sql(clamped)
-        query = window(select(Attempt.upstream, slot, flag, bucket, func.count()))
-        query = query.where(Attempt.upstream.in_(busiest.scalar_subquery())).group_by(
-            Attempt.upstream, slot, flag, bucket
+    if await _has_sql_log(session):
+        # one pass over the rows: grouped, each group given its upstream's total (a window over
+        # the groups), the upstreams ranked by it, and only the first limit + 1 kept
+        bucket = _bucket_sql(duration)  # below 1 ms (so below 0) is bucket 0
+        grouped = (
+            window(
+                select(
+                    Attempt.upstream.label("upstream"),
+                    slot.label("slot"),
+                    flag.label("cut"),
+                    bucket.label("bucket"),
+                    func.count().label("n"),
+                    func.sum(func.count()).over(partition_by=Attempt.upstream).label("total"),
+                )
+            )
+            .group_by(Attempt.upstream, slot, flag, bucket)
+            .subquery()
         )
+        rank = func.dense_rank().over(order_by=(grouped.c.total.desc(), grouped.c.upstream))
+        with_rank = select(grouped, rank.label("rank")).subquery()
+        query = select(with_rank.c.upstream, with_rank.c.slot, with_rank.c.cut, with_rank.c.bucket, with_rank.c.n)
+        query = query.where(with_rank.c.rank <= limit + 1)
         for name, at, cut, index, count in await session.execute(query):
             target = censored if cut else observed
             target[name][int(at)][min(max(int(index), 0), N_BUCKETS - 1)] += int(count)
     else:  # a SQLite without math functions: the samples streamed and bucketed here
-        query = window(select(Attempt.upstream, slot, flag, clamped))
-        query = query.where(Attempt.upstream.in_(busiest.scalar_subquery()))
-        result = await session.stream(query.execution_options(yield_per=_CHUNK_ROWS))
+        clamped = case((duration < 0, literal(0.0)), else_=duration)
+        result = await session.stream(
+            window(select(Attempt.upstream, slot, flag, clamped)).execution_options(yield_per=_CHUNK_ROWS)
+        )
         async for rows in result.partitions(_CHUNK_ROWS):
             for name, at, cut, value_s in rows:
                 target = censored if cut else observed
