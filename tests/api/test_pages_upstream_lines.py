@@ -136,3 +136,23 @@ async def test_a_route_without_calls_has_no_upstream_line(make_api) -> None:
         page = await api.get("/ui/routes/quiet", params=M)
     assert page.status_code == 200 and "s-up" not in page.text and "key-note" not in page.text
     assert "each upstream&#39;s P90" not in page.text
+
+
+async def test_the_lines_are_reused_for_a_minute_then_read_again(make_api, monkeypatch) -> None:
+    """Paging or filtering the history draws the same charts: the lines read less than
+    ``UPSTREAM_LINES_TTL_S`` ago are reused (a new upstream shows only once they are older)."""
+    import hedgerow.api.pages as pages
+
+    at = datetime.now(UTC) - timedelta(hours=2)
+    first = [_alone(f"e{i}", "east", 0.2, at) for i in range(10)]
+    later = [_alone(f"w{i}", "west", 0.3, at) for i in range(10)]
+    async with make_api() as (_app, api):
+        assert (await api.post("/v1/calls", json={"calls": first})).status_code == 202
+        before = _first_chart((await api.get("/ui/routes/chat", params=M)).text)
+        assert (await api.post("/v1/calls", json={"calls": later})).status_code == 202
+        paged = _first_chart((await api.get("/ui/routes/chat", params=M | {"page": "2"})).text)
+        monkeypatch.setattr(pages, "UPSTREAM_LINES_TTL_S", 0.0)
+        fresh = _first_chart((await api.get("/ui/routes/chat", params=M)).text)
+    assert "east P90" in before and "west P90" not in before
+    assert "east P90" in paged and "west P90" not in paged
+    assert "east P90" in fresh and "west P90" in fresh
