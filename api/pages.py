@@ -244,18 +244,23 @@ def _upstream_lines(found: dict[str, Any] | None) -> tuple[list[SeriesData], str
             points.append((middle, None if p90 is None else p90["value_s"]))
             if p90 is not None and p90["value_s"] is None:
                 bounds.append((middle, p90["low_s"]))
-        data.append(SeriesData(f"{upstream['upstream']} P90", css, "line", points, bounds))
-    drawn = len(data)
+        if bounds or any(value is not None for _at, value in points):  # else nothing to draw or key
+            data.append(SeriesData(f"{upstream['upstream']} P90", css, "line", points, bounds))
+    slot = _slot_label(found["slot_s"])
+    if not data:
+        return [], f"Per-upstream lines: no upstream had {SERIES_MIN_SAMPLES} TTFT samples in one {slot} slot."
+    drawn, listed = len(data), min(len(found["upstreams"]), len(UPSTREAM_CLASSES))
     which = (
-        f"the {drawn} busiest upstreams (others not drawn)"
+        f"the {listed} busiest upstreams (others not drawn)"
         if found["truncated"]
-        else ("its one upstream" if drawn == 1 else f"each of its {drawn} upstreams")
+        else ("its one upstream" if listed == 1 else f"each of its {listed} upstreams")
     )
+    sparse = f" ({listed - drawn} with too few samples in every slot)" if drawn < listed else ""
     sentence = (
-        f"Per-upstream lines: the P90 TTFT of {which}, per {_slot_label(found['slot_s'])}, Kaplan-Meier "
-        f"with attempts cancelled before a first token counted as censored; no point for a slot with "
-        f"fewer than {SERIES_MIN_SAMPLES} samples or {SERIES_MIN_FIRST_TOKENS} first tokens; an open "
-        f"triangle where so many attempts were cancelled that the P90 is only known to be at least that."
+        f"Per-upstream lines: the P90 TTFT of {which}{sparse}, per {slot}, Kaplan-Meier with attempts "
+        f"cancelled before a first token counted as censored; no point for a slot with fewer than "
+        f"{SERIES_MIN_SAMPLES} samples or {SERIES_MIN_FIRST_TOKENS} first tokens; an open triangle "
+        f"where so many attempts were cancelled that the P90 is only known to be at least that."
     )
     return data, sentence
 

@@ -89,15 +89,16 @@ async def test_the_latency_chart_draws_the_busiest_upstreams_p90_on_its_log_axis
     assert "each upstream&#39;s P90" in chart and "(log scale)" in chart
     keys = re.findall(r'<span class="key upstream-key s-up (s-up[0-9])">.*?</svg>([^<]*)</span>', chart)
     # busiest first (most TTFT samples, then name); n3 (5 samples) is the seventh: not drawn
+    # west (8 samples) has nothing to draw: no key either
     assert keys == [
         ("s-up1", "n1 P90"), ("s-up2", "n2 P90"), ("s-up3", "a&lt;b&gt;&amp;c P90"),
-        ("s-up4", "east P90"), ("s-up5", "slow P90"), ("s-up6", "west P90"),
+        ("s-up4", "east P90"), ("s-up5", "slow P90"),
     ], keys  # fmt: skip
-    assert "n3" not in chart and "<b>" not in page.text
+    assert "n3" not in chart and "west" not in chart and "<b>" not in page.text
     paths = dict(re.findall(r'<path class="series s-up (s-up[0-9])" d="([^"]+)">', chart))
     bounds = dict(re.findall(r'<path class="bound s-up (s-up[0-9])" d="([^"]+)">', chart))
-    # one slot each: a lone point is a dot (a zero-length segment); west (8 samples) and slow
-    # (a lower bound only) have no line; slow has a triangle
+    # one slot each: a lone point is a dot (a zero-length segment); slow (a lower bound only) has
+    # no line but a triangle
     assert set(paths) == {"s-up1", "s-up2", "s-up3", "s-up4"} and all(p.endswith("h0") for p in paths.values())
     assert set(bounds) == {"s-up5"}
     east_y = float(re.match(r"M[0-9.]+,([0-9.]+)h0", paths["s-up4"]).group(1))
@@ -112,7 +113,7 @@ async def test_the_latency_chart_draws_the_busiest_upstreams_p90_on_its_log_axis
     east_x = float(re.match(r"M([0-9.]+),", paths["s-up4"]).group(1))
     assert abs(east_x - (left + (right - left) * (1 - (now - middle) / timedelta(hours=24)))) < 0.5
     note = unescape(re.search(r'<span class="chart-note key-note">([^<]+)</span>', chart).group(1))
-    assert "the 6 busiest upstreams (others not drawn), per 1 h" in note, note
+    assert "the 6 busiest upstreams (others not drawn) (1 with too few samples in every slot), per 1 h" in note
     assert "fewer than 10 samples or 5 first tokens" in note and "open triangle" in note, note
     assert "s-up" not in second  # the hedge-rate chart has no upstream line
 
@@ -128,6 +129,17 @@ async def test_lines_join_consecutive_slots_and_break_over_an_empty_one(make_api
     assert re.fullmatch(r"M[0-9.]+,[0-9.]+L[0-9.]+,[0-9.]+M[0-9.]+,[0-9.]+h0", path), path
     note = unescape(re.search(r'<span class="chart-note key-note">([^<]+)</span>', chart).group(1))
     assert "the P90 TTFT of its one upstream, per 1 h" in note
+
+
+async def test_upstreams_with_too_few_samples_draw_nothing_and_the_note_says_so(make_api) -> None:
+    at = datetime.now(UTC) - timedelta(hours=2)
+    calls = [_alone(f"e{i}", "east", 0.2, at) for i in range(9)]
+    async with make_api() as (_app, api):
+        assert (await api.post("/v1/calls", json={"calls": calls})).status_code == 202
+        chart = _first_chart((await api.get("/ui/routes/chat", params=M)).text)
+    assert "s-up" not in chart
+    note = unescape(re.search(r'<span class="chart-note key-note">([^<]+)</span>', chart).group(1))
+    assert note == "Per-upstream lines: no upstream had 10 TTFT samples in one 1 h slot."
 
 
 async def test_a_route_without_calls_has_no_upstream_line(make_api) -> None:
