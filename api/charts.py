@@ -4,8 +4,9 @@
 :class:`Chart`: SVG path data per series in a ``width`` x ``height`` box of user units, and
 labelled ticks on both axes. The template ``chart.html`` draws it. A ``step`` series holds each
 value until the next point (a published threshold), a ``line`` series joins its points (and
-breaks where a value is missing), a ``band`` series is a step series filled down to the axis (the
-hedge budget: the share of calls allowed to hedge).
+breaks where a value is missing; a point alone between gaps is a zero-length segment, drawn as a
+dot by a round line cap) and may carry lower bounds, drawn as open triangles; a ``band`` series
+is a step series filled down to the axis (the hedge budget: the share of calls allowed to hedge).
 
 A chart may carry *point links* (:class:`PointLink`): a dot at a measured point that links to
 the calls behind it (the console's calls explorer). At most ``max_links`` are drawn: when a
@@ -34,6 +35,7 @@ __all__ = [
     "Series",
     "SeriesData",
     "ValueAxis",
+    "bound_triangle",
     "log_ticks",
     "nice_ticks",
     "seconds_label",
@@ -47,23 +49,27 @@ Scale = Literal["linear", "log"]
 @dataclass(frozen=True)
 class SeriesData:
     """One series to draw: its legend name, CSS class, kind and ``(time, value)`` points (oldest first;
-    a None value is a gap)."""
+    a None value is a gap), and ``bounds``: ``(time, value)`` where the value is only known to be at
+    least that (drawn as an open upward triangle, not joined to the line)."""
 
     name: str
     css: str
     kind: Kind
     points: Sequence[tuple[datetime, float | None]]
+    bounds: Sequence[tuple[datetime, float]] = ()
 
 
 @dataclass(frozen=True)
 class Series:
-    """One drawn series: legend name, CSS class, SVG path data (empty when nothing to draw) and
-    kind (``band`` is a filled area, the others are lines)."""
+    """One drawn series: legend name, CSS class, SVG path data (empty when nothing to draw), kind
+    (``band`` is a filled area, the others are lines) and ``bounds_path``: the triangles of its
+    lower bounds (empty for none)."""
 
     name: str
     css: str
     path: str
     kind: Kind = "line"
+    bounds_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,8 @@ class Chart:
         note: a sentence shown under the chart (e.g. why its range differs from the one asked
             for); empty for none.
         links: the point links drawn (at most ``max_links`` of :func:`time_chart`).
+        key_note: a sentence about the legend (e.g. how per-upstream lines are drawn); empty for
+            none.
     """
 
     width: int
@@ -118,6 +126,18 @@ class Chart:
     empty: bool = True
     note: str = ""
     links: list[DrawnLink] = field(default_factory=list)
+    key_note: str = ""
+
+
+#: Half the width and the height of a lower-bound triangle, user units.
+BOUND_HALF_WIDTH = 4.5
+BOUND_HEIGHT = 7.0
+
+
+def bound_triangle(x: float, y: float) -> str:
+    """SVG path data of a lower-bound marker: an upward triangle whose apex is at ``(x, y)``
+    ("at least this high"), :data:`BOUND_HEIGHT` tall."""
+    return f"M{x},{y}l{BOUND_HALF_WIDTH},{BOUND_HEIGHT}h{-2 * BOUND_HALF_WIDTH}Z"
 
 
 def nice_ticks(high: float, count: int = 5) -> list[float]:
@@ -247,6 +267,7 @@ def time_chart(
     note: str = "",
     links: Sequence[PointLink] = (),
     max_links: int = 120,
+    key_note: str = "",
 ) -> Chart:
     """Lay out ``data`` over the time range ``[since, until]`` (x) and a :class:`ValueAxis` (y).
 
@@ -263,6 +284,7 @@ def time_chart(
         links: points to draw as links (those outside the range or not finite are left out).
         max_links: the most links drawn; past it, the highest point of each of ``max_links``
             equal slots of the x axis is kept.
+        key_note: a sentence about the legend (``Chart.key_note``).
 
     Returns:
         The chart; ``empty`` when no series has a value.
@@ -274,6 +296,7 @@ def time_chart(
         raise ValueError(f"since ({since.isoformat()}) must be before until ({until.isoformat()})")
     left, right, top, bottom = 56.0, width - 12.0, 12.0, height - 28.0
     values = [v for series in data for _t, v in series.points if v is not None and math.isfinite(v)]
+    values += [v for series in data for _t, v in series.bounds if math.isfinite(v)]
     axis = ValueAxis.fit(values, y_scale, top, bottom, y_floor)
     span_s = (until - since).total_seconds()
 
@@ -300,14 +323,19 @@ def time_chart(
             if last_y is not None:
                 parts.append(f"H{right}V{bottom}Z" if series.kind == "band" else f"H{right}")
         else:
-            pen_down = False
-            for t, v in series.points:
+            run = 0  # points in the current stretch of line; a lone point gets a zero-length
+            for t, v in [*series.points, (until, None)]:  # segment (a dot with round caps)
                 if v is None or not math.isfinite(v):
-                    pen_down = False
+                    if run == 1:
+                        parts.append("h0")
+                    run = 0
                     continue
-                parts.append(f"{'L' if pen_down else 'M'}{x_of(t)},{y_of(v)}")
-                pen_down = True
-        drawn.append(Series(series.name, series.css, "".join(parts), series.kind))
+                parts.append(f"{'L' if run else 'M'}{x_of(t)},{y_of(v)}")
+                run += 1
+        marks = "".join(
+            bound_triangle(x_of(t), y_of(v)) for t, v in series.bounds if since <= t <= until and math.isfinite(v)
+        )
+        drawn.append(Series(series.name, series.css, "".join(parts), series.kind, marks))
     slots: dict[int, DrawnLink] = {}
     for link in links:
         if not (since <= link.time <= until and math.isfinite(link.value)):
@@ -332,7 +360,8 @@ def time_chart(
         series=drawn,
         x_ticks=x_ticks,
         y_ticks=[(y_of(v), y_format(v)) for v in axis.ticks],
-        empty=not any(s.path for s in drawn),
+        empty=not any(s.path or s.bounds_path for s in drawn),
         note=note,
+        key_note=key_note,
         links=[slots[k] for k in sorted(slots)],
     )

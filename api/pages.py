@@ -5,8 +5,9 @@ Pages:
 - ``GET /ui/`` and ``GET /ui/routes``: every route at a glance (published ``hedge_after_s``, its
   source, budget, last hour's hedge rate and backup win rate, flags, last change);
 - ``GET /ui/routes/{route}?model=&range=``: one route: step chart of the published threshold with
-  the primary's P90/P99 (log y axis), chart of the hedge rate against the budget (a line over a
-  shaded band: the share allowed), over ``range`` (``1h``,
+  the primary's P90/P99 and a P90 line per upstream (the busiest six,
+  :func:`~hedgerow.controller.store.upstreams.upstream_ttft_series`) (log y axis), chart of the
+  hedge rate against the budget (a line over a shaded band: the share allowed), over ``range`` (``1h``,
   ``6h``, ``24h``, ``7d``, ``30d``; a route whose history starts inside the range gets charts fitted
   to its data, with a note saying so); the history table (filters ``applied``, ``reason``, ``since``,
   ``until`` in UTC; 50 rows a page, ``page=``; each row expands, without script, to its
@@ -31,6 +32,8 @@ Charts are inline SVG laid out by :mod:`hedgerow.api.charts`; styles are ``/ui/s
 from __future__ import annotations
 
 import math
+import time
+from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -62,6 +65,12 @@ from hedgerow.controller.routes_admin import RouteConfigInvalid, archive_route, 
 from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.overview import flags_of, history_series, route_overview
 from hedgerow.controller.store.queries import get_history, get_route, resolve_model
+from hedgerow.controller.store.upstreams import (
+    SERIES_MIN_FIRST_TOKENS,
+    SERIES_MIN_SAMPLES,
+    SERIES_UPSTREAMS,
+    upstream_ttft_series,
+)
 
 __all__ = ["HISTORY_PAGE_ROWS", "MAX_HISTORY_PAGE", "RANGES", "PageUser", "install_pages", "router"]
 
@@ -164,11 +173,110 @@ async def routes_page(request: Request) -> HTMLResponse:
     return render_page(request, "routes.html", user, title="Routes", rows=rows)
 
 
+#: Seconds a route's page reuses the per-upstream lines it read (paging or filtering the history
+#: draws the same charts again): reading them visits every attempt of the range, about a second
+#: for 100,000 calls a day; the lines are at most this old.
+UPSTREAM_LINES_TTL_S = 60.0
+#: Most routes' lines kept (least recently used dropped first).
+UPSTREAM_LINES_CACHED = 64
+
+
+async def _upstream_series(
+    request: Request, session: Any, route: str, model: str, range_key: str, since: datetime, until: datetime
+) -> dict[str, Any]:
+    """:func:`upstream_ttft_series` of the route over ``[since, until]``, or the answer read for the
+    same route, model and range less than :data:`UPSTREAM_LINES_TTL_S` ago (kept per app, at most
+    :data:`UPSTREAM_LINES_CACHED`)."""
+    cache: OrderedDict[tuple[str, str, str], tuple[float, dict[str, Any]]] | None = getattr(
+        request.app.state, "upstream_lines_cache", None
+    )
+    if cache is None:
+        cache = request.app.state.upstream_lines_cache = OrderedDict()
+    key = (route, model, range_key)
+    kept = cache.get(key)
+    if kept is not None and time.monotonic() - kept[0] < UPSTREAM_LINES_TTL_S:
+        cache.move_to_end(key)
+        return kept[1]
+    found = await upstream_ttft_series(session, route=route, model=model, since=since, until=until)
+    cache[key] = (time.monotonic(), found)
+    cache.move_to_end(key)
+    while len(cache) > UPSTREAM_LINES_CACHED:
+        cache.popitem(last=False)
+    return found
+
+
+#: CSS classes of the per-upstream lines, busiest first (colour and dash pattern each).
+UPSTREAM_CLASSES = tuple(f"s-up s-up{i}" for i in range(1, SERIES_UPSTREAMS + 1))
+
+
+def _slot_label(width_s: int) -> str:
+    """A slot width in words: ``20 s``, ``15 min``, ``1 h``, ``1 day``."""
+    if width_s >= 86_400:
+        return f"{width_s // 86_400:g} day"
+    if width_s >= 3600:
+        return f"{width_s / 3600:g} h"
+    if width_s >= 60:
+        return f"{width_s / 60:g} min"
+    return f"{width_s} s"
+
+
+def _upstream_lines(found: dict[str, Any] | None) -> tuple[list[SeriesData], str]:
+    """The latency chart's per-upstream P90 lines (:func:`upstream_ttft_series`) and the sentence
+    saying how they are drawn (empty when there is no line).
+
+    Each slot's P90 is drawn at the middle of the slot's part of the range; a slot without traffic
+    breaks the line, a slot without a point (too few samples) too; a lower bound is an open
+    triangle, not joined to the line.
+    """
+    if not found or not found["upstreams"]:
+        return [], ""
+    data: list[SeriesData] = []
+    for css, upstream in zip(UPSTREAM_CLASSES, found["upstreams"], strict=False):
+        points: list[tuple[datetime, float | None]] = []
+        bounds: list[tuple[datetime, float]] = []
+        previous_end: datetime | None = None
+        for point in upstream["points"]:
+            middle = point["start"] + (point["end"] - point["start"]) / 2
+            if previous_end is not None and point["start"] != previous_end:
+                points.append((previous_end, None))  # a slot without traffic: a gap
+            previous_end = point["end"]
+            p90 = point["p90"]
+            points.append((middle, None if p90 is None else p90["value_s"]))
+            if p90 is not None and p90["value_s"] is None:
+                bounds.append((middle, p90["low_s"]))
+        if bounds or any(value is not None for _at, value in points):  # else nothing to draw or key
+            data.append(SeriesData(f"{upstream['upstream']} P90", css, "line", points, bounds))
+    slot = _slot_label(found["slot_s"])
+    if not data:
+        return [], f"Per-upstream lines: no upstream had {SERIES_MIN_SAMPLES} TTFT samples in one {slot} slot."
+    drawn, listed = len(data), min(len(found["upstreams"]), len(UPSTREAM_CLASSES))
+    which = (
+        f"the {listed} busiest upstreams (others not drawn)"
+        if found["truncated"]
+        else ("its one upstream" if listed == 1 else f"each of its {listed} upstreams")
+    )
+    sparse = f" ({listed - drawn} with too few samples in every slot)" if drawn < listed else ""
+    sentence = (
+        f"Per-upstream lines: the P90 TTFT of {which}{sparse}, per {slot}, Kaplan-Meier with attempts "
+        f"cancelled before a first token counted as censored; no point for a slot with fewer than "
+        f"{SERIES_MIN_SAMPLES} samples or {SERIES_MIN_FIRST_TOKENS} first tokens; an open triangle "
+        f"where so many attempts were cancelled that the P90 is only known to be at least that."
+    )
+    return data, sentence
+
+
 def _charts(
-    series: list[dict[str, Any]], route: dict[str, Any], since: datetime, until: datetime, note: str = ""
+    series: list[dict[str, Any]],
+    route: dict[str, Any],
+    since: datetime,
+    until: datetime,
+    note: str = "",
+    upstream_lines: dict[str, Any] | None = None,
 ) -> list[Any]:
-    """The threshold chart and the hedge-rate chart of a route's page over ``[since, until]``,
-    each with ``note`` under it."""
+    """The threshold chart (with the per-upstream P90 lines of ``upstream_lines``, from
+    :func:`upstream_ttft_series`) and the hedge-rate chart of a route's page over
+    ``[since, until]``, each with ``note`` under it."""
+    lines, key_note = _upstream_lines(upstream_lines)
     threshold = [(_at(row, "computed_at"), row["hedge_after_s"]) for row in series]
     if not threshold and route["threshold"] is not None:  # published before the range, nothing since
         threshold = [(since, route["threshold"]["hedge_after_s"])]
@@ -184,14 +292,18 @@ def _charts(
                 SeriesData("hedge_after_s (published)", "s-threshold", "step", threshold),
                 SeriesData("primary P90", "s-p90", "line", p90),
                 SeriesData("primary P99", "s-p99", "line", p99),
+                *lines,
             ],
             since,
             until,
-            title="Published threshold and the primary's P90/P99 TTFT (log scale)",
+            title="Published threshold and the primary's P90/P99 TTFT"
+            + (", with each upstream's P90" if lines else "")
+            + " (log scale)",
             y_format=seconds_label,
             y_scale="log",  # the 30 s cold start would flatten the 0.1-1 s working range
             note=note,
             links=p99_links,
+            key_note=key_note,
         ),
         time_chart(
             [
@@ -253,6 +365,8 @@ async def _route_page(
             chosen = await resolve_model(session, route, model)
             config = await get_route(session, route, chosen)
             series = await history_series(session, route, chosen, since, now)
+            chart_start, chart_note = _chart_start(series, since, now, range_key)
+            upstream_lines = await _upstream_series(request, session, route, chosen, range_key, chart_start, now)
             rows = await get_history(
                 session,
                 route,
@@ -276,7 +390,6 @@ async def _route_page(
         "since": q.get("since", ""),
         "until": q.get("until", ""),
     }
-    chart_start, chart_note = _chart_start(series, since, now, range_key)
     current = {
         "budget": f"{config['budget']:g}",
         "default_hedge_after_s": f"{config['default_hedge_after_s']:g}",
@@ -293,7 +406,7 @@ async def _route_page(
         title=f"{route} · {chosen}",
         route=config,
         model=chosen,
-        charts=_charts(series, config, chart_start, now, chart_note),
+        charts=_charts(series, config, chart_start, now, chart_note, upstream_lines),
         ranges=list(RANGES),
         rows=[
             row | {"flags": flags_of(row["reason"]), "explanation": explain_history_row(row)}
