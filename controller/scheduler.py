@@ -121,8 +121,11 @@ class ControllerScheduler:
             ``controller_tick_in`` setting, or ``"loop"`` when a worker cannot open the store.
 
     Lease changes and each flag raised or cleared are logged (:mod:`hedgerow.controller.events`);
-    flags are compared with the previous tick this process ran (the first tick logs the flags
-    already up as raised).
+    flags are compared with each route's newest history row in the store before the tick (so a
+    process that has just started or taken the lease over logs, and posts to the flag webhook, only
+    real changes), and a flag whose check did not run on the new row keeps its state
+    (:func:`hedgerow.controller.flag_webhook.undecided_flags`). When that read fails, the flags of
+    the previous tick this process ran are used.
     """
 
     def __init__(
@@ -250,7 +253,7 @@ class ControllerScheduler:
         async with self._lock:  # never two ticks at once in this process
             if not await self.renew():
                 return None
-            before = await self._reasons_before() if self.flag_webhook is not None else None
+            before = await self._reasons_before()
             started = time.perf_counter()
             try:
                 rows = await self._run_tick()
@@ -263,23 +266,20 @@ class ControllerScheduler:
             duration_s = time.perf_counter() - started
             self.ticks += 1
             self.last_tick = rows
+            at = utc_now()
+            changes = []
             for row in rows:
                 key = (row["route"], row["model"])
-                flags = flags_of(row["reason"])
-                log_flag_changes(row["route"], row["model"], self._flags.get(key, []), flags)
+                previous = before.get(key, []) if before is not None else self._flags.get(key, [])
+                undecided = undecided_flags(row)
+                after = row["reason"].split(",")
+                kept = [code for code in after if code not in undecided] + [c for c in previous if c in undecided]
+                flags = flags_of(",".join(kept))
+                log_flag_changes(row["route"], row["model"], flags_of(",".join(previous)), flags)
                 self._flags[key] = flags
-            if self.flag_webhook is not None and before is not None:
-                at = utc_now()
-                self.flag_webhook.submit(
-                    [
-                        change
-                        for row in rows
-                        for change in flag_changes(
-                            row["route"], row["model"], before.get((row["route"], row["model"]), []),
-                            row["reason"].split(","), at, undecided_flags(row),
-                        )
-                    ]
-                )  # fmt: skip
+                changes += flag_changes(row["route"], row["model"], previous, after, at, undecided)
+            if self.flag_webhook is not None:
+                self.flag_webhook.submit(changes)
             if self.on_tick is not None:
                 self.on_tick(duration_s, time.time())
             return rows
@@ -313,12 +313,12 @@ class ControllerScheduler:
 
     async def _reasons_before(self) -> dict[tuple[str, str], list[str]] | None:
         """Each route's reason codes before this tick, from the store (None, logged, on failure:
-        the tick's flag changes are then not posted)."""
+        the flags of the previous tick this process ran stand in)."""
         try:
             async with self.sessionmaker() as session:
                 return await latest_reasons(session)
         except Exception as exc:
-            log.warning("flag webhook: could not read the routes' last flags: %s", describe(exc))
+            log.warning("could not read the routes' last flags: %s", describe(exc))
             return None
 
     async def rollup(self) -> RetentionReport | None:

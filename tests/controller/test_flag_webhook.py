@@ -137,3 +137,46 @@ def test_a_check_that_did_not_run_neither_clears_nor_raises_its_flag() -> None:
     assert (cleared.flag, cleared.raised) == ("hedges_did_not_lower_p99", False)
     # an undecided flag is not raised either
     assert flag_changes("chat", "m", [], ["hedges_did_not_lower_p99"], NOW, {"hedges_did_not_lower_p99"}) == []
+
+
+async def test_a_new_lease_holder_logs_and_posts_only_real_flag_changes(sessionmaker, call_factory, caplog) -> None:
+    """The flags already up in the newest history row (a previous holder's tick) are not logged as
+    raised again by a process's first tick, and not posted."""
+    import logging
+
+    from hedgerow.controller.events import EVENT_LOGGER
+    from hedgerow.controller.scheduler import ControllerScheduler
+
+    settings = Settings(controller_tick_in="loop")
+    now = datetime.now(UTC)
+    rng = random.Random(5)
+    records = [
+        call_factory(
+            f"restart-{i}",
+            route="chat",
+            started_at=now - timedelta(seconds=rng.uniform(5.0, 1500.0)),
+            primary_ttft_s=0.3 + rng.expovariate(2.0),
+            hedge_after_s=0.25,
+            backup_ttft_s=5.0,
+        )
+        for i in range(300)
+    ]
+    async with sessionmaker() as session, session.begin():
+        await ingest_calls(session, records, defaults=route_defaults(settings))
+    [first] = await run_tick(sessionmaker, settings)  # the previous holder's tick
+    assert "backups_rarely_win" in first["reason"]
+    caplog.set_level(logging.INFO, logger=EVENT_LOGGER)
+    with WebhookReceiver() as receiver:
+        scheduler = ControllerScheduler(
+            sessionmaker, settings.model_copy(update={"flag_webhook_url": receiver.url}), holder="new"
+        )
+        try:
+            [row] = await scheduler.tick() or []
+            assert "backups_rarely_win" in row["reason"]
+            assert scheduler.flag_webhook is not None
+            await scheduler.flag_webhook.drain(timeout_s=10)
+        finally:
+            await scheduler.shutdown(timeout_s=5)
+        assert receiver.bodies == []
+    raised = [r for r in caplog.records if getattr(r, "event", None) == "flag_raised"]
+    assert raised == []
