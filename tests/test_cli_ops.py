@@ -228,7 +228,7 @@ def test_routes_refusals_say_which_flag_helps_and_name_the_route_as_typed(tmp_pa
             assert made.status_code == 201, made.text
         read = ("--api", served.url, "--token", "r3ad-token")
         ambiguous = _cli("routes", "show", "team/chat", *read)
-        assert ambiguous.returncode == 1, ambiguous.stderr
+        assert ambiguous.returncode == 2, ambiguous.stderr  # a flag (--model) missing: 2, as a bad flag
         assert ambiguous.stderr.startswith("hedgerow: GET /v1/routes/team/chat: 422 model:"), ambiguous.stderr
         assert "--model M" in ambiguous.stderr
         assert _cli("routes", "show", "team/chat", "--model", "m1", *read).returncode == 0

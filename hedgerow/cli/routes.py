@@ -71,8 +71,8 @@ def _request(method: str, api: str, token: str | None, path: str, **kwargs: Any)
     """Call the api; return the decoded JSON body.
 
     Raises:
-        typer.Exit: status 1 with one line: the api's error (field and message), or why it could
-            not be reached.
+        typer.Exit: status 2 with one line when the api refused a value (422: field and
+            message), else status 1 with the api's error or why it could not be reached.
     """
     import httpx
 
@@ -90,7 +90,10 @@ def _request(method: str, api: str, token: str | None, path: str, **kwargs: Any)
         raise _fail(f"cannot reach the api at {api}: {exc}") from None
     if response.status_code >= 400:
         shown = unquote(path)  # the route as typed: team/chat, not team%2Fchat
-        raise _fail(f"{method} {shown}: {response.status_code} {_error_text(response)}{_hint(response, token)}")
+        # a 422 is a flag's value the api refused (a bad time, cursor, outcome, a missing --model):
+        # the same status as a flag refused here
+        code = 2 if response.status_code == 422 else 1
+        raise _fail(f"{method} {shown}: {response.status_code} {_error_text(response)}{_hint(response, token)}", code)
     return response.json()
 
 
