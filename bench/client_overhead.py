@@ -346,26 +346,32 @@ async def run(port: int, calls: int, warmup: int, with_sdk: bool = False, seed: 
             from hedgerow.client._portal import PORTAL
 
             direct = openai.AsyncOpenAI(
-                base_url=upstreams[0].base_url, api_key="x", max_retries=0, http_client=httpx.AsyncClient(limits=limits)
+                base_url=upstreams[0].base_url,
+                api_key="x",
+                max_retries=0,
+                http_client=httpx.AsyncClient(limits=limits),  # type: ignore[arg-type]  # openai annotates httpx2; takes httpx too
             )
             hedged = openai.AsyncOpenAI(
                 base_url="http://hedgerow.invalid/v1",
                 api_key="x",
                 max_retries=0,
-                http_client=httpx.AsyncClient(transport=HedgingTransport(upstreams, route="bench", policy=policy)),
+                http_client=httpx.AsyncClient(transport=HedgingTransport(upstreams, route="bench", policy=policy)),  # type: ignore[arg-type]  # openai annotates httpx2; takes httpx too
             )
             for sdk in (direct, hedged):
                 stack.push_async_callback(sdk.close)
             modes["sdk"] = lambda: sdk_call(direct)
             modes["sdk_transport"] = lambda: sdk_call(hedged)
             sync_direct = openai.OpenAI(
-                base_url=upstreams[0].base_url, api_key="x", max_retries=0, http_client=httpx.Client(limits=limits)
+                base_url=upstreams[0].base_url,
+                api_key="x",
+                max_retries=0,
+                http_client=httpx.Client(limits=limits),  # type: ignore[arg-type]  # openai annotates httpx2; takes httpx too
             )
             sync_hedged = openai.OpenAI(
                 base_url="http://hedgerow.invalid/v1",
                 api_key="x",
                 max_retries=0,
-                http_client=httpx.Client(transport=HedgingTransport(upstreams, route="bench", policy=policy)),
+                http_client=httpx.Client(transport=HedgingTransport(upstreams, route="bench", policy=policy)),  # type: ignore[arg-type]  # openai annotates httpx2; takes httpx too
             )
             for sync_sdk in (sync_direct, sync_hedged):
                 stack.callback(sync_sdk.close)
@@ -472,8 +478,8 @@ def main(calls: int, tokens: int, warmup: int, json_path: Path | None, with_sdk:
             f"{x['cpu_us_per_chunk']:>14.2f}{x['thread_cpu_us_per_chunk']:>14.2f}"
             f"{x['cpu_us_to_first_token_median']:>14.0f}"
         )
-    head = ("+TTFT p50 ms", "+p90 ms", "+p99 ms", "paired p50 ms", "CPU ratio", "thread ratio", "+CPU us to 1st")
-    print(f"{'difference':<34}" + "".join(f"{h:>14}" for h in head))
+    added_head = ("+TTFT p50 ms", "+p90 ms", "+p99 ms", "paired p50 ms", "CPU ratio", "thread ratio", "+CPU us to 1st")
+    print(f"{'difference':<34}" + "".join(f"{h:>14}" for h in added_head))
     for pair, a in summary["added"].items():
         print(
             f"{pair:<34}{a['added_ttft_ms_median']:>+14.3f}{a['added_ttft_ms_p90']:>+14.3f}"

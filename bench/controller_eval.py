@@ -482,7 +482,7 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
             candidates.append(candidate)
 
     try_values(grid_values)
-    assert best is not None
+    assert best is not None and best.hedge_after_s is not None
     # refine: geometric points between the best value's neighbours on the grid
     i = grid_values.index(best.hedge_after_s)
     low = grid_values[max(i - 1, 0)]
@@ -581,9 +581,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax = axes[0]
     history = ways[-1].history
     if history:
-        t = [0.0] + [h["t_s"] / 60 for h in history]
+        tick_min = [0.0] + [h["t_s"] / 60 for h in history]
         v = [history[0]["hedge_after_s"]] + [h["hedge_after_s"] for h in history]
-        ax.step(t, v, where="post", color=colors["adaptive"], label="adaptive hedge_after_s")
+        ax.step(tick_min, v, where="post", color=colors["adaptive"], label="adaptive hedge_after_s")
         p90 = [(h["t_s"] / 60, h["p90_s"]) for h in history if h["p90_s"] is not None]
         if p90:
             ax.plot(*zip(*p90, strict=False), ".", ms=3, color="tab:purple", label="KM P90 of the window")

@@ -347,7 +347,8 @@ class Truth:
 
     def call_ttft(self, h: float) -> np.ndarray:
         """Draws of the call TTFT ``min(T, h + B)`` when hedging at ``h`` seconds."""
-        return np.minimum(self.primary, h + self.backup)
+        ttft_s: np.ndarray = np.minimum(self.primary, h + self.backup)
+        return ttft_s
 
     def p99(self, h: float) -> float:
         """True call P99 at threshold ``h``, seconds."""

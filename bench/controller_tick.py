@@ -48,7 +48,7 @@ from sqlalchemy import select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hedgerow.client.records import AttemptRecord, CallRecord
+from hedgerow.client.records import AttemptRecord, AttemptRole, CallRecord, HedgeReason
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.store._minute_window import read_minutes
 from hedgerow.controller.store.db import make_engine, make_sessionmaker, upgrade_database
@@ -71,10 +71,14 @@ def synthetic_records(n: int, now: datetime, seed: int = 0) -> list[CallRecord]:
     for i in range(n):
         started = now - timedelta(seconds=1800 - offsets[i])
         p = float(primary[i])
+        attempts: tuple[AttemptRecord, ...]
+        winner: AttemptRole
+        hedged = False
+        hedge_reason: HedgeReason | None = None
         if p <= 1.0:
             first = p
             attempts = (AttemptRecord("a", "primary", 0.0, first, first + 2.0, "won", 200, None, 50),)
-            fields = dict(winner="primary")
+            winner = "primary"
         else:
             b_first = 1.0 + float(backup[i])
             first = min(p, b_first)
@@ -83,14 +87,14 @@ def synthetic_records(n: int, now: datetime, seed: int = 0) -> list[CallRecord]:
                     AttemptRecord("a", "primary", 0.0, p, p + 2.0, "won", 200, None, 50),
                     AttemptRecord("b", "backup", 1.0, None, p, "cancelled", 200, None, 0),
                 )
-                fields = dict(winner="primary")
+                winner = "primary"
             else:
                 attempts = (
                     AttemptRecord("a", "primary", 0.0, None, b_first, "cancelled", 200, None, 0),
                     AttemptRecord("b", "backup", 1.0, b_first, b_first + 2.0, "won", 200, None, 50),
                 )
-                fields = dict(winner="backup")
-            fields.update(hedged=True, hedge_reason="ttft_timeout")
+                winner = "backup"
+            hedged, hedge_reason = True, "ttft_timeout"
         records.append(
             CallRecord(
                 request_id=f"bench-{seed}-{i}",
@@ -102,7 +106,9 @@ def synthetic_records(n: int, now: datetime, seed: int = 0) -> list[CallRecord]:
                 e2e_s=round(first + 2.0, 6),
                 completion_tokens=50,
                 attempts=attempts,
-                **fields,
+                winner=winner,
+                hedged=hedged,
+                hedge_reason=hedge_reason,
             )
         )
     return records

@@ -147,7 +147,7 @@ async def core_method(url: str, batches: list[list[CallRecord]], ids: dict[str, 
             async with engine.begin() as connection:
                 params = [dict(zip(CALL_COLUMNS, call_tuple(r, ids[r.route], received_at), strict=True)) for r in batch]
                 result = await connection.execute(insert_calls, params)
-                call_ids = dict(result.all())
+                call_ids: dict[str, int] = dict(result.all())
                 rows = [row for r in batch for row in attempt_tuples(r, call_ids[r.request_id])]
                 await connection.execute(
                     attempts.insert(), [dict(zip(ATTEMPT_COLUMNS, row, strict=True)) for row in rows]

@@ -30,6 +30,7 @@ import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -55,7 +56,7 @@ async def _reset_postgres(url: str) -> None:
         await engine.dispose()
 
 
-async def run(url: str, calls: int, days: float, routes: int, new: int = 1000) -> dict:
+async def run(url: str, calls: int, days: float, routes: int, new: int = 1000) -> dict[str, Any]:
     """Fill the store, time each step; returns the JSON result."""
     if url.startswith("postgresql"):
         await _reset_postgres(url)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -30,13 +31,16 @@ from sqlalchemy import and_, func, or_, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import hedgerow.api.pages as pages
-from bench.upstreams_query import _records
 from hedgerow.api.app import create_app
 from hedgerow.controller.store.db import make_engine, make_sessionmaker, upgrade_database
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Attempt, Call, Route
 from hedgerow.controller.store.upstreams import upstream_ttft_series
 from hedgerow.settings import Settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench scripts import each other by file name
+
+from upstreams_query import _records
 
 
 async def _median_s(repeat: int, run: Any) -> float:

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from controller_tick import reset_postgres, synthetic_records
 
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.store.db import make_engine, make_sessionmaker, upgrade_database
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
@@ -46,7 +47,7 @@ async def measure(url: str, routes: int, calls: int) -> dict[str, float | int]:
     now = datetime.now(UTC)
     base = synthetic_records(calls, now)
     defaults = route_defaults(settings)
-    batch = []
+    batch: list[CallRecord] = []
     for r in range(routes):
         batch.extend(dataclasses.replace(rec, request_id=f"{rec.request_id}-r{r}", route=f"route-{r}") for rec in base)
         if len(batch) >= 1000 or r == routes - 1:

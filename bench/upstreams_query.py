@@ -20,6 +20,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -45,6 +46,7 @@ def _records(n: int, routes: int, now: datetime, seed: int = 1) -> list[CallReco
         ttft = rng.lognormvariate(-1.0, 0.8)
         kind = rng.random()
         route = f"route-{i % routes}"
+        attempts: tuple[AttemptRecord, ...]
         if kind < 0.6:
             attempts = (AttemptRecord(primary, "primary", 0.0, ttft, ttft + 1, "won", 200, None, 20),)
             reason = None
@@ -79,8 +81,8 @@ def _records(n: int, routes: int, now: datetime, seed: int = 1) -> list[CallReco
     return out
 
 
-async def _median_s(repeat: int, run) -> float:
-    times = []
+async def _median_s(repeat: int, run: Callable[[], Awaitable[object]]) -> float:
+    times: list[float] = []
     for _ in range(repeat):
         started = time.perf_counter()
         await run()

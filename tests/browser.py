@@ -21,10 +21,13 @@ import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
 
 __all__ = ["CHROMIUM_FLAGS", "assert_local_only", "chromium_path", "open_page"]
 
@@ -52,7 +55,7 @@ def chromium_path() -> Path | None:
 
 
 @asynccontextmanager
-async def open_page(viewport: tuple[int, int] = (1280, 800), **context: Any) -> AsyncIterator[tuple[Any, list[str]]]:
+async def open_page(viewport: tuple[int, int] = (1280, 800), **context: Any) -> AsyncIterator[tuple[Page, list[str]]]:
     """A new page in a fresh headless Chromium, and the list of every URL it requested.
 
     Args:

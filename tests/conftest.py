@@ -22,15 +22,15 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 if TYPE_CHECKING:
-    from hedgerow.client.records import CallRecord
+    from hedgerow.client.records import AttemptOutcome, AttemptRole, CallRecord
 
 PG_ENV = "HEDGEROW_TEST_DATABASE_URL"
 T = TypeVar("T")
@@ -161,7 +161,7 @@ async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
 
 
 @pytest.fixture
-def sessionmaker(engine: AsyncEngine) -> async_sessionmaker:
+def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     """A sessionmaker on the migrated store."""
     from hedgerow.controller.store.db import make_sessionmaker
 
@@ -176,7 +176,7 @@ def make_call(
     started_at: datetime | None = None,
     primary_ttft_s: float | None = 0.5,
     primary_end_s: float | None = None,
-    primary_outcome: str | None = None,
+    primary_outcome: AttemptOutcome | None = None,
     hedge_after_s: float | None = None,
     backup_ttft_s: float | None = None,
 ) -> CallRecord:
@@ -228,6 +228,7 @@ def make_call(
             attempts=tuple(attempts),
         )
     assert backup_ttft_s is not None and primary_ttft_s is not None
+    winner: AttemptRole
     backup_first = hedge_after_s + backup_ttft_s
     if primary_ttft_s <= backup_first:
         first = primary_ttft_s
@@ -261,8 +262,26 @@ def make_call(
     )
 
 
+class CallFactory(Protocol):
+    """The type of :func:`make_call`, which the ``call_factory`` fixture gives."""
+
+    def __call__(
+        self,
+        request_id: str,
+        *,
+        route: str = ...,
+        model: str = ...,
+        started_at: datetime | None = ...,
+        primary_ttft_s: float | None = ...,
+        primary_end_s: float | None = ...,
+        primary_outcome: AttemptOutcome | None = ...,
+        hedge_after_s: float | None = ...,
+        backup_ttft_s: float | None = ...,
+    ) -> CallRecord: ...
+
+
 @pytest.fixture
-def call_factory():
+def call_factory() -> CallFactory:
     """The :func:`make_call` factory of test call records."""
     return make_call
 

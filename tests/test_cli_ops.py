@@ -241,7 +241,9 @@ def test_routes_refusals_say_which_flag_helps_and_name_the_route_as_typed(tmp_pa
         served.stop()
 
 
-def test_routes_history_shows_a_held_rows_last_tick_and_wraps_reasons_between_codes(monkeypatch) -> None:
+def test_routes_history_shows_a_held_rows_last_tick_and_wraps_reasons_between_codes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A hold repeated over many ticks showed only when it began, so ``--since 19:50`` seemed to
     return a row from 19:47; and a reason such as ``hysteresis_hold,backups_rarely_win`` was cut
     inside a code ("backups_rarely_" / "win"). The time cell now adds "to <last tick>" and the

@@ -166,7 +166,9 @@ def test_an_upgrade_waits_a_bounded_time_for_the_postgresql_lock(tmp_path: Path)
     try:
         result = asyncio.run(blocked_upgrade())
         assert result.returncode == 1, result.stderr
-        assert make_url(url).database in result.stderr and "migration lock was not free within 1 s" in result.stderr
+        database = make_url(url).database
+        assert database is not None
+        assert database in result.stderr and "migration lock was not free within 1 s" in result.stderr
         assert _cli("db", "upgrade", "--db", url, cwd=tmp_path).returncode == 0  # free again: it migrates
     finally:
         asyncio.run(drop_pg_database(url))

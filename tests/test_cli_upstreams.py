@@ -9,6 +9,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -25,9 +26,10 @@ def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def _records() -> list[dict]:
+def _records() -> list[dict[str, Any]]:
     now = datetime.now(UTC)
-    out = []
+    out: list[CallRecord] = []
+    atts: tuple[AttemptRecord, ...]
     for i in range(4):  # "[bold]a[/]" is the slow primary, "b|c" wins; 3 loser tokens each
         atts = (
             AttemptRecord("[bold]a[/]", "primary", 0.0, None, 0.9, "cancelled", 200, None, 3),

@@ -125,7 +125,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
 
 
 def _dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text())
+    dashboard: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return dashboard
 
 
 def _dashboard_exprs(dashboard: dict[str, Any]) -> list[str]:

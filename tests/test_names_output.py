@@ -20,8 +20,10 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.settings import Settings
@@ -32,7 +34,7 @@ from tests.serve_process import ServeProcess
 LEGACY = ["[bold]r1[/]", "a[/x]", "p|ipe", '=HYPERLINK("x")', "new\nline", "<b>html</b>", "a$\\x$b"]
 
 
-async def _store_legacy(sessionmaker, *, started_at: datetime | None = None) -> None:
+async def _store_legacy(sessionmaker: async_sessionmaker[AsyncSession], *, started_at: datetime | None = None) -> None:
     """Calls of each :data:`LEGACY` name (route and model) through the controller: no api rule."""
     records = [
         make_call(f"legacy{i}-{j}", route=name, model=name, started_at=started_at)
@@ -118,14 +120,16 @@ def test_text_logs_quote_names_so_they_cannot_forge_fields_or_lines(capsys: pyte
     assert flag.endswith(' flag_raised route=p|ipe model="=HYPERLINK(\\"x\\")" flag=backups_rarely_win')
 
 
-async def _report(sessionmaker) -> dict:
+async def _report(sessionmaker: async_sessionmaker[AsyncSession]) -> dict[str, Any]:
     from hedgerow.controller.report.report_store import weekly_report
 
     await _store_legacy(sessionmaker, started_at=datetime.now(UTC) - timedelta(minutes=5))
     return await weekly_report(sessionmaker)
 
 
-async def test_markdown_report_escapes_names_so_rows_keep_their_columns(sessionmaker) -> None:
+async def test_markdown_report_escapes_names_so_rows_keep_their_columns(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     from hedgerow.controller.report.report_render import to_markdown
 
     text = to_markdown(await _report(sessionmaker))
@@ -148,7 +152,9 @@ async def test_markdown_report_escapes_names_so_rows_keep_their_columns(sessionm
     assert "\nline" not in text
 
 
-async def test_csv_report_defuses_formulas_and_keeps_names_in_their_cells(sessionmaker) -> None:
+async def test_csv_report_defuses_formulas_and_keeps_names_in_their_cells(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     from hedgerow.controller.report.report_render import CSV_COLUMNS, to_csv
 
     rows = list(csv.DictReader(io.StringIO(to_csv(await _report(sessionmaker)))))
@@ -160,7 +166,7 @@ async def test_csv_report_defuses_formulas_and_keeps_names_in_their_cells(sessio
     assert formula["route"] == formula["model"] == '\'=HYPERLINK("x")'
 
 
-async def test_html_report_escapes_names_and_draws_dollar_signs(sessionmaker) -> None:
+async def test_html_report_escapes_names_and_draws_dollar_signs(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     from hedgerow.controller.report.report_render import to_html
 
     page = to_html(await _report(sessionmaker))  # a$\x$b was mathtext: the page failed with ValueError

@@ -293,7 +293,7 @@ class TTFTEstimate:
         raise ValueError(f"q must be one of {sorted(QUANTILE_LEVELS.values())}, got {q!r}")
 
 
-def _flags(censored: Sequence[bool]) -> np.ndarray:
+def _flags(censored: Sequence[bool] | np.ndarray) -> np.ndarray:
     """``censored`` as a bool array; every entry must be a bool (or 0 or 1).
 
     Raises:
@@ -316,8 +316,8 @@ def _flags(censored: Sequence[bool]) -> np.ndarray:
 
 
 def _validate(
-    durations_s: Sequence[float],
-    censored: Sequence[bool],
+    durations_s: Sequence[float] | np.ndarray,
+    censored: Sequence[bool] | np.ndarray,
     budget: float | None,
     confidence: float,
     weights: Sequence[float] | np.ndarray | None = None,
@@ -417,8 +417,8 @@ def _target_all_events(
 
 
 def estimate_ttft(
-    durations_s: Sequence[float],
-    censored: Sequence[bool],
+    durations_s: Sequence[float] | np.ndarray,
+    censored: Sequence[bool] | np.ndarray,
     *,
     budget: float | None = None,
     confidence: float = 0.95,

@@ -140,7 +140,7 @@ class SurvivalCurve:
         object.__setattr__(self, "values", values)
         object.__setattr__(self, "_levels", np.concatenate(([1.0], values)))
 
-    def __call__(self, x_s: np.ndarray | float) -> np.ndarray:
+    def __call__(self, x_s: np.ndarray | Sequence[float] | float) -> np.ndarray:
         """Evaluate ``S`` at ``x_s`` (seconds, any shape); returns an array of that shape (a numpy
         scalar for a scalar ``x_s``)."""
         levels: np.ndarray = self._levels[np.searchsorted(self.times_s, np.asarray(x_s, dtype=float), side="right")]
@@ -153,7 +153,9 @@ class SurvivalCurve:
 
 
 def km_survival(
-    durations_s: Sequence[float], censored: Sequence[bool], weights: Sequence[float] | np.ndarray | None = None
+    durations_s: Sequence[float] | np.ndarray,
+    censored: Sequence[bool] | np.ndarray,
+    weights: Sequence[float] | np.ndarray | None = None,
 ) -> SurvivalCurve:
     """Kaplan-Meier survival curve of right-censored durations.
 

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from hedgerow.api.app import create_app
 from hedgerow.settings import Settings
 
+#: The ``make_api`` fixture: ``make_api(**settings overrides)`` is an async context of ``(app, client)``.
+MakeApi = Callable[..., AbstractAsyncContextManager[tuple[FastAPI, httpx.AsyncClient]]]
+
 
 @pytest.fixture
-def make_api(database_url: str) -> Callable[..., Any]:
+def make_api(database_url: str) -> MakeApi:
     """A factory of (app, client) contexts on ``database_url``; the lifespan runs for real.
 
     The controller's scheduled tick is far away (1 h) so tests tick explicitly through
@@ -22,7 +27,7 @@ def make_api(database_url: str) -> Callable[..., Any]:
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
-    async def factory(**overrides: Any) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+    async def factory(**overrides: Any) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
         values = {
             "database_url": database_url,
             "controller_interval_s": 3600.0,
@@ -39,7 +44,7 @@ def make_api(database_url: str) -> Callable[..., Any]:
 
 
 @pytest.fixture
-async def api(make_api: Callable[..., Any]) -> AsyncIterator[httpx.AsyncClient]:
+async def api(make_api: MakeApi) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client on a running app with default settings (no auth)."""
     async with make_api() as (_app, client):
         yield client

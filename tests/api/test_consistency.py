@@ -16,6 +16,7 @@ import pytest
 from hedgerow.api.limits import DEFAULT_BODY_LIMIT_BYTES
 from hedgerow.api.prices import MAX_PRICE_BODY_BYTES
 from hedgerow.controller.policy.reason_codes import REASON_CODES
+from tests.api.conftest import MakeApi
 
 M = {"model": "m1"}
 PRICE = {"input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0}
@@ -30,7 +31,7 @@ async def _chunks(body: bytes, size: int = 8192) -> AsyncIterator[bytes]:
 # -- 1. a console post over the body limit: the console's HTML page, not the api's JSON ----------
 
 
-async def test_a_console_post_over_the_body_limit_gets_the_consoles_html_error_page(make_api) -> None:
+async def test_a_console_post_over_the_body_limit_gets_the_consoles_html_error_page(make_api: MakeApi) -> None:
     """A form post of 70 KB to ``/ui/...`` was answered with the middleware's JSON 413, a page of
     raw JSON in the operator's browser. It is now the console's error page: 413, naming the
     limit, with a link back to the form; the JSON api keeps its JSON 413."""
@@ -71,7 +72,7 @@ async def test_a_console_post_over_the_body_limit_gets_the_consoles_html_error_p
 # -- 2. PUT /v1/prices/{model}: its body in the document, its 413 in the api's shape -----------
 
 
-async def test_the_price_put_documents_its_body_and_answers_413_in_the_api_error_shape(make_api) -> None:
+async def test_the_price_put_documents_its_body_and_answers_413_in_the_api_error_shape(make_api: MakeApi) -> None:
     """The OpenAPI operation had no ``requestBody`` (clients and schemathesis saw a body-less PUT),
     and a body between the price limit and the server's 64 KiB was answered ``{"detail": "body of
     ... bytes exceeds 4096 bytes"}``, a bare string where every other error is ``{"detail":
@@ -119,7 +120,9 @@ async def test_the_price_put_documents_its_body_and_answers_413_in_the_api_error
         ),
     ],
 )
-async def test_a_history_filter_the_api_refuses_is_a_422_page_naming_it(make_api, query, field, shown) -> None:
+async def test_a_history_filter_the_api_refuses_is_a_422_page_naming_it(
+    make_api: MakeApi, query: dict[str, str], field: str, shown: str
+) -> None:
     """A misspelt ``reason`` or a ``since`` after ``until`` drew the route page with an empty
     history table, read as "no such decisions"; the CLI and the api refuse them. The page is now
     a 422 naming the parameter and the value, by the api's own rule."""
@@ -137,7 +140,7 @@ async def test_a_history_filter_the_api_refuses_is_a_422_page_naming_it(make_api
         assert (await api.get("/ui/routes/r", params=M | good)).status_code == 200
 
 
-async def test_every_known_reason_code_is_a_filter_the_api_and_the_page_take(make_api) -> None:
+async def test_every_known_reason_code_is_a_filter_the_api_and_the_page_take(make_api: MakeApi) -> None:
     async with make_api() as (_app, api):
         assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
         for code in sorted(REASON_CODES):
@@ -148,7 +151,7 @@ async def test_every_known_reason_code_is_a_filter_the_api_and_the_page_take(mak
 # -- 4. GET /v1/thresholds/{route} without model: the route's only model ------------------------
 
 
-async def test_a_threshold_without_model_is_the_routes_only_one_or_a_422_listing_them(make_api) -> None:
+async def test_a_threshold_without_model_is_the_routes_only_one_or_a_422_listing_them(make_api: MakeApi) -> None:
     """``model`` was required even for a route with one model (422 ``field required``), unlike
     ``GET /v1/routes/{route}`` and its history."""
     async with make_api() as (_app, api):

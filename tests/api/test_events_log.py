@@ -11,6 +11,8 @@ import pytest
 
 from hedgerow.controller.events import EVENT_LOGGER, log_flag_changes, log_report_delivery
 from hedgerow.logs import JsonFormatter, TextFormatter, configure_logging, uvicorn_log_config
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 
 M = {"model": "m1"}
 
@@ -19,7 +21,9 @@ def _events(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == EVENT_LOGGER]
 
 
-async def test_changes_leases_and_rejected_batches_are_logged(make_api, call_factory, caplog) -> None:
+async def test_changes_leases_and_rejected_batches_are_logged(
+    make_api: MakeApi, call_factory: CallFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger=EVENT_LOGGER)
     rng = random.Random(2)
     now = datetime.now(UTC)
@@ -33,26 +37,26 @@ async def test_changes_leases_and_rejected_batches_are_logged(make_api, call_fac
         await api.patch("/v1/routes/r", params=M, json={"pinned_hedge_after_s": 3.0, "actor": "alice"})
         await api.post("/v1/calls", json={"calls": [calls[0], {"request_id": 7}]})
     events = _events(caplog)
-    kinds = [r.event for r in events]
+    kinds = [vars(r)["event"] for r in events]
     assert kinds.count("lease_acquired") == 1 and kinds.count("lease_released") == 1  # at shutdown
     assert "lease_lost" not in kinds
-    changes = [r.fields for r in events if r.event == "threshold_changed"]
+    changes = [vars(r)["fields"] for r in events if vars(r)["event"] == "threshold_changed"]
     assert changes[0]["from_s"] is None and changes[0]["actor"] == "controller"  # the first publish
     assert changes[1] | {"reason": None} == {
         "route": "r", "model": "m1", "from_s": changes[0]["to_s"], "to_s": 3.0, "reason": None,
         "source": "pinned", "actor": "alice",
     }  # fmt: skip
-    [rejected] = [r.fields for r in events if r.event == "ingest_rejected"]
+    [rejected] = [vars(r)["fields"] for r in events if vars(r)["event"] == "ingest_rejected"]
     assert rejected["records"] == 2 and rejected["index"] == 1 and rejected["field"] == "request_id"
 
 
-def test_flags_raised_and_cleared_and_report_deliveries(caplog) -> None:
+def test_flags_raised_and_cleared_and_report_deliveries(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger=EVENT_LOGGER)
     log_flag_changes("r", "m", [], ["backups_rarely_win"])
     log_flag_changes("r", "m", ["backups_rarely_win"], ["backups_rarely_win"])  # unchanged: no line
     log_flag_changes("r", "m", ["backups_rarely_win"], [])
     log_report_delivery("2026-W48", "/tmp/report.html", ok=True)
-    assert [(r.event, r.levelname) for r in _events(caplog)] == [
+    assert [(vars(r)["event"], r.levelname) for r in _events(caplog)] == [
         ("flag_raised", "WARNING"),
         ("flag_cleared", "INFO"),
         ("report_delivered", "INFO"),
@@ -81,7 +85,7 @@ def test_api_floats_carry_no_binary_noise() -> None:
     assert ApiJSONResponse({"rate": 0.1 + 0.2}).body == b'{"rate":0.3}'
 
 
-async def test_answers_of_the_api_are_clean(make_api) -> None:
+async def test_answers_of_the_api_are_clean(make_api: MakeApi) -> None:
     async with make_api() as (_app, api):
         response = await api.put("/v1/routes/r", params=M, json={"budget": 0.1 + 0.2})
         assert b'"budget":0.3' in response.content  # not 0.30000000000000004

@@ -5,9 +5,11 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from hedgerow.controller.store.models import Call
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 
 
-async def test_failover_denied_is_stored_and_optional(make_api, call_factory) -> None:
+async def test_failover_denied_is_stored_and_optional(make_api: MakeApi, call_factory: CallFactory) -> None:
     new = call_factory("fd-new").to_dict() | {"failover_denied": True}
     old = call_factory("fd-old").to_dict()
     old.pop("failover_denied")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 from tests.controller.webhook_receiver import WebhookReceiver
 
 
-async def test_serve_posts_a_ticks_flag_changes_once(make_api, call_factory) -> None:
+async def test_serve_posts_a_ticks_flag_changes_once(make_api: MakeApi, call_factory: CallFactory) -> None:
     """Through the api: records in, ``POST /v1/controller/run`` (the lease holder's tick), one post;
     a second tick with the same flags posts nothing more."""
     now = datetime.now(UTC)

@@ -5,21 +5,25 @@ Every test runs on SQLite and PostgreSQL (the ``database_url`` fixture).
 
 from __future__ import annotations
 
+from fastapi import FastAPI
 from sqlalchemy import func, select
 
 from hedgerow.controller.store.models import ThresholdHistory
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 from tests.helpers import recent_calls
 
 M = {"model": "m1"}
 TICKS = 12
 
 
-async def _count(app) -> int:
+async def _count(app: FastAPI) -> int:
     async with app.state.sessionmaker() as session:
-        return await session.scalar(select(func.count()).select_from(ThresholdHistory))
+        count: int = await session.scalar(select(func.count()).select_from(ThresholdHistory))
+        return count
 
 
-async def test_identical_holds_merge_into_one_row_with_repeats(make_api, call_factory) -> None:
+async def test_identical_holds_merge_into_one_row_with_repeats(make_api: MakeApi, call_factory: CallFactory) -> None:
     async with make_api() as (app, api):
         assert (
             await api.post("/v1/calls", json={"calls": recent_calls(call_factory, "a", 300, 1.0, route="r")})
@@ -38,7 +42,7 @@ async def test_identical_holds_merge_into_one_row_with_repeats(make_api, call_fa
         assert answer["repeats"] == TICKS and await _count(app) == 2
 
 
-async def test_a_change_of_reason_or_a_manual_change_stays_a_row(make_api, call_factory) -> None:
+async def test_a_change_of_reason_or_a_manual_change_stays_a_row(make_api: MakeApi, call_factory: CallFactory) -> None:
     async with make_api() as (app, api):
         await api.post("/v1/calls", json={"calls": recent_calls(call_factory, "a", 300, 1.0, route="r")})
         for _ in range(3):
@@ -54,7 +58,7 @@ async def test_a_change_of_reason_or_a_manual_change_stays_a_row(make_api, call_
         assert rows[1]["reason"].startswith("config") and rows[1]["actor"] == "api"
 
 
-async def test_history_filters_applied_reason_until_and_paging(make_api, call_factory) -> None:
+async def test_history_filters_applied_reason_until_and_paging(make_api: MakeApi, call_factory: CallFactory) -> None:
     async with make_api() as (_app, api):
         await api.post("/v1/calls", json={"calls": recent_calls(call_factory, "a", 300, 1.0, route="r")})
         await api.post("/v1/controller/run")
@@ -80,7 +84,7 @@ async def test_history_filters_applied_reason_until_and_paging(make_api, call_fa
         assert naive.status_code == 422 and naive.json()["detail"]["field"] == "until"
 
 
-async def test_model_is_needed_only_when_the_route_has_several(make_api) -> None:
+async def test_model_is_needed_only_when_the_route_has_several(make_api: MakeApi) -> None:
     async with make_api() as (_app, api):
         await api.put("/v1/routes/r", params=M, json={})
         assert (await api.get("/v1/routes/r")).json()["model"] == "m1"
@@ -94,7 +98,7 @@ async def test_model_is_needed_only_when_the_route_has_several(make_api) -> None
         assert missing.json()["detail"]["field"] == "route" and "nope" in missing.json()["detail"]["message"]
 
 
-async def test_a_pin_outside_the_bounds_is_refused_naming_the_field(make_api) -> None:
+async def test_a_pin_outside_the_bounds_is_refused_naming_the_field(make_api: MakeApi) -> None:
     async with make_api() as (_app, api):
         await api.put("/v1/routes/r", params=M, json={"max_hedge_after_s": 30.0})
         response = await api.patch("/v1/routes/r", params=M, json={"pinned_hedge_after_s": 100.0})
@@ -105,7 +109,7 @@ async def test_a_pin_outside_the_bounds_is_refused_naming_the_field(make_api) ->
         assert threshold["hedge_after_s"] != 100.0
 
 
-async def test_a_repeated_hold_carries_its_latest_ticks_figures(make_api, call_factory) -> None:
+async def test_a_repeated_hold_carries_its_latest_ticks_figures(make_api: MakeApi, call_factory: CallFactory) -> None:
     """A held row merged over several ticks shows the figures of its latest tick (samples,
     quantiles, rates, details), as DESIGN and the README say, with ``computed_at`` still its first
     tick and ``last_at`` its latest; the stored row equals what the latest tick answered."""
@@ -129,7 +133,7 @@ async def test_a_repeated_hold_carries_its_latest_ticks_figures(make_api, call_f
     )
 
 
-async def test_every_history_row_the_api_returns_explains_itself(make_api, call_factory) -> None:
+async def test_every_history_row_the_api_returns_explains_itself(make_api: MakeApi, call_factory: CallFactory) -> None:
     """``explanation``: the row's sentences (``explain_history_row`` of the row's own fields), in
     the history, in a change's answer and in the controller's run; the numbers are the row's."""
     from hedgerow.controller.policy.explain import explain_history_row

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import pytest
 
+from tests.api.conftest import MakeApi
+
 M = {"model": "m1"}
 OVERFLOWING = ["0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00"]
 EDGES = ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "0001-01-01T00:00:00-05:00"]
 
 
 @pytest.mark.parametrize("name", ["since", "until"])
-async def test_times_past_the_calendar_in_utc_are_422_naming_the_parameter(make_api, name: str) -> None:
+async def test_times_past_the_calendar_in_utc_are_422_naming_the_parameter(make_api: MakeApi, name: str) -> None:
     async with make_api() as (_app, api):
         assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
         for text in OVERFLOWING:

@@ -8,6 +8,7 @@ import signal
 import socket
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -237,11 +238,12 @@ async def test_keep_alive_requests_with_a_body_answer_without_nagle_delay(tmp_pa
             for _ in range(5):  # warm the connection and the app
                 await client.get("/v1/thresholds")
             figures = {}
-            for name, request in (
+            requests: tuple[tuple[str, Callable[[], Awaitable[httpx.Response]]], ...] = (
                 ("GET /healthz", lambda: client.get("/healthz")),
                 ("GET /v1/thresholds", lambda: client.get("/v1/thresholds")),
                 ("POST /v1/calls", lambda: client.post("/v1/calls", json={"calls": []})),
-            ):
+            )
+            for name, request in requests:
                 times_s = []
                 for _ in range(60):
                     begun = time.perf_counter()

@@ -11,20 +11,26 @@ from datetime import UTC, datetime, timedelta
 from prometheus_client.parser import text_string_to_metric_families
 
 from hedgerow.client.records import AttemptRecord, CallRecord, with_prompt_estimates
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 
 M = {"model": "m1"}
 
 
-def _samples(text: str) -> dict[str, list]:
+#: ``{sample name: [(labels, value), ...]}``.
+_Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def _samples(text: str) -> _Samples:
     """``{sample name: [(labels, value), ...]}`` of a Prometheus text exposition."""
-    found: dict[str, list] = {}
+    found: _Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             found.setdefault(sample.name, []).append((sample.labels, sample.value))
     return found
 
 
-def _value(samples: dict[str, list], name: str, **labels: str) -> float:
+def _value(samples: _Samples, name: str, **labels: str) -> float:
     return sum(v for found, v in samples.get(name, []) if all(found.get(k) == w for k, w in labels.items()))
 
 
@@ -39,7 +45,7 @@ def _failover(request_id: str, started_at: datetime) -> CallRecord:
     )  # fmt: skip
 
 
-def _batch(call_factory) -> list[CallRecord]:
+def _batch(call_factory: CallFactory) -> list[CallRecord]:
     rng = random.Random(5)
     now = datetime.now(UTC)
     records: list[CallRecord] = []
@@ -64,7 +70,7 @@ def _batch(call_factory) -> list[CallRecord]:
     return records
 
 
-async def test_metrics_count_exactly_the_ingested_records(make_api, call_factory) -> None:
+async def test_metrics_count_exactly_the_ingested_records(make_api: MakeApi, call_factory: CallFactory) -> None:
     records = _batch(call_factory)
     async with make_api() as (_app, api):
         body = {"calls": [r.to_dict() for r in records]}
@@ -110,9 +116,9 @@ async def test_metrics_count_exactly_the_ingested_records(make_api, call_factory
     assert _value(samples, "gen_ai_client_operation_time_to_first_chunk_seconds_count") == len(with_ttft)
     assert _value(
         samples, "gen_ai_client_operation_time_to_first_chunk_seconds_sum", gen_ai_request_model="small"
-    ) == sum(r.ttft_s for r in with_ttft if r.model == "small")
+    ) == sum(r.ttft_s or 0.0 for r in with_ttft if r.model == "small")  # none is None
     le_half = _value(samples, "gen_ai_client_operation_time_to_first_chunk_seconds_bucket", le="0.5")
-    assert le_half == sum(r.ttft_s <= 0.5 for r in with_ttft)
+    assert le_half == sum((r.ttft_s or 0.0) <= 0.5 for r in with_ttft)
     assert _value(samples, "hedgerow_records_accepted_total") == 120
     assert _value(samples, "hedgerow_records_duplicate_total") == 120
     assert _value(samples, "hedgerow_records_rejected_total") == 2
@@ -126,7 +132,9 @@ async def test_metrics_count_exactly_the_ingested_records(make_api, call_factory
     assert info == {("summarize", "1", "cold_start"), ("team/chat", "1", "controller")}
 
 
-async def test_gauges_come_from_the_store_and_apps_do_not_share_counters(make_api, call_factory) -> None:
+async def test_gauges_come_from_the_store_and_apps_do_not_share_counters(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     async with make_api() as (_first, api):
         await api.put("/v1/routes/r", params=M, json={"pinned_hedge_after_s": 2.5})
         one = {"calls": [call_factory("a1", route="r").to_dict()]}
@@ -141,20 +149,20 @@ async def test_gauges_come_from_the_store_and_apps_do_not_share_counters(make_ap
         assert _value(_samples((await api.get("/metrics")).text), "hedgerow_calls_total") == 1
 
 
-async def test_metrics_need_the_read_scope_when_tokens_are_set(make_api) -> None:
+async def test_metrics_need_the_read_scope_when_tokens_are_set(make_api: MakeApi) -> None:
     async with make_api(tokens="r3ad:read,in:ingest") as (_app, api):
         assert (await api.get("/metrics")).status_code == 401
         assert (await api.get("/metrics", headers={"Authorization": "Bearer in"})).status_code == 403
         assert (await api.get("/metrics", headers={"Authorization": "Bearer r3ad"})).status_code == 200
 
 
-async def test_no_created_series_is_served(make_api, call_factory) -> None:
+async def test_no_created_series_is_served(make_api: MakeApi, call_factory: CallFactory) -> None:
     """prometheus-client adds a ``<name>_created`` gauge to every counter and histogram child (the
     OpenMetrics creation time): one useless series per child for a Prometheus user. The app turns
     them off where it builds its metrics, whatever the process's default was."""
     from prometheus_client import enable_created_metrics
 
-    enable_created_metrics()  # the library's default, as in a fresh process
+    enable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated in prometheus_client; the library's default
     async with make_api() as (_app, api):
         records = _batch(call_factory)
         assert (await api.post("/v1/calls", json={"calls": [r.to_dict() for r in records]})).status_code == 202

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+import httpx
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.settings import Settings
+from tests.api.conftest import MakeApi
 from tests.conftest import make_call
 
 #: A name of each refused class that can travel in a URL path or query, and what the 422 says.
@@ -44,7 +47,9 @@ def _path(name: str) -> str:
 
 @pytest.mark.parametrize("field", ["route", "model"])
 @pytest.mark.parametrize(("name", "said"), BAD_IN_BODY.values(), ids=list(BAD_IN_BODY))
-async def test_ingest_refuses_each_bad_name_naming_the_field(api, field: str, name: str, said: str) -> None:
+async def test_ingest_refuses_each_bad_name_naming_the_field(
+    api: httpx.AsyncClient, field: str, name: str, said: str
+) -> None:
     record = make_call("c1").to_dict() | {field: name}
     answer = await api.post("/v1/calls", json={"calls": [make_call("c0").to_dict(), record]})
     assert answer.status_code == 422, answer.text
@@ -54,7 +59,9 @@ async def test_ingest_refuses_each_bad_name_naming_the_field(api, field: str, na
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH"])
 @pytest.mark.parametrize(("name", "said"), BAD.values(), ids=list(BAD))
-async def test_route_changes_refuse_each_bad_route_and_model(api, method: str, name: str, said: str) -> None:
+async def test_route_changes_refuse_each_bad_route_and_model(
+    api: httpx.AsyncClient, method: str, name: str, said: str
+) -> None:
     body = {"budget": 0.05}
     answer = await api.request(method, f"/v1/routes/{_path(name)}", params=M, json=body)
     assert answer.status_code == 422, answer.text
@@ -65,7 +72,7 @@ async def test_route_changes_refuse_each_bad_route_and_model(api, method: str, n
 
 
 @pytest.mark.parametrize(("name", "said"), BAD.values(), ids=list(BAD))
-async def test_threshold_polls_refuse_each_bad_route_and_model(api, name: str, said: str) -> None:
+async def test_threshold_polls_refuse_each_bad_route_and_model(api: httpx.AsyncClient, name: str, said: str) -> None:
     answer = await api.get(f"/v1/thresholds/{_path(name)}", params=M)
     assert answer.status_code == 422 and answer.json()["detail"]["field"] == "route", answer.text
     assert said in answer.json()["detail"]["message"]
@@ -74,7 +81,7 @@ async def test_threshold_polls_refuse_each_bad_route_and_model(api, name: str, s
 
 
 @pytest.mark.parametrize(("name", "said"), BAD.values(), ids=list(BAD))
-async def test_the_console_form_refuses_each_bad_route_and_model(api, name: str, said: str) -> None:
+async def test_the_console_form_refuses_each_bad_route_and_model(api: httpx.AsyncClient, name: str, said: str) -> None:
     form = {"budget": "5%", "default_hedge_after_s": "2", "min_hedge_after_s": "0.05", "max_hedge_after_s": "30"}
     answer = await api.post(f"/ui/routes/{_path(name)}", params=M, data=form)
     assert answer.status_code == 422 and "route: " in answer.text and said in answer.text, answer.text[-500:]
@@ -82,7 +89,7 @@ async def test_the_console_form_refuses_each_bad_route_and_model(api, name: str,
     assert answer.status_code == 422 and "model: " in answer.text and said in answer.text
 
 
-async def test_a_route_ending_in_history_is_refused_everywhere(api) -> None:
+async def test_a_route_ending_in_history_is_refused_everywhere(api: httpx.AsyncClient) -> None:
     record = make_call("c1", route="a/history").to_dict()
     answer = await api.post("/v1/calls", json={"calls": [record]})
     assert answer.status_code == 422 and answer.json()["detail"]["field"] == "route"
@@ -95,14 +102,14 @@ async def test_a_route_ending_in_history_is_refused_everywhere(api) -> None:
 LEGACY = ["[bold]r1[/]", "a[/x]", "p|ipe", '=HYPERLINK("x")', "new\nline", "<script>x</script>", "sp ", "a\u202eb"]
 
 
-async def _store_legacy_routes(sessionmaker) -> None:
+async def _store_legacy_routes(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     """Write calls of the :data:`LEGACY` routes straight through the controller (no api rule)."""
     records = [make_call(f"legacy{i}", route=name, model=name) for i, name in enumerate(LEGACY)]
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, records, defaults=route_defaults(Settings()))
 
 
-async def test_routes_stored_before_the_rule_stay_readable(make_api) -> None:
+async def test_routes_stored_before_the_rule_stay_readable(make_api: MakeApi) -> None:
     async with make_api() as (app, api):
         await _store_legacy_routes(app.state.sessionmaker)
         listed = (await api.get("/v1/routes")).json()["routes"]
@@ -114,7 +121,7 @@ async def test_routes_stored_before_the_rule_stay_readable(make_api) -> None:
             assert history.status_code == 200, history.text
 
 
-async def test_the_console_escapes_names_stored_before_the_rule(make_api) -> None:
+async def test_the_console_escapes_names_stored_before_the_rule(make_api: MakeApi) -> None:
     """Jinja autoescaping is on for the console's templates: the names are text, not markup.
 
     (A verification: this passed before the name rule too.)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from hedgerow.api.app import create_app
 from hedgerow.settings import Settings
 
 
-def _document() -> dict:
+def _document() -> dict[str, Any]:
     return create_app(Settings(database_url="sqlite+aiosqlite:///:memory:")).openapi()
 
 

@@ -9,19 +9,24 @@ in the ``{"detail": {"field", "message"}}`` shape.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import func, select, text
 
 from hedgerow.client.records import MAX_SECONDS
-from hedgerow.controller.store.models import Call, Route, Threshold, ThresholdHistory
+from hedgerow.controller.store.models import Base, Call, Route, Threshold, ThresholdHistory
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 
 M = {"model": "m1"}
 
 
-async def _count(app, table) -> int:
+async def _count(app: FastAPI, table: type[Base]) -> int:
     async with app.state.sessionmaker() as session:
-        return await session.scalar(select(func.count()).select_from(table))
+        count: int = await session.scalar(select(func.count()).select_from(table))
+        return count
 
 
 # ---- 1. route durations are bounded by the call record's MAX_SECONDS ----
@@ -37,7 +42,9 @@ async def _count(app, table) -> int:
         ("patch", {"min_hedge_after_s": 1e300}, "min_hedge_after_s"),
     ],
 )
-async def test_route_durations_above_max_seconds_are_422_and_change_nothing(make_api, method, body, field) -> None:
+async def test_route_durations_above_max_seconds_are_422_and_change_nothing(
+    make_api: MakeApi, method: str, body: dict[str, float], field: str
+) -> None:
     async with make_api() as (app, api):
         assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
         before = (await api.get("/v1/routes/r", params=M)).json()
@@ -49,7 +56,9 @@ async def test_route_durations_above_max_seconds_are_422_and_change_nothing(make
         assert await _count(app, ThresholdHistory) == rows
 
 
-async def test_a_pin_of_max_seconds_still_accepts_the_routes_records(make_api, call_factory) -> None:
+async def test_a_pin_of_max_seconds_still_accepts_the_routes_records(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     async with make_api() as (_app, api):
         pinned = await api.put(
             "/v1/routes/r", params=M, json={"max_hedge_after_s": MAX_SECONDS, "pinned_hedge_after_s": MAX_SECONDS}
@@ -88,7 +97,9 @@ RECORD_TEXT_FIELDS = ["route", "model", "request_id", "error_type", "client"]
 ATTEMPT_TEXT_FIELDS = ["upstream", "error_type"]
 
 
-async def test_control_characters_in_records_are_422_naming_index_and_field(make_api, call_factory) -> None:
+async def test_control_characters_in_records_are_422_naming_index_and_field(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     fields = RECORD_TEXT_FIELDS + [f"attempts[0].{f}" for f in ATTEMPT_TEXT_FIELDS]
     async with make_api() as (app, api):
         for field in fields:
@@ -109,7 +120,7 @@ async def test_control_characters_in_records_are_422_naming_index_and_field(make
         assert (await api.post("/v1/calls", json={"calls": [fine]})).status_code == 202
 
 
-async def test_control_characters_in_route_paths_queries_and_actor_are_422(make_api) -> None:
+async def test_control_characters_in_route_paths_queries_and_actor_are_422(make_api: MakeApi) -> None:
     async with make_api() as (app, api):
         assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
         rows = await _count(app, ThresholdHistory)
@@ -127,7 +138,7 @@ async def test_control_characters_in_route_paths_queries_and_actor_are_422(make_
             ("patch", "/v1/routes/r", M, {"enabled": False, "actor": "eve\n"}, "actor"),
         ]
         for method, url, params, body, field in cases:
-            kwargs = {"params": params} | ({} if body is None else {"json": body})
+            kwargs: dict[str, Any] = {"params": params} | ({} if body is None else {"json": body})
             response = await api.request(method.upper(), url, **kwargs)
             assert response.status_code == 422, (method, url, response.text)
             assert response.json()["detail"]["field"] == field, (method, url, response.json())
@@ -139,7 +150,7 @@ async def test_control_characters_in_route_paths_queries_and_actor_are_422(make_
 # ---- 3. a route change is all or nothing ----
 
 
-async def _refuse_history_inserts(app) -> None:
+async def _refuse_history_inserts(app: FastAPI) -> None:
     """Make the store itself refuse any new history row (a real database error, no mock)."""
     async with app.state.engine.begin() as connection:
         if connection.dialect.name == "sqlite":
@@ -164,7 +175,7 @@ async def _refuse_history_inserts(app) -> None:
             )
 
 
-async def _snapshot(app) -> tuple:
+async def _snapshot(app: FastAPI) -> tuple[object, ...]:
     async with app.state.sessionmaker() as session:
         routes = [
             tuple(
@@ -198,7 +209,9 @@ async def _snapshot(app) -> tuple:
         ("put", "/v1/routes/new", {"enabled": False}),
     ],
 )
-async def test_a_change_whose_audit_fails_leaves_nothing_changed(make_api, change) -> None:
+async def test_a_change_whose_audit_fails_leaves_nothing_changed(
+    make_api: MakeApi, change: tuple[str, str, dict[str, object]]
+) -> None:
     from httpx import ASGITransport, AsyncClient
 
     async with make_api() as (app, api):
@@ -215,7 +228,7 @@ async def test_a_change_whose_audit_fails_leaves_nothing_changed(make_api, chang
         assert await _snapshot(app) == before
 
 
-async def test_configure_route_rolls_back_when_the_store_refuses_the_history(make_api) -> None:
+async def test_configure_route_rolls_back_when_the_store_refuses_the_history(make_api: MakeApi) -> None:
     from sqlalchemy.exc import DBAPIError
 
     from hedgerow.controller.routes_admin import configure_route
@@ -235,7 +248,7 @@ async def test_configure_route_rolls_back_when_the_store_refuses_the_history(mak
 
 
 @pytest.mark.parametrize("name", ["team/sum", "équipe/résumé/日本"])
-async def test_route_names_with_slashes_are_reachable(make_api, call_factory, name) -> None:
+async def test_route_names_with_slashes_are_reachable(make_api: MakeApi, call_factory: CallFactory, name: str) -> None:
     from urllib.parse import quote
 
     async with make_api() as (_app, api):
@@ -259,7 +272,9 @@ async def test_route_names_with_slashes_are_reachable(make_api, call_factory, na
         assert (await api.get("/v1/routes/team", params=M)).status_code == 404
 
 
-async def test_history_path_is_the_history_of_the_prefix_and_read_only(make_api, call_factory) -> None:
+async def test_history_path_is_the_history_of_the_prefix_and_read_only(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     async with make_api() as (_app, api):
         assert (await api.put("/v1/routes/a", params=M, json={"budget": 0.2})).status_code == 201
         rows = (await api.get("/v1/routes/a/history", params=M)).json()["history"]
@@ -282,7 +297,7 @@ async def test_history_path_is_the_history_of_the_prefix_and_read_only(make_api,
 
 
 @pytest.mark.parametrize("depth", [5_000, 100_000])
-async def test_deeply_nested_json_is_422_not_500(make_api, depth) -> None:
+async def test_deeply_nested_json_is_422_not_500(make_api: MakeApi, depth: int) -> None:
     async with make_api(max_batch_calls=1000) as (_app, api):
         nested = "[" * depth + "]" * depth
         response = await api.post(
@@ -303,7 +318,7 @@ async def test_deeply_nested_json_is_422_not_500(make_api, depth) -> None:
                 assert response.json()["detail"] == {"field": "body", "message": "JSON nested too deeply"}
 
 
-async def test_route_bodies_over_the_limit_are_413(make_api) -> None:
+async def test_route_bodies_over_the_limit_are_413(make_api: MakeApi) -> None:
     from hedgerow.api.routes import MAX_ROUTE_BODY_BYTES
 
     async with make_api() as (app, api):
@@ -324,7 +339,7 @@ async def test_route_bodies_over_the_limit_are_413(make_api) -> None:
 # ---- 6. applied = "the published threshold changed"; no no-op changes ----
 
 
-async def test_applied_means_the_published_threshold_changed(make_api) -> None:
+async def test_applied_means_the_published_threshold_changed(make_api: MakeApi) -> None:
     async with make_api() as (_app, api):
         created = (await api.put("/v1/routes/r", params=M, json={})).json()
         assert created["history"]["applied"] is True  # first publication
@@ -368,11 +383,11 @@ async def test_applied_means_the_published_threshold_changed(make_api) -> None:
 # ---- 9. query-parameter errors have the same shape as body errors ----
 
 
-async def test_query_parameter_errors_name_the_field(make_api) -> None:
+async def test_query_parameter_errors_name_the_field(make_api: MakeApi) -> None:
     async with make_api() as (_app, api):
         await api.put("/v1/routes/r", params=M, json={})
         await api.put("/v1/routes/r", params={"model": "m2"}, json={})  # two models: model is needed
-        cases = [
+        cases: list[tuple[str, dict[str, str | int], str]] = [
             ("/v1/routes/r/history", {"model": "m1", "limit": 0}, "limit"),
             ("/v1/routes/r/history", {"model": "m1", "limit": "many"}, "limit"),
             ("/v1/routes/r/history", {"model": "m1", "since": "garbage"}, "since"),

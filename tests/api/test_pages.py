@@ -7,14 +7,16 @@ from datetime import timedelta
 from html import unescape
 
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import select
 
 from hedgerow.controller.store.models import ThresholdHistory
+from tests.api.conftest import MakeApi
 
 M = {"model": "m1"}
 
 
-async def _age_history(app, by: timedelta) -> None:
+async def _age_history(app: FastAPI, by: timedelta) -> None:
     """Move every history row ``by`` into the past, as if the route had been made then."""
     async with app.state.sessionmaker() as session, session.begin():
         for row in await session.scalars(select(ThresholdHistory)):
@@ -30,7 +32,7 @@ def _threshold_start_x(html: str) -> tuple[float, float, float]:
     return float(path.group(1)), float(axis.group(1)), float(axis.group(2))
 
 
-async def test_a_new_routes_charts_are_fitted_to_its_data_and_say_so(make_api) -> None:
+async def test_a_new_routes_charts_are_fitted_to_its_data_and_say_so(make_api: MakeApi) -> None:
     """A route made 2 h ago drew its whole history in the right 8% of the default 24 h chart.
     Its charts now start shortly before its first decision (the threshold line starts in the
     left tenth), and a note under each chart says the range was fitted and from when."""
@@ -52,7 +54,7 @@ async def test_a_new_routes_charts_are_fitted_to_its_data_and_say_so(make_api) -
         assert "chart-note" not in one_hour.text
 
 
-async def test_a_route_older_than_the_range_keeps_the_range_asked_for(make_api) -> None:
+async def test_a_route_older_than_the_range_keeps_the_range_asked_for(make_api: MakeApi) -> None:
     async with make_api() as (app, api):
         assert (await api.put("/v1/routes/old", params=M, json={})).status_code == 201
         await _age_history(app, timedelta(days=2))
@@ -62,7 +64,7 @@ async def test_a_route_older_than_the_range_keeps_the_range_asked_for(make_api) 
         assert x == left  # in force since before the range: the line starts at its left edge
 
 
-async def test_the_change_form_takes_a_budget_as_shown_in_percent(make_api) -> None:
+async def test_the_change_form_takes_a_budget_as_shown_in_percent(make_api: MakeApi) -> None:
     """The console shows budgets as percent ("10.0%") but the form refused "5%" as "not a number";
     it now reads "5%" as 0.05 (and a fraction as before)."""
     async with make_api() as (_app, api):
@@ -92,7 +94,9 @@ RANGE_TEXT = (
         ("-5%", "-5% is below 0%"),
     ],
 )
-async def test_a_budget_out_of_range_is_quoted_as_typed_with_the_range_allowed(make_api, typed, why) -> None:
+async def test_a_budget_out_of_range_is_quoted_as_typed_with_the_range_allowed(
+    make_api: MakeApi, typed: str, why: str
+) -> None:
     """A form's "150%" was refused as "must be a fraction in (0, 1), got 1.5": a number the
     operator never typed. The message quotes what was typed and says which range is allowed."""
     async with make_api() as (_app, api):
@@ -115,7 +119,9 @@ async def test_a_budget_out_of_range_is_quoted_as_typed_with_the_range_allowed(m
         ({"applied": "maybe"}, "applied: must be true, false or empty, got &#39;maybe&#39;"),
     ],
 )
-async def test_a_bad_range_page_or_applied_filter_is_422_naming_it(make_api, query, message) -> None:
+async def test_a_bad_range_page_or_applied_filter_is_422_naming_it(
+    make_api: MakeApi, query: dict[str, str], message: str
+) -> None:
     """The route page refuses a query it cannot honour with a 422 naming the parameter: a page
     drawn with a default in its place would be read as the one asked for."""
     async with make_api() as (_app, api):
@@ -128,7 +134,7 @@ async def test_a_bad_range_page_or_applied_filter_is_422_naming_it(make_api, que
         ).status_code == 200
 
 
-async def test_the_root_opens_the_console(make_api) -> None:
+async def test_the_root_opens_the_console(make_api: MakeApi) -> None:
     """``GET /`` was a JSON 404: a browser pointed at the service now lands on the routes page."""
     async with make_api() as (_app, api):
         for path in ("/", "/ui", "/ui/"):
@@ -136,7 +142,7 @@ async def test_the_root_opens_the_console(make_api) -> None:
             assert answer.status_code == 303 and answer.headers["location"] == "/ui/routes", path
 
 
-async def test_a_new_route_page_says_what_its_source_and_reasons_mean(make_api) -> None:
+async def test_a_new_route_page_says_what_its_source_and_reasons_mean(make_api: MakeApi) -> None:
     """A route made without calls publishes its maximum from a cold start: the page says what
     ``cold_start`` means, each reason code carries its meaning as a tooltip, and a legend lists
     the codes of the rows shown (``reason_codes.REASON_MEANINGS``)."""
@@ -154,7 +160,7 @@ async def test_a_new_route_page_says_what_its_source_and_reasons_mean(make_api) 
             assert f"<dt>{code}</dt><dd>{REASON_MEANINGS[code]}</dd>" in legend
 
 
-async def test_the_route_page_draws_thresholds_on_a_log_axis_and_the_budget_as_a_band(make_api) -> None:
+async def test_the_route_page_draws_thresholds_on_a_log_axis_and_the_budget_as_a_band(make_api: MakeApi) -> None:
     """The threshold chart's axis was linear (its 30 s cold start flattened the working range) and
     the budget only a dashed line; the threshold chart is now log scale (1-2-5 ticks) and the
     hedge-rate chart shades the share of calls the budget allows."""

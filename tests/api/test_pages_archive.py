@@ -9,12 +9,13 @@ from __future__ import annotations
 from html import unescape
 
 from hedgerow.api.auth import TOKEN_COOKIE
+from tests.api.conftest import MakeApi
 
 M = {"model": "m1"}
 TOKENS = "ops=adm1n-token:admin,r3ad-token:read"
 
 
-async def test_archive_button_confirms_then_archives_and_restore_undoes_it(make_api) -> None:
+async def test_archive_button_confirms_then_archives_and_restore_undoes_it(make_api: MakeApi) -> None:
     async with make_api(tokens=TOKENS) as (_app, api):
         admin = {"Authorization": "Bearer adm1n-token"}
         assert (await api.put("/v1/routes/junk", params=M, json={}, headers=admin)).status_code == 201
@@ -48,7 +49,7 @@ async def test_archive_button_confirms_then_archives_and_restore_undoes_it(make_
         assert "/ui/routes/junk" in (await api.get("/ui/routes")).text
 
 
-async def test_archive_needs_admin_and_the_same_origin(make_api) -> None:
+async def test_archive_needs_admin_and_the_same_origin(make_api: MakeApi) -> None:
     async with make_api(tokens=TOKENS) as (_app, api):
         admin = {"Authorization": "Bearer adm1n-token"}
         assert (await api.put("/v1/routes/junk", params=M, json={}, headers=admin)).status_code == 201

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from hedgerow.api.path_check import PATH_PARAMETERS, path_problem
+from tests.api.conftest import MakeApi
 from tests.browser import open_page
 from tests.serve_process import ServeProcess
 
@@ -36,7 +37,9 @@ CONTROL = "must not contain control characters (U+0000-U+001F, U+007F)"
         ("GET", "/healthz%0A", "path", 8),
     ],
 )
-async def test_a_control_character_in_an_api_path_is_a_field_error(make_api, method, url, field, index) -> None:
+async def test_a_control_character_in_an_api_path_is_a_field_error(
+    make_api: MakeApi, method: str, url: str, field: str, index: int
+) -> None:
     async with make_api() as (_app, api):
         assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
         response = await api.request(method, url, params=M, json={} if method in ("PUT", "PATCH") else None)
@@ -48,7 +51,7 @@ async def test_a_control_character_in_an_api_path_is_a_field_error(make_api, met
         assert [r["route"] for r in (await api.get("/v1/routes")).json()["routes"]] == ["r"]
 
 
-async def test_the_answer_does_not_need_a_token_and_reveals_nothing_but_the_url(make_api) -> None:
+async def test_the_answer_does_not_need_a_token_and_reveals_nothing_but_the_url(make_api: MakeApi) -> None:
     async with make_api(tokens="reader=" + "r" * 16 + ":read") as (_app, api):
         response = await api.get("/v1/routes/a%0Ab", params=M)
         assert response.status_code == 422 and response.json()["detail"]["field"] == "route"
@@ -64,7 +67,9 @@ async def test_the_answer_does_not_need_a_token_and_reveals_nothing_but_the_url(
         ("/ui/reports/2026-W48%0A", "week: " + CONTROL + ": U+000A at index 8"),
     ],
 )
-async def test_a_control_character_in_a_console_path_is_its_html_error_page(make_api, url, named) -> None:
+async def test_a_control_character_in_a_console_path_is_its_html_error_page(
+    make_api: MakeApi, url: str, named: str
+) -> None:
     async with make_api() as (_app, api):
         assert (await api.put("/v1/routes/r", params=M, json={})).status_code == 201
         response = await api.get(url)

@@ -14,6 +14,7 @@ import pytest
 
 from hedgerow.api._report_cache import ReportCache
 from hedgerow.controller.report import report_render, report_store
+from tests.api.conftest import MakeApi
 from tests.controller.report_store_helpers import fill_store
 
 
@@ -39,7 +40,9 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list
     return calls
 
 
-async def test_a_burst_of_report_requests_builds_each_answer_once(make_api, monkeypatch) -> None:
+async def test_a_burst_of_report_requests_builds_each_answer_once(
+    make_api: MakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
     loads = count_calls(monkeypatch, report_store, "load_week_data")
     draws = count_calls(monkeypatch, report_render, "to_html")
     async with make_api() as (app, api):
@@ -59,7 +62,7 @@ async def test_a_burst_of_report_requests_builds_each_answer_once(make_api, monk
         assert len(loads) == 2
 
 
-async def test_with_a_ttl_of_zero_every_request_builds(make_api, monkeypatch) -> None:
+async def test_with_a_ttl_of_zero_every_request_builds(make_api: MakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
     draws = count_calls(monkeypatch, report_render, "to_html")
     async with make_api(report_cache_ttl_s=0) as (app, api):
         await fill_store(app.state.sessionmaker, per_route=20)

@@ -10,10 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from hedgerow.api.auth import parse_tokens, token_actor
 from hedgerow.controller.report.report_render import CSV_COLUMNS
+from tests.api.conftest import MakeApi
 from tests.controller.report_store_helpers import fill_store
 
 ADMIN = {"Authorization": "Bearer s3cret-admin"}
@@ -22,7 +24,7 @@ TOKENS = "s3cret-admin:admin,r3ad:read"
 PRICE = {"input_usd_per_mtok": 1, "output_usd_per_mtok": 1}
 
 
-async def test_put_price_is_admin_only_audited_and_validated(make_api) -> None:
+async def test_put_price_is_admin_only_audited_and_validated(make_api: MakeApi) -> None:
     async with make_api(tokens=TOKENS) as (_app, api):
         body = {"input_usd_per_mtok": 3, "output_usd_per_mtok": 15, "effective_from": "2026-11-23", "actor": "alice"}
         assert (await api.put("/v1/prices/meta-llama/L-70b", json=body, headers=READ)).status_code == 403
@@ -57,7 +59,7 @@ async def test_put_price_is_admin_only_audited_and_validated(make_api) -> None:
         assert broken.status_code == 422 and broken.json()["detail"]["field"] == "body"
 
 
-async def test_weekly_report_formats_scopes_and_errors(make_api) -> None:
+async def test_weekly_report_formats_scopes_and_errors(make_api: MakeApi) -> None:
     async with make_api(tokens=TOKENS) as (app, api):
         await fill_store(app.state.sessionmaker, per_route=120)
         assert (await api.get("/v1/reports/weekly")).status_code == 401
@@ -99,7 +101,7 @@ async def test_weekly_report_formats_scopes_and_errors(make_api) -> None:
 
 
 @pytest.mark.slow
-async def test_cli_and_api_give_the_same_figures(make_api, database_url: str, tmp_path: Path) -> None:
+async def test_cli_and_api_give_the_same_figures(make_api: MakeApi, database_url: str, tmp_path: Path) -> None:
     async with make_api() as (app, api):
         await fill_store(app.state.sessionmaker, per_route=120)
         from_api = (await api.get("/v1/reports/weekly", params={"week": "2026-W48"})).json()
@@ -134,7 +136,6 @@ def test_weeks_at_the_ends_of_the_calendar_are_refused_not_a_500(tmp_path: Path)
     9999-W52 no end) answered 500 from the api and the console and made ``hedgerow report
     weekly`` say it could not read the store (exit 1); now they are a 422 naming ``week`` and
     exit 2. The first week that can be reported is named with its four-digit year."""
-    import httpx
 
     from tests.serve_process import ServeProcess
 
@@ -158,7 +159,7 @@ def test_weeks_at_the_ends_of_the_calendar_are_refused_not_a_500(tmp_path: Path)
     assert done.returncode == 2 and done.stderr.startswith("hedgerow: --week:"), done.stderr
 
 
-async def test_a_week_that_has_not_started_is_refused_naming_it(make_api) -> None:
+async def test_a_week_that_has_not_started_is_refused_naming_it(make_api: MakeApi) -> None:
     """``2030-W01`` answered 200 with ``partial: true`` and 0 calls, which reads like an outage
     rather than a typo; now the api and both console pages answer 422 naming the week. The next
     week is refused too; the current week is still reported as partial. The console's error page
@@ -197,7 +198,7 @@ def test_report_cli_refuses_a_week_that_has_not_started(tmp_path: Path) -> None:
     assert done.stdout == "" and not missing.exists()
 
 
-async def test_a_started_week_without_calls_says_so_in_the_api_and_the_cli(make_api, tmp_path: Path) -> None:
+async def test_a_started_week_without_calls_says_so_in_the_api_and_the_cli(make_api: MakeApi, tmp_path: Path) -> None:
     """The previous week of an empty store answered ``price_status: "priced"`` with a spend of
     $0.0000 in every format, as if a priced week had cost nothing. Now the api's JSON says
     ``no_calls`` with a "no calls" cost and null sums, its Markdown says no calls were recorded,
@@ -224,7 +225,7 @@ async def test_a_started_week_without_calls_says_so_in_the_api_and_the_cli(make_
     assert ",no calls," in done.stdout and ",priced," not in done.stdout
 
 
-async def test_a_week_typed_in_lower_case_is_taken_and_errors_name_the_week_once(make_api) -> None:
+async def test_a_week_typed_in_lower_case_is_taken_and_errors_name_the_week_once(make_api: MakeApi) -> None:
     """``2026-w48`` (as ``date +%G-w%V`` or a hurried hand types it) was refused as "not an ISO
     week such as 2026-W48"; the week is now read in either case, by the api, the console and the
     CLI (one parser). The console's error for a bad week said the week twice ("week 'latest':

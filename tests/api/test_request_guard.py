@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from tests.conftest import CallFactory
 from tests.serve_process import peak_rss_bytes, running_serve
 
 MIB = 1024 * 1024
@@ -56,7 +57,7 @@ def _cli(api: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def test_forged_writes_are_refused_and_legitimate_ones_work(tmp_path: Path, call_factory) -> None:
+async def test_forged_writes_are_refused_and_legitimate_ones_work(tmp_path: Path, call_factory: CallFactory) -> None:
     records = [call_factory(f"g{i}", route="r").to_dict() for i in range(3)]
     async with running_serve(_sqlite(tmp_path), tmp_path, HEDGEROW_CONTROLLER_INTERVAL_S="3600") as served:
         own = served.base  # http://127.0.0.1:PORT
@@ -181,7 +182,7 @@ async def _answer_without_body(port: int, path: str, extra: str = "", method: st
         writer.close()
 
 
-async def test_a_request_without_a_token_is_refused_before_its_body(tmp_path: Path, call_factory) -> None:
+async def test_a_request_without_a_token_is_refused_before_its_body(tmp_path: Path, call_factory: CallFactory) -> None:
     ingest, admin = "ingest-token-0123456789", "admin-token-0123456789"
     async with running_serve(
         _sqlite(tmp_path),
@@ -212,7 +213,9 @@ async def test_a_request_without_a_token_is_refused_before_its_body(tmp_path: Pa
             assert answer.status_code == 202, answer.text
 
 
-async def test_a_body_of_millions_of_empty_records_is_refused_unbuilt(tmp_path: Path, call_factory) -> None:
+async def test_a_body_of_millions_of_empty_records_is_refused_unbuilt(
+    tmp_path: Path, call_factory: CallFactory
+) -> None:
     count = (16_000_000 - 12) // 3
     body = b'{"calls":[' + b"{}," * (count - 1) + b"{}]}"
     async with running_serve(_sqlite(tmp_path), tmp_path, HEDGEROW_CONTROLLER_INTERVAL_S="3600") as served:

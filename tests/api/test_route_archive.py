@@ -7,10 +7,14 @@ its lifespan running (the route id cache, the threshold cache and the ingest wri
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from fastapi import FastAPI
 from sqlalchemy import func, select
 
 from hedgerow.controller.store.models import Call, ThresholdHistory
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 
 M = {"model": "m1"}
 RESTORE = {"archived": False}
@@ -20,7 +24,7 @@ INGEST = {"Authorization": "Bearer 1ngest-token"}
 TOKENS = "ops=adm1n-token:admin,r3ad-token:read,1ngest-token:ingest"
 
 
-def _batch(call_factory, prefix: str, n: int, route: str = "summarize") -> dict:
+def _batch(call_factory: CallFactory, prefix: str, n: int, route: str = "summarize") -> dict[str, Any]:
     now = datetime.now(UTC)
     return {
         "calls": [
@@ -30,12 +34,14 @@ def _batch(call_factory, prefix: str, n: int, route: str = "summarize") -> dict:
     }
 
 
-async def _stored_calls(app) -> int:
+async def _stored_calls(app: FastAPI) -> int:
     async with app.state.sessionmaker() as session:
         return int(await session.scalar(select(func.count()).select_from(Call)) or 0)
 
 
-async def test_delete_archives_once_and_the_route_leaves_lists_thresholds_and_ticks(make_api, call_factory) -> None:
+async def test_delete_archives_once_and_the_route_leaves_lists_thresholds_and_ticks(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     async with make_api(tokens=TOKENS) as (app, api):
         posted = await api.post("/v1/calls", json=_batch(call_factory, "a", 5), headers=INGEST)
         assert posted.status_code == 202, posted.text
@@ -80,7 +86,9 @@ async def test_delete_archives_once_and_the_route_leaves_lists_thresholds_and_ti
         assert await _stored_calls(app) == 8
 
 
-async def test_only_admin_may_archive_or_restore_and_unknown_routes_are_404(make_api, call_factory) -> None:
+async def test_only_admin_may_archive_or_restore_and_unknown_routes_are_404(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     async with make_api(tokens=TOKENS) as (_app, api):
         await api.post("/v1/calls", json=_batch(call_factory, "a", 2), headers=INGEST)
         for headers in (READ, INGEST):
@@ -97,7 +105,9 @@ async def test_only_admin_may_archive_or_restore_and_unknown_routes_are_404(make
         assert [r["archived_at"] for r in (await api.get("/v1/routes", headers=READ)).json()["routes"]] == [None]
 
 
-async def test_records_of_an_archived_route_are_refused_and_restore_brings_it_back(make_api, call_factory) -> None:
+async def test_records_of_an_archived_route_are_refused_and_restore_brings_it_back(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     async with make_api() as (app, api):
         assert (await api.post("/v1/calls", json=_batch(call_factory, "a", 3))).status_code == 202
         assert (await api.delete("/v1/routes/summarize", params=M)).status_code == 200
@@ -129,7 +139,7 @@ async def test_records_of_an_archived_route_are_refused_and_restore_brings_it_ba
         assert list(reasons) == ["archived", "restored"]
 
 
-async def test_archived_routes_do_not_count_against_the_route_cap(make_api, call_factory) -> None:
+async def test_archived_routes_do_not_count_against_the_route_cap(make_api: MakeApi, call_factory: CallFactory) -> None:
     async with make_api(max_routes=2) as (_app, api):
         for name in ("one", "two"):
             assert (await api.post("/v1/calls", json=_batch(call_factory, name, 1, route=name))).status_code == 202
@@ -145,7 +155,7 @@ async def test_archived_routes_do_not_count_against_the_route_cap(make_api, call
         assert (await api.patch("/v1/routes/two", params=M, json=RESTORE)).status_code == 200
 
 
-async def test_a_route_named_with_a_slash_is_archived_whole(make_api, call_factory) -> None:
+async def test_a_route_named_with_a_slash_is_archived_whole(make_api: MakeApi, call_factory: CallFactory) -> None:
     async with make_api() as (_app, api):
         await api.post("/v1/calls", json=_batch(call_factory, "a", 1, route="team/sum"))
         await api.post("/v1/calls", json=_batch(call_factory, "b", 1, route="team"))

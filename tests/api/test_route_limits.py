@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
+
 
 async def test_new_routes_past_the_bounds_are_refused_and_nothing_of_the_batch_is_written(
-    make_api, call_factory
+    make_api: MakeApi, call_factory: CallFactory
 ) -> None:
     async with make_api(max_routes=5, max_models_per_route=2) as (_app, client):
         first = [call_factory(f"a{i}", route=f"r{i}").to_dict() for i in range(4)]

@@ -10,17 +10,22 @@ import hmac
 import random
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import httpx
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import func, select
 
 from hedgerow.controller.policy.ttft_histogram import BUCKET_RATIO
 from hedgerow.controller.store.models import ThresholdHistory
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 
 M = {"model": "m1"}
 
 
-def _calls(call_factory, prefix: str, n: int, ttft_s: float) -> list[dict]:
+def _calls(call_factory: CallFactory, prefix: str, n: int, ttft_s: float) -> list[dict[str, Any]]:
     rng = random.Random(prefix)
     now = datetime.now(UTC)
     return [
@@ -33,12 +38,13 @@ def _calls(call_factory, prefix: str, n: int, ttft_s: float) -> list[dict]:
     ]
 
 
-async def _rows(app) -> int:
+async def _rows(app: FastAPI) -> int:
     async with app.state.sessionmaker() as session:
-        return await session.scalar(select(func.count()).select_from(ThresholdHistory))
+        count: int = await session.scalar(select(func.count()).select_from(ThresholdHistory))
+        return count
 
 
-async def test_put_creates_a_missing_route_and_publishes_at_once(make_api) -> None:
+async def test_put_creates_a_missing_route_and_publishes_at_once(make_api: MakeApi) -> None:
     async with make_api() as (_app, api):
         assert (await api.get("/v1/routes")).json() == {"routes": []}
         created = await api.put("/v1/routes/new-route", params=M, json={"enabled": False, "budget": 0.05})
@@ -73,7 +79,9 @@ async def test_put_creates_a_missing_route_and_publishes_at_once(make_api) -> No
         assert row == history
 
 
-async def test_put_replaces_every_field_and_patch_only_the_given_ones(make_api, call_factory) -> None:
+async def test_put_replaces_every_field_and_patch_only_the_given_ones(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     async with make_api() as (_app, api):
         await api.post("/v1/calls", json={"calls": _calls(call_factory, "r", 5, 0.3)})
         patched = await api.patch(
@@ -103,7 +111,7 @@ async def test_put_replaces_every_field_and_patch_only_the_given_ones(make_api, 
         assert [h["reason"].split(",")[0] for h in history] == ["config", "config"]
 
 
-async def test_a_change_of_nothing_writes_no_row(make_api, call_factory) -> None:
+async def test_a_change_of_nothing_writes_no_row(make_api: MakeApi, call_factory: CallFactory) -> None:
     async with make_api() as (app, api):
         await api.post("/v1/calls", json={"calls": _calls(call_factory, "n", 5, 0.3)})
         await api.post("/v1/controller/run")
@@ -123,7 +131,9 @@ async def test_a_change_of_nothing_writes_no_row(make_api, call_factory) -> None
         assert version == 1
 
 
-async def test_changes_that_move_the_published_value_bump_the_version(make_api, call_factory) -> None:
+async def test_changes_that_move_the_published_value_bump_the_version(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     async with make_api() as (_app, api):
         await api.post("/v1/calls", json={"calls": _calls(call_factory, "v", 5, 0.3)})
         await api.post("/v1/controller/run")  # a cold route, 5 samples: the maximum, version 1
@@ -166,7 +176,9 @@ async def test_changes_that_move_the_published_value_bump_the_version(make_api, 
         ({"actor": ""}, "actor"),
     ],
 )
-async def test_bad_values_are_422_naming_the_field_and_change_nothing(make_api, call_factory, body, field) -> None:
+async def test_bad_values_are_422_naming_the_field_and_change_nothing(
+    make_api: MakeApi, call_factory: CallFactory, body: dict[str, object], field: str
+) -> None:
     async with make_api() as (app, api):
         await api.post("/v1/calls", json={"calls": _calls(call_factory, "b", 3, 0.3)})
         before = (await api.get("/v1/routes/summarize", params=M)).json()
@@ -179,7 +191,7 @@ async def test_bad_values_are_422_naming_the_field_and_change_nothing(make_api, 
         assert await _rows(app) == 0
 
 
-async def test_malformed_bodies_and_unknown_routes(make_api) -> None:
+async def test_malformed_bodies_and_unknown_routes(make_api: MakeApi) -> None:
     async with make_api() as (_app, api):
         headers = {"Content-Type": "application/json"}
         for content in (b"{not json", b"[1, 2]", b'{"default_hedge_after_s": NaN}'):
@@ -191,7 +203,7 @@ async def test_malformed_bodies_and_unknown_routes(make_api) -> None:
         assert (await api.get("/v1/routes")).json() == {"routes": []}  # nothing was created
 
 
-async def test_actor_is_the_token_fingerprint(make_api) -> None:
+async def test_actor_is_the_token_fingerprint(make_api: MakeApi) -> None:
     async with make_api(tokens="s3cret-admin:admin,r3ad:read") as (app, api):
         admin = {"Authorization": "Bearer s3cret-admin"}
         # keyed by every configured token (issue 13: a read token must not test guesses against it)
@@ -210,7 +222,7 @@ async def test_actor_is_the_token_fingerprint(make_api) -> None:
         assert all("s3cret" not in a for a in actors)  # the token itself is never stored
 
 
-async def test_a_named_token_is_the_actor_and_a_claimed_actor_only_a_note(make_api) -> None:
+async def test_a_named_token_is_the_actor_and_a_claimed_actor_only_a_note(make_api: MakeApi) -> None:
     async with make_api(tokens="alice=s3cret-admin:admin,padded==:read") as (app, api):
         assert app.state.token_names == {"s3cret-admin": "alice"}  # trailing base64 padding is no name
         admin = {"Authorization": "Bearer s3cret-admin"}
@@ -221,7 +233,7 @@ async def test_a_named_token_is_the_actor_and_a_claimed_actor_only_a_note(make_a
         assert (await api.get("/v1/routes", headers={"Authorization": "Bearer padded=="})).status_code == 200
 
 
-async def test_401_and_403_bodies_name_the_field(make_api) -> None:
+async def test_401_and_403_bodies_name_the_field(make_api: MakeApi) -> None:
     async with make_api(tokens="r3ad:read") as (_app, api):
         missing = await api.get("/v1/routes")
         assert missing.status_code == 401
@@ -231,7 +243,7 @@ async def test_401_and_403_bodies_name_the_field(make_api) -> None:
         assert denied.json()["detail"]["field"] == "authorization" and "admin" in denied.json()["detail"]["message"]
 
 
-async def test_controller_run_ticks_now_and_reports_its_rows(make_api, call_factory) -> None:
+async def test_controller_run_ticks_now_and_reports_its_rows(make_api: MakeApi, call_factory: CallFactory) -> None:
     async with make_api() as (app, api):
         await api.post("/v1/calls", json={"calls": _calls(call_factory, "c", 120, 0.4)})
         first = await api.post("/v1/controller/run")
@@ -248,7 +260,7 @@ async def test_controller_run_ticks_now_and_reports_its_rows(make_api, call_fact
 @pytest.mark.parametrize(
     "field", ["budget", "default_hedge_after_s", "min_hedge_after_s", "max_hedge_after_s", "pinned_hedge_after_s"]
 )
-async def test_non_finite_numbers_are_422_saying_must_be_finite(make_api, field: str, literal: str) -> None:
+async def test_non_finite_numbers_are_422_saying_must_be_finite(make_api: MakeApi, field: str, literal: str) -> None:
     """Python's JSON reader takes ``NaN`` and ``Infinity``; ``{"budget": NaN}`` was answered
     "Input should be less than 1" (and ``-Infinity`` "greater than 0"), where the console says
     "must be finite". Every numeric route setting now gets the console's answer, by PUT and PATCH."""
@@ -268,7 +280,9 @@ async def test_non_finite_numbers_are_422_saying_must_be_finite(make_api, field:
         assert (await api.get("/v1/routes/r", params=M)).json() == before
 
 
-async def _one_call_and_a_tick(api, call_factory, tag: str) -> Callable[[], Awaitable[tuple[float, str]]]:
+async def _one_call_and_a_tick(
+    api: httpx.AsyncClient, call_factory: CallFactory, tag: str
+) -> Callable[[], Awaitable[tuple[float, str]]]:
     """Ingest one call of route ``summarize`` and run a tick; returns a reader of the published
     (hedge_after_s, source)."""
     await api.post("/v1/calls", json={"calls": _calls(call_factory, tag, 1, 0.3)})
@@ -281,7 +295,9 @@ async def _one_call_and_a_tick(api, call_factory, tag: str) -> Callable[[], Awai
     return published
 
 
-async def test_unpinning_returns_a_route_with_too_few_samples_to_its_cold_start(make_api, call_factory) -> None:
+async def test_unpinning_returns_a_route_with_too_few_samples_to_its_cold_start(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     """A pin is the operator's value, not the controller's: after ``--unpin`` a route whose
     samples are too few for a quantile is cold again (the lowest value its samples support,
     here the maximum), not the pinned value."""
@@ -307,7 +323,9 @@ async def test_unpinning_returns_a_route_with_too_few_samples_to_its_cold_start(
         assert await published() == (30.0, "cold_start")
 
 
-async def test_a_new_default_is_published_on_a_route_still_at_its_default(make_api, call_factory) -> None:
+async def test_a_new_default_is_published_on_a_route_still_at_its_default(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     """A cold route whose samples support its default publishes it: a changed default is
     published at once while the samples support it, and a default kept by a tick stays
     labelled ``default`` (not ``controller``); a default below what they support is not."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -10,9 +11,10 @@ from pydantic import ValidationError
 from hedgerow.api.calls import field_path
 from hedgerow.api.schemas import CallRecordIn
 from hedgerow.client.records import CallRecord
+from tests.conftest import CallFactory
 
 
-def test_round_trip_through_schema(call_factory) -> None:
+def test_round_trip_through_schema(call_factory: CallFactory) -> None:
     started = datetime(2026, 11, 29, 8, 0, 0, 123456, tzinfo=UTC)
     for record in (
         call_factory("a", started_at=started),
@@ -28,7 +30,7 @@ def test_round_trip_through_schema(call_factory) -> None:
         assert CallRecord.from_dict(dumped) == record
 
 
-def _good() -> dict:
+def _good() -> dict[str, Any]:
     return {
         "request_id": "x",
         "route": "r",
@@ -94,7 +96,7 @@ def _good() -> dict:
         ),
     ],
 )
-def test_schema_and_from_dict_refuse_the_same_input(change: dict, field: str) -> None:
+def test_schema_and_from_dict_refuse_the_same_input(change: dict[str, Any], field: str) -> None:
     raw = {**_good(), **change}
     with pytest.raises(ValidationError) as schema_error:
         CallRecordIn.model_validate(raw)

@@ -6,7 +6,9 @@ import asyncio
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,10 +16,11 @@ from sqlalchemy import func, select
 
 from hedgerow.controller.store.db import make_engine
 from hedgerow.controller.store.models import Lease
+from tests.conftest import CallFactory
 from tests.serve_process import running_serve
 
 
-async def _wait_for(predicate, timeout_s: float) -> bool:
+async def _wait_for(predicate: Callable[[], Awaitable[bool]], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if await predicate():
@@ -27,7 +30,7 @@ async def _wait_for(predicate, timeout_s: float) -> bool:
 
 
 @pytest.mark.slow
-async def test_serve_subprocess_over_http(database_url: str, call_factory, tmp_path) -> None:
+async def test_serve_subprocess_over_http(database_url: str, call_factory: CallFactory, tmp_path: Path) -> None:
     async with running_serve(database_url, tmp_path, HEDGEROW_CONTROLLER_INTERVAL_S="1") as served:
         now = datetime.now(UTC)
         calls = [
@@ -69,7 +72,7 @@ async def test_serve_subprocess_over_http(database_url: str, call_factory, tmp_p
         await engine.dispose()
 
 
-async def test_serve_refuses_public_host_without_tokens(tmp_path) -> None:
+async def test_serve_refuses_public_host_without_tokens(tmp_path: Path) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -102,7 +105,7 @@ def test_serve_with_unreachable_database_is_one_line() -> None:
     assert "Traceback" not in result.output
 
 
-async def test_serve_async_embedded_stops_on_event(tmp_path) -> None:
+async def test_serve_async_embedded_stops_on_event(tmp_path: Path) -> None:
     from hedgerow.api.server import serve_async
     from hedgerow.settings import Settings
 
@@ -128,7 +131,9 @@ async def test_serve_async_embedded_stops_on_event(tmp_path) -> None:
         ({"HEDGEROW_SHORT_WINDOW_S": "7200"}, "HEDGEROW_SHORT_WINDOW_S"),
     ],
 )
-async def test_serve_refuses_inconsistent_route_and_window_settings(tmp_path, env, named) -> None:
+async def test_serve_refuses_inconsistent_route_and_window_settings(
+    tmp_path: Path, env: dict[str, str], named: str
+) -> None:
     import os
 
     process = await asyncio.create_subprocess_exec(

@@ -6,9 +6,13 @@ from datetime import UTC, datetime, timedelta
 
 from hedgerow.api.health import NOT_READY_REASON
 from hedgerow.controller.store.db import make_engine
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 
 
-async def test_started_at_far_in_the_future_and_huge_attempt_lists_are_refused(make_api, call_factory) -> None:
+async def test_started_at_far_in_the_future_and_huge_attempt_lists_are_refused(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     async with make_api() as (_app, api):
         future = call_factory("f1").to_dict() | {"started_at": "8999-12-31T00:00:00Z"}
         refused = await api.post("/v1/calls", json={"calls": [future]})
@@ -24,7 +28,7 @@ async def test_started_at_far_in_the_future_and_huge_attempt_lists_are_refused(m
         assert refused.status_code == 422 and refused.json()["detail"]["field"] == "attempts"
 
 
-async def test_readyz_does_not_show_the_database_error(make_api) -> None:
+async def test_readyz_does_not_show_the_database_error(make_api: MakeApi) -> None:
     async with make_api() as (app, api):
         app.state.engine = make_engine("postgresql+asyncpg://secret-user:pw@127.0.0.1:1/private-db")
         answer = await api.get("/readyz")

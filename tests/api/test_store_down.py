@@ -8,14 +8,20 @@ connections, and ``check_ready`` (``/readyz``'s check) fails too.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import NoReturn
 
+import httpx
 import pytest
+from fastapi import FastAPI
 
 from hedgerow.controller.store.db import make_engine, make_sessionmaker
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 from tests.helpers import recent_calls
 
 
-def _store_goes_away(app, tmp_path) -> None:
+def _store_goes_away(app: FastAPI, tmp_path: Path) -> None:
     folder = tmp_path / "gone"
     folder.mkdir()
     engine = make_engine(f"sqlite+aiosqlite:///{folder}/store.db")
@@ -26,7 +32,7 @@ def _store_goes_away(app, tmp_path) -> None:
 
 
 async def test_an_unreachable_store_is_a_503_naming_it_and_one_log_line(
-    make_api, call_factory, tmp_path, caplog
+    make_api: MakeApi, call_factory: CallFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with make_api(threshold_check_interval_s=0.0) as (app, client):
         calls = recent_calls(call_factory, "a", 300, 1.0)
@@ -59,13 +65,15 @@ async def test_an_unreachable_store_is_a_503_naming_it_and_one_log_line(
         assert any(m.startswith("GET /v1/routes: database not reachable") for m in warnings), warnings
 
 
-async def test_a_store_error_while_the_store_answers_is_still_a_500(make_api, monkeypatch) -> None:
+async def test_a_store_error_while_the_store_answers_is_still_a_500(
+    make_api: MakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A driver error that is not an outage (the store answers ``check_ready``) stays a 500."""
     from sqlalchemy.exc import IntegrityError
 
     from hedgerow.api import routes as routes_api
 
-    async def broken(*_args, **_kwargs):
+    async def broken(*_args: object, **_kwargs: object) -> NoReturn:
         raise IntegrityError("INSERT ...", {}, Exception("a constraint"))
 
     async with make_api() as (_app, client):
@@ -74,11 +82,12 @@ async def test_a_store_error_while_the_store_answers_is_still_a_500(make_api, mo
             await client.get("/v1/routes")
 
 
-async def test_a_postgresql_server_that_refuses_the_store_is_a_503_and_recovers(call_factory, caplog) -> None:
+async def test_a_postgresql_server_that_refuses_the_store_is_a_503_and_recovers(
+    call_factory: CallFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     """The outage as an operator makes it: the database stops taking connections and its
     sessions are terminated under a running app; then it takes them again."""
     import asyncpg
-    import httpx
     from sqlalchemy.engine import make_url
 
     from hedgerow.api.app import create_app

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from sqlalchemy import delete, event, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.api._threshold_cache import ThresholdCache
 from hedgerow.api.thresholds import render_table
@@ -17,6 +18,8 @@ from hedgerow.controller.store.change_counters import read_change_counter
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Route, Threshold, utc_now
 from hedgerow.settings import Settings
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 from tests.helpers import recent_calls
 
 
@@ -30,12 +33,14 @@ class FakeClock:
         return self.now
 
 
-async def _counter(sessionmaker) -> int | None:
+async def _counter(sessionmaker: async_sessionmaker[AsyncSession]) -> int | None:
     async with sessionmaker() as session:
         return await read_change_counter(session)
 
 
-async def _publish(sessionmaker, call_factory, route: str = "summarize") -> int:
+async def _publish(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory, route: str = "summarize"
+) -> int:
     """Create a route by ingest and publish a threshold for it directly (as a tick would)."""
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, [call_factory(f"{route}-1", route=route)], defaults=route_defaults(Settings()))
@@ -44,10 +49,13 @@ async def _publish(sessionmaker, call_factory, route: str = "summarize") -> int:
             Threshold(route_id=route_id, hedge_after_s=1.5, enabled=True, source="controller", version=1,
                       updated_at=utc_now())
         )  # fmt: skip
+    assert route_id is not None
     return int(route_id)
 
 
-async def test_triggers_raise_the_counter_on_every_write_the_table_shows(sessionmaker, call_factory) -> None:
+async def test_triggers_raise_the_counter_on_every_write_the_table_shows(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     start = await _counter(sessionmaker)
     assert start == 0
     async with sessionmaker() as session, session.begin():  # a new route alone: no threshold, no change
@@ -73,7 +81,9 @@ async def test_triggers_raise_the_counter_on_every_write_the_table_shows(session
     assert await _counter(sessionmaker) == 4
 
 
-async def test_cache_checks_the_counter_at_most_once_per_interval(sessionmaker, call_factory) -> None:
+async def test_cache_checks_the_counter_at_most_once_per_interval(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     route_id = await _publish(sessionmaker, call_factory)
     clock = FakeClock()
     cache = ThresholdCache(sessionmaker, render_table, check_interval_s=1.0, clock=clock)
@@ -96,7 +106,9 @@ async def test_cache_checks_the_counter_at_most_once_per_interval(sessionmaker, 
     assert await cache.current() == second and cache.counter_reads == 4
 
 
-async def test_304_polls_touch_no_database_and_a_second_app_sees_changes(make_api, call_factory) -> None:
+async def test_304_polls_touch_no_database_and_a_second_app_sees_changes(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     async with (
         make_api(threshold_check_interval_s=3600) as (app, api),
         make_api(threshold_check_interval_s=0.2) as (
@@ -113,7 +125,7 @@ async def test_304_polls_touch_no_database_and_a_second_app_sees_changes(make_ap
         etag = table.headers["etag"]
         statements: list[str] = []
 
-        def record(_conn, _cursor, statement, *_args) -> None:
+        def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
             statements.append(statement)
 
         event.listen(app.state.engine.sync_engine, "before_cursor_execute", record)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import httpx
 import pytest
 
 from hedgerow.api.app import create_app
@@ -9,10 +13,12 @@ from hedgerow.api.errors import ApiConfigError
 from hedgerow.controller.store.db import head_revision
 from hedgerow.controller.store.queries import HISTORY_FIELDS, THRESHOLD_FIELDS
 from hedgerow.settings import Settings
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 from tests.helpers import recent_calls
 
 
-async def test_thresholds_etag_304_and_history(make_api, call_factory) -> None:
+async def test_thresholds_etag_304_and_history(make_api: MakeApi, call_factory: CallFactory) -> None:
     async with make_api() as (_app, api):
         assert (
             await api.post("/v1/calls", json={"calls": recent_calls(call_factory, "a", 100, 0.4)})
@@ -69,13 +75,13 @@ async def test_thresholds_etag_304_and_history(make_api, call_factory) -> None:
         assert route["threshold"]["version"] == 2 and route["default_hedge_after_s"] == 2.0
 
 
-async def test_health_and_ready(api) -> None:
+async def test_health_and_ready(api: httpx.AsyncClient) -> None:
     assert (await api.get("/healthz")).json() == {"status": "ok"}
     ready = await api.get("/readyz")
     assert ready.status_code == 200 and ready.json() == {"status": "ready", "revision": head_revision()}
 
 
-async def test_bearer_tokens_and_scopes(make_api, call_factory) -> None:
+async def test_bearer_tokens_and_scopes(make_api: MakeApi, call_factory: CallFactory) -> None:
     tokens = "ing3st:ingest,r3ad:read,adm1n:admin"
     async with make_api(tokens=tokens) as (_app, api):
         body = {"calls": recent_calls(call_factory, "t", 3, 0.3)}
@@ -89,7 +95,7 @@ async def test_bearer_tokens_and_scopes(make_api, call_factory) -> None:
         assert (await api.get("/v1/routes", headers={"Authorization": "Bearer r3ad"})).status_code == 200
         assert (await api.post("/v1/controller/run", headers={"Authorization": "Bearer r3ad"})).status_code == 403
         assert (await api.post("/v1/controller/run", headers={"Authorization": "Bearer adm1n"})).status_code == 200
-        patch = {"params": {"model": "m1"}, "json": {"budget": 0.05}}
+        patch: dict[str, Any] = {"params": {"model": "m1"}, "json": {"budget": 0.05}}
         assert (
             await api.patch("/v1/routes/summarize", headers={"Authorization": "Bearer r3ad"}, **patch)
         ).status_code == 403
@@ -99,7 +105,7 @@ async def test_bearer_tokens_and_scopes(make_api, call_factory) -> None:
         assert (await api.get("/healthz")).status_code == 200
 
 
-def test_refuses_non_loopback_without_tokens(tmp_path) -> None:
+def test_refuses_non_loopback_without_tokens(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
     with pytest.raises(ApiConfigError, match=r"refusing to listen on '0\.0\.0\.0' without auth"):
         create_app(Settings(database_url=url, host="0.0.0.0"))
@@ -113,7 +119,7 @@ def test_refuses_non_loopback_without_tokens(tmp_path) -> None:
         create_app(Settings(database_url=url, tokens="abc:write"))
 
 
-async def test_patch_route_is_applied_at_once_and_audited(make_api, call_factory) -> None:
+async def test_patch_route_is_applied_at_once_and_audited(make_api: MakeApi, call_factory: CallFactory) -> None:
     from sqlalchemy import select
 
     from hedgerow.controller.store.models import ThresholdHistory

@@ -13,17 +13,21 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hedgerow.api._upstream_metrics import MAX_UPSTREAM_LABELS, OTHER_UPSTREAM
 from hedgerow.client.records import AttemptRecord, CallRecord
+from tests.api.conftest import MakeApi
+
+#: ``{sample name: [(labels, value), ...]}``.
+_Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
-def _samples(text: str) -> dict[str, list]:
-    found: dict[str, list] = {}
+def _samples(text: str) -> _Samples:
+    found: _Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             found.setdefault(sample.name, []).append((sample.labels, sample.value))
     return found
 
 
-def _value(samples: dict[str, list], name: str, **labels: str) -> float:
+def _value(samples: _Samples, name: str, **labels: str) -> float:
     return sum(v for found, v in samples.get(name, []) if all(found.get(k) == w for k, w in labels.items()))
 
 
@@ -35,7 +39,7 @@ def _records(now: datetime) -> list[CallRecord]:
         at = now - timedelta(seconds=rng.uniform(1, 600))
         kind = i % 5
         if kind == 0:  # a hedge: the slow primary "slow" loses to "fast", which wrote 3 tokens... or not
-            atts = (
+            atts: tuple[AttemptRecord, ...] = (
                 A("slow", "primary", 0.0, None, 0.7, "cancelled", 200, None, 0),
                 A("fast", "backup", 0.5, 0.7, 1.5, "won", 200, None, 20),
             )
@@ -59,7 +63,7 @@ def _records(now: datetime) -> list[CallRecord]:
     return out
 
 
-async def test_the_series_agree_with_the_table(make_api) -> None:
+async def test_the_series_agree_with_the_table(make_api: MakeApi) -> None:
     now = datetime.now(UTC)
     records = _records(now)
     async with make_api() as (_app, api):
@@ -85,7 +89,7 @@ async def test_the_series_agree_with_the_table(make_api) -> None:
     assert _value(samples, "hedgerow_upstream_attempts_total", upstream="fast", outcome="won") == 40 + 80
 
 
-async def test_upstream_labels_are_capped(make_api) -> None:
+async def test_upstream_labels_are_capped(make_api: MakeApi) -> None:
     now = datetime.now(UTC)
     names = [f"u{i:03d}" for i in range(MAX_UPSTREAM_LABELS + 10)]
     records = [

@@ -7,14 +7,18 @@ Every test runs on SQLite and PostgreSQL (the ``database_url`` fixture).
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
 
 from hedgerow.client.records import AttemptRecord, CallRecord
+from tests.api.conftest import MakeApi
 
 
-def _calls(now: datetime) -> list[dict]:
+def _calls(now: datetime) -> list[dict[str, Any]]:
     out = []
     for i in range(6):
-        atts = (
+        atts: tuple[AttemptRecord, ...] = (
             AttemptRecord("<b>slow</b>", "primary", 0.0, None, 0.7, "cancelled", 200, None, 0),
             AttemptRecord("fast", "backup", 0.5, 0.7, 1.5, "won", 200, None, 20),
         )
@@ -31,7 +35,7 @@ def _calls(now: datetime) -> list[dict]:
     return [r.to_dict() for r in out]
 
 
-async def test_the_page_shows_the_table_escaped_and_filtered(make_api) -> None:
+async def test_the_page_shows_the_table_escaped_and_filtered(make_api: MakeApi) -> None:
     async with make_api() as (_app, api):
         assert (await api.post("/v1/calls", json={"calls": _calls(datetime.now(UTC))})).status_code == 202
         page = await api.get("/ui/upstreams")
@@ -55,20 +59,20 @@ async def test_the_page_shows_the_table_escaped_and_filtered(make_api) -> None:
         assert 'href="/ui/upstreams?route=team%2Fchat"' in route_page
 
 
-async def test_bad_parameters_are_422_pages_naming_them(api) -> None:
+async def test_bad_parameters_are_422_pages_naming_them(api: httpx.AsyncClient) -> None:
     bad_range = await api.get("/ui/upstreams", params={"range": "2d"})
     assert bad_range.status_code == 422 and "range: must be one of" in bad_range.text
     bad_route = await api.get("/ui/upstreams", params={"route": "a\x07b"})
     assert bad_route.status_code == 422 and "route: must not contain control characters" in bad_route.text
 
 
-async def test_needs_a_login_with_tokens(make_api) -> None:
+async def test_needs_a_login_with_tokens(make_api: MakeApi) -> None:
     async with make_api(tokens="r3ad:read") as (_app, api):
         answer = await api.get("/ui/upstreams", follow_redirects=False)
         assert answer.status_code == 303 and answer.headers["location"].startswith("/ui/login?next=%2Fui%2Fupstreams")
 
 
-async def test_a_range_past_the_retention_says_so(make_api) -> None:
+async def test_a_range_past_the_retention_says_so(make_api: MakeApi) -> None:
     async with make_api(retention_s=86_400.0) as (_app, api):
         assert 'id="coverage-note"' not in (await api.get("/ui/upstreams", params={"range": "24h"})).text
         week = (await api.get("/ui/upstreams", params={"range": "7d"})).text

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ from tests.browser import assert_local_only, open_page
 from tests.serve_process import ServeProcess
 
 
-def _records(n: int) -> list[dict]:
+def _records(n: int) -> list[dict[str, Any]]:
     rng = random.Random(2)
     now = datetime.now(UTC)
     names = ["us-east-primary-with-a-long-name", "eu-west", "ap-south"]
@@ -24,7 +25,7 @@ def _records(n: int) -> list[dict]:
         at = now - timedelta(seconds=rng.uniform(5, 3000))
         primary, backup = rng.sample(names, 2)
         if i % 3 == 0:
-            atts = (
+            atts: tuple[AttemptRecord, ...] = (
                 AttemptRecord(primary, "primary", 0.0, None, 0.8, "cancelled", 200, None, 0),
                 AttemptRecord(backup, "backup", 0.5, 0.8, 1.8, "won", 200, None, 20),
             )

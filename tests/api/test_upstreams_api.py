@@ -6,12 +6,17 @@ Every test runs on SQLite and PostgreSQL (the ``database_url`` fixture).
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
 
 from hedgerow.api.app import create_app
 from hedgerow.settings import Settings
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 
 
-def _hedged(call_factory, i: int, now: datetime, *, backup_wins: bool, route: str = "r") -> dict:
+def _hedged(call_factory: CallFactory, i: int, now: datetime, *, backup_wins: bool, route: str = "r") -> dict[str, Any]:
     # primary "a" is slow; the backup "b" starts at 0.3 s and answers 0.2 s later when it wins
     primary_ttft = 0.9 if backup_wins else 0.4
     record = call_factory(
@@ -25,7 +30,7 @@ def _hedged(call_factory, i: int, now: datetime, *, backup_wins: bool, route: st
     return record.to_dict()
 
 
-async def test_the_table_over_http(make_api, call_factory) -> None:
+async def test_the_table_over_http(make_api: MakeApi, call_factory: CallFactory) -> None:
     now = datetime.now(UTC)
     calls = [_hedged(call_factory, i, now, backup_wins=i % 4 != 0) for i in range(8)]
     calls += [call_factory(f"p{i}", route="r", started_at=now - timedelta(seconds=30)).to_dict() for i in range(4)]
@@ -58,7 +63,7 @@ async def test_the_table_over_http(make_api, call_factory) -> None:
         assert nothing["upstreams"] == [] and nothing["attempts"] == 0
 
 
-async def test_bad_windows_are_422_naming_the_parameter(api) -> None:
+async def test_bad_windows_are_422_naming_the_parameter(api: httpx.AsyncClient) -> None:
     now = datetime.now(UTC)
     cases = [
         ({"since": "2026-12-01T00:00:00"}, "since", "timezone"),
@@ -79,7 +84,7 @@ async def test_bad_windows_are_422_naming_the_parameter(api) -> None:
         assert detail["field"] == field and words in detail["message"], (params, detail)
 
 
-async def test_needs_the_read_scope(make_api) -> None:
+async def test_needs_the_read_scope(make_api: MakeApi) -> None:
     async with make_api(tokens="r3ad:read") as (_app, api):
         assert (await api.get("/v1/upstreams")).status_code == 401
         answer = await api.get("/v1/upstreams", headers={"Authorization": "Bearer r3ad"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Route, ThresholdHistory
@@ -24,7 +25,7 @@ DECISIONS = (
 )
 
 
-async def fill_store(sessionmaker, *, per_route: int = 900) -> None:
+async def fill_store(sessionmaker: async_sessionmaker[AsyncSession], *, per_route: int = 900) -> None:
     """Ingest :func:`week_records`, set :data:`PRICES` and add :data:`DECISIONS` to the history."""
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, week_records(per_route=per_route), defaults=route_defaults(Settings()))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hedgerow.client.records import AttemptRecord, CallRecord
+from hedgerow.client.records import AttemptRecord, AttemptRole, CallRecord
 
 __all__ = [
     "EDGE_CALLS",
@@ -84,6 +84,8 @@ def _call(rng: random.Random, request_id: str, route: str, model: str, started_a
     own = prompt if v2 else None
     cached = (prompt // 4) if v2 and rng.random() < 0.5 else None
     common: dict[str, Any] = {"client": "t", "started_at": started_at, "record_version": 2 if v2 else 1}
+    attempts: tuple[AttemptRecord, ...]
+    winner: AttemptRole
     if kind < 0.06:  # the primary fails with a 503, the backup answers (failover)
         first = 0.05 + rng.uniform(0.1, 0.6)
         attempts = (

@@ -6,11 +6,24 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any, TypedDict
 
-from hedgerow.client.records import AttemptRecord, CallRecord
+from hedgerow.client.records import AttemptRecord, AttemptRole, CallRecord, CallStatus
 
 PAIRS = (("summarize", "m1"), ("summarize", "m2"), ("chat", "m1"))
 HEDGE_AFTER_S = 1.5
+
+
+class _Common(TypedDict):
+    """The fields every record of :func:`make_record` shares."""
+
+    request_id: str
+    route: str
+    model: str
+    started_at: datetime
+    client: str
+    hedge_after_s: float
+    prompt_tokens: int | None
 
 
 def _primary_ttft(rng: random.Random) -> float:
@@ -22,7 +35,7 @@ def make_record(rng: random.Random, request_id: str, started_at: datetime, pair:
     route, model = pair
     prompt = rng.choice([None, rng.randint(50, 500)])
     completion = rng.randint(10, 300)
-    base = {
+    base: _Common = {
         "request_id": request_id,
         "route": route,
         "model": model,
@@ -30,8 +43,10 @@ def make_record(rng: random.Random, request_id: str, started_at: datetime, pair:
         "client": "test",
         "hedge_after_s": HEDGE_AFTER_S,
         "prompt_tokens": prompt,
-        "completion_tokens": completion,
     }
+    attempts: tuple[AttemptRecord, ...]
+    status: CallStatus
+    winner: AttemptRole
     u = rng.random()
     primary = _primary_ttft(rng)
     if u < 0.05:  # failover: the primary fails fast, the backup answers
@@ -43,6 +58,7 @@ def make_record(rng: random.Random, request_id: str, started_at: datetime, pair:
         )
         return CallRecord(
             **base,
+            completion_tokens=completion,
             hedged=True,
             hedge_reason="primary_error",
             winner="backup",
@@ -55,17 +71,18 @@ def make_record(rng: random.Random, request_id: str, started_at: datetime, pair:
         status = rng.choice(["error", "timeout"])
         end = rng.uniform(0.05, 3.0)
         attempts = (AttemptRecord("a", "primary", 0.0, None, end, "failed", 500, "http_500", 0),)
-        return CallRecord(**{**base, "completion_tokens": 0}, status=status, error_type="http_500", attempts=attempts)
+        return CallRecord(**base, completion_tokens=0, status=status, error_type="http_500", attempts=attempts)
     if u < 0.11:  # the caller walked away before any token: the primary is censored
         end = rng.uniform(0.1, 1.4)
         attempts = (AttemptRecord("a", "primary", 0.0, None, end, "cancelled", 200, None, 0),)
-        return CallRecord(**{**base, "completion_tokens": 0}, status="cancelled", attempts=attempts)
+        return CallRecord(**base, completion_tokens=0, status="cancelled", attempts=attempts)
     status = "stalled" if u < 0.13 else "ok"
     if primary <= HEDGE_AFTER_S or u < 0.2:  # no hedge, or the budget refused it
         denied = primary > HEDGE_AFTER_S
         attempts = (AttemptRecord("a", "primary", 0.0, primary, primary + 2.0, "won", 200, None, completion),)
         return CallRecord(
             **base,
+            completion_tokens=completion,
             hedge_denied=denied,
             winner="primary",
             status=status,
@@ -90,6 +107,7 @@ def make_record(rng: random.Random, request_id: str, started_at: datetime, pair:
         )
     return CallRecord(
         **base,
+        completion_tokens=completion,
         hedged=True,
         hedge_reason="ttft_timeout",
         winner=winner,
@@ -112,9 +130,9 @@ def workload(
             for i in range(n)]  # fmt: skip
 
 
-def direct_figures(records: Sequence[CallRecord]) -> dict:
+def direct_figures(records: Sequence[CallRecord]) -> dict[str, Any]:
     """Counters, token sums and TTFT samples computed straight from the records."""
-    out = {
+    out: dict[str, Any] = {
         name: 0
         for name in (
             "calls",

@@ -7,20 +7,23 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from hedgerow.cli import app
 from hedgerow.cli.controller import LEASE_HELD_EXIT
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.lease import CONTROLLER_LEASE, acquire_lease, lease_holder, release_lease
 from hedgerow.controller.store.db import head_revision, make_engine, make_sessionmaker
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import ThresholdHistory
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 
 
-def _seed(url: str, records) -> None:
+def _seed(url: str, records: list[CallRecord]) -> None:
     async def run() -> None:
         engine = make_engine(url)
         try:
@@ -32,7 +35,7 @@ def _seed(url: str, records) -> None:
     asyncio.run(run())
 
 
-def test_db_upgrade_and_run_once(tmp_path, call_factory) -> None:
+def test_db_upgrade_and_run_once(tmp_path: Path, call_factory: CallFactory) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
     runner = CliRunner()
     not_ready = runner.invoke(app, ["controller", "run-once", "--db", url])
@@ -53,7 +56,7 @@ def test_db_upgrade_and_run_once(tmp_path, call_factory) -> None:
     assert table.exit_code == 0 and "summarize" in table.output and "cold_start_supported" in table.output
 
 
-def test_bad_url_is_one_line(tmp_path) -> None:
+def test_bad_url_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["db", "upgrade", "--db", "mysql://x/y"])
     assert result.exit_code == 2 and "is not supported" in result.output
     assert "Traceback" not in result.output
@@ -100,7 +103,9 @@ def _history_rows(url: str) -> int:
     return asyncio.run(run())
 
 
-def test_run_once_refuses_while_serve_holds_the_lease_and_logs_what_it_publishes(tmp_path, call_factory) -> None:
+def test_run_once_refuses_while_serve_holds_the_lease_and_logs_what_it_publishes(
+    tmp_path: Path, call_factory: CallFactory
+) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'lease.db'}"
     assert CliRunner().invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
     _seed(url, [call_factory(f"c{i}") for i in range(5)])

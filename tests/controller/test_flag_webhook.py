@@ -5,6 +5,9 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
 from hedgerow.controller.flag_webhook import (
     FlagChange,
     FlagWebhook,
@@ -17,6 +20,7 @@ from hedgerow.controller.flag_webhook import (
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 from tests.controller.webhook_receiver import WebhookReceiver
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -69,7 +73,9 @@ async def test_posts_are_retried_and_delivered_once() -> None:
     assert (webhook.posted, webhook.failed, webhook.dropped) == (1, 0, 0)
 
 
-async def test_a_webhook_that_is_down_drops_the_oldest_changes_beyond_the_bound_and_says_so(caplog) -> None:
+async def test_a_webhook_that_is_down_drops_the_oldest_changes_beyond_the_bound_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with WebhookReceiver(fail_first=100) as receiver:
         webhook = FlagWebhook(receiver.url, "json", attempts=1, backoff_s=0.0, timeout_s=5, max_pending=3)
         changes = [FlagChange(f"r{i}", "m", "backups_rarely_win", True, NOW) for i in range(5)]
@@ -87,7 +93,9 @@ def test_off_unless_configured() -> None:
     assert webhook is not None and webhook.attempts == 2 and webhook.fmt == "slack"
 
 
-async def test_a_real_tick_raises_a_flag_that_the_store_shows(sessionmaker, call_factory) -> None:
+async def test_a_real_tick_raises_a_flag_that_the_store_shows(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     """Hedges whose backups never win: the tick flags ``backups_rarely_win``; the flags of the newest
     history row (what a new lease holder starts from) show it; the change is what gets posted."""
     settings = Settings()

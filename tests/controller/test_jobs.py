@@ -6,12 +6,16 @@ import dataclasses
 import itertools
 import math
 import random
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any, NoReturn
 
 import numpy as np
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.jobs import backup_samples, run_tick
 from hedgerow.controller.policy.estimation import estimate_ttft
 from hedgerow.controller.policy.ttft_histogram import BUCKET_RATIO, MAX_RELATIVE_ERROR
@@ -19,18 +23,27 @@ from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Threshold, ThresholdHistory
 from hedgerow.controller.store.queries import HISTORY_FIELDS, get_history, list_thresholds
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 #: The worked number's one-sided 95% lower bound on the primary's P99 (module docstring of jobs).
 P99_BOUND_S = 3.631
 
 
-async def _store(sessionmaker, records, settings) -> None:
+def _not_none(value_s: float | None) -> float:
+    """``value_s``, which the workload guarantees is set (an assertion otherwise)."""
+    assert value_s is not None
+    return value_s
+
+
+async def _store(sessionmaker: async_sessionmaker[AsyncSession], records: list[CallRecord], settings: Settings) -> None:
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, records, defaults=route_defaults(settings))
 
 
-def _hedged_workload(call_factory, n: int, *, seed: int, hedge_after_s: float, age_s: float = 3000.0):
+def _hedged_workload(
+    call_factory: CallFactory, n: int, *, seed: int, hedge_after_s: float, age_s: float = 3000.0
+) -> list[CallRecord]:
     """Primaries with TTFT ~ Exp(mean 1 s); a backup starts at ``hedge_after_s`` (TTFT ~ Exp(0.5 s))."""
     rng = random.Random(seed)
     records = []
@@ -52,7 +65,9 @@ def _hedged_workload(call_factory, n: int, *, seed: int, hedge_after_s: float, a
     return records
 
 
-async def test_tick_with_censored_primaries_finds_the_budget_quantile(sessionmaker, call_factory) -> None:
+async def test_tick_with_censored_primaries_finds_the_budget_quantile(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     settings = Settings()
     records = _hedged_workload(call_factory, 3000, seed=1, hedge_after_s=1.5)
     failed = [
@@ -61,7 +76,7 @@ async def test_tick_with_censored_primaries_finds_the_budget_quantile(sessionmak
     await _store(sessionmaker, records + failed, settings)
     censored_primaries = sum(1 for r in records if r.attempts[0].first_token_s is None)
     uncensored = [r.attempts[0].ttft_s for r in records if r.attempts[0].first_token_s is not None]
-    naive_p90 = float(np.quantile(uncensored, 0.9))
+    naive_p90 = float(np.quantile(np.array(uncensored, dtype=float), 0.9))
     true_p90 = math.log(10.0)  # Exp(1): P(TTFT > t) = exp(-t)
     assert censored_primaries > 100 and naive_p90 < 1.6  # dropping the censored would be badly low
 
@@ -86,7 +101,7 @@ async def test_tick_with_censored_primaries_finds_the_budget_quantile(sessionmak
 
 
 async def test_a_cold_route_publishes_what_its_samples_support_and_history_always_written(
-    sessionmaker, call_factory
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
 ) -> None:
     # 10 samples support no value below the maximum within the budget (0 of 10 gives 0.259):
     # the cold route publishes the maximum, not the 2.0 s default, and keeps it on the same data
@@ -114,7 +129,7 @@ async def test_a_cold_route_publishes_what_its_samples_support_and_history_alway
     ]  # newest first
 
 
-def _old_calls(call_factory) -> list:
+def _old_calls(call_factory: CallFactory) -> list[CallRecord]:
     """80 calls 2.5 to 3.5 hours before ``NOW``, primary TTFT 0.1-0.5 s (seed 7)."""
     rng = random.Random(7)
     return [
@@ -125,7 +140,9 @@ def _old_calls(call_factory) -> list:
     ]
 
 
-async def test_window_widens_to_old_calls_and_version_increments(sessionmaker, call_factory) -> None:
+async def test_window_widens_to_old_calls_and_version_increments(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     settings = Settings(min_samples=50, window_s=3600, max_window_s=86400)
     # 80 calls 2.5 to 3.5 hours old: the window must double twice (1 h -> 2 h -> 4 h)
     old = _old_calls(call_factory)
@@ -145,7 +162,9 @@ async def test_window_widens_to_old_calls_and_version_increments(sessionmaker, c
     assert threshold.version == 1 and threshold.hedge_after_s == first
 
 
-async def test_calls_after_now_are_ignored_and_each_route_is_separate(sessionmaker, call_factory) -> None:
+async def test_calls_after_now_are_ignored_and_each_route_is_separate(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     settings = Settings()
     await _store(
         sessionmaker,
@@ -165,7 +184,7 @@ async def test_calls_after_now_are_ignored_and_each_route_is_separate(sessionmak
     assert rows[2]["p50_s"] is None and rows[2]["observed_hedge_rate"] is None
 
 
-def _failover(call_factory, request_id: str, started_at: datetime):
+def _failover(call_factory: CallFactory, request_id: str, started_at: datetime) -> CallRecord:
     """A call whose primary failed (503) before its first token and whose failover backup won."""
     from hedgerow.client.records import AttemptRecord, CallRecord
 
@@ -189,7 +208,9 @@ def _failover(call_factory, request_id: str, started_at: datetime):
     )
 
 
-async def test_failovers_are_not_hedges_in_the_observed_rate(sessionmaker, call_factory) -> None:
+async def test_failovers_are_not_hedges_in_the_observed_rate(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     settings = Settings()
     normal = [
         call_factory(f"n{i}", started_at=NOW - timedelta(seconds=30 + i), primary_ttft_s=0.3 + i / 100)
@@ -203,7 +224,9 @@ async def test_failovers_are_not_hedges_in_the_observed_rate(sessionmaker, call_
     assert "raise_over_budget" not in row["reason"]
 
 
-async def test_a_recent_hedge_burst_holds_the_value_instead_of_lowering_it(sessionmaker, call_factory) -> None:
+async def test_a_recent_hedge_burst_holds_the_value_instead_of_lowering_it(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     # An hour-old calm period (fast primaries, so the target is low) and, in the last two minutes,
     # 30 calls of which 30% hedged: over the 10% budget in the short window, so no lowering now.
     settings = Settings(short_window_s=300.0, min_samples=50)
@@ -225,6 +248,7 @@ async def test_a_recent_hedge_burst_holds_the_value_instead_of_lowering_it(sessi
         from hedgerow.controller.store.models import Route, Threshold
 
         route = await session.scalar(select(Route))
+        assert route is not None
         session.add(
             Threshold(
                 route_id=route.id,
@@ -246,7 +270,7 @@ async def test_a_recent_hedge_burst_holds_the_value_instead_of_lowering_it(sessi
     assert row["reason"] == "hysteresis_hold" and row["hedge_after_s"] == 1.0
 
 
-def _primary_durations(records) -> list[float]:
+def _primary_durations(records: list[CallRecord]) -> list[float]:
     """Each record's primary sample: its TTFT, or the time it was cancelled at (censored)."""
     out = []
     for r in records:
@@ -258,7 +282,9 @@ def _primary_durations(records) -> list[float]:
     return out
 
 
-async def test_unidentified_quantiles_are_null_with_a_lower_bound_in_details(sessionmaker, call_factory) -> None:
+async def test_unidentified_quantiles_are_null_with_a_lower_bound_in_details(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     # Hedging at 1.0 s with a fast backup (mean 0.1 s) censors almost every primary slower than
     # ~1.1 s: the KM curve stops near F = 0.67, so P75..P99 are not identified.
     settings = Settings()
@@ -296,7 +322,9 @@ async def test_unidentified_quantiles_are_null_with_a_lower_bound_in_details(ses
     assert stored["details"] == row["details"]  # the JSON column round-trips
 
 
-async def test_identified_quantiles_have_no_lower_bound(sessionmaker, call_factory) -> None:
+async def test_identified_quantiles_have_no_lower_bound(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     settings = Settings()
     records = [
         call_factory(f"i{i}", started_at=NOW - timedelta(seconds=10 + i), primary_ttft_s=0.1 + i / 200)
@@ -316,7 +344,9 @@ async def test_identified_quantiles_have_no_lower_bound(sessionmaker, call_facto
     assert row["actor"] is None
 
 
-def _hedged_calls(call_factory, prefix: str, n: int, *, backup_mean_s: float, seed: int, age_s: float = 3000.0):
+def _hedged_calls(
+    call_factory: CallFactory, prefix: str, n: int, *, backup_mean_s: float, seed: int, age_s: float = 3000.0
+) -> list[CallRecord]:
     """Primaries ~ Exp(mean 1 s) hedged at 1.0 s; the backup's TTFT ~ Exp(mean ``backup_mean_s``)."""
     rng = random.Random(seed)
     out = []
@@ -338,13 +368,15 @@ def _hedged_calls(call_factory, prefix: str, n: int, *, backup_mean_s: float, se
     return out
 
 
-async def test_hedges_that_help_lower_p99_and_are_not_flagged(sessionmaker, call_factory) -> None:
+async def test_hedges_that_help_lower_p99_and_are_not_flagged(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     settings = Settings()
     records = _hedged_calls(call_factory, "g", 1500, backup_mean_s=0.3, seed=3)
     await _store(sessionmaker, records, settings)
     [row] = await run_tick(sessionmaker, settings, now=NOW)
     check = row["details"]["p99_check"]
-    call_ttfts = sorted(r.ttft_s for r in records)
+    call_ttfts = sorted(_not_none(r.ttft_s) for r in records)
     raw_p99_s = call_ttfts[math.ceil(0.99 * len(call_ttfts)) - 1]
     assert raw_p99_s <= check["call_p99_s"] <= raw_p99_s * BUCKET_RATIO  # read at its bucket's end
     # the slow primaries were cancelled, so the primary's P99 is censored: its lower bound is used
@@ -355,7 +387,9 @@ async def test_hedges_that_help_lower_p99_and_are_not_flagged(sessionmaker, call
     assert "hedges_did_not_lower_p99" not in row["reason"]
 
 
-async def test_hedges_that_never_win_are_flagged_twice(sessionmaker, call_factory) -> None:
+async def test_hedges_that_never_win_are_flagged_twice(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     # The backup shares the primary's slow queue (mean 30 s): it never wins, the app's P99 is the
     # primary's P99, so both flags fire.
     settings = Settings()
@@ -369,7 +403,9 @@ async def test_hedges_that_never_win_are_flagged_twice(sessionmaker, call_factor
     assert "backups_rarely_win" in row["reason"].split(",")
 
 
-async def test_counts_use_the_widened_window(sessionmaker, call_factory) -> None:
+async def test_counts_use_the_widened_window(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     # 60 calls 2.5-3.5 h old, 20 of them hedged: the window widens 1 h -> 2 h -> 4 h, and the hedge
     # rate, backup win rate and P99 check must be computed over those 4 h, not over the first hour.
     settings = Settings(min_samples=50, min_hedges_for_flag=5)
@@ -403,7 +439,9 @@ async def test_counts_use_the_widened_window(sessionmaker, call_factory) -> None
     assert row["details"]["p99_check"]["hedges"] == 20
 
 
-async def test_worked_number_in_module_docstring(sessionmaker, call_factory) -> None:
+async def test_worked_number_in_module_docstring(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     settings = Settings()
     rng = random.Random(1)
     records = []
@@ -437,6 +475,7 @@ async def test_worked_number_in_module_docstring(sessionmaker, call_factory) -> 
     for name in ("p50_s", "p90_s"):
         assert getattr(raw, name) <= row[name] <= getattr(raw, name) * BUCKET_RATIO, name
     assert raw.target_s <= row["details"]["target_s"] <= raw.target_s * BUCKET_RATIO
+    assert raw.p90_s is not None and raw.p95_s is not None and raw.target_s is not None
     assert (round(raw.p90_s, 3), round(raw.p95_s, 3), round(raw.target_s, 3)) == (2.402, 2.754, 2.535)
     # the buckets' curve lies above the raw one: it does not reach 0.95, and P95's lower bound
     # (2.630 s) is below the raw estimate
@@ -469,7 +508,9 @@ async def test_worked_number_in_module_docstring(sessionmaker, call_factory) -> 
     assert check["call_p99_s"] == pytest.approx(2.630, abs=5e-4) and check["flagged"] is False
 
 
-async def test_a_slowdown_in_the_short_window_raises_to_its_own_target_at_once(sessionmaker, call_factory) -> None:
+async def test_a_slowdown_in_the_short_window_raises_to_its_own_target_at_once(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     # 55 minutes of 1,500 fast primaries (0.2-0.6 s) and a published 1.0 s; then, in the last 4 minutes,
     # 60 primaries take 2.5-3.5 s: every one hedges at 1.0 s (a slow backup, so the primary still
     # wins and its TTFT is observed). The hour's target lags; the short window's does not.
@@ -496,6 +537,7 @@ async def test_a_slowdown_in_the_short_window_raises_to_its_own_target_at_once(s
         from hedgerow.controller.store.models import Route, Threshold
 
         route = await session.scalar(select(Route))
+        assert route is not None
         session.add(
             Threshold(
                 route_id=route.id,
@@ -521,7 +563,9 @@ async def test_a_slowdown_in_the_short_window_raises_to_its_own_target_at_once(s
     assert "backups_rarely_win" in codes  # the slow backup never won
 
 
-async def test_backup_samples_and_denied_hedges_reach_the_decision(sessionmaker, call_factory) -> None:
+async def test_backup_samples_and_denied_hedges_reach_the_decision(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     # drift detection off: the 60 slow denied calls of the last 4 minutes would (rightly) be
     # detected as a change and shrink the window, which is not what this test is about
     settings = Settings(drift_alpha=0.0)
@@ -560,7 +604,9 @@ async def test_backup_samples_and_denied_hedges_reach_the_decision(sessionmaker,
     assert obj["chosen_s"] >= obj["budget_target_s"]
 
 
-async def test_few_calls_with_little_censoring_hold_over_ticks(sessionmaker, call_factory) -> None:
+async def test_few_calls_with_little_censoring_hold_over_ticks(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     # The ops review's repro on the store: 120 calls in the last 10 minutes, lognormal primary
     # TTFT, hedged at 2.0 s, a few primaries censored, budget 0.05. Before the fix each tick
     # doubled the threshold on unchanged data (2 -> 4 -> 8 -> 16 -> 30 s).
@@ -597,29 +643,31 @@ class _ChangeBeforePublish:
     :func:`tick_route`: its sessions are observe, then publish), first runs ``change`` (an
     operator's change that lands after the tick decided and before it publishes)."""
 
-    def __init__(self, sessionmaker, change, publish_at: int = 2) -> None:
+    def __init__(
+        self, sessionmaker: async_sessionmaker[AsyncSession], change: Callable[[], Awaitable[None]], publish_at: int = 2
+    ) -> None:
         self._sessionmaker = sessionmaker
         self._change = change
         self._publish_at = publish_at
         self.opened = 0
 
-    def __call__(self):
+    def __call__(self) -> _Hooked:
         self.opened += 1
         return _Hooked(self._sessionmaker(), self._change if self.opened == self._publish_at else None)
 
 
 class _Hooked:
-    def __init__(self, session, change) -> None:
+    def __init__(self, session: AsyncSession, change: Callable[[], Awaitable[None]] | None) -> None:
         self._session = session
         self._change = change
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> AsyncSession:
         if self._change is not None:
             await self._change()
         return await self._session.__aenter__()
 
-    async def __aexit__(self, *exc_info):
-        return await self._session.__aexit__(*exc_info)
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self._session.__aexit__(*exc_info)
 
 
 _OPERATOR_CHANGES = pytest.mark.parametrize(
@@ -629,7 +677,9 @@ _OPERATOR_CHANGES = pytest.mark.parametrize(
 )
 
 
-async def _published_route(sessionmaker, call_factory, settings) -> float:
+async def _published_route(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory, settings: Settings
+) -> float:
     """300 fast calls stored and one tick run: the value it published (under the 2 s default)."""
     records = [
         call_factory(f"c{i}", started_at=NOW - timedelta(seconds=10 + i), primary_ttft_s=0.1 + i / 500)
@@ -643,7 +693,10 @@ async def _published_route(sessionmaker, call_factory, settings) -> float:
 
 @_OPERATOR_CHANGES
 async def test_a_route_change_between_decide_and_publish_is_not_overwritten(
-    sessionmaker, call_factory, change, expected
+    sessionmaker: async_sessionmaker[AsyncSession],
+    call_factory: CallFactory,
+    change: dict[str, object],
+    expected: tuple[float | None, bool, str],
 ) -> None:
     from hedgerow.controller.jobs import tick_route
     from hedgerow.controller.routes_admin import configure_route
@@ -660,7 +713,7 @@ async def test_a_route_change_between_decide_and_publish_is_not_overwritten(
         await configure_route(sessionmaker, settings, "summarize", "m1", change, replace=False, actor="ops", now=later)
 
     hooked = _ChangeBeforePublish(sessionmaker, operator_change)
-    row = await tick_route(hooked, settings, route, published, now=later + timedelta(seconds=1))
+    row = await tick_route(hooked, settings, route, published, now=later + timedelta(seconds=1))  # type: ignore[arg-type]  # a sessionmaker stand-in
     value, enabled, source = expected
     value = published if value is None else value
     assert (row["hedge_after_s"], row["source"], row["previous_hedge_after_s"]) == (value, source, value)
@@ -679,7 +732,10 @@ async def test_a_route_change_between_decide_and_publish_is_not_overwritten(
 
 @_OPERATOR_CHANGES
 async def test_a_route_change_before_the_ticks_shared_publish_is_decided_again_under_the_lock(
-    sessionmaker, call_factory, change, expected
+    sessionmaker: async_sessionmaker[AsyncSession],
+    call_factory: CallFactory,
+    change: dict[str, object],
+    expected: tuple[float | None, bool, str],
 ) -> None:
     from hedgerow.controller.routes_admin import configure_route
 
@@ -692,7 +748,7 @@ async def test_a_route_change_before_the_ticks_shared_publish_is_decided_again_u
 
     # run_tick's sessions: 1 lists the routes, 2 observes the one route, 3 publishes every route
     hooked = _ChangeBeforePublish(sessionmaker, operator_change, publish_at=3)
-    [row] = await run_tick(hooked, settings, now=later + timedelta(seconds=1))
+    [row] = await run_tick(hooked, settings, now=later + timedelta(seconds=1))  # type: ignore[arg-type]  # a sessionmaker stand-in
     value, enabled, source = expected
     value = published if value is None else value
     assert (row["hedge_after_s"], row["source"], row["previous_hedge_after_s"]) == (value, source, value)
@@ -712,7 +768,10 @@ async def test_a_route_change_before_the_ticks_shared_publish_is_decided_again_u
 
 
 async def test_a_failed_shared_publish_falls_back_to_one_transaction_per_route(
-    sessionmaker, call_factory, monkeypatch, caplog
+    sessionmaker: async_sessionmaker[AsyncSession],
+    call_factory: CallFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from hedgerow.controller import jobs
 
@@ -724,7 +783,7 @@ async def test_a_failed_shared_publish_falls_back_to_one_transaction_per_route(
     ]
     await _store(sessionmaker, records, settings)
 
-    async def broken(*args, **kwargs):
+    async def broken(*args: object, **kwargs: Any) -> NoReturn:
         raise RuntimeError("the shared write failed")
 
     monkeypatch.setattr(jobs, "_publish_all", broken)
@@ -736,7 +795,9 @@ async def test_a_failed_shared_publish_falls_back_to_one_transaction_per_route(
         assert await session.scalar(select(func.count()).select_from(Threshold)) == 2
 
 
-async def test_a_change_of_source_alone_bumps_the_version(sessionmaker, call_factory) -> None:
+async def test_a_change_of_source_alone_bumps_the_version(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     # a value published as cold_start that the objective then keeps: the row the api serves
     # changes (source), so its version must too, or a client comparing versions misses it
     settings = Settings(min_samples=50, window_s=3600, max_window_s=86400)

@@ -15,6 +15,7 @@ from functools import partial
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.lease import CONTROLLER_LEASE, LeaseLost, acquire_lease, check_lease_held, lease_holder
@@ -23,11 +24,12 @@ from hedgerow.controller.store.db import make_engine, make_sessionmaker
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Threshold, ThresholdHistory
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 
 TTL_S = 4.0
 
 
-async def _published(sessionmaker) -> tuple[int, int]:
+async def _published(sessionmaker: async_sessionmaker[AsyncSession]) -> tuple[int, int]:
     """(threshold rows, history rows) in the store."""
     async with sessionmaker() as session:
         thresholds = await session.scalar(select(func.count()).select_from(Threshold))
@@ -36,7 +38,7 @@ async def _published(sessionmaker) -> tuple[int, int]:
 
 
 async def test_blocked_renewals_step_down_before_the_ttl_and_a_stale_publish_is_refused(
-    migrated_url: str, call_factory
+    migrated_url: str, call_factory: CallFactory
 ) -> None:
     settings = Settings(lease_ttl_s=TTL_S, controller_interval_s=3600.0)
     jobs_engine = make_engine(migrated_url)
@@ -95,7 +97,9 @@ async def test_blocked_renewals_step_down_before_the_ttl_and_a_stale_publish_is_
         await jobs_engine.dispose()
 
 
-async def test_the_publish_fence_refuses_an_expired_or_released_lease(sessionmaker, call_factory) -> None:
+async def test_the_publish_fence_refuses_an_expired_or_released_lease(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     settings = Settings(lease_ttl_s=TTL_S)
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, [call_factory("c")], defaults=route_defaults(settings))
@@ -111,7 +115,9 @@ async def test_the_publish_fence_refuses_an_expired_or_released_lease(sessionmak
     assert len(await run_tick(sessionmaker, settings, fence=fence)) == 1
 
 
-async def test_the_hold_lapses_at_the_safety_fraction_of_the_ttl(sessionmaker) -> None:
+async def test_the_hold_lapses_at_the_safety_fraction_of_the_ttl(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     """Counted from the start of the last successful renewal, on the monotonic clock given."""
     clock = [1000.0]
     scheduler = ControllerScheduler(sessionmaker, Settings(lease_ttl_s=30.0), holder="me", clock=lambda: clock[0])

@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.policy.estimation import estimate_ttft
 from hedgerow.controller.policy.ttft_histogram import MAX_RELATIVE_ERROR
 from hedgerow.controller.report.report import IsoWeek
@@ -38,7 +41,7 @@ NOW = datetime(2026, 12, 1, 6, tzinfo=UTC)
 FOLDED_UNTIL = datetime(2026, 11, 26, 12, tzinfo=UTC)
 
 
-async def _store(sessionmaker, records) -> None:
+async def _store(sessionmaker: async_sessionmaker[AsyncSession], records: list[CallRecord]) -> None:
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, records, defaults=route_defaults(Settings()))
         for price in PRICES:
@@ -55,7 +58,7 @@ async def _store(sessionmaker, records) -> None:
             await set_price(session, spec, source="api", actor="test")
 
 
-def _in_week(records):
+def _in_week(records: list[CallRecord]) -> list[CallRecord]:
     return [r for r in records if MONDAY <= r.started_at < MONDAY + timedelta(days=7)]
 
 
@@ -63,7 +66,7 @@ def _close(a: float, b: float, rel: float) -> bool:
     return abs(a - b) <= rel * abs(b) + 1e-12
 
 
-def _check_section(section, records) -> None:
+def _check_section(section: dict[str, Any], records: list[CallRecord]) -> None:
     expected = direct_figures(records)
     assert section["calls"] == expected["calls"]
     assert section["calls_by_status"]["ok"] == expected["ok"]
@@ -95,7 +98,7 @@ def _check_section(section, records) -> None:
 
 
 @pytest.mark.slow
-async def test_report_figures_equal_the_raw_records(sessionmaker) -> None:
+async def test_report_figures_equal_the_raw_records(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     records = week_records()
     await _store(sessionmaker, records)
     before_fold = await weekly_report(sessionmaker, "2026-W48", now=NOW)
@@ -137,7 +140,7 @@ async def test_report_figures_equal_the_raw_records(sessionmaker) -> None:
 
 
 @pytest.mark.parametrize("when", [edge for edge in EDGE_CALLS])
-async def test_iso_week_edges(sessionmaker, when) -> None:
+async def test_iso_week_edges(sessionmaker: async_sessionmaker[AsyncSession], when: tuple[str, datetime, bool]) -> None:
     request_id, at, in_week = when
     records = [r for r in week_records(per_route=5) if r.request_id == request_id]
     await _store(sessionmaker, records)
@@ -148,7 +151,9 @@ async def test_iso_week_edges(sessionmaker, when) -> None:
     assert (await weekly_report(sessionmaker, other, now=NOW))["total"]["calls"] == 1
 
 
-async def test_a_week_in_progress_is_partial_and_not_empty_before_any_fold(sessionmaker) -> None:
+async def test_a_week_in_progress_is_partial_and_not_empty_before_any_fold(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     now = datetime(2026, 11, 25, 10, 30, tzinfo=UTC)
     records = [r for r in week_records(per_route=200) if MONDAY <= r.started_at < now]
     await _store(sessionmaker, records)
@@ -157,7 +162,9 @@ async def test_a_week_in_progress_is_partial_and_not_empty_before_any_fold(sessi
     assert report["total"]["calls"] == len(records) > 0  # the current hour included
 
 
-async def test_price_rows_are_an_audit_trail_and_reloading_adds_nothing(sessionmaker) -> None:
+async def test_price_rows_are_an_audit_trail_and_reloading_adds_nothing(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     async with sessionmaker() as session, session.begin():
         spec = parse_price(
             {"input_usd_per_mtok": 1, "output_usd_per_mtok": 2, "effective_from": "2026-11-23"}, model="m"
@@ -172,11 +179,14 @@ async def test_price_rows_are_an_audit_trail_and_reloading_adds_nothing(sessionm
     async with sessionmaker() as session:
         prices = await list_prices(session)
     assert [(p.input_usd_per_mtok, p.actor) for p in prices] == [(1.0, "file:p.json"), (1.5, "alice")]
-    assert PriceBook(prices).lookup("m", "any", MONDAY).input_usd_per_mtok == 1.5  # the newest correction
+    newest = PriceBook(prices).lookup("m", "any", MONDAY)
+    assert newest is not None and newest.input_usd_per_mtok == 1.5  # the newest correction
     assert PriceBook(prices).lookup("m", "any", MONDAY - timedelta(hours=1)) is None
 
 
-async def test_small_and_near_one_second_figures_are_written_as_measured(sessionmaker) -> None:
+async def test_small_and_near_one_second_figures_are_written_as_measured(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     """A 0.5 ms TPOT was printed as "0 ms" and a 0.9996 s P99 as "1000 ms" in the HTML and
     Markdown reports; now "0.5 ms" and "1.00 s"."""
     from hedgerow.controller.report.report_render import to_html, to_markdown
@@ -191,7 +201,9 @@ async def test_small_and_near_one_second_figures_are_written_as_measured(session
     assert "TTFT P99 1.00 s delivered" in md and "1000 ms" not in md + html
 
 
-async def test_the_calls_card_says_when_the_previous_week_has_no_data(sessionmaker) -> None:
+async def test_the_calls_card_says_when_the_previous_week_has_no_data(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     """With no calls in the previous week the calls card read "vs 2026-W46" with no figure before it.
 
     ``week_records`` puts 150 calls in W47 and none in W46, so W47's report has no previous week
@@ -209,7 +221,9 @@ async def test_the_calls_card_says_when_the_previous_week_has_no_data(sessionmak
     assert " vs 2026-W47</span>" in second and "no data in" not in second
 
 
-async def test_a_week_without_calls_says_so_and_claims_no_price_or_rate(sessionmaker) -> None:
+async def test_a_week_without_calls_says_so_and_claims_no_price_or_rate(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     """A week before any data read "0 calls ... spend $0.0000, price_status priced": a priced,
     measured week of nothing. Now its cost is "no calls" with null sums, ``no_calls`` is true, and
     no format shows a $0 spend, a 0% rate or a "priced" status; the summary says no calls were
@@ -244,7 +258,9 @@ async def test_a_week_without_calls_says_so_and_claims_no_price_or_rate(sessionm
         (None, "(P99 saving unknown)"),
     ],
 )
-async def test_the_summary_says_what_a_zero_or_negative_p99_saving_means(sessionmaker, saved_s, said) -> None:
+async def test_the_summary_says_what_a_zero_or_negative_p99_saving_means(
+    sessionmaker: async_sessionmaker[AsyncSession], saved_s: float | None, said: str
+) -> None:
     """The summary (a demo's report pools its three ways) read "saved 0 ms" or "saved -12 ms":
     a saving that is none. It now says there was none, and by how much the delivered P99 was
     above the primaries' own when it was."""

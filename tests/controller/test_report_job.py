@@ -6,8 +6,10 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.report.report import IsoWeek
 from hedgerow.controller.report.report_job import claim_delivery, deliver_weekly_report, retry_deliveries
@@ -21,7 +23,7 @@ from tests.controller.webhook_receiver import WebhookReceiver
 NOW = datetime(2026, 11, 30, 0, 10, tzinfo=UTC)
 
 
-def _settings(tmp_path: Path, url: str, **overrides) -> Settings:
+def _settings(tmp_path: Path, url: str, **overrides: Any) -> Settings:
     return Settings(
         report_dir=str(tmp_path / "reports"),
         report_formats="html,json,csv,md",
@@ -31,7 +33,9 @@ def _settings(tmp_path: Path, url: str, **overrides) -> Settings:
     )
 
 
-async def test_webhook_failing_twice_then_succeeding_delivers_once(sessionmaker, tmp_path: Path) -> None:
+async def test_webhook_failing_twice_then_succeeding_delivers_once(
+    sessionmaker: async_sessionmaker[AsyncSession], tmp_path: Path
+) -> None:
     await fill_store(sessionmaker, per_route=100)
     with WebhookReceiver(fail_first=2) as receiver:
         settings = _settings(tmp_path, receiver.url)
@@ -56,7 +60,9 @@ async def test_webhook_failing_twice_then_succeeding_delivers_once(sessionmaker,
     assert len(row.files or []) == 4 and row.finished_at is not None
 
 
-async def test_a_receiver_that_never_accepts_leaves_a_failed_delivery(sessionmaker, tmp_path: Path) -> None:
+async def test_a_receiver_that_never_accepts_leaves_a_failed_delivery(
+    sessionmaker: async_sessionmaker[AsyncSession], tmp_path: Path
+) -> None:
     await fill_store(sessionmaker, per_route=50)
     with WebhookReceiver(fail_first=100, fail_status=500) as receiver:
         settings = _settings(tmp_path, receiver.url, report_webhook_attempts=3, report_webhook_format="json")
@@ -67,13 +73,15 @@ async def test_a_receiver_that_never_accepts_leaves_a_failed_delivery(sessionmak
         assert len(receiver.bodies) == 3
 
 
-async def test_a_week_without_calls_is_not_claimed(sessionmaker, tmp_path: Path) -> None:
+async def test_a_week_without_calls_is_not_claimed(
+    sessionmaker: async_sessionmaker[AsyncSession], tmp_path: Path
+) -> None:
     with WebhookReceiver() as receiver:
         result = await deliver_weekly_report(sessionmaker, _settings(tmp_path, receiver.url), "h", now=NOW)
     assert (result.status, receiver.bodies) == ("empty", [])
 
 
-async def test_concurrent_claims_of_one_week_have_one_winner(sessionmaker) -> None:
+async def test_concurrent_claims_of_one_week_have_one_winner(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     week = str(IsoWeek.parse("2026-W48"))
     answers = await asyncio.gather(*(claim_delivery(sessionmaker, "weekly", week, f"p{i}") for i in range(6)))
     winners = [i for i, holder in enumerate(answers) if holder is None]
@@ -81,12 +89,14 @@ async def test_concurrent_claims_of_one_week_have_one_winner(sessionmaker) -> No
     assert {holder for holder in answers if holder is not None} == {f"p{winners[0]}"}
 
 
-async def _row(sessionmaker) -> ReportDelivery:
+async def _row(sessionmaker: async_sessionmaker[AsyncSession]) -> ReportDelivery:
     async with sessionmaker() as session:
         return (await session.scalars(select(ReportDelivery))).one()
 
 
-async def test_a_failed_delivery_is_run_again_after_its_backoff_until_delivered(sessionmaker, tmp_path: Path) -> None:
+async def test_a_failed_delivery_is_run_again_after_its_backoff_until_delivered(
+    sessionmaker: async_sessionmaker[AsyncSession], tmp_path: Path
+) -> None:
     await fill_store(sessionmaker, per_route=50)
     with WebhookReceiver(fail_first=2) as receiver:
         # one post per run: each failure is a failed run, retried after 600 s, then 1200 s
@@ -116,7 +126,7 @@ async def test_a_failed_delivery_is_run_again_after_its_backoff_until_delivered(
         assert again.status == "taken" and len(receiver.bodies) == 3
 
 
-async def test_retries_stop_after_the_last_run(sessionmaker, tmp_path: Path) -> None:
+async def test_retries_stop_after_the_last_run(sessionmaker: async_sessionmaker[AsyncSession], tmp_path: Path) -> None:
     await fill_store(sessionmaker, per_route=50)
     with WebhookReceiver(fail_first=1000, fail_status=500) as receiver:
         settings = _settings(
@@ -132,7 +142,9 @@ async def test_retries_stop_after_the_last_run(sessionmaker, tmp_path: Path) -> 
     assert (row.status, row.attempts) == ("failed", 3) and "HTTP 500" in (row.error or "")
 
 
-async def test_a_claim_left_sending_by_a_dead_process_is_taken_back(sessionmaker, tmp_path: Path) -> None:
+async def test_a_claim_left_sending_by_a_dead_process_is_taken_back(
+    sessionmaker: async_sessionmaker[AsyncSession], tmp_path: Path
+) -> None:
     await fill_store(sessionmaker, per_route=50)
     # a process claimed W48 and died before recording an outcome: the claim says `sending`
     assert await claim_delivery(sessionmaker, "weekly", "2026-W48", "dead-process", now=NOW) is None
@@ -149,7 +161,9 @@ async def test_a_claim_left_sending_by_a_dead_process_is_taken_back(sessionmaker
     assert (row.status, row.attempts, row.claimed_by) == ("sent", 2, "h")
 
 
-async def test_a_stale_claim_with_no_runs_left_is_marked_failed(sessionmaker, tmp_path: Path) -> None:
+async def test_a_stale_claim_with_no_runs_left_is_marked_failed(
+    sessionmaker: async_sessionmaker[AsyncSession], tmp_path: Path
+) -> None:
     await fill_store(sessionmaker, per_route=50)
     assert await claim_delivery(sessionmaker, "weekly", "2026-W48", "dead-process", now=NOW) is None
     with WebhookReceiver() as receiver:
@@ -160,7 +174,9 @@ async def test_a_stale_claim_with_no_runs_left_is_marked_failed(sessionmaker, tm
     assert row.status == "failed" and "dead-process" in (row.error or "") and "never finished" in (row.error or "")
 
 
-async def test_two_processes_retrying_at_once_run_a_week_once(sessionmaker, tmp_path: Path) -> None:
+async def test_two_processes_retrying_at_once_run_a_week_once(
+    sessionmaker: async_sessionmaker[AsyncSession], tmp_path: Path
+) -> None:
     await fill_store(sessionmaker, per_route=50)
     with WebhookReceiver(fail_first=1) as receiver:
         settings = _settings(tmp_path, receiver.url, report_webhook_attempts=1, report_retry_backoff_s=60.0)

@@ -13,6 +13,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.client.records import AttemptRecord, CallRecord
 from hedgerow.controller.report.report import IsoWeek
@@ -34,7 +35,7 @@ def _records() -> list[CallRecord]:
         at = WEEK.since + timedelta(hours=5 * i + 1)
         slow, fast = NAMES[i % 3], NAMES[(i + 1) % 3]
         if i % 2:
-            atts = (
+            atts: tuple[AttemptRecord, ...] = (
                 AttemptRecord(slow, "primary", 0.0, None, 0.9, "cancelled", 200, None, 2),
                 AttemptRecord(fast, "backup", 0.5, 0.9, 2.0, "won", 200, None, 20),
             )
@@ -46,12 +47,12 @@ def _records() -> list[CallRecord]:
     return out
 
 
-async def _fill(sessionmaker) -> None:
+async def _fill(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, _records(), defaults=route_defaults(Settings()))
 
 
-async def test_the_table_in_every_format(sessionmaker) -> None:
+async def test_the_table_in_every_format(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     await _fill(sessionmaker)
     report = await weekly_report(sessionmaker, WEEK, now=NOW)
     async with sessionmaker() as session:
@@ -82,7 +83,7 @@ async def test_the_table_in_every_format(sessionmaker) -> None:
     assert "<h2>Upstreams</h2>" in html and "&lt;i&gt;up&lt;/i&gt;" in html and "<i>up</i>" not in html
 
 
-async def test_a_week_partly_deleted_by_retention_says_so(sessionmaker) -> None:
+async def test_a_week_partly_deleted_by_retention_says_so(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     await _fill(sessionmaker)
     cut = WEEK.since + timedelta(days=3, hours=2)
     from hedgerow.controller.store.rollups import fold_hours
@@ -97,7 +98,7 @@ async def test_a_week_partly_deleted_by_retention_says_so(sessionmaker) -> None:
     assert "15 of the week&#39;s 30 calls are still kept" in render(report, "html")
 
 
-async def test_a_week_without_calls_has_no_upstream_table(sessionmaker) -> None:
+async def test_a_week_without_calls_has_no_upstream_table(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     report = await weekly_report(sessionmaker, WEEK, now=NOW)
     assert report["upstreams"]["rows"] == []
     assert "## Upstreams" not in render(report, "md") and "<h2>Upstreams</h2>" not in render(report, "html")

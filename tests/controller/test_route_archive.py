@@ -7,10 +7,13 @@ Every test runs on SQLite and PostgreSQL (the ``sessionmaker`` fixture).
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded, UnknownRoute
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.routes_admin import archive_route, configure_route, restore_route
@@ -19,11 +22,12 @@ from hedgerow.controller.store.models import Call
 from hedgerow.controller.store.overview import route_overview
 from hedgerow.controller.store.queries import get_history, get_threshold, list_routes, list_thresholds
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
 
-def _records(call_factory, prefix: str, n: int, route: str = "summarize") -> list:
+def _records(call_factory: CallFactory, prefix: str, n: int, route: str = "summarize") -> list[CallRecord]:
     return [call_factory(f"{prefix}{i}", route=route, started_at=NOW - timedelta(seconds=i + 1)) for i in range(n)]
 
 
@@ -35,12 +39,16 @@ class _Clock:
         return self.now
 
 
-async def _ingest(sessionmaker, records, **kwargs) -> tuple[int, int]:
+async def _ingest(
+    sessionmaker: async_sessionmaker[AsyncSession], records: list[CallRecord], **kwargs: Any
+) -> tuple[int, int]:
     async with sessionmaker() as session, session.begin():
         return await ingest_calls(session, records, defaults=route_defaults(Settings()), **kwargs)
 
 
-async def test_ingest_refuses_archived_routes_and_a_stale_cache_within_its_age(sessionmaker, call_factory) -> None:
+async def test_ingest_refuses_archived_routes_and_a_stale_cache_within_its_age(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     clock = _Clock()
     cache = RouteIdCache(max_age_s=5.0, clock=clock)
     resolved: dict[tuple[str, str], int] = {}
@@ -64,7 +72,9 @@ async def test_ingest_refuses_archived_routes_and_a_stale_cache_within_its_age(s
         assert await session.scalar(select(func.count()).select_from(Call)) == 4
 
 
-async def test_archived_routes_leave_the_cap_ticks_lists_and_overview(sessionmaker, call_factory) -> None:
+async def test_archived_routes_leave_the_cap_ticks_lists_and_overview(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     settings = Settings(max_routes=2, max_models_per_route=1)
     for name in ("one", "two"):
         await _ingest(sessionmaker, _records(call_factory, name, 2, route=name), max_routes=2)
@@ -102,7 +112,9 @@ async def test_archived_routes_leave_the_cap_ticks_lists_and_overview(sessionmak
         assert [t["route"] for t in await list_thresholds(session)] == ["one", "two"]  # served again at once
 
 
-async def test_the_weekly_report_has_no_row_for_an_archived_route_after_its_week(sessionmaker, call_factory) -> None:
+async def test_the_weekly_report_has_no_row_for_an_archived_route_after_its_week(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     from hedgerow.controller.report.report import IsoWeek
     from hedgerow.controller.report.report_store import weekly_report
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.client.records import AttemptRecord, CallRecord
 from hedgerow.controller.errors import UnknownRoute
@@ -48,7 +50,7 @@ def _call(
         at,
         hedged=len(attempts) > 1,
         hedge_reason=reason,  # type: ignore[arg-type]
-        winner=winner,  # type: ignore[arg-type]
+        winner=winner,
         status=status,  # type: ignore[arg-type]
         error_type=error_type,
         ttft_s=first,
@@ -111,21 +113,21 @@ def _hand_calls() -> list[CallRecord]:
     ]
 
 
-async def _store(sessionmaker, records) -> None:
+async def _store(sessionmaker: async_sessionmaker[AsyncSession], records: list[CallRecord]) -> None:
     defaults = route_defaults(Settings())
     for start in range(0, len(records), 500):
         async with sessionmaker() as session, session.begin():
             await ingest_calls(session, records[start : start + 500], defaults=defaults)
 
 
-async def _stats(sessionmaker, **kwargs):
+async def _stats(sessionmaker: async_sessionmaker[AsyncSession], **kwargs: Any) -> dict[str, Any]:
     kwargs.setdefault("since", T0 - timedelta(hours=1))
     kwargs.setdefault("until", T0 + timedelta(hours=1))
     async with sessionmaker() as session:
         return await upstream_stats(session, **kwargs)
 
 
-async def test_hand_checked_figures(sessionmaker) -> None:
+async def test_hand_checked_figures(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     await _store(sessionmaker, _hand_calls())
     result = await _stats(sessionmaker, route="chat")
     rows = {row["upstream"]: row for row in result["upstreams"]}
@@ -214,8 +216,8 @@ def _random_calls(n: int, seed: int) -> list[CallRecord]:
 _KEYS = ("attempts", "error", "timeout", "stall", "raced", "wins", "hedges", "loser")
 
 
-def _recount(records: list[CallRecord], since: datetime, until: datetime) -> dict[str, dict]:
-    rows: dict[str, dict] = {}
+def _recount(records: list[CallRecord], since: datetime, until: datetime) -> dict[str, dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
     samples: dict[str, list[tuple[float, bool]]] = {}
     for record in records:
         if not since <= record.started_at < until:
@@ -244,7 +246,7 @@ def _recount(records: list[CallRecord], since: datetime, until: datetime) -> dic
     return rows
 
 
-async def test_matches_a_plain_recount(sessionmaker) -> None:
+async def test_matches_a_plain_recount(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     records = _random_calls(1500, seed=7)
     await _store(sessionmaker, records)
     since, until = T0 - timedelta(minutes=90), T0
@@ -273,12 +275,14 @@ def test_failure_kinds() -> None:
         assert failure_kind("failed", name) == "timeout"
 
 
-async def test_windows_refused(sessionmaker) -> None:
+async def test_windows_refused(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     assert window_error(T0, T0 + timedelta(seconds=MAX_WINDOW_S)) is None
-    assert window_error(T0, T0)[0] == "since"
+    empty = window_error(T0, T0)
+    assert empty is not None and empty[0] == "since"
     too_long = window_error(T0, T0 + timedelta(seconds=MAX_WINDOW_S + 1))
     assert too_long is not None and "at most 32 days" in too_long[1]
-    assert window_error(T0.replace(tzinfo=None), T0)[0] == "since"
+    naive = window_error(T0.replace(tzinfo=None), T0)
+    assert naive is not None and naive[0] == "since"
     with pytest.raises(UpstreamWindowError) as caught:
         await _stats(sessionmaker, since=T0, until=T0 - timedelta(seconds=1))
     assert caught.value.field == "since"
@@ -287,7 +291,7 @@ async def test_windows_refused(sessionmaker) -> None:
     assert caught.value.field == "limit"
 
 
-async def test_the_sql_pass_and_the_streamed_fallback_agree(sessionmaker) -> None:
+async def test_the_sql_pass_and_the_streamed_fallback_agree(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     """The one grouped statement (``log`` in SQL) reads the same counters and histograms as the
     fallback of a SQLite without math functions (an aggregate, then samples bucketed here)."""
     from hedgerow.controller.store.upstreams import _collect

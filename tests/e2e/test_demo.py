@@ -35,7 +35,7 @@ OLD_MODE_KEYS = {
 
 
 @pytest.mark.slow
-def test_demo_runs_three_ways_through_a_change_and_reports(tmp_path: Path):
+def test_demo_runs_three_ways_through_a_change_and_reports(tmp_path: Path) -> None:
     out_json = tmp_path / "demo.json"
     args = [sys.executable, "-m", "hedgerow.cli", "demo", "--quick", "--duration", "10", "--rate", "14"]
     args += ["--json", str(out_json)]
@@ -115,7 +115,7 @@ def test_demo_runs_three_ways_through_a_change_and_reports(tmp_path: Path):
     assert files[0].read_text().count("<svg") == 1 + 3 * 3
 
 
-async def test_the_notice_names_replicas_on_the_embedded_speed_table(monkeypatch) -> None:
+async def test_the_notice_names_replicas_on_the_embedded_speed_table(monkeypatch: pytest.MonkeyPatch) -> None:
     with_file = ReplicaThread(ReplicaConfig(name="replica-a"), port=0).start()
     monkeypatch.setattr(perf_model, "default_perf_model_path", lambda repo_root=None: None)
     embedded = ReplicaThread(ReplicaConfig(name="replica-b"), port=0).start()

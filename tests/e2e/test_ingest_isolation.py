@@ -20,9 +20,10 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypedDict
 
 import httpx
 import pytest
@@ -70,7 +71,15 @@ def _pid(holder: str) -> int:
     return int(holder.split(":")[-2])
 
 
-async def _load(base: str, seconds: float, posters: int, batch: int) -> dict[str, object]:
+class _LoadCounts(TypedDict):
+    """The counts ``tests.ingest_load`` prints as its last line."""
+
+    posts: int
+    statuses: dict[str, int]
+    records: int
+
+
+async def _load(base: str, seconds: float, posters: int, batch: int) -> _LoadCounts:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -87,11 +96,16 @@ async def _load(base: str, seconds: float, posters: int, batch: int) -> dict[str
     )
     out, _ = await process.communicate()
     assert process.returncode == 0, out
-    return json.loads(out.decode().strip().splitlines()[-1])
+    counts: _LoadCounts = json.loads(out.decode().strip().splitlines()[-1])
+    return counts
 
 
-async def _probe(client: httpx.AsyncClient, path: str, stop: asyncio.Event) -> list[tuple[float, int | str]]:
-    samples: list[tuple[float, int | str]] = []
+#: One probe: its latency in seconds and the status code (or the error's name).
+_Sample = tuple[float, int | str]
+
+
+async def _probe(client: httpx.AsyncClient, path: str, stop: asyncio.Event) -> list[_Sample]:
+    samples: list[_Sample] = []
     while not stop.is_set():
         started = time.perf_counter()
         try:
@@ -108,7 +122,7 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _measure(base: str, during: asyncio.Future[object] | None, idle_s: float) -> dict[str, list]:
+async def _measure(base: str, during: Awaitable[object] | None, idle_s: float) -> dict[str, list[_Sample]]:
     stop = asyncio.Event()
     async with httpx.AsyncClient(base_url=base, timeout=60) as client:
         probes = {path: asyncio.create_task(_probe(client, path, stop)) for path in PROBES}
@@ -120,7 +134,7 @@ async def _measure(base: str, during: asyncio.Future[object] | None, idle_s: flo
         return {path: await task for path, task in probes.items()}
 
 
-def _summary(samples: dict[str, list]) -> dict[str, tuple[float, float, int]]:
+def _summary(samples: dict[str, list[_Sample]]) -> dict[str, tuple[float, float, int]]:
     return {
         path: (_quantile([s for s, _ in rows], 0.5), _quantile([s for s, _ in rows], 0.99), len(rows))
         for path, rows in samples.items()

@@ -35,9 +35,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import httpx
 import openai
@@ -204,7 +204,7 @@ def _established(port: int, *, local: bool) -> int:
     return count
 
 
-async def _until(predicate, timeout_s: float) -> bool:
+async def _until(predicate: Callable[[], bool], timeout_s: float) -> bool:
     """Poll ``predicate()`` every 50 ms until it holds or ``timeout_s`` passes; its last value."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -288,7 +288,7 @@ class BusyGeneration:
             await asyncio.gather(self.task, return_exceptions=True)
 
 
-def _hedged_body() -> dict:
+def _hedged_body() -> dict[str, Any]:
     """A short chat request; ``min_tokens`` so that the winner surely sends a token."""
     return {
         "model": MODEL,
@@ -307,7 +307,7 @@ async def busy(servers: tuple[LlamaServer, LlamaServer]) -> AsyncIterator[BusyGe
 
 async def test_call_hedges_to_the_idle_llama_server_and_the_backup_wins(
     servers: tuple[LlamaServer, LlamaServer], busy: BusyGeneration
-):
+) -> None:
     busy_server, idle_server = servers
     upstreams = [
         Upstream("busy", busy_server.base_url),
@@ -342,7 +342,7 @@ async def test_call_hedges_to_the_idle_llama_server_and_the_backup_wins(
     assert result.text.strip(), "the winner's text is empty"
     # TTFT runs from the primary's send, first_token_s from the call's start: they differ by the
     # primary's start_s, which a loaded machine can make longer than any small tolerance.
-    assert record.ttft_s is not None
+    assert record.ttft_s is not None and backup.first_token_s is not None
     assert record.ttft_s == pytest.approx(backup.first_token_s - primary.start_s, abs=1e-5)
     assert record.ttft_s > backup.start_s
     assert record.completion_tokens is not None and 1 <= record.completion_tokens <= 16
@@ -354,7 +354,7 @@ async def test_call_hedges_to_the_idle_llama_server_and_the_backup_wins(
     assert await _until(lambda: _established(idle_server.port, local=False) == 0, 2.0)
 
 
-async def test_default_hedgerow_headers_are_accepted_by_llama_server(servers: tuple[LlamaServer, LlamaServer]):
+async def test_default_hedgerow_headers_are_accepted_by_llama_server(servers: tuple[LlamaServer, LlamaServer]) -> None:
     _, idle_server = servers
     async with HedgingClient([Upstream("idle", idle_server.base_url)], route="e2e-llama") as client:
         result = await client.chat(_hedged_body())
@@ -363,7 +363,7 @@ async def test_default_hedgerow_headers_are_accepted_by_llama_server(servers: tu
 
 async def test_hedgerow_call_json_against_the_pair(
     servers: tuple[LlamaServer, LlamaServer], busy: BusyGeneration, tmp_path: Path
-):
+) -> None:
     busy_server, idle_server = servers
     body_file = tmp_path / "body.json"
     body_file.write_text(json.dumps(_hedged_body()))
@@ -406,7 +406,10 @@ def _sdk_chat(base_url: str, transport: HedgingTransport, *, use_async: bool, st
     extra = {"min_tokens": body.pop("min_tokens")}
     if not use_async:
         with openai.OpenAI(
-            base_url=base_url, api_key="unused", max_retries=0, http_client=httpx.Client(transport=transport)
+            base_url=base_url,
+            api_key="unused",
+            max_retries=0,
+            http_client=httpx.Client(transport=transport),  # type: ignore[arg-type]  # openai annotates httpx2; takes httpx too
         ) as sdk:
             if not stream:
                 return sdk.chat.completions.create(**body, extra_body=extra).choices[0].message.content or ""
@@ -415,7 +418,10 @@ def _sdk_chat(base_url: str, transport: HedgingTransport, *, use_async: bool, st
 
     async def call() -> str:
         async with openai.AsyncOpenAI(
-            base_url=base_url, api_key="unused", max_retries=0, http_client=httpx.AsyncClient(transport=transport)
+            base_url=base_url,
+            api_key="unused",
+            max_retries=0,
+            http_client=httpx.AsyncClient(transport=transport),  # type: ignore[arg-type]  # openai annotates httpx2; takes httpx too
         ) as sdk:
             if not stream:
                 completion = await sdk.chat.completions.create(**body, extra_body=extra)
@@ -431,7 +437,7 @@ def _sdk_chat(base_url: str, transport: HedgingTransport, *, use_async: bool, st
 @pytest.mark.parametrize("use_async", [True, False], ids=["AsyncOpenAI", "OpenAI"])
 async def test_the_openai_sdk_hedges_chat_to_the_idle_llama_server(
     servers: tuple[LlamaServer, LlamaServer], busy: BusyGeneration, use_async: bool, stream: bool
-):
+) -> None:
     # The SDK call runs in a worker thread (the sync client blocks), so this loop keeps reading
     # the busy generation meanwhile. A whole response is hedged on its arrival (route .unary).
     busy_server, idle_server = servers

@@ -16,12 +16,13 @@ import pytest
 
 from hedgerow.client import HedgePolicy, HedgingClient, TelemetryExporter, ThresholdPoller, Upstream
 from hedgerow.sim import ReplicaConfig, ReplicaThread
+from tests.serve_process import ServeProcess
 
 ROUTE, MODEL = "e2e", "llama2-70b"
 
 
 @pytest.mark.slow
-async def test_records_reach_the_store_and_the_controller_publishes_a_threshold(serve):
+async def test_records_reach_the_store_and_the_controller_publishes_a_threshold(serve: ServeProcess) -> None:
     fast = ReplicaThread(ReplicaConfig(name="fast", time_scale=0.05, max_batch=32, tokens_per_chunk=4)).start()
     # The slow replica prefills the ~30 prompts it is sent in ~8 s (slowdown 100 at time scale
     # 0.05), the fast one in ~0.08 s: a backup sent at 0.5 s wins by seconds even on a loaded
@@ -61,7 +62,7 @@ async def test_records_reach_the_store_and_the_controller_publishes_a_threshold(
                 await asyncio.sleep(0.2)
             assert found is not None, "no threshold published for the route"
             hedge_after_s, version, enabled = found
-            assert enabled and version >= 1
+            assert enabled and version is not None and version >= 1
             assert 0.05 <= hedge_after_s <= 30.0
 
             # A call made now carries the polled threshold and its version.

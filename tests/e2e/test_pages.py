@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
 
 from tests.browser import assert_local_only, open_page
 from tests.e2e.console_seed import SEED_SETTINGS, seed_store
@@ -49,7 +53,7 @@ def console(tmp_path: Path, seeded_file: Path) -> Iterator[ServeProcess]:
         process.stop()
 
 
-async def _login(page, base: str, token: str, next_path: str) -> None:
+async def _login(page: Page, base: str, token: str, next_path: str) -> None:
     await page.goto(f"{base}{next_path}")
     assert "/ui/login" in page.url  # the page needs a token first
     await page.fill("#token", token)
@@ -58,13 +62,15 @@ async def _login(page, base: str, token: str, next_path: str) -> None:
     assert next_path in page.url.replace("%2F", "/")
 
 
-async def _no_sideways_scroll(page) -> None:
+async def _no_sideways_scroll(page: Page) -> None:
     overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, f"the page is {overflow} px wider than the viewport"
 
 
 @pytest.mark.parametrize("viewport", VIEWPORTS, ids=lambda v: f"{v[0]}x{v[1]}")
-async def test_every_page_loads_draws_its_charts_and_stays_local(console: ServeProcess, viewport) -> None:
+async def test_every_page_loads_draws_its_charts_and_stays_local(
+    console: ServeProcess, viewport: tuple[int, int]
+) -> None:
     async with open_page(viewport=viewport) as (page, requests):
         await _login(page, console.url, "r3ad-token", "/ui/routes")
         rows = page.locator("table.routes tbody tr")
@@ -154,7 +160,9 @@ def test_pages_refuse_without_a_good_token(console: ServeProcess) -> None:
 
 
 @pytest.mark.parametrize("viewport", VIEWPORTS, ids=lambda v: f"{v[0]}x{v[1]}")
-async def test_the_reports_page_lists_weeks_and_shows_a_week_with_its_plots(console: ServeProcess, viewport) -> None:
+async def test_the_reports_page_lists_weeks_and_shows_a_week_with_its_plots(
+    console: ServeProcess, viewport: tuple[int, int]
+) -> None:
     async with open_page(viewport=viewport) as (page, requests):
         await _login(page, console.url, "r3ad-token", "/ui/reports")
         weeks = page.locator("table.reports tbody tr")
@@ -190,7 +198,9 @@ async def test_the_reports_page_lists_weeks_and_shows_a_week_with_its_plots(cons
 
 
 @pytest.mark.parametrize("viewport", [(1280, 800), (1024, 768)], ids=lambda v: f"{v[0]}x{v[1]}")
-async def test_no_table_column_hides_behind_a_sideways_scroll_on_a_desktop(console: ServeProcess, viewport) -> None:
+async def test_no_table_column_hides_behind_a_sideways_scroll_on_a_desktop(
+    console: ServeProcess, viewport: tuple[int, int]
+) -> None:
     """At 1280 px the routes table's "last change" and the history's "actor" columns were cut off
     inside the table's scroll box (46 and 64 px; 260 px at 1024), with nothing showing there was
     more. Tables now fit a desktop window and turn into stacked cards below 1180 px."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -65,7 +65,7 @@ async def _deliveries(url: str) -> list[tuple[str, str, str]]:
         await engine.dispose()
 
 
-async def _wait(condition, timeout_s: float, what: str) -> None:
+async def _wait(condition: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if await condition():

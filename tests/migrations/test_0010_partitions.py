@@ -79,7 +79,8 @@ async def test_0010_keeps_every_row_and_partitions_them_by_day(database_url: str
         async with sessionmaker() as session, session.begin():
             assert await ingest_calls(session, [again, fresh], defaults=route_defaults(Settings())) == (1, 1)
         async with sessionmaker() as session:
-            assert await session.scalar(select(Call.id).where(Call.request_id == "e")) > 7
+            new_id = await session.scalar(select(Call.id).where(Call.request_id == "e"))
+            assert new_id is not None and new_id > 7
             assert await session.scalar(select(func.count()).select_from(Call)) == 5
     finally:
         await engine.dispose()

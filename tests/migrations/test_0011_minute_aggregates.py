@@ -22,7 +22,7 @@ from tests.controller.rollup_workload import workload
 START = datetime(2026, 12, 2, 22, 30, tzinfo=UTC)
 
 
-async def _rows(url: str) -> list[tuple]:
+async def _rows(url: str) -> list[tuple[int, int, int, int, int, int, int, bytes]]:
     engine = make_engine(url)
     try:
         async with make_sessionmaker(engine)() as session:

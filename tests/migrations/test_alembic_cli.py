@@ -14,7 +14,7 @@ from hedgerow.controller.store.db import head_revision
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _alembic(*args: str, url: str) -> subprocess.CompletedProcess:
+def _alembic(*args: str, url: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HEDGEROW_DATABASE_URL": url}
     return subprocess.run(
         [sys.executable, "-m", "alembic", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
@@ -22,7 +22,7 @@ def _alembic(*args: str, url: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_alembic_cli_upgrade_check_downgrade(tmp_path) -> None:
+def test_alembic_cli_upgrade_check_downgrade(tmp_path: Path) -> None:
     if not (REPO / "alembic.ini").is_file():
         pytest.skip("alembic.ini is only in a source checkout")
     url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
@@ -77,7 +79,7 @@ async def test_models_match_migrations(database_url: str) -> None:
     assert diff == []
 
 
-def test_upgrade_from_sync_code(tmp_path) -> None:
+def test_upgrade_from_sync_code(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'sync.db'}"
     upgrade_database(url)
     upgrade_database(url)  # already at head: a no-op

@@ -21,6 +21,7 @@ def test_replica_command_serves_and_announces() -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None and proc.stderr is not None  # both are pipes
     try:
         line = proc.stdout.readline()
         m = re.match(r"replica cli1 listening on (http://127\.0\.0\.1:\d+/v1)", line)

@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from hedgerow.client import AttemptRecord, CallRecord
+from hedgerow.client.records import AttemptRole, CallStatus
 from hedgerow.sim.demo import (
     ChangeOfConditions,
     DemoConfig,
@@ -31,9 +32,13 @@ T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 CHANGE = ChangeOfConditions("degrade", "replica-b", 1.0, 2.5, 5.0)
 
 
-def call(i: int, ttft_s: float, *, hedged: bool = False, backup_won: bool = False, status: str = "ok") -> CallRecord:
+def call(
+    i: int, ttft_s: float, *, hedged: bool = False, backup_won: bool = False, status: CallStatus = "ok"
+) -> CallRecord:
     """Call ``i`` started ``i`` seconds after T0; each attempt cost 100 prompt and 10 completion tokens
     when it won, 100 prompt tokens and nothing else when it lost (cancelled before its first token)."""
+    attempts: tuple[AttemptRecord, ...]
+    winner: AttemptRole
     if not hedged:
         attempts = (AttemptRecord("a", "primary", 0.0, ttft_s, ttft_s + 1, "won", 200, None, 10, 100),)
         winner = "primary"
@@ -57,7 +62,7 @@ def call(i: int, ttft_s: float, *, hedged: bool = False, backup_won: bool = Fals
         hedged=hedged,
         hedge_reason="ttft_timeout" if hedged else None,
         winner=winner,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         ttft_s=ttft_s,
         prompt_tokens=100,
         completion_tokens=10,
@@ -86,7 +91,8 @@ def test_warm_up_then_split_at_the_change() -> None:
     assert (result.before_change.calls, result.after_change.calls) == (3, 6)
     assert result.before_change.ttft_p99_s == pytest.approx(0.1)
     assert result.after_change.ttft_p99_s == pytest.approx(1.0)
-    assert result.part("whole").calls == 9 and result.part("after") is result.after_change
+    whole = result.part("whole")
+    assert whole is not None and whole.calls == 9 and result.part("after") is result.after_change
     with pytest.raises(ValueError, match="part must be"):
         result.part("middle")
     with pytest.raises(ValueError, match="warmup_fraction"):
@@ -96,6 +102,7 @@ def test_warm_up_then_split_at_the_change() -> None:
 def test_quantiles_interpolate_and_failed_calls_count_as_errors() -> None:
     records = [call(i, float(i + 1)) for i in range(100)] + [replace(call(100, 0.0), ttft_s=None, status="error")]
     part = summarize("none", records).part("whole")
+    assert part is not None
     assert part.calls == 101 and part.errors == 1
     # numpy's linear interpolation over the 100 first tokens 1..100 s: P99 = 99.01, P99.9 = 99.901.
     assert part.ttft_p99_s == pytest.approx(99.01) and part.ttft_p999_s == pytest.approx(99.901)
@@ -196,10 +203,11 @@ def test_bootstrap_interval_of_the_p99_difference() -> None:
     import numpy as np
 
     rng = np.random.default_rng(1)
-    fast, slow = rng.uniform(0.1, 0.2, 130), rng.uniform(1.0, 2.0, 130)
-    low, high = p99_difference_interval(fast, slow)  # type: ignore[misc]
+    fast: list[float] = rng.uniform(0.1, 0.2, 130).tolist()
+    slow: list[float] = rng.uniform(1.0, 2.0, 130).tolist()
+    low, high = p99_difference_interval(fast, slow)  # type: ignore[misc]  # 130 draws each: not None
     assert low < high < 0 and high < -0.7  # every resampled P99 of ``fast`` is ~1.6 s below ``slow``'s
-    same = p99_difference_interval(slow, rng.uniform(1.0, 2.0, 130))
+    same = p99_difference_interval(slow, rng.uniform(1.0, 2.0, 130).tolist())
     assert same is not None and same[0] < 0 < same[1]
     assert p99_difference_interval(fast, slow) == (low, high)  # seeded: the same samples, the same interval
     assert p99_difference_interval(fast[:19], slow) is None

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
 from hedgerow.sim import EngineClosed, ReplicaEngine, TokenChunk, load_perf_model
+from tests.sim.conftest import StartReplica
 
 BODY = {"model": "m1", "messages": [{"role": "user", "content": "hello"}], "stream": True}
 
@@ -18,7 +21,9 @@ async def test_engine_chunks_tokens_in_groups() -> None:
         req = engine.submit(200, 8, "a")
         got: list[TokenChunk] = []
         while not got or not got[-1].finished:
-            got.append(await asyncio.wait_for(req.chunks.get(), 10))
+            chunk = await asyncio.wait_for(req.chunks.get(), 10)
+            assert isinstance(chunk, TokenChunk), chunk
+            got.append(chunk)
         stats = engine.stats()
     assert [c.tokens for c in got] == [1, 3, 3, 1]
     assert [c.finished for c in got] == [False, False, False, True]
@@ -60,7 +65,7 @@ async def test_abort_during_prefill_frees_the_slot_at_once() -> None:
         assert engine.stats()["finished"] == 1
 
 
-async def _ttft(client: httpx.AsyncClient, url: str, body: dict) -> float:
+async def _ttft(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> float:
     start = time.monotonic()
     async with client.stream("POST", url, json=body) as resp:
         assert resp.status_code == 200
@@ -69,16 +74,18 @@ async def _ttft(client: httpx.AsyncClient, url: str, body: dict) -> float:
     raise AssertionError("no data")
 
 
-async def _wait_stats(client: httpx.AsyncClient, url: str, cond, timeout_s: float = 10.0) -> dict:
+async def _wait_stats(
+    client: httpx.AsyncClient, url: str, cond: Callable[[dict[str, Any]], bool], timeout_s: float = 10.0
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
-        stats = (await client.get(url)).json()
+        stats: dict[str, Any] = (await client.get(url)).json()
         if cond(stats) or time.monotonic() > deadline:
             return stats
         await asyncio.sleep(0.02)
 
 
-async def test_head_of_line_blocking_in_prefill(start_replica) -> None:
+async def test_head_of_line_blocking_in_prefill(start_replica: StartReplica) -> None:
     # time_scale 0.5: a 16,384-token prefill lasts ~0.95 s, a 128-token one ~25 ms.
     rep = start_replica(time_scale=0.5)
     url = f"{rep.base_url}/chat/completions"
@@ -97,7 +104,7 @@ async def test_head_of_line_blocking_in_prefill(start_replica) -> None:
     assert behind_long > alone + 0.3, (alone, behind_long)
 
 
-async def test_disconnect_frees_slot(start_replica) -> None:
+async def test_disconnect_frees_slot(start_replica: StartReplica) -> None:
     # max_batch 1: the second request waits until the first leaves the batch.
     rep = start_replica(time_scale=1.0, max_batch=1)
     url = f"{rep.base_url}/chat/completions"
@@ -125,7 +132,7 @@ async def test_disconnect_frees_slot(start_replica) -> None:
     assert s["finished"] == 1 and s["aborted"] == 2 and s["running"] == 0
 
 
-async def test_non_streaming_disconnect_frees_slot(start_replica) -> None:
+async def test_non_streaming_disconnect_frees_slot(start_replica: StartReplica) -> None:
     rep = start_replica(time_scale=1.0)
     async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=0.5)) as client:
         try:
@@ -151,6 +158,7 @@ async def test_prefill_of_a_new_prompt_pauses_the_decoding_of_the_batch() -> Non
         while True:
             chunk = await asyncio.wait_for(running.chunks.get(), 10)
             arrivals.append(time.monotonic())
+            assert isinstance(chunk, TokenChunk), chunk
             if chunk.finished or len(arrivals) > 40:
                 break
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]

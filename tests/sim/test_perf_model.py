@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 from collections import defaultdict
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,8 +18,11 @@ from .conftest import PERF_CSV
 needs_csv = pytest.mark.skipif(not PERF_CSV.is_file(), reason=f"shared perf model absent: {PERF_CSV}")
 
 
-def csv_means(model: str, hardware: str, tp: int):
-    prefill, decode = defaultdict(list), defaultdict(list)
+def csv_means(
+    model: str, hardware: str, tp: int
+) -> tuple[dict[tuple[int, int], np.floating[Any]], dict[int, np.floating[Any]]]:
+    prefill: defaultdict[tuple[int, int], list[float]] = defaultdict(list)
+    decode: defaultdict[int, list[float]] = defaultdict(list)
     with PERF_CSV.open() as fh:
         for row in csv.DictReader(fh):
             if (row["model"], row["hardware"], int(row["tensor_parallel"])) == (model, hardware, tp):
@@ -58,11 +63,11 @@ def test_embedded_table_matches_the_file() -> None:
     assert set(pm._EMBEDDED_PREFILL_MS) == set(prefill)
     for key, ms in prefill.items():
         assert pm._EMBEDDED_PREFILL_MS[key] == pytest.approx(ms, abs=0.006)
-    for key, ms in decode.items():
-        assert pm._EMBEDDED_DECODE_MS[key] == pytest.approx(ms, abs=0.006)
+    for batch, ms in decode.items():
+        assert pm._EMBEDDED_DECODE_MS[batch] == pytest.approx(ms, abs=0.006)
 
 
-def test_embedded_fallback_when_no_file(tmp_path, monkeypatch) -> None:
+def test_embedded_fallback_when_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pm, "default_perf_model_path", lambda repo_root=None: None)
     perf = load_perf_model()
     assert "embedded" in perf.source
@@ -78,7 +83,7 @@ def test_unknown_configuration_lists_the_available_ones() -> None:
         load_perf_model(PERF_CSV, model="gpt-9")
 
 
-def test_bad_files(tmp_path) -> None:
+def test_bad_files(tmp_path: Path) -> None:
     with pytest.raises(PerfModelError, match="not found"):
         load_perf_model(tmp_path / "nope.csv")
     bad = tmp_path / "bad.csv"

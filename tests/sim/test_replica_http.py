@@ -8,6 +8,8 @@ import time
 import httpx
 import pytest
 
+from tests.sim.conftest import StartReplica
+
 BODY = {"model": "m1", "messages": [{"role": "user", "content": "hello"}]}
 
 
@@ -24,7 +26,7 @@ def parse_sse(raw: str) -> list[str]:
 
 
 @pytest.mark.parametrize("tokens_per_chunk", [1, 4])
-async def test_stream_chunk_sequence(start_replica, tokens_per_chunk: int) -> None:
+async def test_stream_chunk_sequence(start_replica: StartReplica, tokens_per_chunk: int) -> None:
     rep = start_replica(name="r1", time_scale=0.02, tokens_per_chunk=tokens_per_chunk)
     body = {
         **BODY,
@@ -66,7 +68,7 @@ async def test_stream_chunk_sequence(start_replica, tokens_per_chunk: int) -> No
     assert len(chunks) == 1 + len(content) + 2
 
 
-async def test_stream_without_usage_and_stop_reason(start_replica) -> None:
+async def test_stream_without_usage_and_stop_reason(start_replica: StartReplica) -> None:
     rep = start_replica(time_scale=0.02)
     body = {**BODY, "stream": True, "max_tokens": 50, "hedgerow_output_tokens": 3}
     async with httpx.AsyncClient(timeout=10) as client:
@@ -79,7 +81,7 @@ async def test_stream_without_usage_and_stop_reason(start_replica) -> None:
     assert sum(c["choices"][0]["delta"].get("content", "").count("tok ") for c in chunks) == 3
 
 
-async def test_non_streaming(start_replica) -> None:
+async def test_non_streaming(start_replica: StartReplica) -> None:
     rep = start_replica(time_scale=0.02)
     body = {**BODY, "messages": [{"role": "user", "content": "x" * 400}], "max_completion_tokens": 7}
     async with httpx.AsyncClient(timeout=10) as client:
@@ -111,7 +113,7 @@ async def test_non_streaming(start_replica) -> None:
         ([1, 2], "body"),
     ],
 )
-async def test_bad_body_is_422_naming_the_field(start_replica, body, field: str) -> None:
+async def test_bad_body_is_422_naming_the_field(start_replica: StartReplica, body: object, field: str) -> None:
     rep = start_replica()
     async with httpx.AsyncClient(timeout=10) as client:
         resp = await client.post(f"{rep.base_url}/chat/completions", json=body)
@@ -123,7 +125,7 @@ async def test_bad_body_is_422_naming_the_field(start_replica, body, field: str)
     assert stats["submitted"] == 0
 
 
-async def test_invalid_json_is_422(start_replica) -> None:
+async def test_invalid_json_is_422(start_replica: StartReplica) -> None:
     rep = start_replica()
     async with httpx.AsyncClient(timeout=10) as client:
         resp = await client.post(
@@ -132,7 +134,7 @@ async def test_invalid_json_is_422(start_replica) -> None:
     assert resp.status_code == 422 and resp.json()["error"]["param"] == "body"
 
 
-async def test_error_rate_answers_503_at_once(start_replica) -> None:
+async def test_error_rate_answers_503_at_once(start_replica: StartReplica) -> None:
     rep = start_replica(error_rate=1.0, seed=3)
     async with httpx.AsyncClient(timeout=10) as client:
         resp = await client.post(f"{rep.base_url}/chat/completions", json={**BODY, "stream": True})
@@ -142,7 +144,7 @@ async def test_error_rate_answers_503_at_once(start_replica) -> None:
     assert stats["rejected"] == 1 and stats["submitted"] == 0
 
 
-async def test_models_healthz_stats(start_replica) -> None:
+async def test_models_healthz_stats(start_replica: StartReplica) -> None:
     rep = start_replica(name="r9", max_batch=8)
     async with httpx.AsyncClient(timeout=10) as client:
         models = (await client.get(f"{rep.base_url}/models")).json()
@@ -153,7 +155,7 @@ async def test_models_healthz_stats(start_replica) -> None:
     assert stats["name"] == "r9" and stats["max_batch"] == 8 and stats["waiting"] == 0
 
 
-async def test_stall_delays_one_chunk(start_replica) -> None:
+async def test_stall_delays_one_chunk(start_replica: StartReplica) -> None:
     rep = start_replica(time_scale=0.01, stall_rate=1.0, stall_s=0.5, seed=1)
     body = {**BODY, "stream": True, "max_tokens": 5}
     gaps = []
@@ -169,7 +171,7 @@ async def test_stall_delays_one_chunk(start_replica) -> None:
     assert stats["stalls"] == 1
 
 
-def test_listening_socket_is_tcp_proto(start_replica) -> None:
+def test_listening_socket_is_tcp_proto(start_replica: StartReplica) -> None:
     # asyncio turns TCP_NODELAY on only for accepted sockets whose proto is TCP; without it,
     # Nagle + delayed ACK hold each small SSE write back by ~40 ms on a keep-alive connection.
     import socket
@@ -178,12 +180,12 @@ def test_listening_socket_is_tcp_proto(start_replica) -> None:
     assert rep._sock is not None and rep._sock.proto == socket.IPPROTO_TCP
 
 
-async def test_put_slowdown_changes_service_times_from_the_next_step(start_replica) -> None:
+async def test_put_slowdown_changes_service_times_from_the_next_step(start_replica: StartReplica) -> None:
     rep = start_replica(name="r5", time_scale=0.01)
     body = {**BODY, "max_tokens": 5, "hedgerow_prompt_tokens": 512}
 
     async def busy_s_of_one_request(client: httpx.AsyncClient) -> float:
-        before = (await client.get(f"{rep.url}/stats")).json()["busy_s"]
+        before: float = (await client.get(f"{rep.url}/stats")).json()["busy_s"]
         assert (await client.post(f"{rep.base_url}/chat/completions", json=body)).status_code == 200
         return float((await client.get(f"{rep.url}/stats")).json()["busy_s"]) - before
 
@@ -203,7 +205,9 @@ async def test_put_slowdown_changes_service_times_from_the_next_step(start_repli
     assert slow == pytest.approx(3 * normal, rel=1e-3)
 
 
-async def test_stats_say_when_the_embedded_speed_table_is_in_use(start_replica, monkeypatch) -> None:
+async def test_stats_say_when_the_embedded_speed_table_is_in_use(
+    start_replica: StartReplica, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from hedgerow.sim import perf_model
 
     with_file = start_replica(name="f")

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import httpx
 import pytest
 
+from tests.sim.conftest import StartReplica
+
 BODY = {"model": "m1", "input": "hello"}
 
 
-def parse_events(raw: str) -> list[tuple[str, dict]]:
+def parse_events(raw: str) -> list[tuple[str, dict[str, Any]]]:
     """``(event name, data object)`` of every event of an SSE body, in order."""
-    out = []
+    out: list[tuple[str, dict[str, Any]]] = []
     for block in raw.split("\n\n"):
         if not block.strip():
             continue
@@ -26,7 +29,7 @@ def parse_events(raw: str) -> list[tuple[str, dict]]:
 
 
 @pytest.mark.parametrize(("tokens_per_chunk", "limited"), [(1, False), (4, True)])
-async def test_stream_event_sequence(start_replica, tokens_per_chunk: int, limited: bool) -> None:
+async def test_stream_event_sequence(start_replica: StartReplica, tokens_per_chunk: int, limited: bool) -> None:
     rep = start_replica(name="r1", time_scale=0.02, tokens_per_chunk=tokens_per_chunk)
     body = {**BODY, "stream": True, "hedgerow_prompt_tokens": 300, "instructions": "be brief"}
     body |= {"max_output_tokens": 11} if limited else {"hedgerow_output_tokens": 11}
@@ -74,7 +77,7 @@ async def test_stream_event_sequence(start_replica, tokens_per_chunk: int, limit
     assert events[-4][1]["text"] == "tok " * 11
 
 
-async def test_whole_response(start_replica) -> None:
+async def test_whole_response(start_replica: StartReplica) -> None:
     rep = start_replica(time_scale=0.02)
     body = {"model": "m1", "input": [{"role": "user", "content": [{"type": "input_text", "text": "x" * 400}]}]}
     async with httpx.AsyncClient(timeout=10) as client:
@@ -106,7 +109,7 @@ async def test_whole_response(start_replica) -> None:
         ([1, 2], "body"),
     ],
 )
-async def test_bad_body_is_422_naming_the_field(start_replica, body, field: str) -> None:
+async def test_bad_body_is_422_naming_the_field(start_replica: StartReplica, body: object, field: str) -> None:
     rep = start_replica()
     async with httpx.AsyncClient(timeout=10) as client:
         resp = await client.post(f"{rep.base_url}/responses", json=body)
@@ -117,14 +120,14 @@ async def test_bad_body_is_422_naming_the_field(start_replica, body, field: str)
     assert stats["submitted"] == 0
 
 
-async def test_error_rate_answers_503_at_once(start_replica) -> None:
+async def test_error_rate_answers_503_at_once(start_replica: StartReplica) -> None:
     rep = start_replica(error_rate=1.0, seed=3)
     async with httpx.AsyncClient(timeout=10) as client:
         resp = await client.post(f"{rep.base_url}/responses", json={**BODY, "stream": True})
     assert resp.status_code == 503 and resp.json()["error"]["type"] == "server_error"
 
 
-async def test_a_client_that_leaves_mid_stream_aborts_the_request(start_replica) -> None:
+async def test_a_client_that_leaves_mid_stream_aborts_the_request(start_replica: StartReplica) -> None:
     rep = start_replica(time_scale=1.0)  # 129 tokens at full speed: seconds of decoding left
     async with httpx.AsyncClient(timeout=10) as client:
         async with client.stream("POST", f"{rep.base_url}/responses", json={**BODY, "stream": True}) as resp:

@@ -16,12 +16,14 @@ from typing import Any
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from hedgerow.client import CallRecord, HedgePolicy, HedgingTransport, Upstream
 from hedgerow.sim import ReplicaThread
 from tests.helpers import Sink
+from tests.sim.conftest import StartReplica
 
-MESSAGES = [{"role": "user", "content": "hello"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
 #: Five tokens per answer (the replica's extension), so a whole answer is quick on the fast replica.
 EXTRA = {"hedgerow_output_tokens": 5}
 ANSWER = "tok " * 5
@@ -66,11 +68,11 @@ def wait_aborted(replica: ReplicaThread, count: int, timeout_s: float = 10.0) ->
         time.sleep(0.05)
 
 
-async def test_the_async_sdk_hedges_chat_and_responses_streamed_and_whole(start_replica) -> None:
+async def test_the_async_sdk_hedges_chat_and_responses_streamed_and_whole(start_replica: StartReplica) -> None:
     slow, fast = start_pair(start_replica)
     sink = Sink()
     http = httpx.AsyncClient(transport=transport_for(slow, fast, sink))
-    sdk = openai.AsyncOpenAI(base_url="http://hedgerow.invalid/v1", api_key="unused", max_retries=0, http_client=http)
+    sdk = openai.AsyncOpenAI(base_url="http://hedgerow.invalid/v1", api_key="unused", max_retries=0, http_client=http)  # type: ignore[arg-type]  # openai annotates httpx2; takes httpx too
     async with sdk:
         stream = await sdk.chat.completions.create(model="m", messages=MESSAGES, stream=True, extra_body=EXTRA)
         async with stream:
@@ -80,7 +82,8 @@ async def test_the_async_sdk_hedges_chat_and_responses_streamed_and_whole(start_
         raw = await sdk.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, extra_body=EXTRA)
         assert raw.headers["x-hedgerow-winner"] == "fast" and raw.headers["x-hedgerow-hedged"] == "true"
         completion = raw.parse()
-        assert completion.choices[0].message.content == ANSWER and completion.usage.completion_tokens == 5
+        assert completion.choices[0].message.content == ANSWER
+        assert completion.usage is not None and completion.usage.completion_tokens == 5
 
         events = await sdk.responses.create(model="m", input="hello", stream=True, extra_body=EXTRA)
         async with events:
@@ -96,11 +99,11 @@ async def test_the_async_sdk_hedges_chat_and_responses_streamed_and_whole(start_
     assert stats["aborted"] == 4 and stats["finished"] == 0  # every loser stopped on its replica
 
 
-def test_the_sync_sdk_hedges_chat_and_responses_streamed_and_whole(start_replica) -> None:
+def test_the_sync_sdk_hedges_chat_and_responses_streamed_and_whole(start_replica: StartReplica) -> None:
     slow, fast = start_pair(start_replica)
     sink = Sink()
     http = httpx.Client(transport=transport_for(slow, fast, sink))
-    sdk = openai.OpenAI(base_url="http://hedgerow.invalid/v1", api_key="unused", max_retries=0, http_client=http)
+    sdk = openai.OpenAI(base_url="http://hedgerow.invalid/v1", api_key="unused", max_retries=0, http_client=http)  # type: ignore[arg-type]  # openai annotates httpx2; takes httpx too
     with sdk:
         with sdk.chat.completions.create(model="m", messages=MESSAGES, stream=True, extra_body=EXTRA) as stream:
             text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)

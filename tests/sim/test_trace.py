@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -26,7 +28,7 @@ def test_real_conv_trace() -> None:
     assert load_azure_trace(CONV_CSV, limit=5) == trace[:5]
 
 
-def test_small_file_and_bad_rows(tmp_path) -> None:
+def test_small_file_and_bad_rows(tmp_path: Path) -> None:
     good = tmp_path / "t.csv"
     good.write_text(
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -38,8 +40,8 @@ def test_small_file_and_bad_rows(tmp_path) -> None:
     trace = load_azure_trace(good)
     assert trace == [
         TraceRequest(0.0, 374, 44),
-        TraceRequest(pytest.approx(0.31941), 10, 1),
-        TraceRequest(pytest.approx(1.31941), 0, 7),
+        TraceRequest(pytest.approx(0.31941), 10, 1),  # type: ignore[arg-type]  # approx equals the parsed float
+        TraceRequest(pytest.approx(1.31941), 0, 7),  # type: ignore[arg-type]  # approx equals the parsed float
     ]
     bad = tmp_path / "bad.csv"
     bad.write_text(

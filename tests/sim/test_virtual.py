@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +21,7 @@ from hedgerow.sim import (
 PERF = load_perf_model()
 
 
-def _fingerprint(calls: list[VirtualCall]) -> list[tuple]:
+def _fingerprint(calls: list[VirtualCall]) -> list[tuple[object, ...]]:
     return [
         (
             c.primary,
@@ -63,6 +65,7 @@ def test_prefill_blocks_decoding_of_the_batch() -> None:
     shared = simulate(trace, PERF, config).calls[0]
     assert shared.ttft_s == pytest.approx(alone.ttft_s)
     # the 8000-token prefill (~0.9 s) paused the first request's decoding
+    assert shared.end_s is not None and alone.end_s is not None
     assert shared.end_s - alone.end_s > 0.5 * PERF.prefill_time_s(8000, 1)
 
 
@@ -83,7 +86,7 @@ def test_every_request_finishes_exactly_once() -> None:
     seen: list[int] = []
     last: list[float] = []
 
-    def tick(now: float, visible) -> None:
+    def tick(now: float, visible: Sequence[VirtualCall]) -> None:
         assert all(c.visible_s is not None and c.visible_s <= now for c in visible)
         last.append(now)
         seen[:] = [c.index for c in visible]
@@ -99,7 +102,7 @@ def test_every_request_finishes_exactly_once() -> None:
         assert call.visible_s == pytest.approx(call.end_s + 0.5)
         if call.winner == "backup":
             assert call.hedged and call.primary_censored
-            assert call.ttft_s >= call.hedge_after_s
+            assert call.hedge_after_s is not None and call.ttft_s >= call.hedge_after_s
         assert call.primary_ttft_s == call.ttft_s
     # attempts: every one submitted ends finished or aborted; one finished winner per call
     stats = result.replica_stats
@@ -107,7 +110,7 @@ def test_every_request_finishes_exactly_once() -> None:
     assert sum(s["submitted"] for s in stats) == attempts
     assert sum(s["finished"] + s["aborted"] for s in stats) == attempts
     assert sum(s["finished"] for s in stats) >= len(trace)
-    assert last[-1] >= max(c.visible_s for c in result.calls)
+    assert last[-1] >= max(c.visible_s for c in result.calls if c.visible_s is not None)  # none is None (above)
 
 
 def test_tiny_threshold_hedges_everything_the_budget_allows() -> None:
@@ -180,11 +183,13 @@ def test_backup_samples_are_measured_from_the_backup_send() -> None:
     assert len(won) > 20 and len(lost) > 20
     for c in won:  # call TTFT = hedge delay + the backup's own TTFT; the primary is censored
         assert not c.backup_censored and c.primary_censored
+        assert c.ttft_s is not None and c.hedge_after_s is not None
         assert c.backup_ttft_s == pytest.approx(c.ttft_s - c.hedge_after_s)
     for c in lost:  # cancelled at the primary's first token, that long after its send
         assert c.backup_censored and not c.primary_censored
+        assert c.primary_ttft_s is not None and c.hedge_after_s is not None
         assert c.backup_ttft_s == pytest.approx(c.primary_ttft_s - c.hedge_after_s)
-        assert c.backup_ttft_s >= 0
+        assert c.backup_ttft_s is not None and c.backup_ttft_s >= 0
     assert all(c.backup_ttft_s is None and not c.backup_censored for c in calls if not c.hedged)
 
 
@@ -213,7 +218,7 @@ def test_threshold_source_is_asked_at_each_arrival() -> None:
         ({"cancel_latency_s": math.nan}, "cancel_latency_s"),
     ],
 )
-def test_bad_cluster_config_names_the_field(kwargs: dict, needle: str) -> None:
+def test_bad_cluster_config_names_the_field(kwargs: dict[str, Any], needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         ClusterConfig(**kwargs)
 

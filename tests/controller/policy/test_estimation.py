@@ -8,6 +8,7 @@ before the primary's, the primary is cancelled then and its TTFT is censored at 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -62,6 +63,7 @@ def test_worked_number_in_module_docstring() -> None:
     est = estimate_ttft(x, [False] * 1000, budget=0.10, confidence=0.95)
     assert est.p90_s == pytest.approx(2.144, abs=5e-4)
     assert est.target_s == pytest.approx(2.249, abs=5e-4)
+    assert est.target_s is not None
     rank = int(np.searchsorted(np.sort(x), est.target_s)) + 1
     assert rank == 919
     assert float(TTFT.sf(est.target_s)) == pytest.approx(0.088, abs=5e-4)
@@ -177,20 +179,20 @@ def test_quantile_lower_bound_rejects_unknown_levels() -> None:
     ],
 )
 def test_bad_input_raises_value_error_naming_the_argument(
-    durations: list, censored: list, kwargs: dict, name: str
+    durations: list[Any], censored: list[Any], kwargs: dict[str, Any], name: str
 ) -> None:
     with pytest.raises(ValueError, match=name):
         estimate_ttft(durations, censored, **kwargs)
 
 
-def test_identical_ttfts_still_give_a_target():
+def test_identical_ttfts_still_give_a_target() -> None:
     # 1,000 primaries all with TTFT 0.5 s: S(0.5) = 0, where the log-log interval is undefined.
     estimate = estimate_ttft([0.5] * 1000, [False] * 1000, budget=0.10)
     assert estimate.p90_s == 0.5 and estimate.p99_s == 0.5
     assert estimate.target_s == 0.5
 
 
-def test_a_few_identical_ttfts_do_not_qualify_at_a_tight_budget():
+def test_a_few_identical_ttfts_do_not_qualify_at_a_tight_budget() -> None:
     # 3 samples: the exact bound 1 - 0.025 ** (1/3) = 0.71 is above a 10% budget.
     estimate = estimate_ttft([0.5] * 3, [False] * 3, budget=0.10)
     assert estimate.target_s is None
@@ -245,7 +247,8 @@ def test_lower_bound_below_the_largest_duration_when_the_tail_is_thin() -> None:
     cens = np.concatenate([np.zeros(98, dtype=bool), [True, True]])  # two long censored waits
     est = estimate_ttft(x, cens, budget=0.1)
     assert est.p99_s is None and est.max_observed_s == 41.0
-    assert est.quantile_lower_bound_s(0.99) < est.max_observed_s
+    lower_s = est.quantile_lower_bound_s(0.99)
+    assert lower_s is not None and lower_s < est.max_observed_s
 
 
 def test_lowest_supported_value_of_a_curve() -> None:

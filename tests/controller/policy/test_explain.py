@@ -16,7 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.policy.explain import EXPLAINED_CODES, explain_history_row
 from hedgerow.controller.policy.reason_codes import REASON_CODES, REASON_MEANINGS
@@ -24,19 +26,21 @@ from hedgerow.controller.routes_admin import archive_route, configure_route, res
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Route, Threshold
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-async def _store(sessionmaker, records, settings) -> None:
+async def _store(sessionmaker: async_sessionmaker[AsyncSession], records: list[CallRecord], settings: Settings) -> None:
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, records, defaults=route_defaults(settings))
 
 
-async def _publish(sessionmaker, value_s: float) -> None:
+async def _publish(sessionmaker: async_sessionmaker[AsyncSession], value_s: float) -> None:
     """A value the objective published earlier (source ``controller``)."""
     async with sessionmaker() as session, session.begin():
         route = await session.scalar(select(Route))
+        assert route is not None
         session.add(
             Threshold(
                 route_id=route.id,
@@ -126,7 +130,9 @@ _values = st.recursive(
         st.sampled_from(["applied", "repeats", "budget", "samples", "censored", "window_s", "actor"]), _scalars
     ),
 )
-def test_malformed_details_never_break_an_explanation(codes, details, previous, value, row_extra) -> None:
+def test_malformed_details_never_break_an_explanation(
+    codes: list[str], details: object, previous: object, value: object, row_extra: dict[str, object]
+) -> None:
     """Values of any type, NaN, negative counts, lists where objects belong: each code still reads
     its own sentence (never the fallback that a failing explainer would give)."""
     row = row_extra | {
@@ -145,7 +151,9 @@ def test_malformed_details_never_break_an_explanation(codes, details, previous, 
 # --- worked examples: rows of the real controller --------------------------------------------
 
 
-async def test_a_cold_route_says_what_its_few_samples_support(sessionmaker, call_factory) -> None:
+async def test_a_cold_route_says_what_its_few_samples_support(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     """30 fast calls support no value below the maximum at 97.5% per look (36 are needed); 10
     more, one of them 5.0 s, support the bucket of that slowest sample."""
     settings = Settings()
@@ -187,7 +195,7 @@ async def test_a_cold_route_says_what_its_few_samples_support(sessionmaker, call
 
 
 async def test_a_decrease_from_the_maximum_names_the_window_looks_bound_and_both_predictions(
-    sessionmaker, call_factory
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
 ) -> None:
     """600 primaries, TTFT ~ Exp(mean 0.4 s), under a published 30 s: the objective chooses 1.129 s
     (cost tie), the window-looks bound cuts the decrease at 1.148 s; the next tick holds it."""
@@ -225,7 +233,9 @@ async def test_a_decrease_from_the_maximum_names_the_window_looks_bound_and_both
     ]
 
 
-async def test_a_detected_change_gives_its_evidence_and_the_flags(sessionmaker, call_factory) -> None:
+async def test_a_detected_change_gives_its_evidence_and_the_flags(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     """1,500 fast primaries, then 60 at 2.5-3.5 s in the last 4 minutes, all hedged at 1.0 s with a
     slower backup: the log-rank test shrinks the window to the change; no backup won."""
     settings = Settings()
@@ -269,7 +279,9 @@ async def test_a_detected_change_gives_its_evidence_and_the_flags(sessionmaker, 
     ]
 
 
-async def test_censored_and_small_sample_rows_give_their_counts(sessionmaker, call_factory) -> None:
+async def test_censored_and_small_sample_rows_give_their_counts(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     """Hedging at 1.0 s with a fast backup censors the tail (the default is above every censoring
     time: kept); 40 samples, 10 of them past a published 0.5 s, show that value over budget."""
     settings = Settings()
@@ -278,8 +290,16 @@ async def test_censored_and_small_sample_rows_give_their_counts(sessionmaker, ca
     for i in range(400):
         started = NOW - timedelta(seconds=rng.uniform(1.0, 3000.0))
         primary = rng.expovariate(1.0)
-        hedge = {"hedge_after_s": 1.0, "backup_ttft_s": rng.expovariate(10.0)} if primary > 1.0 else {}
-        records.append(call_factory(f"u{i}", started_at=started, primary_ttft_s=primary, **hedge))
+        hedged = primary > 1.0
+        records.append(
+            call_factory(
+                f"u{i}",
+                started_at=started,
+                primary_ttft_s=primary,
+                hedge_after_s=1.0 if hedged else None,
+                backup_ttft_s=rng.expovariate(10.0) if hedged else None,
+            )
+        )
     await _store(sessionmaker, records, settings)
     [row] = await run_tick(sessionmaker, settings, now=NOW)
     assert row["reason"] == "censored_hold"
@@ -292,7 +312,9 @@ async def test_censored_and_small_sample_rows_give_their_counts(sessionmaker, ca
     ]
 
 
-async def test_few_samples_over_budget_raise_the_value_with_their_counts(sessionmaker, call_factory) -> None:
+async def test_few_samples_over_budget_raise_the_value_with_their_counts(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     settings = Settings()
     rng = random.Random(7)
     records = [
@@ -315,7 +337,9 @@ async def test_few_samples_over_budget_raise_the_value_with_their_counts(session
     ]
 
 
-async def test_operator_changes_say_who_changed_what(sessionmaker, call_factory) -> None:
+async def test_operator_changes_say_who_changed_what(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     settings = Settings()
     await _store(
         sessionmaker, [call_factory(f"c{i}", started_at=NOW - timedelta(seconds=60 + i)) for i in range(5)], settings

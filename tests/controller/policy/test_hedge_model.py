@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -110,6 +111,7 @@ def test_worked_number_in_module_docstring() -> None:
     primary = km_survival(ttft, censored)
     assert estimate.target_s == pytest.approx(0.483, abs=5e-4)
     assert estimate.p99_s == pytest.approx(0.5494, abs=5e-5)
+    assert estimate.target_s is not None and estimate.p99_s is not None
     choice = efficient_threshold(primary, None, estimate.target_s, estimate.p99_s, tolerance=0.02)
     assert choice.backup_source == "primary"
     assert float(primary(estimate.target_s)) == pytest.approx(0.094, abs=5e-4)
@@ -217,7 +219,7 @@ def test_bucket_limited_search_takes_the_smallest_best_threshold() -> None:
         (lambda: efficient_threshold(km_survival([1.0], [False]), None, 1.0, 2.0, tolerance=-0.1), "tolerance"),
     ],
 )
-def test_bad_input_is_a_clear_error(call, needle: str) -> None:
+def test_bad_input_is_a_clear_error(call: Callable[[], object], needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         call()
 

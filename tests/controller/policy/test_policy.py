@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -720,7 +721,7 @@ def test_bad_current_value_is_rejected(current: float) -> None:
         (lambda: dataclasses.replace(bare(None), window_s=0.0), "window_s"),
     ],
 )
-def test_bad_configuration_names_the_field(factory, name: str) -> None:
+def test_bad_configuration_names_the_field(factory: Callable[[], object], name: str) -> None:
     with pytest.raises(ValueError, match=name):
         factory()
 
@@ -778,6 +779,7 @@ def test_a_decrease_within_the_targets_noise_is_held() -> None:
     obs = observe(hedged_at(lognormal(300, 1.0, 1.0, 41), lognormal(300, 1.0, 1.0, 42), 5.0))
     target = obs.estimate.target_s if obs.estimate else None
     assert target == pytest.approx(3.921, abs=1e-3)
+    assert target is not None
     kept = decide(CONFIG, target + 0.5, obs, KNOBS)
     obj = kept.details["objective"]
     assert obj["budget_quantile_s"] == pytest.approx(3.419, abs=1e-3)
@@ -808,4 +810,5 @@ def test_a_kept_value_needs_the_one_sided_bound_a_new_one_the_two_sided() -> Non
     over = 3.803  # its one-sided bound is 0.108: raised to the objective's value
     assert float(curve.upper_one_sided_at(over)) > 0.10
     raised = decide(CONFIG, over, obs, KNOBS)
+    assert raised.hedge_after_s is not None and obs.estimate.target_s is not None
     assert raised.hedge_after_s > obs.estimate.target_s and codes(raised)[0] == "cost_tie"

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError, StatementError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from hedgerow.controller.errors import StoreError
 from hedgerow.controller.store.db import check_ready, head_revision, make_engine
 from hedgerow.controller.store.models import Attempt, Lease
 
 
-async def test_foreign_keys_are_enforced(sessionmaker) -> None:
+async def test_foreign_keys_are_enforced(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     with pytest.raises(IntegrityError):
         async with sessionmaker() as session, session.begin():
             session.add(
@@ -34,7 +36,7 @@ async def test_foreign_keys_are_enforced(sessionmaker) -> None:
             )
 
 
-async def test_timestamps_read_back_as_aware_utc(sessionmaker) -> None:
+async def test_timestamps_read_back_as_aware_utc(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     plus_two = timezone(timedelta(hours=2))
     written = datetime(2026, 11, 29, 10, 30, 0, 250000, tzinfo=plus_two)
     async with sessionmaker() as session, session.begin():
@@ -49,7 +51,7 @@ async def test_timestamps_read_back_as_aware_utc(sessionmaker) -> None:
 
 
 @pytest.mark.parametrize("inline", [False, True], ids=["threaded", "inline_in_transaction"])
-async def test_sqlite_pragmas(engine, migrated_url, inline) -> None:
+async def test_sqlite_pragmas(engine: AsyncEngine, migrated_url: str, inline: bool) -> None:
     if engine.dialect.name != "sqlite":
         pytest.skip("SQLite only")
     checked = make_engine(migrated_url, inline_in_transaction=True) if inline else engine
@@ -58,13 +60,14 @@ async def test_sqlite_pragmas(engine, migrated_url, inline) -> None:
             assert (await connection.execute(text("PRAGMA foreign_keys"))).scalar() == 1
             assert (await connection.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
             assert (await connection.execute(text("PRAGMA synchronous"))).scalar() == 2  # FULL
-            assert (await connection.execute(text("PRAGMA busy_timeout"))).scalar() >= 1000
+            busy_timeout_ms = (await connection.execute(text("PRAGMA busy_timeout"))).scalar()
+            assert busy_timeout_ms is not None and busy_timeout_ms >= 1000
     finally:
         if inline:
             await checked.dispose()
 
 
-async def test_ready_check(engine, tmp_path) -> None:
+async def test_ready_check(engine: AsyncEngine, tmp_path: Path) -> None:
     assert await check_ready(engine) == head_revision()
     empty = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}")
     try:
@@ -91,7 +94,7 @@ def test_plain_urls_are_mapped_to_the_async_drivers() -> None:
 
 
 def test_a_sqlite_file_in_a_missing_folder_is_named_with_the_working_directory(
-    tmp_path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from hedgerow.controller.store.db import check_database_url
 
@@ -104,7 +107,7 @@ def test_a_sqlite_file_in_a_missing_folder_is_named_with_the_working_directory(
     assert check_database_url("sqlite+aiosqlite:///:memory:") == "sqlite+aiosqlite:///:memory:"
 
 
-async def test_a_migration_that_fails_midway_is_rolled_back_whole(database_url) -> None:
+async def test_a_migration_that_fails_midway_is_rolled_back_whole(database_url: str) -> None:
     """0004 adds columns to ``attempts`` and then creates ``prices``: with ``prices`` in its way
     it fails after the columns were added, and none of it may stay (else every later upgrade
     fails with a duplicate column)."""

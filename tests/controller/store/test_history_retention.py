@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.store.models import Route, ThresholdHistory
 from hedgerow.controller.store.retention import prune_history, run_retention
@@ -25,7 +26,9 @@ def _row(route_id: int, age: timedelta, applied: bool, reason: str) -> Threshold
     )  # fmt: skip
 
 
-async def test_old_history_is_pruned_applied_kept_longest_newest_kept(sessionmaker) -> None:
+async def test_old_history_is_pruned_applied_kept_longest_newest_kept(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     async with sessionmaker() as session, session.begin():
         routes = [
             Route(

@@ -14,15 +14,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.jobs import observe_routes, window_records
+from hedgerow.controller.policy._policy_window import WindowRecords
 from hedgerow.controller.policy.minute_counts import KINDS, minute_index
 from hedgerow.controller.policy.ttft_histogram import BUCKET_RATIO, N_BUCKETS, histogram_of
-from hedgerow.controller.store._minute_window import minutes_of, raw_since, read_minutes, window_data
+from hedgerow.controller.store._minute_window import RouteMinutes, minutes_of, raw_since, read_minutes, window_data
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Call, MinuteAggregate, Route
 from hedgerow.controller.store.retention import run_retention
@@ -41,7 +45,7 @@ def _dense(values: np.ndarray) -> np.ndarray:
     return counts
 
 
-def _expected(records) -> dict:
+def _expected(records: WindowRecords) -> dict[str, Any]:
     """Counters and histograms of ``WindowRecords`` (the raw-call read of the tick)."""
     primary = ~np.isnan(records.primary_s)
     backup = records.hedged & ~np.isnan(records.backup_s)
@@ -60,12 +64,14 @@ def _expected(records) -> dict:
     }
 
 
-async def _ingest(sessionmaker, batch) -> tuple[int, int]:
+async def _ingest(sessionmaker: async_sessionmaker[AsyncSession], batch: list[CallRecord]) -> tuple[int, int]:
     async with sessionmaker() as session, session.begin():
         return await ingest_calls(session, batch, defaults=route_defaults(Settings()))
 
 
-async def _check_equal(sessionmaker, since=SINCE, until=UNTIL) -> int:
+async def _check_equal(
+    sessionmaker: async_sessionmaker[AsyncSession], since: datetime = SINCE, until: datetime = UNTIL
+) -> int:
     """Compare every route's minutes with its raw calls; returns the calls compared."""
     async with sessionmaker() as session:
         routes = (await session.scalars(select(Route.id))).all()
@@ -97,7 +103,9 @@ async def _check_equal(sessionmaker, since=SINCE, until=UNTIL) -> int:
     return compared
 
 
-async def test_minutes_equal_raw_calls_and_reposts_change_nothing(sessionmaker) -> None:
+async def test_minutes_equal_raw_calls_and_reposts_change_nothing(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     inside = workload(3000, seed=3, start=SINCE, span_s=40 * 60)
     before = workload(100, seed=4, start=SINCE - timedelta(minutes=30), span_s=29 * 60, prefix="b")
     after = workload(100, seed=5, start=UNTIL + timedelta(minutes=1), span_s=20 * 60, prefix="a")
@@ -122,7 +130,7 @@ async def test_minutes_equal_raw_calls_and_reposts_change_nothing(sessionmaker) 
     assert snapshot  # rows existed before the re-posts
 
 
-async def test_a_bad_batch_counts_nothing(sessionmaker) -> None:
+async def test_a_bad_batch_counts_nothing(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     good = workload(200, seed=7, start=SINCE, span_s=600)
     await _ingest(sessionmaker, good)
     bad = workload(20, seed=8, start=SINCE, span_s=600, prefix="bad")
@@ -136,7 +144,7 @@ async def test_a_bad_batch_counts_nothing(sessionmaker) -> None:
         assert await session.scalar(select(func.count()).select_from(Call)) == 200
 
 
-async def test_concurrent_ingest_into_the_same_minutes_sums(sessionmaker) -> None:
+async def test_concurrent_ingest_into_the_same_minutes_sums(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     first = workload(400, seed=9, start=SINCE, span_s=300, prefix="f", pairs=(("chat", "m1"),))
     second = workload(400, seed=10, start=SINCE, span_s=300, prefix="s", pairs=(("chat", "m1"),))
     await _ingest(sessionmaker, first[:10])  # the route and some minutes exist before
@@ -151,7 +159,7 @@ async def test_concurrent_ingest_into_the_same_minutes_sums(sessionmaker) -> Non
     assert await _check_equal(sessionmaker) == 800
 
 
-async def test_retention_deletes_minutes_no_tick_can_read(sessionmaker) -> None:
+async def test_retention_deletes_minutes_no_tick_can_read(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     now = SINCE + timedelta(hours=30)
     old = workload(100, seed=11, start=now - timedelta(hours=26), span_s=3600, prefix="o")
     recent = workload(100, seed=12, start=now - timedelta(hours=23), span_s=3600, prefix="n")
@@ -168,7 +176,7 @@ async def test_retention_deletes_minutes_no_tick_can_read(sessionmaker) -> None:
     assert await _check_equal(sessionmaker, now - timedelta(hours=24), now) == 100
 
 
-async def test_window_data_stands_for_every_call_of_the_minutes(sessionmaker) -> None:
+async def test_window_data_stands_for_every_call_of_the_minutes(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     """The weighted entries the tick observes carry every call and sample of the minutes read:
     weights sum to the counts, durations are bucket upper edges (at most a bucket above the raw
     samples, never below), and ages place each minute at its middle."""
@@ -196,7 +204,9 @@ async def test_window_data_stands_for_every_call_of_the_minutes(sessionmaker) ->
             assert set(np.unique(data.primary.age_s).tolist()) <= set(data.counts.age_s.tolist())
 
 
-async def test_observe_routes_reads_the_wide_window_only_for_routes_that_need_it(sessionmaker) -> None:
+async def test_observe_routes_reads_the_wide_window_only_for_routes_that_need_it(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     """A busy route is observed over ``window_s``; a quiet one, whose samples are too few, over
     ``max_window_s``, including calls older than the hour; every route is in the answer."""
     now = SINCE + timedelta(hours=3)
@@ -221,7 +231,7 @@ async def test_observe_routes_reads_the_wide_window_only_for_routes_that_need_it
     assert by_name["quiet"].calls == raw_quiet.age_s.size == 30
 
 
-async def test_minutes_of_the_records_are_what_ingest_kept(sessionmaker) -> None:
+async def test_minutes_of_the_records_are_what_ingest_kept(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     """``minutes_of`` (the virtual-time evaluation's ``--minutes``) gives, from one route's
     records, the minutes and entries that ingest stored and ``read_minutes`` returns."""
     await _ingest(sessionmaker, workload(500, seed=7, start=SINCE, span_s=1800.0))
@@ -233,14 +243,14 @@ async def test_minutes_of_the_records_are_what_ingest_kept(sessionmaker) -> None
             for name in ("minutes", "calls", "hedged", "backup_wins", "denied", "wanted"):
                 assert getattr(made, name).tolist() == getattr(got, name).tolist(), name
 
-            def entries(m):
+            def entries(m: RouteMinutes) -> list[tuple[int, int, int, int]]:
                 return sorted(zip(m.entry_minute.tolist(), m.entry_kind.tolist(), m.entry_bucket.tolist(),
                                   m.entry_count.tolist(), strict=True))  # fmt: skip
 
             assert entries(made) == entries(got)
 
 
-async def test_the_last_minutes_are_read_call_by_call(sessionmaker) -> None:
+async def test_the_last_minutes_are_read_call_by_call(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     """The tick reads the calls since ``raw_since(now)`` one by one: a short window of seconds
     counts exactly its calls, and calls started after ``now`` (in its minute) are left out."""
     now = SINCE + timedelta(minutes=30, seconds=40)

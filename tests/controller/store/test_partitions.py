@@ -12,10 +12,12 @@ import dataclasses
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
-from sqlalchemy import event, func, select, text
+from sqlalchemy import ColumnElement, event, func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
-from hedgerow.controller.store.models import Attempt, Call, HourlyRollup
+from hedgerow.controller.store.models import Attempt, Base, Call, HourlyRollup
 from hedgerow.controller.store.partitions import (
     DAYS_AHEAD,
     DayPartitionCache,
@@ -28,42 +30,44 @@ from hedgerow.controller.store.partitions import (
 from hedgerow.controller.store.retention import drop_folded_days, run_retention
 from hedgerow.controller.store.rollups import floor_hour, fold_hours, merge_rollups
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 from tests.helpers import drop_day_partitions
 
 NOW = datetime(2026, 11, 29, 12, 20, tzinfo=UTC)
 DAY = timedelta(days=1)
 
 
-def _postgresql(sessionmaker) -> bool:
-    return sessionmaker.kw["bind"].dialect.name == "postgresql"
+def _postgresql(sessionmaker: async_sessionmaker[AsyncSession]) -> bool:
+    dialect: str = sessionmaker.kw["bind"].dialect.name
+    return dialect == "postgresql"
 
 
-def _pg_only(sessionmaker) -> None:
+def _pg_only(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     if not _postgresql(sessionmaker):
         pytest.skip("SQLite keeps plain tables")
 
 
-async def _ingest(sessionmaker, records) -> tuple[int, int]:
+async def _ingest(sessionmaker: async_sessionmaker[AsyncSession], records: list[CallRecord]) -> tuple[int, int]:
     async with sessionmaker() as session, session.begin():
         return await ingest_calls(session, records, defaults=route_defaults(Settings()))
 
 
-async def _days(sessionmaker) -> list[date]:
+async def _days(sessionmaker: async_sessionmaker[AsyncSession]) -> list[date]:
     async with sessionmaker() as session:
         return await partition_days(await session.connection())
 
 
-async def _count(sessionmaker, model, *where) -> int:
+async def _count(sessionmaker: async_sessionmaker[AsyncSession], model: type[Base], *where: ColumnElement[bool]) -> int:
     async with sessionmaker() as session:
         return int(await session.scalar(select(func.count()).select_from(model).where(*where)) or 0)
 
 
-async def _request_id_rows(sessionmaker) -> int:
+async def _request_id_rows(sessionmaker: async_sessionmaker[AsyncSession]) -> int:
     async with sessionmaker() as session:
         return int((await session.execute(text("SELECT count(*) FROM call_request_ids"))).scalar_one())
 
 
-async def test_the_migration_makes_today_and_the_days_ahead(sessionmaker) -> None:
+async def test_the_migration_makes_today_and_the_days_ahead(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     _pg_only(sessionmaker)
     today = datetime.now(UTC).date()
     days = await _days(sessionmaker)
@@ -73,7 +77,7 @@ async def test_the_migration_makes_today_and_the_days_ahead(sessionmaker) -> Non
         assert await missing_days(connection, [today, today + DAY]) == []
         assert await missing_days(connection, [today - 40 * DAY]) == [today - 40 * DAY]
         # every day partition has its own keys: the primary key, and attempts -> that day's calls
-        keys = dict(
+        keys: dict[str, str] = dict(
             (
                 await connection.execute(
                     text("SELECT conname, contype::text FROM pg_constraint WHERE conrelid = CAST(:t AS regclass)"),
@@ -86,7 +90,9 @@ async def test_the_migration_makes_today_and_the_days_ahead(sessionmaker) -> Non
     assert keys[f"fk_{name}_call_id_{partition_name('calls', today)}"] == "f"
 
 
-async def test_a_late_or_odd_record_gets_its_day_made_on_demand(sessionmaker, call_factory) -> None:
+async def test_a_late_or_odd_record_gets_its_day_made_on_demand(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     late = call_factory("late", started_at=datetime(2026, 10, 3, 23, 59, 59, 999999, tzinfo=UTC))
     odd = call_factory("odd", started_at=datetime(1999, 12, 31, 23, 0, tzinfo=UTC), hedge_after_s=1.0,
                        primary_ttft_s=3.0, backup_ttft_s=0.5)  # fmt: skip
@@ -130,7 +136,9 @@ def test_the_day_cache_trusts_known_days_only_inside_the_retention_horizon() -> 
         DayPartitionCache(retention_s=1, max_days=0)
 
 
-async def _ingest_cached(sessionmaker, records, cache: DayPartitionCache) -> tuple[int, int]:
+async def _ingest_cached(
+    sessionmaker: async_sessionmaker[AsyncSession], records: list[CallRecord], cache: DayPartitionCache
+) -> tuple[int, int]:
     """Ingest as the api does: look up the days the cache does not trust, learn them on commit."""
     checked: set[date] = set()
     async with sessionmaker() as session, session.begin():
@@ -142,13 +150,15 @@ async def _ingest_cached(sessionmaker, records, cache: DayPartitionCache) -> tup
 
 
 async def test_cached_days_cost_no_catalog_query_and_a_dropped_day_fails_the_batch_whole(
-    sessionmaker, call_factory
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
 ) -> None:
     _pg_only(sessionmaker)
     engine = sessionmaker.kw["bind"]
     catalog_reads: list[str] = []
 
-    def count_catalog_reads(conn, cursor, statement, parameters, context, executemany) -> None:
+    def count_catalog_reads(
+        conn: object, cursor: object, statement: str, parameters: object, context: object, executemany: bool
+    ) -> None:
         if "pg_inherits" in statement:
             catalog_reads.append(statement)
 
@@ -178,7 +188,9 @@ async def test_cached_days_cost_no_catalog_query_and_a_dropped_day_fails_the_bat
     assert await _count(sessionmaker, Attempt, Attempt.call_started_at == now - 2 * DAY) == 1
 
 
-async def test_the_same_request_id_on_another_day_is_a_duplicate(sessionmaker, call_factory) -> None:
+async def test_the_same_request_id_on_another_day_is_a_duplicate(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     first = call_factory("same", started_at=NOW)
     assert await _ingest(sessionmaker, [first]) == (1, 0)
     elsewhere = [dataclasses.replace(first, started_at=NOW + delta) for delta in (-3 * DAY, DAY, timedelta(seconds=1))]
@@ -191,7 +203,9 @@ async def test_the_same_request_id_on_another_day_is_a_duplicate(sessionmaker, c
         assert await _request_id_rows(sessionmaker) == 1
 
 
-async def test_concurrent_batches_over_days_count_each_call_once(sessionmaker, call_factory) -> None:
+async def test_concurrent_batches_over_days_count_each_call_once(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     # six batches at once, sharing ids; each id comes with a different started_at (several
     # days, two of them without a partition yet), so every batch races on ids and on new days
     starts = [NOW - 20 * DAY, NOW - 19 * DAY, NOW, NOW + timedelta(hours=5)]
@@ -210,7 +224,9 @@ async def test_concurrent_batches_over_days_count_each_call_once(sessionmaker, c
         assert {day_of(NOW - 20 * DAY), day_of(NOW - 19 * DAY)} <= set(await _days(sessionmaker))
 
 
-async def _old_and_new(sessionmaker, call_factory) -> tuple[list, list]:
+async def _old_and_new(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> tuple[list[CallRecord], list[CallRecord]]:
     """Calls 16-17 days before NOW (to be dropped at 14 days' retention) and 2 days before."""
     old = [
         call_factory(f"old{i}", started_at=NOW - 17 * DAY + timedelta(minutes=37 * i), hedge_after_s=1.0,
@@ -222,7 +238,9 @@ async def _old_and_new(sessionmaker, call_factory) -> tuple[list, list]:
     return old, new
 
 
-async def test_retention_drops_whole_days_once_folded(sessionmaker, call_factory) -> None:
+async def test_retention_drops_whole_days_once_folded(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     _pg_only(sessionmaker)
     old, new = await _old_and_new(sessionmaker, call_factory)
     old_days = sorted({day_of(r.started_at) for r in old})
@@ -253,7 +271,9 @@ async def test_retention_drops_whole_days_once_folded(sessionmaker, call_factory
     assert (again.dropped_days, again.deleted, again.pruned_request_ids) == ([], [], 0)
 
 
-async def test_a_day_with_an_hour_not_folded_is_kept_until_it_is(sessionmaker, call_factory) -> None:
+async def test_a_day_with_an_hour_not_folded_is_kept_until_it_is(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     _pg_only(sessionmaker)
     old, _new = await _old_and_new(sessionmaker, call_factory)
     await fold_hours(sessionmaker, now=NOW)
@@ -276,7 +296,9 @@ async def test_a_day_with_an_hour_not_folded_is_kept_until_it_is(sessionmaker, c
     assert route.rollup.calls == len(old) + 1
 
 
-async def test_a_day_still_in_retention_or_its_grace_is_kept(sessionmaker, call_factory) -> None:
+async def test_a_day_still_in_retention_or_its_grace_is_kept(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     _pg_only(sessionmaker)
     old, _new = await _old_and_new(sessionmaker, call_factory)
     last_old_day = max(day_of(r.started_at) for r in old)

@@ -5,20 +5,25 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from typer.testing import CliRunner
 
 from hedgerow.cli import app
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.scheduler import ControllerScheduler
 from hedgerow.controller.store.db import make_engine, make_sessionmaker
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
-from hedgerow.controller.store.models import Attempt, Call, HourlyRollup, utc_now
+from hedgerow.controller.store.models import Attempt, Base, Call, HourlyRollup, utc_now
 from hedgerow.controller.store.retention import delete_folded_raw, run_retention
 from hedgerow.controller.store.rollups import (
     COUNTER_FIELDS,
+    Rollup,
     floor_hour,
     fold_hours,
     merge_rollups,
@@ -30,35 +35,42 @@ NOW = datetime(2026, 11, 29, 12, 20, tzinfo=UTC)
 DAY = timedelta(days=1)
 
 
-async def _store(sessionmaker, *batches) -> None:
+async def _store(sessionmaker: async_sessionmaker[AsyncSession], *batches: list[CallRecord]) -> None:
     """Ingest each batch in turn (ids grow batch after batch, as they do in time)."""
     for records in batches:
         async with sessionmaker() as session, session.begin():
             await ingest_calls(session, records, defaults=route_defaults(Settings()))
 
 
-def _postgresql(sessionmaker) -> bool:
+def _postgresql(sessionmaker: async_sessionmaker[AsyncSession]) -> bool:
     """Whether the store is PostgreSQL (day partitions: retention drops whole days)."""
-    return sessionmaker.kw["bind"].dialect.name == "postgresql"
+    dialect: str = sessionmaker.kw["bind"].dialect.name
+    return dialect == "postgresql"
 
 
-async def _count(sessionmaker, model) -> int:
+async def _count(sessionmaker: async_sessionmaker[AsyncSession], model: type[Base]) -> int:
     async with sessionmaker() as session:
-        return int(await session.scalar(select(func.count()).select_from(model)))
+        count = await session.scalar(select(func.count()).select_from(model))
+        assert count is not None  # COUNT(*) always answers
+        return int(count)
 
 
-async def _request_ids(sessionmaker) -> set[str]:
+async def _request_ids(sessionmaker: async_sessionmaker[AsyncSession]) -> set[str]:
     async with sessionmaker() as session:
         return set((await session.scalars(select(Call.request_id))).all())
 
 
-async def _merged(sessionmaker, since, until):
+async def _merged(
+    sessionmaker: async_sessionmaker[AsyncSession], since: datetime, until: datetime
+) -> dict[tuple[str, str], Rollup]:
     async with sessionmaker() as session:
         return {(r.route, r.model): r.rollup for r in await merge_rollups(session, since=since, until=until)}
 
 
 @pytest.mark.slow
-async def test_old_raw_goes_after_its_rollup_and_figures_survive(sessionmaker) -> None:
+async def test_old_raw_goes_after_its_rollup_and_figures_survive(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     settings = Settings(retention_s=14 * 86400.0, retention_batch_rows=37)
     old = workload(900, seed=31, start=NOW - 17 * DAY, span_s=2 * 86400, prefix="old")  # 15-17 days old
     edge = workload(60, seed=32, start=floor_hour(NOW - 14 * DAY), span_s=3599, prefix="edge")  # straddles
@@ -96,7 +108,9 @@ async def test_old_raw_goes_after_its_rollup_and_figures_survive(sessionmaker) -
 
 
 @pytest.mark.slow
-async def test_weekly_aggregate_is_the_same_before_and_after_deletion(sessionmaker) -> None:
+async def test_weekly_aggregate_is_the_same_before_and_after_deletion(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     monday = datetime(2026, 11, 2, tzinfo=UTC)  # 2026-W45, more than 14 days before NOW
     records = workload(1000, seed=41, start=monday, span_s=7 * 86400, prefix="w", pairs=[("chat", "m1")])
     newer = workload(5, seed=42, start=NOW - DAY, span_s=3600, prefix="n", pairs=[("chat", "m1")])
@@ -114,7 +128,9 @@ async def test_weekly_aggregate_is_the_same_before_and_after_deletion(sessionmak
     assert figures["ttft_p90_s"] is not None and figures["primary_ttft_p90_s"] is not None
 
 
-async def test_a_call_arriving_late_in_a_sealed_hour_is_counted_then_deleted(sessionmaker) -> None:
+async def test_a_call_arriving_late_in_a_sealed_hour_is_counted_then_deleted(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     hour = floor_hour(NOW - 20 * DAY)
     first = workload(30, seed=51, start=hour, span_s=3599, prefix="a", pairs=[("chat", "m1")])
     await _store(sessionmaker, first)
@@ -137,7 +153,7 @@ async def test_a_call_arriving_late_in_a_sealed_hour_is_counted_then_deleted(ses
     assert (await run_retention(sessionmaker, Settings(), now=NOW)).folded == []
 
 
-async def test_unfolded_or_stale_hours_are_never_deleted(sessionmaker) -> None:
+async def test_unfolded_or_stale_hours_are_never_deleted(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     hour = floor_hour(NOW - 20 * DAY)
     newest = workload(1, seed=63, start=NOW - DAY, span_s=60, prefix="new", pairs=[("chat", "m1")])
     await _store(
@@ -183,13 +199,13 @@ async def test_unfolded_or_stale_hours_are_never_deleted(sessionmaker) -> None:
         ({"retention_batch_rows": 50_000}, "retention_batch_rows"),
     ],
 )
-def test_bad_settings_are_rejected(values, field) -> None:
+def test_bad_settings_are_rejected(values: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationError) as caught:
         Settings(**values)
     assert caught.value.errors()[0]["loc"] == (field,)
 
 
-def test_settings_from_environment(monkeypatch) -> None:
+def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HEDGEROW_RETENTION_S", "1209600")
     monkeypatch.setenv("HEDGEROW_ROLLUP_INTERVAL_S", "900.5")
     settings = Settings()
@@ -199,7 +215,7 @@ def test_settings_from_environment(monkeypatch) -> None:
         Settings()
 
 
-def _seed(url: str, records) -> None:
+def _seed(url: str, records: list[CallRecord]) -> None:
     async def run() -> None:
         engine = make_engine(url)
         try:
@@ -210,7 +226,7 @@ def _seed(url: str, records) -> None:
     asyncio.run(run())
 
 
-def test_cli_runs_the_job_once(tmp_path) -> None:
+def test_cli_runs_the_job_once(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
     runner = CliRunner()
     assert runner.invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
@@ -237,7 +253,7 @@ def test_cli_runs_the_job_once(tmp_path) -> None:
     assert missing.exit_code == 1 and "db upgrade" in missing.output
 
 
-async def test_scheduled_job_runs_on_the_lease_holder_only(sessionmaker) -> None:
+async def test_scheduled_job_runs_on_the_lease_holder_only(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     now = utc_now()
     old = workload(40, seed=81, start=now - 20 * DAY, span_s=7200, prefix="o")
     await _store(sessionmaker, old, workload(10, seed=82, start=now - DAY, span_s=3600, prefix="n"))
@@ -261,7 +277,7 @@ async def test_scheduled_job_runs_on_the_lease_holder_only(sessionmaker) -> None
 
 
 @pytest.mark.parametrize("value", ["inf", "1e12", "nan", "0", "-5", "-inf"])
-def test_cli_retention_out_of_range_is_one_line_exit_2(tmp_path, value) -> None:
+def test_cli_retention_out_of_range_is_one_line_exit_2(tmp_path: Path, value: str) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
     runner = CliRunner()
     assert runner.invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
