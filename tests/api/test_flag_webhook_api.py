@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from tests.api.conftest import MakeApi
 from tests.conftest import CallFactory
+from tests.controller.flag_workload import slow_backup_calls
 from tests.controller.webhook_receiver import WebhookReceiver
 
 
@@ -14,18 +14,7 @@ async def test_serve_posts_a_ticks_flag_changes_once(make_api: MakeApi, call_fac
     """Through the api: records in, ``POST /v1/controller/run`` (the lease holder's tick), one post;
     a second tick with the same flags posts nothing more."""
     now = datetime.now(UTC)
-    rng = random.Random(11)
-    records = [
-        call_factory(
-            f"api-slow-backup-{i}",
-            route="chat",
-            started_at=now - timedelta(seconds=rng.uniform(5.0, 1500.0)),
-            primary_ttft_s=0.3 + rng.expovariate(2.0),
-            hedge_after_s=0.25,
-            backup_ttft_s=5.0,
-        )
-        for i in range(300)
-    ]
+    records = slow_backup_calls(call_factory, "api-slow-backup", now, seed=11)
     with WebhookReceiver() as receiver:
         async with make_api(flag_webhook_url=receiver.url, report_webhook_format="json") as (app, api):
             body = {"calls": [r.to_dict() for r in records]}

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -21,6 +20,7 @@ from hedgerow.controller.jobs import run_tick
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.settings import Settings
 from tests.conftest import CallFactory
+from tests.controller.flag_workload import slow_backup_calls
 from tests.controller.webhook_receiver import WebhookReceiver
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -99,18 +99,7 @@ async def test_a_real_tick_raises_a_flag_that_the_store_shows(
     """Hedges whose backups never win: the tick flags ``backups_rarely_win``; the flags of the newest
     history row (what a new lease holder starts from) show it; the change is what gets posted."""
     settings = Settings()
-    rng = random.Random(7)
-    records = [
-        call_factory(
-            f"slow-backup-{i}",
-            route="chat",
-            started_at=NOW - timedelta(seconds=rng.uniform(5.0, 1500.0)),
-            primary_ttft_s=0.3 + rng.expovariate(2.0),
-            hedge_after_s=0.25,
-            backup_ttft_s=5.0,  # always later than the primary: the backup never wins
-        )
-        for i in range(300)
-    ]
+    records = slow_backup_calls(call_factory, "slow-backup", NOW, seed=7)
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, records, defaults=route_defaults(settings))
     async with sessionmaker() as session:
@@ -157,18 +146,7 @@ async def test_a_new_lease_holder_logs_and_posts_only_real_flag_changes(sessionm
 
     settings = Settings(controller_tick_in="loop")
     now = datetime.now(UTC)
-    rng = random.Random(5)
-    records = [
-        call_factory(
-            f"restart-{i}",
-            route="chat",
-            started_at=now - timedelta(seconds=rng.uniform(5.0, 1500.0)),
-            primary_ttft_s=0.3 + rng.expovariate(2.0),
-            hedge_after_s=0.25,
-            backup_ttft_s=5.0,
-        )
-        for i in range(300)
-    ]
+    records = slow_backup_calls(call_factory, "restart", now, seed=5)
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, records, defaults=route_defaults(settings))
     [first] = await run_tick(sessionmaker, settings)  # the previous holder's tick
