@@ -116,7 +116,7 @@ def test_errors_are_one_line_with_the_right_exit_status(served: ServeProcess, tm
     unknown = _cli("routes", "show", "nope", token=READ, api=served.url)
     assert unknown.returncode == 1 and "404" in unknown.stderr and "Traceback" not in unknown.stderr
     bad_pin = _cli("routes", "set", "summarize", "--pin", "100", token=ADMIN, api=served.url)  # max is 30 s
-    assert bad_pin.returncode == 1 and "pinned_hedge_after_s" in bad_pin.stderr
+    assert bad_pin.returncode == 2 and "pinned_hedge_after_s" in bad_pin.stderr  # a value the api refused (422)
     both = _cli("routes", "set", "summarize", "--pin", "1", "--unpin", token=ADMIN, api=served.url)
     assert both.returncode == 2 and "--pin" in both.stderr
     nothing = _cli("routes", "set", "summarize", token=ADMIN, api=served.url)
