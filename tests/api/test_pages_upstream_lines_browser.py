@@ -34,10 +34,14 @@ async def _seed(url: str, now: datetime) -> None:
     (cancelled before its first token) for a few afternoon hours, so its P90 there is a bound."""
     rng = random.Random(4)
     records = []
+    # each hour's calls inside one UTC hour (the chart's 1 h slots start on the hour), so that
+    # slowpoke's hedged hours fill their slots whatever the minute the test runs at
+    top_of_hour = now.replace(minute=0, second=0, microsecond=0)
     for hour in range(24):
         for u, name in enumerate(NAMES):
             for i in range(3 if name == "quiet" else 14):
-                at = now - timedelta(hours=hour, seconds=rng.uniform(0, 3500))
+                at = top_of_hour - timedelta(hours=hour, seconds=rng.uniform(1, 3599))
+                at = max(at, now - timedelta(hours=24) + timedelta(seconds=120))  # inside the 24 h range
                 ttft = rng.lognormvariate(-1.6 + 0.25 * u, 0.5)
                 rid = f"{hour}-{u}-{i}"
                 if name == "slowpoke" and 3 <= hour < 6 and i >= 2:
