@@ -35,6 +35,7 @@ from hedgerow.client.names import visible
 from hedgerow.controller.policy.reason_codes import REASON_MEANINGS
 from hedgerow.controller.report.report_job import post_webhook
 from hedgerow.controller.store.models import Route, ThresholdHistory
+from hedgerow.controller.store.queries import newest_history_id
 
 if TYPE_CHECKING:
     from hedgerow.settings import Settings
@@ -149,17 +150,9 @@ async def latest_reasons(session: AsyncSession) -> dict[tuple[str, str], list[st
     Returns:
         ``{(route, model): [code, ...]}`` for the routes with any history.
     """
-    newest = (
-        select(ThresholdHistory.id)
-        .where(ThresholdHistory.route_id == Route.id)
-        .order_by(ThresholdHistory.computed_at.desc(), ThresholdHistory.id.desc())
-        .limit(1)
-        .correlate(Route)
-        .scalar_subquery()
-    )
     result = await session.execute(
         select(Route.route, Route.model, ThresholdHistory.reason)
-        .join(ThresholdHistory, ThresholdHistory.id == newest)
+        .join(ThresholdHistory, ThresholdHistory.id == newest_history_id())
         .where(Route.archived_at.is_(None))
     )
     return {(route, model): reason.split(",") for route, model, reason in result.all()}

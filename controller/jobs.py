@@ -98,7 +98,7 @@ from hedgerow.controller.store.models import (
     ThresholdHistory,
     utc_now,
 )
-from hedgerow.controller.store.queries import history_row_dict
+from hedgerow.controller.store.queries import history_row_dict, newest_history_id
 
 if TYPE_CHECKING:
     from hedgerow.settings import Settings
@@ -469,15 +469,7 @@ async def _latest_history(session: AsyncSession, route_ids: list[int]) -> dict[i
     """
     if not route_ids:
         return {}
-    latest_id = (
-        select(ThresholdHistory.id)
-        .where(ThresholdHistory.route_id == Route.id)
-        .order_by(ThresholdHistory.computed_at.desc(), ThresholdHistory.id.desc())
-        .limit(1)
-        .correlate(Route)
-        .scalar_subquery()
-    )
-    ids = select(latest_id).select_from(Route).where(Route.id.in_(route_ids))
+    ids = select(newest_history_id()).select_from(Route).where(Route.id.in_(route_ids))
     rows = await session.scalars(select(ThresholdHistory).where(ThresholdHistory.id.in_(ids)))
     return {row.route_id: row for row in rows}
 

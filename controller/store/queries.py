@@ -26,7 +26,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import ScalarSelect, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.client.records import format_timestamp
@@ -42,6 +42,7 @@ __all__ = [
     "history_row_dict",
     "list_routes",
     "list_thresholds",
+    "newest_history_id",
     "resolve_model",
     "route_dict",
     "route_row",
@@ -287,3 +288,16 @@ async def get_history(
         query.order_by(ThresholdHistory.computed_at.desc(), ThresholdHistory.id.desc()).offset(offset).limit(limit)
     )
     return [history_row_dict(h, row) for h in result.all()]
+
+
+def newest_history_id() -> ScalarSelect[int]:
+    """The id of a route's newest history row (by ``computed_at``, then ``id``), as a scalar
+    subquery correlated to :class:`Route`: use it in a statement that selects from ``routes``."""
+    return (
+        select(ThresholdHistory.id)
+        .where(ThresholdHistory.route_id == Route.id)
+        .order_by(ThresholdHistory.computed_at.desc(), ThresholdHistory.id.desc())
+        .limit(1)
+        .correlate(Route)
+        .scalar_subquery()
+    )
