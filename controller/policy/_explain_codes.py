@@ -315,6 +315,8 @@ def _drift_window(r: Row) -> str:
         if drift.get("fresh") is True
         else ""
     )
+    if fresh and r.codes and r.codes[0] == "cost_tie" and r.value_s is not None and r.value_s == r.previous_s:
+        fresh += " It is kept because the data since the change predict the same tail there, with fewer hedges."
     if drift.get("test") == "tail":
         level = _number(drift.get("level_s"))
         counts = [_count(drift.get(key)) for key in ("recent_over", "recent_known", "older_over", "older_known")]

@@ -58,6 +58,35 @@ def _within_target_noise(value_s: float, objective_details: dict[str, Any]) -> b
     return bool(value_s - target <= target - point + 1e-12)
 
 
+def _cost_tie_above_search(p: Proposal, x: Inputs, objective_details: dict[str, Any]) -> Proposal:
+    """After a fresh change: keep a current value above the objective's search range (at or above
+    the primary's own tail quantile) that the proposal does not beat at the quantile by more than
+    the tolerance, as ``cost_tie`` (binding ``cost``), when it is within the budget.
+
+    Rule 3 caps its search at the primary's tail quantile ``x_q`` because every value above it
+    predicts the same tail, ``x_q``; its cost tie-break (the largest value within the tolerance of
+    the lowest tail) therefore picks among values at or below ``x_q`` and leaves the comparison
+    with a value above it to this rule. That comparison is no incumbent's hold: the new regime's
+    own curves predict the same tail for both, and the higher value hedges less. Without it a
+    fresh change would start hedging at ``x_q`` with no predicted gain (30 s to 0.294 s, both
+    predicting 0.294 s, ``tests/controller/policy/test_policy.py``). The objective's details then
+    describe the value kept (``chosen_s`` and the predictions at it), as the replay hold's do.
+    Returns ``p`` unchanged when the current value is over the budget (its one-sided bound, or the
+    short window).
+    """
+    base = x.base
+    if not objective_details["current_within_budget"] or short_window_over(x, base):
+        return p
+    kept = objective_details | {
+        "chosen_s": base,
+        "predicted_tail_at_chosen_s": objective_details["predicted_tail_at_current_s"],
+        "predicted_tail_at_chosen_by_level_s": objective_details["predicted_tail_at_current_by_level_s"],
+        "hedge_rate_at_chosen": objective_details["hedge_rate_at_current"],
+        "hedge_rate_upper_at_chosen": objective_details["hedge_rate_upper_at_current"],
+    }
+    return p.with_value(base, ("cost_tie",), "cost", objective=kept)
+
+
 def stability(p: Proposal, x: Inputs) -> Proposal:
     """Rule 5: hold what is as good as the proposal; lower by a bounded step; skip tiny changes.
 
@@ -87,19 +116,25 @@ def stability(p: Proposal, x: Inputs) -> Proposal:
     lies within the short window, ``drift["fresh"]``): they guard an incumbent value against
     noise, and a value set for the regime before a change that passed the log-rank test is no
     incumbent; the estimate since the change carries its own budget bound (and the window since
-    the change has had few looks).
+    the change has had few looks). A current value above the search range that the proposal
+    does not beat is still kept then, as rule 3's cost tie-break (``cost_tie``,
+    :func:`_cost_tie_above_search`).
     """
     if p.settled or x.current is None or p.value == x.base:
         return p
-    if x.observation.drift is not None and x.observation.drift.get("fresh"):
-        return p  # the current value was set for the regime before the change: no incumbent
     base = x.base
-    hold = p.with_value(base, ("hysteresis_hold",), "hysteresis")
     objective_details = p.details.get("objective")
     above_search = objective_details is not None and base > objective_details["search_top_s"]
     outdone = (
         objective_details is not None and above_search and _worse_at_quantile(objective_details, x.knobs.p99_tolerance)
     )
+    if x.observation.drift is not None and x.observation.drift.get("fresh"):
+        # the current value was set for the regime before the change: no incumbent; but one above
+        # the search that the proposal does not beat is rule 3's own cost tie-break on the new data
+        if objective_details is not None and above_search and not outdone and p.binding in ("budget", "tail", "cost"):
+            return _cost_tie_above_search(p, x, objective_details)
+        return p
+    hold = p.with_value(base, ("hysteresis_hold",), "hysteresis")
     if (
         p.binding in ("budget", "tail", "cost")
         and objective_details is not None

@@ -29,6 +29,7 @@ from hedgerow.controller.policy._policy_rules import (
 )
 from hedgerow.controller.policy._policy_window import WindowRecords, observe_window
 from hedgerow.controller.policy.estimation import TTFTEstimate, estimate_ttft
+from hedgerow.controller.policy.explain import explain_history_row
 from hedgerow.controller.policy.policy import (
     REASON_CODES,
     Decision,
@@ -658,6 +659,29 @@ def test_a_fresh_change_lifts_the_hold_and_the_step_limit() -> None:
     d = decide(CONFIG, 2.5, obs, KNOBS)
     assert d.hedge_after_s < 2.5 * (1 - KNOBS.max_step_down)
     assert "step_down_limited" not in codes(d) and codes(d)[0] != "hysteresis_hold"
+
+
+def test_a_fresh_change_keeps_a_higher_value_the_proposal_does_not_beat() -> None:
+    # 2.7x faster for the last 2 minutes, the new P99 about 0.29 s: rule 3's search stops at the
+    # primary's own P99, where hedging predicts the same tail as not hedging; the 30 s in force
+    # predicts it too, so the cost tie-break keeps it (no hedging for no predicted gain) instead
+    # of publishing 0.294 s as tail_min, as the drift path did
+    before = lognormal(9000, 0.4, 0.3, 17)
+    after = lognormal(360, 0.15, 0.25, 18)
+    age = np.concatenate([np.linspace(3590, 121, 9000), np.linspace(119, 1, 360)])
+    obs = observe(records(np.concatenate([before, after]), age_s=age))
+    assert obs.drift is not None and obs.drift["fresh"]
+    d = decide(CONFIG, 30.0, obs, KNOBS)
+    assert (d.hedge_after_s, d.applied, codes(d)) == (30.0, False, ["cost_tie", "clamped_max", "drift_window"])
+    objective = d.details["objective"]
+    assert objective["search_choice_s"] == pytest.approx(0.2938, abs=1e-4)
+    assert objective["chosen_s"] == 30.0
+    assert objective["predicted_tail_at_chosen_s"] == objective["predicted_tail_at_current_s"]
+    assert objective["predicted_tail_at_current_s"] == pytest.approx(0.2938, abs=1e-4)
+    row = {"reason": d.reason, "details": d.details, "previous_hedge_after_s": 30.0, "hedge_after_s": 30.0}
+    words = " ".join(explain_history_row(row | {"applied": False, "budget": 0.1, "samples": 360, "repeats": 1}))
+    assert "Binding constraint: cost." in words and "30 s predicts 0.294 s" in words
+    assert "Predicted P99 TTFT: 0.294 s at 30 s." in words and "It is kept because" in words
 
 
 # --- flags -----------------------------------------------------------------------------------
