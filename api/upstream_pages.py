@@ -23,7 +23,7 @@ from hedgerow.api._state import app_state
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import UnknownRoute
 from hedgerow.controller.store.models import utc_now
-from hedgerow.controller.store.upstreams import upstream_stats
+from hedgerow.controller.store.upstreams import coverage_note, upstream_stats
 
 __all__ = ["RANGES", "router", "upstreams_url"]
 
@@ -80,6 +80,7 @@ async def upstreams_page(request: Request) -> HTMLResponse:
         range_key=range_key,
         ranges=list(RANGES),
         kept_from=kept_from if kept_from > since else None,
+        empty_note=coverage_note(since, now, table["covered_from"], len(table["upstreams"])),
         quantile=_quantile,
         upstreams_url=upstreams_url,
     )

@@ -2,9 +2,9 @@
 
 The table of :func:`hedgerow.controller.store.upstreams.upstream_stats` (see that module for each
 figure's definition): per upstream, attempts, TTFT P50/P90/P99 (Kaplan-Meier, censored attempts
-included), error/timeout/stall rates, win rate in races, hedges caused and output tokens spent as a
-loser, over the calls started in ``[since, until)`` (default: the 24 hours before ``until``, itself
-defaulting to now), optionally of one route. A bad window (no zone, ``since`` not before
+included), error/timeout/stall rates, win rate in races, hedges caused and the prompt (and output)
+tokens spent by its losing attempts, over the calls started in ``[since, until)`` (default: the 24
+hours before ``until``, itself defaulting to now), optionally of one route. A bad window (no zone, ``since`` not before
 ``until``, longer than 32 days) is 422 ``{"detail": {"field", "message"}}`` naming it; a ``route``
 no stored route has (any model) is 404 naming ``route``.
 """
@@ -52,7 +52,12 @@ class UpstreamOut(BaseModel):
     because the primary was slow; ``win_rate = wins / raced``. ``hedges_caused``: such hedges with
     this upstream as the primary (``hedge_share``: of every hedge in the window);
     ``failovers_caused``: backups started because it failed as the primary;
-    ``loser_completion_tokens``: output tokens of its attempts that lost in a call with a backup.
+    ``loser_completion_tokens``: output tokens of its attempts that lost in a call with a backup
+    (about 0 under first-token hedging: the loser is cancelled at the winner's first token);
+    ``loser_prompt_tokens``: the prompt tokens of those losing attempts (what they cost: the
+    upstream prefilled the prompt), of which ``loser_prompt_tokens_estimated`` were the call's
+    prompt tokens standing in for an attempt without a usage chunk;
+    ``loser_attempts_without_prompt_tokens``: losing attempts with no prompt tokens recorded.
     """
 
     upstream: str
@@ -75,6 +80,9 @@ class UpstreamOut(BaseModel):
     hedge_share: float | None
     failovers_caused: int
     loser_completion_tokens: int
+    loser_prompt_tokens: int
+    loser_prompt_tokens_estimated: int
+    loser_attempts_without_prompt_tokens: int
 
 
 class UpstreamTableOut(BaseModel):

@@ -35,7 +35,7 @@ def _records() -> list[dict[str, Any]]:
             AttemptRecord("[bold]a[/]", "primary", 0.0, None, 0.9, "cancelled", 200, None, 3),
             AttemptRecord("b|c", "backup", 0.5, 0.9, 2.0, "won", 200, None, 20),
         )
-        out.append(CallRecord(f"h{i}", "chat", "m1", now - timedelta(minutes=2), hedged=True,
+        out.append(CallRecord(f"h{i}", "chat", "m1", now - timedelta(minutes=2), hedged=True, prompt_tokens=250,
                               hedge_reason="ttft_timeout", winner="backup", ttft_s=0.9, attempts=atts))  # fmt: skip
     atts = (AttemptRecord("b|c", "primary", 0.0, None, 9.0, "failed", None, "total_timeout", 0),)
     out.append(CallRecord("t1", "other", "m1", now - timedelta(minutes=1), status="timeout",
@@ -59,6 +59,10 @@ def test_upstreams_list_against_a_running_serve(tmp_path: Path) -> None:
             "upstreams", "list", "--api", served.url, "--token", "r3ad",
             "--since", (datetime.now(UTC) - timedelta(hours=1)).isoformat(), "--until", datetime.now(UTC).isoformat(),
         )  # fmt: skip
+        before = _cli(
+            "upstreams", "list", "--api", served.url, "--token", "r3ad",
+            "--since", "2020-01-01T00:00:00Z", "--until", "2020-01-02T00:00:00Z",
+        )  # fmt: skip
     finally:
         served.stop()
     assert table.returncode == 0, table.stderr
@@ -70,6 +74,12 @@ def test_upstreams_list_against_a_running_serve(tmp_path: Path) -> None:
     rows = {row["upstream"]: row for row in data["upstreams"]}
     assert data["route"] == "chat" and set(rows) == {"[bold]a[/]", "b|c"}
     assert rows["[bold]a[/]"]["hedges_caused"] == 4 and rows["[bold]a[/]"]["loser_completion_tokens"] == 12
+    # the cancelled primaries each prefilled the call's 250-token prompt: 1000, in the table too
+    assert rows["[bold]a[/]"]["loser_prompt_tokens"] == 1000 and "loser_prompt_tokens" in table.stdout
+    assert "1000" in table.stdout
+    # a window before the stored data: an empty table, and a note saying why
+    assert before.returncode == 0 and "0 upstream(s)" in before.stdout, before.stderr
+    assert "The window ends before the oldest raw call stored" in before.stdout
     assert no_token.returncode == 1 and "--token" in no_token.stderr
     assert window.returncode == 0 and "2 upstream(s)" in window.stdout, window.stderr
 

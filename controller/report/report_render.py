@@ -282,6 +282,7 @@ _FILTERS = {
     "flags": _flags,
     "shown": visible,
     "upstream_q": lambda entry: report_upstreams.quantile_text(entry, _s),
+    "loser_prompt": report_upstreams.loser_prompt_text,
 }
 
 

@@ -5,7 +5,9 @@ Markdown and CSV (the HTML template renders the same JSON).
 is ``{"rows": [row...], "truncated", "hedges", "attempts", "covered_from"}``: a row per upstream
 of the week's calls, most attempts first, as :func:`hedgerow.controller.store.upstreams.upstream_stats`
 defines it (attempts, Kaplan-Meier TTFT P50/P90/P99 with censored attempts, error/timeout/stall
-rates, win rate in races, hedges caused, output tokens spent as a loser). The figures are read
+rates, win rate in races, hedges caused, the prompt and output tokens spent by its losing attempts).
+A report stored before the prompt tokens were counted has no ``loser_prompt_tokens``: its formats
+show an en dash (CSV an empty cell) there. The figures are read
 from the raw attempts, not the hourly rollups, so they cover only calls retention has kept
 (``HEDGEROW_RETENTION_S``, 14 days by default: a past week is covered until then); ``calls``
 counts the week's raw calls kept, and every format says so when the rollups count more
@@ -28,14 +30,22 @@ from hedgerow.controller.report.report import IsoWeek
 from hedgerow.controller.store.models import Call
 from hedgerow.controller.store.upstreams import upstream_stats
 
-__all__ = ["CSV_UPSTREAM_COLUMNS", "coverage_note", "csv_rows", "markdown_lines", "quantile_text", "week_upstreams"]
+__all__ = [
+    "CSV_UPSTREAM_COLUMNS",
+    "coverage_note",
+    "csv_rows",
+    "loser_prompt_text",
+    "markdown_lines",
+    "quantile_text",
+    "week_upstreams",
+]
 
 #: Columns the CSV report adds for its ``upstream`` rows (empty in the route and total rows).
 CSV_UPSTREAM_COLUMNS = (
     "upstream", "attempts", "primary_attempts", "upstream_ttft_p50_s", "upstream_ttft_p90_s",
     "upstream_ttft_p99_s", "ttft_samples", "ttft_censored", "error_rate", "timeout_rate", "stall_rate",
     "raced", "race_wins", "race_win_rate", "hedges_caused", "hedge_share", "failovers_caused",
-    "loser_completion_tokens",
+    "loser_completion_tokens", "loser_prompt_tokens",
 )  # fmt: skip
 
 
@@ -76,6 +86,13 @@ def quantile_text(entry: Mapping[str, Any] | None, seconds: Callable[[Any], str]
     return seconds(entry["value_s"])
 
 
+def loser_prompt_text(row: Mapping[str, Any]) -> str:
+    """An upstream row's ``loser_prompt_tokens`` for people (``12,400``), an en dash in a report
+    stored before they were counted."""
+    value = row.get("loser_prompt_tokens")
+    return "–" if value is None else f"{value:,}"
+
+
 def coverage_note(report: Mapping[str, Any]) -> str | None:
     """The sentence saying the table misses calls whose raw rows retention deleted, or None.
 
@@ -112,8 +129,8 @@ def markdown_lines(
         "## Upstreams",
         "",
         "| upstream | attempts | TTFT P50 | TTFT P90 | TTFT P99 | errors | timeouts | stalls | win rate "
-        "| hedges caused | loser tokens |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| hedges caused | loser prompt tokens | loser output tokens |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in table["rows"]:
         q = row["ttft_s"]
@@ -121,7 +138,7 @@ def markdown_lines(
             f"| {text(row['upstream'])} | {row['attempts']:,} | {quantile_text(q['p50'], seconds)} "
             f"| {quantile_text(q['p90'], seconds)} | {quantile_text(q['p99'], seconds)} | {pct(row['error_rate'])} "
             f"| {pct(row['timeout_rate'])} | {pct(row['stall_rate'])} | {pct(row['win_rate'])} "
-            f"| {row['hedges_caused']:,} | {row['loser_completion_tokens']:,} |"
+            f"| {row['hedges_caused']:,} | {loser_prompt_text(row)} | {row['loser_completion_tokens']:,} |"
         )
     note = coverage_note(report)
     if note:
@@ -164,6 +181,7 @@ def csv_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "hedge_share": row["hedge_share"],
                 "failovers_caused": row["failovers_caused"],
                 "loser_completion_tokens": row["loser_completion_tokens"],
+                "loser_prompt_tokens": row.get("loser_prompt_tokens"),
             }
         )
     return out

@@ -4,8 +4,10 @@
   calls started in ``[since, until)`` (default: the last 24 hours; at most 32 days), the attempts,
   TTFT P50/P90/P99 (Kaplan-Meier, attempts cancelled before their first token counted as
   censored), error/timeout/stall rates, win rate in races, hedges caused (as the slow primary) and
-  output tokens spent in losing attempts. ``GET /v1/upstreams`` underneath; the definitions are
-  those of :mod:`hedgerow.controller.store.upstreams`.
+  the prompt and output tokens spent by its losing attempts (first-token hedging cancels the loser at
+  the winner's first token, so its output is about 0: its prompt is the waste). An empty table
+  says why (a window before the oldest stored call, nothing stored). ``GET /v1/upstreams``
+  underneath; the definitions are those of :mod:`hedgerow.controller.store.upstreams`.
 
 Where: ``--api URL`` (or ``HEDGEROW_API_URL``) and ``--token T`` (or ``HEDGEROW_TOKEN``), as
 ``hedgerow routes``. Names are printed with control and format characters escaped and never read
@@ -47,7 +49,8 @@ COLUMNS = [
     "win_rate",
     "hedges_caused",
     "failovers",
-    "loser_tokens",
+    "loser_prompt_tokens",
+    "loser_output_tokens",
 ]
 
 
@@ -102,6 +105,7 @@ def upstream_rows(data: dict[str, Any]) -> list[list[str]]:
                 "-" if row["win_rate"] is None else f"{row['win_rate']:.1%} of {row['raced']}",
                 str(row["hedges_caused"]),
                 str(row["failovers_caused"]),
+                str(row["loser_prompt_tokens"]),
                 str(row["loser_completion_tokens"]),
             ]
         )
@@ -120,7 +124,7 @@ def list_upstreams(
     """Every upstream's TTFT percentiles, failure rates, win rate and hedges over a window (default 24 h)."""
     from hedgerow.client.names import visible
     from hedgerow.client.records import control_character_error
-    from hedgerow.controller.store.upstreams import window_error
+    from hedgerow.controller.store.upstreams import coverage_note, window_error
 
     since_text = _time_flag("--since", since)
     until_text = _time_flag("--until", until)
@@ -138,10 +142,22 @@ def list_upstreams(
     scope = f"route {visible(route)}" if route is not None else "every route"
     title = f"{len(data['upstreams'])} upstream(s), {scope}, {data['since'][:19]} to {data['until'][:19]} UTC"
     _print_table(title, upstream_rows(data))
+    note = coverage_note(
+        datetime.fromisoformat(data["since"]),
+        datetime.fromisoformat(data["until"]),
+        None if data["covered_from"] is None else datetime.fromisoformat(data["covered_from"]),
+        len(data["upstreams"]),
+    )
+    if note is not None:
+        typer.echo(note)
     if data["truncated"]:
         typer.echo("more upstreams than shown: the busiest are listed (use --json for the same list)")
     typer.echo(
         "ttft: Kaplan-Meier over attempts with a first token and those cancelled before one (censored); "
         ">=x: the data only bound it below. win_rate: wins of races (hedged calls). "
-        "hedges_caused: hedges while it was the slow primary; loser_tokens: output of its losing attempts."
+        "hedges_caused: hedges while it was the slow primary; loser_prompt_tokens / loser_output_tokens: prompt "
+        "and output tokens of its attempts that lost in calls with a backup (the prompt is what a loser costs)."
     )
+    unknown = sum(row["loser_attempts_without_prompt_tokens"] for row in data["upstreams"])
+    if unknown:
+        typer.echo(f"{unknown} losing attempt(s) carry no prompt tokens in their records: not in loser_prompt_tokens")

@@ -54,7 +54,7 @@ async def test_the_page_shows_the_table_escaped_and_filtered(make_api: MakeApi) 
         unknown = await api.get("/ui/upstreams", params={"route": "nobody"})
         assert unknown.status_code == 404 and "unknown route &#39;nobody&#39;" in unknown.text
         empty = (await api.get("/ui/upstreams", params={"route": "other", "range": "1h"})).text
-        assert 'id="no-upstreams"' in empty
+        assert 'id="no-upstreams"' in empty and "No attempt in this window" in empty
         route_page = (await api.get("/ui/routes/team/chat", params={"model": "m1"})).text
         assert 'href="/ui/upstreams?route=team%2Fchat"' in route_page
 

@@ -40,7 +40,7 @@ def _records() -> list[CallRecord]:
                 AttemptRecord(fast, "backup", 0.5, 0.9, 2.0, "won", 200, None, 20),
             )
             out.append(CallRecord(f"h{i}", "chat", "m1", at, hedged=True, hedge_reason="ttft_timeout",
-                                  winner="backup", ttft_s=0.9, attempts=atts))  # fmt: skip
+                                  winner="backup", ttft_s=0.9, prompt_tokens=300, attempts=atts))  # fmt: skip
         else:
             atts = (AttemptRecord(slow, "primary", 0.0, 0.3, 1.0, "won", 200, None, 20),)
             out.append(CallRecord(f"p{i}", "chat", "m1", at, winner="primary", ttft_s=0.3, attempts=atts))
@@ -71,16 +71,29 @@ async def test_the_table_in_every_format(sessionmaker: async_sessionmaker[AsyncS
         cells = by_name[shown]
         assert int(cells["attempts"]) == row["attempts"] and int(cells["hedges_caused"]) == row["hedges_caused"]
         assert int(cells["loser_completion_tokens"]) == row["loser_completion_tokens"]
+        assert int(cells["loser_prompt_tokens"]) == row["loser_prompt_tokens"]
+    # each of the 15 cancelled primaries re-sent the call's 300-token prompt: the loser's real cost
+    assert sum(row["loser_prompt_tokens"] for row in table["rows"]) == 15 * 300
     assert all(r["route"] == "" and r["calls"] == "" for r in upstream_rows)
 
     md = render(report, "md")
     assert "## Upstreams" in md and "a\\|b\\`c" in md and "\\<i\\>up\\</i\\>" in md
     table_lines = [line for line in md.splitlines() if line.startswith("| ") and "\\<i\\>" in line]
-    assert table_lines and all(line.count(" | ") == 10 for line in table_lines)  # 11 cells: no extra column
+    assert table_lines and all(line.count(" | ") == 11 for line in table_lines)  # 12 cells: no extra column
+    assert any(" | 1,500 | " in line for line in table_lines)  # 5 losing primaries x 300 prompt tokens
     assert "still kept" not in md
 
     html = render(report, "html")
     assert "<h2>Upstreams</h2>" in html and "&lt;i&gt;up&lt;/i&gt;" in html and "<i>up</i>" not in html
+    assert '<td data-label="loser prompt tokens">1,500</td>' in html
+
+    # a report stored before the prompt tokens were counted still renders (an en dash, an empty cell)
+    for row in report["upstreams"]["rows"]:
+        del row["loser_prompt_tokens"]
+    assert '<td data-label="loser prompt tokens">–</td>' in render(report, "html")
+    assert " | – | " in render(report, "md")
+    old_csv = [r for r in csv.DictReader(io.StringIO(render(report, "csv"))) if r["scope"] == "upstream"]
+    assert {r["loser_prompt_tokens"] for r in old_csv} == {""}
 
 
 async def test_a_week_partly_deleted_by_retention_says_so(sessionmaker: async_sessionmaker[AsyncSession]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from hedgerow.client.records import AttemptRecord, CallRecord
+from hedgerow.client.records import AttemptRecord, CallRecord, attempt_prompt_tokens
 from hedgerow.controller.errors import UnknownRoute
 from hedgerow.controller.policy.samples import ttft_sample
 from hedgerow.controller.policy.ttft_histogram import histogram_of, km_quantile
@@ -22,6 +22,7 @@ from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.upstreams import (
     MAX_WINDOW_S,
     UpstreamWindowError,
+    coverage_note,
     failure_kind,
     upstream_stats,
     window_error,
@@ -66,21 +67,35 @@ def _hand_calls() -> list[CallRecord]:
     return [
         # a answers alone, TTFT 0.2 s
         _call("c1", (A("a", "primary", 0.0, 0.2, 1.0, "won", 200, None, 30),)),
-        # a is slow: hedge to b at 0.5 s, b wins at 0.8 s (a censored at 0.8 s, 0 tokens)
+        # a is slow: hedge to b at 0.5 s, b wins at 0.8 s (a censored at 0.8 s, 0 tokens, its
+        # 120 prompt tokens prefilled and lost)
         _call(
             "c2",
             (
-                A("a", "primary", 0.0, None, 0.8, "cancelled", 200, None, 0),
+                A("a", "primary", 0.0, None, 0.8, "cancelled", 200, None, 0, prompt_tokens=120),
                 A("b", "backup", 0.5, 0.8, 2.0, "won", 200, None, 40),
             ),
             reason="ttft_timeout",
         ),
-        # a is slow, hedge to b, a still wins; b generated 7 tokens before the cancel
+        # a is slow, hedge to b, a still wins; b generated 7 tokens before the cancel (its prompt
+        # tokens estimated from the call's)
         _call(
             "c3",
             (
                 A("a", "primary", 0.0, 0.6, 1.5, "won", 200, None, 30),
-                A("b", "backup", 0.5, 0.55, 0.6, "cancelled", 200, None, 7),
+                A(
+                    "b",
+                    "backup",
+                    0.5,
+                    0.55,
+                    0.6,
+                    "cancelled",
+                    200,
+                    None,
+                    7,
+                    prompt_tokens=10,
+                    prompt_tokens_estimated=True,
+                ),
             ),
             reason="ttft_timeout",
         ),
@@ -154,6 +169,11 @@ async def test_hand_checked_figures(sessionmaker: async_sessionmaker[AsyncSessio
     assert (a["hedges_caused"], a["hedge_share"], a["failovers_caused"]) == (2, 1.0, 1)
     assert (b["hedges_caused"], b["hedge_share"], b["failovers_caused"]) == (0, 0.0, 0)
     assert (a["loser_completion_tokens"], b["loser_completion_tokens"]) == (0, 7)
+    # the losers' prompts: a's 120 (c2; its c4 attempt refused with a 503 was billed none: 0 by the
+    # store's estimate rule), b's estimated 10 (c3); every record carries them
+    assert (a["loser_prompt_tokens"], a["loser_prompt_tokens_estimated"]) == (120, 0)
+    assert (b["loser_prompt_tokens"], b["loser_prompt_tokens_estimated"]) == (10, 10)
+    assert (a["loser_attempts_without_prompt_tokens"], b["loser_attempts_without_prompt_tokens"]) == (0, 0)
     assert result["hedges"] == 2 and result["attempts"] == 9 and not result["truncated"]
     assert result["covered_from"] == T0 - timedelta(days=3)
     everything = await _stats(sessionmaker)
@@ -201,7 +221,7 @@ def _random_calls(n: int, seed: int) -> list[CallRecord]:
             if ttft <= hedge + b_ttft:
                 atts = (
                     A(primary, "primary", 0.0, ttft, ttft + 1, "won", 200, None, 20),
-                    A(backup, "backup", hedge, None, ttft, "cancelled", 200, None, rng.randint(0, 9)),
+                    A(backup, "backup", hedge, None, ttft, "cancelled", 200, None, rng.randint(0, 9), prompt_tokens=50),
                 )
             else:
                 first = hedge + b_ttft
@@ -213,7 +233,7 @@ def _random_calls(n: int, seed: int) -> list[CallRecord]:
     return out
 
 
-_KEYS = ("attempts", "error", "timeout", "stall", "raced", "wins", "hedges", "loser")
+_KEYS = ("attempts", "error", "timeout", "stall", "raced", "wins", "hedges", "loser", "loser_prompt")
 
 
 def _recount(records: list[CallRecord], since: datetime, until: datetime) -> dict[str, dict[str, Any]]:
@@ -234,6 +254,7 @@ def _recount(records: list[CallRecord], since: datetime, until: datetime) -> dic
                 row["hedges"] += a.role == "primary"
             if record.hedged and a.outcome != "won":
                 row["loser"] += a.completion_tokens
+                row["loser_prompt"] += attempt_prompt_tokens(record, a)[0]  # the store's rule
             sample = ttft_sample(a.start_s, a.first_token_s, a.end_s, a.outcome)
             if sample is not None:
                 samples.setdefault(a.upstream, []).append(sample)
@@ -259,6 +280,7 @@ async def test_matches_a_plain_recount(sessionmaker: async_sessionmaker[AsyncSes
         assert (row["errors"], row["timeouts"], row["stalls"]) == (want["error"], want["timeout"], want["stall"])
         assert (row["raced"], row["wins"], row["hedges_caused"]) == (want["raced"], want["wins"], want["hedges"])
         assert row["loser_completion_tokens"] == want["loser"] > 0
+        assert row["loser_prompt_tokens"] == want["loser_prompt"] > 0
         assert row["ttft_censored"] == want["censored"]
         for q, found in want["p"].items():
             assert found is not None
@@ -308,3 +330,13 @@ async def test_the_sql_pass_and_the_streamed_fallback_agree(sessionmaker: async_
         assert (in_sql.observed[name] == streamed.observed[name]).all()
         assert (in_sql.censored[name] == streamed.censored[name]).all()
         assert in_sql.censored[name].sum() > 0 and in_sql.totals[name][2] > 0  # censored samples, errors
+
+
+def test_an_empty_table_says_why() -> None:
+    since, until = T0 - timedelta(days=2), T0 - timedelta(days=1)
+    assert coverage_note(since, until, None, 0) is not None
+    assert "No raw call is stored yet" in (coverage_note(since, until, None, 0) or "")
+    before = coverage_note(since, until, T0, 0) or ""
+    assert before.startswith("The window ends before the oldest raw call stored (2026-12-01 12:00 UTC)")
+    assert (coverage_note(since, until, since, 0) or "").startswith("No attempt in this window")
+    assert coverage_note(since, until, T0, 3) is None  # rows: nothing to explain
