@@ -1,17 +1,18 @@
 """The calls explorer's api: ``GET /v1/routes/{route}/calls``, a route's recent calls and their attempts.
 
-``GET /v1/routes/{route}/calls?model=&since=&until=&outcome=&winner=&cursor=&limit=`` (read
-scope): the calls of (route, model), newest first, each with its attempts
+``GET /v1/routes/{route}/calls?model=&since=&until=&outcome=&winner=&upstream=&failed_upstream=&cursor=&limit=``
+(read scope): the calls of (route, model), newest first, each with its attempts
 (:mod:`hedgerow.controller.store.calls_query`). ``model`` may be left out when the route has one
 model. Paged by cursor: pass a page's ``next_cursor`` back as ``cursor`` for the next (older)
-page; ``next_cursor`` is null on the last page. A filtered page (``outcome``, ``winner``)
+page; ``next_cursor`` is null on the last page. A filtered page (any filter but the times)
 examines at most :data:`~hedgerow.controller.calls_filters.MAX_SCAN_CALLS` calls: when they hold
 less than a page, the page is short, ``scan_stopped_at`` names the oldest call examined and
 ``next_cursor`` goes on from it. ``limit`` is 1 to
 :data:`~hedgerow.controller.calls_filters.MAX_CALLS_LIMIT` (default 50). ``outcome`` is one of
 :data:`~hedgerow.controller.calls_filters.CALL_OUTCOMES`; ``winner`` names the upstream whose
-attempt won. A bad value is 422 ``{"detail": {"field", "message"}}`` naming it; an unknown
-route 404.
+attempt won, ``upstream`` one any attempt went to, ``failed_upstream`` one an attempt on which
+failed (the upstream behind a failover or a failed call). A bad value is 422
+``{"detail": {"field", "message"}}`` naming it; an unknown route 404.
 
 Raw calls are deleted after ``retention_s``; when ``since`` is older than that, the answer's
 ``retention_note`` says so (the window's older part is empty because it was deleted, not
@@ -171,6 +172,20 @@ async def get_route_calls(
         ),
         AfterValidator(lambda value: None if value is None else no_control_characters(value)),
     ] = None,
+    upstream: Annotated[
+        str | None,
+        Query(min_length=1, max_length=MAX_NAME_CHARS, description="Only calls with an attempt sent to this upstream."),
+        AfterValidator(lambda value: None if value is None else no_control_characters(value)),
+    ] = None,
+    failed_upstream: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_NAME_CHARS,
+            description="Only calls with an attempt on this upstream that failed (error, timeout or stall).",
+        ),
+        AfterValidator(lambda value: None if value is None else no_control_characters(value)),
+    ] = None,
     cursor: Annotated[
         str | None,
         Query(min_length=1, max_length=200, description="The next_cursor of the previous page (older calls)."),
@@ -194,7 +209,17 @@ async def get_route_calls(
         return _unprocessable("cursor", str(exc))
     chosen = await resolve_model(session, route, model)
     page = await recent_calls(
-        session, route, chosen, limit=limit, after=after, since=since, until=until, outcome=outcome, winner=winner
+        session,
+        route,
+        chosen,
+        limit=limit,
+        after=after,
+        since=since,
+        until=until,
+        outcome=outcome,
+        winner=winner,
+        upstream=upstream,
+        failed_upstream=failed_upstream,
     )
     note = retention_note(since, utc_now(), app_state(request.app).settings.retention_s)
     return {

@@ -1,8 +1,12 @@
 """The calls explorer in the ops console: ``GET /ui/calls/{route}``, a route's recent calls.
 
-``/ui/calls/{route}?model=&since=&until=&outcome=&winner=&cursor=`` lists the calls of (route,
-model), newest first, :data:`PAGE_CALLS` a page (:func:`~hedgerow.controller.store.calls_query.recent_calls`);
-the filters are a GET form, the next page a link carrying the cursor. Each call is a
+``/ui/calls/{route}?model=&since=&until=&outcome=&winner=&upstream=&failed_upstream=&cursor=``
+lists the calls of (route, model), newest first, :data:`PAGE_CALLS` a page
+(:func:`~hedgerow.controller.store.calls_query.recent_calls`); the filters are a GET form (the
+upstream filters are selects of the upstreams of the route's newest calls,
+:func:`~hedgerow.controller.store.calls_query.route_upstreams`), the next page a link carrying
+the cursor. A URL with an empty parameter (what a form sends for a filter left at "any") is
+redirected (303) to the same URL without it, so no link or address bar carries ``winner=``. Each call is a
 ``<details>`` element: its summary line (time, outcome, winning upstream, TTFT, e2e), and
 opened, its attempts (upstream, role, start, TTFT, how it ended, status, error, tokens). Above
 the list, the page's attempts are counted by upstream and outcome, so the upstream behind a
@@ -25,8 +29,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from hedgerow.api._page_kit import error_page, page_user, render_page, route_url, templates
 from hedgerow.api._state import app_state
@@ -40,7 +44,7 @@ from hedgerow.controller.calls_filters import (
     decode_cursor,
 )
 from hedgerow.controller.errors import AmbiguousModel, UnknownRoute
-from hedgerow.controller.store.calls_query import recent_calls, retention_note
+from hedgerow.controller.store.calls_query import recent_calls, retention_note, route_upstreams
 from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.queries import resolve_model
 
@@ -131,16 +135,22 @@ def _upstream_counts(calls: list[dict[str, Any]]) -> list[tuple[str, dict[str, i
 
 
 @router.get("/{route:path}", response_class=HTMLResponse)
-async def calls_page(request: Request, route: str) -> HTMLResponse:
+async def calls_page(request: Request, route: str) -> Response:
     """A route's recent calls, filtered and paged, each expandable to its attempts."""
     user = page_user(request)
     q = request.query_params
     model = q.get("model") or None
     outcome = q.get("outcome", "").strip() or None
     winner = q.get("winner", "").strip() or None
+    upstream = q.get("upstream", "").strip() or None
+    failed_upstream = q.get("failed_upstream", "").strip() or None
     cursor = q.get("cursor", "").strip() or None
+    if any(not value.strip() for _name, value in q.multi_items()):  # a form's "any": drop it from the URL
+        kept = {k: v for k, v in q.items() if v.strip() and k != "model"}
+        return RedirectResponse(calls_url(route, model, **kept), status_code=status.HTTP_303_SEE_OTHER)
     back = (route_url(route, model), "route")
-    for name, value in (("route", route), ("model", model or ""), ("winner", winner or "")):
+    names = (("winner", winner), ("upstream", upstream), ("failed_upstream", failed_upstream))
+    for name, value in (("route", route), ("model", model or ""), *((n, v or "") for n, v in names)):
         problem = control_character_error(value)
         if problem is not None:
             return error_page(request, user, 422, f"{name}: {problem}")
@@ -167,7 +177,10 @@ async def calls_page(request: Request, route: str) -> HTMLResponse:
                 until=until,
                 outcome=outcome,
                 winner=winner,
+                upstream=upstream,
+                failed_upstream=failed_upstream,
             )
+            choices = await route_upstreams(session, route, chosen)
     except UnknownRoute as exc:
         return error_page(request, user, 404, str(exc))
     except AmbiguousModel as exc:
@@ -178,7 +191,10 @@ async def calls_page(request: Request, route: str) -> HTMLResponse:
         "until": "" if until is None else _link_time(until),
         "outcome": outcome or "",
         "winner": winner or "",
+        "upstream": upstream or "",
+        "failed_upstream": failed_upstream or "",
     }
+    asked = {value for _name, value in names if value is not None}
     return render_page(
         request,
         "calls.html",
@@ -188,6 +204,7 @@ async def calls_page(request: Request, route: str) -> HTMLResponse:
         model=chosen,
         calls=page.calls,
         upstreams=_upstream_counts(page.calls),
+        upstream_choices=sorted(set(choices) | asked),
         filters=filters,
         outcomes=OUTCOME_LABELS,
         outcome_meanings=CALL_OUTCOMES,

@@ -4,14 +4,17 @@ One table, a row per upstream, over the calls started in the last ``range`` (``1
 ``24h`` (default), ``7d``, ``30d``), of every route or of ``route``: attempts, TTFT P50/P90/P99
 (Kaplan-Meier, censored attempts counted), error/timeout/stall rates, win rate in races, hedges
 caused and loser tokens; the figures of ``GET /v1/upstreams``
-(:func:`hedgerow.controller.store.upstreams.upstream_stats`). A ``range`` it does not offer or a
+(:func:`hedgerow.controller.store.upstreams.upstream_stats`). Each row links to the upstream's
+calls in the calls explorer over the same window, per route it served (the busiest three,
+:func:`~hedgerow.controller.store.upstreams.upstream_routes`), and to those where an attempt on it
+failed. A ``range`` it does not offer or a
 ``route`` with a control character is a 422 page naming it, an unknown route a 404 page. Like
 every console page it needs the ``read`` scope when tokens are configured.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -20,10 +23,11 @@ from fastapi.responses import HTMLResponse
 
 from hedgerow.api._page_kit import error_page, page_user, render_page
 from hedgerow.api._state import app_state
+from hedgerow.api.calls_pages import calls_url
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import UnknownRoute
 from hedgerow.controller.store.models import utc_now
-from hedgerow.controller.store.upstreams import coverage_note, upstream_stats
+from hedgerow.controller.store.upstreams import coverage_note, upstream_routes, upstream_stats
 
 __all__ = ["RANGES", "router", "upstreams_url"]
 
@@ -48,6 +52,21 @@ def _quantile(entry: dict[str, Any] | None) -> str:
     return f"{entry['value_s']:.3f} s"
 
 
+def _calls_links(
+    upstream: str, routes: list[tuple[str, str, int]], since: datetime, until: datetime
+) -> list[tuple[str, str, str | None]]:
+    """Links to an upstream's calls over the page's window in each route it served: ``(label,
+    URL of the calls with an attempt on it, URL of those where one failed)``."""
+    return [
+        (
+            f"{route} · {model}",
+            calls_url(route, model, upstream=upstream, since=since, until=until),
+            calls_url(route, model, failed_upstream=upstream, since=since, until=until),
+        )
+        for route, model, _attempts in routes
+    ]
+
+
 @router.get("", response_class=HTMLResponse)
 async def upstreams_page(request: Request) -> HTMLResponse:
     """Every upstream's figures over the chosen range, of every route or of one."""
@@ -66,6 +85,8 @@ async def upstreams_page(request: Request) -> HTMLResponse:
     try:
         async with app_state(request.app).sessionmaker() as session:
             table = await upstream_stats(session, since=since, until=now, route=route)
+            names = [row["upstream"] for row in table["upstreams"]]
+            routes = await upstream_routes(session, since=since, until=now, upstreams=names, route=route)
     except UnknownRoute as exc:
         return error_page(request, user, 404, str(exc), back=("/ui/upstreams", "upstreams"))
     # raw calls older than the retention are deleted: say so when the range reaches past it
@@ -83,4 +104,5 @@ async def upstreams_page(request: Request) -> HTMLResponse:
         empty_note=coverage_note(since, now, table["covered_from"], len(table["upstreams"])),
         quantile=_quantile,
         upstreams_url=upstreams_url,
+        calls_links={name: _calls_links(name, found, since, now) for name, found in routes.items()},
     )

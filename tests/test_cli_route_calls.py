@@ -65,6 +65,11 @@ def test_filters_reach_the_api(served: ServeProcess) -> None:
     assert done.returncode == 0, done.stderr
     calls = json.loads(done.stdout)["calls"]
     assert [c["request_id"] for c in calls] == ["c0002", "c0007"]
+    failed_on_a = _cli("routes", "calls", "r", "--failed-upstream", "a", "--json", "--api", served.url)
+    assert failed_on_a.returncode == 0, failed_on_a.stderr
+    assert {c["outcome"] for c in json.loads(failed_on_a.stdout)["calls"]} == {"failover", "failed"}
+    on_c = _cli("routes", "calls", "r", "--upstream", "c", "--json", "--api", served.url)
+    assert {c["outcome"] for c in json.loads(on_c.stdout)["calls"]} == {"failover"}
     today = datetime.now(UTC).date().isoformat()
     tomorrow = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
     assert (
@@ -81,6 +86,7 @@ def test_filters_reach_the_api(served: ServeProcess) -> None:
         (["--since", "soon"], "--since: not an ISO 8601 date or time"),
         (["--since", "2026-12-02", "--until", "2026-12-01"], "--since: must not be after until"),
         (["--winner", "a\tb"], "--winner: must not contain control characters"),
+        (["--failed-upstream", "a\tb"], "--failed-upstream: must not contain control characters"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag_before_any_request(args: list[str], words: str) -> None:

@@ -5,7 +5,9 @@
 the call it names; no ``OFFSET``, so page 1,000 costs what page 1 does), at most
 :data:`~hedgerow.controller.calls_filters.MAX_CALLS_LIMIT` a page, filtered by outcome
 (:data:`~hedgerow.controller.calls_filters.CALL_OUTCOMES`), by the upstream whose attempt won,
-and by a time window. A filtered page examines at most
+by an upstream any attempt went to (``upstream``), by an upstream one of whose attempts failed
+(``failed_upstream``: the upstream behind a failover or a failed call), and by a time window.
+A filtered page examines at most
 :data:`~hedgerow.controller.calls_filters.MAX_SCAN_CALLS` calls (a rare outcome on a busy route
 would otherwise read every call kept; the newest ``max_scan``-th call is found first, on the
 index, and bounds the filtered read): when they hold less than a page, the page is short and
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, or_, select
+from sqlalchemy import Select, and_, exists, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -49,7 +51,16 @@ from hedgerow.controller.calls_filters import (
 from hedgerow.controller.store.models import Attempt, Call
 from hedgerow.controller.store.queries import route_row
 
-__all__ = ["ATTEMPT_FIELDS", "CALL_FIELDS", "CallsPage", "outcome_clause", "recent_calls", "retention_note"]
+__all__ = [
+    "ATTEMPT_FIELDS",
+    "CALL_FIELDS",
+    "UPSTREAM_CHOICE_CALLS",
+    "CallsPage",
+    "outcome_clause",
+    "recent_calls",
+    "retention_note",
+    "route_upstreams",
+]
 
 #: The keys of a call in a page, in order.
 CALL_FIELDS: tuple[str, ...] = (
@@ -107,6 +118,14 @@ def outcome_clause(outcome: str) -> ColumnElement[bool]:
     return clauses[outcome]
 
 
+def _attempt_on(upstream: str, outcome: str | None) -> ColumnElement[bool]:
+    """The SQL condition on ``calls``: the call has an attempt on ``upstream`` (of ``outcome`` when given)."""
+    condition = exists().where(
+        Attempt.call_id == Call.id, Attempt.call_started_at == Call.started_at, Attempt.upstream == upstream
+    )
+    return condition.where(Attempt.outcome == outcome) if outcome is not None else condition
+
+
 def _attempt_dict(attempt: Attempt) -> dict[str, Any]:
     first = attempt.first_token_s
     return {
@@ -154,6 +173,33 @@ def _call_dict(call: Call, attempts: list[Attempt]) -> dict[str, Any]:
     }
 
 
+async def _with_filters(
+    session: AsyncSession, base: Select[Any], filters: dict[str, str | None], max_scan: int
+) -> tuple[Select[Any], tuple[datetime, int] | None]:
+    """``base`` narrowed by the filters of :func:`recent_calls` (``outcome``, ``winner``,
+    ``upstream``, ``failed_upstream``; None ones ignored) to its newest ``max_scan`` calls, and
+    the ``(started_at, id)`` of the oldest call examined (None when the window holds fewer)."""
+    if all(value is None for value in filters.values()):
+        return base, None
+    newest_first = (Call.started_at.desc(), Call.id.desc())
+    # the filters see the newest max_scan calls only: a rare match costs no read of every call
+    edge = (await session.execute(
+        base.with_only_columns(Call.started_at, Call.id).order_by(*newest_first).offset(max_scan - 1).limit(1)
+    )).first()  # fmt: skip
+    query = base
+    scan_edge: tuple[datetime, int] | None = None
+    if edge is not None:
+        scan_edge = (edge[0], edge[1])
+        query = query.where(Call.started_at >= edge[0], or_(Call.started_at > edge[0], Call.id >= edge[1]))
+    if filters["outcome"] is not None:
+        query = query.where(outcome_clause(filters["outcome"]))
+    for key, attempt_outcome in (("winner", "won"), ("upstream", None), ("failed_upstream", "failed")):
+        name = filters[key]
+        if name is not None:
+            query = query.where(_attempt_on(name, attempt_outcome))
+    return query, scan_edge
+
+
 async def recent_calls(
     session: AsyncSession,
     route: str,
@@ -165,6 +211,8 @@ async def recent_calls(
     until: datetime | None = None,
     outcome: str | None = None,
     winner: str | None = None,
+    upstream: str | None = None,
+    failed_upstream: str | None = None,
     max_scan: int = MAX_SCAN_CALLS,
 ) -> CallsPage:
     """One page of the calls of (route, model), newest first, each with its attempts.
@@ -181,7 +229,10 @@ async def recent_calls(
         outcome: when given, only calls of this outcome (a key of
             :data:`~hedgerow.controller.calls_filters.CALL_OUTCOMES`).
         winner: when given, only calls whose winning attempt went to this upstream.
-        max_scan: with ``outcome`` or ``winner``, the most calls examined (newest first from the
+        upstream: when given, only calls with an attempt sent to this upstream.
+        failed_upstream: when given, only calls with an attempt on this upstream that failed
+            (attempt outcome ``failed``: an error, a timeout or a stall).
+        max_scan: with any of the filters above, the most calls examined (newest first from the
             cursor, within the window): when they hold fewer than ``limit`` matches the page is
             short, and its ``next_cursor`` and ``scan_stopped_at`` name where the search stopped.
 
@@ -208,27 +259,8 @@ async def recent_calls(
         started, call_id = after
         base = base.where(Call.started_at <= started, or_(Call.started_at < started, Call.id < call_id))
     newest_first = (Call.started_at.desc(), Call.id.desc())
-    scan_edge: tuple[datetime, int] | None = None
-    query = base
-    if outcome is not None or winner is not None:
-        # the filters see the newest max_scan calls only: a rare match costs no read of every call
-        edge = (await session.execute(
-            base.with_only_columns(Call.started_at, Call.id).order_by(*newest_first).offset(max_scan - 1).limit(1)
-        )).first()  # fmt: skip
-        if edge is not None:
-            scan_edge = (edge[0], edge[1])
-            query = query.where(Call.started_at >= edge[0], or_(Call.started_at > edge[0], Call.id >= edge[1]))
-        if outcome is not None:
-            query = query.where(outcome_clause(outcome))
-        if winner is not None:
-            query = query.where(
-                exists().where(
-                    Attempt.call_id == Call.id,
-                    Attempt.call_started_at == Call.started_at,
-                    Attempt.outcome == "won",
-                    Attempt.upstream == winner,
-                )
-            )
+    filters = {"outcome": outcome, "winner": winner, "upstream": upstream, "failed_upstream": failed_upstream}
+    query, scan_edge = await _with_filters(session, base, filters, max_scan)
     calls = list((await session.scalars(query.order_by(*newest_first).limit(limit + 1))).all())
     if len(calls) > limit:
         scan_edge = None  # a full page: the next one starts after its last call, not at the bound
@@ -261,6 +293,38 @@ async def recent_calls(
         next_cursor=next_cursor,
         scan_stopped_at=None if scan_edge is None else format_timestamp(scan_edge[0]),
     )
+
+
+#: Calls whose attempts name the upstreams a route's calls page offers in its selects.
+UPSTREAM_CHOICE_CALLS = 2000
+
+
+async def route_upstreams(
+    session: AsyncSession, route: str, model: str, *, newest: int = UPSTREAM_CHOICE_CALLS
+) -> list[str]:
+    """The upstreams the attempts of a route's newest ``newest`` calls went to, sorted by name
+    (the choices of the console's upstream filters; a bounded read on the calls index).
+
+    Raises:
+        UnknownRoute: no such (route, model).
+    """
+    row = await route_row(session, route, model)
+    newest_calls = (
+        select(Call.id, Call.started_at)
+        .where(Call.route_id == row.id)
+        .order_by(Call.started_at.desc(), Call.id.desc())
+        .limit(newest)
+        .subquery()
+    )
+    names = await session.scalars(
+        select(Attempt.upstream)
+        .join(
+            newest_calls,
+            and_(Attempt.call_id == newest_calls.c.id, Attempt.call_started_at == newest_calls.c.started_at),
+        )
+        .distinct()
+    )
+    return sorted(names)
 
 
 def retention_note(since: datetime | None, now: datetime, retention_s: float) -> str | None:

@@ -93,6 +93,7 @@ __all__ = [
     "MAX_UPSTREAMS",
     "MAX_WINDOW_S",
     "QUANTILES",
+    "ROUTES_PER_UPSTREAM",
     "SERIES_LEVEL",
     "SERIES_MAX_SLOTS",
     "SERIES_MIN_FIRST_TOKENS",
@@ -104,6 +105,7 @@ __all__ = [
     "default_window",
     "failure_kind",
     "slot_width_s",
+    "upstream_routes",
     "upstream_stats",
     "upstream_ttft_series",
     "window_error",
@@ -400,6 +402,46 @@ async def upstream_stats(
         "hedges": total_hedges,
         "attempts": total_attempts,
     }
+
+
+#: Most routes :func:`upstream_routes` names per upstream.
+ROUTES_PER_UPSTREAM = 3
+
+
+async def upstream_routes(
+    session: AsyncSession, *, since: datetime, until: datetime, upstreams: list[str], route: str | None = None
+) -> dict[str, list[tuple[str, str, int]]]:
+    """The routes whose calls sent attempts to each of ``upstreams`` over ``[since, until)``: where
+    the console's upstreams page links each upstream's calls (the calls explorer is per route).
+
+    One statement grouped by ``(upstream, route id)`` over the window's attempts of those
+    upstreams (the same join and partition bounds as :func:`upstream_stats`).
+
+    Args:
+        session: an open session.
+        since, until: the window (aware UTC).
+        upstreams: the upstream names (the rows shown); an empty list reads nothing.
+        route: only this route's models, or None for every route.
+
+    Returns:
+        ``{upstream: [(route, model, attempts), ...]}``: at most :data:`ROUTES_PER_UPSTREAM` per
+        upstream, the most attempts first.
+    """
+    if not upstreams:
+        return {}
+    columns: list[Any] = [Attempt.upstream, Call.route_id, func.count().label("n")]
+    query = _filtered(select(*columns), since, until, route).where(Attempt.upstream.in_(upstreams))
+    grouped = query.group_by(Attempt.upstream, Call.route_id).subquery()
+    named = (
+        select(grouped.c.upstream, Route.route, Route.model, grouped.c.n)
+        .join(Route, Route.id == grouped.c.route_id)
+        .order_by(grouped.c.n.desc(), Route.route, Route.model)
+    )
+    found: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
+    for name, route_name, model, count in await session.execute(named):
+        if len(found[name]) < ROUTES_PER_UPSTREAM:
+            found[name].append((route_name, model, int(count)))
+    return dict(found)
 
 
 def coverage_note(since: datetime, until: datetime, covered_from: datetime | None, rows: int) -> str | None:

@@ -7,9 +7,10 @@ Commands (each prints a rich table, or with ``--json`` the api's JSON for script
 - ``hedgerow routes history ROUTE [--model M] [--applied] [--reason CODE] [--since T] [--until T]
   [--limit N] [--explain]``: its decisions, newest first; ``--explain`` prints each decision
   followed by its plain-English sentences (the api's ``explanation``);
-- ``hedgerow routes calls ROUTE [--model M] [--outcome O] [--winner U] [--since T] [--until T]
-  [--limit N] [--cursor C]``: its recent calls, newest first, each with its attempts (which
-  upstream, role, TTFT, how it ended); ``--cursor`` pages on;
+- ``hedgerow routes calls ROUTE [--model M] [--outcome O] [--winner U] [--upstream U]
+  [--failed-upstream U] [--since T] [--until T] [--limit N] [--cursor C]``: its recent calls,
+  newest first, each with its attempts (which upstream, role, TTFT, how it ended); ``--cursor``
+  pages on;
 - ``hedgerow routes set ROUTE [--model M] [--budget F|P%] [--pin S | --unpin] [--enable | --disable]
   [--min S] [--max S] [--default S]``: change it (admin scope), audited;
 - ``hedgerow routes archive ROUTE [--model M]``: retire it (admin scope), audited, history kept:
@@ -608,6 +609,12 @@ def route_calls(
     winner: str = typer.Option(
         None, "--winner", metavar="U", help="Only calls whose winning attempt went to upstream U."
     ),
+    upstream: str = typer.Option(
+        None, "--upstream", metavar="U", help="Only calls with an attempt sent to upstream U."
+    ),
+    failed_upstream: str = typer.Option(
+        None, "--failed-upstream", metavar="U", help="Only calls with an attempt on upstream U that failed."
+    ),
     since: str = typer.Option(None, "--since", metavar="TIME", help="Only calls started at or after (ISO 8601)."),
     until: str = typer.Option(None, "--until", metavar="TIME", help="Only calls started at or before (ISO 8601)."),
     limit: int = typer.Option(50, "--limit", metavar="N", help="Most calls (1 to 500)."),
@@ -632,12 +639,15 @@ def route_calls(
     )
     if problem is not None:
         raise _fail(f"--{problem[0]}: {problem[1]}", 2)
-    winner_problem = None if winner is None else control_character_error(winner)
-    if winner_problem is not None:
-        raise _fail(f"--winner: {winner_problem}", 2)
+    upstreams = {"winner": winner, "upstream": upstream, "failed-upstream": failed_upstream}
+    for flag, name in upstreams.items():
+        name_problem = None if name is None else control_character_error(name)
+        if name_problem is not None:
+            raise _fail(f"--{flag}: {name_problem}", 2)
     params = _params(
-        model, outcome=outcome, winner=winner, since=since_text, until=until_text, limit=limit, cursor=cursor
-    )
+        model, outcome=outcome, winner=winner, upstream=upstream, failed_upstream=failed_upstream,
+        since=since_text, until=until_text, limit=limit, cursor=cursor,
+    )  # fmt: skip
     data = _request("GET", api, token, _route_path(route, "/calls"), params=params)
     if as_json:
         _echo_json(data)

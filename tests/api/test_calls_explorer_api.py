@@ -135,9 +135,25 @@ async def test_the_openapi_document_describes_the_endpoint(api) -> None:
     document = (await api.get("/openapi.json")).json()
     operation = document["paths"]["/v1/routes/{route}/calls"]["get"]
     names = {p["name"] for p in operation["parameters"]}
-    assert names == {"route", "model", "since", "until", "outcome", "winner", "cursor", "limit"}
+    assert names == {
+        "route", "model", "since", "until", "outcome", "winner", "upstream", "failed_upstream", "cursor", "limit",
+    }  # fmt: skip
     outcome = next(p for p in operation["parameters"] if p["name"] == "outcome")
     assert "hedge_won" in str(outcome["schema"])
     schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
     assert schema["$ref"].endswith("/CallsPageOut")
     assert "CallAttemptOut" in document["components"]["schemas"]
+
+
+async def test_an_attempt_on_an_upstream_failed_or_was_sent(api) -> None:
+    await _seed(api, 20)  # a fails in every failover (503, c wins) and every failed call (timeout)
+    failed_on_a = (await api.get("/v1/routes/r/calls", params=M | {"failed_upstream": "a"})).json()["calls"]
+    assert {c["outcome"] for c in failed_on_a} == {"failover", "failed"} and len(failed_on_a) == 8
+    assert all(any(a["upstream"] == "a" and a["outcome"] == "failed" for a in c["attempts"]) for c in failed_on_a)
+    assert (await api.get("/v1/routes/r/calls", params=M | {"failed_upstream": "c"})).json()["calls"] == []
+    on_c = (await api.get("/v1/routes/r/calls", params=M | {"upstream": "c"})).json()["calls"]
+    assert [c["outcome"] for c in on_c] == ["failover"] * 4
+    both = await api.get("/v1/routes/r/calls", params=M | {"failed_upstream": "a", "outcome": "failed"})
+    assert len(both.json()["calls"]) == 4
+    bad = await api.get("/v1/routes/r/calls", params=M | {"failed_upstream": "a\x00"})
+    assert bad.status_code == 422 and "failed_upstream" in bad.text

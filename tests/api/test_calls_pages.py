@@ -117,3 +117,17 @@ async def test_the_route_page_links_to_its_recent_calls(api) -> None:
     [link] = re.findall(r'href="([^"]+)" id="recent-calls"', page.text)
     assert unescape(link) == "/ui/calls/r?model=m1"
     assert (await api.get(unescape(link))).text.count('<details class="call') == 3
+
+
+async def test_upstream_filters_are_selects_and_empty_filters_leave_the_url(api) -> None:
+    await _seed(api, 20)
+    # a form left at "any" sends winner= and the like: redirected to the URL without them
+    sent = await api.get("/ui/calls/r", params=M | {"outcome": "", "winner": "", "failed_upstream": "a", "since": ""})
+    assert sent.status_code == 303 and sent.headers["location"] == "/ui/calls/r?model=m1&failed_upstream=a"
+    page = await api.get(sent.headers["location"])
+    assert page.status_code == 200 and page.text.count('<details class="call') == 8
+    form = page.text[page.text.index('<form method="get"') : page.text.index("</form>")]
+    assert '<select name="failed_upstream">' in form and '<select name="winner">' in form
+    assert '<option value="a" selected>a</option>' in form and '<option value="c" >c</option>' in form
+    hrefs = _hrefs(page.text, r"\?")
+    assert hrefs and not any(re.search(r"[?&][a-z_]+=(&|$)", h) for h in hrefs)  # no empty parameter

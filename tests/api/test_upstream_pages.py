@@ -6,6 +6,7 @@ Every test runs on SQLite and PostgreSQL (the ``database_url`` fixture).
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -46,6 +47,15 @@ async def test_the_page_shows_the_table_escaped_and_filtered(make_api: MakeApi) 
         assert "fast" in html and "other-up" in html
         assert 'data-label="hedges caused" class="num">6' in html
         assert html.count("+ 1 failover<") == 1  # the slow primary's, as the api's failovers_caused
+        # each row links to its upstream's calls in each route it served, and to those it failed
+        links = [h.replace("&amp;", "&") for h in re.findall(r'href="(/ui/calls/[^"]+)"', html)]
+        slow = [h for h in links if "%3Cb%3Eslow%3C%2Fb%3E" in h]
+        assert len(slow) == 2 and slow[0].startswith("/ui/calls/team%2Fchat?model=m1&upstream=")
+        assert "failed_upstream=%3Cb%3Eslow%3C%2Fb%3E" in slow[1] and "since=" in slow[0]
+        assert any(h.startswith("/ui/calls/other?model=m1&upstream=other-up") for h in links)
+        assert "calls in team/chat · m1" in html
+        failed = await api.get(slow[1])
+        assert failed.status_code == 200 and failed.text.count('<details class="call') == 1  # f1
         one = (await api.get("/ui/upstreams", params={"route": "team/chat", "range": "1h"})).text
         assert "other-up" not in one and "fast" in one and 'aria-current="true" class="on">1h' in one
         assert "/ui/routes/team%2Fchat" in one  # back to the route
