@@ -13,8 +13,9 @@ the list, the page's attempts are counted by upstream and outcome, so the upstre
 spike of failovers or hedges shows without opening a call.
 
 The route's page links here: each history row to the calls of its tick's window
-(:func:`tick_calls_url`), each point of its P99 and hedge-rate charts likewise (see
-:func:`hedgerow.api.pages._charts`). Times in the links and the form are UTC without a zone
+(:func:`tick_calls_url`), each point of its P99 and hedge-rate charts to the calls of the span
+just before it (:func:`calls_links`), each point of its failed-call chart to the failed calls of
+its slot (see :func:`hedgerow.api.pages._charts`). Times in the links and the form are UTC without a zone
 (what a ``datetime-local`` input gives); a time with a zone is taken too.
 
 Raw calls are deleted after ``retention_s``: a window reaching further back says so on the page.
@@ -217,33 +218,46 @@ async def calls_page(request: Request, route: str) -> Response:
     )
 
 
-def calls_links(route: str, model: str, measured: list[dict[str, Any]]) -> tuple[list[PointLink], list[PointLink]]:
+def calls_links(
+    route: str, model: str, measured: list[dict[str, Any]], point_window_s: float
+) -> tuple[list[PointLink], list[PointLink]]:
     """The chart points of a route's page that link to the calls behind them.
+
+    A point is a tick's figure over its whole window (up to 24 h on a young route), but a spike
+    is in its newest calls: a point links to the calls started in the ``point_window_s`` before
+    it (at most the row's window), not to its tick's whole window as a history row does
+    (:func:`tick_calls_url`).
 
     Args:
         route, model: the route.
         measured: its history rows the controller measured (oldest first), as the charts draw
             them: each row's P99 and hedge rate at its ``last_at``.
+        point_window_s: seconds before a point whose calls it links to (the route page passes
+            the span one dot stands for on the chart, at least the short window).
 
     Returns:
         ``(quantile_links, hedge_rate_links)``: a :class:`~hedgerow.api.charts.PointLink` per row
-        with a window, to :func:`tick_calls_url`, at its P99 (its P90 when the P99 is unknown)
-        and at its hedge rate.
+        with a window, at its P99 (its P90 when the P99 is unknown) and at its hedge rate.
     """
     p99: list[PointLink] = []
     rate: list[PointLink] = []
     for row in measured:
-        href = tick_calls_url(route, model, row)
-        if href is None:
-            continue
+        if not row.get("window_s"):
+            continue  # a manual change: no window measured
         at = _iso(row["last_at"])
+        try:
+            href = calls_url(
+                route, model, since=at - timedelta(seconds=min(point_window_s, float(row["window_s"]))), until=at
+            )
+        except OverflowError:
+            continue
         when = f"{at:%Y-%m-%d %H:%M} UTC"
         quantile = next((q for q in ("p99", "p90") if row.get(f"{q}_s") is not None), None)
         if quantile is not None:  # P99, else P90 where the censored calls leave P99 unknown
             value = row[f"{quantile}_s"]
-            label = f"{quantile.upper()} {value:.3g} s at {when}: the calls behind it"
+            label = f"{quantile.upper()} {value:.3g} s at {when}: the calls just before it"
             p99.append(PointLink(at, value, href, label, f"s-{quantile}"))
         if row.get("observed_hedge_rate") is not None:
-            label = f"hedge rate {row['observed_hedge_rate'] * 100:.3g}% at {when}: the calls behind it"
+            label = f"hedge rate {row['observed_hedge_rate'] * 100:.3g}% at {when}: the calls just before it"
             rate.append(PointLink(at, row["observed_hedge_rate"], href, label, "s-rate"))
     return p99, rate

@@ -51,9 +51,10 @@ from hedgerow.api._page_kit import (
     render_page,
     route_url,
 )
+from hedgerow.api._state import app_state
 from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
-from hedgerow.api.calls_pages import calls_links
-from hedgerow.api.charts import SeriesData, seconds_label, time_chart
+from hedgerow.api.calls_pages import calls_links, calls_url
+from hedgerow.api.charts import PointLink, SeriesData, seconds_label, time_chart
 from hedgerow.api.metrics import metrics_response
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import AmbiguousModel, RouteLimitExceeded, UnknownRoute
@@ -62,6 +63,7 @@ from hedgerow.controller.policy.explain import explain_history_row
 from hedgerow.controller.policy.reason_codes import REASON_CODES as POLICY_REASON_CODES
 from hedgerow.controller.policy.reason_codes import SOURCE_MEANINGS, reason_legend
 from hedgerow.controller.routes_admin import RouteConfigInvalid, archive_route, configure_route, restore_route
+from hedgerow.controller.store.call_failures import failed_calls_by_route, failure_series
 from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.overview import flags_of, history_series, route_overview
 from hedgerow.controller.store.queries import get_history, get_route, resolve_model
@@ -89,6 +91,8 @@ REASON_CODES: tuple[str, ...] = tuple(sorted(POLICY_REASON_CODES))
 _FORM_BYTES = 4096
 #: The shortest time a route's charts show when fitted to a new route's data, seconds.
 MIN_FITTED_SPAN_S = 600.0
+#: The routes list's recent window, seconds (its hedge rate, backup wins, calls and failures).
+RECENT_S = 3600.0
 
 
 def _at(row: dict[str, Any], key: str) -> datetime:
@@ -168,8 +172,17 @@ async def metrics_page(request: Request) -> Response:
 async def routes_page(request: Request) -> HTMLResponse:
     """Every route at a glance."""
     user = page_user(request)
+    now = utc_now()
     async with request.app.state.sessionmaker() as session:
-        rows = await route_overview(session, utc_now())
+        rows = await route_overview(session, now)
+        failures = await failed_calls_by_route(session, now - timedelta(seconds=RECENT_S), now)
+    for row in rows:
+        failed = failures.get((row["route"], row["model"]), (0, 0))[1]
+        row["recent_failed_calls"] = failed
+        row["recent_failed_rate"] = failed / row["recent_calls"] if row["recent_calls"] else None
+        row["failed_calls_url"] = calls_url(
+            row["route"], row["model"], outcome="failed", since=now - timedelta(seconds=RECENT_S), until=now
+        )
     return render_page(request, "routes.html", user, title="Routes", rows=rows)
 
 
@@ -184,9 +197,9 @@ UPSTREAM_LINES_CACHED = 64
 async def _upstream_series(
     request: Request, session: Any, route: str, model: str, range_key: str, since: datetime, until: datetime
 ) -> dict[str, Any]:
-    """:func:`upstream_ttft_series` of the route over ``[since, until]``, or the answer read for the
-    same route, model and range less than :data:`UPSTREAM_LINES_TTL_S` ago (kept per app, at most
-    :data:`UPSTREAM_LINES_CACHED`)."""
+    """``{"lines": upstream_ttft_series(...), "failures": failure_series(...)}`` of the route over
+    ``[since, until]``, or the answer read for the same route, model and range less than
+    :data:`UPSTREAM_LINES_TTL_S` ago (kept per app, at most :data:`UPSTREAM_LINES_CACHED`)."""
     cache: OrderedDict[tuple[str, str, str], tuple[float, dict[str, Any]]] | None = getattr(
         request.app.state, "upstream_lines_cache", None
     )
@@ -197,7 +210,10 @@ async def _upstream_series(
     if kept is not None and time.monotonic() - kept[0] < UPSTREAM_LINES_TTL_S:
         cache.move_to_end(key)
         return kept[1]
-    found = await upstream_ttft_series(session, route=route, model=model, since=since, until=until)
+    found = {
+        "lines": await upstream_ttft_series(session, route=route, model=model, since=since, until=until),
+        "failures": await failure_series(session, route=route, model=model, since=since, until=until),
+    }
     cache[key] = (time.monotonic(), found)
     cache.move_to_end(key)
     while len(cache) > UPSTREAM_LINES_CACHED:
@@ -205,6 +221,8 @@ async def _upstream_series(
     return found
 
 
+#: Most point links a chart draws (past it, each of this many slots of the x axis keeps its highest).
+MAX_LINKS = 120
 #: CSS classes of the per-upstream lines, busiest first (colour and dash pattern each).
 UPSTREAM_CLASSES = tuple(f"s-up s-up{i}" for i in range(1, SERIES_UPSTREAMS + 1))
 
@@ -265,6 +283,40 @@ def _upstream_lines(found: dict[str, Any] | None) -> tuple[list[SeriesData], str
     return data, sentence
 
 
+def _failure_chart(route: dict[str, Any], failures: dict[str, Any], since: datetime, until: datetime, note: str) -> Any:
+    """The failed-call rate per time slot (:func:`failure_series`), each slot with a failure a point
+    linking to its failed calls (``outcome=failed`` over the slot)."""
+    points = failures["points"]
+    rate: list[tuple[datetime, float | None]] = []
+    links: list[PointLink] = []
+    previous_end: datetime | None = None
+    for point in points:
+        middle = point["start"] + (point["end"] - point["start"]) / 2
+        if previous_end is not None and point["start"] != previous_end:
+            rate.append((previous_end, None))  # a slot without calls: a gap
+        previous_end = point["end"]
+        rate.append((middle, point["rate"]))
+        if point["failed"]:
+            href = calls_url(route["route"], route["model"], outcome="failed", since=point["start"], until=point["end"])
+            label = (
+                f"{point['failed']} of {point['calls']} calls failed ({point['rate'] * 100:.3g}%) from"
+                f" {point['start']:%Y-%m-%d %H:%M} UTC: the failed calls"
+            )
+            links.append(PointLink(middle, point["rate"], href, label, "s-failed"))
+    slot = _slot_label(failures["slot_s"])
+    return time_chart(
+        [SeriesData(f"failed calls (per {slot})", "s-failed", "line", rate)],
+        since,
+        until,
+        title=f"Failed calls: the share of calls that failed entirely, per {slot}",
+        y_format=lambda v: f"{v * 100:g}%",
+        y_floor=0.01,
+        height=160,
+        note=note,
+        links=links,
+    )
+
+
 def _charts(
     series: list[dict[str, Any]],
     route: dict[str, Any],
@@ -272,10 +324,16 @@ def _charts(
     until: datetime,
     note: str = "",
     upstream_lines: dict[str, Any] | None = None,
+    failures: dict[str, Any] | None = None,
+    point_window_s: float = 300.0,
 ) -> list[Any]:
     """The threshold chart (with the per-upstream P90 lines of ``upstream_lines``, from
-    :func:`upstream_ttft_series`) and the hedge-rate chart of a route's page over
-    ``[since, until]``, each with ``note`` under it."""
+    :func:`upstream_ttft_series`), the hedge-rate chart and, with ``failures``
+    (:func:`failure_series`), the failed-call chart of a route's page over ``[since, until]``,
+    each with ``note`` under it. A point of the first two links to the calls started in the
+    span before it that its dot stands for: ``(until - since) / 120`` (a link slot), at least
+    ``point_window_s`` (the short window), at most the row's window
+    (:func:`~hedgerow.api.calls_pages.calls_links`)."""
     lines, key_note = _upstream_lines(upstream_lines)
     threshold = [(_at(row, "computed_at"), row["hedge_after_s"]) for row in series]
     if not threshold and route["threshold"] is not None:  # published before the range, nothing since
@@ -285,8 +343,9 @@ def _charts(
     p99 = [(_at(row, "last_at"), row["p99_s"]) for row in measured]
     rate = [(_at(row, "last_at"), row["observed_hedge_rate"]) for row in measured]
     budget = [(_at(row, "computed_at"), row["budget"]) for row in series] or [(since, route["budget"])]
-    p99_links, rate_links = calls_links(route["route"], route["model"], measured)
-    return [
+    slot_s = (until - since).total_seconds() / MAX_LINKS
+    p99_links, rate_links = calls_links(route["route"], route["model"], measured, max(slot_s, point_window_s))
+    charts = [
         time_chart(
             [
                 SeriesData("hedge_after_s (published)", "s-threshold", "step", threshold),
@@ -304,6 +363,7 @@ def _charts(
             note=note,
             links=p99_links,
             key_note=key_note,
+            max_links=MAX_LINKS,
         ),
         time_chart(
             [
@@ -318,8 +378,12 @@ def _charts(
             y_floor=route["budget"] * 1.25,
             note=note,
             links=rate_links,
+            max_links=MAX_LINKS,
         ),
     ]
+    if failures is not None:
+        charts.append(_failure_chart(route, failures, since, until, note))
+    return charts
 
 
 async def _route_page(
@@ -366,7 +430,7 @@ async def _route_page(
             config = await get_route(session, route, chosen)
             series = await history_series(session, route, chosen, since, now)
             chart_start, chart_note = _chart_start(series, since, now, range_key)
-            upstream_lines = await _upstream_series(request, session, route, chosen, range_key, chart_start, now)
+            read = await _upstream_series(request, session, route, chosen, range_key, chart_start, now)
             rows = await get_history(
                 session,
                 route,
@@ -406,7 +470,16 @@ async def _route_page(
         title=f"{route} · {chosen}",
         route=config,
         model=chosen,
-        charts=_charts(series, config, chart_start, now, chart_note, upstream_lines),
+        charts=_charts(
+            series,
+            config,
+            chart_start,
+            now,
+            chart_note,
+            read["lines"],
+            read["failures"],
+            app_state(request.app).settings.short_window_s,
+        ),
         ranges=list(RANGES),
         rows=[
             row | {"flags": flags_of(row["reason"]), "explanation": explain_history_row(row)}

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, status
@@ -67,6 +67,7 @@ from hedgerow.api.schemas import (
     valid_route_name,
 )
 from hedgerow.client.names import MAX_NAME_CHARS
+from hedgerow.client.records import format_timestamp
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
 from hedgerow.controller.ops_bounds import MAX_HISTORY_LIMIT, history_filter_error
 from hedgerow.controller.routes_admin import (
@@ -76,6 +77,8 @@ from hedgerow.controller.routes_admin import (
     configure_route,
     restore_route,
 )
+from hedgerow.controller.store.call_failures import failed_calls_by_route
+from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.queries import get_history, get_route, list_routes, resolve_model
 
 __all__ = [
@@ -162,8 +165,16 @@ async def get_routes(
     ] = False,
 ) -> Any:
     """Every (route, model) in use (or archived, with ``archived=true``) with its configuration and
-    published threshold."""
-    return {"routes": await list_routes(session, archived=archived)}
+    published threshold, and (in use) its calls and failed calls of the last hour."""
+    routes = await list_routes(session, archived=archived)
+    if archived:
+        return {"routes": routes}
+    until = utc_now()
+    since = until - timedelta(hours=1)
+    counts = await failed_calls_by_route(session, since, until)
+    for route in routes:
+        route["recent_calls"], route["recent_failed_calls"] = counts.get((route["route"], route["model"]), (0, 0))
+    return {"routes": routes, "recent_since": format_timestamp(since), "recent_until": format_timestamp(until)}
 
 
 @router.get(

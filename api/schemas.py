@@ -320,7 +320,10 @@ class ThresholdTableOut(BaseModel):
 
 class RouteOut(BaseModel):
     """A route's configuration and its published threshold (null before the first tick);
-    ``archived_at``/``archived_by``: when and by whom it was archived (null for a route in use)."""
+    ``archived_at``/``archived_by``: when and by whom it was archived (null for a route in use).
+    In ``GET /v1/routes`` (routes in use), ``recent_calls`` and ``recent_failed_calls``: its calls
+    started in the list's recent window, and those that failed entirely (status error, timeout
+    or stalled: the calls explorer's ``outcome=failed``); null elsewhere."""
 
     route: str
     model: str
@@ -335,12 +338,17 @@ class RouteOut(BaseModel):
     archived_at: str | None = None
     archived_by: str | None = None
     threshold: ThresholdOut | None
+    recent_calls: int | None = None
+    recent_failed_calls: int | None = None
 
 
 class RouteListOut(BaseModel):
-    """Body of ``GET /v1/routes``."""
+    """Body of ``GET /v1/routes``; ``recent_since``/``recent_until``: the window of the routes'
+    ``recent_*`` counts (the last hour; null for the archived list)."""
 
     routes: list[RouteOut]
+    recent_since: str | None = None
+    recent_until: str | None = None
 
 
 class HistoryRowOut(BaseModel):

@@ -1,4 +1,4 @@
-"""``hedgerow routes calls`` against a real ``hedgerow serve``: table, paging, JSON, flag errors."""
+"""``hedgerow routes calls`` (and the failed calls of ``routes list``) against a real ``hedgerow serve``."""
 
 from __future__ import annotations
 
@@ -108,3 +108,16 @@ def test_an_unknown_route_is_one_line_exit_1(served: ServeProcess) -> None:
 
 def test_the_command_is_listed() -> None:
     assert "calls" in _cli("routes", "--help").stdout
+
+
+@pytest.mark.slow
+def test_routes_list_shows_the_failed_calls_and_the_command_listing_them(served: ServeProcess) -> None:
+    done = _cli("routes", "list", "--api", served.url)
+    assert done.returncode == 0, done.stderr
+    assert "failed (1 h)" in done.stdout and "16.7% (2)" in done.stdout, done.stdout  # 2 of the 12 calls
+    [line] = [line for line in done.stdout.splitlines() if "failed call(s)" in line]
+    assert line.startswith("r · m1: 2 failed call(s): hedgerow routes calls r --model m1 --outcome failed --since ")
+    command = line.split("): ", 1)[1].split()[1:]  # the command as printed, after "hedgerow"
+    listed = _cli(*command, "--json", "--api", served.url)
+    assert listed.returncode == 0, listed.stderr
+    assert [c["outcome"] for c in json.loads(listed.stdout)["calls"]] == ["failed", "failed"]

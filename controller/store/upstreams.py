@@ -104,6 +104,7 @@ __all__ = [
     "coverage_note",
     "default_window",
     "failure_kind",
+    "slot_sql",
     "slot_width_s",
     "upstream_routes",
     "upstream_stats",
@@ -524,7 +525,7 @@ def slot_width_s(span_s: float) -> int:
     return next((w for w in SLOT_WIDTHS_S if span_s / w <= SERIES_MAX_SLOTS), SLOT_WIDTHS_S[-1])
 
 
-def _slot_sql(dialect: str, width_s: int) -> Any:
+def slot_sql(dialect: str, width_s: int) -> Any:
     """The UTC time slot of a call's start: ``floor(unix time / width_s)``, exact on both databases.
 
     SQLite keeps times as UTC text; ``strftime('%s')`` gives its whole Unix seconds, and dropping
@@ -610,7 +611,7 @@ async def upstream_ttft_series(
             )
         )
 
-    slot = _slot_sql(dialect, width_s)
+    slot = slot_sql(dialect, width_s)
     observed: dict[str, dict[int, np.ndarray]] = defaultdict(lambda: defaultdict(_zeros))
     censored: dict[str, dict[int, np.ndarray]] = defaultdict(lambda: defaultdict(_zeros))
     if await _has_sql_log(session):

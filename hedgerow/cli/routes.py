@@ -242,7 +242,10 @@ def list_routes(
     token: str = _TOKEN,
     as_json: bool = _JSON,
 ) -> None:
-    """Every route in use (or, with --archived, every archived route) with its published threshold."""
+    """Every route in use (or, with --archived, every archived route) with its published threshold,
+    and its failed calls of the last hour (each route with any: the command listing them)."""
+    from hedgerow.cli._route_failures import failed_calls_lines, failed_cell
+
     data = _request("GET", api, token, "/v1/routes", params={"archived": "true"} if archived else None)
     if as_json:
         _echo_json(data)
@@ -262,12 +265,13 @@ def list_routes(
                 _seconds(r["pinned_hedge_after_s"]),
                 f"{_seconds(r['min_hedge_after_s'])}..{_seconds(r['max_hedge_after_s'])}",
             ]
-            + ([_when(r.get("archived_at")), _shown(r.get("archived_by") or "-")] if archived else [])
+            + ([_when(r.get("archived_at")), _shown(r.get("archived_by") or "-")] if archived else [failed_cell(r)])
         )
     columns = ["route", "model", "hedge_after_s", "source", "version", "budget", "enabled", "pinned_s", "bounds_s"]
-    if archived:
-        columns += ["archived (UTC)", "actor"]
+    columns += ["archived (UTC)", "actor"] if archived else ["failed (1 h)"]
     _print_table(f"{len(rows)} {'archived ' if archived else ''}route(s)", columns, rows)
+    for line in failed_calls_lines(data):
+        typer.echo(line)
 
 
 def _print_route(r: dict[str, Any]) -> None:

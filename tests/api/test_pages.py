@@ -46,7 +46,8 @@ async def test_a_new_routes_charts_are_fitted_to_its_data_and_say_so(make_api: M
         history = (await api.get("/v1/routes/fresh/history", params=M)).json()["history"]
         first = history[-1]["computed_at"].replace("T", " ")[:16]  # 2026-12-02 17:39
         notes = [unescape(n) for n in re.findall(r'<span class="chart-note">([^<]*)</span>', page.text)]
-        assert len(notes) == 2 and all("Fitted to the route's data" in n and "24h range" in n for n in notes), notes
+        # one note under each chart: the threshold, the hedge rate, the failed calls
+        assert len(notes) == 3 and all("Fitted to the route's data" in n and "24h range" in n for n in notes), notes
         assert first in notes[0], (first, notes)
         # the 30 d range fits as well; 1 h is shorter than the data and stays as asked
         assert "chart-note" in (await api.get("/ui/routes/fresh", params=M | {"range": "30d"})).text

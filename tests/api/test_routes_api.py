@@ -46,7 +46,7 @@ async def _rows(app: FastAPI) -> int:
 
 async def test_put_creates_a_missing_route_and_publishes_at_once(make_api: MakeApi) -> None:
     async with make_api() as (_app, api):
-        assert (await api.get("/v1/routes")).json() == {"routes": []}
+        assert (await api.get("/v1/routes")).json()["routes"] == []
         created = await api.put("/v1/routes/new-route", params=M, json={"enabled": False, "budget": 0.05})
         assert created.status_code == 201, created.text
         body = created.json()
@@ -74,7 +74,7 @@ async def test_put_creates_a_missing_route_and_publishes_at_once(make_api: MakeA
         # published in the same call: clients see the disabled route at once
         assert route["threshold"]["enabled"] is False and route["threshold"]["version"] == 1
         [listed] = (await api.get("/v1/routes")).json()["routes"]
-        assert listed == route
+        assert listed == route | {"recent_calls": 0, "recent_failed_calls": 0}  # the list's last hour: no call
         [row] = (await api.get("/v1/routes/new-route/history", params=M)).json()["history"]
         assert row == history
 
@@ -200,7 +200,7 @@ async def test_malformed_bodies_and_unknown_routes(make_api: MakeApi) -> None:
             assert response.json()["detail"]["field"] in ("body", "default_hedge_after_s")
         assert (await api.patch("/v1/routes/nope", params=M, json={"budget": 0.2})).status_code == 404
         assert (await api.put("/v1/routes/x", json={})).status_code == 422  # model is required
-        assert (await api.get("/v1/routes")).json() == {"routes": []}  # nothing was created
+        assert (await api.get("/v1/routes")).json()["routes"] == []  # nothing was created
 
 
 async def test_actor_is_the_token_fingerprint(make_api: MakeApi) -> None:
