@@ -13,8 +13,8 @@ the list, the page's attempts are counted by upstream and outcome, so the upstre
 spike of failovers or hedges shows without opening a call.
 
 The route's page links here: each history row to the calls of its tick's window
-(:func:`tick_calls_url`), each point of its P99 and hedge-rate charts to the calls of the span
-just before it (:func:`calls_links`), each point of its failed-call chart to the failed calls of
+(:func:`tick_calls_url`), each point of its P99 and hedge-rate charts to the calls started since
+the point before (:func:`calls_links`), each point of its failed-call chart to the failed calls of
 its slot (see :func:`hedgerow.api.pages._charts`). Times in the links and the form are UTC without a zone
 (what a ``datetime-local`` input gives); a time with a zone is taken too.
 
@@ -219,21 +219,24 @@ async def calls_page(request: Request, route: str) -> Response:
 
 
 def calls_links(
-    route: str, model: str, measured: list[dict[str, Any]], point_window_s: float
+    route: str, model: str, measured: list[dict[str, Any]], min_window_s: float
 ) -> tuple[list[PointLink], list[PointLink]]:
     """The chart points of a route's page that link to the calls behind them.
 
-    A point is a tick's figure over its whole window (up to 24 h on a young route), but a spike
-    is in its newest calls: a point links to the calls started in the ``point_window_s`` before
-    it (at most the row's window), not to its tick's whole window as a history row does
-    (:func:`tick_calls_url`).
+    A point is a tick's figure over its whole window (up to 24 h on a young route), but what moved
+    it since the point before is the calls started in between: a point links to the calls started
+    from the previous point (``last_at`` of the row before) to its own ``last_at``, widened to at
+    least ``min_window_s`` before it and cut to the row's window; not to its tick's whole window
+    as a history row does (:func:`tick_calls_url`). With a tick a minute that is the short window
+    before the point; with an hourly tick, the hour.
 
     Args:
         route, model: the route.
         measured: its history rows the controller measured (oldest first), as the charts draw
             them: each row's P99 and hedge rate at its ``last_at``.
-        point_window_s: seconds before a point whose calls it links to (the route page passes
-            the span one dot stands for on the chart, at least the short window).
+        min_window_s: the shortest span before a point whose calls it links to, seconds (the
+            route page passes the short window, ``short_window_s``); also the span of the first
+            point, which has none before it.
 
     Returns:
         ``(quantile_links, hedge_rate_links)``: a :class:`~hedgerow.api.charts.PointLink` per row
@@ -241,23 +244,25 @@ def calls_links(
     """
     p99: list[PointLink] = []
     rate: list[PointLink] = []
+    previous: datetime | None = None
     for row in measured:
+        at = _iso(row["last_at"])
+        since_previous_s = min_window_s if previous is None else (at - previous).total_seconds()
+        previous = at
         if not row.get("window_s"):
             continue  # a manual change: no window measured
-        at = _iso(row["last_at"])
+        span_s = min(max(since_previous_s, min_window_s), float(row["window_s"]))
         try:
-            href = calls_url(
-                route, model, since=at - timedelta(seconds=min(point_window_s, float(row["window_s"]))), until=at
-            )
+            href = calls_url(route, model, since=at - timedelta(seconds=span_s), until=at)
         except OverflowError:
             continue
         when = f"{at:%Y-%m-%d %H:%M} UTC"
         quantile = next((q for q in ("p99", "p90") if row.get(f"{q}_s") is not None), None)
         if quantile is not None:  # P99, else P90 where the censored calls leave P99 unknown
             value = row[f"{quantile}_s"]
-            label = f"{quantile.upper()} {value:.3g} s at {when}: the calls just before it"
+            label = f"{quantile.upper()} {value:.3g} s at {when}: the calls since the point before"
             p99.append(PointLink(at, value, href, label, f"s-{quantile}"))
         if row.get("observed_hedge_rate") is not None:
-            label = f"hedge rate {row['observed_hedge_rate'] * 100:.3g}% at {when}: the calls just before it"
+            label = f"hedge rate {row['observed_hedge_rate'] * 100:.3g}% at {when}: the calls since the point before"
             rate.append(PointLink(at, row["observed_hedge_rate"], href, label, "s-rate"))
     return p99, rate

@@ -325,15 +325,14 @@ def _charts(
     note: str = "",
     upstream_lines: dict[str, Any] | None = None,
     failures: dict[str, Any] | None = None,
-    point_window_s: float = 300.0,
+    min_link_window_s: float = 300.0,
 ) -> list[Any]:
     """The threshold chart (with the per-upstream P90 lines of ``upstream_lines``, from
     :func:`upstream_ttft_series`), the hedge-rate chart and, with ``failures``
     (:func:`failure_series`), the failed-call chart of a route's page over ``[since, until]``,
-    each with ``note`` under it. A point of the first two links to the calls started in the
-    span before it that its dot stands for: ``(until - since) / 120`` (a link slot), at least
-    ``point_window_s`` (the short window), at most the row's window
-    (:func:`~hedgerow.api.calls_pages.calls_links`)."""
+    each with ``note`` under it. A point of the first two links to the calls started since the
+    point before, at least ``min_link_window_s`` (the short window) before it, at most the row's
+    window (:func:`~hedgerow.api.calls_pages.calls_links`)."""
     lines, key_note = _upstream_lines(upstream_lines)
     threshold = [(_at(row, "computed_at"), row["hedge_after_s"]) for row in series]
     if not threshold and route["threshold"] is not None:  # published before the range, nothing since
@@ -343,8 +342,7 @@ def _charts(
     p99 = [(_at(row, "last_at"), row["p99_s"]) for row in measured]
     rate = [(_at(row, "last_at"), row["observed_hedge_rate"]) for row in measured]
     budget = [(_at(row, "computed_at"), row["budget"]) for row in series] or [(since, route["budget"])]
-    slot_s = (until - since).total_seconds() / MAX_LINKS
-    p99_links, rate_links = calls_links(route["route"], route["model"], measured, max(slot_s, point_window_s))
+    p99_links, rate_links = calls_links(route["route"], route["model"], measured, min_link_window_s)
     charts = [
         time_chart(
             [

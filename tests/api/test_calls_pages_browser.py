@@ -18,6 +18,23 @@ _HIGHEST_DOT = """() => {
   dots.forEach((d, i) => { if (+d.getAttribute('cy') < +dots[best].getAttribute('cy')) best = i; });
   return {best, count: dots.length};
 }"""
+#: The smallest tap target of the charts' dots, CSS px (the larger side of each hit circle's box).
+_SMALLEST_HIT = """() => Math.min(...[...document.querySelectorAll('figure.chart a.point-hit circle.hit')]
+  .map(c => Math.min(c.getBoundingClientRect().width, c.getBoundingClientRect().height)))"""
+#: Each date-time filter's width and the width Chromium gives the same input left to itself
+#: (what its text needs: narrower, and the time is cut off).
+_TIME_INPUTS = """() => {
+  const probe = document.createElement('input');
+  probe.type = 'datetime-local'; probe.step = '1'; probe.value = '2026-12-05T10:00:00';
+  probe.style.position = 'absolute'; probe.style.visibility = 'hidden';
+  probe.style.width = 'auto'; probe.style.maxWidth = 'none';  // its own width, not the form's rule
+  document.querySelector('form.filters label.time').appendChild(probe);  // the same font, out of the flow
+  const needed = probe.getBoundingClientRect().width;
+  probe.remove();
+  const inputs = [...document.querySelectorAll('form.filters input[type=datetime-local]')];
+  return {needed, widths: inputs.map(e => e.getBoundingClientRect().width),
+          rights: inputs.map(e => e.getBoundingClientRect().right)};
+}"""
 
 
 @pytest.mark.slow
@@ -42,11 +59,14 @@ async def test_from_a_spike_to_the_upstream_behind_it_in_three_clicks(
             assert spike["count"] >= 5, spike
             dot = page.locator("figure.chart").first.locator("a.point-link").nth(spike["best"])
             await page.screenshot(path=str(tmp_path / f"route_{width}.png"), full_page=True)
+            smallest_hit = await page.evaluate(_SMALLEST_HIT)
             await dot.click()  # click 1
             await page.wait_for_url("**/ui/calls/summarize?**")
             assert "since=" in page.url and "until=" in page.url
             assert await page.locator("details.call").count() > 0
             assert await page.locator("#upstream-counts").is_visible()
+            times = await page.evaluate(_TIME_INPUTS)
+            assert await page.locator("select[name=failed_upstream]").is_visible()
             await page.select_option("select[name=outcome]", "hedge_won")
             await page.click("form.filters button")  # click 2
             await page.wait_for_url("**outcome=hedge_won**")
@@ -64,3 +84,6 @@ async def test_from_a_spike_to_the_upstream_behind_it_in_three_clicks(
     finally:
         server.stop()
     assert wide <= width, f"the calls page scrolls sideways at {width} px ({wide} px wide)"
+    assert smallest_hit >= 24, f"a chart dot's tap target is {smallest_hit:.1f} px at {width} px"
+    assert len(times["widths"]) == 2 and all(w >= times["needed"] - 0.5 for w in times["widths"]), times
+    assert all(right <= width for right in times["rights"]), times

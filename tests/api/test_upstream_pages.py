@@ -53,7 +53,7 @@ async def test_the_page_shows_the_table_escaped_and_filtered(make_api: MakeApi) 
         assert len(slow) == 2 and slow[0].startswith("/ui/calls/team%2Fchat?model=m1&upstream=")
         assert "failed_upstream=%3Cb%3Eslow%3C%2Fb%3E" in slow[1] and "since=" in slow[0]
         assert any(h.startswith("/ui/calls/other?model=m1&upstream=other-up") for h in links)
-        assert "calls in team/chat · m1" in html
+        assert 'title="its calls in team/chat · m1"' in html
         failed = await api.get(slow[1])
         assert failed.status_code == 200 and failed.text.count('<details class="call') == 1  # f1
         one = (await api.get("/ui/upstreams", params={"route": "team/chat", "range": "1h"})).text
