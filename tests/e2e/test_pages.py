@@ -85,8 +85,8 @@ async def test_every_page_loads_draws_its_charts_and_stays_local(
 
         await page.goto(f"{console.url}/ui/routes/summarize?model=m1&range=24h")
         charts = page.locator("figure.chart > svg")  # the plots, not the legend's line samples
-        assert await charts.count() == 2
-        for index in range(2):
+        assert await charts.count() == 3  # the threshold, the hedge rate, the failed calls
+        for index in range(3):
             paths = charts.nth(index).locator("path.series")
             assert await paths.count() >= 1
             d = await paths.first.get_attribute("d")
