@@ -39,7 +39,7 @@ def recording(seen: list[httpx.Request], headers: Callable[[int], dict[str, str]
 
 
 async def text_of(client: HedgingClient, **kwargs: object) -> str:
-    out = []
+    out: list[str] = []
     async with client.stream_chat(BODY, **kwargs) as stream:  # type: ignore[arg-type]
         async for c in stream:
             out.extend(choice["delta"].get("content") or "" for choice in c["choices"])
@@ -129,7 +129,9 @@ async def test_credentials_in_an_upstream_url_are_sent_as_basic_auth() -> None:
     assert seen[0].headers["authorization"] == "Basic " + base64.b64encode(b"user:pw").decode()
 
 
-async def test_a_transport_error_carries_its_request_and_httpx_logs_each_request(caplog) -> None:
+async def test_a_transport_error_carries_its_request_and_httpx_logs_each_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         if request.url.host == "down.test":
             raise httpx.ConnectError("refused")  # raised without its request, as httpcore's mapping does

@@ -108,6 +108,7 @@ async def test_text_stream_answer_timings_usage_and_record() -> None:
     record = result.record
     assert (record.api, record.route, record.status, record.winner) == ("responses", "ask", "ok", "primary")
     assert (record.prompt_tokens, record.completion_tokens) == (12, 4)
+    assert record.ttft_s is not None
     assert 0.6 - 0.005 <= record.ttft_s <= 0.6 + LATE_S and record.ttfo_s == record.ttft_s
     assert record.to_dict()["api"] == "responses"
 
@@ -117,6 +118,7 @@ async def test_reasoning_keepalives_are_not_tokens_and_reasoning_is_ttft_not_ttf
         result = await client.responses(BODY)
     assert (result.text, result.reasoning_text) == ("4.", "**Adding** two and two")
     record = result.record
+    assert record.ttft_s is not None and record.ttfo_s is not None
     assert record.ttft_s >= 0.6 - 0.005 and 1.2 - 0.005 <= record.ttfo_s <= 1.2 + LATE_S
     # The answer is written 0.6 s after the reasoning (a stall of this process delays both): a
     # client that took the answer for the first token would give ttft_s == ttfo_s.
@@ -245,7 +247,7 @@ async def test_the_async_sdk_hedges_responses_streaming_and_not() -> None:
             base_url="http://hedgerow.invalid/v1",
             api_key="x",
             max_retries=0,
-            http_client=httpx.AsyncClient(transport=transport),
+            http_client=httpx.AsyncClient(transport=transport),  # type: ignore[arg-type]  # openai annotates httpx2; takes httpx too
         )
         stream = await client.responses.create(model="gpt-4.1-mini", input="hi", stream=True)
         text = "".join([e.delta async for e in stream if e.type == "response.output_text.delta"])
@@ -282,7 +284,7 @@ async def test_the_sync_sdk_hedges_a_streamed_response() -> None:
                 base_url="http://hedgerow.invalid/v1",
                 api_key="x",
                 max_retries=0,
-                http_client=httpx.Client(transport=transport),
+                http_client=httpx.Client(transport=transport),  # type: ignore[arg-type]  # openai annotates httpx2; takes httpx too
             ) as client:
                 stream = client.responses.create(model="gpt-4.1-mini", input="hi", stream=True)
                 return "".join(e.delta for e in stream if e.type == "response.output_text.delta")
