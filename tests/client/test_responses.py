@@ -13,13 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
-import openai
 import pytest
 
 from hedgerow.client import HedgePolicy, HedgingClient, HedgingTransport, StreamError, Upstream
 from hedgerow.client._responses import classify_event
 from tests.client.scripted_server import Script, ScriptedServer
+from tests.client.sdk import async_sdk, sync_sdk
 from tests.client.streams import chunked, split_events
 from tests.helpers import Sink
 
@@ -243,12 +242,7 @@ async def test_the_async_sdk_hedges_responses_streaming_and_not() -> None:
             policy=HedgePolicy(hedge_after_s=0.5),
             telemetry=sink,
         )
-        client = openai.AsyncOpenAI(
-            base_url="http://hedgerow.invalid/v1",
-            api_key="x",
-            max_retries=0,
-            http_client=httpx.AsyncClient(transport=transport),  # type: ignore[arg-type]  # openai annotates httpx2; takes httpx too
-        )
+        client = async_sdk(transport, api_key="x")
         stream = await client.responses.create(model="gpt-4.1-mini", input="hi", stream=True)
         text = "".join([e.delta async for e in stream if e.type == "response.output_text.delta"])
         answer = await client.responses.create(model="gpt-4.1-mini", input="hi")
@@ -280,12 +274,7 @@ async def test_the_sync_sdk_hedges_a_streamed_response() -> None:
         )
 
         def run() -> str:
-            with openai.OpenAI(
-                base_url="http://hedgerow.invalid/v1",
-                api_key="x",
-                max_retries=0,
-                http_client=httpx.Client(transport=transport),  # type: ignore[arg-type]  # openai annotates httpx2; takes httpx too
-            ) as client:
+            with sync_sdk(transport, api_key="x") as client:
                 stream = client.responses.create(model="gpt-4.1-mini", input="hi", stream=True)
                 return "".join(e.delta for e in stream if e.type == "response.output_text.delta")
 
