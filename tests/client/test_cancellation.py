@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpcore
 import httpx
 import pytest
 
@@ -40,6 +41,7 @@ from hedgerow.client import (
     TotalTimeout,
     Upstream,
 )
+from hedgerow.client._transport import OwnedTransport
 from hedgerow.client.hedging import attempt_request_id
 from hedgerow.client.records import AttemptRole
 from tests import helpers
@@ -96,8 +98,7 @@ async def assert_tasks_back_to(baseline: set[asyncio.Task[Any]]) -> None:
 
 def open_connections(client: HedgingClient) -> int:
     """Connections the client's httpx pool still holds."""
-    assert client._http is not None
-    return len(client._http._transport._inner._pool.connections)  # type: ignore[attr-defined]
+    return len(client_pool(client).connections)
 
 
 @pytest.mark.parametrize("winner", ["backup", "primary"])
@@ -410,23 +411,27 @@ async def test_scripted_server_keep_alive_serves_two_requests_on_one_connection(
 # -- connections: none left active by a cancellation; reused between calls ------------------------
 
 
-def pool_state(pool: object) -> tuple[int, int]:
+def pool_state(pool: httpcore.AsyncConnectionPool) -> tuple[int, int]:
     """``(active, idle)`` connections of an httpcore connection pool (``connections`` is public).
 
     Active = neither idle nor closed: in use by a request, or (the leak of encode/httpcore#1115)
     stuck as in use after its response was closed.
     """
-    connections = pool.connections  # type: ignore[attr-defined]
+    connections = pool.connections
     idle = sum(1 for c in connections if c.is_idle())
     active = sum(1 for c in connections if not c.is_idle() and not c.is_closed())
     return active, idle
 
 
-def client_pool(client: HedgingClient) -> object:
+def client_pool(client: HedgingClient) -> httpcore.AsyncConnectionPool:
     """The httpcore pool behind a ``HedgingClient`` (``_pool`` of the httpx transport that its
     ``OwnedTransport`` wraps)."""
     assert client._http is not None
-    return client._http._transport._inner._pool  # type: ignore[attr-defined]
+    owned = client._http._transport
+    assert isinstance(owned, OwnedTransport)
+    inner = owned._inner
+    assert isinstance(inner, httpx.AsyncHTTPTransport)
+    return inner._pool
 
 
 def whole_answer_at_once(words: int = 40) -> Script:

@@ -14,6 +14,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -458,8 +459,9 @@ def test_bad_arguments_are_named() -> None:
         HedgingTransport(
             [Upstream("a", "http://127.0.0.1:1/v1")], route="chat", policy=HedgePolicy(), base_path="openai"
         )
+    not_a_policy: Any = 2.0
     with pytest.raises(TypeError, match="policy"):
-        HedgingTransport([Upstream("a", "http://127.0.0.1:1/v1")], route="chat", policy=2.0)  # type: ignore[arg-type]
+        HedgingTransport([Upstream("a", "http://127.0.0.1:1/v1")], route="chat", policy=not_a_policy)
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -599,7 +601,9 @@ async def test_concurrent_calls_share_one_transport(replicas: tuple[ReplicaThrea
 
 def pool_active(transport: HedgingTransport) -> int:
     """Connections of the transport's httpcore pool that are neither idle nor closed."""
-    pool = transport._pool._inner._pool  # type: ignore[attr-defined]  # httpx keeps httpcore's pool there
+    inner = transport._pool._inner
+    assert isinstance(inner, httpx.AsyncHTTPTransport)
+    pool = inner._pool  # httpx keeps httpcore's pool there
     return sum(1 for c in pool.connections if not c.is_idle() and not c.is_closed())
 
 
