@@ -13,31 +13,20 @@ import asyncio
 import gc
 import sys
 import time
-from collections.abc import Iterator
 
 import httpx
 import openai
-import pytest
 
 from hedgerow.client import HedgePolicy, HedgingTransport, Upstream
 from hedgerow.client._portal import PORTAL
-from hedgerow.sim import ReplicaConfig, ReplicaThread
 from tests.client import sdk
+from tests.client.conftest import Replicas
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse
 from tests.client.sdk import MESSAGES
 from tests.helpers import Sink
 
 
-@pytest.fixture(scope="module")
-def replicas() -> Iterator[tuple[ReplicaThread, ReplicaThread]]:
-    with (
-        ReplicaThread(ReplicaConfig(name="slow", slowdown=100.0)) as slow,
-        ReplicaThread(ReplicaConfig(name="fast")) as fast,
-    ):
-        yield slow, fast
-
-
-def make_transport(replicas: tuple[ReplicaThread, ReplicaThread], sink: Sink) -> HedgingTransport:
+def make_transport(replicas: Replicas, sink: Sink) -> HedgingTransport:
     slow, fast = replicas
     return HedgingTransport(
         [Upstream("slow", slow.base_url), Upstream("fast", fast.base_url)],
@@ -51,7 +40,7 @@ def sync_sdk(transport: HedgingTransport) -> openai.OpenAI:
     return sdk.sync_sdk(transport, api_key="unused")
 
 
-def test_sync_stream_hedges_and_the_fast_replica_wins(replicas: tuple[ReplicaThread, ReplicaThread]) -> None:
+def test_sync_stream_hedges_and_the_fast_replica_wins(replicas: Replicas) -> None:
     sink = Sink()
     transport = make_transport(replicas, sink)
     with sync_sdk(transport) as client:
@@ -70,7 +59,7 @@ def test_sync_stream_hedges_and_the_fast_replica_wins(replicas: tuple[ReplicaThr
     assert transport.client.budget.tokens < transport.client.policy.budget_burst  # the hedge was paid for
 
 
-def test_sync_non_streaming_call_hedges_on_the_whole_response(replicas: tuple[ReplicaThread, ReplicaThread]) -> None:
+def test_sync_non_streaming_call_hedges_on_the_whole_response(replicas: Replicas) -> None:
     sink = Sink()
     transport = make_transport(replicas, sink)
     with sync_sdk(transport) as client:
@@ -81,7 +70,7 @@ def test_sync_non_streaming_call_hedges_on_the_whole_response(replicas: tuple[Re
     assert record.attempts[0].outcome == "cancelled"
 
 
-def test_sync_stream_closed_early_ends_the_call_as_cancelled(replicas: tuple[ReplicaThread, ReplicaThread]) -> None:
+def test_sync_stream_closed_early_ends_the_call_as_cancelled(replicas: Replicas) -> None:
     sink = Sink()
     transport = make_transport(replicas, sink)
     with sync_sdk(transport) as client:
@@ -95,7 +84,7 @@ def test_sync_stream_closed_early_ends_the_call_as_cancelled(replicas: tuple[Rep
 
 
 async def test_sync_and_async_calls_of_one_transport_share_the_sink_and_the_budgets(
-    replicas: tuple[ReplicaThread, ReplicaThread],
+    replicas: Replicas,
 ) -> None:
     # The async SDK on this loop and the sync SDK in a worker thread, on one transport.
     sink = Sink()

@@ -31,6 +31,7 @@ from hedgerow.client.hedging import attempt_request_id
 from hedgerow.client.records import AttemptRole
 from hedgerow.client.transport import rebase_path
 from hedgerow.sim import ReplicaConfig, ReplicaThread
+from tests.client.conftest import Replicas
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
 from tests.client.sdk import BASE_URL, MESSAGES, async_sdk
 from tests.helpers import Sink, free_port
@@ -66,18 +67,8 @@ def error_script(status: int, message: str) -> Script:
     return Script(status=status, content_type="application/json", pieces=[(0, json.dumps(body).encode())])
 
 
-@pytest.fixture(scope="module")
-def replicas() -> Iterator[tuple[ReplicaThread, ReplicaThread]]:
-    """(slow, fast) simulated replicas, shared by the module's tests."""
-    with (
-        ReplicaThread(ReplicaConfig(name="slow", slowdown=100.0)) as slow,
-        ReplicaThread(ReplicaConfig(name="fast")) as fast,
-    ):
-        yield slow, fast
-
-
 @pytest.fixture
-async def hedged(replicas: tuple[ReplicaThread, ReplicaThread]) -> AsyncIterator[tuple[openai.AsyncOpenAI, Sink]]:
+async def hedged(replicas: Replicas) -> AsyncIterator[tuple[openai.AsyncOpenAI, Sink]]:
     """The SDK over a transport whose primary is the slow replica."""
     slow, fast = replicas
     sink = Sink()
@@ -129,7 +120,7 @@ async def test_stream_hedges_and_fast_replica_wins(hedged: tuple[openai.AsyncOpe
     assert (backup.upstream, backup.outcome) == ("fast", "won")
 
 
-async def test_stream_without_hedge_passes_usage_when_asked(replicas: tuple[ReplicaThread, ReplicaThread]) -> None:
+async def test_stream_without_hedge_passes_usage_when_asked(replicas: Replicas) -> None:
     slow, fast = replicas
     sink = Sink()
     transport = HedgingTransport(
@@ -170,7 +161,7 @@ async def test_non_streaming_call_hedges_on_the_whole_response(hedged: tuple[ope
 
 
 async def test_other_paths_pass_through_to_the_primary(
-    hedged: tuple[openai.AsyncOpenAI, Sink], replicas: tuple[ReplicaThread, ReplicaThread]
+    hedged: tuple[openai.AsyncOpenAI, Sink], replicas: Replicas
 ) -> None:
     client, sink = hedged
     raw = await client.models.with_raw_response.list()
@@ -574,7 +565,7 @@ async def test_non_streaming_calls_use_the_unary_routes_threshold() -> None:
         assert record.hedge_reason == "ttft_timeout" and 0.3 <= record.attempts[1].start_s < 2.0
 
 
-async def test_concurrent_calls_share_one_transport(replicas: tuple[ReplicaThread, ReplicaThread]) -> None:
+async def test_concurrent_calls_share_one_transport(replicas: Replicas) -> None:
     slow, fast = replicas
     sink = Sink()
     transport = HedgingTransport(
