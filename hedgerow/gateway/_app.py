@@ -10,14 +10,19 @@ hedging rule of its own; what it adds:
 
 * **Auth.** With gateway keys configured, every request needs ``Authorization: Bearer <key>``
   (or ``api-key: <key>``); else 401 ``invalid_api_key``. The caller's key never reaches an
-  upstream (the transport drops it, and so does this app).
+  upstream (the transport drops it, and so does this app). The key's *name* is the caller: the
+  ``client`` of its calls' records (:mod:`hedgerow.gateway._records`) and the ``key`` label of
+  ``hedgerow_gateway_requests_total``.
 * **Routing.** ``POST /v1/chat/completions`` and ``/v1/responses`` (and any other ``POST`` with
   a JSON ``model``, passed through to the route's primary) go to the transport of the body's
   public model; an unknown model is 404 ``model_not_found``. ``GET /v1/models`` lists the public
   model names (``GET /v1/models/{name}`` one of them). With ``any_model`` (no model table),
   everything goes to that one route's transport as it is. Other paths are 404.
-* **Limits.** A body over ``max_body_bytes`` is 413; more than ``max_concurrent`` requests in
-  flight is 429 with ``Retry-After: 1``.
+* **Limits.** A body over ``max_body_bytes`` is 413 ``request_too_large``; more than
+  ``max_concurrent`` requests in flight is 429 ``gateway_busy``, more than
+  ``max_concurrent_per_key`` with keys of one name 429 ``key_busy``, both with ``Retry-After: 1``;
+  a call past its route's ``total_timeout_s`` is 504 ``upstream_timeout``
+  (:mod:`hedgerow.gateway._relay`).
 * **Secrets.** Every configured key (upstream or gateway) is replaced by ``[redacted]`` in error
   bodies handed back and in log lines.
 * **Metrics.** ``GET /metrics`` serves the ``hedgerow_gateway_*`` family
@@ -57,7 +62,7 @@ from hedgerow.gateway._answers import (
 )
 from hedgerow.gateway._config import GatewayConfig, RouteSpec
 from hedgerow.gateway._metrics import CONTENT_TYPE, GatewayMetrics
-from hedgerow.gateway._records import RecordLog
+from hedgerow.gateway._records import CALLER, RecordLog
 from hedgerow.gateway._relay import Exchange, proxy
 
 __all__ = ["GatewayApp", "RecordLog"]
@@ -96,11 +101,15 @@ class GatewayApp:
             which also counts and logs them).
         background: async context managers entered at the ASGI lifespan's start and left at its
             end, in reverse order (the poller, the exporter).
-        client_tag: the records' ``client`` field (default: the host name).
+        client_tag: the records' ``client`` field when the gateway has no keys (default: the host
+            name); with keys it is the calling key's name.
+        metrics: the ``GatewayMetrics`` to count into (default: new ones); ``serve --gateway``
+            passes those it also serves at the api's ``/metrics``.
 
     Attributes:
         records: the ``RecordLog`` every record goes through.
         in_flight: requests being proxied now (the ``max_concurrent`` limit counts these).
+        in_flight_by_key: the same per key name (the ``max_concurrent_per_key`` limit counts these).
         metrics: the ``GatewayMetrics`` served at ``GET /metrics``.
 
     Raises:
@@ -115,6 +124,7 @@ class GatewayApp:
         telemetry: RecordSink | None = None,
         background: Sequence[AbstractAsyncContextManager[Any]] = (),
         client_tag: str | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.config = config
         self.records = RecordLog(telemetry)
@@ -133,7 +143,8 @@ class GatewayApp:
                 rewrite_model=True,
             )
         self.in_flight = 0
-        self.metrics = GatewayMetrics()
+        self.in_flight_by_key: dict[str, int] = {}
+        self.metrics = metrics if metrics is not None else GatewayMetrics()
         self._urls: dict[str, httpx.URL] = {}
 
     def transport(self, spec: RouteSpec) -> HedgingTransport:
@@ -184,6 +195,7 @@ class GatewayApp:
                 exchange.status,
                 None if started_at is None else started_at - exchange.arrived_at,
                 ended - exchange.arrived_at,
+                exchange.key,
             )
             if _log.isEnabledFor(logging.INFO):
                 fields = {
@@ -235,7 +247,11 @@ class GatewayApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         raw_headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
-        if self.config.keys and not self._authorized(raw_headers):
+        config = self.config
+        caller: str | None = None
+        if config.keys:
+            caller = self._caller(raw_headers)
+        if config.keys and caller is None:
             exchange.refused = True
             await answer(
                 send,
@@ -247,28 +263,50 @@ class GatewayApp:
                 ),
             )
             return
-        if self.in_flight >= self.config.max_concurrent:
+        if caller is not None:
+            exchange.key = caller
+        if self.in_flight >= config.max_concurrent:
             exchange.refused = True
+            message = f"hedgerow gateway: {config.max_concurrent} requests are in flight already; retry shortly"
             await answer(
                 send,
                 429,
-                openai_error(
-                    f"hedgerow gateway: {self.config.max_concurrent} requests are in flight already; retry shortly",
-                    "rate_limit_error",
-                    "gateway_busy",
-                ),
+                openai_error(message, "rate_limit_error", "gateway_busy"),
+                extra=[(b"retry-after", b"1")],
+            )
+            return
+        per_key = config.max_concurrent_per_key
+        by_key = self.in_flight_by_key
+        if caller is not None and per_key is not None and by_key.get(caller, 0) >= per_key:
+            exchange.refused = True
+            message = f"hedgerow gateway: {per_key} requests of the key {caller!r} are in flight already; retry shortly"
+            await answer(
+                send,
+                429,
+                openai_error(message, "rate_limit_error", "key_busy"),
                 extra=[(b"retry-after", b"1")],
             )
             return
         self.in_flight += 1
+        if caller is not None:
+            by_key[caller] = by_key.get(caller, 0) + 1
+        token = CALLER.set(caller) if caller is not None else None
         try:
             await self._serve(scope, receive, send, raw_headers, exchange)
         finally:
             self.in_flight -= 1
+            if token is not None:
+                CALLER.reset(token)
+            if caller is not None:
+                left = by_key[caller] - 1
+                if left:
+                    by_key[caller] = left
+                else:
+                    del by_key[caller]
 
     async def _metrics(self, scope: Scope, send: Send) -> None:
         """``GET /metrics``: the ``hedgerow_gateway_*`` family (a gateway key needed when keys are set)."""
-        if self.config.keys and not self._authorized(scope.get("headers", [])):
+        if self.config.keys and self._caller(scope.get("headers", [])) is None:
             await answer(
                 send,
                 401,
@@ -286,21 +324,24 @@ class GatewayApp:
             return
         await answer(send, 200, self.metrics.render(), headers=[(b"content-type", CONTENT_TYPE.encode())])
 
-    def _authorized(self, raw_headers: list[tuple[bytes, bytes]]) -> bool:
+    def _caller(self, raw_headers: list[tuple[bytes, bytes]]) -> str | None:
+        """The name of the gateway key the request carries, or None without a known one."""
         given = api_key = ""
-        for name, value in raw_headers:
-            if name == b"authorization":
+        for header, value in raw_headers:
+            if header == b"authorization":
                 given = value.decode("latin-1")
-            elif name == b"api-key":
+            elif header == b"api-key":
                 api_key = value.decode("latin-1")
         scheme, _, token = given.partition(" ")
         key = token.strip() if scheme.lower() == "bearer" else api_key
         if not key:
-            return False
-        matched = False
-        for known in self.config.keys:  # compare with every key, in constant time each
-            matched |= hmac.compare_digest(key.encode(), known.encode())
-        return matched
+            return None
+        given_bytes = key.encode()
+        found: str | None = None
+        for known, key_name in self.config.keys.items():  # compare with every key, in constant time each
+            if hmac.compare_digest(given_bytes, known.encode()):
+                found = key_name
+        return found
 
     async def _serve(
         self, scope: Scope, receive: Receive, send: Send, raw_headers: list[tuple[bytes, bytes]], exchange: Exchange

@@ -1,17 +1,28 @@
 """The gateway's record sink (``RecordLog``): every ``CallRecord`` of its calls is counted, logged
-in one ``gateway_call`` line and handed on (to a ``TelemetryExporter`` or a store writer)."""
+in one ``gateway_call`` line and handed on (to a ``TelemetryExporter`` or a store writer).
+
+The caller's name (the name of its gateway key, :data:`CALLER`, set by the app around each
+request) becomes the record's ``client``: the record is built inside the request's task or in
+tasks it started, which see the request's context, so the race needs no parameter for it. The
+calls explorer shows it per call; without keys ``client`` stays the transport's tag (the host).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
+from contextvars import ContextVar
 
 from hedgerow.client import CallRecord
 from hedgerow.client.hedging import RecordSink
 
-__all__ = ["RecordLog"]
+__all__ = ["CALLER", "RecordLog"]
 
 _log = logging.getLogger("hedgerow.gateway")
+
+#: The name of the gateway key of the request being served in this context (None: no keys).
+CALLER: ContextVar[str | None] = ContextVar("hedgerow_gateway_caller", default=None)
 
 
 class RecordLog:
@@ -32,7 +43,11 @@ class RecordLog:
         self.last: CallRecord | None = None
 
     def submit(self, record: CallRecord) -> None:
-        """Count, log and forward one record (never raises for the record's sake)."""
+        """Count, log and forward one record (never raises for the record's sake); with a
+        :data:`CALLER` in this context, the record's ``client`` is set to it first."""
+        caller = CALLER.get()
+        if caller is not None and record.client != caller:
+            record = dataclasses.replace(record, client=caller)
         self.counts[record.status] += 1
         self.last = record
         if self.inner is not None:
@@ -43,6 +58,7 @@ class RecordLog:
             "request_id": record.request_id,
             "route": record.route,
             "model": record.model,
+            "client": record.client,
             "status": record.status,
             "winner": record.winner,
             "hedged": record.hedged,

@@ -212,6 +212,7 @@ class Exchange:
             (None until sent), seconds.
         status: the HTTP status sent (0 until sent).
         route / model: the route's name and public model name (``""`` until routed).
+        key: the name of the caller's gateway key (``""`` without keys, or before the key is known).
         complete: the answer's last piece was sent.
         refused / failed / stream_failed / cancelled: what ended it, when not an answer.
     """
@@ -221,6 +222,7 @@ class Exchange:
         "cancelled",
         "complete",
         "failed",
+        "key",
         "model",
         "refused",
         "route",
@@ -235,6 +237,7 @@ class Exchange:
         self.status = 0
         self.route = ""
         self.model = ""
+        self.key = ""
         self.refused = False
         self.failed = False
         self.stream_failed = False
