@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from hedgerow.cli._common import _check_name, _parse_number, _parse_upstream, app, fail
+from hedgerow.cli._common import _check_name, _parse_number, _parse_upstream, _server_settings, app, fail
 
 #: How long (s) the gateway keeps an idle caller connection open. Longer than the idle timeouts
 #: of common load balancers (60 s) and clients (httpx: 5 s), so that the caller, not the gateway,
@@ -172,6 +172,12 @@ def gateway(
     api: str = typer.Option(
         None, "--api", metavar="URL", help="A running `hedgerow serve`: poll its thresholds, send it the records."
     ),
+    db: str = typer.Option(
+        None,
+        "--db",
+        metavar="URL",
+        help="Instead of --api: write the records into this store and read its thresholds (migrated on start).",
+    ),
     token: str = typer.Option(
         None,
         "--token",
@@ -187,9 +193,11 @@ def gateway(
     Gateway keys (callers send Authorization: Bearer KEY) come from FILE's `keys`, from
     HEDGEROW_GATEWAY_KEYS (NAME=KEY,NAME=KEY) and from the HEDGEROW_TOKENS tokens with the
     `gateway` scope; a key's name names its caller in the records and the metrics. Upstream keys
-    come from the environment variables FILE names. Without --api, the calls' records are only
-    counted and logged.
+    come from the environment variables FILE names. Without --api or --db, the calls' records are
+    only counted and logged.
     """
+    if api is not None and db is not None:
+        raise fail("--db and --api: give one (records straight into a store, or to a running serve)", 2)
     config = _gateway_config(
         file,
         upstream,
@@ -206,11 +214,30 @@ def gateway(
         configure_logging(log_level)
     except ValueError as exc:
         raise fail(f"--log-level: {exc}", 2) from None
-    server, sock = gateway_server(config, host, port, api=api, token=token, log_level=log_level)
+    server, sock = gateway_server(config, host, port, api=api, token=token, log_level=log_level, db=db)
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
+
+
+def _gateway_store(db: str) -> Any:
+    """The ``GatewayStore`` of ``--db URL``, the store migrated to the newest revision first.
+
+    Exits 2 for a malformed or unsupported URL (naming ``--db``), 1 when the store cannot be
+    reached or migrated.
+    """
+    import asyncio
+
+    from hedgerow.cli.gateway_store import GatewayStore, migrate_store
+    from hedgerow.controller.errors import StoreError
+
+    settings = _server_settings(db)
+    try:
+        asyncio.run(migrate_store(settings))
+    except StoreError as exc:
+        raise fail(f"--db: {exc}", 1) from None
+    return GatewayStore(settings)
 
 
 def _tokens_setting() -> str:
@@ -236,6 +263,7 @@ def gateway_server(
     token: str | None,
     log_level: str,
     metrics: Any = None,
+    db: str | None = None,
 ) -> tuple[Any, Any]:
     """The gateway's uvicorn server and its bound socket (``hedgerow gateway``, ``serve --gateway``).
 
@@ -250,13 +278,15 @@ def gateway_server(
         token: the bearer token for ``api``.
         log_level: uvicorn's log level.
         metrics: the ``GatewayMetrics`` the app counts into (default: its own).
+        db: a store's URL (``--db``) to write the records into and read the thresholds from,
+            instead of ``api``; migrated here, before the address is bound.
 
     Returns:
         ``(uvicorn.Server, socket.socket)``: run the server on the socket, close it after.
 
     Raises:
-        typer.Exit: exit 2 for keys missing off loopback or a bad ``api``; exit 1 when the
-            address cannot be bound.
+        typer.Exit: exit 2 for keys missing off loopback, a bad ``api`` or ``db``; exit 1 when
+            the store cannot be migrated or the address cannot be bound.
     """
     import socket
 
@@ -267,13 +297,17 @@ def gateway_server(
 
     if not is_loopback(host) and not config.keys:
         raise fail(
-            f"--host {host}: off loopback the gateway needs keys "
-            "(set HEDGEROW_GATEWAY_KEYS=NAME=KEY or `keys` in the file)",
+            f"--host {host}: off loopback the gateway needs keys (set HEDGEROW_GATEWAY_KEYS=NAME=KEY, "
+            "`keys` in the file, or a HEDGEROW_TOKENS token with the gateway scope)",
             2,
         )
     background: list[Any] = []
     poller = exporter = None
-    if api is not None:
+    if db is not None:
+        store = _gateway_store(db)
+        poller = exporter = store
+        background = [store]
+    elif api is not None:
         from hedgerow.client import TelemetryExporter, ThresholdPoller
 
         try:
