@@ -62,7 +62,10 @@ def test_serve_embeds_the_gateway_and_stores_its_records(
                 routes = [(r["route"], r["model"]) for r in httpx.get(f"{api}/v1/routes", timeout=10).json()["routes"]]
                 time.sleep(0.3)
             assert routes == [("cli-route", "gpt-fast")]
-            assert "cli-route" in httpx.get(f"{api}/ui/routes", timeout=10).text
+            page = httpx.get(f"{api}/ui/routes", timeout=10).text
+            assert "cli-route" in page and FAKE_UPSTREAM_KEY not in page
+            calls = httpx.get(f"{api}/v1/routes/cli-route/calls", params={"model": "gpt-fast"}, timeout=10)
+            assert calls.status_code == 200 and FAKE_UPSTREAM_KEY not in calls.text
             # the gateway's own family, served by the embedded gateway's port and by the api's
             labels = 'key="",model="gpt-fast",outcome="ok",route="cli-route",status="200"'
             line = "hedgerow_gateway_requests_total{" + labels + "} 1.0"
