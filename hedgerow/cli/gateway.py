@@ -134,7 +134,7 @@ def _gateway_config(
 
 @app.command(
     epilog="Exit status: 130 after SIGINT (Ctrl-C) and 143 after SIGTERM, once shut down cleanly (uvicorn "
-    "re-raises the signal); 1 when it cannot listen; 2 for bad flags or config."
+    "re-raises the signal); 1 when it cannot listen or the --db store cannot be migrated; 2 for bad flags or config."
 )
 def gateway(
     file: str = typer.Argument(None, metavar="[FILE]", help="The gateway's TOML config (models, upstreams, keys)."),
