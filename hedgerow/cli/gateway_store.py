@@ -9,10 +9,10 @@ the store to the newest revision as ``serve`` does, before the gateway listens):
   a background task writes what is queued every ``flush_interval_s``, at most ``batch_size``
   records per transaction, with :func:`hedgerow.controller.store.ingest.ingest_calls` and the
   route defaults and bounds of ``hedgerow.settings.Settings`` (what ``POST /v1/calls`` does). A
-  store that cannot be reached keeps the batch for the next flush; once ``max_queue`` records
-  wait, the oldest are dropped (counted in ``dropped``, logged). A batch the store refuses for
-  its routes (an archived route, a route past ``max_routes``) is dropped, counted and logged. At
-  exit what is queued is written once more.
+  store that cannot be reached keeps the batch (held apart, written before anything newer);
+  once ``max_queue`` more records wait, the oldest are dropped (counted in ``dropped``, logged).
+  A batch the store refuses for its routes (an archived route, a route past ``max_routes``) is
+  dropped, counted and logged. At exit what is held and queued is written once more.
 * **Thresholds.** The published thresholds (:func:`hedgerow.controller.store.queries.list_thresholds`)
   are read once at start-up and every ``interval_s`` after; ``lookup`` is a dictionary read, and
   answers None (the route's policy value) for a route without a threshold or once the table is
@@ -65,6 +65,7 @@ class GatewayStore:
         max_queue: most records waiting; past it the oldest are dropped (default 10,000).
         interval_s: seconds between reads of the thresholds (default 5).
         max_stale_s: after this many seconds without a good read, ``lookup`` answers None (300).
+        close_timeout_s: most seconds spent writing the last records at exit (default 5).
 
     Attributes:
         written: records stored; duplicates: records already stored; dropped: records lost (queue
@@ -80,6 +81,7 @@ class GatewayStore:
         max_queue: int = 10_000,
         interval_s: float = 5.0,
         max_stale_s: float = 300.0,
+        close_timeout_s: float = 5.0,
     ) -> None:
         self.settings = settings
         self.flush_interval_s = flush_interval_s
@@ -87,7 +89,10 @@ class GatewayStore:
         self.max_queue = max_queue
         self.interval_s = interval_s
         self.max_stale_s = max_stale_s
+        self.close_timeout_s = close_timeout_s
         self._queue: collections.deque[CallRecord] = collections.deque()
+        self._held: list[CallRecord] = []
+        self._writing = asyncio.Lock()
         self._table: dict[tuple[str, str], tuple[float, int | None, bool]] = {}
         self._read_at: float | None = None
         self._engine: Any = None
@@ -97,6 +102,11 @@ class GatewayStore:
         self.written = 0
         self.duplicates = 0
         self.dropped = 0
+
+    @property
+    def pending(self) -> list[CallRecord]:
+        """The records not written yet, oldest first (the held batch, then the queue)."""
+        return [*self._held, *self._queue]
 
     # -- the sink and the source ----------------------------------------------------------------
 
@@ -134,14 +144,18 @@ class GatewayStore:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        """Stop both tasks, write what is queued, close the engine."""
+        """Stop both tasks, write what is held and queued (for at most ``close_timeout_s``), close
+        the engine."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         try:
-            while self._queue and await self.write_batch():
-                pass
+            async with asyncio.timeout(self.close_timeout_s):
+                while (self._held or self._queue) and await self.write_batch():
+                    pass
+        except TimeoutError:
+            log.warning("gateway store: %d record(s) not written at exit (the store is slow)", len(self.pending))
         finally:
             if self._engine is not None:
                 await self._engine.dispose()
@@ -152,7 +166,7 @@ class GatewayStore:
             with contextlib.suppress(TimeoutError):  # woken early by a full batch
                 await asyncio.wait_for(self._wake.wait(), self.flush_interval_s)
             self._wake.clear()
-            while self._queue and await self.write_batch():
+            while (self._held or self._queue) and await self.write_batch():
                 pass
 
     async def _read_loop(self) -> None:
@@ -179,35 +193,38 @@ class GatewayStore:
         return True
 
     async def write_batch(self) -> bool:
-        """Write up to ``batch_size`` queued records in one transaction; returns whether the batch
-        left the queue (written, or dropped as refused), False when the store failed (kept)."""
+        """Write the held batch, else up to ``batch_size`` queued records, in one transaction;
+        returns whether the batch is done (written, or dropped as refused), False when the store
+        failed (the batch is held, and written before anything newer)."""
         from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
         from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 
-        queue = self._queue
-        batch = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
-        if not batch:
-            return False
-        settings = self.settings
-        try:
-            async with self._sessionmaker() as session, session.begin():
-                accepted, duplicates = await ingest_calls(
-                    session,
-                    batch,
-                    defaults=route_defaults(settings),
-                    max_routes=settings.max_routes,
-                    max_models_per_route=settings.max_models_per_route,
-                )
-        except (RouteArchived, RouteLimitExceeded) as exc:
-            self.dropped += len(batch)
-            log.warning("gateway store: %d record(s) refused by the store: %s", len(batch), exc)
+        async with self._writing:  # one write at a time: the held batch goes first
+            if not self._held:
+                queue = self._queue
+                self._held = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
+            batch = self._held
+            if not batch:
+                return False
+            settings = self.settings
+            try:
+                async with self._sessionmaker() as session, session.begin():
+                    accepted, duplicates = await ingest_calls(
+                        session,
+                        batch,
+                        defaults=route_defaults(settings),
+                        max_routes=settings.max_routes,
+                        max_models_per_route=settings.max_models_per_route,
+                    )
+            except (RouteArchived, RouteLimitExceeded) as exc:
+                self._held = []
+                self.dropped += len(batch)
+                log.warning("gateway store: %d record(s) refused by the store: %s", len(batch), exc)
+                return True
+            except Exception as exc:  # the store down: the batch is held for the next write
+                log.warning("gateway store: writing %d record(s) failed (%s)", len(batch), type(exc).__name__)
+                return False
+            self._held = []
+            self.written += accepted
+            self.duplicates += duplicates
             return True
-        except BaseException as exc:  # the store down, or the writer stopped: the batch waits again
-            queue.extendleft(reversed(batch))
-            if not isinstance(exc, Exception):
-                raise
-            log.warning("gateway store: writing %d record(s) failed (%s)", len(batch), type(exc).__name__)
-            return False
-        self.written += accepted
-        self.duplicates += duplicates
-        return True
