@@ -51,6 +51,7 @@ from hedgerow.api._page_kit import (
     render_page,
     route_url,
 )
+from hedgerow.api._state import app_state
 from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
 from hedgerow.api.calls_pages import calls_links
 from hedgerow.api.charts import SeriesData, seconds_label, time_chart
@@ -168,7 +169,7 @@ async def metrics_page(request: Request) -> Response:
 async def routes_page(request: Request) -> HTMLResponse:
     """Every route at a glance."""
     user = page_user(request)
-    async with request.app.state.sessionmaker() as session:
+    async with app_state(request.app).sessionmaker() as session:
         rows = await route_overview(session, utc_now())
     return render_page(request, "routes.html", user, title="Routes", rows=rows)
 
@@ -187,11 +188,12 @@ async def _upstream_series(
     """:func:`upstream_ttft_series` of the route over ``[since, until]``, or the answer read for the
     same route, model and range less than :data:`UPSTREAM_LINES_TTL_S` ago (kept per app, at most
     :data:`UPSTREAM_LINES_CACHED`)."""
+    state = app_state(request.app)
     cache: OrderedDict[tuple[str, str, str], tuple[float, dict[str, Any]]] | None = getattr(
-        request.app.state, "upstream_lines_cache", None
+        state, "upstream_lines_cache", None
     )
     if cache is None:
-        cache = request.app.state.upstream_lines_cache = OrderedDict()
+        cache = state.upstream_lines_cache = OrderedDict()
     key = (route, model, range_key)
     kept = cache.get(key)
     if kept is not None and time.monotonic() - kept[0] < UPSTREAM_LINES_TTL_S:
@@ -361,7 +363,7 @@ async def _route_page(
     now = utc_now()
     since = now - timedelta(seconds=RANGES[range_key])
     try:
-        async with request.app.state.sessionmaker() as session:
+        async with app_state(request.app).sessionmaker() as session:
             chosen = await resolve_model(session, route, model)
             config = await get_route(session, route, chosen)
             series = await history_series(session, route, chosen, since, now)
@@ -481,23 +483,22 @@ async def change_route(request: Request, route: str, model: str | None = None) -
     form = {k: v[-1] for k, v in parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True).items()}
     if not model:
         return error_page(request, user, 422, "model: required")
-    actor = (
-        "ui" if user.token is None else token_actor(request.app.state.tokens, request.app.state.token_names, user.token)
-    )
+    state = app_state(request.app)
+    actor = "ui" if user.token is None else token_actor(state.tokens, state.token_names, user.token)
     if form.get("action") in ("archive", "restore"):
         return await _archive_form(request, user, route, model, form, actor)
     try:
         fields = _form_fields(form)
         result = await configure_route(
-            request.app.state.sessionmaker,
-            request.app.state.settings,
+            state.sessionmaker,
+            state.settings,
             route,
             model,
             fields,
             replace=False,
             actor=actor,
         )
-        request.app.state.thresholds.invalidate()
+        state.thresholds.invalidate()
     except RouteConfigInvalid as exc:
         return await _route_page(
             request,
@@ -525,7 +526,7 @@ async def _archive_form(
     archived (:func:`~hedgerow.controller.routes_admin.archive_route`). ``action=restore``
     restores it. Both go back to the route's page (303).
     """
-    state = request.app.state
+    state = app_state(request.app)
     try:
         if form.get("action") == "restore":
             await restore_route(state.sessionmaker, state.settings, route, model, actor=actor)
@@ -567,7 +568,7 @@ async def login_page(request: Request, next: str | None = None) -> HTMLResponse:
         None,
         title="Log in",
         next=_safe_next(next),
-        auth=bool(request.app.state.tokens),
+        auth=bool(app_state(request.app).tokens),
         error=None,
     )
 
@@ -579,7 +580,7 @@ async def login(request: Request) -> Response:
     form = {k: v[-1] for k, v in parse_qs(raw[:_FORM_BYTES].decode("utf-8", "replace")).items()}
     target = _safe_next(form.get("next"))
     token = form.get("token", "").strip()
-    scopes = token_scopes(request.app.state.tokens, token)
+    scopes = token_scopes(app_state(request.app).tokens, token)
     if scopes is None or not scopes & {"read", "admin"}:
         message = "unknown token" if scopes is None else "this token lacks the read scope"
         return render_page(
@@ -589,7 +590,7 @@ async def login(request: Request) -> Response:
             401,
             title="Log in",
             next=target,
-            auth=bool(request.app.state.tokens),
+            auth=bool(app_state(request.app).tokens),
             error=message,
         )
     response = RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)

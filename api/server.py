@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 
+from hedgerow.api._state import app_state
 from hedgerow.api.app import create_app
 from hedgerow.api.auth import check_listen_allowed, parse_tokens
 from hedgerow.api.limits import header_timeout_protocol
@@ -166,7 +167,7 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         """Stop the controller jobs and release the lease, then shut down as uvicorn does."""
-        scheduler = getattr(self._app.state, "scheduler", None)
+        scheduler = getattr(app_state(self._app), "scheduler", None)
         if scheduler is not None:
             await scheduler.shutdown(timeout_s=0)
         await super().shutdown(sockets)
