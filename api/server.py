@@ -102,7 +102,7 @@ async def serve_async(
         configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     for collector in collectors:
-        app.state.metrics.registry.register(collector)
+        app_state(app).metrics.registry.register(collector)
     # bind first: a busy port fails before the database is created or migrated
     sock = bind_socket(settings.host, settings.port)
     engine = make_engine(settings.database_url)
