@@ -50,6 +50,7 @@ from pydantic import Field, TypeAdapter, ValidationError, create_model
 from pydantic_core import ErrorDetails
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from hedgerow.api._state import AppState, app_state
 from hedgerow.api.auth import require_scope
 from hedgerow.api.deps import get_settings
 from hedgerow.api.ingest_gate import ingest_session
@@ -295,7 +296,7 @@ async def post_calls(
     crowded = too_many_values(body, limit)
     if crowded is not None:  # not counted in records_rejected: the records are not known
         return crowded
-    gate = getattr(request.app.state, "ingest_gate", None)
+    gate = getattr(app_state(request.app), "ingest_gate", None)
     turns: CpuTurns | None = None if gate is None else gate.cpu
     parsed = await parse_batch_yielding(body, limit, turns)
     if isinstance(parsed, JSONResponse):
@@ -313,7 +314,7 @@ async def post_calls(
         )
         _rejected(request, body, answer)
         return answer
-    state = request.app.state
+    state = app_state(request.app)
     try:
         writer: GroupCommitWriter[list[CallRecordIn], StoredBatch] | None = state.ingest_writer
         if writer is not None:  # SQLite: this process's batches go through its one writer
@@ -348,7 +349,7 @@ class StoredBatch:
 
 
 async def store_batch(
-    state: Any, session: AsyncSession, records: list[CallRecordIn], turns: CpuTurns | None = None
+    state: AppState, session: AsyncSession, records: list[CallRecordIn], turns: CpuTurns | None = None
 ) -> StoredBatch:
     """Write a validated batch inside the session's open transaction (the caller commits).
 
@@ -384,7 +385,7 @@ async def store_batch(
     return StoredBatch(accepted, duplicates, stored, resolved, checked_days)
 
 
-def learn_batch(state: Any, batch: StoredBatch) -> None:
+def learn_batch(state: AppState, batch: StoredBatch) -> None:
     """After a batch committed: the caches learn its routes and days, the metrics count it."""
     if len(batch.resolved) > len(state.route_ids):  # maybe new pairs
         state.route_ids.add(batch.resolved)
@@ -396,7 +397,7 @@ def learn_batch(state: Any, batch: StoredBatch) -> None:
     metrics.records_duplicate.inc(batch.duplicates)
 
 
-def make_ingest_writer(state: Any) -> GroupCommitWriter[list[CallRecordIn], StoredBatch] | None:
+def make_ingest_writer(state: AppState) -> GroupCommitWriter[list[CallRecordIn], StoredBatch] | None:
     """On SQLite, the group commit writer of ``POST /v1/calls`` (not started); elsewhere None.
 
     SQLite has one writer: concurrent batches of one process written in transactions of their
@@ -426,7 +427,7 @@ def make_ingest_writer(state: Any) -> GroupCommitWriter[list[CallRecordIn], Stor
 
 
 async def _store_alone(
-    state: Any, session: AsyncSession, records: list[CallRecordIn], turns: CpuTurns | None
+    state: AppState, session: AsyncSession, records: list[CallRecordIn], turns: CpuTurns | None
 ) -> StoredBatch:
     """Write a batch in a transaction of its own; run once more with the day cache emptied when
     a cached day was dropped meanwhile (PostgreSQL)."""
@@ -464,5 +465,5 @@ def _rejected(request: Request, body: bytes, answer: JSONResponse) -> None:
         count = len(json.loads(body)["calls"])
     except (ValueError, TypeError, KeyError, RecursionError):  # pragma: no cover - pydantic parsed it already
         count = 0
-    request.app.state.metrics.records_rejected.inc(count)
+    app_state(request.app).metrics.records_rejected.inc(count)
     log_rejected_batch(count, detail if isinstance(detail, dict) else {"message": str(detail)})

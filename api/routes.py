@@ -353,7 +353,7 @@ async def _archive_or_restore(request: Request, route: str, model: str, fields: 
         return _unprocessable("archived", "give archived alone (actor aside): not with a change of settings")
     if not isinstance(fields["archived"], bool):
         return _unprocessable("archived", "must be true (archive) or false (restore), got null")
-    state = request.app.state
+    state = app_state(request.app)
     try:
         if fields["archived"]:
             result = await archive_route(state.sessionmaker, route, model, actor=actor)

@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 
+from hedgerow.api._state import app_state
 from hedgerow.api.app import create_app
 from hedgerow.api.auth import check_listen_allowed, parse_tokens
 from hedgerow.api.limits import header_timeout_protocol
@@ -101,7 +102,7 @@ async def serve_async(
         configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     for collector in collectors:
-        app.state.metrics.registry.register(collector)
+        app_state(app).metrics.registry.register(collector)
     # bind first: a busy port fails before the database is created or migrated
     sock = bind_socket(settings.host, settings.port)
     engine = make_engine(settings.database_url)
@@ -166,7 +167,7 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         """Stop the controller jobs and release the lease, then shut down as uvicorn does."""
-        scheduler = getattr(self._app.state, "scheduler", None)
+        scheduler = getattr(app_state(self._app), "scheduler", None)
         if scheduler is not None:
             await scheduler.shutdown(timeout_s=0)
         await super().shutdown(sockets)
