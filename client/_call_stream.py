@@ -37,6 +37,7 @@ from hedgerow.client._attempt_io import (
     text_excerpt,
     wait_tasks_shielded,
 )
+from hedgerow.client._call_end import submit_record
 from hedgerow.client._race import Action, AttemptState, Cancel, Race, Raise, Start, Won
 from hedgerow.client._responses import attempt_failure, classify_event
 from hedgerow.client._sse import SseDecoder
@@ -605,14 +606,8 @@ class CallStream:
             self._build_record()
 
     def _build_record(self) -> None:
-        if self.record is not None:
-            return
-        self.record = self._race.record()
-        if self._client.telemetry is not None:
-            try:
-                self._client.telemetry.submit(self.record)
-            except Exception:  # telemetry must never break a call
-                log.exception("telemetry sink refused a record")
+        if self.record is None:
+            self.record = submit_record(self._race, self._client.telemetry)
 
 
 def check_body(body: object) -> None:

@@ -58,6 +58,7 @@ from hedgerow.client._attempt_io import (
     send_streaming,
     wait_tasks_shielded,
 )
+from hedgerow.client._call_end import submit_record
 from hedgerow.client._race import Action, AttemptState, Cancel, Done, Race, Raise, Start
 from hedgerow.client._responses import chat_usage
 from hedgerow.client._transport import BODY_LIMIT_EXTENSION
@@ -427,11 +428,5 @@ class _UnaryCall:
             self._build_record()
 
     def _build_record(self) -> None:
-        if self._record is not None:
-            return
-        self._record = self._race.record()
-        if self._telemetry is not None:
-            try:
-                self._telemetry.submit(self._record)
-            except Exception:  # telemetry must never break a call
-                log.exception("telemetry sink refused a record")
+        if self._record is None:
+            self._record = submit_record(self._race, self._telemetry)
