@@ -54,6 +54,7 @@ from hedgerow.api._state import AppState, app_state
 from hedgerow.api.auth import require_scope
 from hedgerow.api.deps import get_settings
 from hedgerow.api.ingest_gate import ingest_session
+from hedgerow.api.json_body import error_response
 from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
 from hedgerow.controller.events import log_rejected_batch
@@ -111,7 +112,7 @@ def _unprocessable(index: int | None, field: str, message: str) -> JSONResponse:
 
 
 def _too_large(message: str, field: str = "body") -> JSONResponse:
-    return JSONResponse({"detail": {"field": field, "message": message}}, status_code=status.HTTP_413_CONTENT_TOO_LARGE)
+    return error_response(status.HTTP_413_CONTENT_TOO_LARGE, field, message)
 
 
 @lru_cache(maxsize=8)

@@ -23,11 +23,12 @@ import asyncio
 import logging
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from sqlalchemy.exc import SQLAlchemyError
 
 from hedgerow.api._page_kit import error_page
 from hedgerow.api._state import app_state
+from hedgerow.api.json_body import error_response
 from hedgerow.client.errors import describe
 from hedgerow.controller.errors import StoreNotReady
 from hedgerow.controller.store.db import check_ready
@@ -67,8 +68,4 @@ async def store_unavailable(request: Request, exc: Exception) -> Response:
     log.warning("%s %s: %s (%s)", request.method, request.url.path, reason, describe(exc))
     if request.url.path.startswith("/ui"):
         return error_page(request, None, 503, UNAVAILABLE_MESSAGE)
-    return JSONResponse(
-        {"detail": {"field": "database", "message": UNAVAILABLE_MESSAGE}},
-        status_code=503,
-        headers={"Retry-After": "5"},
-    )
+    return error_response(503, "database", UNAVAILABLE_MESSAGE, {"Retry-After": "5"})
