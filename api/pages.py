@@ -43,6 +43,7 @@ from fastapi import APIRouter, FastAPI, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from hedgerow.api import route_changes
 from hedgerow.api._page_kit import (
     STATIC_DIR,
     LoginNeeded,
@@ -62,7 +63,7 @@ from hedgerow.controller.ops_bounds import budget_range_error, history_filter_er
 from hedgerow.controller.policy.explain import explain_history_row
 from hedgerow.controller.policy.reason_codes import REASON_CODES as POLICY_REASON_CODES
 from hedgerow.controller.policy.reason_codes import SOURCE_MEANINGS, reason_legend
-from hedgerow.controller.routes_admin import RouteConfigInvalid, archive_route, configure_route, restore_route
+from hedgerow.controller.routes_admin import RouteConfigInvalid
 from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.overview import flags_of, history_series, route_overview
 from hedgerow.controller.store.queries import get_history, get_route, resolve_model
@@ -328,16 +329,7 @@ async def change_route(request: Request, route: str, model: str | None = None) -
         return await _archive_form(request, user, route, model, form, actor)
     try:
         fields = _form_fields(form)
-        result = await configure_route(
-            state.sessionmaker,
-            state.settings,
-            route,
-            model,
-            fields,
-            replace=False,
-            actor=actor,
-        )
-        state.thresholds.invalidate()
+        result = await route_changes.change_settings(state, route, model, fields, replace=False, actor=actor)
     except RouteConfigInvalid as exc:
         return await _route_page(
             request,
@@ -368,7 +360,7 @@ async def _archive_form(
     state = app_state(request.app)
     try:
         if form.get("action") == "restore":
-            await restore_route(state.sessionmaker, state.settings, route, model, actor=actor)
+            await route_changes.restore(state, route, model, actor=actor)
             done = "restored"
         elif form.get("confirm") != "yes":
             async with state.sessionmaker() as session:
@@ -378,8 +370,7 @@ async def _archive_form(
             title = f"Archive {route}"
             return render_page(request, "archive_confirm.html", user, title=title, route=route, model=model)
         else:
-            await archive_route(state.sessionmaker, route, model, actor=actor)
-            state.route_ids.forget(route, model)
+            await route_changes.archive(state, route, model, actor=actor)
             done = "archived"
     except UnknownRoute as exc:
         return error_page(request, user, 404, str(exc))
@@ -387,7 +378,6 @@ async def _archive_form(
         return error_page(request, user, 422, str(exc), back=(route_url(route, model), "route"))
     except ValueError as exc:
         return error_page(request, user, 422, str(exc))
-    state.thresholds.invalidate()
     return RedirectResponse(route_url(route, model, changed=done) + "#archive", status_code=status.HTTP_303_SEE_OTHER)
 
 

@@ -46,6 +46,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from hedgerow.api import route_changes
 from hedgerow.api._state import app_state
 from hedgerow.api.auth import bearer_token, require_scope, token_actor
 from hedgerow.api.calls import field_path
@@ -69,13 +70,7 @@ from hedgerow.api.schemas import (
 from hedgerow.client.names import MAX_NAME_CHARS
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
 from hedgerow.controller.ops_bounds import MAX_HISTORY_LIMIT, history_filter_error
-from hedgerow.controller.routes_admin import (
-    RouteArchive,
-    RouteConfigInvalid,
-    archive_route,
-    configure_route,
-    restore_route,
-)
+from hedgerow.controller.routes_admin import RouteArchive, RouteConfigInvalid
 from hedgerow.controller.store.queries import get_history, get_route, list_routes, resolve_model
 
 __all__ = [
@@ -301,16 +296,9 @@ async def _configure(request: Request, route: str, model: str, *, replace: bool)
     if "archived" in fields:
         return await _archive_or_restore(request, route, model, fields, actor)
     try:
-        result = await configure_route(
-            app_state(request.app).sessionmaker,
-            app_state(request.app).settings,
-            route,
-            model,
-            fields,
-            replace=replace,
-            actor=actor,
+        result = await route_changes.change_settings(
+            app_state(request.app), route, model, fields, replace=replace, actor=actor
         )
-        app_state(request.app).thresholds.invalidate()
     except RouteConfigInvalid as exc:
         return unprocessable(exc.field, exc.message)
     except RouteLimitExceeded as exc:
@@ -333,18 +321,13 @@ async def _archive_or_restore(request: Request, route: str, model: str, fields: 
         return unprocessable("archived", "give archived alone (actor aside): not with a change of settings")
     if not isinstance(fields["archived"], bool):
         return unprocessable("archived", "must be true (archive) or false (restore), got null")
-    state = app_state(request.app)
+    change = route_changes.archive if fields["archived"] else route_changes.restore
     try:
-        if fields["archived"]:
-            result = await archive_route(state.sessionmaker, route, model, actor=actor)
-            state.route_ids.forget(route, model)  # this process refuses its records at once
-        else:
-            result = await restore_route(state.sessionmaker, state.settings, route, model, actor=actor)
+        result = await change(app_state(request.app), route, model, actor=actor)
     except RouteLimitExceeded as exc:
         return unprocessable(exc.field, str(exc))
     except ValueError as exc:
         return unprocessable("route", str(exc))
-    state.thresholds.invalidate()
     return _state_answer(result)
 
 
@@ -437,11 +420,7 @@ async def delete_route(request: Request, route: StoredRoutePath, model: StoredMo
     ``archived_at``, ``changes: {}``, ``history: null``). ``PATCH`` with ``{"archived": false}``
     restores it."""
     try:
-        result = await archive_route(
-            app_state(request.app).sessionmaker, route, model, actor=request_actor(request, None)
-        )
+        result = await route_changes.archive(app_state(request.app), route, model, actor=request_actor(request, None))
     except ValueError as exc:
         return unprocessable("route", str(exc))
-    app_state(request.app).thresholds.invalidate()
-    app_state(request.app).route_ids.forget(route, model)  # this process refuses its records at once
     return _state_answer(result)
