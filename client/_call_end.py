@@ -1,7 +1,8 @@
 """The end of one hedged call, shared by the streamed driver (:mod:`hedgerow.client._call_stream`)
 and the whole-response driver (:mod:`hedgerow.client.unary`): once every attempt task has ended
-(each driver waits with :func:`~hedgerow.client._attempt_io.wait_tasks_shielded`), the call's one
-record is built from the race and handed to the telemetry sink.
+(:func:`~hedgerow.client._attempt_io.wait_tasks_shielded`: never ``gather``), the call's one record
+is built from the race and handed to the telemetry sink (:func:`end_call`), even when the caller is
+cancelled during the wait.
 
 A sink that raises is logged (logger ``hedgerow.client``) and never becomes the call's error: the
 caller's answer does not depend on telemetry.
@@ -9,15 +10,19 @@ caller's answer does not depend on telemetry.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from hedgerow.client._attempt_io import wait_tasks_shielded
 
 if TYPE_CHECKING:
     from hedgerow.client._race import Race
     from hedgerow.client.hedging import RecordSink
     from hedgerow.client.records import CallRecord
 
-__all__ = ["submit_record"]
+__all__ = ["end_call", "submit_record"]
 
 log = logging.getLogger("hedgerow.client")
 
@@ -39,3 +44,30 @@ def submit_record(race: Race, telemetry: RecordSink | None) -> CallRecord:
         except Exception:  # telemetry must never break a call
             log.exception("telemetry sink refused a record")
     return record
+
+
+async def end_call(
+    tasks: Sequence[asyncio.Future[Any]],
+    race: Race,
+    telemetry: RecordSink | None,
+    keep: Callable[[CallRecord], None],
+) -> None:
+    """Wait for every attempt task to end, then :func:`submit_record` and give the record to ``keep``.
+
+    Never ``gather``: a cancellation of the caller would cancel the attempts a second time, which
+    can abort httpcore's close of a connection half-way (see ``wait_tasks_shielded``). The record
+    is built and kept even when the wait is cancelled; the cancellation then goes on.
+
+    Args:
+        tasks: the call's attempt tasks, each already cancelled where it had to stop.
+        race: the call's race, abandoned or over.
+        telemetry: the sink of finished records, or None.
+        keep: stores the record on the driver (called once).
+
+    Raises:
+        asyncio.CancelledError: the caller was cancelled while the tasks ended.
+    """
+    try:
+        await wait_tasks_shielded(tasks)
+    finally:
+        keep(submit_record(race, telemetry))

@@ -35,9 +35,8 @@ from hedgerow.client._attempt_io import (
     open_response,
     parse_chunk,
     text_excerpt,
-    wait_tasks_shielded,
 )
-from hedgerow.client._call_end import submit_record
+from hedgerow.client._call_end import end_call
 from hedgerow.client._race import Action, AttemptState, Cancel, Race, Raise, Start, Won
 from hedgerow.client._responses import attempt_failure, classify_event
 from hedgerow.client._sse import SseDecoder
@@ -599,15 +598,10 @@ class CallStream:
             if attempt.task is not None:
                 self._cancel_task(attempt)
                 tasks.append(attempt.task)
-        try:
-            # Never gather: a cancellation of the caller would cancel the attempts a second time.
-            await wait_tasks_shielded(tasks)
-        finally:
-            self._build_record()
+        await end_call(tasks, self._race, self._client.telemetry, self._keep_record)
 
-    def _build_record(self) -> None:
-        if self.record is None:
-            self.record = submit_record(self._race, self._client.telemetry)
+    def _keep_record(self, record: CallRecord) -> None:
+        self.record = record
 
 
 def check_body(body: object) -> None:
