@@ -54,7 +54,7 @@ from hedgerow.api._state import AppState, app_state
 from hedgerow.api.auth import require_scope
 from hedgerow.api.deps import get_settings
 from hedgerow.api.ingest_gate import ingest_session
-from hedgerow.api.json_body import error_response
+from hedgerow.api.json_body import documented_body, error_response
 from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
 from hedgerow.controller.events import log_rejected_batch
@@ -269,16 +269,7 @@ def parse_batch(body: bytes, max_calls: int) -> CallBatchIn | JSONResponse:
     status_code=status.HTTP_202_ACCEPTED,
     response_model=IngestOut,
     dependencies=[Depends(require_scope("ingest"))],
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": CallBatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
-                }
-            },
-        }
-    },
+    openapi_extra=documented_body(CallBatchIn, required=True),
     summary="Ingest a batch of call records",
 )
 async def post_calls(

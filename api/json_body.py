@@ -7,6 +7,8 @@
   size over the limit is 413 (:func:`hedgerow.api.limits.too_large_response`), a body that is not
   JSON 422 ``not valid JSON: ...`` and one nested past the parser's depth 422 ``JSON nested too
   deeply``, each with field ``body``. An empty body reads as ``{}``.
+- :func:`documented_body`: the OpenAPI ``requestBody`` of an endpoint that reads its body itself
+  (FastAPI documents only the bodies it parses).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any
 
 from fastapi import Request, status
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from hedgerow.api.limits import error_detail, too_large_response
 
-__all__ = ["BodyRefused", "error_response", "read_json_body", "unprocessable"]
+__all__ = ["BodyRefused", "documented_body", "error_response", "read_json_body", "unprocessable"]
 
 
 def error_response(
@@ -77,3 +80,15 @@ async def read_json_body(request: Request, limit_bytes: int) -> Any:
         raise BodyRefused(unprocessable("body", f"not valid JSON: {exc}")) from None
     except RecursionError:
         raise BodyRefused(unprocessable("body", "JSON nested too deeply")) from None
+
+
+def documented_body(model: type[BaseModel], *, required: bool) -> dict[str, Any]:
+    """The ``openapi_extra`` of an endpoint that reads its JSON body itself: the body is ``model``.
+
+    Args:
+        model: the pydantic model whose JSON schema describes the body (it joins the document's
+            ``components.schemas``, see :mod:`hedgerow.api.openapi`).
+        required: whether the endpoint needs a body (a ``PUT`` of a route takes none).
+    """
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}

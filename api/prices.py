@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from hedgerow.api.auth import require_scope
-from hedgerow.api.json_body import BodyRefused, read_json_body, unprocessable
+from hedgerow.api.json_body import BodyRefused, documented_body, read_json_body, unprocessable
 from hedgerow.api.routes import Session, request_actor
 from hedgerow.api.schemas import PRINTABLE_PATTERN
 from hedgerow.client.names import MAX_NAME_CHARS
@@ -92,16 +92,7 @@ async def get_model_prices(model: str, session: Session) -> Any:
         200: {"description": "the identical price was already stored"},
         422: {"description": '{"detail": {"field": ..., "message": ...}}: a bad value, named'},
     },
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": PricePutIn.model_json_schema(ref_template="#/components/schemas/{model}")
-                }
-            },
-        }
-    },
+    openapi_extra=documented_body(PricePutIn, required=True),
 )
 async def put_price(model: str, request: Request, session: Session) -> Any:
     """Add a price of ``model`` (see the module docstring); audited with actor and time."""

@@ -51,7 +51,7 @@ from hedgerow.api._state import app_state
 from hedgerow.api.auth import bearer_token, require_scope, token_actor
 from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
-from hedgerow.api.json_body import BodyRefused, error_response, read_json_body, unprocessable
+from hedgerow.api.json_body import BodyRefused, documented_body, error_response, read_json_body, unprocessable
 from hedgerow.api.json_response import ApiJSONResponse
 from hedgerow.api.schemas import (
     NAME_PATTERN,
@@ -357,16 +357,7 @@ _CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
     dependencies=[Depends(require_scope("admin"))],
     response_model=RouteChangeOut,
     responses={201: {"description": "the route was created", "model": RouteChangeOut}, **_CHANGE_RESPONSES},
-    openapi_extra={
-        "requestBody": {
-            "required": False,
-            "content": {
-                "application/json": {
-                    "schema": RoutePutIn.model_json_schema(ref_template="#/components/schemas/{model}")
-                }
-            },
-        }
-    },
+    openapi_extra=documented_body(RoutePutIn, required=False),
     summary="Replace a route's configuration, creating the route if absent (admin; audited)",
 )
 async def put_route(request: Request, route: RoutePath, model: ModelQuery) -> Any:
@@ -384,16 +375,7 @@ async def put_route(request: Request, route: RoutePath, model: ModelQuery) -> An
     dependencies=[Depends(require_scope("admin"))],
     response_model=RouteChangeOut,
     responses={404: {"description": "unknown (route, model)"}, **_CHANGE_RESPONSES},
-    openapi_extra={
-        "requestBody": {
-            "required": False,
-            "content": {
-                "application/json": {
-                    "schema": RoutePatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
-                }
-            },
-        }
-    },
+    openapi_extra=documented_body(RoutePatchIn, required=False),
     summary="Change some of a route's settings (admin; audited)",
 )
 async def patch_route(request: Request, route: RoutePath, model: ModelQuery) -> Any:
