@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import httpcore
 import httpx
 import pytest
+from httpcore._async.connection_pool import AsyncPoolRequest
 
 from hedgerow.client import _pool
 from hedgerow.client._pool import CoalescingStream, LinearPool, linear_pool_transport
@@ -155,6 +156,31 @@ async def test_the_pass_is_linear_in_idle_connections() -> None:
             patch.setattr(httpcore.AsyncHTTPConnection, "is_idle", counting)
             await http.get(url)
     assert calls <= 6 * connections  # quadratic would be connections**2 (>= 256)
+
+
+async def test_an_idle_connection_given_to_a_waiting_request_is_not_given_to_another() -> None:
+    """Concurrent requests over idle keep-alive connections each get a connection of their own at
+    the first pass: none is handed back as busy (``ConnectionNotAvailable``) to go round again,
+    counted by the pool requests whose connection was taken back."""
+    taken_back = 0
+    original = AsyncPoolRequest.clear_connection
+
+    def counting(self: AsyncPoolRequest) -> None:
+        nonlocal taken_back
+        taken_back += 1
+        original(self)
+
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+    async with keep_alive_server() as server, httpx.AsyncClient(transport=linear_pool_transport(limits)) as http:
+        url = f"http://127.0.0.1:{server.port}/x"
+        await asyncio.gather(*(http.get(url) for _ in range(16)))  # connections to reuse
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(AsyncPoolRequest, "clear_connection", counting)
+            for _ in range(5):
+                responses = await asyncio.gather(*(http.get(url) for _ in range(16)))
+                assert all(r.status_code == 200 for r in responses)
+        assert len(pool_of(http._transport).connections) <= 16
+    assert taken_back == 0
 
 
 async def test_linear_pool_transport_keeps_httpx_settings_and_wraps_the_backend() -> None:
