@@ -21,6 +21,7 @@ from cachetools import TTLCache
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 
+from hedgerow.api._state import app_state
 from hedgerow.controller.report.report_render import render
 from hedgerow.controller.report.report_store import weekly_report
 
@@ -119,7 +120,7 @@ async def cached_report(request: Request, week: str, fmt: str) -> Answer:
     Raises:
         StoreError / SQLAlchemyError: the store could not be read.
     """
-    state = request.app.state
+    state = app_state(request.app)
     cache: ReportCache | None = getattr(state, "report_cache", None)
     if cache is None:
         cache = state.report_cache = ReportCache(float(state.settings.report_cache_ttl_s))

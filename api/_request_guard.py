@@ -38,6 +38,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, iter_route_contexts
 from starlette.routing import BaseRoute, Match
 
+from hedgerow.api._state import app_state
 from hedgerow.api.auth import ScopeDependency, check_bearer, is_loopback
 from hedgerow.api.errors import ApiConfigError
 from hedgerow.api.limits import Receive, Scope, Send, send_refusal
@@ -286,7 +287,7 @@ class RequestGuardMiddleware:
             if (content_type is not None or has_body) and not _is_json(content_type or ""):
                 given = "none" if content_type is None else repr(content_type)
                 return 415, "content-type", f"expected application/json (or a +json type), got {given}", []
-        tokens = scope["app"].state.tokens if "app" in scope else None
+        tokens = app_state(scope["app"]).tokens if "app" in scope else None
         if tokens and has_body:
             if self._scoped is None:  # the app's routes are all in place once it serves
                 self._scoped = scoped_routes(scope["app"].router.routes)

@@ -12,9 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
+    from collections import OrderedDict
+
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
     from starlette.applications import Starlette
 
+    from hedgerow.api._report_cache import ReportCache
     from hedgerow.api._threshold_cache import ThresholdCache
     from hedgerow.api.ingest_gate import IngestGate
     from hedgerow.api.metrics import Metrics
@@ -38,6 +41,11 @@ class AppState(Protocol):
     and ``ingest_gate`` (ingest's pool and its admission, None on SQLite), ``ingest_writer`` (the
     SQLite group-commit writer, None elsewhere), ``scheduler`` (the controller jobs) and
     ``thresholds`` (the poll cache).
+
+    Made on first use (absent before: read them with ``getattr(state, name, None)``):
+    ``report_cache`` (the weekly reports, :mod:`hedgerow.api._report_cache`) and
+    ``upstream_lines_cache`` (a route page's per-upstream lines, :mod:`hedgerow.api.pages`: by
+    (route, model, range), the monotonic time read and the lines).
     """
 
     settings: Settings
@@ -54,6 +62,8 @@ class AppState(Protocol):
     ingest_writer: Any  # GroupCommitWriter[...] | None (hedgerow.api.calls.make_ingest_writer)
     scheduler: ControllerScheduler
     thresholds: ThresholdCache
+    report_cache: ReportCache
+    upstream_lines_cache: OrderedDict[tuple[str, str, str], tuple[float, dict[str, Any]]]
 
 
 def app_state(app: Starlette) -> AppState:

@@ -25,6 +25,7 @@ from hedgerow.api._request_guard import HostPolicy, RequestGuardMiddleware
 from hedgerow.api.auth import check_listen_allowed, parse_token_names, parse_tokens
 from hedgerow.api.docs import install_docs
 from hedgerow.api.ingest_gate import make_ingest_gate
+from hedgerow.api.json_body import error_response, unprocessable
 from hedgerow.api.json_response import ApiJSONResponse
 from hedgerow.api.limits import DEFAULT_BODY_LIMIT_BYTES, BodyLimitMiddleware
 from hedgerow.api.metrics import Metrics
@@ -210,13 +211,11 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
 
     @app.exception_handler(UnknownRoute)
     async def unknown_route(_request: Request, exc: UnknownRoute) -> JSONResponse:
-        return JSONResponse({"detail": {"field": "route", "message": str(exc)}}, status_code=404)
+        return error_response(status.HTTP_404_NOT_FOUND, "route", str(exc))
 
     @app.exception_handler(AmbiguousModel)
     async def ambiguous_model(_request: Request, exc: AmbiguousModel) -> JSONResponse:
-        return JSONResponse(
-            {"detail": {"field": "model", "message": str(exc)}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
-        )
+        return unprocessable("model", str(exc))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -2,11 +2,13 @@
 
 ``settings.tokens`` is ``[name=]token:scope+scope,...`` (e.g. ``alice=s3cret:admin,poller:ingest``).
 Scopes: ``ingest`` (post calls, read thresholds), ``read`` (read everything), ``admin``
-(everything). An entry's optional ``name=`` (letters, digits, ``_.-``, up to 64, starting with a
-letter) names the token's holder: the name is the audit actor of the changes made with it
-(:func:`token_actor`); an unnamed token is recorded by its fingerprint. A base64 token whose only
-``=`` are its trailing padding is never taken for a name. With no tokens configured every request
-is allowed, and the server refuses to listen on anything but loopback (:func:`check_listen_allowed`).
+(everything), ``gateway`` (call through ``hedgerow gateway``, whose key it then is, named by the
+entry's name; it opens nothing of the api). An entry's optional ``name=`` (letters, digits,
+``_.-``, up to 64, starting with a letter) names the token's holder: the name is the audit
+actor of the changes made with it (:func:`token_actor`); an unnamed token is recorded by its
+fingerprint. A base64 token whose only ``=`` are its trailing padding is never taken for a name.
+With no tokens configured every request is allowed, and the server refuses to listen on anything
+but loopback (:func:`check_listen_allowed`).
 
 A request carries its token as ``Authorization: Bearer <token>``; the pages under ``/ui/`` also
 accept it from the HttpOnly cookie :data:`TOKEN_COOKIE` set by their login page. 401 and 403
@@ -47,7 +49,7 @@ __all__ = [
     "token_scopes",
 ]
 
-SCOPES: tuple[str, ...] = ("ingest", "read", "admin")
+SCOPES: tuple[str, ...] = ("ingest", "read", "admin", "gateway")
 #: The cookie holding the token of the pages' login (HttpOnly, SameSite=Strict, path /ui).
 TOKEN_COOKIE = "hedgerow_token"
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")

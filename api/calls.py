@@ -50,9 +50,11 @@ from pydantic import Field, TypeAdapter, ValidationError, create_model
 from pydantic_core import ErrorDetails
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from hedgerow.api._state import AppState, app_state
 from hedgerow.api.auth import require_scope
 from hedgerow.api.deps import get_settings
 from hedgerow.api.ingest_gate import ingest_session
+from hedgerow.api.json_body import documented_body, error_response
 from hedgerow.api.schemas import CallBatchIn, CallRecordIn, ErrorDetail, IngestOut
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
 from hedgerow.controller.events import log_rejected_batch
@@ -110,7 +112,7 @@ def _unprocessable(index: int | None, field: str, message: str) -> JSONResponse:
 
 
 def _too_large(message: str, field: str = "body") -> JSONResponse:
-    return JSONResponse({"detail": {"field": field, "message": message}}, status_code=status.HTTP_413_CONTENT_TOO_LARGE)
+    return error_response(status.HTTP_413_CONTENT_TOO_LARGE, field, message)
 
 
 @lru_cache(maxsize=8)
@@ -267,16 +269,7 @@ def parse_batch(body: bytes, max_calls: int) -> CallBatchIn | JSONResponse:
     status_code=status.HTTP_202_ACCEPTED,
     response_model=IngestOut,
     dependencies=[Depends(require_scope("ingest"))],
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": CallBatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
-                }
-            },
-        }
-    },
+    openapi_extra=documented_body(CallBatchIn, required=True),
     summary="Ingest a batch of call records",
 )
 async def post_calls(
@@ -295,7 +288,7 @@ async def post_calls(
     crowded = too_many_values(body, limit)
     if crowded is not None:  # not counted in records_rejected: the records are not known
         return crowded
-    gate = getattr(request.app.state, "ingest_gate", None)
+    gate = getattr(app_state(request.app), "ingest_gate", None)
     turns: CpuTurns | None = None if gate is None else gate.cpu
     parsed = await parse_batch_yielding(body, limit, turns)
     if isinstance(parsed, JSONResponse):
@@ -313,7 +306,7 @@ async def post_calls(
         )
         _rejected(request, body, answer)
         return answer
-    state = request.app.state
+    state = app_state(request.app)
     try:
         writer: GroupCommitWriter[list[CallRecordIn], StoredBatch] | None = state.ingest_writer
         if writer is not None:  # SQLite: this process's batches go through its one writer
@@ -348,7 +341,7 @@ class StoredBatch:
 
 
 async def store_batch(
-    state: Any, session: AsyncSession, records: list[CallRecordIn], turns: CpuTurns | None = None
+    state: AppState, session: AsyncSession, records: list[CallRecordIn], turns: CpuTurns | None = None
 ) -> StoredBatch:
     """Write a validated batch inside the session's open transaction (the caller commits).
 
@@ -384,7 +377,7 @@ async def store_batch(
     return StoredBatch(accepted, duplicates, stored, resolved, checked_days)
 
 
-def learn_batch(state: Any, batch: StoredBatch) -> None:
+def learn_batch(state: AppState, batch: StoredBatch) -> None:
     """After a batch committed: the caches learn its routes and days, the metrics count it."""
     if len(batch.resolved) > len(state.route_ids):  # maybe new pairs
         state.route_ids.add(batch.resolved)
@@ -396,7 +389,7 @@ def learn_batch(state: Any, batch: StoredBatch) -> None:
     metrics.records_duplicate.inc(batch.duplicates)
 
 
-def make_ingest_writer(state: Any) -> GroupCommitWriter[list[CallRecordIn], StoredBatch] | None:
+def make_ingest_writer(state: AppState) -> GroupCommitWriter[list[CallRecordIn], StoredBatch] | None:
     """On SQLite, the group commit writer of ``POST /v1/calls`` (not started); elsewhere None.
 
     SQLite has one writer: concurrent batches of one process written in transactions of their
@@ -426,7 +419,7 @@ def make_ingest_writer(state: Any) -> GroupCommitWriter[list[CallRecordIn], Stor
 
 
 async def _store_alone(
-    state: Any, session: AsyncSession, records: list[CallRecordIn], turns: CpuTurns | None
+    state: AppState, session: AsyncSession, records: list[CallRecordIn], turns: CpuTurns | None
 ) -> StoredBatch:
     """Write a batch in a transaction of its own; run once more with the day cache emptied when
     a cached day was dropped meanwhile (PostgreSQL)."""
@@ -464,5 +457,5 @@ def _rejected(request: Request, body: bytes, answer: JSONResponse) -> None:
         count = len(json.loads(body)["calls"])
     except (ValueError, TypeError, KeyError, RecursionError):  # pragma: no cover - pydantic parsed it already
         count = 0
-    request.app.state.metrics.records_rejected.inc(count)
+    app_state(request.app).metrics.records_rejected.inc(count)
     log_rejected_batch(count, detail if isinstance(detail, dict) else {"message": str(detail)})

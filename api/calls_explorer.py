@@ -34,6 +34,7 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from hedgerow.api._state import app_state
 from hedgerow.api.auth import require_scope
+from hedgerow.api.json_body import error_response, unprocessable
 from hedgerow.api.routes import OptionalModelQuery, Session, StoredRoutePath
 from hedgerow.api.schemas import no_control_characters
 from hedgerow.client.names import MAX_NAME_CHARS
@@ -111,12 +112,6 @@ class CallsPageOut(BaseModel):
         " the oldest call examined (the next page goes on from there); else null."
     )
     retention_note: str | None
-
-
-def _unprocessable(field: str, message: str) -> JSONResponse:
-    return JSONResponse(
-        {"detail": {"field": field, "message": message}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
-    )
 
 
 def time_error(name: str, value: datetime | None) -> str | None:
@@ -199,14 +194,14 @@ async def get_route_calls(
     for name, value in (("since", since), ("until", until)):
         problem = time_error(name, value)
         if problem is not None:
-            return _unprocessable(name, problem)
+            return unprocessable(name, problem)
     refused = calls_filter_error(outcome=outcome, since=since, until=until, limit=limit)
     if refused is not None:
-        return _unprocessable(*refused)
+        return unprocessable(*refused)
     try:
         after = None if cursor is None else decode_cursor(cursor)
     except ValueError as exc:
-        return _unprocessable("cursor", str(exc))
+        return unprocessable("cursor", str(exc))
     chosen = await resolve_model(session, route, model)
     page = await recent_calls(
         session,
@@ -236,8 +231,6 @@ async def get_route_calls(
 async def calls_are_read_only() -> JSONResponse:
     """405: a route's calls are read here, never changed (without this, ``DELETE
     /v1/routes/a/calls`` would archive a route named ``a/calls``)."""
-    return JSONResponse(
-        {"detail": {"field": "method", "message": "a route's calls are read-only here: use GET"}},
-        status_code=status.HTTP_405_METHOD_NOT_ALLOWED,
-        headers={"Allow": "GET"},
+    return error_response(
+        status.HTTP_405_METHOD_NOT_ALLOWED, "method", "a route's calls are read-only here: use GET", {"Allow": "GET"}
     )

@@ -15,7 +15,8 @@ spike of failovers or hedges shows without opening a call.
 The route's page links here: each history row to the calls of its tick's window
 (:func:`tick_calls_url`), each point of its P99 and hedge-rate charts to the calls started since
 the point before (:func:`calls_links`), each point of its failed-call chart to the failed calls of
-its slot (see :func:`hedgerow.api.pages._charts`). Times in the links and the form are UTC without a zone
+its slot (see :func:`hedgerow.api._route_charts.route_charts`). Times in the links and the form are
+UTC without a zone
 (what a ``datetime-local`` input gives); a time with a zone is taken too.
 
 Raw calls are deleted after ``retention_s``: a window reaching further back says so on the page.

@@ -30,6 +30,7 @@ from contextlib import asynccontextmanager
 from fastapi import HTTPException, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from hedgerow.api._state import app_state
 from hedgerow.controller.store.cpu_turns import CpuTurns
 
 __all__ = ["RETRY_AFTER_S", "IngestBusy", "IngestGate", "ingest_session", "make_ingest_gate"]
@@ -119,7 +120,7 @@ async def ingest_session(request: Request) -> AsyncIterator[AsyncSession]:
         HTTPException: 503 with ``Retry-After`` when no slot came free in time (counted in
             ``hedgerow_ingest_refused_total{reason="busy"}``).
     """
-    state = request.app.state
+    state = app_state(request.app)
     gate: IngestGate | None = getattr(state, "ingest_gate", None)
     sessionmaker = getattr(state, "ingest_sessionmaker", None) or state.sessionmaker
     if gate is None:

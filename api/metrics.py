@@ -67,6 +67,7 @@ from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from hedgerow.api._state import app_state
 from hedgerow.api._upstream_metrics import UpstreamMetrics
 from hedgerow.api.auth import require_scope
 from hedgerow.api.store_errors import STORE_ERRORS, is_store_down
@@ -271,9 +272,9 @@ async def metrics(request: Request) -> Response:
 
 async def metrics_response(request: Request) -> Response:
     """The ``/metrics`` answer for an authorized ``request`` (also served to the console's login)."""
-    app_metrics: Metrics = request.app.state.metrics
+    app_metrics: Metrics = app_state(request.app).metrics
     try:
-        async with request.app.state.sessionmaker() as session:
+        async with app_state(request.app).sessionmaker() as session:
             app_metrics.set_thresholds(await list_thresholds(session))
     except STORE_ERRORS as exc:
         reason = await is_store_down(request)
@@ -285,5 +286,5 @@ async def metrics_response(request: Request) -> Response:
         app_metrics.store_up.set(0)
     else:
         app_metrics.store_up.set(1)
-    app_metrics.set_lease(request.app.state.scheduler.holding)
+    app_metrics.set_lease(app_state(request.app).scheduler.holding)
     return Response(app_metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -26,7 +26,8 @@ Pages:
   HttpOnly, SameSite=Strict cookie :data:`~hedgerow.api.auth.TOKEN_COOKIE`. A form post whose
   ``Origin`` is another site is refused (403).
 
-Charts are inline SVG laid out by :mod:`hedgerow.api.charts`; styles are ``/ui/static/hedgerow.css``.
+Charts are inline SVG laid out by :mod:`hedgerow.api.charts` (a route's two: :mod:`hedgerow.api._route_charts`);
+styles are ``/ui/static/hedgerow.css``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from fastapi import APIRouter, FastAPI, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from hedgerow.api import route_changes
 from hedgerow.api._page_kit import (
     STATIC_DIR,
     LoginNeeded,
@@ -51,10 +53,10 @@ from hedgerow.api._page_kit import (
     render_page,
     route_url,
 )
+from hedgerow.api._route_charts import chart_start, route_charts
 from hedgerow.api._state import app_state
 from hedgerow.api.auth import TOKEN_COOKIE, token_actor, token_scopes
-from hedgerow.api.calls_pages import calls_links, calls_url
-from hedgerow.api.charts import PointLink, SeriesData, seconds_label, time_chart
+from hedgerow.api.calls_pages import calls_url
 from hedgerow.api.metrics import metrics_response
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.errors import AmbiguousModel, RouteLimitExceeded, UnknownRoute
@@ -62,17 +64,12 @@ from hedgerow.controller.ops_bounds import budget_range_error, history_filter_er
 from hedgerow.controller.policy.explain import explain_history_row
 from hedgerow.controller.policy.reason_codes import REASON_CODES as POLICY_REASON_CODES
 from hedgerow.controller.policy.reason_codes import SOURCE_MEANINGS, reason_legend
-from hedgerow.controller.routes_admin import RouteConfigInvalid, archive_route, configure_route, restore_route
+from hedgerow.controller.routes_admin import RouteConfigInvalid
 from hedgerow.controller.store.call_failures import failed_calls_by_route, failure_series
 from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.overview import flags_of, history_series, route_overview
 from hedgerow.controller.store.queries import get_history, get_route, resolve_model
-from hedgerow.controller.store.upstreams import (
-    SERIES_MIN_FIRST_TOKENS,
-    SERIES_MIN_SAMPLES,
-    SERIES_UPSTREAMS,
-    upstream_ttft_series,
-)
+from hedgerow.controller.store.upstreams import upstream_ttft_series
 
 __all__ = ["HISTORY_PAGE_ROWS", "MAX_HISTORY_PAGE", "RANGES", "PageUser", "install_pages", "router"]
 
@@ -89,47 +86,8 @@ HISTORY_PAGE_ROWS = 50
 #: filter takes, as in the api).
 REASON_CODES: tuple[str, ...] = tuple(sorted(POLICY_REASON_CODES))
 _FORM_BYTES = 4096
-#: The shortest time a route's charts show when fitted to a new route's data, seconds.
-MIN_FITTED_SPAN_S = 600.0
 #: The routes list's recent window, seconds (its hedge rate, backup wins, calls and failures).
 RECENT_S = 3600.0
-
-
-def _at(row: dict[str, Any], key: str) -> datetime:
-    """A time of a history row (ISO 8601 text) as an aware datetime."""
-    return datetime.fromisoformat(row[key].replace("Z", "+00:00"))
-
-
-def _chart_start(series: list[dict[str, Any]], since: datetime, now: datetime, range_key: str) -> tuple[datetime, str]:
-    """Where a route's charts start, and the note that says why when it is not ``since``.
-
-    A route whose first decision falls inside the range (a new route) would have its data
-    squeezed against the right edge; its charts start shortly before that decision instead
-    (10% of its age earlier, and at least :data:`MIN_FITTED_SPAN_S` before ``now``).
-
-    Args:
-        series: the route's history rows for the charts, oldest first; the first one is the row
-            in force at ``since`` when there is one (see ``history_series``).
-        since, now: the range asked for (aware UTC).
-        range_key: the range's name (``24h``), for the note.
-
-    Returns:
-        ``(start, note)``: ``since`` and an empty note, or the fitted start and a sentence.
-    """
-    if not series:
-        return since, ""
-    first = _at(series[0], "computed_at")
-    if first <= since:
-        return since, ""
-    span_s = max((now - first).total_seconds() * 1.1, MIN_FITTED_SPAN_S)
-    start = now - timedelta(seconds=span_s)
-    if start <= since:
-        return since, ""
-    return (
-        start,
-        f"Fitted to the route's data: its first decision was at {first:%Y-%m-%d %H:%M} UTC, "
-        f"within the {range_key} range.",
-    )
 
 
 def _aware(text: str | None, field: str) -> datetime | None:
@@ -172,8 +130,8 @@ async def metrics_page(request: Request) -> Response:
 async def routes_page(request: Request) -> HTMLResponse:
     """Every route at a glance."""
     user = page_user(request)
-    now = utc_now()
-    async with request.app.state.sessionmaker() as session:
+    async with app_state(request.app).sessionmaker() as session:
+        now = utc_now()
         rows = await route_overview(session, now)
         failures = await failed_calls_by_route(session, now - timedelta(seconds=RECENT_S), now)
     for row in rows:
@@ -200,11 +158,12 @@ async def _upstream_series(
     """``{"lines": upstream_ttft_series(...), "failures": failure_series(...)}`` of the route over
     ``[since, until]``, or the answer read for the same route, model and range less than
     :data:`UPSTREAM_LINES_TTL_S` ago (kept per app, at most :data:`UPSTREAM_LINES_CACHED`)."""
+    state = app_state(request.app)
     cache: OrderedDict[tuple[str, str, str], tuple[float, dict[str, Any]]] | None = getattr(
-        request.app.state, "upstream_lines_cache", None
+        state, "upstream_lines_cache", None
     )
     if cache is None:
-        cache = request.app.state.upstream_lines_cache = OrderedDict()
+        cache = state.upstream_lines_cache = OrderedDict()
     key = (route, model, range_key)
     kept = cache.get(key)
     if kept is not None and time.monotonic() - kept[0] < UPSTREAM_LINES_TTL_S:
@@ -219,169 +178,6 @@ async def _upstream_series(
     while len(cache) > UPSTREAM_LINES_CACHED:
         cache.popitem(last=False)
     return found
-
-
-#: Most point links a chart draws (past it, each of this many slots of the x axis keeps its highest).
-MAX_LINKS = 120
-#: CSS classes of the per-upstream lines, busiest first (colour and dash pattern each).
-UPSTREAM_CLASSES = tuple(f"s-up s-up{i}" for i in range(1, SERIES_UPSTREAMS + 1))
-
-
-def _slot_label(width_s: int) -> str:
-    """A slot width in words: ``20 s``, ``15 min``, ``1 h``, ``1 day``."""
-    if width_s >= 86_400:
-        return f"{width_s // 86_400:g} day"
-    if width_s >= 3600:
-        return f"{width_s / 3600:g} h"
-    if width_s >= 60:
-        return f"{width_s / 60:g} min"
-    return f"{width_s} s"
-
-
-def _upstream_lines(found: dict[str, Any] | None) -> tuple[list[SeriesData], str]:
-    """The latency chart's per-upstream P90 lines (:func:`upstream_ttft_series`) and the sentence
-    saying how they are drawn (empty when there is no line).
-
-    Each slot's P90 is drawn at the middle of the slot's part of the range; a slot without traffic
-    breaks the line, a slot without a point (too few samples) too; a lower bound is an open
-    triangle, not joined to the line.
-    """
-    if not found or not found["upstreams"]:
-        return [], ""
-    data: list[SeriesData] = []
-    for css, upstream in zip(UPSTREAM_CLASSES, found["upstreams"], strict=False):
-        points: list[tuple[datetime, float | None]] = []
-        bounds: list[tuple[datetime, float]] = []
-        previous_end: datetime | None = None
-        for point in upstream["points"]:
-            middle = point["start"] + (point["end"] - point["start"]) / 2
-            if previous_end is not None and point["start"] != previous_end:
-                points.append((previous_end, None))  # a slot without traffic: a gap
-            previous_end = point["end"]
-            p90 = point["p90"]
-            points.append((middle, None if p90 is None else p90["value_s"]))
-            if p90 is not None and p90["value_s"] is None:
-                bounds.append((middle, p90["low_s"]))
-        if bounds or any(value is not None for _at, value in points):  # else nothing to draw or key
-            data.append(SeriesData(f"{upstream['upstream']} P90", css, "line", points, bounds))
-    slot = _slot_label(found["slot_s"])
-    if not data:
-        return [], f"Per-upstream lines: no upstream had {SERIES_MIN_SAMPLES} TTFT samples in one {slot} slot."
-    drawn, listed = len(data), min(len(found["upstreams"]), len(UPSTREAM_CLASSES))
-    which = (
-        f"the {listed} busiest upstreams (others not drawn)"
-        if found["truncated"]
-        else ("its one upstream" if listed == 1 else f"each of its {listed} upstreams")
-    )
-    sparse = f" ({listed - drawn} with too few samples in every slot)" if drawn < listed else ""
-    sentence = (
-        f"Per-upstream lines: the P90 TTFT of {which}{sparse}, per {slot}, Kaplan-Meier with attempts "
-        f"cancelled before a first token counted as censored; no point for a slot with fewer than "
-        f"{SERIES_MIN_SAMPLES} samples or {SERIES_MIN_FIRST_TOKENS} first tokens; an open triangle "
-        f"where so many attempts were cancelled that the P90 is only known to be at least that."
-    )
-    return data, sentence
-
-
-def _failure_chart(route: dict[str, Any], failures: dict[str, Any], since: datetime, until: datetime, note: str) -> Any:
-    """The failed-call rate per time slot (:func:`failure_series`), each slot with a failure a point
-    linking to its failed calls (``outcome=failed`` over the slot)."""
-    points = failures["points"]
-    rate: list[tuple[datetime, float | None]] = []
-    links: list[PointLink] = []
-    previous_end: datetime | None = None
-    for point in points:
-        middle = point["start"] + (point["end"] - point["start"]) / 2
-        if previous_end is not None and point["start"] != previous_end:
-            rate.append((previous_end, None))  # a slot without calls: a gap
-        previous_end = point["end"]
-        rate.append((middle, point["rate"]))
-        if point["failed"]:
-            href = calls_url(route["route"], route["model"], outcome="failed", since=point["start"], until=point["end"])
-            label = (
-                f"{point['failed']} of {point['calls']} calls failed ({point['rate'] * 100:.3g}%) from"
-                f" {point['start']:%Y-%m-%d %H:%M} UTC: the failed calls"
-            )
-            links.append(PointLink(middle, point["rate"], href, label, "s-failed"))
-    slot = _slot_label(failures["slot_s"])
-    return time_chart(
-        [SeriesData(f"failed calls (per {slot})", "s-failed", "line", rate)],
-        since,
-        until,
-        title=f"Failed calls: the share of calls that failed entirely, per {slot}",
-        y_format=lambda v: f"{v * 100:g}%",
-        y_floor=0.01,
-        height=160,
-        note=note,
-        links=links,
-    )
-
-
-def _charts(
-    series: list[dict[str, Any]],
-    route: dict[str, Any],
-    since: datetime,
-    until: datetime,
-    note: str = "",
-    upstream_lines: dict[str, Any] | None = None,
-    failures: dict[str, Any] | None = None,
-    min_link_window_s: float = 300.0,
-) -> list[Any]:
-    """The threshold chart (with the per-upstream P90 lines of ``upstream_lines``, from
-    :func:`upstream_ttft_series`), the hedge-rate chart and, with ``failures``
-    (:func:`failure_series`), the failed-call chart of a route's page over ``[since, until]``,
-    each with ``note`` under it. A point of the first two links to the calls started since the
-    point before, at least ``min_link_window_s`` (the short window) before it, at most the row's
-    window (:func:`~hedgerow.api.calls_pages.calls_links`)."""
-    lines, key_note = _upstream_lines(upstream_lines)
-    threshold = [(_at(row, "computed_at"), row["hedge_after_s"]) for row in series]
-    if not threshold and route["threshold"] is not None:  # published before the range, nothing since
-        threshold = [(since, route["threshold"]["hedge_after_s"])]
-    measured = [row for row in series if row["actor"] is None]
-    p90 = [(_at(row, "last_at"), row["p90_s"]) for row in measured]
-    p99 = [(_at(row, "last_at"), row["p99_s"]) for row in measured]
-    rate = [(_at(row, "last_at"), row["observed_hedge_rate"]) for row in measured]
-    budget = [(_at(row, "computed_at"), row["budget"]) for row in series] or [(since, route["budget"])]
-    p99_links, rate_links = calls_links(route["route"], route["model"], measured, min_link_window_s)
-    charts = [
-        time_chart(
-            [
-                SeriesData("hedge_after_s (published)", "s-threshold", "step", threshold),
-                SeriesData("primary P90", "s-p90", "line", p90),
-                SeriesData("primary P99", "s-p99", "line", p99),
-                *lines,
-            ],
-            since,
-            until,
-            title="Published threshold and the primary's P90/P99 TTFT"
-            + (", with each upstream's P90" if lines else "")
-            + " (log scale)",
-            y_format=seconds_label,
-            y_scale="log",  # the 30 s cold start would flatten the 0.1-1 s working range
-            note=note,
-            links=p99_links,
-            key_note=key_note,
-            max_links=MAX_LINKS,
-        ),
-        time_chart(
-            [
-                SeriesData("within budget", "s-budget-band", "band", budget),
-                SeriesData("hedge rate (window)", "s-rate", "line", rate),
-                SeriesData("budget", "s-budget", "step", budget),
-            ],
-            since,
-            until,
-            title="Observed hedge rate against the budget",
-            y_format=lambda v: f"{v * 100:g}%",
-            y_floor=route["budget"] * 1.25,
-            note=note,
-            links=rate_links,
-            max_links=MAX_LINKS,
-        ),
-    ]
-    if failures is not None:
-        charts.append(_failure_chart(route, failures, since, until, note))
-    return charts
 
 
 async def _route_page(
@@ -423,12 +219,12 @@ async def _route_page(
     now = utc_now()
     since = now - timedelta(seconds=RANGES[range_key])
     try:
-        async with request.app.state.sessionmaker() as session:
+        async with app_state(request.app).sessionmaker() as session:
             chosen = await resolve_model(session, route, model)
             config = await get_route(session, route, chosen)
             series = await history_series(session, route, chosen, since, now)
-            chart_start, chart_note = _chart_start(series, since, now, range_key)
-            read = await _upstream_series(request, session, route, chosen, range_key, chart_start, now)
+            chart_from, chart_note = chart_start(series, since, now, range_key)
+            read = await _upstream_series(request, session, route, chosen, range_key, chart_from, now)
             rows = await get_history(
                 session,
                 route,
@@ -468,10 +264,10 @@ async def _route_page(
         title=f"{route} · {chosen}",
         route=config,
         model=chosen,
-        charts=_charts(
+        charts=route_charts(
             series,
             config,
-            chart_start,
+            chart_from,
             now,
             chart_note,
             read["lines"],
@@ -552,23 +348,13 @@ async def change_route(request: Request, route: str, model: str | None = None) -
     form = {k: v[-1] for k, v in parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True).items()}
     if not model:
         return error_page(request, user, 422, "model: required")
-    actor = (
-        "ui" if user.token is None else token_actor(request.app.state.tokens, request.app.state.token_names, user.token)
-    )
+    state = app_state(request.app)
+    actor = "ui" if user.token is None else token_actor(state.tokens, state.token_names, user.token)
     if form.get("action") in ("archive", "restore"):
         return await _archive_form(request, user, route, model, form, actor)
     try:
         fields = _form_fields(form)
-        result = await configure_route(
-            request.app.state.sessionmaker,
-            request.app.state.settings,
-            route,
-            model,
-            fields,
-            replace=False,
-            actor=actor,
-        )
-        request.app.state.thresholds.invalidate()
+        result = await route_changes.change_settings(state, route, model, fields, replace=False, actor=actor)
     except RouteConfigInvalid as exc:
         return await _route_page(
             request,
@@ -596,10 +382,10 @@ async def _archive_form(
     archived (:func:`~hedgerow.controller.routes_admin.archive_route`). ``action=restore``
     restores it. Both go back to the route's page (303).
     """
-    state = request.app.state
+    state = app_state(request.app)
     try:
         if form.get("action") == "restore":
-            await restore_route(state.sessionmaker, state.settings, route, model, actor=actor)
+            await route_changes.restore(state, route, model, actor=actor)
             done = "restored"
         elif form.get("confirm") != "yes":
             async with state.sessionmaker() as session:
@@ -609,8 +395,7 @@ async def _archive_form(
             title = f"Archive {route}"
             return render_page(request, "archive_confirm.html", user, title=title, route=route, model=model)
         else:
-            await archive_route(state.sessionmaker, route, model, actor=actor)
-            state.route_ids.forget(route, model)
+            await route_changes.archive(state, route, model, actor=actor)
             done = "archived"
     except UnknownRoute as exc:
         return error_page(request, user, 404, str(exc))
@@ -618,7 +403,6 @@ async def _archive_form(
         return error_page(request, user, 422, str(exc), back=(route_url(route, model), "route"))
     except ValueError as exc:
         return error_page(request, user, 422, str(exc))
-    state.thresholds.invalidate()
     return RedirectResponse(route_url(route, model, changed=done) + "#archive", status_code=status.HTTP_303_SEE_OTHER)
 
 
@@ -638,7 +422,7 @@ async def login_page(request: Request, next: str | None = None) -> HTMLResponse:
         None,
         title="Log in",
         next=_safe_next(next),
-        auth=bool(request.app.state.tokens),
+        auth=bool(app_state(request.app).tokens),
         error=None,
     )
 
@@ -650,7 +434,7 @@ async def login(request: Request) -> Response:
     form = {k: v[-1] for k, v in parse_qs(raw[:_FORM_BYTES].decode("utf-8", "replace")).items()}
     target = _safe_next(form.get("next"))
     token = form.get("token", "").strip()
-    scopes = token_scopes(request.app.state.tokens, token)
+    scopes = token_scopes(app_state(request.app).tokens, token)
     if scopes is None or not scopes & {"read", "admin"}:
         message = "unknown token" if scopes is None else "this token lacks the read scope"
         return render_page(
@@ -660,7 +444,7 @@ async def login(request: Request) -> Response:
             401,
             title="Log in",
             next=target,
-            auth=bool(request.app.state.tokens),
+            auth=bool(app_state(request.app).tokens),
             error=message,
         )
     response = RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)

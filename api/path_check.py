@@ -22,9 +22,9 @@ import re
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 
 from hedgerow.api._page_kit import LoginNeeded, error_page, page_user
+from hedgerow.api.json_body import unprocessable
 from hedgerow.client.records import control_character_error
 
 __all__ = ["CONSOLE_PREFIX", "PATH_PARAMETERS", "ControlCharacterPathMiddleware", "path_problem"]
@@ -92,5 +92,5 @@ class ControlCharacterPathMiddleware:
                 user = None  # the page names only what was wrong with the caller's own URL
             response = error_page(request, user, 422, f"{field}: {message}")
         else:
-            response = JSONResponse({"detail": {"field": field, "message": message}}, status_code=422)
+            response = unprocessable(field, message)
         await response(scope, receive, send)

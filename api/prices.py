@@ -15,7 +15,6 @@ same shape (field ``body``). ``{model}`` may contain ``/``
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, status
@@ -23,7 +22,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from hedgerow.api.auth import require_scope
-from hedgerow.api.limits import too_large_response
+from hedgerow.api.json_body import BodyRefused, documented_body, read_json_body, unprocessable
 from hedgerow.api.routes import Session, request_actor
 from hedgerow.api.schemas import PRINTABLE_PATTERN
 from hedgerow.client.names import MAX_NAME_CHARS
@@ -69,12 +68,6 @@ class PricePutIn(BaseModel):
     model: _Name | None = Field(None, description="the model; may repeat the path's, not differ from it")
 
 
-def _unprocessable(field: str, message: str) -> JSONResponse:
-    return JSONResponse(
-        {"detail": {"field": field, "message": message}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
-    )
-
-
 @router.get("/v1/prices", dependencies=[Depends(require_scope("read"))], summary="Every price")
 async def get_prices(session: Session) -> Any:
     """Every stored price, by (model, upstream, effective_from): ``{"prices": [...]}``."""
@@ -86,7 +79,7 @@ async def get_model_prices(model: str, session: Session) -> Any:
     """The prices of one model (empty when it has none: the report says "no price")."""
     problem = control_character_error(model)
     if problem is not None:
-        return _unprocessable("model", problem)
+        return unprocessable("model", problem)
     return {"model": model, "prices": [p.to_dict() for p in await list_prices(session, model=model)]}
 
 
@@ -99,32 +92,18 @@ async def get_model_prices(model: str, session: Session) -> Any:
         200: {"description": "the identical price was already stored"},
         422: {"description": '{"detail": {"field": ..., "message": ...}}: a bad value, named'},
     },
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": PricePutIn.model_json_schema(ref_template="#/components/schemas/{model}")
-                }
-            },
-        }
-    },
+    openapi_extra=documented_body(PricePutIn, required=True),
 )
 async def put_price(model: str, request: Request, session: Session) -> Any:
     """Add a price of ``model`` (see the module docstring); audited with actor and time."""
-    raw = await request.body()
-    if len(raw) > MAX_PRICE_BODY_BYTES:
-        return too_large_response(MAX_PRICE_BODY_BYTES, len(raw))
     try:
-        payload = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        return _unprocessable("body", f"not valid JSON: {exc}")
-    except RecursionError:
-        return _unprocessable("body", "JSON nested too deeply")
+        payload = await read_json_body(request, MAX_PRICE_BODY_BYTES)
+    except BodyRefused as refused:
+        return refused.answer
     try:
         spec = parse_price(payload, model=model)
     except PriceInvalid as exc:
-        return _unprocessable(exc.field, exc.message)
+        return unprocessable(exc.field, exc.message)
     actor = request_actor(request, spec.actor)
     async with session.begin():
         price, added = await set_price(session, spec, source="api", actor=actor)

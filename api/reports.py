@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, status
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from hedgerow.api._report_cache import cached_report
 from hedgerow.api.auth import require_scope
+from hedgerow.api.json_body import unprocessable
 from hedgerow.controller.ops_bounds import unstarted_week_message
 from hedgerow.controller.report.report import IsoWeek
 from hedgerow.controller.report.report_render import FORMATS, MEDIA_TYPES
@@ -28,9 +29,7 @@ router = APIRouter()
 
 
 def _bad_week(message: str) -> JSONResponse:
-    return JSONResponse(
-        {"detail": {"field": "week", "message": message}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
-    )
+    return unprocessable("week", message)
 
 
 @router.get(
@@ -46,10 +45,7 @@ async def get_weekly_report(request: Request, week: str | None = None, format: s
     """The report of ``week`` (default: the current one) in ``format`` (default json); 422 for a
     malformed week, one out of the calendar's range or one that has not started."""
     if format not in FORMATS:
-        return JSONResponse(
-            {"detail": {"field": "format", "message": f"must be one of {', '.join(FORMATS)}"}},
-            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
-        )
+        return unprocessable("format", f"must be one of {', '.join(FORMATS)}")
     parsed = None
     if week is not None:
         try:

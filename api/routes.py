@@ -46,12 +46,13 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from hedgerow.api import route_changes
 from hedgerow.api._state import app_state
 from hedgerow.api.auth import bearer_token, require_scope, token_actor
 from hedgerow.api.calls import field_path
 from hedgerow.api.deps import get_session
+from hedgerow.api.json_body import BodyRefused, documented_body, error_response, read_json_body, unprocessable
 from hedgerow.api.json_response import ApiJSONResponse
-from hedgerow.api.limits import too_large_response
 from hedgerow.api.schemas import (
     NAME_PATTERN,
     NAME_RULE,
@@ -70,13 +71,7 @@ from hedgerow.client.names import MAX_NAME_CHARS
 from hedgerow.client.records import format_timestamp
 from hedgerow.controller.errors import RouteArchived, RouteLimitExceeded
 from hedgerow.controller.ops_bounds import MAX_HISTORY_LIMIT, history_filter_error
-from hedgerow.controller.routes_admin import (
-    RouteArchive,
-    RouteConfigInvalid,
-    archive_route,
-    configure_route,
-    restore_route,
-)
+from hedgerow.controller.routes_admin import RouteArchive, RouteConfigInvalid
 from hedgerow.controller.store.call_failures import failed_calls_by_route
 from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.queries import get_history, get_route, list_routes, resolve_model
@@ -211,12 +206,12 @@ async def get_route_history(
     the route has one model. A hold repeated tick after tick is one row (``repeats``, ``last_at``)."""
     for name, value in (("since", since), ("until", until)):
         if value is not None and value.tzinfo is None:
-            return _unprocessable(name, "must carry a timezone (e.g. Z)")
+            return unprocessable(name, "must carry a timezone (e.g. Z)")
         if value is not None and _utc_overflows(value):
-            return _unprocessable(name, f"out of range: {value.isoformat()} is not within years 1..9999 in UTC")
+            return unprocessable(name, f"out of range: {value.isoformat()} is not within years 1..9999 in UTC")
     problem = history_filter_error(reason=reason, since=since, until=until)
     if problem is not None:
-        return _unprocessable(*problem)
+        return unprocessable(*problem)
     chosen = await resolve_model(session, route, model)
     rows = await get_history(
         session, route, chosen, limit=limit, offset=offset, since=since, until=until, applied=applied, reason=reason
@@ -230,10 +225,8 @@ async def get_route_history(
 async def history_is_read_only() -> JSONResponse:
     """405: the history is read-only (without this, ``PUT /v1/routes/a/history`` would change a
     route named ``a/history``)."""
-    return JSONResponse(
-        {"detail": {"field": "method", "message": "the threshold history is read-only: use GET"}},
-        status_code=status.HTTP_405_METHOD_NOT_ALLOWED,
-        headers={"Allow": "GET"},
+    return error_response(
+        status.HTTP_405_METHOD_NOT_ALLOWED, "method", "the threshold history is read-only: use GET", {"Allow": "GET"}
     )
 
 
@@ -291,65 +284,40 @@ def _utc_overflows(value: datetime) -> bool:
     return False
 
 
-def _unprocessable(field: str, message: str) -> JSONResponse:
-    return JSONResponse(
-        {"detail": {"field": field, "message": message}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
-    )
-
-
-def _too_large(size: int) -> JSONResponse:
-    return too_large_response(MAX_ROUTE_BODY_BYTES, size)
-
-
 async def _configure(request: Request, route: str, model: str, *, replace: bool) -> Any:
     """Parse and validate the body, apply it; see :func:`put_route` and :func:`patch_route`."""
     schema = RoutePutIn if replace else RoutePatchIn
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_ROUTE_BODY_BYTES:
-        return _too_large(int(declared))
-    raw = await request.body()
-    if len(raw) > MAX_ROUTE_BODY_BYTES:
-        return _too_large(len(raw))
     try:
-        payload = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        return _unprocessable("body", f"not valid JSON: {exc}")
-    except RecursionError:
-        return _unprocessable("body", "JSON nested too deeply")
+        payload = await read_json_body(request, MAX_ROUTE_BODY_BYTES)
+    except BodyRefused as refused:
+        return refused.answer
     if not isinstance(payload, dict):
-        return _unprocessable("body", "must be a JSON object of route settings")
+        return unprocessable("body", "must be a JSON object of route settings")
     for name, value in payload.items():  # json.loads reads NaN and Infinity, which JSON itself has not
         if name in schema.model_fields and isinstance(value, float) and not math.isfinite(value):
-            return _unprocessable(name, f"must be finite, got {json.dumps(value)}")
+            return unprocessable(name, f"must be finite, got {json.dumps(value)}")
     try:
         body = schema.model_validate(payload)
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
-        return _unprocessable(field_path(tuple(error["loc"])) if error["loc"] else "body", message)
+        return unprocessable(field_path(tuple(error["loc"])) if error["loc"] else "body", message)
     fields = body.model_dump(exclude_unset=True, exclude={"actor"})
     actor = request_actor(request, body.actor if "actor" in body.model_fields_set else None)
     if "archived" in fields:
         return await _archive_or_restore(request, route, model, fields, actor)
     try:
-        result = await configure_route(
-            app_state(request.app).sessionmaker,
-            app_state(request.app).settings,
-            route,
-            model,
-            fields,
-            replace=replace,
-            actor=actor,
+        result = await route_changes.change_settings(
+            app_state(request.app), route, model, fields, replace=replace, actor=actor
         )
-        app_state(request.app).thresholds.invalidate()
     except RouteConfigInvalid as exc:
-        return _unprocessable(exc.field, exc.message)
+        return unprocessable(exc.field, exc.message)
     except RouteLimitExceeded as exc:
-        return _unprocessable(exc.field, str(exc))
+        return unprocessable(exc.field, str(exc))
     except RouteArchived as exc:
-        return JSONResponse({"detail": {"field": "route", "message": str(exc)}}, status_code=status.HTTP_409_CONFLICT)
+        return error_response(status.HTTP_409_CONFLICT, "route", str(exc))
     except ValueError as exc:
-        return _unprocessable("route", str(exc))
+        return unprocessable("route", str(exc))
     answer = RouteChangeOut(route=result.route, changes=result.changes, created=result.created, history=result.history)
     return ApiJSONResponse(
         answer.model_dump(mode="json"), status_code=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
@@ -361,21 +329,16 @@ async def _archive_or_restore(request: Request, route: str, model: str, fields: 
     is a :class:`RouteChangeOut` whose ``changes`` holds ``archived_at`` (empty when the route was
     already in that state)."""
     if set(fields) != {"archived"}:
-        return _unprocessable("archived", "give archived alone (actor aside): not with a change of settings")
+        return unprocessable("archived", "give archived alone (actor aside): not with a change of settings")
     if not isinstance(fields["archived"], bool):
-        return _unprocessable("archived", "must be true (archive) or false (restore), got null")
-    state = request.app.state
+        return unprocessable("archived", "must be true (archive) or false (restore), got null")
+    change = route_changes.archive if fields["archived"] else route_changes.restore
     try:
-        if fields["archived"]:
-            result = await archive_route(state.sessionmaker, route, model, actor=actor)
-            state.route_ids.forget(route, model)  # this process refuses its records at once
-        else:
-            result = await restore_route(state.sessionmaker, state.settings, route, model, actor=actor)
+        result = await change(app_state(request.app), route, model, actor=actor)
     except RouteLimitExceeded as exc:
-        return _unprocessable(exc.field, str(exc))
+        return unprocessable(exc.field, str(exc))
     except ValueError as exc:
-        return _unprocessable("route", str(exc))
-    state.thresholds.invalidate()
+        return unprocessable("route", str(exc))
     return _state_answer(result)
 
 
@@ -405,16 +368,7 @@ _CHANGE_RESPONSES: dict[int | str, dict[str, Any]] = {
     dependencies=[Depends(require_scope("admin"))],
     response_model=RouteChangeOut,
     responses={201: {"description": "the route was created", "model": RouteChangeOut}, **_CHANGE_RESPONSES},
-    openapi_extra={
-        "requestBody": {
-            "required": False,
-            "content": {
-                "application/json": {
-                    "schema": RoutePutIn.model_json_schema(ref_template="#/components/schemas/{model}")
-                }
-            },
-        }
-    },
+    openapi_extra=documented_body(RoutePutIn, required=False),
     summary="Replace a route's configuration, creating the route if absent (admin; audited)",
 )
 async def put_route(request: Request, route: RoutePath, model: ModelQuery) -> Any:
@@ -432,16 +386,7 @@ async def put_route(request: Request, route: RoutePath, model: ModelQuery) -> An
     dependencies=[Depends(require_scope("admin"))],
     response_model=RouteChangeOut,
     responses={404: {"description": "unknown (route, model)"}, **_CHANGE_RESPONSES},
-    openapi_extra={
-        "requestBody": {
-            "required": False,
-            "content": {
-                "application/json": {
-                    "schema": RoutePatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
-                }
-            },
-        }
-    },
+    openapi_extra=documented_body(RoutePatchIn, required=False),
     summary="Change some of a route's settings (admin; audited)",
 )
 async def patch_route(request: Request, route: RoutePath, model: ModelQuery) -> Any:
@@ -468,11 +413,7 @@ async def delete_route(request: Request, route: StoredRoutePath, model: StoredMo
     ``archived_at``, ``changes: {}``, ``history: null``). ``PATCH`` with ``{"archived": false}``
     restores it."""
     try:
-        result = await archive_route(
-            app_state(request.app).sessionmaker, route, model, actor=request_actor(request, None)
-        )
+        result = await route_changes.archive(app_state(request.app), route, model, actor=request_actor(request, None))
     except ValueError as exc:
-        return _unprocessable("route", str(exc))
-    app_state(request.app).thresholds.invalidate()
-    app_state(request.app).route_ids.forget(route, model)  # this process refuses its records at once
+        return unprocessable("route", str(exc))
     return _state_answer(result)

@@ -36,6 +36,7 @@ from hedgerow.client.records import (
     control_character_error,
     parse_timestamp,
 )
+from hedgerow.controller.ops_bounds import budget_range_error
 from hedgerow.controller.policy.explain import explain_history_row
 
 if TYPE_CHECKING:
@@ -401,13 +402,31 @@ class HistoryRowOut(BaseModel):
         return explain_history_row({name: getattr(self, name) for name in type(self).model_fields})
 
 
+def _valid_budget(value: float) -> float:
+    """``value`` when it is a hedge budget, else ValueError with the routes' own sentence."""
+    problem = budget_range_error(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+#: A route's hedge budget, checked by :func:`~hedgerow.controller.ops_bounds.budget_range_error`
+#: (the console, ``routes set`` and ``HEDGEROW_DEFAULT_BUDGET`` give the same sentence); the
+#: document states the same open range (0, 1), which tests/api/test_budget_rule.py holds to it.
+RouteBudget = Annotated[
+    float,
+    Field(strict=True, json_schema_extra={"exclusiveMinimum": 0, "exclusiveMaximum": 1}),
+    AfterValidator(_valid_budget),
+]
+
+
 class _RouteSettingsIn(BaseModel):
     """The route settings a ``PUT`` or ``PATCH`` of a route takes (see :class:`RoutePatchIn`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     enabled: StrictBool | None = Field(None, json_schema_extra=not_null_in_schema)
-    budget: Annotated[float, Field(strict=True, gt=0, lt=1)] | None = Field(None, json_schema_extra=not_null_in_schema)
+    budget: RouteBudget | None = Field(None, json_schema_extra=not_null_in_schema)
     default_hedge_after_s: RouteSeconds | None = Field(None, json_schema_extra=not_null_in_schema)
     min_hedge_after_s: RouteSeconds | None = Field(None, json_schema_extra=not_null_in_schema)
     max_hedge_after_s: RouteSeconds | None = Field(None, json_schema_extra=not_null_in_schema)

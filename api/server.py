@@ -7,11 +7,12 @@ import gc
 import math
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import uvicorn
 
+from hedgerow.api._state import app_state
 from hedgerow.api.app import create_app
 from hedgerow.api.auth import check_listen_allowed, parse_tokens
 from hedgerow.api.limits import header_timeout_protocol
@@ -69,7 +70,12 @@ def listening_line(url: str, settings: Settings) -> str:
 
 
 async def serve_async(
-    settings: Settings, *, announce: Any = None, stop: asyncio.Event | None = None, own_logging: bool = False
+    settings: Settings,
+    *,
+    announce: Any = None,
+    stop: asyncio.Event | None = None,
+    own_logging: bool = False,
+    collectors: Sequence[Any] = (),
 ) -> None:
     """Serve until the process is interrupted (SIGINT/SIGTERM) or ``stop`` is set; shut down cleanly.
 
@@ -82,6 +88,8 @@ async def serve_async(
         stop: when given, setting this event stops the server (for embedding, e.g. the demo).
         own_logging: configure the process's logging from the settings (``hedgerow serve``);
             False leaves the host's logging alone and keeps uvicorn quiet (embedding).
+        collectors: prometheus-client collectors also served at this api's ``/metrics`` (the
+            embedded gateway's ``hedgerow_gateway_*`` family under ``serve --gateway``).
 
     Raises:
         ApiConfigError: no tokens on a non-loopback host, or malformed tokens.
@@ -93,6 +101,8 @@ async def serve_async(
     if own_logging:
         configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
+    for collector in collectors:
+        app_state(app).metrics.registry.register(collector)
     # bind first: a busy port fails before the database is created or migrated
     sock = bind_socket(settings.host, settings.port)
     engine = make_engine(settings.database_url)
@@ -157,7 +167,7 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         """Stop the controller jobs and release the lease, then shut down as uvicorn does."""
-        scheduler = getattr(self._app.state, "scheduler", None)
+        scheduler = getattr(app_state(self._app), "scheduler", None)
         if scheduler is not None:
             await scheduler.shutdown(timeout_s=0)
         await super().shutdown(sockets)

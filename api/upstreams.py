@@ -14,11 +14,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, status
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Query
 from pydantic import AfterValidator, BaseModel
 
 from hedgerow.api.auth import require_scope
+from hedgerow.api.json_body import unprocessable
 from hedgerow.api.routes import Session
 from hedgerow.api.schemas import no_control_characters
 from hedgerow.client.names import MAX_NAME_CHARS
@@ -131,12 +131,6 @@ def _moment(text: str | None) -> datetime | str | None:
         return f"out of range: {text} is not within years 1..9999 in UTC"
 
 
-def _unprocessable(field: str, message: str) -> JSONResponse:
-    return JSONResponse(
-        {"detail": {"field": field, "message": message}}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
-    )
-
-
 @router.get(
     "/v1/upstreams",
     dependencies=[Depends(require_scope("read"))],
@@ -176,14 +170,14 @@ async def get_upstreams(
     for name, text in (("since", since), ("until", until)):
         parsed = _moment(text)
         if isinstance(parsed, str):
-            return _unprocessable(name, parsed)
+            return unprocessable(name, parsed)
         moments[name] = parsed
     since_at, until_at = moments["since"], moments["until"]
     try:
         start, end = default_window(datetime.now(UTC), since_at, until_at)
     except OverflowError:
-        return _unprocessable("until" if since_at is None else "since", "the window reaches outside years 1..9999")
+        return unprocessable("until" if since_at is None else "since", "the window reaches outside years 1..9999")
     problem = window_error(start, end)
     if problem is not None:
-        return _unprocessable(*problem)
+        return unprocessable(*problem)
     return table_json(await upstream_stats(session, since=start, until=end, route=route, limit=limit))

@@ -53,7 +53,7 @@ PAGE = 50
 def _record(i: int, started_at: datetime) -> CallRecord:
     """Call ``i``: a failover won by ``c`` for every 100th, a hedge won by ``b`` for every 10th, else ``a``."""
     if i % 100 == 0:
-        attempts = (
+        attempts: tuple[AttemptRecord, ...] = (
             AttemptRecord("a", "primary", 0.0, None, 0.05, "failed", 503, "http_503", 0),
             AttemptRecord("c", "backup", 0.05, 0.6, 1.6, "won", 200, None, 20),
         )

@@ -79,32 +79,45 @@ writes JSON (``--json``, default
 ``OUT_DIR/controller_eval.json``) and ``OUT_DIR/controller_eval.png`` (the adaptive threshold,
 the 5-minute hedge rates and the 5-minute TTFT P99 over time, first seed). Not a test: nothing is
 asserted; exits 2 with a message when the trace file is absent or an option is out of range.
+
+Its steps, each in a file of its own (imported by file name): the controller in virtual time
+(``controller_eval_virtual.py``), the workload and the measures (``controller_eval_measures.py``),
+the tables and the figure (``controller_eval_tables.py``); this file runs the ways and the suites.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import json
-import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hedgerow.controller.policy._policy_window import WindowData, WindowRecords, observe_window
-from hedgerow.controller.policy.policy import PolicyKnobs, RouteConfig, decide
-from hedgerow.controller.store._minute_window import minutes_of, raw_since, tick_window
+from hedgerow.controller.policy.policy import RouteConfig
 from hedgerow.settings import Settings
 from hedgerow.sim.perf_model import load_perf_model
-from hedgerow.sim.trace import TraceError, TraceRequest, compress, load_azure_trace
-from hedgerow.sim.virtual import ClusterConfig, VirtualCall, simulate
+from hedgerow.sim.trace import TraceError
+from hedgerow.sim.virtual import ClusterConfig, simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench scripts import each other by file name
+
+from controller_eval_measures import (
+    P99_TARGET_FACTOR,
+    RATE_TARGET_FACTOR,
+    WayResult,
+    choose_best_fixed,
+    grid_values,
+    load_workload,
+    summarize_way,
+    trailing_rates,
+)
+from controller_eval_tables import plot, print_scenarios, print_table
+from controller_eval_virtual import VirtualController
 
 __all__ = [
     "DEFAULT_TRACE",
@@ -120,296 +133,6 @@ __all__ = [
 
 #: The Azure conversation trace, relative to the repository root (and to the working directory).
 DEFAULT_TRACE = Path("..") / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
-#: Length of the hedge-rate windows of the targets, seconds.
-RATE_WINDOW_S = 300.0
-#: Step at which trailing windows are evaluated, seconds.
-RATE_STEP_S = 10.0
-#: Fewest calls in a window for its hedge rate to count (the policy's SHORT_WINDOW_MIN_CALLS).
-MIN_WINDOW_CALLS = 20
-#: Slack of the 5-minute hedge-rate target (1.25 x budget) and of the P99 target (1.10 x).
-RATE_TARGET_FACTOR = 1.25
-P99_TARGET_FACTOR = 1.10
-
-
-def _rate(part: int, whole: int) -> float | None:
-    return None if whole == 0 else part / whole
-
-
-class VirtualController:
-    """The controller job in virtual time: gathers samples like ``controller.jobs``, then decides.
-
-    Args:
-        config: the route's configuration (budget, default/min/max ``hedge_after_s``).
-        settings: windows, ``min_samples``, ``confidence`` and the policy knobs.
-        minutes: give the rules the calls as the live tick reads them
-            (``_minute_window.tick_window``: minute aggregates, durations to their bucket and
-            starts to their minute, before ``raw_since(now)``; the calls after it as they are),
-            instead of one entry per call.
-
-    Attributes:
-        current: the published ``hedge_after_s`` (None before the first publication).
-        source: the published value's source (``Decision.source``; None before the first
-            publication), passed to ``decide`` as ``controller.jobs`` passes ``thresholds.source``.
-        history: one dict per tick: ``t_s``, ``hedge_after_s``, ``reason``, ``samples``,
-            ``censored``, ``window_s``, ``p90_s``, ``p99_s``, ``target_s``,
-            ``observed_hedge_rate``, ``short_window_hedge_rate``, ``backup_win_rate``.
-    """
-
-    def __init__(self, config: RouteConfig, settings: Settings, *, minutes: bool = False) -> None:
-        self.config = config
-        self.settings = settings
-        self.minutes = minutes
-        self.knobs = PolicyKnobs.from_settings(settings)
-        self.current: float | None = None
-        self.source: str | None = None
-        self.history: list[dict[str, Any]] = []
-        self._seen = 0
-        self._arrival: list[float] = []
-        self._duration: list[float] = []
-        self._censored: list[bool] = []
-        self._hedged: list[bool] = []
-        self._backup_won: list[bool] = []
-        self._denied: list[bool] = []
-        self._backup_duration: list[float] = []  # NaN without a backup
-        self._backup_censored: list[bool] = []
-        self._ttft: list[float] = []
-
-    def threshold(self, _now: float) -> float:
-        """The ``hedge_after_s`` a client uses now: the published value, else the default."""
-        return self.config.default_hedge_after_s if self.current is None else self.current
-
-    def _absorb(self, visible: Sequence[VirtualCall]) -> None:
-        for call in visible[self._seen :]:
-            assert call.primary_ttft_s is not None
-            self._arrival.append(call.arrival_s)
-            self._duration.append(call.primary_ttft_s)
-            self._censored.append(call.primary_censored)
-            self._hedged.append(call.hedged)
-            self._backup_won.append(call.hedged and call.winner == "backup")
-            self._denied.append(call.hedge_denied)
-            backup_s = call.backup_ttft_s if call.hedged else None
-            self._backup_duration.append(math.nan if backup_s is None else backup_s)
-            self._backup_censored.append(call.backup_censored)
-            self._ttft.append(call.ttft_s if call.ttft_s is not None else math.nan)
-        self._seen = len(visible)
-
-    def tick(self, now: float, visible: Sequence[Any]) -> None:
-        """One tick at virtual time ``now`` over the records visible so far (see the module doc).
-
-        The records become ``WindowRecords`` and go through ``observe_window`` and ``decide``,
-        the code ``hedgerow.controller.jobs`` runs on the store's records.
-        """
-        self._absorb(visible)
-        arrival = np.asarray(self._arrival, dtype=float)
-        keep = arrival > now - max(self.settings.max_window_s, self.settings.window_s)
-        hedged = np.asarray(self._hedged, dtype=bool)[keep]
-        records = WindowRecords(
-            age_s=now - arrival[keep],
-            primary_s=np.asarray(self._duration, dtype=float)[keep],
-            primary_censored=np.asarray(self._censored, dtype=bool)[keep],
-            hedged=hedged,
-            backup_won=np.asarray(self._backup_won, dtype=bool)[keep],
-            denied=np.asarray(self._denied, dtype=bool)[keep],
-            backup_s=np.asarray(self._backup_duration, dtype=float)[keep],
-            backup_censored=np.asarray(self._backup_censored, dtype=bool)[keep],
-            call_ttft_s=np.asarray(self._ttft, dtype=float)[keep],
-        )
-        budget = self.config.budget if 0.0 < self.config.budget < 1.0 else None
-        data: WindowRecords | WindowData = records
-        if self.minutes:
-            at = datetime.fromtimestamp(now, UTC)
-            recent = records.age_s <= now - raw_since(at).timestamp()
-            data = tick_window(minutes_of(records.select(~recent), at), records.select(recent), at)
-        observation = observe_window(data, settings=self.settings, budget=budget, knobs=self.knobs)
-        estimate = observation.estimate
-        window = observation.window_s
-        decision = decide(self.config, self.current, observation, self.knobs, current_source=self.source)
-        self.current = decision.hedge_after_s
-        self.source = decision.source
-        self.history.append(
-            {
-                "t_s": now,
-                "hedge_after_s": decision.hedge_after_s,
-                "applied": decision.applied,
-                "reason": decision.reason,
-                "samples": 0 if estimate is None else estimate.samples,
-                "censored": 0 if estimate is None else estimate.censored,
-                "window_s": window,
-                "p90_s": None if estimate is None else estimate.p90_s,
-                "p99_s": None if estimate is None else estimate.p99_s,
-                "target_s": None if estimate is None else estimate.target_s,
-                "observed_hedge_rate": observation.observed_hedge_rate,
-                "short_window_hedge_rate": observation.short_window_hedge_rate,
-                "short_window_wanted_rate": observation.short_window_wanted_rate,
-                "short_window_target_s": observation.short_window_target_s,
-                "backup_win_rate": observation.backup_win_rate,
-                "details": decision.details or None,
-            }
-        )
-
-
-@dataclass(slots=True)
-class WayResult:
-    """One way's figures (after warm-up) and its calls, over one run per seed.
-
-    Attributes:
-        way: ``none``, ``fixed``, ``best_fixed``, ``adaptive`` (or ``grid`` for a candidate).
-        hedge_after_s: the fixed value, None for ``none`` and ``adaptive``.
-        summary: the JSON-ready figures (see ``summarize_way``).
-        runs: the calls of each run (one list per seed, the first seed first).
-        history: the adaptive controller's ticks of the first seed's run (empty for other ways).
-    """
-
-    way: str
-    hedge_after_s: float | None
-    summary: dict[str, Any]
-    runs: list[list[VirtualCall]] = field(repr=False)
-    history: list[dict[str, Any]] = field(default_factory=list, repr=False)
-
-
-def load_workload(path: Path, duration_s: float | None, rate_per_s: float | None) -> list[TraceRequest]:
-    """Read the trace, optionally re-time it to a mean rate and cut it to a duration.
-
-    Args:
-        path: the Azure trace CSV.
-        duration_s: keep the requests arriving before this virtual time, seconds (None = all).
-        rate_per_s: compress (or stretch) arrival times so that the mean rate is this many
-            requests per second (None = as recorded, ~5.5 req/s).
-
-    Returns:
-        Requests sorted by arrival, the first at 0.
-
-    Raises:
-        TraceError: the file is missing or malformed.
-        ValueError: a non-positive duration or rate, or no request left.
-    """
-    trace = load_azure_trace(path)
-    if len(trace) < 2:
-        raise ValueError(f"{path}: needs at least two requests, found {len(trace)}")
-    if rate_per_s is not None:
-        if not (math.isfinite(rate_per_s) and rate_per_s > 0):
-            raise ValueError(f"--rate must be a number > 0, got {rate_per_s!r}")
-        native = (len(trace) - 1) / trace[-1].arrival_s
-        trace = compress(trace, trace[-1].arrival_s * native / rate_per_s)
-    if duration_s is not None:
-        if not (math.isfinite(duration_s) and duration_s > 0):
-            raise ValueError(f"--duration must be a number > 0, got {duration_s!r}")
-        trace = [r for r in trace if r.arrival_s < duration_s]
-    if len(trace) < 2:
-        raise ValueError("the workload has fewer than two requests; lengthen --duration")
-    return trace
-
-
-def trailing_rates(
-    calls: Sequence[VirtualCall],
-    start_s: float,
-    end_s: float,
-    window_s: float = RATE_WINDOW_S,
-    step_s: float = RATE_STEP_S,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Hedge rates of trailing windows of calls (by arrival), evaluated every ``step_s``.
-
-    Args:
-        calls: the run's calls (any order).
-        start_s: windows start at or after this time (the warm-up), seconds.
-        end_s: last evaluation time, seconds.
-        window_s: window length, seconds.
-        step_s: evaluation step, seconds.
-
-    Returns:
-        ``(t_s, hedge_rate, wanted_rate)``, each of shape (k,): the window ends, the hedged
-        fraction and the (hedged + denied) fraction; windows with fewer than
-        ``MIN_WINDOW_CALLS`` calls are left out.
-    """
-    arrival = np.asarray([c.arrival_s for c in calls])
-    order = np.argsort(arrival, kind="stable")
-    arrival = arrival[order]
-    hedged = np.asarray([c.hedged for c in calls], dtype=float)[order]
-    wanted = np.asarray([c.hedged or c.hedge_denied for c in calls], dtype=float)[order]
-    cum_h = np.concatenate([[0.0], np.cumsum(hedged)])
-    cum_w = np.concatenate([[0.0], np.cumsum(wanted)])
-    ends = np.arange(start_s + window_s, end_s + 1e-9, step_s)
-    lo = np.searchsorted(arrival, ends - window_s, side="left")
-    hi = np.searchsorted(arrival, ends, side="left")
-    n = hi - lo
-    keep = n >= MIN_WINDOW_CALLS
-    n, lo, hi, ends = n[keep], lo[keep], hi[keep], ends[keep]
-    return ends, (cum_h[hi] - cum_h[lo]) / n, (cum_w[hi] - cum_w[lo]) / n
-
-
-def summarize_way(runs: Sequence[Sequence[VirtualCall]], warmup_s: float, end_s: float) -> dict[str, Any]:
-    """The figures of one way over the calls arriving at or after ``warmup_s``, pooled over runs.
-
-    Args:
-        runs: the calls of each run (one run per seed).
-        warmup_s: calls arriving earlier are left out, seconds.
-        end_s: the last arrival, seconds (end of the trailing windows).
-
-    Quantiles and rates are over the pooled calls of every run; the worst window is the worst
-    of any run.
-
-    Returns:
-        A dict with ``calls``, ``ttft_p50_s``, ``ttft_p90_s``, ``ttft_p99_s``, ``ttft_p999_s``,
-        ``hedge_rate``, ``worst_window_hedge_rate`` (None when no window qualifies),
-        ``wanted_hedge_rate``, ``worst_window_wanted_hedge_rate``, ``hedge_denied_rate``,
-        ``backup_win_rate``, ``wasted_completion_tokens``, ``wasted_prefill_tokens``.
-    """
-    kept_runs = [[c for c in calls if c.arrival_s >= warmup_s] for calls in runs]
-    kept = [c for calls in kept_runs for c in calls]
-    if not kept:
-        raise ValueError("no call arrives after the warm-up; shorten --warmup-s")
-    ttft = np.asarray([c.ttft_s for c in kept], dtype=float)
-    p50, p90, p99, p999 = (float(v) for v in np.percentile(ttft, [50, 90, 99, 99.9]))
-    hedges = sum(c.hedged for c in kept)
-    denied = sum(c.hedge_denied for c in kept)
-    wins = sum(c.hedged and c.winner == "backup" for c in kept)
-    windows = [trailing_rates(calls, warmup_s, end_s) for calls in kept_runs]
-    rates = np.concatenate([w[1] for w in windows])
-    wanted = np.concatenate([w[2] for w in windows])
-    return {
-        "calls": len(kept),
-        "runs": len(kept_runs),
-        "ttft_p50_s": p50,
-        "ttft_p90_s": p90,
-        "ttft_p99_s": p99,
-        "ttft_p999_s": p999,
-        "hedge_rate": hedges / len(kept),
-        "worst_window_hedge_rate": float(rates.max()) if rates.size else None,
-        "wanted_hedge_rate": (hedges + denied) / len(kept),
-        "worst_window_wanted_hedge_rate": float(wanted.max()) if wanted.size else None,
-        "hedge_denied_rate": denied / len(kept),
-        "backup_win_rate": _rate(wins, hedges),
-        "wasted_completion_tokens": int(sum(c.wasted_completion_tokens for c in kept)),
-        "wasted_prefill_tokens": int(sum(c.wasted_prefill_tokens for c in kept)),
-    }
-
-
-def choose_best_fixed(candidates: Sequence[WayResult], budget: float) -> WayResult:
-    """The candidate with the lowest TTFT P99 among those with ``hedge_rate <= budget``.
-
-    Ties are broken by the lower hedge rate. When no candidate is within budget, the one with
-    the lowest hedge rate is returned (so that the comparison is still made, and visible).
-
-    Raises:
-        ValueError: no candidates.
-    """
-    if not candidates:
-        raise ValueError("no fixed candidates to choose from")
-    within = [c for c in candidates if c.summary["hedge_rate"] <= budget]
-    if not within:
-        return min(candidates, key=lambda c: c.summary["hedge_rate"])
-    return min(within, key=lambda c: (c.summary["ttft_p99_s"], c.summary["hedge_rate"]))
-
-
-def _grid(none: WayResult, points: int, fixed_s: float) -> list[float]:
-    """Geometric grid between the ``none`` way's TTFT P50 and P99.5, plus ``fixed_s``."""
-    ttft = np.asarray([c.ttft_s for calls in none.runs for c in calls], dtype=float)
-    low, high = (float(v) for v in np.percentile(ttft, [50, 99.5]))
-    low = max(low, 0.01)
-    high = max(high, low * 1.5)
-    values = {round(float(v), 4) for v in np.geomspace(low, high, max(points, 2))}
-    values.add(float(fixed_s))
-    return sorted(values)
 
 
 def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, Any]:
@@ -465,8 +188,8 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
     say(f"workload: {len(workload)} requests over {span_s:.0f} s, shift at {shift_at_s:.0f} s")
     none = fixed_way("none", None)
     fixed = fixed_way("fixed", args.fixed_s)
-    grid_values = _grid(none, args.grid, args.fixed_s)
-    say(f"grid of {len(grid_values)} fixed values: {', '.join(f'{v:g}' for v in grid_values)}")
+    grid_values_s = grid_values(none, args.grid, args.fixed_s)
+    say(f"grid of {len(grid_values_s)} fixed values: {', '.join(f'{v:g}' for v in grid_values_s)}")
     candidates: list[WayResult] = []
     best: WayResult | None = None
 
@@ -481,13 +204,13 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
             best = leader
             candidates.append(candidate)
 
-    try_values(grid_values)
+    try_values(grid_values_s)
     assert best is not None and best.hedge_after_s is not None
     # refine: geometric points between the best value's neighbours on the grid
-    i = grid_values.index(best.hedge_after_s)
-    low = grid_values[max(i - 1, 0)]
-    high = grid_values[min(i + 1, len(grid_values) - 1)]
-    refined = sorted({round(float(v), 4) for v in np.geomspace(low, high, args.refine + 2)[1:-1]} - set(grid_values))
+    i = grid_values_s.index(best.hedge_after_s)
+    low = grid_values_s[max(i - 1, 0)]
+    high = grid_values_s[min(i + 1, len(grid_values_s) - 1)]
+    refined = sorted({round(float(v), 4) for v in np.geomspace(low, high, args.refine + 2)[1:-1]} - set(grid_values_s))
     if refined:
         say(f"refined around {best.hedge_after_s:g} s: {', '.join(f'{v:g}' for v in refined)}")
         try_values(refined)
@@ -561,155 +284,6 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
         },
         "_ways": ways,  # removed before writing JSON; used by the plot
     }
-
-
-def plot(results: dict[str, Any], path: Path) -> None:
-    """Write the PNG: adaptive threshold, 5-minute hedge rates and 5-minute TTFT P99 over time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ways: list[WayResult] = results["_ways"]
-    config = results["config"]
-    budget = results["budget"]
-    shift_min = config["shift_at_s"] / 60
-    warmup_s, span_s = config["warmup_s"], config["span_s"]
-    colors = {"none": "tab:gray", "fixed": "tab:orange", "best_fixed": "tab:green", "adaptive": "tab:blue"}
-    fig, axes = plt.subplots(3, 1, figsize=(10, 10), sharex=True)
-
-    ax = axes[0]
-    history = ways[-1].history
-    if history:
-        tick_min = [0.0] + [h["t_s"] / 60 for h in history]
-        v = [history[0]["hedge_after_s"]] + [h["hedge_after_s"] for h in history]
-        ax.step(tick_min, v, where="post", color=colors["adaptive"], label="adaptive hedge_after_s")
-        p90 = [(h["t_s"] / 60, h["p90_s"]) for h in history if h["p90_s"] is not None]
-        if p90:
-            ax.plot(*zip(*p90, strict=False), ".", ms=3, color="tab:purple", label="KM P90 of the window")
-    for w in ways[1:3]:
-        ax.axhline(w.hedge_after_s, color=colors[w.way], ls="--", lw=1, label=f"{w.way} {w.hedge_after_s:g} s")
-    ax.set_yscale("log")
-    ax.set_ylabel("hedge_after_s (s)")
-    ax.set_title("adaptive threshold (published every controller tick)")
-
-    ax = axes[1]
-    for w in ways[1:]:
-        t, rate, wanted = trailing_rates(w.runs[0], 0.0, span_s)
-        ax.plot(t / 60, rate, color=colors[w.way], lw=1.5 if w.way == "adaptive" else 1, label=f"{w.way} hedge rate")
-        if w.way == "adaptive":
-            ax.plot(t / 60, wanted, color=colors[w.way], lw=0.8, ls=":", label="adaptive wanted (hedged + denied)")
-    ax.axhline(budget, color="black", lw=1, label=f"budget {budget:g}")
-    ax.axhline(RATE_TARGET_FACTOR * budget, color="red", lw=1, ls="--", label=f"target {RATE_TARGET_FACTOR:g} x budget")
-    ax.set_ylabel("hedge rate, trailing 5 min")
-    ax.set_title("hedge rate of the calls that arrived in the last 5 minutes")
-
-    ax = axes[2]
-    for w in ways:
-        arrival = np.asarray([c.arrival_s for c in w.runs[0]])
-        ttft = np.asarray([c.ttft_s for c in w.runs[0]], dtype=float)
-        edges = np.arange(0.0, span_s + RATE_WINDOW_S, RATE_WINDOW_S)
-        mids, p99 = [], []
-        for lo, hi in itertools.pairwise(edges):
-            sel = ttft[(arrival >= lo) & (arrival < hi)]
-            if sel.size >= MIN_WINDOW_CALLS:
-                mids.append((lo + hi) / 120)
-                p99.append(float(np.percentile(sel, 99)))
-        ax.plot(mids, p99, marker="o", ms=3, color=colors[w.way], label=w.way)
-    ax.set_yscale("log")
-    ax.set_ylabel("TTFT P99 (s), per 5 min")
-    ax.set_xlabel("virtual time (min)")
-    ax.set_title("TTFT P99 of each 5-minute block of arrivals")
-
-    for ax in axes:
-        ax.axvline(shift_min, color="red", lw=1)
-        ax.axvspan(0, warmup_s / 60, color="0.9", zorder=0)
-        ax.legend(fontsize=7, loc="upper right")
-        ax.grid(alpha=0.3)
-    axes[0].annotate(
-        f"replica slows {config['shift_factor']:g}x",
-        (shift_min, 1),
-        xycoords=("data", "axes fraction"),
-        xytext=(4, -12),
-        textcoords="offset points",
-        color="red",
-        fontsize=8,
-    )
-    axes[0].annotate(
-        "warm-up",
-        (0, 1),
-        xycoords="axes fraction",
-        xytext=(4, -12),
-        textcoords="offset points",
-        color="0.4",
-        fontsize=8,
-    )
-    fig.suptitle(
-        f"controller evaluation: {config['requests']} requests of the Azure conv trace, "
-        f"{config['replicas']} replicas, budget {budget:g} (run of seed {config['seeds'][0]})",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _fmt(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def print_table(results: dict[str, Any], wall_s: float) -> None:
-    """Print the ways and the targets as rich tables."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console() if sys.stdout.isatty() else Console(width=170)
-    table = Table(
-        title=f"controller evaluation (after warm-up of {results['config']['warmup_s']:.0f} s; "
-        f"budget {results['budget']:g})"
-    )
-    for name in (
-        "way",
-        "hedge_after_s",
-        "TTFT P50 s",
-        "P99 s",
-        "P99.9 s",
-        "hedge rate",
-        "worst 5-min",
-        "wanted rate",
-        "worst 5-min wanted",
-        "wasted compl. tokens",
-        "wasted prefill tokens",
-    ):
-        table.add_column(name, justify="left" if name == "way" else "right")
-    for w in results["ways"]:
-        table.add_row(
-            w["way"],
-            "adaptive" if w["way"] == "adaptive" else _fmt(w["hedge_after_s"], 3),
-            _fmt(w["ttft_p50_s"]),
-            _fmt(w["ttft_p99_s"]),
-            _fmt(w["ttft_p999_s"]),
-            _fmt(w["hedge_rate"], 4),
-            _fmt(w["worst_window_hedge_rate"], 4),
-            _fmt(w["wanted_hedge_rate"], 4),
-            _fmt(w["worst_window_wanted_hedge_rate"], 4),
-            str(w["wasted_completion_tokens"]),
-            str(w["wasted_prefill_tokens"]),
-        )
-    console.print(table)
-    t = results["targets"]
-    w, p = t["window_rate"], t["p99_vs_best_fixed"]
-    console.print(
-        f"target 1 (every post-warm-up 5-min hedge rate <= {w['limit']:.4f}): "
-        f"{'MET' if w['met'] else 'NOT MET'} (worst {_fmt(w['worst_window_hedge_rate'], 4)})"
-    )
-    console.print(
-        f"target 2 (P99 <= {p['limit_p99_s']:.3f} s and hedge rate <= best fixed's "
-        f"{p['best_fixed_hedge_rate']:.4f}): {'MET' if p['met'] else 'NOT MET'} "
-        f"(adaptive P99 {p['adaptive_p99_s']:.3f} s, hedge rate {p['adaptive_hedge_rate']:.4f})"
-    )
-    console.print(f"wall time {wall_s:.1f} s")
 
 
 def run_scenarios(args: argparse.Namespace, progress: Any = None) -> dict[str, Any]:
@@ -790,68 +364,6 @@ def scenario_targets(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "changes_per_hour_steady_max": {"value": float(np.max(changes)), "limit": 2},
         "unlabelled_clamps": {"value": sum(r["unlabelled_clamps"] for r in rows), "limit": 0},
     }
-
-
-def print_scenarios(results: dict[str, Any]) -> None:
-    """Print the scenario rows and the targets as rich tables."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=260)
-    table = Table(title="controller scenarios (generated data; truth from the generating distributions)")
-    for name in (
-        "scenario",
-        "phase",
-        "seed",
-        "ticks",
-        "over budget",
-        "cold over",
-        "settled over",
-        "worst true rate",
-        "settled s",
-        "best s",
-        "P99 s",
-        "best P99 s",
-        "regret",
-        "changes/h",
-        "hedge rate",
-        "recover ticks",
-        "clamps",
-        "main reasons",
-    ):
-        table.add_column(
-            name, justify="left" if name in ("scenario", "phase", "main reasons") else "right", no_wrap=True
-        )
-    for r in results["rows"]:
-        reasons = sorted(r["reasons"].items(), key=lambda kv: -kv[1])[:3]
-        table.add_row(
-            r["scenario"],
-            r["phase"],
-            str(r["seed"]),
-            str(r["ticks"]),
-            str(r["ticks_over_budget"]),
-            f"{r['cold_ticks_over_budget']}/{r['cold_ticks']}" if r["phase"] in ("steady", "before") else "-",
-            "yes" if r["settled_over_budget"] else "no",
-            _fmt(r["worst_true_rate"], 3),
-            _fmt(r["settled_hedge_after_s"], 3),
-            _fmt(r["best_hedge_after_s"], 3),
-            _fmt(r["adaptive_p99_s"], 3),
-            _fmt(r["best_p99_s"], 3),
-            _fmt(r["regret"], 3),
-            _fmt(r["changes_per_hour"], 1),
-            _fmt(r["realized_hedge_rate"], 3),
-            "-" if r["ticks_to_recover"] is None else str(r["ticks_to_recover"]),
-            " ".join(r["clamps"]) or "-",
-            " ".join(f"{k}:{v}" for k, v in reasons),
-        )
-    console.print(table)
-    for name, target in results["summary"].items():
-        value, limit = target["value"], target["limit"]
-        met = value is not None and value <= limit
-        console.print(
-            f"{name}: {value if not isinstance(value, float) else round(value, 3)} (limit {limit}): "
-            f"{'MET' if met else 'NOT MET'}"
-        )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -974,7 +486,6 @@ def _main_scenarios(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         print(f"controller_eval: --seeds is too small: {args.seeds}", file=sys.stderr)
         return 2
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     start = time.perf_counter()
     results = run_scenarios(args, progress=lambda msg: print(msg, file=sys.stderr))
     results["wall_s"] = time.perf_counter() - start

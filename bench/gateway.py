@@ -467,7 +467,7 @@ def quantile(values: list[float], q: float) -> float:
 
 def summarise(cells: list[Cell], ways: list[str], streams: list[int]) -> dict[str, Any]:
     """One row per (way, C) over the rounds, the gateway's differences to direct and its ratio to LiteLLM."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for count in streams:
         for name in ways:
             mine = [c for c in cells if c.way == name and c.streams == count]
@@ -517,8 +517,8 @@ def fmt(value: float | None, spec: str) -> str:
 
 def print_table(summary: dict[str, Any]) -> None:
     """The rows, then the gateway's differences to direct (and ratios to LiteLLM when measured)."""
-    head = ("req/s", "TTFT p50 ms", "p99 ms", "proxy CPU ms/req", "proxy req/s/core", "upstr ms/req", "client ms/req",
-            "errors", "hedged")  # fmt: skip
+    head: tuple[str, ...] = ("req/s", "TTFT p50 ms", "p99 ms", "proxy CPU ms/req", "proxy req/s/core",
+                             "upstr ms/req", "client ms/req", "errors", "hedged")  # fmt: skip
     print(f"{'way':<10}{'C':>4}" + "".join(f"{h:>17}" for h in head))
     for r in summary["rows"]:
         print(

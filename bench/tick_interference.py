@@ -44,7 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -140,7 +140,7 @@ class Prober:
         samples.ingest_s.append(time.perf_counter() - started)
         samples.ingest_errors += not ok
 
-    async def _fire(self, rate: float, probe: Callable[[Samples], Awaitable[None]], samples: Samples,
+    async def _fire(self, rate: float, probe: Callable[[Samples], Coroutine[Any, Any, None]], samples: Samples,
                     stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:  # fmt: skip
         interval = 1.0 / rate
         next_at = time.perf_counter()

@@ -35,8 +35,8 @@ from hedgerow.client._attempt_io import (
     open_response,
     parse_chunk,
     text_excerpt,
-    wait_tasks_shielded,
 )
+from hedgerow.client._call_end import end_call
 from hedgerow.client._race import Action, AttemptState, Cancel, Race, Raise, Start, Won
 from hedgerow.client._responses import attempt_failure, classify_event
 from hedgerow.client._sse import SseDecoder
@@ -598,21 +598,10 @@ class CallStream:
             if attempt.task is not None:
                 self._cancel_task(attempt)
                 tasks.append(attempt.task)
-        try:
-            # Never gather: a cancellation of the caller would cancel the attempts a second time.
-            await wait_tasks_shielded(tasks)
-        finally:
-            self._build_record()
+        await end_call(tasks, self._race, self._client.telemetry, self._keep_record)
 
-    def _build_record(self) -> None:
-        if self.record is not None:
-            return
-        self.record = self._race.record()
-        if self._client.telemetry is not None:
-            try:
-                self._client.telemetry.submit(self.record)
-            except Exception:  # telemetry must never break a call
-                log.exception("telemetry sink refused a record")
+    def _keep_record(self, record: CallRecord) -> None:
+        self.record = record
 
 
 def check_body(body: object) -> None:

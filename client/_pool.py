@@ -22,7 +22,12 @@ it is queued and when its response is closed). In httpcore 1.0.9 that pass costs
 * a queued request gets the first available connection for its origin (as httpcore does), else
   a new connection while under ``max_connections``, else an idle connection is closed to make
   room for a new one (as httpcore does);
-* closing no connection costs nothing (httpcore enters a cancellation shield either way).
+* closing no connection costs nothing (httpcore enters a cancellation shield either way);
+* with HTTP/2 off (every connection then serves one request at a time), an idle connection already
+  given to a queued request that has not started on it yet is not given to a second one, nor
+  closed as idle surplus. httpcore 1.0.9 gives it to every request that runs a pass meanwhile; all
+  but the first then find it busy (``ConnectionNotAvailable``) and go round the pass again: at 16
+  concurrent calls through a gateway, three extra passes per request.
 
 Writes: httpcore writes a request's headers and its body with two socket writes, each a system
 call that wakes the upstream (which reads the headers, then waits for the body). The pool's
@@ -164,17 +169,29 @@ class LinearPool(httpcore.AsyncConnectionPool):
         sweep = now - self._swept_at >= SWEEP_S
         if sweep:
             self._swept_at = now
-        idle = self._prune(sweep, closing)
+        # ids of connections given to a request still in the pool (HTTP/1.1 only: one request each)
+        taken: set[int] | None = None if self._http2 else set()
+        queued = False
         for pool_request in self._requests:
             if pool_request.is_queued():
-                idle = self._assign(pool_request, idle, sweep, closing)
+                queued = True
+            elif taken is not None:
+                taken.add(id(pool_request.connection))
+        idle = self._prune(sweep, closing, taken)
+        if queued:
+            for pool_request in self._requests:
+                if pool_request.is_queued():
+                    idle = self._assign(pool_request, idle, sweep, closing, taken)
         return closing
 
     def _prune(
-        self, sweep: bool, closing: list[httpcore.AsyncConnectionInterface]
+        self, sweep: bool, closing: list[httpcore.AsyncConnectionInterface], taken: set[int] | None = None
     ) -> list[httpcore.AsyncConnectionInterface]:
         """Drop closed connections, expired idle ones (on a sweep) and idle ones beyond the
-        keep-alive limit (oldest first) into ``closing``; returns the idle connections kept."""
+        keep-alive limit (oldest first) into ``closing``; returns the idle connections kept.
+
+        Idle connections whose ids are in ``taken`` (given to a queued request that has not
+        started on them) are kept and left out of the idle list."""
         kept: list[httpcore.AsyncConnectionInterface] = []
         idle: list[httpcore.AsyncConnectionInterface] = []
         for connection in self._connections:
@@ -184,7 +201,8 @@ class LinearPool(httpcore.AsyncConnectionPool):
                 if sweep and connection.has_expired():
                     closing.append(connection)
                     continue
-                idle.append(connection)
+                if taken is None or id(connection) not in taken:
+                    idle.append(connection)
             kept.append(connection)
         surplus = len(idle) - self._max_keepalive_connections
         if surplus > 0:
@@ -202,12 +220,16 @@ class LinearPool(httpcore.AsyncConnectionPool):
         idle: list[httpcore.AsyncConnectionInterface],
         sweep: bool,
         closing: list[httpcore.AsyncConnectionInterface],
+        taken: set[int] | None = None,
     ) -> list[httpcore.AsyncConnectionInterface]:
-        """Give one queued request an available connection to its origin, or a new one (closing
-        an idle connection when the pool is full); returns the idle list as it now stands."""
+        """Give one queued request an available connection to its origin that ``taken`` does not
+        hold, or a new one (closing an idle connection when the pool is full); the connection's id
+        goes into ``taken``. Returns the idle list as it now stands."""
         origin = pool_request.request.url.origin
         chosen = None
         for connection in list(self._connections):
+            if taken is not None and id(connection) in taken:
+                continue
             if connection.can_handle_request(origin) and connection.is_available():
                 if connection.is_idle() and not sweep and connection.has_expired():
                     self._connections.remove(connection)
@@ -227,6 +249,8 @@ class LinearPool(httpcore.AsyncConnectionPool):
                 closing.append(victim)
             chosen = self.create_connection(origin)
             self._connections.append(chosen)
+        if taken is not None:
+            taken.add(id(chosen))
         pool_request.assign_to_connection(chosen)
         return idle
 

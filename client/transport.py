@@ -103,29 +103,25 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
-import orjson
 
-from hedgerow.client._attempt_io import send_streaming, wait_tasks_shielded
+from hedgerow.client._attempt_io import send_streaming
 from hedgerow.client._call_stream import RawChunk
+from hedgerow.client._chat_bytes import ChatByteStream, renamed_answer
 from hedgerow.client._portal import PORTAL
+from hedgerow.client._portal_body import handle_on_portal
 from hedgerow.client._transport import OwnedTransport
+from hedgerow.client._transport_answers import HEDGED_HEADER as HEDGED_HEADER  # hedgerow's headers, re-exported
+from hedgerow.client._transport_answers import HOP_BY_HOP, answer_headers, error_response, failure, mark
+from hedgerow.client._transport_answers import REQUEST_ID_HEADER as REQUEST_ID_HEADER
+from hedgerow.client._transport_answers import WINNER_HEADER as WINNER_HEADER
 from hedgerow.client.budget import HedgeBudget
-from hedgerow.client.errors import (
-    AllAttemptsFailed,
-    HedgeError,
-    StallTimeout,
-    TotalTimeout,
-    UpstreamError,
-)
+from hedgerow.client.errors import HedgeError
 from hedgerow.client.hedging import (
-    CallStream,
     HedgingClient,
     RecordSink,
     ThresholdSource,
@@ -141,16 +137,8 @@ __all__ = ["CHAT_COMPLETIONS_PATH", "HedgingTransport", "rebase_path"]
 CHAT_COMPLETIONS_PATH = "/chat/completions"
 RESPONSES_PATH = "/responses"
 
-#: Response header names added to every response.
-REQUEST_ID_HEADER = "X-Hedgerow-Request-Id"
-WINNER_HEADER = "X-Hedgerow-Winner"
-HEDGED_HEADER = "X-Hedgerow-Hedged"
-
-_HOP_BY_HOP = frozenset(
-    {"host", "connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "upgrade"}
-)
 # Request headers never forwarded: hop-by-hop, and the caller's credentials (upstreams use their own).
-_DROP_PASSTHROUGH = _HOP_BY_HOP | {"authorization", "api-key"}
+_DROP_PASSTHROUGH = HOP_BY_HOP | {"authorization", "api-key"}
 # Pass-through bodies are re-sent whole (httpx sets Host and Content-Length again).
 _DROP_PASSTHROUGH_REQUEST = _DROP_PASSTHROUGH | {"content-length", "transfer-encoding"}
 # For hedged chat calls the body is re-sent and the framing, encoding and ids are hedgerow's.
@@ -164,8 +152,6 @@ _DROP_CHAT = _DROP_PASSTHROUGH | {
     "idempotency-key",
     "x-hedgerow-attempt",
 }
-# Response headers that describe the upstream's framing or encoding, not the body we hand back.
-_DROP_RESPONSE = _HOP_BY_HOP | {"content-length", "content-encoding", "transfer-encoding"}
 
 
 def rebase_path(path: str, base_path: str | None = None) -> str | None:
@@ -203,7 +189,7 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
     (``hedgerow.client._portal``) through a twin of this transport that shares its budgets,
     telemetry sink and threshold source, so sync and async calls in one process are recorded,
     budgeted and thresholded together. A task on the portal reads the response body and hands its
-    pieces to the calling thread through a thread-safe queue (``_PortalBody``); closing the body
+    pieces to the calling thread through a thread-safe queue (``hedgerow.client._portal_body``); closing the body
     ends the call as in async code (the loser is cancelled at the winner's first token either
     way). The telemetry sink's ``submit`` is then called from the portal's thread
     (``TelemetryExporter.submit`` is safe to call from any thread).
@@ -351,7 +337,7 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         """
         twin = self._sync_twin()
         request.read()  # the body, in this thread: the portal then reads the cached bytes
-        return PORTAL.run(_handle_on_portal(twin, request))
+        return PORTAL.run(handle_on_portal(twin, request))
 
     def close(self) -> None:
         """Close the sync twin's connection pool (``httpx.Client.close`` calls it); idempotent.
@@ -387,7 +373,7 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         path, _, query = raw_path.partition("?")
         remainder = rebase_path(path, self.base_path)
         if remainder is None:
-            return _error_response(
+            return error_response(
                 404, f"hedgerow: path {path!r} is not under base_path {self.base_path!r}", "not_found_error"
             )
         if request.method == "POST" and remainder.rstrip("/") == CHAT_COMPLETIONS_PATH:
@@ -403,9 +389,9 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         try:
             body = json.loads(raw)
         except ValueError as exc:
-            return _error_response(400, f"hedgerow: request body is not valid JSON ({exc})", param="body")
+            return error_response(400, f"hedgerow: request body is not valid JSON ({exc})", param="body")
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            return _error_response(
+            return error_response(
                 400, "hedgerow: request body must be a JSON object with a string 'model'", param="model"
             )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_CHAT}
@@ -434,16 +420,16 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         except BaseException as exc:
             await call.__aexit__(type(exc), exc, exc.__traceback__)
             if isinstance(exc, HedgeError):
-                return _failure(request, exc, call.request_id)
+                return failure(request, exc, call.request_id)
             raise
-        response_headers = _response_headers(
+        response_headers = answer_headers(
             call.winner_response_headers, call.request_id, call.winner_upstream or "", call.hedged
         )
         # The body handed back is SSE framed by hedgerow, whatever the upstream labelled its body
         # (some label SSE as application/json, or not at all).
         response_headers["Content-Type"] = "text/event-stream; charset=utf-8"
         withhold = api == "chat" and "stream_options" not in body
-        stream = _ChatByteStream(
+        stream = ChatByteStream(
             call,
             iterator,
             first,
@@ -489,13 +475,13 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
                 api=api,
             )
         except HedgeError as exc:
-            return _failure(request, exc, exc.record.request_id if exc.record else "")
+            return failure(request, exc, exc.record.request_id if exc.record else "")
         winner = result.upstream if result.record.winner is not None else ""  # a 4xx handed back: no winner
-        response_headers = _response_headers(result.headers, result.record.request_id, winner, result.hedged)
+        response_headers = answer_headers(result.headers, result.record.request_id, winner, result.hedged)
         content = result.content
         public = self._public_model(winner, model)
         if public is not None and result.status_code == 200:
-            content = _renamed_answer(content, public)
+            content = renamed_answer(content, public)
         return httpx.Response(result.status_code, headers=response_headers, content=content, request=request)
 
     def _public_model(self, winner: str | None, model: str) -> str | None:
@@ -525,289 +511,12 @@ class HedgingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         outgoing = httpx.Request(request.method, url, headers=headers, content=content, extensions=request.extensions)
         response = await send_streaming(http, outgoing)
         kept = [
-            (k, v) for k, v in response.headers.multi_items() if k.lower() not in _HOP_BY_HOP | {"transfer-encoding"}
+            (k, v) for k, v in response.headers.multi_items() if k.lower() not in HOP_BY_HOP | {"transfer-encoding"}
         ]
         out = httpx.Headers(kept)
-        _mark(out, "", upstream.name, False)
+        mark(out, "", upstream.name, False)
         extensions = {k: v for k, v in response.extensions.items() if k in ("http_version", "reason_phrase")}
         # response.stream closes with close_shielded (OwnedTransport), whoever closes it.
         return httpx.Response(
             response.status_code, headers=out, stream=response.stream, request=request, extensions=extensions
         )
-
-
-async def _handle_on_portal(transport: HedgingTransport, request: httpx.Request) -> httpx.Response:
-    """On the portal loop: the async answer to ``request``, its body made a ``_PortalBody`` whose
-    reading task starts at once (the first pieces are queued before the calling thread asks)."""
-    response = await transport.handle_async_request(request)
-    if isinstance(response.stream, httpx.AsyncByteStream):
-        body = _PortalBody(response.stream)
-        body.start()
-        response.stream = body
-    return response
-
-
-class _PortalBody(httpx.SyncByteStream):
-    """A sync response body fed by a task on the portal loop that reads an async one.
-
-    One task on the portal (``_pump``, started by ``start`` on the portal, or else by the first
-    iteration) reads the async body to its end and puts each piece into a thread-safe queue; the
-    iterating thread takes the pieces from the queue. So a streamed answer costs no hop to the
-    portal per chunk (a round trip per chunk doubled the sync SDK's CPU per chunk). An error of
-    the body is raised in the iterating thread, after the pieces before it.
-
-    ``close`` runs on the portal: it cancels the task if it still runs (which ends the hedged
-    call: every attempt closed, the record ``cancelled``), waits for it to end, then closes the
-    async body.
-    """
-
-    def __init__(self, inner: httpx.AsyncByteStream) -> None:
-        self._inner = inner
-        self._pieces: queue.SimpleQueue[bytes | _BodyEnd] = queue.SimpleQueue()
-        self._iterated = False
-        self._task: asyncio.Task[None] | None = None  # the pump; touched on the portal thread only
-
-    def start(self) -> None:
-        """On the portal loop: start the pump, once (a closed body is not read)."""
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._pump())
-
-    async def _pump(self) -> None:
-        put = self._pieces.put
-        try:
-            async for piece in self._inner:
-                put(piece)
-        except BaseException as exc:  # handed to the reading thread (a cancellation included)
-            put(_BodyEnd(exc))
-            if not isinstance(exc, Exception):
-                raise
-        else:
-            put(_BodyEnd(None))
-
-    def __iter__(self) -> Iterator[bytes]:
-        if self._iterated:
-            raise RuntimeError("a hedged sync response body can be read only once")
-        self._iterated = True
-        if self._task is None:
-            # Not started on the portal (``_handle_on_portal`` starts it before handing the
-            # response over, so normally it is): a wake-up of the portal here for nothing would
-            # make its thread compete for the GIL with this one just as the first token arrives.
-            PORTAL.loop.call_soon_threadsafe(self.start)
-        get = self._pieces.get
-        while True:
-            piece = get()
-            if isinstance(piece, _BodyEnd):
-                if piece.error is not None:
-                    raise piece.error
-                return
-            yield piece
-
-    async def _stop(self) -> None:
-        task = self._task
-        self._task = asyncio.current_task()  # so that a pump not yet started never starts
-        if task is not None and not task.done():
-            task.cancel()
-            await wait_tasks_shielded([task])
-        await self._inner.aclose()
-
-    def close(self) -> None:
-        """Stop reading and close the async body on the portal (ends the hedged call, closes
-        its connections); waits until that is done.
-
-        On the portal's own thread, which cannot wait for its loop (the sync SDK's dropped stream
-        is a generator in a reference cycle, whose finalizer closes the response in whichever
-        thread the garbage collection runs, often the portal's), the stop is started there and
-        not waited for.
-        """
-        if PORTAL.in_thread():
-            PORTAL.start_soon(self._stop())
-            return
-        PORTAL.run(self._stop())
-
-
-@dataclass(frozen=True, slots=True)
-class _BodyEnd:
-    """The end of a ``_PortalBody``: ``error`` is what ended it, None for a clean end."""
-
-    error: BaseException | None
-
-
-class _ChatByteStream(httpx.AsyncByteStream):
-    """The body of a hedged streaming response: the winner's chunks, one piece per read of its
-    body, each chunk as ``data: <its bytes>`` (Responses API calls: ``event: <name>`` first, and no
-    ``[DONE]``, as OpenAI sends them), then ``[DONE]``. A chunk is re-encoded only to give it the
-    caller's model name (``model``).
-
-    Closing it (the response closed by the app or the SDK) ends the call; errors of the call
-    after the first token surface as httpx transport errors (see the module table).
-    """
-
-    def __init__(
-        self,
-        call: CallStream,
-        iterator: AsyncIterator[list[RawChunk]],
-        first: list[RawChunk] | None,
-        *,
-        withhold_usage: bool,
-        request: httpx.Request,
-        model: str | None = None,
-    ) -> None:
-        self._call = call
-        self._iterator = iterator
-        self._first = first
-        self._withhold_usage = withhold_usage
-        self._responses = call.api == "responses"
-        self._request = request
-        self._model = model
-        self._closed = False
-
-    def _encode(self, batch: list[RawChunk]) -> bytes:
-        """The SSE bytes of one read's chunks (``b""`` when every one is withheld)."""
-        if len(batch) == 1 and not self._responses and self._model is None and not self._withhold_usage:
-            data = batch[0][2]  # the common piece: one chunk, passed on as it is
-            if b"\n" not in data:
-                return b"data: " + data + b"\n\n"
-        parts: list[bytes] = []
-        for chunk, name, data in batch:
-            if self._withhold_usage and chunk.get("choices") == [] and chunk.get("usage") is not None:
-                continue
-            if self._model is not None:
-                data = _renamed_chunk(chunk, data, self._model, self._responses)
-            if self._responses:
-                kind = name or chunk.get("type")
-                if isinstance(kind, str) and kind:
-                    parts += (b"event: ", kind.encode(), b"\n")
-            if b"\n" in data:  # data of several lines: one data field per line
-                data = data.replace(b"\n", b"\ndata: ")
-            parts += (b"data: ", data, b"\n\n")
-        return b"".join(parts)
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            if self._first is not None:
-                data = self._encode(self._first)
-                if data:
-                    yield data
-            async for batch in self._iterator:
-                data = self._encode(batch)
-                if data:
-                    yield data
-            await self._close(None)  # the call ended well: record it before the app sees the end
-            if not self._responses:
-                yield b"data: [DONE]\n\n"
-        except (StallTimeout, TotalTimeout) as exc:
-            await self._close(exc)
-            raise httpx.ReadTimeout(str(exc), request=self._request) from exc
-        except HedgeError as exc:
-            await self._close(exc)
-            raise httpx.ReadError(str(exc), request=self._request) from exc
-        except BaseException as exc:
-            await self._close(None if isinstance(exc, GeneratorExit) else exc)
-            raise
-
-    async def _close(self, exc: BaseException | None) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await self._call.__aexit__(None if exc is None else type(exc), exc, None)
-
-    async def aclose(self) -> None:
-        """End the call: an unfinished call is recorded ``cancelled`` and every attempt closed."""
-        await self._close(None)
-
-
-def _dumps(document: Any) -> bytes:
-    """Compact JSON bytes of ``document`` (orjson; ``json`` for what orjson refuses)."""
-    try:
-        return orjson.dumps(document)
-    except TypeError:  # an integer beyond 64 bits
-        return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _renamed_chunk(chunk: dict[str, Any], data: bytes, model: str, responses: bool) -> bytes:
-    """``data`` of a streamed chunk with its model name set to ``model``: re-encoded when the chunk
-    names another model (chat: ``model``; Responses: ``response.model``), else unchanged."""
-    if responses:
-        inner = chunk.get("response")
-        if isinstance(inner, dict) and "model" in inner and inner["model"] != model:
-            return _dumps({**chunk, "response": {**inner, "model": model}})
-        return data
-    if "model" in chunk and chunk["model"] != model:
-        return _dumps({**chunk, "model": model})
-    return data
-
-
-def _renamed_answer(content: bytes, model: str) -> bytes:
-    """A whole answer with its top-level ``model`` set to ``model``; unchanged when it has none
-    or is not a JSON object."""
-    try:
-        document = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        return content
-    if not isinstance(document, dict) or "model" not in document or document["model"] == model:
-        return content
-    document["model"] = model
-    return _dumps(document)
-
-
-def _mark(headers: httpx.Headers, request_id: str, winner: str, hedged: bool) -> None:
-    headers[REQUEST_ID_HEADER] = request_id
-    headers[WINNER_HEADER] = winner
-    headers[HEDGED_HEADER] = "true" if hedged else "false"
-
-
-def _response_headers(
-    upstream_headers: httpx.Headers | None, request_id: str, winner: str, hedged: bool
-) -> httpx.Headers:
-    """The upstream's headers minus framing/encoding ones, plus hedgerow's three."""
-    kept = (
-        []
-        if upstream_headers is None
-        else [(k, v) for k, v in upstream_headers.multi_items() if k.lower() not in _DROP_RESPONSE]
-    )
-    headers = httpx.Headers(kept)
-    _mark(headers, request_id, winner, hedged)
-    return headers
-
-
-def _error_response(
-    status: int, message: str, type_: str = "invalid_request_error", param: str | None = None
-) -> httpx.Response:
-    """An OpenAI-style error answered by hedgerow itself (no upstream contacted)."""
-    body = {"error": {"message": message, "type": type_, "param": param, "code": None}}
-    headers = httpx.Headers({"Content-Type": "application/json"})
-    _mark(headers, "", "", False)
-    return httpx.Response(status, headers=headers, content=json.dumps(body).encode())
-
-
-def _failure(request: httpx.Request, exc: HedgeError, request_id: str) -> httpx.Response:
-    """Map a call that failed before any answer to a response (an upstream's error) or raise."""
-    hedged = bool(exc.record.hedged) if exc.record is not None else False
-    # No attempt won: the winner header is empty (the failing upstream is in the record).
-    if isinstance(exc, UpstreamError):
-        headers = _response_headers(None, request_id, "", hedged)
-        headers["Content-Type"] = _content_type(exc.body_excerpt.encode())
-        return httpx.Response(exc.status_code, headers=headers, content=exc.body_excerpt.encode(), request=request)
-    if isinstance(exc, AllAttemptsFailed):
-        for _name, error in reversed(exc.errors):
-            status = getattr(error, "status_code", None)
-            if isinstance(status, int) and status >= 400:
-                content = getattr(error, "content", None)
-                if not isinstance(content, bytes):
-                    content = str(getattr(error, "body_excerpt", "") or "").encode()
-                headers = _response_headers(getattr(error, "headers", None), request_id, "", hedged)
-                if "content-type" not in headers:
-                    headers["Content-Type"] = _content_type(content)
-                return httpx.Response(status, headers=headers, content=content, request=request)
-        raise httpx.ConnectError(str(exc), request=request) from exc
-    if isinstance(exc, (TotalTimeout, StallTimeout)):
-        raise httpx.ReadTimeout(str(exc), request=request) from exc
-    raise httpx.ReadError(str(exc), request=request) from exc
-
-
-def _content_type(content: bytes) -> str:
-    try:
-        json.loads(content)
-    except ValueError:
-        return "text/plain; charset=utf-8"
-    return "application/json"

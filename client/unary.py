@@ -56,8 +56,8 @@ from hedgerow.client._attempt_io import (
     not_found_hint,
     open_response,
     send_streaming,
-    wait_tasks_shielded,
 )
+from hedgerow.client._call_end import end_call
 from hedgerow.client._race import Action, AttemptState, Cancel, Done, Race, Raise, Start
 from hedgerow.client._responses import chat_usage
 from hedgerow.client._transport import BODY_LIMIT_EXTENSION
@@ -419,19 +419,7 @@ class _UnaryCall:
                 if not attempt.task.done():
                     attempt.task.cancel()
                 tasks.append(attempt.task)
-        try:
-            # Not gather: a cancellation of the caller would cancel the attempts a second time,
-            # which can abort httpcore's close of a connection half-way (see wait_tasks_shielded).
-            await wait_tasks_shielded(tasks)
-        finally:
-            self._build_record()
+        await end_call(tasks, self._race, self._telemetry, self._keep_record)
 
-    def _build_record(self) -> None:
-        if self._record is not None:
-            return
-        self._record = self._race.record()
-        if self._telemetry is not None:
-            try:
-                self._telemetry.submit(self._record)
-            except Exception:  # telemetry must never break a call
-                log.exception("telemetry sink refused a record")
+    def _keep_record(self, record: CallRecord) -> None:
+        self._record = record

@@ -30,7 +30,11 @@ only until :data:`~hedgerow.controller.lease.LEASE_SAFETY_FRACTION` of the TTL h
 its last successful renewal started (monotonic clock): a holder whose renewals stall starts no
 tick, and each tick's publish checks the lease row in its own transaction
 (:func:`~hedgerow.controller.lease.check_lease_held`), so a stale holder never publishes after
-another took over.
+another took over. The rollup/retention and weekly report jobs run the same fence last in each of
+their writing transactions (``fence=`` of :func:`~hedgerow.controller.store.retention.run_retention`,
+:func:`~hedgerow.controller.report.report_job.deliver_weekly_report` and
+:func:`~hedgerow.controller.report.report_job.retry_deliveries`): a job that finds the lease lost
+rolls that transaction back, stops, and the process steps down as after a refused publish.
 
 Where the tick computes (``settings.controller_tick_in``): ``"process"`` runs it in a worker
 process of its own (:mod:`hedgerow.controller._tick_worker`), so that its observation and
@@ -235,7 +239,8 @@ class ControllerScheduler:
             self.on_lease(holding)
 
     async def _fence(self, session: AsyncSession) -> None:
-        """The tick's publish fence: still holding here, and in the lease row (same transaction).
+        """The jobs' write fence (the tick's publish, rollups and retention, report claims): still
+        holding here, and in the lease row (same transaction).
 
         Raises:
             LeaseLost: the hold lapsed here, or the row names another holder or expired.
@@ -258,10 +263,7 @@ class ControllerScheduler:
             try:
                 rows = await self._run_tick()
             except LeaseLost as exc:
-                log.warning("controller tick not published: %s", exc)
-                self._held = False
-                self._share_hold()
-                self._report_lease()
+                self._step_down("controller tick not published", exc)
                 return None
             duration_s = time.perf_counter() - started
             self.ticks += 1
@@ -283,6 +285,14 @@ class ControllerScheduler:
             if self.on_tick is not None:
                 self.on_tick(duration_s, time.time())
             return rows
+
+    def _step_down(self, what: str, exc: LeaseLost) -> None:
+        """A job's fence found the lease lost: log it (``what``: what was not done), count this
+        process no longer the holder until a renewal succeeds, and report the change."""
+        log.warning("%s: %s", what, exc)
+        self._held = False
+        self._share_hold()
+        self._report_lease()
 
     async def _run_tick(self) -> list[dict[str, Any]]:
         """One tick under the fence, here or in the worker process (:attr:`tick_in`)."""
@@ -325,12 +335,17 @@ class ControllerScheduler:
         """Renew the lease and, when held, fold hourly rollups and apply retention once.
 
         Returns:
-            What was folded and deleted, or None when another process holds the lease.
+            What was folded and deleted, or None when another process holds the lease (or took
+            it during the run: its fence stopped it).
         """
         async with self._rollup_lock:  # a slow backlog never runs twice at once here
             if not await self.renew():
                 return None
-            report = await run_retention(self.sessionmaker, self.settings)
+            try:
+                report = await run_retention(self.sessionmaker, self.settings, fence=self._fence)
+            except LeaseLost as exc:
+                self._step_down("rollup and retention stopped", exc)
+                return None
             self.rollups += 1
             self.last_rollup = report
             return report
@@ -344,8 +359,14 @@ class ControllerScheduler:
         async with self._report_lock:
             if not await self.renew():
                 return None
-            self.last_report = await deliver_weekly_report(self.sessionmaker, self.settings, self.holder)
-            await retry_deliveries(self.sessionmaker, self.settings, self.holder)
+            try:
+                self.last_report = await deliver_weekly_report(
+                    self.sessionmaker, self.settings, self.holder, fence=self._fence
+                )
+                await retry_deliveries(self.sessionmaker, self.settings, self.holder, fence=self._fence)
+            except LeaseLost as exc:
+                self._step_down("weekly report not claimed", exc)
+                return None
             return self.last_report
 
     async def report_retries(self) -> list[DeliveryResult] | None:
@@ -358,7 +379,11 @@ class ControllerScheduler:
         async with self._report_lock:
             if not await self.renew():
                 return None
-            return await retry_deliveries(self.sessionmaker, self.settings, self.holder)
+            try:
+                return await retry_deliveries(self.sessionmaker, self.settings, self.holder, fence=self._fence)
+            except LeaseLost as exc:
+                self._step_down("weekly report retries not claimed", exc)
+                return None
 
     async def _report_job(self) -> None:
         await self._job(self.report)

@@ -156,7 +156,7 @@ def test_routes_history_takes_a_date_or_a_time_without_zone_as_utc(tmp_path: Pat
         now = datetime.now(UTC)
         calls = [make_call(f"c{i}", started_at=now - timedelta(seconds=i + 1)) for i in range(60)]
         assert httpx.post(f"{served.url}/v1/calls", json={"calls": [c.to_dict() for c in calls]}).status_code == 202
-        assert httpx.post(f"{served.url}/v1/controller/run").json()["ran"] is True
+        assert httpx.post(f"{served.url}/v1/controller/run", timeout=120).json()["ran"] is True
         today, tomorrow = now.date().isoformat(), (now + timedelta(days=1)).date().isoformat()
         for since, rows in ((today, 1), (f"{today}T00:00", 1), (tomorrow, 0)):
             done = _cli("routes", "history", "summarize", "--since", since, "--json", "--api", served.url)

@@ -9,6 +9,7 @@ test files. A rename that leaves the map behind fails here.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -65,3 +66,65 @@ def test_nothing_in_the_repository_points_at_a_design_outside_it() -> None:
             hits.append(str(path.relative_to(ROOT)))
     assert hits == []
     assert (ROOT / "docs" / "DESIGN.md").exists()
+
+
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+#: Any ``.py`` name on the page, with or without a folder, in backticks, tables or the diagram.
+_ANY_MODULE = re.compile(r"(?<![\w/.])((?:[\w]+/)*[\w]+\.py)\b")
+#: A dotted name of the package (``hedgerow.controller.store``).
+_DOTTED = re.compile(r"\bhedgerow(?:\.\w+)+")
+
+
+def _package_modules() -> dict[str, Path]:
+    """Every module of the package, by its path below ``hedgerow/`` (the top-level folders are
+    reached through the package's links), the Alembic revisions aside."""
+    found: dict[str, Path] = {}
+    package = ROOT / "hedgerow"
+    for folder, dirs, files in os.walk(package, followlinks=True):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                path = Path(folder) / name
+                found[path.relative_to(package).as_posix()] = path
+    return {rel: path for rel, path in found.items() if not rel.startswith("migrations/versions/")}
+
+
+def _page_modules() -> set[str]:
+    """The module paths ARCHITECTURE.md names with their folder, as paths below ``hedgerow/``."""
+    return {m.removeprefix("hedgerow/") for m in _ANY_MODULE.findall(ARCHITECTURE.read_text()) if "/" in m}
+
+
+def test_every_module_and_package_architecture_names_exists() -> None:
+    """A path (``controller/_publish.py``), a bare file name (``jobs.py`` in the diagram, which
+    must then be a module of the package) or a dotted package (``hedgerow.controller.store``) on
+    the page that no file answers fails here, wherever on the page it is written."""
+    text = ARCHITECTURE.read_text()
+    package = _package_modules()
+    names = {Path(rel).name for rel in package}
+    missing = []
+    for module in sorted(set(_ANY_MODULE.findall(text))):
+        if "/" in module:
+            if not ((ROOT / module).is_file() or module.removeprefix("hedgerow/") in package):
+                missing.append(module)
+        elif module not in names:
+            missing.append(module)
+    for dotted in sorted(set(_DOTTED.findall(text))):
+        path = ROOT.joinpath(*dotted.split("."))
+        if not (path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()):
+            missing.append(dotted)
+    assert missing == [], f"docs/ARCHITECTURE.md names modules that do not exist: {missing}"
+
+
+def test_every_package_module_is_two_hops_from_architecture() -> None:
+    """Every module is named on the page with its folder, or in the docstring of its package's
+    ``__init__.py`` (the facade the page names): a new module that neither names fails here."""
+    named = _page_modules()
+    far = []
+    for rel, path in sorted(_package_modules().items()):
+        if path.name in ("__init__.py", "__main__.py") or rel in named:
+            continue
+        facade = path.parent / "__init__.py"
+        docstring = ast.get_docstring(ast.parse(facade.read_text())) if facade.is_file() else None
+        if docstring is None or not re.search(rf"\b{re.escape(path.stem)}\b", docstring):
+            far.append(rel)
+    assert far == [], f"name these in docs/ARCHITECTURE.md (or their package's docstring): {far}"

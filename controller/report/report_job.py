@@ -25,6 +25,13 @@ last one is marked ``failed`` instead). Taking a claim back is one compare-and-s
 (same status and run count), so two processes never both take it, and a run whose claim was
 taken back does not overwrite the outcome of the newer run.
 
+Only the lease holder starts a run: the scheduler passes its lease check as ``fence``, run last
+in every transaction that claims a run (the first claim, a take-back, giving up a stale claim),
+so a process that lost the lease claims nothing and so writes and posts nothing. The outcome of a
+run already claimed is recorded unfenced: it is what this process did under its own claim, the
+compare-and-set on (holder, run) keeps it from overwriting a newer run, and dropping it would
+only have the week sent again.
+
 A delivered week (``sent``, or ``written`` without a webhook) is never sent again, with one
 window (at-least-once): a process that dies after the webhook accepted the post and before the
 row says ``sent``, or a post whose answer is lost (a timeout after the receiver took it), has
@@ -56,7 +63,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from hedgerow.controller.report.report import IsoWeek
 from hedgerow.controller.report.report_render import render, summary_text
 from hedgerow.controller.report.report_store import weekly_report
-from hedgerow.controller.store.db import dialect_insert, rowcount
+from hedgerow.controller.store.db import WriteFence, dialect_insert, rowcount
 from hedgerow.controller.store.models import ReportDelivery, utc_now
 
 if TYPE_CHECKING:
@@ -109,13 +116,27 @@ def report_job_enabled(settings: Settings) -> bool:
 
 
 async def claim_delivery(
-    sessionmaker: async_sessionmaker[AsyncSession], kind: str, period: str, holder: str, *, now: datetime | None = None
+    sessionmaker: async_sessionmaker[AsyncSession],
+    kind: str,
+    period: str,
+    holder: str,
+    *,
+    now: datetime | None = None,
+    fence: WriteFence | None = None,
 ) -> str | None:
     """Claim the first delivery run of (kind, period) for ``holder``, atomically; safe to call from
     many processes. The row starts ``sending`` with ``attempts`` (runs) 1.
 
+    Args:
+        sessionmaker: the store; kind, period: the delivery (``weekly``, ``2026-W48``);
+        holder: the claimer's holder id; now: the claim's time (aware UTC; default: now);
+        fence: run last in the claiming transaction (the lease check); None: no check.
+
     Returns:
         None when this call claimed it; else the holder id of the process that had.
+
+    Raises:
+        Exception: what ``fence`` raises (``LeaseLost``); nothing is claimed.
     """
     now = utc_now() if now is None else now
     async with sessionmaker() as session, session.begin():
@@ -126,6 +147,8 @@ async def claim_delivery(
             .returning(ReportDelivery.id)
         )
         inserted = (await session.execute(stmt)).first()
+        if fence is not None:
+            await fence(session)
         if inserted is not None:
             return None
         row = (
@@ -204,10 +227,14 @@ def run_again_at(row: ReportDelivery, settings: Settings) -> datetime | None:
 
 
 async def _take_back(
-    sessionmaker: async_sessionmaker[AsyncSession], row: ReportDelivery, holder: str, now: datetime
+    sessionmaker: async_sessionmaker[AsyncSession],
+    row: ReportDelivery,
+    holder: str,
+    now: datetime,
+    fence: WriteFence | None,
 ) -> bool:
     """Claim the next run of ``row`` for ``holder`` if it is still as read (compare-and-set on its
-    status and run count); True when this call took it."""
+    status and run count; ``fence`` run last); True when this call took it."""
     async with sessionmaker() as session, session.begin():
         result = await session.execute(
             update(ReportDelivery)
@@ -218,6 +245,8 @@ async def _take_back(
             )
             .values(claimed_by=holder, claimed_at=now, status="sending", attempts=row.attempts + 1, finished_at=None)
         )
+        if fence is not None:
+            await fence(session)
         return rowcount(result) == 1
 
 
@@ -315,6 +344,7 @@ async def deliver_weekly_report(
     *,
     week: IsoWeek | None = None,
     now: datetime | None = None,
+    fence: WriteFence | None = None,
 ) -> DeliveryResult:
     """Claim, build, write and post the weekly report of ``week`` (default: the week before ``now``'s).
 
@@ -326,9 +356,13 @@ async def deliver_weekly_report(
         holder: this process's holder id (recorded as the claimer).
         week: the week to deliver; now: the current time (aware UTC; default the wall clock,
             read at each step).
+        fence: the lease check, run last in the claiming transaction; None: no check.
 
     Returns:
         A :class:`DeliveryResult` (also logged).
+
+    Raises:
+        Exception: what ``fence`` raises (``LeaseLost``): nothing claimed, written or posted.
     """
     clock = _clock(now)
     week = IsoWeek.of(clock()).previous() if week is None else week
@@ -336,12 +370,17 @@ async def deliver_weekly_report(
     if report["total"]["calls"] == 0:
         log.info("weekly report %s: no calls, nothing to deliver", week)
         return DeliveryResult(str(week), False, "empty")
-    holder_before = await claim_delivery(sessionmaker, WEEKLY, str(week), holder, now=clock())
+    holder_before = await claim_delivery(sessionmaker, WEEKLY, str(week), holder, now=clock(), fence=fence)
     run = 1
     if holder_before is not None:
         row = await _delivery_row(sessionmaker, str(week))
         due = None if row is None else run_again_at(row, settings)
-        if row is None or due is None or due > clock() or not await _take_back(sessionmaker, row, holder, clock()):
+        if (
+            row is None
+            or due is None
+            or due > clock()
+            or not await _take_back(sessionmaker, row, holder, clock(), fence)
+        ):
             status = "none" if row is None else row.status
             log.info("weekly report %s: claimed by %s (%s), not sent again now", week, holder_before, status)
             return DeliveryResult(str(week), False, "taken")
@@ -350,7 +389,12 @@ async def deliver_weekly_report(
 
 
 async def retry_deliveries(
-    sessionmaker: async_sessionmaker[AsyncSession], settings: Settings, holder: str, *, now: datetime | None = None
+    sessionmaker: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    holder: str,
+    *,
+    now: datetime | None = None,
+    fence: WriteFence | None = None,
 ) -> list[DeliveryResult]:
     """Run again every weekly delivery whose retry is due (:func:`run_again_at`): failed runs
     after their backoff, and claims left ``sending`` by a process that died. A stale claim with
@@ -359,9 +403,14 @@ async def retry_deliveries(
     Args:
         sessionmaker: the store; settings: ``hedgerow.settings.Settings``; holder: this process's
             holder id; now: the current time (aware UTC; default the wall clock).
+        fence: the lease check, run last in each transaction that takes a run back or gives a
+            claim up; None: no check.
 
     Returns:
         The result of each run made (oldest week first); empty when none was due.
+
+    Raises:
+        Exception: what ``fence`` raises (``LeaseLost``): that claim is left as it was.
     """
     clock = _clock(now)
     async with sessionmaker() as session:
@@ -378,9 +427,9 @@ async def retry_deliveries(
         if due is None and row.status == "sending":
             stale_at = row.claimed_at + timedelta(seconds=settings.report_sending_stale_s)
             if stale_at <= clock():
-                await _give_up_stale(sessionmaker, row, clock())
+                await _give_up_stale(sessionmaker, row, clock(), fence)
             continue
-        if due is None or due > clock() or not await _take_back(sessionmaker, row, holder, clock()):
+        if due is None or due > clock() or not await _take_back(sessionmaker, row, holder, clock(), fence):
             continue
         week = IsoWeek.parse(row.period)
         if row.status == "sending":
@@ -393,8 +442,10 @@ async def retry_deliveries(
     return results
 
 
-async def _give_up_stale(sessionmaker: async_sessionmaker[AsyncSession], row: ReportDelivery, now: datetime) -> None:
-    """Mark a stale ``sending`` claim with no runs left ``failed`` (if still as read)."""
+async def _give_up_stale(
+    sessionmaker: async_sessionmaker[AsyncSession], row: ReportDelivery, now: datetime, fence: WriteFence | None
+) -> None:
+    """Mark a stale ``sending`` claim with no runs left ``failed`` (if still as read; ``fence`` run last)."""
     error = f"run {row.attempts} claimed by {row.claimed_by} at {row.claimed_at.isoformat()} never finished"
     async with sessionmaker() as session, session.begin():
         result = await session.execute(
@@ -406,5 +457,7 @@ async def _give_up_stale(sessionmaker: async_sessionmaker[AsyncSession], row: Re
             )
             .values(status="failed", error=error, finished_at=now)
         )
+        if fence is not None:
+            await fence(session)
     if rowcount(result):
         log.error("weekly report %s: %s; no runs left, giving up", row.period, error)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -47,6 +48,7 @@ __all__ = [
     "SQLITE_BUSY_TIMEOUT_S",
     "SQLITE_PRAGMAS",
     "StoreEngines",
+    "WriteFence",
     "alembic_config",
     "alembic_include_name",
     "alembic_include_object",
@@ -88,6 +90,12 @@ _MIGRATION_LOCK = 0x6865646765
 #: SQLite a long write) before failing, seconds; ``HEDGEROW_MIGRATION_LOCK_TIMEOUT_S`` for the CLI.
 MIGRATION_LOCK_TIMEOUT_S = 600.0
 
+
+#: ``await fence(session)`` as the last statement of a scheduled job's writing transaction (so on
+#: SQLite after its write lock is taken, and on PostgreSQL a row it locks is held only for the
+#: commit): raises, and the transaction rolls back, when the process may no longer write (the
+#: lease holder's check, :func:`hedgerow.controller.lease.check_lease_held`). None: no check.
+WriteFence = Callable[[AsyncSession], Awaitable[None]]
 
 #: Plain URL schemes and the async driver they are served by.
 ASYNC_DRIVERS: dict[str, str] = {

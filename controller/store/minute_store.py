@@ -38,7 +38,7 @@ from hedgerow.controller.policy.minute_counts import (
     minute_index,
 )
 from hedgerow.controller.store.cpu_turns import CpuTurns, cpu_turn, pause
-from hedgerow.controller.store.db import rowcount
+from hedgerow.controller.store.db import WriteFence, rowcount
 from hedgerow.controller.store.models import MinuteAggregate
 
 __all__ = ["COLUMNS", "add_minutes", "add_records", "merged_rows", "prune_minutes", "record_samples"]
@@ -203,7 +203,13 @@ async def add_records(
     await add_minutes(connection, counts)
 
 
-async def prune_minutes(sessionmaker: async_sessionmaker[AsyncSession], *, now: datetime, max_window_s: float) -> int:
+async def prune_minutes(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    *,
+    now: datetime,
+    max_window_s: float,
+    fence: WriteFence | None = None,
+) -> int:
     """Delete the aggregates no tick can read any more: minutes that start before ``now -
     max_window_s`` less one minute (the tick reads at most ``max_window_s`` back).
 
@@ -211,6 +217,7 @@ async def prune_minutes(sessionmaker: async_sessionmaker[AsyncSession], *, now: 
         sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker`.
         now: the run's time (aware UTC).
         max_window_s: the controller's widest window, seconds (``Settings.max_window_s``).
+        fence: run last in the deleting transaction (:data:`~hedgerow.controller.store.db.WriteFence`).
 
     Returns:
         The rows deleted.
@@ -222,4 +229,6 @@ async def prune_minutes(sessionmaker: async_sessionmaker[AsyncSession], *, now: 
             .where(MinuteAggregate.minute_index < cutoff)
             .execution_options(synchronize_session=False)
         )
+        if fence is not None:
+            await fence(session)
     return rowcount(result)

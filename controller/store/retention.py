@@ -57,7 +57,7 @@ from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
-from hedgerow.controller.store.db import check_ready, make_engine, make_sessionmaker, rowcount
+from hedgerow.controller.store.db import WriteFence, check_ready, make_engine, make_sessionmaker, rowcount
 from hedgerow.controller.store.minute_store import prune_minutes
 from hedgerow.controller.store.models import Attempt, Call, HourlyRollup, Route, ThresholdHistory, utc_now
 from hedgerow.controller.store.partitions import (
@@ -187,8 +187,9 @@ def _in_hour(route_id: int, hour_start: datetime) -> list[Any]:
 
 
 async def _seal(
-    sessionmaker: async_sessionmaker[AsyncSession], route_id: int, hour_start: datetime, now: datetime
-) -> int | None:
+    sessionmaker: async_sessionmaker[AsyncSession], route_id: int, hour_start: datetime, now: datetime,
+    fence: WriteFence | None,
+) -> int | None:  # fmt: skip
     """Seal the hour's rollup if it matches the raw rows now; return its ``max_call_id`` if sealed."""
     in_hour = _in_hour(route_id, hour_start)
     raw_count = select(func.count()).where(*in_hour).scalar_subquery()
@@ -206,6 +207,8 @@ async def _seal(
             .values(sealed_at=now)
             .execution_options(synchronize_session=False)
         )
+        if fence is not None:
+            await fence(session)
         row = (
             await session.execute(
                 select(HourlyRollup.sealed_at, HourlyRollup.max_call_id).where(
@@ -224,6 +227,7 @@ async def _delete_sealed(
     hour_start: datetime,
     max_call_id: int,
     batch_rows: int,
+    fence: WriteFence | None,
 ) -> tuple[int, int]:
     """Delete the hour's calls with ``id <= max_call_id`` and their attempts, in batches.
 
@@ -253,6 +257,8 @@ async def _delete_sealed(
             gone_calls = await session.execute(
                 delete(Call).where(Call.id.in_(ids)).execution_options(synchronize_session=False)
             )
+            if fence is not None:
+                await fence(session)
         attempts += rowcount(gone_attempts)
         calls += rowcount(gone_calls)
         if len(ids) < batch_rows:
@@ -260,7 +266,12 @@ async def _delete_sealed(
 
 
 async def delete_folded_raw(
-    sessionmaker: async_sessionmaker[AsyncSession], *, cutoff: datetime, batch_rows: int, now: datetime | None = None
+    sessionmaker: async_sessionmaker[AsyncSession],
+    *,
+    cutoff: datetime,
+    batch_rows: int,
+    now: datetime | None = None,
+    fence: WriteFence | None = None,
 ) -> list[DeletedHour]:
     """Delete the raw calls and attempts of every whole hour before ``cutoff`` that is rolled up.
 
@@ -269,6 +280,7 @@ async def delete_folded_raw(
         cutoff: a whole UTC hour (aware); hours starting before it are eligible.
         batch_rows: most calls deleted per transaction (>= 1).
         now: stored as the rollups' ``sealed_at`` (default: now).
+        fence: run last in each writing transaction (:data:`~hedgerow.controller.store.db.WriteFence`).
 
     Returns:
         One entry per eligible hour that had raw rows, ordered by (route, model, hour).
@@ -288,7 +300,7 @@ async def delete_folded_raw(
     done: list[DeletedHour] = []
     for rid, hour in sorted(raw, key=lambda key: (names[key[0]], key[1])):
         route, model = names[rid]
-        max_call_id = await _seal(sessionmaker, rid, hour, now)
+        max_call_id = await _seal(sessionmaker, rid, hour, now, fence)
         if max_call_id is None:
             async with sessionmaker() as session:
                 exists = await session.scalar(
@@ -296,13 +308,16 @@ async def delete_folded_raw(
                 )
             done.append(DeletedHour(route, model, hour, 0, 0, "stale_rollup" if exists else "not_folded"))
             continue
-        calls, attempts = await _delete_sealed(sessionmaker, rid, hour, max_call_id, batch_rows)
+        calls, attempts = await _delete_sealed(sessionmaker, rid, hour, max_call_id, batch_rows, fence)
         done.append(DeletedHour(route, model, hour, calls, attempts))
     return done
 
 
-async def ensure_days_ahead(sessionmaker: async_sessionmaker[AsyncSession], *, now: datetime) -> list[date]:
-    """PostgreSQL: make sure today and the next :data:`DAYS_AHEAD` days have partitions.
+async def ensure_days_ahead(
+    sessionmaker: async_sessionmaker[AsyncSession], *, now: datetime, fence: WriteFence | None = None
+) -> list[date]:
+    """PostgreSQL: make sure today and the next :data:`DAYS_AHEAD` days have partitions (``fence``,
+    when given, is run last in the creating transaction).
 
     Returns:
         The days created (empty when all existed, and on SQLite).
@@ -312,7 +327,10 @@ async def ensure_days_ahead(sessionmaker: async_sessionmaker[AsyncSession], *, n
         connection = await session.connection()
         if connection.dialect.name != "postgresql":
             return []
-        return await ensure_day_partitions(connection, [today + timedelta(days=n) for n in range(DAYS_AHEAD + 1)])
+        created = await ensure_day_partitions(connection, [today + timedelta(days=n) for n in range(DAYS_AHEAD + 1)])
+        if created and fence is not None:
+            await fence(session)
+        return created
 
 
 _HOUR_OF_CALL = "floor(extract(epoch FROM {col}) / 3600)::bigint"
@@ -328,6 +346,7 @@ async def _drop_day(
     day: date,
     names: dict[int, tuple[str, str]],
     now: datetime,
+    fence: WriteFence | None,
 ) -> tuple[bool, list[DeletedHour]]:
     """Drop one day's partitions if every hour of it is counted by its rollup (one transaction).
 
@@ -389,6 +408,8 @@ async def _drop_day(
         await connection.exec_driver_sql("LOCK TABLE ONLY attempts IN ACCESS EXCLUSIVE MODE")
         await connection.exec_driver_sql(f"DROP TABLE {attempts_p}")
         await connection.exec_driver_sql(f"DROP TABLE {calls_p}")
+        if fence is not None:
+            await fence(session)
     return True, [
         DeletedHour(*names[rid], hour_start, count, attempts.get((rid, hour_start), 0))
         for (rid, hour_start), (count, _max_id) in sorted(raw.items(), key=lambda kv: (names[kv[0][0]], kv[0][1]))
@@ -396,7 +417,11 @@ async def _drop_day(
 
 
 async def drop_folded_days(
-    sessionmaker: async_sessionmaker[AsyncSession], *, cutoff: datetime, now: datetime | None = None
+    sessionmaker: async_sessionmaker[AsyncSession],
+    *,
+    cutoff: datetime,
+    now: datetime | None = None,
+    fence: WriteFence | None = None,
 ) -> tuple[list[date], list[DeletedHour]]:
     """PostgreSQL: drop the day partitions that ended :data:`DROP_GRACE_S` before ``cutoff`` and
     are folded (see the module docstring); each day in a transaction of its own.
@@ -405,6 +430,7 @@ async def drop_folded_days(
         sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker` (PostgreSQL).
         cutoff: a whole UTC hour (aware): ``floor_hour(now - retention_s)``.
         now: stored as the day's rollups' ``sealed_at`` (default: now).
+        fence: run last in each day's transaction (:data:`~hedgerow.controller.store.db.WriteFence`).
 
     Returns:
         ``(days dropped, hours)``: every hour with raw calls of the days looked at, deleted or
@@ -427,7 +453,7 @@ async def drop_folded_days(
         if day_bounds(day)[1] > drop_before:
             break
         try:
-            done, day_hours = await _drop_day(sessionmaker, day, names, now)
+            done, day_hours = await _drop_day(sessionmaker, day, names, now, fence)
         except DBAPIError as exc:  # lock_timeout, or a deadlock PostgreSQL broke: try at the next run
             log.warning("retention: day %s kept for now: %s", day.isoformat(), str(exc.orig).splitlines()[0])
             hours.append(DeletedHour("", "", day_bounds(day)[0], 0, 0, "locked"))
@@ -439,7 +465,11 @@ async def drop_folded_days(
 
 
 async def prune_request_ids(
-    sessionmaker: async_sessionmaker[AsyncSession], *, batch_rows: int, before: datetime | None = None
+    sessionmaker: async_sessionmaker[AsyncSession],
+    *,
+    batch_rows: int,
+    before: datetime | None = None,
+    fence: WriteFence | None = None,
 ) -> int:
     """PostgreSQL: delete the ``call_request_ids`` rows of calls no longer stored, in batches.
 
@@ -450,6 +480,7 @@ async def prune_request_ids(
         sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker` (PostgreSQL).
         batch_rows: most rows per transaction, >= 1.
         before: the bound when no partition exists (default: keep everything).
+        fence: run last in each writing transaction (:data:`~hedgerow.controller.store.db.WriteFence`).
 
     Returns:
         Rows deleted.
@@ -469,6 +500,8 @@ async def prune_request_ids(
                 ),
                 {"bound": bound, "n": batch_rows},
             )
+            if fence is not None:
+                await fence(session)
         gone = rowcount(result)
         total += gone
         if gone < batch_rows:
@@ -481,6 +514,7 @@ async def prune_history(
     held_before: datetime,
     applied_before: datetime,
     batch_rows: int,
+    fence: WriteFence | None = None,
 ) -> int:
     """Delete old threshold history: held decisions last seen before ``held_before``, applied
     changes (published values and audited configuration changes) before ``applied_before``.
@@ -493,6 +527,7 @@ async def prune_history(
         held_before: cutoff of rows with ``applied`` false (aware UTC).
         applied_before: cutoff of rows with ``applied`` true (aware UTC; earlier: kept longer).
         batch_rows: most rows per transaction, >= 1.
+        fence: run last in each deleting transaction (:data:`~hedgerow.controller.store.db.WriteFence`).
 
     Returns:
         The rows deleted.
@@ -519,6 +554,8 @@ async def prune_history(
             if not ids:
                 return total
             await session.execute(delete(ThresholdHistory).where(ThresholdHistory.id.in_(ids)))
+            if fence is not None:
+                await fence(session)
             total += len(ids)
 
 
@@ -528,6 +565,7 @@ async def run_retention(
     *,
     now: datetime | None = None,
     delete_raw: bool = True,
+    fence: WriteFence | None = None,
 ) -> RetentionReport:
     """Fold every changed complete hour, then delete raw rows older than ``settings.retention_s``,
     minute aggregates older than ``settings.max_window_s`` (:func:`prune_minutes`) and threshold
@@ -540,6 +578,8 @@ async def run_retention(
             ``max_window_s``, the history retentions).
         now: the run's time (aware UTC; default: now).
         delete_raw: False folds only.
+        fence: run last in every writing transaction of the run (the scheduler passes the lease
+            holder's check, so a process that lost the lease writes nothing more); None: no check.
 
     Returns:
         A :class:`RetentionReport`.
@@ -547,36 +587,42 @@ async def run_retention(
     Raises:
         ValueError: ``now`` is naive.
         StoreError: a stored rollup uses another histogram scheme.
+        Exception: what ``fence`` raises (``LeaseLost``): the run stops, its open transaction
+            rolled back (what it committed before is right on its own; the next run resumes).
     """
     now = utc_now() if now is None else now
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
     now = now.astimezone(UTC)
     cutoff = floor_hour(now - timedelta(seconds=settings.retention_s))
-    created = await ensure_days_ahead(sessionmaker, now=now)
+    created = await ensure_days_ahead(sessionmaker, now=now, fence=fence)
     async with sessionmaker() as session:
         partitioned = session.get_bind().dialect.name == "postgresql"
-    folded = await fold_hours(sessionmaker, now=now)
+    folded = await fold_hours(sessionmaker, now=now, fence=fence)
     deleted: list[DeletedHour] = []
     dropped: list[date] = []
     pruned_ids = 0
     if delete_raw and partitioned:
-        dropped, deleted = await drop_folded_days(sessionmaker, cutoff=cutoff, now=now)
+        dropped, deleted = await drop_folded_days(sessionmaker, cutoff=cutoff, now=now, fence=fence)
         pruned_ids = await prune_request_ids(
-            sessionmaker, batch_rows=settings.retention_batch_rows, before=cutoff - timedelta(seconds=DROP_GRACE_S)
+            sessionmaker,
+            batch_rows=settings.retention_batch_rows,
+            before=cutoff - timedelta(seconds=DROP_GRACE_S),
+            fence=fence,
         )
     elif delete_raw:
         deleted = await delete_folded_raw(
-            sessionmaker, cutoff=cutoff, batch_rows=settings.retention_batch_rows, now=now
+            sessionmaker, cutoff=cutoff, batch_rows=settings.retention_batch_rows, now=now, fence=fence
         )
     pruned = pruned_minutes = 0
     if delete_raw:
-        pruned_minutes = await prune_minutes(sessionmaker, now=now, max_window_s=settings.max_window_s)
+        pruned_minutes = await prune_minutes(sessionmaker, now=now, max_window_s=settings.max_window_s, fence=fence)
         pruned = await prune_history(
             sessionmaker,
             held_before=now - timedelta(seconds=settings.history_retention_s),
             applied_before=now - timedelta(seconds=settings.applied_history_retention_s),
             batch_rows=settings.retention_batch_rows,
+            fence=fence,
         )
     report = RetentionReport(
         now=now, cutoff=cutoff, folded=folded, deleted=deleted, pruned_history=pruned,

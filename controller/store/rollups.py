@@ -118,7 +118,7 @@ from hedgerow.controller.store._rollup_fold import (
     hour_of_index,
     merge_upstream_tokens,
 )
-from hedgerow.controller.store.db import dialect_insert, rowcount
+from hedgerow.controller.store.db import WriteFence, dialect_insert, rowcount
 from hedgerow.controller.store.ingest import INGEST_LOCK
 from hedgerow.controller.store.models import Attempt, Call, HourlyRollup, Route, utc_now
 
@@ -272,9 +272,10 @@ def _row_values(rollup: Rollup) -> dict[str, Any]:
 
 async def _upsert(
     sessionmaker: async_sessionmaker[AsyncSession], route_id: int, hour_start: datetime, rollup: Rollup,
-    max_call_id: int, now: datetime,
+    max_call_id: int, now: datetime, fence: WriteFence | None,
 ) -> None:  # fmt: skip
-    """Insert the rollup of an hour, or overwrite it unless it is sealed (one write transaction)."""
+    """Insert the rollup of an hour, or overwrite it unless it is sealed (one write transaction,
+    checked by ``fence`` last)."""
     values = {"route_id": route_id, "hour_start": hour_start, "folded_at": now, "sealed_at": None,
               "max_call_id": max_call_id, **_row_values(rollup)}  # fmt: skip
     async with sessionmaker() as session, session.begin():
@@ -286,12 +287,16 @@ async def _upsert(
             where=HourlyRollup.sealed_at.is_(None),
         )
         await session.execute(stmt)
+        if fence is not None:
+            await fence(session)
 
 
 async def _add_late(
-    sessionmaker: async_sessionmaker[AsyncSession], row: HourlyRollup, late: Rollup, max_call_id: int, now: datetime
-) -> bool:
-    """Add late calls to a sealed rollup, unless another run already did; True when added."""
+    sessionmaker: async_sessionmaker[AsyncSession], row: HourlyRollup, late: Rollup, max_call_id: int, now: datetime,
+    fence: WriteFence | None,
+) -> bool:  # fmt: skip
+    """Add late calls to a sealed rollup, unless another run already did (checked by ``fence``
+    last); True when added."""
     total = rollup_from_row(row).merged(late)
     async with sessionmaker() as session, session.begin():
         result = await session.execute(
@@ -300,6 +305,8 @@ async def _add_late(
             .values(folded_at=now, max_call_id=max_call_id, **_row_values(total))
             .execution_options(synchronize_session=False)
         )
+        if fence is not None:
+            await fence(session)
     return rowcount(result) == 1
 
 
@@ -365,6 +372,7 @@ async def fold_hours(
     now: datetime | None = None,
     route_id: int | None = None,
     full: bool = False,
+    fence: WriteFence | None = None,
 ) -> list[FoldedHour]:
     """Fold every complete hour whose raw calls are not (or no longer) matched by its rollup.
 
@@ -381,6 +389,8 @@ async def fold_hours(
         route_id: only this route (default: every route); looks at all its hours and leaves
             the cursor as it is.
         full: look at every hour even when a cursor is known.
+        fence: run last in each writing transaction (the lease holder's check,
+            :data:`~hedgerow.controller.store.db.WriteFence`); None: no check.
 
     Returns:
         The hours written, ordered by (route, model, hour).
@@ -388,6 +398,8 @@ async def fold_hours(
     Raises:
         ValueError: ``now`` is naive.
         StoreError: a stored rollup uses another histogram scheme.
+        Exception: what ``fence`` raises (e.g. ``LeaseLost``); that hour's write is rolled back,
+            the hours written before it stand (each is right on its own) and the cursor stays.
     """
     now = utc_now() if now is None else now
     current_hour = floor_hour(now)
@@ -419,7 +431,7 @@ async def fold_hours(
                 continue  # leftovers that retention is still deleting: already counted
             async with sessionmaker() as session:
                 late, late_max = await aggregate_hour(session, rid, hour, after_call_id=row.max_call_id)
-            if late_max is not None and await _add_late(sessionmaker, row, late, late_max, now):
+            if late_max is not None and await _add_late(sessionmaker, row, late, late_max, now, fence):
                 written.append(FoldedHour(route, model, hour, "late", row.calls + late.calls))
             continue
         if row is not None and (row.calls, row.max_call_id, row.fold_version) == (count, max_id, FOLD_VERSION):
@@ -428,7 +440,7 @@ async def fold_hours(
             rollup, folded_max = await aggregate_hour(session, rid, hour)
         if folded_max is None:
             continue  # the raw rows vanished meanwhile
-        await _upsert(sessionmaker, rid, hour, rollup, folded_max, now)
+        await _upsert(sessionmaker, rid, hour, rollup, folded_max, now, fence)
         written.append(FoldedHour(route, model, hour, "new" if row is None else "refolded", rollup.calls))
     if committed is not None:
         bound = committed if first_open is None else min(committed, int(first_open) - 1)

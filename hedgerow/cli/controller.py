@@ -43,7 +43,7 @@ def controller_run_once(
     from rich.console import Console
     from rich.table import Table
 
-    from hedgerow.cli.routes import plain_cell
+    from hedgerow.cli._ops_api import plain_cell
     from hedgerow.client.names import visible
     from hedgerow.controller.errors import LeaseHeld, StoreError
     from hedgerow.logs import configure_logging

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from hedgerow.cli._common import _check_name, _parse_number, _parse_upstream, app, fail
+from hedgerow.cli._common import _check_name, _parse_number, _parse_upstream, _server_settings, app, fail
 
 #: How long (s) the gateway keeps an idle caller connection open. Longer than the idle timeouts
 #: of common load balancers (60 s) and clients (httpx: 5 s), so that the caller, not the gateway,
@@ -18,23 +18,71 @@ from hedgerow.cli._common import _check_name, _parse_number, _parse_upstream, ap
 KEEP_ALIVE_S = 75
 
 
+def _token_keys(tokens: str) -> dict[str, str]:
+    """The tokens of ``HEDGEROW_TOKENS`` (``tokens``) with the ``gateway`` scope, as gateway keys:
+    ``{token: name}``, the name being the entry's ``name=``, else the token's fingerprint
+    (``token:<12 hex digits>``, :func:`hedgerow.api.auth.token_actor`). Exits 2 for malformed
+    tokens, or a gateway token shorter than 16 characters (named by its position, not its value).
+    """
+    if not tokens.strip():
+        return {}
+    from hedgerow.api.auth import parse_token_names, parse_tokens, token_actor
+    from hedgerow.api.errors import ApiConfigError
+    from hedgerow.gateway._config import MIN_KEY_CHARS
+
+    try:
+        scopes = parse_tokens(tokens)
+        names = parse_token_names(tokens)
+    except ApiConfigError as exc:
+        raise fail(str(exc), 2) from None
+    keys: dict[str, str] = {}
+    for position, (token, token_scopes) in enumerate(scopes.items(), start=1):
+        if "gateway" not in token_scopes:
+            continue
+        if len(token) < MIN_KEY_CHARS:
+            raise fail(
+                f"HEDGEROW_TOKENS: token {position} has the gateway scope and {len(token)} characters, "
+                f"fewer than {MIN_KEY_CHARS}",
+                2,
+            )
+        keys[token] = names.get(token) or token_actor(scopes, names, token)
+    return keys
+
+
 def _gateway_config(
-    file: str | None, upstream: list[str] | None, model: str | None, hedge_after: str | None, budget: str | None
+    file: str | None,
+    upstream: list[str] | None,
+    model: str | None,
+    hedge_after: str | None,
+    budget: str | None,
+    *,
+    total_timeout: str | None = None,
+    max_concurrent_per_key: int | None = None,
+    tokens: str = "",
 ) -> Any:
     """The ``GatewayConfig`` of ``hedgerow gateway`` from FILE or ``--upstream``; exits 2 naming the problem.
 
-    ``--hedge-after`` and ``--budget`` set every route's policy (over the file's values).
+    ``--hedge-after``, ``--budget`` and ``--total-timeout`` set every route's policy (over the
+    file's values), ``--max-concurrent-per-key`` the file's ``max_concurrent_per_key``; the
+    tokens of ``HEDGEROW_TOKENS`` (``tokens``) with the ``gateway`` scope are keys too
+    (:func:`_token_keys`).
     """
     import os
+    from dataclasses import replace
 
     from hedgerow.gateway import ConfigError, GatewayConfig, RouteSpec, load_config
     from hedgerow.gateway._config import build_policy, keys_from_env
 
     if (file is None) == (not upstream):
         raise fail("give a config FILE or --upstream NAME=URL (not both)", 2)
+    if max_concurrent_per_key is not None and max_concurrent_per_key < 1:
+        raise fail(f"--max-concurrent-per-key: must be 1 or more, got {max_concurrent_per_key}", 2)
+    token_keys = _token_keys(tokens)
     overrides: dict[str, Any] = {}
     if hedge_after is not None:
         overrides["hedge_after_s"] = _parse_number("--hedge-after", hedge_after, "a number of seconds >= 0")
+    if total_timeout is not None:
+        overrides["total_timeout_s"] = _parse_number("--total-timeout", total_timeout, "a number of seconds > 0")
     if budget is not None:
         from hedgerow.controller.ops_bounds import parse_budget
 
@@ -53,9 +101,8 @@ def _gateway_config(
                 )
                 for name, spec in config.routes.items()
             }
-            from dataclasses import replace
-
-            return replace(config, routes=routes)
+            per_key = config.max_concurrent_per_key if max_concurrent_per_key is None else max_concurrent_per_key
+            return replace(config, routes=routes, keys={**config.keys, **token_keys}, max_concurrent_per_key=per_key)
         upstreams = [_parse_upstream(u) for u in upstream or []]
         names = [u.name for u in upstreams]
         if len(set(names)) != len(names):
@@ -64,13 +111,22 @@ def _gateway_config(
             _check_name("--model", model)
         policy = build_policy("policy", {"hedge_after_s": 2.0, **overrides})
         spec = RouteSpec(model, "default", tuple(upstreams), policy)
-        keys = keys_from_env(os.environ)
-        if model is None:
-            return GatewayConfig(routes={}, any_model=spec, keys=keys, source="--upstream")
-        return GatewayConfig(routes={model: spec}, keys=keys, source="--upstream")
+        keys = {**keys_from_env(os.environ), **token_keys}
+        routes = {} if model is None else {model: spec}
+        return GatewayConfig(
+            routes=routes,
+            any_model=spec if model is None else None,
+            keys=keys,
+            max_concurrent_per_key=max_concurrent_per_key,
+            source="--upstream",
+        )
     except ConfigError as exc:
         message = str(exc)
-        for field, flag in (("hedge_after_s", "--hedge-after"), ("budget", "--budget")):
+        for field, flag in (
+            ("hedge_after_s", "--hedge-after"),
+            ("budget", "--budget"),
+            ("total_timeout_s", "--total-timeout"),
+        ):
             if field in overrides and f".{field}:" in message:
                 message = f"{flag}:{message.split(f'.{field}:', 1)[1]}"
         raise fail(message, 2) from None
@@ -78,7 +134,7 @@ def _gateway_config(
 
 @app.command(
     epilog="Exit status: 130 after SIGINT (Ctrl-C) and 143 after SIGTERM, once shut down cleanly (uvicorn "
-    "re-raises the signal); 1 when it cannot listen; 2 for bad flags or config."
+    "re-raises the signal); 1 when it cannot listen or the --db store cannot be migrated; 2 for bad flags or config."
 )
 def gateway(
     file: str = typer.Argument(None, metavar="[FILE]", help="The gateway's TOML config (models, upstreams, keys)."),
@@ -97,12 +153,30 @@ def gateway(
     budget: str = typer.Option(
         None, "--budget", metavar="F", help="Hedge budget, a fraction or a percent (default 0.10, or FILE's)."
     ),
+    total_timeout: str = typer.Option(
+        None,
+        "--total-timeout",
+        metavar="S",
+        help="Seconds a call may take in all; past it, 504 (default 120, or FILE's total_timeout_s).",
+    ),
+    max_concurrent_per_key: int = typer.Option(
+        None,
+        "--max-concurrent-per-key",
+        metavar="N",
+        help="Requests in flight at once per key name; past it, 429 (default FILE's, else no bound).",
+    ),
     host: str = typer.Option(
         "127.0.0.1", "--host", metavar="H", help="Interface to listen on; off loopback, gateway keys are required."
     ),
     port: int = typer.Option(8480, "--port", metavar="P", help="TCP port (default 8480; 0 picks a free one)."),
     api: str = typer.Option(
         None, "--api", metavar="URL", help="A running `hedgerow serve`: poll its thresholds, send it the records."
+    ),
+    db: str = typer.Option(
+        None,
+        "--db",
+        metavar="URL",
+        help="Instead of --api: write the records into this store and read its thresholds (migrated on start).",
     ),
     token: str = typer.Option(
         None,
@@ -116,26 +190,80 @@ def gateway(
 ) -> None:
     """Serve the hedging race as an OpenAI-compatible endpoint: point any OpenAI client's base URL here.
 
-    Gateway keys (callers send Authorization: Bearer KEY) come from FILE's `keys` and from
-    HEDGEROW_GATEWAY_KEYS (NAME=KEY,NAME=KEY); upstream keys from the environment variables FILE
-    names. Without --api, the calls' records are only counted and logged.
+    Gateway keys (callers send Authorization: Bearer KEY) come from FILE's `keys`, from
+    HEDGEROW_GATEWAY_KEYS (NAME=KEY,NAME=KEY) and from the HEDGEROW_TOKENS tokens with the
+    `gateway` scope; a key's name names its caller in the records and the metrics. Upstream keys
+    come from the environment variables FILE names. Without --api or --db, the calls' records are
+    only counted and logged.
     """
-    config = _gateway_config(file, upstream, model, hedge_after, budget)
+    if api is not None and db is not None:
+        raise fail("--db and --api: give one (records straight into a store, or to a running serve)", 2)
+    config = _gateway_config(
+        file,
+        upstream,
+        model,
+        hedge_after,
+        budget,
+        total_timeout=total_timeout,
+        max_concurrent_per_key=max_concurrent_per_key,
+        tokens=_tokens_setting(),
+    )
     from hedgerow.logs import configure_logging
 
     try:
         configure_logging(log_level)
     except ValueError as exc:
         raise fail(f"--log-level: {exc}", 2) from None
-    server, sock = gateway_server(config, host, port, api=api, token=token, log_level=log_level)
+    server, sock = gateway_server(config, host, port, api=api, token=token, log_level=log_level, db=db)
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
 
 
+def _gateway_store(db: str) -> Any:
+    """The ``GatewayStore`` of ``--db URL``, the store migrated to the newest revision first.
+
+    Exits 2 for a malformed or unsupported URL (naming ``--db``), 1 when the store cannot be
+    reached or migrated.
+    """
+    import asyncio
+
+    from hedgerow.cli.gateway_store import GatewayStore, migrate_store
+    from hedgerow.controller.errors import StoreError
+
+    settings = _server_settings(db)
+    try:
+        asyncio.run(migrate_store(settings))
+    except StoreError as exc:
+        raise fail(f"--db: {exc}", 1) from None
+    return GatewayStore(settings)
+
+
+def _tokens_setting() -> str:
+    """``HEDGEROW_TOKENS`` as the settings read it; a bad environment exits 2 naming the variable."""
+    from pydantic import ValidationError
+
+    from hedgerow.settings import Settings
+
+    try:
+        return Settings().tokens
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"])
+        raise fail(f"HEDGEROW_{field.upper()}: {error['msg'].removeprefix('Value error, ')}", 2) from None
+
+
 def gateway_server(
-    config: Any, host: str, port: int, *, api: str | None, token: str | None, log_level: str
+    config: Any,
+    host: str,
+    port: int,
+    *,
+    api: str | None,
+    token: str | None,
+    log_level: str,
+    metrics: Any = None,
+    db: str | None = None,
 ) -> tuple[Any, Any]:
     """The gateway's uvicorn server and its bound socket (``hedgerow gateway``, ``serve --gateway``).
 
@@ -149,13 +277,16 @@ def gateway_server(
             are only counted and logged).
         token: the bearer token for ``api``.
         log_level: uvicorn's log level.
+        metrics: the ``GatewayMetrics`` the app counts into (default: its own).
+        db: a store's URL (``--db``) to write the records into and read the thresholds from,
+            instead of ``api``; migrated here, before the address is bound.
 
     Returns:
         ``(uvicorn.Server, socket.socket)``: run the server on the socket, close it after.
 
     Raises:
-        typer.Exit: exit 2 for keys missing off loopback or a bad ``api``; exit 1 when the
-            address cannot be bound.
+        typer.Exit: exit 2 for keys missing off loopback, a bad ``api`` or ``db``; exit 1 when
+            the store cannot be migrated or the address cannot be bound.
     """
     import socket
 
@@ -166,13 +297,17 @@ def gateway_server(
 
     if not is_loopback(host) and not config.keys:
         raise fail(
-            f"--host {host}: off loopback the gateway needs keys "
-            "(set HEDGEROW_GATEWAY_KEYS=NAME=KEY or `keys` in the file)",
+            f"--host {host}: off loopback the gateway needs keys (set HEDGEROW_GATEWAY_KEYS=NAME=KEY, "
+            "`keys` in the file, or a HEDGEROW_TOKENS token with the gateway scope)",
             2,
         )
     background: list[Any] = []
     poller = exporter = None
-    if api is not None:
+    if db is not None:
+        store = _gateway_store(db)
+        poller = exporter = store
+        background = [store]
+    elif api is not None:
         from hedgerow.client import TelemetryExporter, ThresholdPoller
 
         try:
@@ -181,7 +316,7 @@ def gateway_server(
         except ValueError as exc:
             raise fail(f"--api: {exc}", 2) from None
         background = [poller, exporter]
-    gateway_app = GatewayApp(config, thresholds=poller, telemetry=exporter, background=background)
+    gateway_app = GatewayApp(config, thresholds=poller, telemetry=exporter, background=background, metrics=metrics)
     try:
         sock = socket.create_server((host, port))
     except OSError as exc:

@@ -68,7 +68,7 @@ def serve(
         else:
             from hedgerow.cli.gateway import _gateway_config
 
-            config = _gateway_config(gateway, None, None, None, None)
+            config = _gateway_config(gateway, None, None, None, None, tokens=settings.tokens)
             asyncio.run(_serve_with_gateway(settings, config, gateway_port))
     except StoreNotReady as exc:
         raise fail(str(exc), 1) from None
@@ -96,11 +96,13 @@ async def _serve_with_gateway(settings: Settings, config: Any, gateway_port: int
     """The api (:func:`hedgerow.api.server.serve_async`) and the gateway in one event loop.
 
     The gateway starts once the api listens and talks to it over loopback like any client: it
-    polls the thresholds and sends its records with the api's ingest token. When either server
+    polls the thresholds and sends its records with the api's ingest token. Its
+    ``hedgerow_gateway_*`` family is served at the api's ``/metrics`` too. When either server
     stops (a signal reaches both: uvicorn hands it on as each one exits), the other is stopped.
     """
     from hedgerow.api.server import listening_line, serve_async
     from hedgerow.cli.gateway import gateway_server
+    from hedgerow.gateway import GatewayMetrics
 
     token = _ingest_token(settings)
     listening: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -110,7 +112,10 @@ async def _serve_with_gateway(settings: Settings, config: Any, gateway_port: int
         listening.set_result(url)
 
     stop = asyncio.Event()
-    api = asyncio.create_task(serve_async(settings, announce=announce, stop=stop, own_logging=True))
+    metrics = GatewayMetrics()
+    api = asyncio.create_task(
+        serve_async(settings, announce=announce, stop=stop, own_logging=True, collectors=[metrics])
+    )
     pending: set[asyncio.Future[Any]] = {api, listening}
     await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
     if not listening.done():
@@ -118,7 +123,13 @@ async def _serve_with_gateway(settings: Settings, config: Any, gateway_port: int
         return
     try:
         server, sock = gateway_server(
-            config, settings.host, gateway_port, api=listening.result(), token=token, log_level=settings.log_level
+            config,
+            settings.host,
+            gateway_port,
+            api=listening.result(),
+            token=token,
+            log_level=settings.log_level,
+            metrics=metrics,
         )
     except BaseException:
         stop.set()

@@ -21,10 +21,8 @@ from typing import Any
 
 import typer
 
-from hedgerow.cli._common import app
-
-# the api client of the ops CLI (one rule for URLs, tokens, error lines and time flags)
-from hedgerow.cli.routes import _API, _JSON, _TOKEN, _echo_json, _fail, _request, _time_flag, plain_cell
+from hedgerow.cli._common import app, fail
+from hedgerow.cli._ops_api import API_OPTION, JSON_OPTION, TOKEN_OPTION, api_request, echo_json, plain_cell, time_flag
 
 __all__ = ["format_quantile", "upstream_rows", "upstreams_app"]
 
@@ -65,7 +63,7 @@ def format_quantile(entry: dict[str, Any] | None) -> str:
 
 
 def _print_table(title: str, rows: list[list[str]]) -> None:
-    """Print the table: every cell plain text (:func:`~hedgerow.cli.routes.plain_cell`), names left."""
+    """Print the table: every cell plain text (:func:`~hedgerow.cli._ops_api.plain_cell`), names left."""
     from rich.console import Console
     from rich.table import Table
 
@@ -117,27 +115,27 @@ def list_upstreams(
     since: str = typer.Option(None, "--since", metavar="TIME", help="Calls started at or after (ISO 8601; UTC)."),
     until: str = typer.Option(None, "--until", metavar="TIME", help="Calls started before (ISO 8601; default now)."),
     route: str = typer.Option(None, "--route", metavar="R", help="Only the calls of this route."),
-    api: str = _API,
-    token: str = _TOKEN,
-    as_json: bool = _JSON,
+    api: str = API_OPTION,
+    token: str = TOKEN_OPTION,
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Every upstream's TTFT percentiles, failure rates, win rate and hedges over a window (default 24 h)."""
     from hedgerow.client.names import visible
     from hedgerow.client.records import control_character_error
     from hedgerow.controller.store.upstreams import coverage_note, window_error
 
-    since_text = _time_flag("--since", since)
-    until_text = _time_flag("--until", until)
+    since_text = time_flag("--since", since)
+    until_text = time_flag("--until", until)
     if since_text and until_text:
         problem = window_error(datetime.fromisoformat(since_text), datetime.fromisoformat(until_text))
         if problem is not None:
-            raise _fail(f"--{problem[0]}: {problem[1]}", 2)
+            raise fail(f"--{problem[0]}: {problem[1]}", 2)
     if route is not None and control_character_error(route) is not None:
-        raise _fail(f"--route: {control_character_error(route)}", 2)
+        raise fail(f"--route: {control_character_error(route)}", 2)
     params = {k: v for k, v in {"since": since_text, "until": until_text, "route": route}.items() if v is not None}
-    data = _request("GET", api, token, "/v1/upstreams", params=params)
+    data = api_request("GET", api, token, "/v1/upstreams", params=params)
     if as_json:
-        _echo_json(data)
+        echo_json(data)
         return
     scope = f"route {visible(route)}" if route is not None else "every route"
     title = f"{len(data['upstreams'])} upstream(s), {scope}, {data['since'][:19]} to {data['until'][:19]} UTC"

@@ -9,11 +9,13 @@ and nothing else. ``hedgerow gateway`` (``hedgerow/cli/gateway.py``) runs it und
 
 from hedgerow.gateway._app import GatewayApp, RecordLog
 from hedgerow.gateway._config import ConfigError, GatewayConfig, RouteSpec, is_loopback, load_config, parse_config
+from hedgerow.gateway._metrics import GatewayMetrics
 
 __all__ = [
     "ConfigError",
     "GatewayApp",
     "GatewayConfig",
+    "GatewayMetrics",
     "RecordLog",
     "RouteSpec",
     "is_loopback",

@@ -4,30 +4,25 @@ Each request is checked here (auth, size, concurrency, the model's route) and th
 ``httpx.Request``, to the route's ``hedgerow.client.HedgingTransport``, which runs the same race
 as the library (see its module docstring: hedged chat and Responses calls, pass-through of other
 paths, the caller's credentials dropped, each upstream's key applied, the ``X-Hedgerow-*``
-headers). The ``httpx.Response`` it returns is streamed back as it comes. This module holds no
+headers); :mod:`hedgerow.gateway._relay` streams its answer back (timing, disconnects, errors)
+and :mod:`hedgerow.gateway._answers` holds the OpenAI-shaped error answers. This module holds no
 hedging rule of its own; what it adds:
 
 * **Auth.** With gateway keys configured, every request needs ``Authorization: Bearer <key>``
   (or ``api-key: <key>``); else 401 ``invalid_api_key``. The caller's key never reaches an
-  upstream (the transport drops it, and so does this app).
+  upstream (the transport drops it, and so does this app). The key's *name* is the caller: the
+  ``client`` of its calls' records (:mod:`hedgerow.gateway._records`) and the ``key`` label of
+  ``hedgerow_gateway_requests_total``.
 * **Routing.** ``POST /v1/chat/completions`` and ``/v1/responses`` (and any other ``POST`` with
   a JSON ``model``, passed through to the route's primary) go to the transport of the body's
   public model; an unknown model is 404 ``model_not_found``. ``GET /v1/models`` lists the public
   model names (``GET /v1/models/{name}`` one of them). With ``any_model`` (no model table),
   everything goes to that one route's transport as it is. Other paths are 404.
-* **Timing.** Status and headers are sent when the transport returns, which for a streamed call is
-  when the winner's first token is known; the body's pieces are passed on as they arrive.
-* **Disconnects.** A caller that leaves (``http.disconnect``, watched by a task of its own) cancels
-  the request's task, before or after the first token; the transport's response is closed, which
-  ends every attempt (the record says ``cancelled``).
-* **Errors** (OpenAI-shaped JSON, never a traceback): a call whose attempts all failed with HTTP
-  errors -> 502 ``upstream_error``; ``httpx.TimeoutException`` -> 504 ``upstream_timeout``;
-  ``httpx.ConnectError`` (no upstream answered) -> 503 ``upstream_unreachable``; other transport
-  errors -> 502. A non-retryable upstream 4xx (400/401/403/404/422) and hedgerow's own 400 for a
-  bad body pass through unchanged. An error after the first token ends the stream with an SSE
-  ``data: {"error": ...}`` event (as OpenAI does) and no ``[DONE]``.
-* **Limits.** A body over ``max_body_bytes`` is 413; more than ``max_concurrent`` requests in
-  flight is 429 with ``Retry-After: 1``.
+* **Limits.** A body over ``max_body_bytes`` is 413 ``request_too_large``; more than
+  ``max_concurrent`` requests in flight is 429 ``gateway_busy``, more than
+  ``max_concurrent_per_key`` with keys of one name 429 ``key_busy``, both with ``Retry-After: 1``;
+  a call past its route's ``total_timeout_s`` is 504 ``upstream_timeout``
+  (:mod:`hedgerow.gateway._relay`).
 * **Secrets.** Every configured key (upstream or gateway) is replaced by ``[redacted]`` in error
   bodies handed back and in log lines.
 * **Metrics.** ``GET /metrics`` serves the ``hedgerow_gateway_*`` family
@@ -46,27 +41,33 @@ import hmac
 import json
 import logging
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
 
-from hedgerow.client import CallRecord, HedgingTransport
-from hedgerow.client.hedging import NON_RETRYABLE_STATUSES, RecordSink, ThresholdSource
-from hedgerow.client.transport import HEDGED_HEADER, REQUEST_ID_HEADER, WINNER_HEADER
+from hedgerow.client import HedgingTransport
+from hedgerow.client.hedging import RecordSink, ThresholdSource
+from hedgerow.gateway._answers import (
+    REDACTED,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    answer,
+    model_not_found,
+    not_found,
+    openai_error,
+)
 from hedgerow.gateway._config import GatewayConfig, RouteSpec
 from hedgerow.gateway._metrics import CONTENT_TYPE, GatewayMetrics
+from hedgerow.gateway._records import CALLER, RecordLog
+from hedgerow.gateway._relay import Exchange, proxy
 
 __all__ = ["GatewayApp", "RecordLog"]
 
 _log = logging.getLogger("hedgerow.gateway")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 #: Request headers not handed to the transport: framing, hop-by-hop, the caller's credentials
 #: (lower-case bytes, as ASGI servers give header names).
@@ -86,62 +87,8 @@ _DROP_REQUEST = frozenset(
         b"api-key",
     }
 )
-#: The last event of a streamed chat answer, as the transport ends it.
-_DONE = b"data: [DONE]\n\n"
 #: Most request URLs kept for reuse (one per path; parsing a URL costs more than the lookup).
 _MAX_CACHED_URLS = 64
-#: Response headers not sent on: hop-by-hop ones, and those the ASGI server sets itself.
-_DROP_RESPONSE = frozenset(
-    {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade", b"date", b"server"}
-)
-_REDACTED = "[redacted]"
-#: Largest error body read to redact and re-send, bytes (a larger one is cut there).
-_MAX_ERROR_BODY = 64 * 1024
-
-
-class RecordLog:
-    """The gateway's record sink: counts each ``CallRecord`` by status, logs one line for it and
-    hands it to ``inner`` (a ``TelemetryExporter``, or anything with ``submit``) when given.
-
-    Args:
-        inner: the next sink, or None (records are then only counted and logged).
-
-    Attributes:
-        counts: records per status (``ok``, ``failed``, ``cancelled``, ...).
-        last: the most recent record, or None.
-    """
-
-    def __init__(self, inner: RecordSink | None = None) -> None:
-        self.inner = inner
-        self.counts: Counter[str] = Counter()
-        self.last: CallRecord | None = None
-
-    def submit(self, record: CallRecord) -> None:
-        """Count, log and forward one record (never raises for the record's sake)."""
-        self.counts[record.status] += 1
-        self.last = record
-        if self.inner is not None:
-            self.inner.submit(record)
-        if not _log.isEnabledFor(logging.INFO):
-            return
-        fields = {
-            "request_id": record.request_id,
-            "route": record.route,
-            "model": record.model,
-            "status": record.status,
-            "winner": record.winner,
-            "hedged": record.hedged,
-            "ttft_s": None if record.ttft_s is None else round(record.ttft_s, 4),
-        }
-        _log.info(
-            " ".join(["gateway_call", *(f"{k}={v}" for k, v in fields.items())]),
-            extra={"event": "gateway_call", "fields": fields},
-        )
-
-
-def openai_error(message: str, type_: str, code: str | None, param: str | None = None) -> bytes:
-    """The body of an OpenAI-shaped error: ``{"error": {"message", "type", "param", "code"}}``."""
-    return json.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}}).encode()
 
 
 class GatewayApp:
@@ -154,11 +101,15 @@ class GatewayApp:
             which also counts and logs them).
         background: async context managers entered at the ASGI lifespan's start and left at its
             end, in reverse order (the poller, the exporter).
-        client_tag: the records' ``client`` field (default: the host name).
+        client_tag: the records' ``client`` field when the gateway has no keys (default: the host
+            name); with keys it is the calling key's name.
+        metrics: the ``GatewayMetrics`` to count into (default: new ones); ``serve --gateway``
+            passes those it also serves at the api's ``/metrics``.
 
     Attributes:
         records: the ``RecordLog`` every record goes through.
         in_flight: requests being proxied now (the ``max_concurrent`` limit counts these).
+        in_flight_by_key: the same per key name (the ``max_concurrent_per_key`` limit counts these).
         metrics: the ``GatewayMetrics`` served at ``GET /metrics``.
 
     Raises:
@@ -173,6 +124,7 @@ class GatewayApp:
         telemetry: RecordSink | None = None,
         background: Sequence[AbstractAsyncContextManager[Any]] = (),
         client_tag: str | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.config = config
         self.records = RecordLog(telemetry)
@@ -191,7 +143,8 @@ class GatewayApp:
                 rewrite_model=True,
             )
         self.in_flight = 0
-        self.metrics = GatewayMetrics()
+        self.in_flight_by_key: dict[str, int] = {}
+        self.metrics = metrics if metrics is not None else GatewayMetrics()
         self._urls: dict[str, httpx.URL] = {}
 
     def transport(self, spec: RouteSpec) -> HedgingTransport:
@@ -202,7 +155,7 @@ class GatewayApp:
         """``text`` with every configured key replaced by ``[redacted]``."""
         for secret in self._secrets:
             if secret in text:
-                text = text.replace(secret, _REDACTED)
+                text = text.replace(secret, REDACTED)
         return text
 
     # -- ASGI -----------------------------------------------------------------------------------
@@ -217,7 +170,7 @@ class GatewayApp:
         if scope.get("path") == "/metrics":  # a scrape is not one of the requests it counts
             await self._metrics(scope, send)
             return
-        exchange = _Exchange(time.monotonic())
+        exchange = Exchange(time.monotonic())
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -242,6 +195,7 @@ class GatewayApp:
                 exchange.status,
                 None if started_at is None else started_at - exchange.arrived_at,
                 ended - exchange.arrived_at,
+                exchange.key,
             )
             if _log.isEnabledFor(logging.INFO):
                 fields = {
@@ -291,11 +245,15 @@ class GatewayApp:
 
     # -- one request ----------------------------------------------------------------------------
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send, exchange: _Exchange) -> None:
+    async def _http(self, scope: Scope, receive: Receive, send: Send, exchange: Exchange) -> None:
         raw_headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
-        if self.config.keys and not self._authorized(raw_headers):
+        config = self.config
+        caller: str | None = None
+        if config.keys:
+            caller = self._caller(raw_headers)
+        if config.keys and caller is None:
             exchange.refused = True
-            await _answer(
+            await answer(
                 send,
                 401,
                 openai_error(
@@ -305,29 +263,51 @@ class GatewayApp:
                 ),
             )
             return
-        if self.in_flight >= self.config.max_concurrent:
+        if caller is not None:
+            exchange.key = caller
+        if self.in_flight >= config.max_concurrent:
             exchange.refused = True
-            await _answer(
+            message = f"hedgerow gateway: {config.max_concurrent} requests are in flight already; retry shortly"
+            await answer(
                 send,
                 429,
-                openai_error(
-                    f"hedgerow gateway: {self.config.max_concurrent} requests are in flight already; retry shortly",
-                    "rate_limit_error",
-                    "gateway_busy",
-                ),
+                openai_error(message, "rate_limit_error", "gateway_busy"),
+                extra=[(b"retry-after", b"1")],
+            )
+            return
+        per_key = config.max_concurrent_per_key
+        by_key = self.in_flight_by_key
+        if caller is not None and per_key is not None and by_key.get(caller, 0) >= per_key:
+            exchange.refused = True
+            message = f"hedgerow gateway: {per_key} requests of the key {caller!r} are in flight already; retry shortly"
+            await answer(
+                send,
+                429,
+                openai_error(message, "rate_limit_error", "key_busy"),
                 extra=[(b"retry-after", b"1")],
             )
             return
         self.in_flight += 1
+        if caller is not None:
+            by_key[caller] = by_key.get(caller, 0) + 1
+        token = CALLER.set(caller) if caller is not None else None
         try:
             await self._serve(scope, receive, send, raw_headers, exchange)
         finally:
             self.in_flight -= 1
+            if token is not None:
+                CALLER.reset(token)
+            if caller is not None:
+                left = by_key[caller] - 1
+                if left:
+                    by_key[caller] = left
+                else:
+                    del by_key[caller]
 
     async def _metrics(self, scope: Scope, send: Send) -> None:
         """``GET /metrics``: the ``hedgerow_gateway_*`` family (a gateway key needed when keys are set)."""
-        if self.config.keys and not self._authorized(scope.get("headers", [])):
-            await _answer(
+        if self.config.keys and self._caller(scope.get("headers", [])) is None:
+            await answer(
                 send,
                 401,
                 openai_error(
@@ -338,54 +318,57 @@ class GatewayApp:
             )
             return
         if scope.get("method") not in ("GET", "HEAD"):
-            await _answer(
+            await answer(
                 send, 405, openai_error("hedgerow gateway: /metrics answers GET", "invalid_request_error", None)
             )
             return
-        await _answer(send, 200, self.metrics.render(), headers=[(b"content-type", CONTENT_TYPE.encode())])
+        await answer(send, 200, self.metrics.render(), headers=[(b"content-type", CONTENT_TYPE.encode())])
 
-    def _authorized(self, raw_headers: list[tuple[bytes, bytes]]) -> bool:
+    def _caller(self, raw_headers: list[tuple[bytes, bytes]]) -> str | None:
+        """The name of the gateway key the request carries, or None without a known one."""
         given = api_key = ""
-        for name, value in raw_headers:
-            if name == b"authorization":
+        for header, value in raw_headers:
+            if header == b"authorization":
                 given = value.decode("latin-1")
-            elif name == b"api-key":
+            elif header == b"api-key":
                 api_key = value.decode("latin-1")
         scheme, _, token = given.partition(" ")
         key = token.strip() if scheme.lower() == "bearer" else api_key
         if not key:
-            return False
-        matched = False
-        for known in self.config.keys:  # compare with every key, in constant time each
-            matched |= hmac.compare_digest(key.encode(), known.encode())
-        return matched
+            return None
+        given_bytes = key.encode()
+        found: str | None = None
+        for known, key_name in self.config.keys.items():  # compare with every key, in constant time each
+            if hmac.compare_digest(given_bytes, known.encode()):
+                found = key_name
+        return found
 
     async def _serve(
-        self, scope: Scope, receive: Receive, send: Send, raw_headers: list[tuple[bytes, bytes]], exchange: _Exchange
+        self, scope: Scope, receive: Receive, send: Send, raw_headers: list[tuple[bytes, bytes]], exchange: Exchange
     ) -> None:
         method = str(scope.get("method", "GET")).upper()
         path = str(scope.get("path", "/"))
         config = self.config
         if not (path == "/v1" or path.startswith("/v1/")):
             exchange.refused = True
-            await _answer(send, 404, _not_found(path))
+            await answer(send, 404, not_found(path))
             return
         any_model = config.any_model
         if any_model is None and method == "GET" and path.rstrip("/") == "/v1/models":
-            await _answer(send, 200, self._model_list())
+            await answer(send, 200, self._model_list())
             return
         if any_model is None and method == "GET" and path.startswith("/v1/models/"):
             name = path.removeprefix("/v1/models/")
             if name in config.routes:
-                await _answer(send, 200, json.dumps(_model_object(name)).encode())
+                await answer(send, 200, json.dumps(_model_object(name)).encode())
             else:
                 exchange.refused = True
-                await _answer(send, 404, _model_not_found(name))
+                await answer(send, 404, model_not_found(name))
             return
         body = await _read_body(receive, raw_headers, config.max_body_bytes)
         if body is None:
             exchange.refused = True
-            await _answer(
+            await answer(
                 send,
                 413,
                 openai_error(
@@ -399,7 +382,7 @@ class GatewayApp:
         if spec is None:
             if method != "POST":
                 exchange.refused = True
-                await _answer(send, 404, _not_found(path))
+                await answer(send, 404, not_found(path))
                 return
             model = _body_model(body)
             if model is None:
@@ -407,12 +390,12 @@ class GatewayApp:
                 # chat and Responses bodies; other paths need a model to be routed at all.
                 if path.rstrip("/") not in ("/v1/chat/completions", "/v1/responses"):
                     exchange.refused = True
-                    await _answer(send, 404, _not_found(path))
+                    await answer(send, 404, not_found(path))
                     return
                 spec = next(iter(config.routes.values()))
             elif model not in config.routes:
                 exchange.refused = True
-                await _answer(send, 404, _model_not_found(model))
+                await answer(send, 404, model_not_found(model))
                 return
             else:
                 spec = config.routes[model]
@@ -425,204 +408,15 @@ class GatewayApp:
             if not query and len(self._urls) < _MAX_CACHED_URLS:
                 self._urls[path] = target
         forwarded = [(k, v) for k, v in raw_headers if k not in _DROP_REQUEST]
-        request = httpx.Request(method, target, headers=forwarded, content=body)
-        await self._proxy(spec, request, receive, send, exchange)
+        # The body as a stream, not ``content=``: httpx would then set Content-Length and Host and
+        # copy the body (a third of the cost of building the request), which the transport drops;
+        # it reads the body with ``aread()`` and sets each attempt's framing itself.
+        request = httpx.Request(method, target, headers=forwarded, stream=httpx.ByteStream(body))
+        await proxy(self.transport(spec), request, receive, send, exchange, self.redact)
 
     def _model_list(self) -> bytes:
         data = [_model_object(name) for name in self.config.routes]
         return json.dumps({"object": "list", "data": data}).encode()
-
-    async def _proxy(
-        self, spec: RouteSpec, request: httpx.Request, receive: Receive, send: Send, exchange: _Exchange
-    ) -> None:
-        """Run the request through the transport in this task, cancelled when the caller
-        disconnects (an ``http.disconnect`` from ``receive``, whose body is read already, before
-        the answer's end was sent); the transport then closes every attempt."""
-        task = asyncio.current_task()
-        assert task is not None
-        left = False
-
-        def caller_left(watch: asyncio.Future[None]) -> None:
-            nonlocal left
-            if watch.cancelled() or watch.exception() is not None or exchange.complete:
-                return  # the answer was sent whole: uvicorn says "disconnect" after every answer
-            left = True
-            task.cancel()
-
-        watch = asyncio.ensure_future(_wait_disconnect(receive))
-        watch.add_done_callback(caller_left)
-        try:
-            await self._forward(spec, request, send, exchange)
-        except asyncio.CancelledError:
-            exchange.cancelled = True
-            if not left or task.uncancel() > 0:
-                raise  # cancelled from outside too (the server shutting down)
-            _log.info(
-                "gateway_disconnect path=%s",
-                request.url.path,
-                extra={"event": "gateway_disconnect", "fields": {"path": request.url.path}},
-            )
-        finally:
-            watch.remove_done_callback(caller_left)
-            watch.cancel()
-
-    async def _forward(self, spec: RouteSpec, request: httpx.Request, send: Send, exchange: _Exchange) -> None:
-        transport = self.transport(spec)
-        try:
-            response = await transport.handle_async_request(request)
-        except httpx.TimeoutException as exc:
-            await self._failed(send, 504, "upstream_timeout", exc, exchange)
-            return
-        except httpx.ConnectError as exc:
-            await self._failed(send, 503, "upstream_unreachable", exc, exchange)
-            return
-        except httpx.TransportError as exc:
-            await self._failed(send, 502, "upstream_error", exc, exchange)
-            return
-        try:
-            await self._relay(response, send, exchange)
-        finally:
-            await response.aclose()
-
-    async def _failed(self, send: Send, status: int, code: str, exc: BaseException, exchange: _Exchange) -> None:
-        exchange.failed = True
-        what = {504: "the call timed out", 503: "no upstream could be reached", 502: "the call failed"}[status]
-        detail = self.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-        _log.warning(
-            "gateway_failed status=%d code=%s detail=%s",
-            status,
-            code,
-            detail,
-            extra={"event": "gateway_failed", "fields": {"status": status, "code": code, "detail": detail}},
-        )
-        message = f"hedgerow gateway: {what}: {detail}"
-        await _answer(send, status, openai_error(message, "api_error", code), extra=_failure_headers(exc))
-
-    async def _relay(self, response: httpx.Response, send: Send, exchange: _Exchange) -> None:
-        status = response.status_code
-        response_headers = response.headers
-        hedgerow_headers = [
-            (name.lower().encode("latin-1"), response_headers.get(name, "").encode("latin-1"))
-            for name in (REQUEST_ID_HEADER, WINNER_HEADER, HEDGED_HEADER)
-            if name in response_headers
-        ]
-        failed_call = (
-            status >= 400
-            and status not in NON_RETRYABLE_STATUSES
-            and response_headers.get(WINNER_HEADER) == ""
-            and bool(response_headers.get(REQUEST_ID_HEADER))
-        )
-        if failed_call:
-            # Every attempt failed and the last one had an HTTP error: one OpenAI-shaped 502.
-            exchange.failed = True
-            excerpt = _error_message(await _read_capped(response))
-            message = f"hedgerow gateway: every attempt failed; the last upstream answered HTTP {status}"
-            if excerpt:
-                message += f": {self.redact(excerpt)[:300]}"
-            _log.warning(
-                "gateway_failed status=502 code=upstream_error upstream_status=%d",
-                status,
-                extra={"event": "gateway_failed", "fields": {"status": 502, "upstream_status": status}},
-            )
-            await _answer(send, 502, openai_error(message, "api_error", "upstream_error"), extra=hedgerow_headers)
-            return
-        # httpx keeps the names as received (lower-case over HTTP/1.1 from most servers): the raw
-        # pairs are passed on as they are, less the hop-by-hop and framing ones.
-        headers = [(k.lower(), v) for k, v in response_headers.raw if k.lower() not in _DROP_RESPONSE]
-        if status >= 400:  # an error body is small: read it whole, take any key out, send it
-            content = self.redact((await _read_capped(response)).decode("utf-8", "replace")).encode()
-            headers = [(k, v) for k, v in headers if k != b"content-length"]
-            await _answer(send, status, content, headers=headers)
-            return
-        if response.is_stream_consumed:  # a whole answer (a non-streamed call): one piece
-            await _answer(send, status, response.content, headers=[h for h in headers if h[0] != b"content-length"])
-            return
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        sse = response_headers.get("content-type", "").startswith("text/event-stream")
-        tail = b""  # a closing [DONE] goes out with the end of the body: one write less
-        try:
-            async for piece in response.aiter_raw():
-                if tail:
-                    await send({"type": "http.response.body", "body": tail, "more_body": True})
-                    tail = b""
-                if piece == _DONE:
-                    tail = piece
-                    continue
-                await send({"type": "http.response.body", "body": piece, "more_body": True})
-        except httpx.TransportError as exc:
-            # After the first token: the status is sent, so the error goes into the stream.
-            exchange.stream_failed = True
-            code = "upstream_timeout" if isinstance(exc, httpx.TimeoutException) else "upstream_error"
-            detail = self.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-            _log.warning(
-                "gateway_stream_failed code=%s detail=%s",
-                code,
-                detail,
-                extra={"event": "gateway_stream_failed", "fields": {"code": code, "detail": detail}},
-            )
-            if sse:
-                error = openai_error(f"hedgerow gateway: the stream failed: {detail}", "api_error", code)
-                tail += b"data: " + error + b"\n\n"
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
-
-
-class _Exchange:
-    """What one request came to, for the metrics: where it went and how it ended.
-
-    Attributes:
-        arrived_at / started_at: monotonic times of the request's arrival and of its status line
-            (None until sent), seconds.
-        status: the HTTP status sent (0 until sent).
-        route / model: the route's name and public model name (``""`` until routed).
-        complete: the answer's last piece was sent.
-        refused / failed / stream_failed / cancelled: what ended it, when not an answer.
-    """
-
-    __slots__ = (
-        "arrived_at",
-        "cancelled",
-        "complete",
-        "failed",
-        "model",
-        "refused",
-        "route",
-        "started_at",
-        "status",
-        "stream_failed",
-    )
-
-    def __init__(self, arrived_at: float) -> None:
-        self.arrived_at = arrived_at
-        self.started_at: float | None = None
-        self.status = 0
-        self.route = ""
-        self.model = ""
-        self.refused = False
-        self.failed = False
-        self.stream_failed = False
-        self.cancelled = False
-        self.complete = False
-
-    def outcome(self) -> str:
-        """The ``outcome`` label (``hedgerow.gateway._metrics.OUTCOMES``)."""
-        if self.cancelled:
-            return "cancelled"
-        if self.stream_failed:
-            return "stream_failed"
-        if self.failed:
-            return "failed"
-        if self.refused:
-            return "refused"
-        if 0 < self.status < 400:
-            return "ok"
-        return "client_error"
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 async def _read_body(receive: Receive, raw_headers: list[tuple[bytes, bytes]], limit: int) -> bytes | None:
@@ -648,33 +442,6 @@ async def _read_body(receive: Receive, raw_headers: list[tuple[bytes, bytes]], l
             return b"".join(parts)
 
 
-async def _read_capped(response: httpx.Response) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    async for piece in response.aiter_bytes():
-        parts.append(piece)
-        size += len(piece)
-        if size >= _MAX_ERROR_BODY:
-            break
-    return b"".join(parts)[:_MAX_ERROR_BODY]
-
-
-def _error_message(content: bytes) -> str:
-    """The ``error.message`` of an OpenAI-shaped error body, else its first line of text."""
-    try:
-        data = json.loads(content)
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("error"), dict):
-        message = data["error"].get("message")
-        if isinstance(message, str):
-            return message
-    text = content.decode("utf-8", "replace").strip()
-    if text.lstrip().startswith("<"):  # an HTML error page says nothing useful here
-        return ""
-    return (text.splitlines() or [""])[0]
-
-
 def _body_model(body: bytes) -> str | None:
     try:
         data = json.loads(body)
@@ -686,48 +453,3 @@ def _body_model(body: bytes) -> str | None:
 
 def _model_object(name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": 0, "owned_by": "hedgerow"}
-
-
-def _model_not_found(name: str) -> bytes:
-    return openai_error(
-        f"The model {name!r} does not exist on this hedgerow gateway (GET /v1/models lists them)",
-        "invalid_request_error",
-        "model_not_found",
-        "model",
-    )
-
-
-def _not_found(path: str) -> bytes:
-    return openai_error(f"hedgerow gateway: no route for {path!r}", "invalid_request_error", "unknown_url")
-
-
-def _failure_headers(exc: BaseException) -> list[tuple[bytes, bytes]]:
-    """The ``X-Hedgerow-*`` headers of a call that failed before any answer: its request id (from
-    the record the transport's error carries as its cause, so the caller can find the record),
-    no winner, and whether it hedged. Empty when the error carries no record."""
-    record = getattr(exc.__cause__, "record", None)
-    request_id = getattr(record, "request_id", None)
-    if not request_id:
-        return []
-    hedged = "true" if getattr(record, "hedged", False) else "false"
-    return [
-        (REQUEST_ID_HEADER.lower().encode("latin-1"), str(request_id).encode("latin-1")),
-        (WINNER_HEADER.lower().encode("latin-1"), b""),
-        (HEDGED_HEADER.lower().encode("latin-1"), hedged.encode("latin-1")),
-    ]
-
-
-async def _answer(
-    send: Send,
-    status: int,
-    content: bytes,
-    *,
-    extra: Sequence[tuple[bytes, bytes]] = (),
-    headers: Sequence[tuple[bytes, bytes]] | None = None,
-) -> None:
-    """Send a whole response (JSON unless ``headers`` say otherwise)."""
-    out = list(headers) if headers is not None else [(b"content-type", b"application/json")]
-    out.append((b"content-length", str(len(content)).encode()))
-    out.extend(extra)
-    await send({"type": "http.response.start", "status": status, "headers": out})
-    await send({"type": "http.response.body", "body": content, "more_body": False})

@@ -5,6 +5,7 @@ The file (read with ``tomllib``, checked with pydantic)::
     keys = ["team-a=gw-0123456789abcdef"]   # optional: NAME=KEY pairs (or HEDGEROW_GATEWAY_KEYS)
     max_body_bytes = 4194304                 # optional: largest request body (default 4 MiB)
     max_concurrent = 256                     # optional: requests in flight at once (default 256)
+    max_concurrent_per_key = 32              # optional: requests in flight at once per key name
 
     [models."gpt-fast"]                      # the public model name callers send
     route = "chat-fast"                      # optional: the route of its records (default: the name)
@@ -32,6 +33,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +65,8 @@ DEFAULT_MAX_CONCURRENT = 256
 KEYS_ENV = "HEDGEROW_GATEWAY_KEYS"
 #: Fewest characters of a gateway key (a short key is guessed).
 MIN_KEY_CHARS = 16
+#: A gateway key's name (the caller's name in records and metric labels): letters, digits, ``_.-``.
+KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 class ConfigError(ValueError):
@@ -95,6 +99,7 @@ class _FileIn(_Strict):
     keys: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     max_concurrent: int = Field(DEFAULT_MAX_CONCURRENT, ge=1)
+    max_concurrent_per_key: int | None = Field(None, ge=1)
     models: dict[str, _ModelIn] = Field(min_length=1)
 
 
@@ -123,9 +128,14 @@ class GatewayConfig:
         routes: public model name -> its ``RouteSpec``.
         any_model: the route of every model when the gateway passes model names through (the
             CLI's ``--upstream`` without ``--model``), else None.
-        keys: gateway key -> the key's name (empty: no key needed, loopback only).
+        keys: gateway key -> the key's name (empty: no key needed, loopback only); the name is
+            the caller's name in the records (``client``) and in the metrics (``key``). Keys of
+            the file and of ``HEDGEROW_GATEWAY_KEYS``, and the ``hedgerow gateway`` CLI adds the
+            tokens of ``HEDGEROW_TOKENS`` with the ``gateway`` scope.
         max_body_bytes: largest request body accepted, bytes.
         max_concurrent: most requests in flight at once.
+        max_concurrent_per_key: most requests in flight at once with keys of one name (None: no
+            bound but ``max_concurrent``; only with keys).
         source: where the configuration came from (a file name, or ``--upstream``), for messages.
     """
 
@@ -134,11 +144,16 @@ class GatewayConfig:
     keys: Mapping[str, str] = field(default_factory=dict)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_concurrent: int = DEFAULT_MAX_CONCURRENT
+    max_concurrent_per_key: int | None = None
     source: str = "config"
 
     def __post_init__(self) -> None:
         if not self.routes and self.any_model is None:
             raise ConfigError(f"{self.source}: no model is configured")
+        if self.max_concurrent_per_key is not None and self.max_concurrent_per_key < 1:
+            raise ConfigError(
+                f"{self.source}: max_concurrent_per_key must be 1 or more, got {self.max_concurrent_per_key}"
+            )
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -177,8 +192,9 @@ def parse_keys(entries: Sequence[str], where: str) -> dict[str, str]:
         where: what to name in an error (``gateway.toml: keys`` or ``HEDGEROW_GATEWAY_KEYS``).
 
     Raises:
-        ConfigError: an entry without ``=``, an empty or repeated name, a key shorter than 16
-            characters or with whitespace (the key itself is never in the message).
+        ConfigError: an entry without ``=``, an empty or repeated name, a name other than up to 64
+            letters, digits and ``_.-``, a key shorter than 16 characters or with whitespace (the
+            key itself is never in the message).
     """
     keys: dict[str, str] = {}
     names: set[str] = set()
@@ -188,6 +204,10 @@ def parse_keys(entries: Sequence[str], where: str) -> dict[str, str]:
         label = f"{where}[{index}]"
         if not sep or not name:
             raise ConfigError(f"{label}: expected NAME=KEY")
+        if not KEY_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{label}: the name {name!r} must be up to 64 letters, digits and _.- (a letter or digit first)"
+            )
         if len(key) < MIN_KEY_CHARS or key != key.strip() or any(c.isspace() for c in key):
             raise ConfigError(f"{label}: the key of {name!r} must be {MIN_KEY_CHARS} or more characters without spaces")
         if name in names:
@@ -303,6 +323,7 @@ def parse_config(text: str, source: str, environ: Mapping[str, str] | None = Non
         keys=keys,
         max_body_bytes=parsed.max_body_bytes,
         max_concurrent=parsed.max_concurrent,
+        max_concurrent_per_key=parsed.max_concurrent_per_key,
         source=source,
     )
 

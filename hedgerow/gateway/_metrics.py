@@ -8,7 +8,7 @@ gateway process** served, so with several replicas Prometheus sums them. The cal
 ==========================================  =========  ===============================================
 name                                        type       labels
 ==========================================  =========  ===============================================
-hedgerow_gateway_requests_total             counter    route, model, outcome, status
+hedgerow_gateway_requests_total             counter    route, model, outcome, status, key
 hedgerow_gateway_requests_in_flight         gauge      (requests being served now)
 hedgerow_gateway_response_start_seconds     histogram  route, model (arrival to status line: for a
                                                        streamed call, the winner's first token)
@@ -18,16 +18,21 @@ hedgerow_gateway_request_duration_seconds   histogram  route, model (arrival to 
 Labels stay low-cardinality and hold no secret: ``route`` is the route's name and ``model`` the
 public model name of the configuration (``*`` for a gateway that passes any model), both empty
 for a request refused before it was routed (bad key, unknown model or path, too large, busy);
-never a key, a key's name, a request id or a model name a caller made up. ``outcome`` is one of
-``OUTCOMES``; ``status`` the HTTP status sent to the caller.
+``key`` the *name* of the caller's gateway key (a configured name, so bounded by the keys file
+and ``HEDGEROW_TOKENS``; empty without keys or for a request refused for its key); never a key,
+a request id or a model name a caller made up. ``outcome`` is one of ``OUTCOMES``; ``status``
+the HTTP status sent to the caller. Under ``hedgerow serve --gateway`` the same series are also
+served at the api's ``/metrics`` (:meth:`GatewayMetrics.collect`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import Metric
 
 __all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS_S", "OUTCOMES", "GatewayMetrics"]
 
@@ -61,8 +66,8 @@ class GatewayMetrics:
         r = self.registry
         self._requests = Counter(
             "hedgerow_gateway_requests",
-            "Requests the gateway answered, by route, public model, outcome and HTTP status.",
-            ["route", "model", "outcome", "status"],
+            "Requests the gateway answered, by route, public model, outcome, HTTP status and key name.",
+            ["route", "model", "outcome", "status", "key"],
             registry=r,
         )
         self.in_flight = Gauge("hedgerow_gateway_requests_in_flight", "Requests being served now.", registry=r)
@@ -81,11 +86,18 @@ class GatewayMetrics:
             registry=r,
         )
         # label lookups cost microseconds each: the children are kept per label set
-        self._counters: dict[tuple[str, str, str, int], Counter] = {}
+        self._counters: dict[tuple[str, str, str, int, str], Counter] = {}
         self._timers: dict[tuple[str, str], tuple[Histogram, Histogram]] = {}
 
     def observe(
-        self, route: str, model: str, outcome: str, status: int, response_start_s: float | None, duration_s: float
+        self,
+        route: str,
+        model: str,
+        outcome: str,
+        status: int,
+        response_start_s: float | None,
+        duration_s: float,
+        key: str = "",
     ) -> None:
         """Count one answered request.
 
@@ -95,12 +107,13 @@ class GatewayMetrics:
             status: the HTTP status sent (0 when none was: the caller left first).
             response_start_s: arrival to status line, seconds; None when no status was sent.
             duration_s: arrival to the end of the answer, seconds.
+            key: the name of the caller's gateway key (``""`` without one).
         """
-        key = (route, model, outcome, status)
-        counter = self._counters.get(key)
+        labels = (route, model, outcome, status, key)
+        counter = self._counters.get(labels)
         if counter is None:
-            counter = self._requests.labels(route=route, model=model, outcome=outcome, status=str(status))
-            self._counters[key] = counter
+            counter = self._requests.labels(route=route, model=model, outcome=outcome, status=str(status), key=key)
+            self._counters[labels] = counter
         counter.inc()
         timers = self._timers.get((route, model))
         if timers is None:
@@ -116,3 +129,8 @@ class GatewayMetrics:
     def render(self) -> bytes:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
+
+    def collect(self) -> Iterable[Metric]:
+        """The family's current samples (a prometheus-client collector: register this object in
+        another ``CollectorRegistry`` to serve the family there too, as ``serve --gateway`` does)."""
+        return self.registry.collect()

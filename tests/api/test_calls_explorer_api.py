@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 
+from tests.api.conftest import MakeApi
 from tests.controller.calls_seed import explorer_records
 
 M = {"model": "m1"}
@@ -15,7 +17,7 @@ def _end() -> datetime:
     return datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
 
 
-async def _seed(api, count: int, end: datetime | None = None, **where) -> datetime:
+async def _seed(api: httpx.AsyncClient, count: int, end: datetime | None = None, **where: str) -> datetime:
     end = end or _end()
     records = [r.to_dict() for r in explorer_records(end, count, **where)]
     answer = await api.post("/v1/calls", json={"calls": records})
@@ -23,7 +25,7 @@ async def _seed(api, count: int, end: datetime | None = None, **where) -> dateti
     return end
 
 
-async def test_the_pages_walk_every_call_newest_first(api) -> None:
+async def test_the_pages_walk_every_call_newest_first(api: httpx.AsyncClient) -> None:
     await _seed(api, 12)
     seen: list[str] = []
     params = M | {"limit": 5}
@@ -40,7 +42,7 @@ async def test_the_pages_walk_every_call_newest_first(api) -> None:
     assert seen == [f"c{i:04d}" for i in range(12)]
 
 
-async def test_a_call_shows_its_attempts_and_the_upstream_that_won(api) -> None:
+async def test_a_call_shows_its_attempts_and_the_upstream_that_won(api: httpx.AsyncClient) -> None:
     await _seed(api, 5)
     body = (await api.get("/v1/routes/r/calls", params={"outcome": "failover"})).json()  # model: the only one
     (call,) = body["calls"]
@@ -52,7 +54,7 @@ async def test_a_call_shows_its_attempts_and_the_upstream_that_won(api) -> None:
     assert call["attempts"][0]["error_type"] == "http_503"
 
 
-async def test_filters_combine(api) -> None:
+async def test_filters_combine(api: httpx.AsyncClient) -> None:
     end = await _seed(api, 20)
     answer = await api.get(
         "/v1/routes/r/calls",
@@ -66,7 +68,7 @@ async def test_filters_combine(api) -> None:
     assert [c["request_id"] for c in answer.json()["calls"]] == ["c0001", "c0006"]
 
 
-async def test_a_window_older_than_retention_says_so(make_api) -> None:
+async def test_a_window_older_than_retention_says_so(make_api: MakeApi) -> None:
     async with make_api(retention_s=86_400.0, max_window_s=3600.0) as (_app, api):
         await _seed(api, 2)
         old = (datetime.now(UTC) - timedelta(days=3)).isoformat()
@@ -89,7 +91,9 @@ async def test_a_window_older_than_retention_says_so(make_api) -> None:
         ({"winner": "a\x01b"}, "winner", "control characters"),
     ],
 )
-async def test_bad_filters_are_422_naming_the_field(api, params, field: str, words: str) -> None:
+async def test_bad_filters_are_422_naming_the_field(
+    api: httpx.AsyncClient, params: dict[str, str], field: str, words: str
+) -> None:
     await _seed(api, 1)
     answer = await api.get("/v1/routes/r/calls", params=M | params)
     assert answer.status_code == 422, answer.text
@@ -97,7 +101,7 @@ async def test_bad_filters_are_422_naming_the_field(api, params, field: str, wor
     assert detail["field"] == field and words in detail["message"], detail
 
 
-async def test_unknown_routes_are_404_and_the_calls_path_is_read_only(api) -> None:
+async def test_unknown_routes_are_404_and_the_calls_path_is_read_only(api: httpx.AsyncClient) -> None:
     await _seed(api, 1)
     missing = await api.get("/v1/routes/nope/calls", params=M)
     assert missing.status_code == 404 and missing.json()["detail"]["field"] == "route"
@@ -108,7 +112,7 @@ async def test_unknown_routes_are_404_and_the_calls_path_is_read_only(api) -> No
     assert named.status_code == 405
 
 
-async def test_route_names_with_a_slash_and_a_calls_suffix(api) -> None:
+async def test_route_names_with_a_slash_and_a_calls_suffix(api: httpx.AsyncClient) -> None:
     await _seed(api, 3, route="team/summarize")
     body = (await api.get("/v1/routes/team/summarize/calls", params=M)).json()
     assert body["route"] == "team/summarize" and len(body["calls"]) == 3
@@ -116,7 +120,7 @@ async def test_route_names_with_a_slash_and_a_calls_suffix(api) -> None:
     assert refused.status_code == 422 and "must not end in '/calls'" in refused.text
 
 
-async def test_the_read_scope_is_needed(make_api) -> None:
+async def test_the_read_scope_is_needed(make_api: MakeApi) -> None:
     tokens = "reader=r-token:read,writer=w-token:ingest"
     async with make_api(tokens=tokens) as (_app, api):
         await api.post(
@@ -131,7 +135,7 @@ async def test_the_read_scope_is_needed(make_api) -> None:
         assert read.status_code == 200 and len(read.json()["calls"]) == 1
 
 
-async def test_the_openapi_document_describes_the_endpoint(api) -> None:
+async def test_the_openapi_document_describes_the_endpoint(api: httpx.AsyncClient) -> None:
     document = (await api.get("/openapi.json")).json()
     operation = document["paths"]["/v1/routes/{route}/calls"]["get"]
     names = {p["name"] for p in operation["parameters"]}
@@ -145,7 +149,7 @@ async def test_the_openapi_document_describes_the_endpoint(api) -> None:
     assert "CallAttemptOut" in document["components"]["schemas"]
 
 
-async def test_an_attempt_on_an_upstream_failed_or_was_sent(api) -> None:
+async def test_an_attempt_on_an_upstream_failed_or_was_sent(api: httpx.AsyncClient) -> None:
     await _seed(api, 20)  # a fails in every failover (503, c wins) and every failed call (timeout)
     failed_on_a = (await api.get("/v1/routes/r/calls", params=M | {"failed_upstream": "a"})).json()["calls"]
     assert {c["outcome"] for c in failed_on_a} == {"failover", "failed"} and len(failed_on_a) == 8

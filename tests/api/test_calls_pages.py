@@ -6,14 +6,16 @@ import re
 from datetime import UTC, datetime, timedelta
 from html import unescape
 
+import httpx
 import pytest
 
+from tests.api.conftest import MakeApi
 from tests.controller.calls_seed import explorer_records, record_of
 
 M = {"model": "m1"}
 
 
-async def _seed(api, count: int, **where) -> datetime:
+async def _seed(api: httpx.AsyncClient, count: int, **where: str) -> datetime:
     end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
     records = [r.to_dict() for r in explorer_records(end, count, **where)]
     answer = await api.post("/v1/calls", json={"calls": records})
@@ -25,7 +27,7 @@ def _hrefs(html: str, pattern: str) -> list[str]:
     return [unescape(h) for h in re.findall(r'href="([^"]+)"', html) if re.search(pattern, unescape(h))]
 
 
-async def test_the_page_lists_calls_with_their_attempts_and_pages_on(api) -> None:
+async def test_the_page_lists_calls_with_their_attempts_and_pages_on(api: httpx.AsyncClient) -> None:
     await _seed(api, 60)
     first = await api.get("/ui/calls/r", params=M)
     assert first.status_code == 200, first.text
@@ -39,7 +41,7 @@ async def test_the_page_lists_calls_with_their_attempts_and_pages_on(api) -> Non
     assert "↑ newest" in second.text and not _hrefs(second.text, r"cursor=")
 
 
-async def test_filters_narrow_the_list(api) -> None:
+async def test_filters_narrow_the_list(api: httpx.AsyncClient) -> None:
     end = await _seed(api, 20)
     since = (end - timedelta(minutes=9)).strftime("%Y-%m-%dT%H:%M:%S")  # as a datetime-local input sends it
     page = await api.get("/ui/calls/r", params=M | {"outcome": "failover", "winner": "c", "since": since})
@@ -59,13 +61,15 @@ async def test_filters_narrow_the_list(api) -> None:
         ({"cursor": "junk"}, "cursor: not a cursor"),
     ],
 )
-async def test_bad_filters_are_a_422_page_naming_them(api, params, words: str) -> None:
+async def test_bad_filters_are_a_422_page_naming_them(
+    api: httpx.AsyncClient, params: dict[str, str], words: str
+) -> None:
     await _seed(api, 1)
     page = await api.get("/ui/calls/r", params=M | params)
     assert page.status_code == 422 and words in page.text, page.text[-800:]
 
 
-async def test_unknown_route_404_and_a_route_of_several_models_asks_for_one(api) -> None:
+async def test_unknown_route_404_and_a_route_of_several_models_asks_for_one(api: httpx.AsyncClient) -> None:
     await _seed(api, 1)
     await _seed(api, 1, model="m2")
     assert (await api.get("/ui/calls/nope")).status_code == 404
@@ -73,7 +77,7 @@ async def test_unknown_route_404_and_a_route_of_several_models_asks_for_one(api)
     assert pick.status_code == 200 and _hrefs(pick.text, r"^/ui/calls/r\?.*model=m2.*outcome=failed")
 
 
-async def test_a_window_older_than_retention_says_so(make_api) -> None:
+async def test_a_window_older_than_retention_says_so(make_api: MakeApi) -> None:
     async with make_api(retention_s=86_400.0, max_window_s=3600.0) as (_app, api):
         await _seed(api, 1)
         old = (datetime.now(UTC) - timedelta(days=2)).strftime("%Y-%m-%dT%H:%M")
@@ -81,13 +85,13 @@ async def test_a_window_older_than_retention_says_so(make_api) -> None:
         assert 'id="retention-note"' in page.text and "Raw calls are kept 1 days" in page.text
 
 
-async def test_stored_names_are_escaped(api) -> None:
+async def test_stored_names_are_escaped(api: httpx.AsyncClient) -> None:
     await _seed(api, 1, route="<b>r</b>")
     page = await api.get("/ui/calls/%3Cb%3Er%3C%2Fb%3E", params=M)
     assert page.status_code == 200 and "&lt;b&gt;r&lt;/b&gt;" in page.text and "<b>r</b>" not in page.text
 
 
-async def test_history_rows_and_chart_points_link_to_the_calls_of_their_tick(make_api) -> None:
+async def test_history_rows_and_chart_points_link_to_the_calls_of_their_tick(make_api: MakeApi) -> None:
     async with make_api(min_samples=20) as (_app, api):
         end = await _seed(api, 100)
         fast = [record_of("primary_won", f"f{i}", end - timedelta(seconds=20 * i + 7)).to_dict() for i in range(150)]
@@ -116,7 +120,7 @@ async def test_history_rows_and_chart_points_link_to_the_calls_of_their_tick(mak
         assert calls.status_code == 200 and 5 <= shown <= 25, shown  # 5 of the 100 a minute, 15 fast ones
 
 
-async def test_the_route_page_links_to_its_recent_calls(api) -> None:
+async def test_the_route_page_links_to_its_recent_calls(api: httpx.AsyncClient) -> None:
     await _seed(api, 3)
     page = await api.get("/ui/routes/r", params=M)
     [link] = re.findall(r'href="([^"]+)" id="recent-calls"', page.text)
@@ -124,7 +128,7 @@ async def test_the_route_page_links_to_its_recent_calls(api) -> None:
     assert (await api.get(unescape(link))).text.count('<details class="call') == 3
 
 
-async def test_upstream_filters_are_selects_and_empty_filters_leave_the_url(api) -> None:
+async def test_upstream_filters_are_selects_and_empty_filters_leave_the_url(api: httpx.AsyncClient) -> None:
     await _seed(api, 20)
     # a form left at "any" sends winner= and the like: redirected to the URL without them
     sent = await api.get("/ui/calls/r", params=M | {"outcome": "", "winner": "", "failed_upstream": "a", "since": ""})

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hedgerow.api.charts import PointLink, SeriesData, time_chart
+from hedgerow.api.charts import Chart, PointLink, SeriesData, time_chart
 
 SINCE = datetime(2026, 12, 3, tzinfo=UTC)
 UNTIL = SINCE + timedelta(hours=24)
 
 
-def _chart(links: list[PointLink], max_links: int = 120):
+def _chart(links: list[PointLink], max_links: int = 120) -> Chart:
     points = [(link.time, link.value) for link in links]
     return time_chart(
         [SeriesData("p99", "s-p99", "line", points)],

@@ -5,13 +5,21 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta
 
-from hedgerow.api.charts import BOUND_HALF_WIDTH, BOUND_HEIGHT, SeriesData, bound_triangle, seconds_label, time_chart
+from hedgerow.api.charts import (
+    BOUND_HALF_WIDTH,
+    BOUND_HEIGHT,
+    Chart,
+    SeriesData,
+    bound_triangle,
+    seconds_label,
+    time_chart,
+)
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 T1 = T0 + timedelta(hours=10)
 
 
-def _chart(*data: SeriesData):
+def _chart(*data: SeriesData) -> Chart:
     return time_chart(list(data), T0, T1, title="t", y_format=seconds_label, y_scale="log")
 
 

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import func, select
 
 from hedgerow.controller.store.models import Call, Route
+from tests.api.conftest import MakeApi
+from tests.conftest import CallFactory
 from tests.helpers import drop_day_partitions
 
 
-async def _calls_stored(app) -> int:
+async def _calls_stored(app: FastAPI) -> int:
     async with app.state.sessionmaker() as session:
-        return await session.scalar(select(func.count()).select_from(Call))
+        count: int = await session.scalar(select(func.count()).select_from(Call))
+        return count
 
 
-async def test_ingest_and_repost_is_not_double_counted(make_api, call_factory) -> None:
+async def test_ingest_and_repost_is_not_double_counted(make_api: MakeApi, call_factory: CallFactory) -> None:
     batch = [call_factory(f"r{i}").to_dict() for i in range(20)]
     async with make_api() as (app, api):
         first = await api.post("/v1/calls", json={"calls": batch})
@@ -30,7 +36,7 @@ async def test_ingest_and_repost_is_not_double_counted(make_api, call_factory) -
         ]
 
 
-async def test_batch_over_the_limit_is_413(make_api, call_factory) -> None:
+async def test_batch_over_the_limit_is_413(make_api: MakeApi, call_factory: CallFactory) -> None:
     async with make_api(max_batch_calls=5) as (_app, api):
         response = await api.post("/v1/calls", json={"calls": [call_factory(f"r{i}").to_dict() for i in range(6)]})
         assert response.status_code == 413
@@ -50,7 +56,9 @@ async def test_batch_over_the_limit_is_413(make_api, call_factory) -> None:
         }
 
 
-async def test_bad_record_is_422_naming_index_and_field_and_nothing_is_written(make_api, call_factory) -> None:
+async def test_bad_record_is_422_naming_index_and_field_and_nothing_is_written(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     batch = [call_factory(f"r{i}").to_dict() for i in range(4)]
     batch[2]["attempts"][0]["start_s"] = -0.5
     async with make_api() as (app, api):
@@ -71,7 +79,7 @@ async def test_bad_record_is_422_naming_index_and_field_and_nothing_is_written(m
             assert response.status_code == 422 and response.json()["detail"]["field"] == field
 
 
-async def test_concurrent_posts_of_overlapping_batches(make_api, call_factory) -> None:
+async def test_concurrent_posts_of_overlapping_batches(make_api: MakeApi, call_factory: CallFactory) -> None:
     import asyncio
 
     records = [call_factory(f"c{i}", route=f"r{i % 4}").to_dict() for i in range(120)]
@@ -99,7 +107,9 @@ BAD_VALUES = [
 
 
 @pytest.mark.parametrize("patch, field", BAD_VALUES, ids=[f for _, f in BAD_VALUES])
-async def test_out_of_range_values_are_422_not_500(make_api, call_factory, patch, field):
+async def test_out_of_range_values_are_422_not_500(
+    make_api: MakeApi, call_factory: CallFactory, patch: dict[str, object], field: str
+) -> None:
     raw = call_factory("ok-0").to_dict()
     raw.update(patch)
     async with make_api() as (app, api):
@@ -123,7 +133,9 @@ async def test_out_of_range_values_are_422_not_500(make_api, call_factory, patch
     ],
     ids=["end_before_start", "first_token_after_end", "hedged_without_backup", "winner_without_attempt", "status_code"],
 )
-async def test_self_contradicting_records_are_refused(make_api, call_factory, mutate, field):
+async def test_self_contradicting_records_are_refused(
+    make_api: MakeApi, call_factory: CallFactory, mutate: Callable[[dict[str, Any]], None], field: str
+) -> None:
     raw = call_factory("c-0").to_dict()
     mutate(raw)
     async with make_api() as (_app, api):
@@ -132,7 +144,9 @@ async def test_self_contradicting_records_are_refused(make_api, call_factory, mu
         assert response.json()["detail"]["field"] == field
 
 
-async def test_responses_records_keep_their_api_and_chat_records_read_chat(make_api, call_factory) -> None:
+async def test_responses_records_keep_their_api_and_chat_records_read_chat(
+    make_api: MakeApi, call_factory: CallFactory
+) -> None:
     from dataclasses import replace
 
     chat = call_factory("chat-1")
@@ -150,7 +164,7 @@ async def test_responses_records_keep_their_api_and_chat_records_read_chat(make_
 
 
 async def test_records_older_than_retention_are_refused_and_late_ones_within_it_get_their_day(
-    make_api, call_factory
+    make_api: MakeApi, call_factory: CallFactory
 ) -> None:
     from hedgerow.controller.store.partitions import partition_days
 
@@ -173,7 +187,7 @@ async def test_records_older_than_retention_are_refused_and_late_ones_within_it_
 
 
 async def test_a_cached_day_dropped_by_another_connection_is_made_again_and_the_batch_stored(
-    make_api, call_factory
+    make_api: MakeApi, call_factory: CallFactory
 ) -> None:
     from sqlalchemy import text
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from tests.api.conftest import MakeApi
 from tests.client.test_record_costs import v1_dict
 
 
-async def test_the_api_stores_version_1_records_with_estimated_prompt_tokens(make_api) -> None:
+async def test_the_api_stores_version_1_records_with_estimated_prompt_tokens(make_api: MakeApi) -> None:
     from sqlalchemy import select
 
     from hedgerow.controller.store.models import Attempt

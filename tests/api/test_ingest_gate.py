@@ -53,7 +53,8 @@ async def test_batches_past_the_slots_are_503_with_retry_after(tmp_path: Path) -
 
 def test_the_gate_has_cpu_turns_only_when_asked() -> None:
     assert make_ingest_gate("sqlite", 4, 1.0, 1) is None
-    assert make_ingest_gate("postgresql", 4, 1.0).cpu is None  # 0: no bound
+    unbounded = make_ingest_gate("postgresql", 4, 1.0)
+    assert unbounded is not None and unbounded.cpu is None  # 0: no bound
     gate = make_ingest_gate("postgresql", 4, 1.0, 2)
     assert gate is not None and gate.cpu is not None and gate.cpu.slots == 2
     with pytest.raises(ValueError, match="cpu_slots: must be >= 0, got -1"):

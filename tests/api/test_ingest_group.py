@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from hedgerow.api.app import create_app
 from hedgerow.controller.store.models import Call, MinuteAggregate, Route
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 
 
 @asynccontextmanager
@@ -37,7 +38,7 @@ async def sqlite_api(path: Path, **overrides: Any) -> AsyncIterator[tuple[Any, h
 
 
 @contextmanager
-def write_lock(path: Path):
+def write_lock(path: Path) -> Iterator[None]:
     """Hold SQLite's write lock of the file at ``path`` (another writer waits in its busy handler)."""
     connection = sqlite3.connect(path, isolation_level=None)
     try:
@@ -75,7 +76,9 @@ async def _count(app: Any, what: Any) -> int:
         return int(await session.scalar(select(func.coalesce(what, 0))) or 0)
 
 
-async def test_a_batch_refused_in_a_group_gets_its_own_422_and_the_others_are_stored(tmp_path, call_factory) -> None:
+async def test_a_batch_refused_in_a_group_gets_its_own_422_and_the_others_are_stored(
+    tmp_path: Path, call_factory: CallFactory
+) -> None:
     path = tmp_path / "group.db"
     async with sqlite_api(path, max_routes=1) as (app, api):
         assert (await api.post("/v1/calls", json={"calls": [call_factory("first").to_dict()]})).status_code == 202
@@ -92,7 +95,7 @@ async def test_a_batch_refused_in_a_group_gets_its_own_422_and_the_others_are_st
         assert await _count(app, func.sum(MinuteAggregate.calls)) == 4
 
 
-async def test_a_batch_posted_twice_in_one_group_is_counted_once(tmp_path, call_factory) -> None:
+async def test_a_batch_posted_twice_in_one_group_is_counted_once(tmp_path: Path, call_factory: CallFactory) -> None:
     path = tmp_path / "group.db"
     async with sqlite_api(path) as (app, api):
         batch = {"calls": [call_factory(f"twice{i}", route=f"r{i % 2}").to_dict() for i in range(5)]}

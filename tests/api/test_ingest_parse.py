@@ -31,7 +31,7 @@ def batch(n: int) -> list[dict[str, Any]]:
 def answer_of(result: Any) -> Any:
     """What a client sees of a parse: the answer's status and body, or the records taken."""
     if isinstance(result, JSONResponse):
-        return result.status_code, json.loads(result.body)
+        return result.status_code, json.loads(bytes(result.body))
     return [record.model_dump() for record in result.calls]
 
 

@@ -9,16 +9,20 @@ import math
 import re
 from datetime import UTC, datetime, timedelta
 from html import unescape
+from typing import Any
+
+import pytest
 
 from hedgerow.client.records import AttemptRecord, CallRecord
 from hedgerow.controller.policy.ttft_histogram import bucket_bounds, bucket_index, bucket_value_s
+from tests.api.conftest import MakeApi
 
 A = AttemptRecord
 M = {"model": "m1"}
 ODD = "a<b>&c"  # an upstream name the page must escape
 
 
-def _call(rid: str, attempts: tuple[AttemptRecord, ...], at: datetime) -> dict:
+def _call(rid: str, attempts: tuple[AttemptRecord, ...], at: datetime) -> dict[str, Any]:
     won = next(a for a in attempts if a.outcome == "won")
     record = CallRecord(
         rid,
@@ -36,11 +40,11 @@ def _call(rid: str, attempts: tuple[AttemptRecord, ...], at: datetime) -> dict:
     return record.to_dict()
 
 
-def _alone(rid: str, upstream: str, ttft_s: float, at: datetime) -> dict:
+def _alone(rid: str, upstream: str, ttft_s: float, at: datetime) -> dict[str, Any]:
     return _call(rid, (A(upstream, "primary", 0.0, ttft_s, ttft_s + 1, "won", 200, None, 10),), at)
 
 
-def _calls(at: datetime) -> list[dict]:
+def _calls(at: datetime) -> list[dict[str, Any]]:
     """Seven upstreams in one hour: "east" 0.1..1.0 s, ODD 0.2 s, "slow" mostly cancelled at 0.3 s
     (a lower bound), "west" (8 samples: no point), "n1"/"n2" busier, "n3" the least busy."""
     out = [_alone(f"e{i}", "east", 0.1 * i, at) for i in range(1, 11)]
@@ -56,6 +60,12 @@ def _calls(at: datetime) -> list[dict]:
         out += [_alone(f"{name}-{i}", name, 0.05, at) for i in range(11)]
     out += [_alone(f"n3-{i}", "n3", 0.05, at) for i in range(5)]
     return out
+
+
+def _found(match: re.Match[str] | None) -> re.Match[str]:
+    """``match``, which the test expects to have found its pattern."""
+    assert match is not None, "pattern not found"
+    return match
 
 
 def _first_chart(html: str) -> str:
@@ -77,7 +87,7 @@ def _y_of(chart: str, value_s: float) -> float:
     return bottom - (bottom - top) * math.log(value_s / low) / math.log(high / low)
 
 
-async def test_the_latency_chart_draws_the_busiest_upstreams_p90_on_its_log_axis(make_api) -> None:
+async def test_the_latency_chart_draws_the_busiest_upstreams_p90_on_its_log_axis(make_api: MakeApi) -> None:
     at = datetime.now(UTC) - timedelta(hours=3)
     async with make_api() as (_app, api):
         assert (await api.post("/v1/calls", json={"calls": _calls(at)})).status_code == 202
@@ -101,24 +111,24 @@ async def test_the_latency_chart_draws_the_busiest_upstreams_p90_on_its_log_axis
     # no line but a triangle
     assert set(paths) == {"s-up1", "s-up2", "s-up3", "s-up4"} and all(p.endswith("h0") for p in paths.values())
     assert set(bounds) == {"s-up5"}
-    east_y = float(re.match(r"M[0-9.]+,([0-9.]+)h0", paths["s-up4"]).group(1))
+    east_y = float(_found(re.match(r"M[0-9.]+,([0-9.]+)h0", paths["s-up4"])).group(1))
     assert abs(east_y - _y_of(chart, bucket_value_s(bucket_index(0.9)))) < 0.6, (east_y, chart)
-    odd_y = float(re.match(r"M[0-9.]+,([0-9.]+)h0", paths["s-up3"]).group(1))
+    odd_y = float(_found(re.match(r"M[0-9.]+,([0-9.]+)h0", paths["s-up3"])).group(1))
     assert abs(odd_y - _y_of(chart, bucket_value_s(bucket_index(0.2)))) < 0.6
-    slow_y = float(re.match(r"M[0-9.]+,([0-9.]+)l", bounds["s-up5"]).group(1))
+    slow_y = float(_found(re.match(r"M[0-9.]+,([0-9.]+)l", bounds["s-up5"])).group(1))
     assert abs(slow_y - _y_of(chart, bucket_bounds(bucket_index(0.3))[0])) < 0.6
     # the dot sits in the middle of its one-hour slot (UTC, on the hour)
     middle = at.replace(minute=30, second=0, microsecond=0)
-    left, right = map(float, re.search(r'<line class="axis" x1="([0-9.]+)" x2="([0-9.]+)"', chart).groups())
-    east_x = float(re.match(r"M([0-9.]+),", paths["s-up4"]).group(1))
+    left, right = map(float, _found(re.search(r'<line class="axis" x1="([0-9.]+)" x2="([0-9.]+)"', chart)).groups())
+    east_x = float(_found(re.match(r"M([0-9.]+),", paths["s-up4"])).group(1))
     assert abs(east_x - (left + (right - left) * (1 - (now - middle) / timedelta(hours=24)))) < 0.5
-    note = unescape(re.search(r'<span class="chart-note key-note">([^<]+)</span>', chart).group(1))
+    note = unescape(_found(re.search(r'<span class="chart-note key-note">([^<]+)</span>', chart)).group(1))
     assert "the 6 busiest upstreams (others not drawn) (1 with too few samples in every slot), per 1 h" in note
     assert "fewer than 10 samples or 5 first tokens" in note and "open triangle" in note, note
     assert "s-up" not in second  # the hedge-rate chart has no upstream line
 
 
-async def test_lines_join_consecutive_slots_and_break_over_an_empty_one(make_api) -> None:
+async def test_lines_join_consecutive_slots_and_break_over_an_empty_one(make_api: MakeApi) -> None:
     now = datetime.now(UTC)
     hours = (6, 5, 3)  # a gap at 4 h ago
     calls = [_alone(f"h{h}-{i}", "east", 0.1 * (i + 1), now - timedelta(hours=h)) for h in hours for i in range(10)]
@@ -127,22 +137,22 @@ async def test_lines_join_consecutive_slots_and_break_over_an_empty_one(make_api
         chart = _first_chart((await api.get("/ui/routes/chat", params=M | {"range": "24h"})).text)
     (path,) = re.findall(r'<path class="series s-up s-up1" d="([^"]+)">', chart)
     assert re.fullmatch(r"M[0-9.]+,[0-9.]+L[0-9.]+,[0-9.]+M[0-9.]+,[0-9.]+h0", path), path
-    note = unescape(re.search(r'<span class="chart-note key-note">([^<]+)</span>', chart).group(1))
+    note = unescape(_found(re.search(r'<span class="chart-note key-note">([^<]+)</span>', chart)).group(1))
     assert "the P90 TTFT of its one upstream, per 1 h" in note
 
 
-async def test_upstreams_with_too_few_samples_draw_nothing_and_the_note_says_so(make_api) -> None:
+async def test_upstreams_with_too_few_samples_draw_nothing_and_the_note_says_so(make_api: MakeApi) -> None:
     at = datetime.now(UTC) - timedelta(hours=2)
     calls = [_alone(f"e{i}", "east", 0.2, at) for i in range(9)]
     async with make_api() as (_app, api):
         assert (await api.post("/v1/calls", json={"calls": calls})).status_code == 202
         chart = _first_chart((await api.get("/ui/routes/chat", params=M)).text)
     assert "s-up" not in chart
-    note = unescape(re.search(r'<span class="chart-note key-note">([^<]+)</span>', chart).group(1))
+    note = unescape(_found(re.search(r'<span class="chart-note key-note">([^<]+)</span>', chart)).group(1))
     assert note == "Per-upstream lines: no upstream had 10 TTFT samples in one 1 h slot."
 
 
-async def test_a_route_without_calls_has_no_upstream_line(make_api) -> None:
+async def test_a_route_without_calls_has_no_upstream_line(make_api: MakeApi) -> None:
     async with make_api() as (_app, api):
         assert (await api.put("/v1/routes/quiet", params=M, json={})).status_code == 201
         page = await api.get("/ui/routes/quiet", params=M)
@@ -150,7 +160,9 @@ async def test_a_route_without_calls_has_no_upstream_line(make_api) -> None:
     assert "each upstream&#39;s P90" not in page.text
 
 
-async def test_the_lines_are_reused_for_a_minute_then_read_again(make_api, monkeypatch) -> None:
+async def test_the_lines_are_reused_for_a_minute_then_read_again(
+    make_api: MakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Paging or filtering the history draws the same charts: the lines read less than
     ``UPSTREAM_LINES_TTL_S`` ago are reused (a new upstream shows only once they are older)."""
     import hedgerow.api.pages as pages

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hedgerow.client.records import AttemptRecord, CallRecord
+from hedgerow.client.records import AttemptRecord, AttemptRole, CallRecord, HedgeReason
 from hedgerow.controller.store.db import make_engine, make_sessionmaker, migrate_engine
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.settings import Settings
@@ -33,7 +33,10 @@ async def _seed(url: str, now: datetime) -> None:
     """A day of calls: each upstream answers by itself at its own speed; "slowpoke" is hedged
     (cancelled before its first token) for a few afternoon hours, so its P90 there is a bound."""
     rng = random.Random(4)
-    records = []
+    records: list[CallRecord] = []
+    attempts: tuple[AttemptRecord, ...]
+    reason: HedgeReason | None
+    winner: AttemptRole
     # each hour's calls inside one UTC hour (the chart's 1 h slots start on the hour), so that
     # slowpoke's hedged hours fill their slots whatever the minute the test runs at
     top_of_hour = now.replace(minute=0, second=0, microsecond=0)
@@ -60,8 +63,8 @@ async def _seed(url: str, now: datetime) -> None:
                         "m1",
                         at,
                         hedged=len(attempts) > 1,
-                        hedge_reason=reason,  # type: ignore[arg-type]
-                        winner=winner,  # type: ignore[arg-type]
+                        hedge_reason=reason,
+                        winner=winner,
                         ttft_s=first,
                         prompt_tokens=10,
                         completion_tokens=10,

@@ -130,3 +130,45 @@ async def test_a_postgresql_server_that_refuses_the_store_is_a_503_and_recovers(
         finally:
             await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
             await admin.close()
+
+
+async def test_a_connection_the_server_refuses_is_a_503_even_when_the_check_then_passes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """PostgreSQL out of connection slots ("too many clients", SQLSTATE 53300) refuses the
+    request's connection; the readiness check a moment later may get a slot that freed. The
+    request still answers 503 (retry later), not a 500 with a traceback."""
+    import uuid
+
+    import asyncpg
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError
+    from starlette.requests import Request
+
+    from hedgerow.api.app import create_app
+    from hedgerow.api.store_errors import store_unavailable
+    from hedgerow.settings import Settings
+    from tests.conftest import _admin_params, fresh_pg_database
+
+    async with fresh_pg_database("hedgerow_refused") as url:
+        role = f"hedgerow_refused_{uuid.uuid4().hex[:8]}"
+        admin = await asyncpg.connect(**_admin_params(url))
+        await admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 0')  # every connection refused: 53300
+        refused_engine = make_engine(make_url(url).set(username=role).render_as_string(hide_password=False))
+        try:
+            with pytest.raises(DBAPIError) as refused:
+                async with refused_engine.connect():
+                    pass
+            app = create_app(Settings(database_url=url, controller_interval_s=3600.0))
+            async with app.router.lifespan_context(app):
+                scope = {"type": "http", "app": app, "method": "GET", "path": "/v1/routes", "headers": [],
+                         "query_string": b"", "scheme": "http", "server": ("127.0.0.1", 8400)}  # fmt: skip
+                caplog.clear()
+                answer = await store_unavailable(Request(scope), refused.value)  # the store itself answers
+                assert answer.status_code == 503 and answer.headers["retry-after"] == "5"
+                assert b'"field":"database"' in answer.body
+                assert [r.getMessage() for r in caplog.records if "SQLSTATE 53300" in r.getMessage()]
+        finally:
+            await refused_engine.dispose()
+            await admin.execute(f'DROP ROLE "{role}"')
+            await admin.close()

@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Any, Self
 
 
 @dataclass
@@ -47,10 +47,10 @@ class Script:
 
 
 def sse(
-    *chunks: dict | str, done: bool = True, gap_s: float = 0.0, first_delay_s: float = 0.0
+    *chunks: dict[str, Any] | str, done: bool = True, gap_s: float = 0.0, first_delay_s: float = 0.0
 ) -> list[tuple[float, bytes]]:
     """Pieces for SSE ``data:`` events (dicts are JSON-encoded); ``[DONE]`` at the end if asked."""
-    pieces = []
+    pieces: list[tuple[float, bytes]] = []
     for i, chunk in enumerate(chunks):
         data = chunk if isinstance(chunk, str) else json.dumps(chunk)
         pieces.append((first_delay_s if i == 0 else gap_s, f"data: {data}\n\n".encode()))
@@ -59,9 +59,18 @@ def sse(
     return pieces
 
 
-def chunk(content: str | None = None, *, role: str | None = None, finish: str | None = None, **delta_extra) -> dict:
-    """An OpenAI ``chat.completion.chunk`` with one choice."""
-    delta: dict = {}
+def chunk(
+    content: str | list[dict[str, Any]] | None = None,
+    *,
+    role: str | None = None,
+    finish: str | None = None,
+    **delta_extra: Any,
+) -> dict[str, Any]:
+    """An OpenAI ``chat.completion.chunk`` with one choice.
+
+    ``content`` is the delta's text, or a list of content parts; ``delta_extra`` adds delta fields.
+    """
+    delta: dict[str, Any] = {}
     if role is not None:
         delta["role"] = role
     if content is not None:
@@ -76,7 +85,7 @@ def chunk(content: str | None = None, *, role: str | None = None, finish: str | 
     }
 
 
-def usage_chunk(prompt: int, completion: int) -> dict:
+def usage_chunk(prompt: int, completion: int) -> dict[str, Any]:
     """The final usage-only chunk (``choices: []``)."""
     return {
         "id": "chatcmpl-test",
@@ -95,13 +104,25 @@ class Seen:
     at: float
     path: str
     headers: dict[str, str]
-    body: dict | None
+    #: the JSON body, or None when the request had none (or it was not JSON)
+    body: dict[str, Any] | None
     #: monotonic time the connection carrying this request ended (client close or reset)
     disconnected_at: float | None = None
     #: index of the accepted connection that carried it (0 = the server's first connection)
     connection: int = 0
     #: monotonic time of each body piece written (``Script.pieces`` order), for cancellation tests
     writes: list[float] = field(default_factory=list)
+
+    @property
+    def json_body(self) -> dict[str, Any]:
+        """The JSON body.
+
+        Raises:
+            AssertionError: the request had no JSON body (naming its path).
+        """
+        if self.body is None:
+            raise AssertionError(f"the request to {self.path} had no JSON body")
+        return self.body
 
 
 class ScriptedServer:
@@ -111,7 +132,7 @@ class ScriptedServer:
         self._script_for = script_for if callable(script_for) else (lambda i, seen: script_for)
         self.requests: list[Seen] = []
         self._server: asyncio.AbstractServer | None = None
-        self._handlers: set[asyncio.Task] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
         self.port = 0
         #: connections accepted so far
         self.connections = 0

@@ -13,7 +13,7 @@ import base64
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import httpx
 import pytest
@@ -38,9 +38,16 @@ def recording(seen: list[httpx.Request], headers: Callable[[int], dict[str, str]
     return httpx.MockTransport(handle)
 
 
-async def text_of(client: HedgingClient, **kwargs: object) -> str:
-    out = []
-    async with client.stream_chat(BODY, **kwargs) as stream:  # type: ignore[arg-type]
+async def text_of(
+    client: HedgingClient,
+    *,
+    primary: str | int | None = None,
+    request_id: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> str:
+    """The answer text of one ``stream_chat`` call of ``BODY`` (the arguments as ``stream_chat``'s)."""
+    out: list[str] = []
+    async with client.stream_chat(BODY, primary=primary, request_id=request_id, headers=headers) as stream:
         async for c in stream:
             out.extend(choice["delta"].get("content") or "" for choice in c["choices"])
     return "".join(out)
@@ -129,7 +136,9 @@ async def test_credentials_in_an_upstream_url_are_sent_as_basic_auth() -> None:
     assert seen[0].headers["authorization"] == "Basic " + base64.b64encode(b"user:pw").decode()
 
 
-async def test_a_transport_error_carries_its_request_and_httpx_logs_each_request(caplog) -> None:
+async def test_a_transport_error_carries_its_request_and_httpx_logs_each_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         if request.url.host == "down.test":
             raise httpx.ConnectError("refused")  # raised without its request, as httpcore's mapping does

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from hedgerow.client import CallRecord, TelemetryExporter, ThresholdPoller
-from tests.client.scripted_server import Script, ScriptedServer
+from tests.client.scripted_server import Script, ScriptedServer, Seen
 
 TABLE = {
     "thresholds": [
@@ -27,7 +28,7 @@ TABLE = {
 }
 
 
-def json_script(payload: object, status: int = 200, headers: dict | None = None) -> Script:
+def json_script(payload: object, status: int = 200, headers: dict[str, str] | None = None) -> Script:
     return Script(
         status=status,
         content_type="application/json",
@@ -40,8 +41,8 @@ def record(i: int) -> CallRecord:
     return CallRecord(request_id=f"r{i}", route="r", model="m", started_at=datetime.now(UTC))
 
 
-async def test_poller_uses_etag_and_keeps_the_last_table_on_errors():
-    def script(i: int, seen) -> Script:
+async def test_poller_uses_etag_and_keeps_the_last_table_on_errors() -> None:
+    def script(i: int, seen: Seen) -> Script:
         if i == 0:
             return json_script(TABLE, headers={"ETag": '"v3"'})
         if i == 1:
@@ -66,7 +67,7 @@ async def test_poller_uses_etag_and_keeps_the_last_table_on_errors():
             await poller.aclose()
 
 
-async def test_poller_rejects_a_malformed_table_and_keeps_the_old_one():
+async def test_poller_rejects_a_malformed_table_and_keeps_the_old_one() -> None:
     bad = {"thresholds": [{"route": "r", "model": "m", "hedge_after_s": "soon"}]}
     scripts = [json_script(TABLE), json_script(bad)]
     async with ScriptedServer(lambda i, seen: scripts[min(i, 1)]) as api:
@@ -74,17 +75,18 @@ async def test_poller_rejects_a_malformed_table_and_keeps_the_old_one():
         try:
             assert await poller.refresh()
             assert not await poller.refresh()
+            assert poller.last_error is not None
             assert "row 0" in poller.last_error
             assert poller.lookup("r", "m") == (0.7, 3, True)
         finally:
             await poller.aclose()
 
 
-async def test_exporter_retries_until_the_api_accepts():
-    def script(i: int, seen) -> Script:
+async def test_exporter_retries_until_the_api_accepts() -> None:
+    def script(i: int, seen: Seen) -> Script:
         if i == 0:
             return json_script({"detail": "starting"}, status=503)
-        return json_script({"accepted": len(seen.body["calls"]), "duplicates": 0}, status=202)
+        return json_script({"accepted": len(seen.json_body["calls"]), "duplicates": 0}, status=202)
 
     async with ScriptedServer(script) as api:
         exporter = TelemetryExporter(api.base_url.removesuffix("/v1"), batch_size=10, flush_interval_s=0.1)
@@ -96,11 +98,11 @@ async def test_exporter_retries_until_the_api_accepts():
                     break
                 await asyncio.sleep(0.05)
         assert exporter.sent == 5 and exporter.pending == 0 and exporter.dropped == 0
-        posted = [r["request_id"] for seen in api.requests[1:] for r in seen.body["calls"]]
+        posted = [r["request_id"] for seen in api.requests[1:] for r in seen.json_body["calls"]]
         assert posted == [f"r{i}" for i in range(5)]
 
 
-async def test_exporter_drops_the_oldest_when_full_and_counts_it():
+async def test_exporter_drops_the_oldest_when_full_and_counts_it() -> None:
     exporter = TelemetryExporter("http://127.0.0.1:9", batch_size=2, max_queue=3)
     for i in range(5):
         exporter.submit(record(i))
@@ -109,9 +111,9 @@ async def test_exporter_drops_the_oldest_when_full_and_counts_it():
     await exporter.aclose(timeout_s=0.1)
 
 
-async def test_exporter_drops_only_the_record_the_api_names_as_invalid():
-    def script(i: int, seen) -> Script:
-        ids = [r["request_id"] for r in seen.body["calls"]]
+async def test_exporter_drops_only_the_record_the_api_names_as_invalid() -> None:
+    def script(i: int, seen: Seen) -> Script:
+        ids = [r["request_id"] for r in seen.json_body["calls"]]
         if "r1" in ids:
             return json_script({"detail": {"index": ids.index("r1"), "field": "ttft_s"}}, status=422)
         return json_script({"accepted": len(ids), "duplicates": 0}, status=202)
@@ -121,13 +123,14 @@ async def test_exporter_drops_only_the_record_the_api_names_as_invalid():
         for i in range(3):
             exporter.submit(record(i))
         assert await exporter.flush(timeout_s=5)
+        assert exporter.last_error is not None
         assert exporter.rejected == 1 and exporter.sent == 2 and "ttft_s" in exporter.last_error
         # The rest goes out again in two halves (a bisection, should either hold another bad one).
-        assert [[r["request_id"] for r in seen.body["calls"]] for seen in api.requests[1:]] == [["r0"], ["r2"]]
+        assert [[r["request_id"] for r in seen.json_body["calls"]] for seen in api.requests[1:]] == [["r0"], ["r2"]]
         await exporter.aclose()
 
 
-async def test_exporter_drops_a_batch_refused_as_a_whole():
+async def test_exporter_drops_a_batch_refused_as_a_whole() -> None:
     # A status no retry or split can cure (the url is wrong); 401/403 keep the records instead
     # (tests/client/test_telemetry_safety.py).
     async with ScriptedServer(json_script({"detail": "not found"}, status=404)) as api:
@@ -147,17 +150,17 @@ async def test_exporter_drops_a_batch_refused_as_a_whole():
         ({"api_url": "nope"}, "api_url"),
     ],
 )
-def test_exporter_validation_names_the_field(kwargs, field):
+def test_exporter_validation_names_the_field(kwargs: dict[str, Any], field: str) -> None:
     args = {"api_url": "http://127.0.0.1:1", **kwargs}
     with pytest.raises(ValueError, match=field):
         TelemetryExporter(**args)
 
 
-async def test_records_submitted_while_a_post_is_in_flight_are_neither_lost_nor_miscounted():
+async def test_records_submitted_while_a_post_is_in_flight_are_neither_lost_nor_miscounted() -> None:
     # A slow api (0.5 s per POST) and a queue of 5: r0-r4 go out in one batch; r5-r7 arrive
     # while it is in flight and must be sent next, with nothing counted as dropped.
-    def script(i: int, seen) -> Script:
-        body = json.dumps({"accepted": len(seen.body["calls"]), "duplicates": 0}).encode()
+    def script(i: int, seen: Seen) -> Script:
+        body = json.dumps({"accepted": len(seen.json_body["calls"]), "duplicates": 0}).encode()
         return Script(status=202, content_type="application/json", header_delay_s=0.5, pieces=[(0.0, body)])
 
     async with ScriptedServer(script) as api:
@@ -170,12 +173,12 @@ async def test_records_submitted_while_a_post_is_in_flight_are_neither_lost_nor_
             for i in range(5, 8):
                 exporter.submit(record(i))
             assert await exporter.flush(timeout_s=10)
-    posted = [r["request_id"] for seen in api.requests for r in seen.body["calls"]]
+    posted = [r["request_id"] for seen in api.requests for r in seen.json_body["calls"]]
     assert posted == [f"r{i}" for i in range(8)]
     assert exporter.sent == 8 and exporter.dropped == 0 and exporter.pending == 0
 
 
-async def test_a_full_queue_during_an_outage_drops_the_oldest_and_counts_each():
+async def test_a_full_queue_during_an_outage_drops_the_oldest_and_counts_each() -> None:
     exporter = TelemetryExporter("http://127.0.0.1:9", batch_size=2, max_queue=4)
     for i in range(4):
         exporter.submit(record(i))

@@ -8,17 +8,18 @@ recorded as ``hedge_denied``).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hedgerow.client import HedgeBudget, HedgePolicy, HedgingClient, Upstream
-from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
+from hedgerow.client import CallRecord, HedgeBudget, HedgePolicy, HedgingClient, Upstream
+from tests.client.scripted_server import Script, ScriptedServer, Seen, chunk, sse, usage_chunk
 from tests.helpers import BODY
 
 
-def test_each_call_refills_budget_tokens_up_to_the_burst():
+def test_each_call_refills_budget_tokens_up_to_the_burst() -> None:
     bucket = HedgeBudget(0.5, 1)
     assert bucket.try_withdraw() and not bucket.try_withdraw()
     bucket.deposit()
@@ -27,7 +28,7 @@ def test_each_call_refills_budget_tokens_up_to_the_burst():
     assert bucket.try_withdraw()
 
 
-def test_burst_caps_what_idle_calls_can_save_up():
+def test_burst_caps_what_idle_calls_can_save_up() -> None:
     bucket = HedgeBudget(0.5, 2)
     for _ in range(10):
         bucket.deposit()
@@ -35,7 +36,7 @@ def test_burst_caps_what_idle_calls_can_save_up():
     assert [bucket.try_withdraw() for _ in range(3)] == [True, True, False]
 
 
-def test_long_run_hedges_stay_under_budget_times_calls_plus_burst():
+def test_long_run_hedges_stay_under_budget_times_calls_plus_burst() -> None:
     bucket = HedgeBudget(0.10, 10)
     hedges = 0
     for _ in range(1000):  # every call wants to hedge
@@ -47,7 +48,7 @@ def test_long_run_hedges_stay_under_budget_times_calls_plus_burst():
 # -- exactness and validation ------------------------------------------------------------------
 
 
-def test_ten_calls_at_budget_one_tenth_earn_exactly_one_hedge():
+def test_ten_calls_at_budget_one_tenth_earn_exactly_one_hedge() -> None:
     # Ten float deposits of 0.1 sum to 0.9999999999999999: that must still be a whole token.
     bucket = HedgeBudget(0.1, 1)
     assert bucket.try_withdraw()
@@ -70,7 +71,7 @@ def test_ten_calls_at_budget_one_tenth_earn_exactly_one_hedge():
         (0.1, "10", "burst"),
     ],
 )
-def test_bad_budget_arguments_name_the_field(budget, burst, field):
+def test_bad_budget_arguments_name_the_field(budget: Any, burst: Any, field: str) -> None:
     with pytest.raises(ValueError, match=f"HedgeBudget.{field}"):
         HedgeBudget(budget, burst)
 
@@ -81,7 +82,7 @@ def test_bad_budget_arguments_name_the_field(budget, burst, field):
     burst=st.floats(0.0, 20.0),
     wants=st.lists(st.booleans(), max_size=3000),
 )
-def test_hedges_never_exceed_budget_times_calls_plus_burst(budget, burst, wants):
+def test_hedges_never_exceed_budget_times_calls_plus_burst(budget: float, burst: float, wants: list[bool]) -> None:
     # Any pattern of calls wanting a hedge (True) or not: the bucket's long-run bound holds.
     bucket = HedgeBudget(budget, burst)
     hedges = 0
@@ -95,7 +96,7 @@ def test_hedges_never_exceed_budget_times_calls_plus_burst(budget, burst, wants)
 
 @settings(max_examples=300, deadline=None, database=None)
 @given(budget=st.floats(0.0, 1.0), burst=st.floats(2.0, 20.0), calls=st.integers(1, 3000))
-def test_every_call_wanting_a_hedge_gets_the_whole_budget(budget, burst, calls):
+def test_every_call_wanting_a_hedge_gets_the_whole_budget(budget: float, burst: float, calls: int) -> None:
     # The bound is also reached: when every call wants a hedge, the bucket grants all it holds
     # (only the first deposit, into a full bucket, and a final fraction of a token are lost).
     bucket = HedgeBudget(budget, burst)
@@ -115,15 +116,15 @@ def answer(first_delay_s: float) -> Script:
     return Script(pieces=sse(*chunks, gap_s=0.01, first_delay_s=first_delay_s))
 
 
-async def run_waves(client: HedgingClient, waves: int, per_wave: int) -> list:
-    records = []
+async def run_waves(client: HedgingClient, waves: int, per_wave: int) -> list[CallRecord]:
+    records: list[CallRecord] = []
     for _ in range(waves):
         results = await asyncio.gather(*(client.chat(BODY) for _ in range(per_wave)))
         records += [result.record for result in results]
     return records
 
 
-async def test_a_burst_of_slow_calls_hedges_up_to_budget_burst_and_records_the_rest_as_denied():
+async def test_a_burst_of_slow_calls_hedges_up_to_budget_burst_and_records_the_rest_as_denied() -> None:
     # Six concurrent calls, every primary slow (first token at 1.2 s, hedge due at 0.3 s), burst
     # 2: the bucket is full (2 tokens; the six deposits are capped), so exactly 2 calls hedge and
     # 4 are refused. Refused hedges are recorded, never raised, and go out on the wire.
@@ -143,7 +144,7 @@ async def test_a_burst_of_slow_calls_hedges_up_to_budget_burst_and_records_the_r
     assert left == pytest.approx(0.0, abs=1e-9)
 
 
-async def test_long_run_hedges_through_the_client_stay_under_budget_times_calls_plus_burst():
+async def test_long_run_hedges_through_the_client_stay_under_budget_times_calls_plus_burst() -> None:
     # 20 slow calls in 4 waves of 5 at budget 0.4, burst 2: the first wave spends the burst, each
     # later wave deposits 5 x 0.4 = 2 tokens before its hedge timers fire. 8 hedges, 12 refused;
     # the bound is 0.4 x 20 + 2 = 10.
@@ -158,10 +159,10 @@ async def test_long_run_hedges_through_the_client_stay_under_budget_times_calls_
     assert all(r.status == "ok" for r in records)
 
 
-async def test_only_hedges_spend_the_budget_not_fast_calls_or_failovers():
+async def test_only_hedges_spend_the_budget_not_fast_calls_or_failovers() -> None:
     # Burst 1 and no refill: the single token must survive three fast calls and a failover, and
     # still pay for the hedge of the slow call that follows.
-    def primary_script(index: int, seen) -> Script:
+    def primary_script(index: int, seen: Seen) -> Script:
         if index == 3:
             return Script(status=503, content_type="application/json", pieces=[(0.0, b'{"error":"busy"}')])
         if index == 4:

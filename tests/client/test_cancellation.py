@@ -25,19 +25,25 @@ import socket
 import struct
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+import httpcore
 import httpx
 import pytest
 
 from hedgerow.client import (
     AllAttemptsFailed,
+    HedgeError,
     HedgePolicy,
     HedgingClient,
     StallTimeout,
     TotalTimeout,
     Upstream,
 )
+from hedgerow.client._transport import OwnedTransport
 from hedgerow.client.hedging import attempt_request_id
+from hedgerow.client.records import AttemptRole
 from tests import helpers
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
 from tests.helpers import BODY
@@ -48,7 +54,7 @@ CANCEL_WITHIN_S = 0.100
 WINNER_GAP_S = 0.02
 
 
-def stream_chunks(words: int) -> list[dict]:
+def stream_chunks(words: int) -> list[dict[str, Any]]:
     """A full answer: role + first word, more words, finish, usage."""
     chunks = [chunk("w0 ", role="assistant")] + [chunk(f"w{i} ") for i in range(1, words)]
     return [*chunks, chunk(finish="stop"), usage_chunk(5, words)]
@@ -64,7 +70,7 @@ def silent() -> Script:
     return Script(header_delay_s=30.0, close=False)
 
 
-def client_tasks() -> set[asyncio.Task]:
+def client_tasks() -> set[asyncio.Task[Any]]:
     """The running tasks that are not the test servers' own."""
     return {
         t
@@ -73,7 +79,7 @@ def client_tasks() -> set[asyncio.Task]:
     }
 
 
-async def assert_tasks_back_to(baseline: set[asyncio.Task]) -> None:
+async def assert_tasks_back_to(baseline: set[asyncio.Task[Any]]) -> None:
     """Assert that no task of the call outlives it.
 
     Right after the call, the only extra tasks allowed are the interpreter's async-generator
@@ -92,12 +98,11 @@ async def assert_tasks_back_to(baseline: set[asyncio.Task]) -> None:
 
 def open_connections(client: HedgingClient) -> int:
     """Connections the client's httpx pool still holds."""
-    assert client._http is not None
-    return len(client._http._transport._inner._pool.connections)  # type: ignore[attr-defined]
+    return len(client_pool(client).connections)
 
 
 @pytest.mark.parametrize("winner", ["backup", "primary"])
-async def test_loser_closed_within_100ms_of_winners_first_token_and_winner_untouched(winner):
+async def test_loser_closed_within_100ms_of_winners_first_token_and_winner_untouched(winner: str) -> None:
     words = 20
     if winner == "backup":
         # Primary: headers at once, first token after 30 s. Backup (hedge at 0.3 s): 0.4 s.
@@ -110,11 +115,12 @@ async def test_loser_closed_within_100ms_of_winners_first_token_and_winner_untou
         async with HedgingClient(
             [Upstream("a", a.base_url), Upstream("b", b.base_url)], policy=HedgePolicy(hedge_after_s=0.3)
         ) as client:
-            received = []
+            received: list[dict[str, Any]] = []
             async with client.stream_chat(BODY) as stream:
                 async for piece in stream:
                     received.append(piece)
         record = stream.record
+        assert record is not None
         assert record.status == "ok" and record.winner == winner and record.hedged
         win = next(x for x in record.attempts if x.role == winner)
         lose = next(x for x in record.attempts if x.role != winner)
@@ -152,6 +158,7 @@ async def _abandon(client: HedgingClient) -> None:
     async with client.stream_chat(BODY) as stream:
         async for _ in stream:
             break
+    assert stream.record is not None
     assert stream.record.status == "cancelled"
 
 
@@ -160,13 +167,19 @@ async def _raise_in_loop(client: HedgingClient) -> None:
         async with client.stream_chat(BODY) as stream:
             async for _ in stream:
                 raise KeyError("the caller's own bug")
+    assert stream.record is not None
     assert stream.record.status == "cancelled" and stream.record.error_type == "KeyError"
 
 
-def _expect(error: type[Exception], status: str):
+#: What the caller does in a leak scenario, given the client.
+Act = Callable[[HedgingClient], Awaitable[None]]
+
+
+def _expect(error: type[HedgeError], status: str) -> Act:
     async def run(client: HedgingClient) -> None:
         with pytest.raises(error) as info:
             await client.chat(BODY)
+        assert info.value.record is not None
         assert info.value.record.status == status
 
     return run
@@ -185,7 +198,7 @@ def _stalling() -> Script:
 
 # Each scenario: (primary script, backup script, policy, what the caller does). Every one of them
 # hedges at 0.3 s, so two connections are open at some point.
-LEAK_SCENARIOS = {
+LEAK_SCENARIOS: dict[str, tuple[Script, Script, dict[str, Any], Act]] = {
     "success": (answer(first_delay_s=1.0), answer(first_delay_s=30.0), {}, _succeed),
     "failure": (_failing(503, 0.8), _failing(502, 0.2), {}, _expect(AllAttemptsFailed, "error")),
     "stall": (
@@ -201,7 +214,7 @@ LEAK_SCENARIOS = {
 
 
 @pytest.mark.parametrize("scenario", list(LEAK_SCENARIOS))
-async def test_nothing_left_open_after_a_call(scenario):
+async def test_nothing_left_open_after_a_call(scenario: str) -> None:
     primary, backup, extra, act = LEAK_SCENARIOS[scenario]
     async with (
         ScriptedServer(primary) as a,
@@ -220,7 +233,7 @@ async def test_nothing_left_open_after_a_call(scenario):
 
 
 @pytest.mark.parametrize("shape", ["headers_at_once_token_late", "headers_late"])
-async def test_hedge_after_is_measured_from_the_primary_send(shape):
+async def test_hedge_after_is_measured_from_the_primary_send(shape: str) -> None:
     if shape == "headers_at_once_token_late":
         primary = answer(first_delay_s=3.0)
     else:  # headers after 1.0 s, the first token 2.0 s later
@@ -247,7 +260,7 @@ async def test_hedge_after_is_measured_from_the_primary_send(shape):
     assert b.requests[0].at - a.requests[0].at < 1.4
 
 
-async def test_ttft_and_hedge_are_measured_from_a_late_primary_send():
+async def test_ttft_and_hedge_are_measured_from_a_late_primary_send() -> None:
     # The app blocks its event loop for 0.4 s right after opening the call: the primary request
     # goes out late. TTFT and the hedge deadline run from that send, not from the call's start.
     async with (
@@ -262,6 +275,7 @@ async def test_ttft_and_hedge_are_measured_from_a_late_primary_send():
         async for _ in stream:
             pass
     record = stream.record
+    assert record is not None
     primary_attempt, backup_attempt = record.attempts
     assert primary_attempt.start_s >= 0.35
     # Counted from the call's start, the hedge would have been due before the primary's send:
@@ -269,13 +283,15 @@ async def test_ttft_and_hedge_are_measured_from_a_late_primary_send():
     # start_s is rounded to 1 µs; the upper bound is room for a loaded machine (the primary's token
     # comes at 3 s).
     assert 0.3 - 2e-6 <= backup_attempt.start_s - primary_attempt.start_s < 2.0
+    assert backup_attempt.first_token_s is not None
+    assert record.ttft_s is not None and record.e2e_s is not None
     assert record.ttft_s == pytest.approx(backup_attempt.first_token_s - primary_attempt.start_s, abs=1e-5)
     assert record.ttft_s >= 0.45  # 0.3 s hedge + 0.2 s backup, measured from the late send
     assert record.e2e_s == pytest.approx(record.ttft_s + (record.e2e_s - record.ttft_s))
     assert record.e2e_s <= backup_attempt.end_s - primary_attempt.start_s + 1e-5
 
 
-async def test_max_backups_2_failover_then_hedge():
+async def test_max_backups_2_failover_then_hedge() -> None:
     # a: 503 at once -> failover to b (no token for 30 s) -> at hedge_after_s a hedge to c, which wins.
     async with (
         ScriptedServer(_failing(503, 0.0, close=True)) as a,
@@ -308,7 +324,7 @@ async def test_max_backups_2_failover_then_hedge():
             assert client.budget.tokens < 1.0  # the hedge spent the budget; the failover did not
 
 
-async def test_max_backups_2_a_failed_hedge_does_not_fail_over_while_the_primary_runs():
+async def test_max_backups_2_a_failed_hedge_does_not_fail_over_while_the_primary_runs() -> None:
     # a: token at 1.2 s. Hedge at 0.3 s to b, which answers 503: a is still running, so no
     # failover to c; a wins.
     async with (
@@ -351,7 +367,7 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 
 @pytest.mark.parametrize("when", ["during_body", "before_headers"])
-async def test_scripted_server_records_a_reset_as_a_disconnect(when):
+async def test_scripted_server_records_a_reset_as_a_disconnect(when: str) -> None:
     # Body pieces every 0.2 s for 4 s (or headers only after 30 s); the client resets the
     # connection after the first piece (or while the server still waits to send headers).
     header_delay_s = 30.0 if when == "before_headers" else 0.0
@@ -377,7 +393,7 @@ async def test_scripted_server_records_a_reset_as_a_disconnect(when):
             assert len(server.requests[0].writes) < 5  # the server stopped writing soon after the reset
 
 
-async def test_scripted_server_keep_alive_serves_two_requests_on_one_connection():
+async def test_scripted_server_keep_alive_serves_two_requests_on_one_connection() -> None:
     script = Script(pieces=sse(*stream_chunks(2)), keep_alive=True)
     async with ScriptedServer(script) as server:
         async with httpx.AsyncClient() as http:
@@ -395,23 +411,27 @@ async def test_scripted_server_keep_alive_serves_two_requests_on_one_connection(
 # -- connections: none left active by a cancellation; reused between calls ------------------------
 
 
-def pool_state(pool: object) -> tuple[int, int]:
+def pool_state(pool: httpcore.AsyncConnectionPool) -> tuple[int, int]:
     """``(active, idle)`` connections of an httpcore connection pool (``connections`` is public).
 
     Active = neither idle nor closed: in use by a request, or (the leak of encode/httpcore#1115)
     stuck as in use after its response was closed.
     """
-    connections = pool.connections  # type: ignore[attr-defined]
+    connections = pool.connections
     idle = sum(1 for c in connections if c.is_idle())
     active = sum(1 for c in connections if not c.is_idle() and not c.is_closed())
     return active, idle
 
 
-def client_pool(client: HedgingClient) -> object:
+def client_pool(client: HedgingClient) -> httpcore.AsyncConnectionPool:
     """The httpcore pool behind a ``HedgingClient`` (``_pool`` of the httpx transport that its
     ``OwnedTransport`` wraps)."""
     assert client._http is not None
-    return client._http._transport._inner._pool  # type: ignore[attr-defined]
+    owned = client._http._transport
+    assert isinstance(owned, OwnedTransport)
+    inner = owned._inner
+    assert isinstance(inner, httpx.AsyncHTTPTransport)
+    return inner._pool
 
 
 def whole_answer_at_once(words: int = 40) -> Script:
@@ -419,7 +439,7 @@ def whole_answer_at_once(words: int = 40) -> Script:
     return Script(pieces=[(0.0, b"".join(data for _, data in sse(*stream_chunks(words))))], keep_alive=True)
 
 
-async def test_early_exits_leave_no_connection_active_and_a_small_pool_keeps_working():
+async def test_early_exits_leave_no_connection_active_and_a_small_pool_keeps_working() -> None:
     # The app leaves each call at its first token while the upstream has already sent the whole
     # answer: the winner's task is cancelled while httpx closes the finished response, which used
     # to leave the connection ACTIVE for good (20 exits: 20 ACTIVE connections). With a pool of
@@ -433,6 +453,7 @@ async def test_early_exits_leave_no_connection_active_and_a_small_pool_keeps_wor
             async with client.stream_chat(BODY) as stream:
                 async for _ in stream:
                     break
+            assert stream.record is not None
             return stream.record.status
 
         for _ in range(5):  # each bounded: with the leak, the third one waits for a connection forever
@@ -443,7 +464,7 @@ async def test_early_exits_leave_no_connection_active_and_a_small_pool_keeps_wor
         assert pool_state(client_pool(client))[0] == 0
 
 
-async def test_cancelling_the_caller_at_any_moment_leaves_no_connection_active():
+async def test_cancelling_the_caller_at_any_moment_leaves_no_connection_active() -> None:
     # The caller's task is cancelled after 0, 1, 2, ... event-loop turns: the cancellation lands
     # at every stage of a call (connect, headers, body, the close of a finished response).
     async def call(client: HedgingClient) -> None:
@@ -471,7 +492,7 @@ async def test_cancelling_the_caller_at_any_moment_leaves_no_connection_active()
         assert result.record.status == "ok"
 
 
-async def test_hedged_losers_leave_no_connection_active():
+async def test_hedged_losers_leave_no_connection_active() -> None:
     # Each call hedges at 0.2 s; the loser is cancelled before its headers (a) or mid-body (b).
     scripts = {
         "before_headers": Script(header_delay_s=30.0, close=False),
@@ -493,7 +514,7 @@ async def test_hedged_losers_leave_no_connection_active():
                 assert pool_state(client_pool(client))[0] == 0
 
 
-async def test_sequential_calls_reuse_one_connection():
+async def test_sequential_calls_reuse_one_connection() -> None:
     # The client reads past [DONE] to the end of the body, so the connection goes back to the
     # pool and the next call to the same upstream reuses it (no new TCP/TLS handshake).
     async with ScriptedServer(whole_answer_at_once(words=5)) as a, HedgingClient([Upstream("a", a.base_url)]) as client:
@@ -538,7 +559,7 @@ def silent_body() -> Script:
 
 
 @pytest.mark.parametrize("loser", ["primary", "backup"])
-async def test_break_at_the_first_token_closes_the_loser_at_once(loser):
+async def test_break_at_the_first_token_closes_the_loser_at_once(loser: AttemptRole) -> None:
     async with ScriptedServer(loser_scripts(loser)[0]) as a, ScriptedServer(loser_scripts(loser)[1]) as b:
         servers = {"primary": a, "backup": b}
         async with HedgingClient(
@@ -549,6 +570,7 @@ async def test_break_at_the_first_token_closes_the_loser_at_once(loser):
                     break  # no await between the first token and leaving the block
             left_at = time.monotonic()
             record = stream.record
+            assert record is not None
             assert record.status == "cancelled" and record.hedged
             assert {a.role: a.outcome for a in record.attempts}[loser] == "cancelled"
             closed_at = await servers[loser].wait_disconnect(0, timeout_s=3.0)
@@ -557,7 +579,7 @@ async def test_break_at_the_first_token_closes_the_loser_at_once(loser):
             assert pool_state(client_pool(client))[0] == 0
 
 
-async def test_twenty_breaks_at_the_first_token_leave_nothing_open_and_hedges_keep_working():
+async def test_twenty_breaks_at_the_first_token_leave_nothing_open_and_hedges_keep_working() -> None:
     # With the leak, each call left one connection to the slow upstream ACTIVE: with a pool of
     # 10, the 11th call's hedge waited for a connection forever (each call is bounded here).
     async with (
@@ -574,6 +596,7 @@ async def test_twenty_breaks_at_the_first_token_leave_nothing_open_and_hedges_ke
             async with client.stream_chat(BODY) as stream:
                 async for _ in stream:
                     break
+            assert stream.record is not None
             return stream.record.winner
 
         for _ in range(20):

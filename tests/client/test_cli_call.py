@@ -17,6 +17,8 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,7 +55,7 @@ async def run_call(*args: str, timeout_s: float = 60.0) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-def parse(stdout: str) -> tuple[dict, CallRecord]:
+def parse(stdout: str) -> tuple[dict[str, Any], CallRecord]:
     """The ``--json`` object and its record (validated by the wire format's own parser)."""
     lines = stdout.strip().splitlines()
     assert len(lines) == 1, stdout
@@ -62,7 +64,7 @@ def parse(stdout: str) -> tuple[dict, CallRecord]:
     return out, CallRecord.from_dict(out["record"])
 
 
-async def test_json_success_against_a_sim_replica():
+async def test_json_success_against_a_sim_replica() -> None:
     replica = ReplicaThread(ReplicaConfig(name="r1", time_scale=0.01, seed=1), port=0).start()
     try:
         code, stdout, stderr = await run_call(
@@ -87,7 +89,7 @@ async def test_json_success_against_a_sim_replica():
     assert record.status == "ok" and record.winner == "primary" and record.completion_tokens == 5
 
 
-async def test_json_hedged_call_reports_reasoning_and_the_hedge():
+async def test_json_hedged_call_reports_reasoning_and_the_hedge() -> None:
     async with ScriptedServer(answer(first_delay_s=5.0)) as a, ScriptedServer(answer()) as b:
         code, stdout, stderr = await run_call(
             "--upstream", f"a={a.base_url}", "--upstream", f"b={b.base_url}", "--hedge-after", "0.3", "--json"
@@ -99,7 +101,7 @@ async def test_json_hedged_call_reports_reasoning_and_the_hedge():
     assert record.hedge_after_s == 0.3 and len(b.requests) == 1
 
 
-async def test_budget_zero_never_hedges():
+async def test_budget_zero_never_hedges() -> None:
     async with ScriptedServer(answer(first_delay_s=1.0)) as a, ScriptedServer(answer()) as b:
         code, stdout, stderr = await run_call(
             "--upstream",
@@ -118,7 +120,7 @@ async def test_budget_zero_never_hedges():
     assert b.requests == []
 
 
-async def test_stall_timeout_fails_with_json_and_exit_1():
+async def test_stall_timeout_fails_with_json_and_exit_1() -> None:
     pieces = sse(chunk("one ", role="assistant"), done=False) + sse(chunk("two "), first_delay_s=10.0)
     async with ScriptedServer(Script(pieces=pieces, close=False)) as a:
         code, stdout, stderr = await run_call("--upstream", f"a={a.base_url}", "--stall-timeout", "0.5", "--json")
@@ -130,7 +132,7 @@ async def test_stall_timeout_fails_with_json_and_exit_1():
     assert stderr.strip().splitlines() == [f"hedgerow: {out['error']}"]
 
 
-async def test_total_timeout_fails_with_json_and_exit_1():
+async def test_total_timeout_fails_with_json_and_exit_1() -> None:
     async with ScriptedServer(Script(header_delay_s=10.0, close=False)) as a:
         code, stdout, _ = await run_call("--upstream", f"a={a.base_url}", "--total-timeout", "0.8", "--json")
     assert code == 1
@@ -139,7 +141,7 @@ async def test_total_timeout_fails_with_json_and_exit_1():
     assert record.status == "timeout" and record.error_type == "total_timeout"
 
 
-async def test_upstream_error_fails_with_json_and_exit_1():
+async def test_upstream_error_fails_with_json_and_exit_1() -> None:
     refusing = Script(status=401, content_type="application/json", pieces=[(0, b'{"error":"bad key"}')])
     async with ScriptedServer(refusing) as a, ScriptedServer(answer()) as b:
         code, stdout, _ = await run_call("--upstream", f"a={a.base_url}", "--upstream", f"b={b.base_url}", "--json")
@@ -149,7 +151,7 @@ async def test_upstream_error_fails_with_json_and_exit_1():
     assert b.requests == []
 
 
-async def test_plain_output_streams_the_text_and_a_failure_is_one_line():
+async def test_plain_output_streams_the_text_and_a_failure_is_one_line() -> None:
     async with ScriptedServer(answer()) as a:
         code, stdout, stderr = await run_call("--upstream", f"a={a.base_url}")
     assert code == 0 and stdout == "w0 w1 w2 \n", (stdout, stderr)
@@ -176,7 +178,7 @@ async def test_plain_output_streams_the_text_and_a_failure_is_one_line():
         (["--upstream", "no-equals-sign"], "--upstream"),
     ],
 )
-def test_bad_flags_exit_2_with_one_line_naming_the_flag(args, flag):
+def test_bad_flags_exit_2_with_one_line_naming_the_flag(args: list[str], flag: str) -> None:
     if "--upstream" not in args:
         args = ["--upstream", "a=http://127.0.0.1:9/v1", *args]
     proc = subprocess.run(
@@ -211,7 +213,7 @@ LONG_NAME = "r" * 201  # records hold names of at most MAX_NAME_CHARS = 200 char
         (["--max-tokens", "many"], "--max-tokens"),
     ],
 )
-def test_names_and_max_tokens_are_checked_before_the_call(args, flag):
+def test_names_and_max_tokens_are_checked_before_the_call(args: list[str], flag: str) -> None:
     """Values the library or the records would reject are flag errors (exit 2), sent nowhere."""
     base = {"--upstream": "a=http://127.0.0.1:9/v1", "--model": "m"}
     for name, value in base.items():
@@ -235,7 +237,7 @@ def test_names_and_max_tokens_are_checked_before_the_call(args, flag):
         (None, "cannot read"),
     ],
 )
-def test_bad_body_is_one_line_exit_2(tmp_path, content, words):
+def test_bad_body_is_one_line_exit_2(tmp_path: Path, content: str | None, words: str) -> None:
     path = tmp_path / "body.json"
     if content is not None:
         path.write_text(content)
@@ -252,14 +254,14 @@ def test_bad_body_is_one_line_exit_2(tmp_path, content, words):
     assert proc.stdout == ""
 
 
-async def test_max_tokens_is_sent_upstream():
+async def test_max_tokens_is_sent_upstream() -> None:
     async with ScriptedServer(answer()) as a:
         code, _, stderr = await run_call("--upstream", f"a={a.base_url}", "--max-tokens", "7")
     assert code == 0, stderr
-    assert a.requests[0].body["max_tokens"] == 7
+    assert a.requests[0].json_body["max_tokens"] == 7
 
 
-def test_help_documents_the_exit_codes():
+def test_help_documents_the_exit_codes() -> None:
     proc = subprocess.run(
         [HEDGEROW, "call", "--help"],
         capture_output=True,
@@ -296,7 +298,7 @@ async def start_call(*args: str) -> asyncio.subprocess.Process:
 
 
 @pytest.mark.parametrize("as_json", [True, False])
-async def test_sigint_during_the_call_exits_130_with_the_cancelled_record(as_json):
+async def test_sigint_during_the_call_exits_130_with_the_cancelled_record(as_json: bool) -> None:
     pieces = sse(chunk("one ", role="assistant"), done=False) + sse(chunk("two "), first_delay_s=60.0)
     async with ScriptedServer(Script(pieces=pieces, close=False)) as a:
         proc = await start_call("--upstream", f"a={a.base_url}", *(["--json"] if as_json else []))
@@ -328,7 +330,7 @@ async def test_sigint_during_the_call_exits_130_with_the_cancelled_record(as_jso
         assert stdout == "one \n"
 
 
-async def test_early_sigint_never_leaves_noise():
+async def test_early_sigint_never_leaves_noise() -> None:
     """SIGINT at several moments from process start to the call; each gives one clean outcome.
 
     A signal that lands while Python is still starting up (exit 1, ``Fatal Python error:
@@ -379,7 +381,7 @@ async def test_early_sigint_never_leaves_noise():
     assert None in handled, handled  # the request was on its way: hedgerow's handler must have run
 
 
-async def test_body_from_stdin_with_model_override():
+async def test_body_from_stdin_with_model_override() -> None:
     body = json.dumps({"model": "from-body", "messages": [{"role": "user", "content": "hi"}]}).encode()
     async with ScriptedServer(answer()) as a:
         proc = await asyncio.create_subprocess_exec(
@@ -399,11 +401,11 @@ async def test_body_from_stdin_with_model_override():
         out, err = await asyncio.wait_for(proc.communicate(body), 60)
     assert proc.returncode == 0, err.decode()
     _, record = parse(out.decode())
-    assert record.model == "m2" and a.requests[0].body["model"] == "m2"
-    assert a.requests[0].body["messages"] == [{"role": "user", "content": "hi"}]
+    assert record.model == "m2" and a.requests[0].json_body["model"] == "m2"
+    assert a.requests[0].json_body["messages"] == [{"role": "user", "content": "hi"}]
 
 
-async def test_api_responses_streams_a_responses_call_and_records_its_api():
+async def test_api_responses_streams_a_responses_call_and_records_its_api() -> None:
     from tests.client.test_responses import events, timed
 
     async with (
@@ -431,12 +433,12 @@ async def test_api_responses_streams_a_responses_call_and_records_its_api():
     assert b.requests[0].body == {"model": "m", "input": "hi", "max_output_tokens": 7, "stream": True}
 
 
-async def test_api_must_be_chat_or_responses():
+async def test_api_must_be_chat_or_responses() -> None:
     code, _, stderr = await run_call("--api", "completions", "--upstream", "a=http://127.0.0.1:9/v1")
     assert code == 2 and "--api: must be chat or responses" in stderr
 
 
-def test_a_budget_in_percent_is_taken_as_routes_set_takes_it():
+def test_a_budget_in_percent_is_taken_as_routes_set_takes_it() -> None:
     """``--budget 5%`` was refused ("must be a fraction") where ``routes set --budget 5%`` is taken."""
     proc = subprocess.run(
         [HEDGEROW, "call", "--upstream", "a=http://127.0.0.1:9/v1", "--model", "m", "--prompt", "hi", "--budget", "5%"],

@@ -109,7 +109,7 @@ def assert_timings(case: StreamCase, record: CallRecord, elapsed_s: float) -> No
         assert record.max_itl_s is not None and record.max_itl_s >= case.min_max_itl_s
 
 
-def test_the_case_table_matches_the_recordings():
+def test_the_case_table_matches_the_recordings() -> None:
     # The table's event indices point at real events, and its timelines keep every non-token
     # event well before the first token (the margin the timing checks rely on).
     for case in CASES:
@@ -125,7 +125,7 @@ def test_the_case_table_matches_the_recordings():
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-async def test_chat_assembles_the_answer_of_every_stream_shape(case: StreamCase):
+async def test_chat_assembles_the_answer_of_every_stream_shape(case: StreamCase) -> None:
     async with ScriptedServer(case.script()) as server, single(server, hedge_after_s=30.0) as client:
         started = time.monotonic()
         result = await client.chat(case.body(BODY))
@@ -142,7 +142,7 @@ async def test_chat_assembles_the_answer_of_every_stream_shape(case: StreamCase)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-async def test_stream_chat_yields_every_chunk_of_the_winner_in_order(case: StreamCase):
+async def test_stream_chat_yields_every_chunk_of_the_winner_in_order(case: StreamCase) -> None:
     async with ScriptedServer(case.script()) as server, single(server, hedge_after_s=30.0) as client:
         started = time.monotonic()
         async with client.stream_chat(case.body(BODY)) as stream:
@@ -161,7 +161,7 @@ FAST_BACKUP = CASES_BY_NAME["openai"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-async def test_events_that_are_not_tokens_do_not_hold_off_a_hedge(case: StreamCase):
+async def test_events_that_are_not_tokens_do_not_hold_off_a_hedge(case: StreamCase) -> None:
     # The primary's timeline at four times its length: its non-token events arrive in the first
     # 0.8 s, its first token at 2.4 s. The hedge is due at 0.5 s; the backup answers at once. A
     # timer held off by each non-token event would start the backup at 1.3 s at the earliest, so
@@ -177,6 +177,7 @@ async def test_events_that_are_not_tokens_do_not_hold_off_a_hedge(case: StreamCa
         record = result.record
         assert result.text == FAST_BACKUP.text
         assert record.hedged and record.hedge_reason == "ttft_timeout" and record.winner == "backup"
+        assert record.ttft_s is not None
         assert 0.5 <= record.ttft_s < case.ttft_at_s(scale=scale)
         first, second = record.attempts
         assert first.outcome == "cancelled" and first.first_token_s is None and first.completion_tokens == 0
@@ -185,7 +186,7 @@ async def test_events_that_are_not_tokens_do_not_hold_off_a_hedge(case: StreamCa
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-async def test_the_first_token_of_any_kind_stops_the_hedge_timer(case: StreamCase):
+async def test_the_first_token_of_any_kind_stops_the_hedge_timer(case: StreamCase) -> None:
     # The primary's timeline at double length: first token at 1.2 s, hedge due at 2.3 s: no hedge,
     # even where the first *answer* token (reasoning models: 2.4 s) comes after the hedge point.
     # A timer stopped only by an answer token fires at 2.3 s, before the server (never early)
@@ -200,7 +201,7 @@ async def test_the_first_token_of_any_kind_stops_the_hedge_timer(case: StreamCas
     assert backup.requests == []
 
 
-async def test_keepalive_comments_do_not_hide_a_stall():
+async def test_keepalive_comments_do_not_hide_a_stall() -> None:
     # One token, then only ": ping" comments every 0.2 s for 2.4 s: a stall of 2.4 s.
     head = CASES_BY_NAME["keepalive"].events()
     pieces = [(0.0, head[3])] + [(0.2, b": ping\n\n")] * 12 + [(0.0, head[5]), (0.0, head[7]), (0.0, head[8])]
@@ -217,7 +218,7 @@ async def test_keepalive_comments_do_not_hide_a_stall():
     assert stream.record.completion_tokens == 1
 
 
-async def test_a_connection_cut_after_the_finish_reason_keeps_the_answer():
+async def test_a_connection_cut_after_the_finish_reason_keeps_the_answer() -> None:
     # The no_done stream (no [DONE]) with its HTTP chunked body cut off after the finish chunk:
     # the answer is complete, nothing was lost.
     case = CASES_BY_NAME["no_done"]
@@ -234,7 +235,7 @@ def cut_before(case: StreamCase, event: int) -> Script:
     return Script(pieces=chunked(pieces, terminate=False), headers={"Transfer-Encoding": "chunked"})
 
 
-async def test_an_empty_string_finish_reason_is_not_a_finish():
+async def test_an_empty_string_finish_reason_is_not_a_finish() -> None:
     # empty_finish cut before its real finish chunk: every chunk so far says finish_reason "",
     # which must not pass for a finish: the call is truncated, not ok.
     case = CASES_BY_NAME["empty_finish"]
@@ -246,7 +247,7 @@ async def test_an_empty_string_finish_reason_is_not_a_finish():
     assert record.completion_tokens == 3
 
 
-async def test_an_empty_string_finish_reason_does_not_hide_a_stall():
+async def test_an_empty_string_finish_reason_does_not_hide_a_stall() -> None:
     # Three tokens with finish_reason "", then 2 s of silence: a stall (0.6 s), not a finished answer.
     case = CASES_BY_NAME["empty_finish"]
     pieces = [*case.pieces()[:4], (2.0, b": still here\n\n"), *case.pieces()[4:]]
@@ -257,7 +258,7 @@ async def test_an_empty_string_finish_reason_does_not_hide_a_stall():
     assert info.value.record is not None and info.value.record.status == "stalled"
 
 
-async def test_with_n_2_one_finished_choice_is_not_a_complete_answer():
+async def test_with_n_2_one_finished_choice_is_not_a_complete_answer() -> None:
     # n2 cut after choice 0 finished while choice 1 was still generating: truncated.
     case = CASES_BY_NAME["n2"]
     async with ScriptedServer(cut_before(case, 7)) as server, single(server) as client:
@@ -267,7 +268,7 @@ async def test_with_n_2_one_finished_choice_is_not_a_complete_answer():
     assert record is not None and (record.status, record.error_type) == ("error", "truncated")
 
 
-async def test_with_n_1_the_finish_of_choice_0_completes_the_answer():
+async def test_with_n_1_the_finish_of_choice_0_completes_the_answer() -> None:
     # The same cut with n absent (n = 1): choice 0's finish completes the answer.
     case = CASES_BY_NAME["n2"]
     async with ScriptedServer(cut_before(case, 7)) as server, single(server) as client:
@@ -303,7 +304,9 @@ def split_streams(draw: st.DrawFn) -> tuple[StreamCase, list[int], bool]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(split=split_streams())
-async def test_any_split_of_a_stream_gives_the_same_answer_and_record(split):
+async def test_any_split_of_a_stream_gives_the_same_answer_and_record(
+    split: tuple[StreamCase, list[int], bool],
+) -> None:
     case, cuts, use_chunked = split
     raw = case.raw()
     bounds = [0, *cuts, len(raw)]

@@ -20,6 +20,7 @@ from hedgerow.controller.store.db import make_engine
 from hedgerow.controller.store.models import Call
 from hedgerow.settings import Settings
 from tests.client.test_background import record
+from tests.conftest import CallFactory
 from tests.helpers import free_port
 
 
@@ -61,7 +62,7 @@ async def _until(predicate: Any, timeout_s: float) -> bool:
 
 @pytest.mark.slow
 async def test_batches_the_api_refuses_as_too_large_are_split_and_nothing_is_lost(
-    database_url: str, call_factory
+    database_url: str, call_factory: CallFactory
 ) -> None:
     now = datetime.now(UTC)
     records = [call_factory(f"big{i}", started_at=now - timedelta(seconds=i % 600)) for i in range(1000)]
@@ -141,7 +142,9 @@ def test_full_jitter_backoff_is_bounded_by_its_doubling_ceiling() -> None:
 
 
 @pytest.mark.slow
-async def test_exporter_resumes_at_once_after_an_outage_and_resets_its_backoff(tmp_path: Path, call_factory) -> None:
+async def test_exporter_resumes_at_once_after_an_outage_and_resets_its_backoff(
+    tmp_path: Path, call_factory: CallFactory
+) -> None:
     database_url = f"sqlite+aiosqlite:///{tmp_path / 'outage.db'}"
     port = free_port()
     exporter = TelemetryExporter(f"http://127.0.0.1:{port}", batch_size=50, flush_interval_s=0.05)

@@ -14,7 +14,7 @@ from hedgerow.client import (
     HedgingTransport,
     Upstream,
 )
-from tests.client.scripted_server import Script, ScriptedServer
+from tests.client.scripted_server import Script, ScriptedServer, Seen
 from tests.helpers import BODY, Sink, answer
 
 DOWN = Script(status=503, content_type="application/json", pieces=[(0, b'{"error": "overloaded"}')])
@@ -69,7 +69,7 @@ async def test_every_upstream_answering_503_costs_at_most_1_2_requests_per_call(
 
 async def test_failovers_still_flow_while_failures_are_rare() -> None:
     # Every 20th primary fails (5% of attempts): each of those calls fails over and succeeds.
-    def primary(i: int, _seen) -> Script:
+    def primary(i: int, _seen: Seen) -> Script:
         return DOWN if i % 20 == 0 else answer()
 
     async with ScriptedServer(primary) as a, ScriptedServer(answer()) as b:

@@ -21,6 +21,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from typing import Any
 
 import httpx
 import pytest
@@ -85,7 +86,7 @@ def two(a: ScriptedServer | str, b: ScriptedServer | str) -> list[Upstream]:
 # -- connection refused / connect timeout -------------------------------------------------------
 
 
-async def test_connection_refused_fails_over_at_once():
+async def test_connection_refused_fails_over_at_once() -> None:
     dead = f"http://127.0.0.1:{free_port()}/v1"
     async with ScriptedServer(answer()) as b:
         sink = Sink()
@@ -103,7 +104,7 @@ async def test_connection_refused_fails_over_at_once():
     assert len(b.requests) == 1 and sink.records == [record]
 
 
-async def test_connect_timeout_fails_over_at_once():
+async def test_connect_timeout_fails_over_at_once() -> None:
     with full_backlog_listener() as port:
         async with ScriptedServer(answer()) as b:
             policy = HedgePolicy(hedge_after_s=5.0, connect_timeout_s=0.5)
@@ -120,7 +121,7 @@ async def test_connect_timeout_fails_over_at_once():
 # -- no response headers -----------------------------------------------------------------------
 
 
-async def test_no_headers_by_hedge_after_hedges():
+async def test_no_headers_by_hedge_after_hedges() -> None:
     silent = Script(header_delay_s=10.0, pieces=answer().pieces, close=False)
     async with ScriptedServer(silent) as a, ScriptedServer(answer(first_delay_s=0.2)) as b:
         async with HedgingClient(two(a, b), policy=HedgePolicy(hedge_after_s=0.5)) as client:
@@ -136,7 +137,7 @@ async def test_no_headers_by_hedge_after_hedges():
         assert await a.wait_disconnect(0) is not None
 
 
-async def test_no_headers_by_total_timeout_raises_total_timeout():
+async def test_no_headers_by_total_timeout_raises_total_timeout() -> None:
     silent = Script(header_delay_s=10.0, pieces=answer().pieces, close=False)
     async with ScriptedServer(silent) as a, ScriptedServer(silent) as b:
         sink = Sink()
@@ -159,7 +160,7 @@ async def test_no_headers_by_total_timeout_raises_total_timeout():
 
 
 @pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503, 504])
-async def test_http_408_409_429_5xx_fail_over(status):
+async def test_http_408_409_429_5xx_fail_over(status: int) -> None:
     failing = Script(status=status, content_type="application/json", pieces=[(0, b'{"error":"nope"}')])
     async with ScriptedServer(failing) as a, ScriptedServer(answer()) as b:
         # budget 0: a failover must not need (nor spend) the hedge budget
@@ -174,7 +175,7 @@ async def test_http_408_409_429_5xx_fail_over(status):
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
-async def test_http_400_401_403_404_422_raise_upstream_error(status):
+async def test_http_400_401_403_404_422_raise_upstream_error(status: int) -> None:
     refusing = Script(status=status, content_type="application/json", pieces=[(0, b'{"error":{"message":"bad"}}')])
     async with ScriptedServer(refusing) as a, ScriptedServer(answer()) as b:
         sink = Sink()
@@ -216,7 +217,7 @@ NON_SSE_BODIES = {
 
 
 @pytest.mark.parametrize("kind", sorted(NON_SSE_BODIES))
-async def test_http_200_non_sse_body_fails_over(kind):
+async def test_http_200_non_sse_body_fails_over(kind: str) -> None:
     content_type, payload = NON_SSE_BODIES[kind]
     async with (
         ScriptedServer(Script(content_type=content_type, pieces=[(0, payload)])) as a,
@@ -238,7 +239,7 @@ SSE_ERRORS = {
 
 
 @pytest.mark.parametrize("kind", sorted(SSE_ERRORS))
-async def test_sse_error_payload_before_first_token_fails_over(kind):
+async def test_sse_error_payload_before_first_token_fails_over(kind: str) -> None:
     pieces = [*sse(chunk(role="assistant", content=""), done=False), (0.05, SSE_ERRORS[kind])]
     async with (
         ScriptedServer(Script(pieces=pieces)) as a,
@@ -254,7 +255,7 @@ async def test_sse_error_payload_before_first_token_fails_over(kind):
 
 
 @pytest.mark.parametrize("kind", sorted(SSE_ERRORS))
-async def test_sse_error_payload_after_first_token_fails_the_call(kind):
+async def test_sse_error_payload_after_first_token_fails_the_call(kind: str) -> None:
     pieces = [*sse(chunk("one ", role="assistant"), chunk("two "), done=False), (0.05, SSE_ERRORS[kind])]
     async with ScriptedServer(Script(pieces=pieces)) as a, ScriptedServer(answer()) as b:
         sink = Sink()
@@ -280,7 +281,7 @@ EMPTY_STREAMS = {
 
 
 @pytest.mark.parametrize("kind", sorted(EMPTY_STREAMS))
-async def test_stream_ending_before_any_token_fails_over(kind):
+async def test_stream_ending_before_any_token_fails_over(kind: str) -> None:
     async with (
         ScriptedServer(Script(pieces=EMPTY_STREAMS[kind])) as a,
         ScriptedServer(answer()) as b,
@@ -303,7 +304,7 @@ CUTS = {
 
 
 @pytest.mark.parametrize("kind", sorted(CUTS))
-async def test_connection_cut_after_tokens_is_truncated(kind):
+async def test_connection_cut_after_tokens_is_truncated(kind: str) -> None:
     headers, pieces = CUTS[kind]
     async with ScriptedServer(Script(pieces=pieces, headers=headers)) as a, ScriptedServer(answer()) as b:
         sink = Sink()
@@ -318,7 +319,7 @@ async def test_connection_cut_after_tokens_is_truncated(kind):
     assert b.requests == []
 
 
-async def test_stall_after_first_token_raises_stall_timeout():
+async def test_stall_after_first_token_raises_stall_timeout() -> None:
     pieces = sse(chunk("a", role="assistant"), done=False) + sse(chunk("b"), chunk(finish="stop"), first_delay_s=5.0)
     async with ScriptedServer(Script(pieces=pieces, close=False)) as a, ScriptedServer(answer()) as b:
         sink = Sink()
@@ -348,7 +349,7 @@ class Boom(Exception):
 
 
 @pytest.mark.parametrize("how", ["break", "exception", "task_cancelled"])
-async def test_caller_abandoning_the_stream_closes_every_attempt(how):
+async def test_caller_abandoning_the_stream_closes_every_attempt(how: str) -> None:
     # Primary: headers at once, first token at 1.0 s, then a token a second. Backup: silent.
     # hedge_after_s 0.3, so both attempts are running when the caller leaves.
     slow = answer(first_delay_s=1.0, gap_s=1.0, words=10, close=False)
@@ -401,7 +402,7 @@ async def test_caller_abandoning_the_stream_closes_every_attempt(how):
 # -- nothing left -----------------------------------------------------------------------------
 
 
-async def test_every_attempt_failing_raises_all_attempts_failed():
+async def test_every_attempt_failing_raises_all_attempts_failed() -> None:
     dead = f"http://127.0.0.1:{free_port()}/v1"
     down = Script(status=503, content_type="text/plain", pieces=[(0, b"down for maintenance")])
     async with ScriptedServer(down) as b:
@@ -431,7 +432,7 @@ CAP = 1024 * 1024
 
 
 @pytest.mark.parametrize("shape", ["line", "event"])
-async def test_event_larger_than_the_cap_before_first_token_fails_over(shape):
+async def test_event_larger_than_the_cap_before_first_token_fails_over(shape: str) -> None:
     huge = ENDLESS_LINE if shape == "line" else ENDLESS_EVENT
     pieces = [*sse(chunk(role="assistant"), done=False), (0.05, huge)]
     async with ScriptedServer(Script(pieces=pieces, close=False)) as a, ScriptedServer(answer(first_delay_s=0.3)) as b:
@@ -447,7 +448,7 @@ async def test_event_larger_than_the_cap_before_first_token_fails_over(shape):
         assert await a.wait_disconnect(0) is not None
 
 
-async def test_event_larger_than_the_cap_after_first_token_fails_the_call():
+async def test_event_larger_than_the_cap_after_first_token_fails_the_call() -> None:
     pieces = [*sse(chunk("a", role="assistant"), done=False), (0.05, ENDLESS_LINE)]
     async with ScriptedServer(Script(pieces=pieces, close=False)) as a, ScriptedServer(answer()) as b:
         sink = Sink()
@@ -463,7 +464,7 @@ async def test_event_larger_than_the_cap_after_first_token_fails_the_call():
         assert b.requests == [] and await a.wait_disconnect(0) is not None
 
 
-async def test_events_just_under_the_cap_pass_in_any_line_ending():
+async def test_events_just_under_the_cap_pass_in_any_line_ending() -> None:
     # A 900 KB content chunk under a 1 MiB cap, with LF, CRLF and CR endings, split across writes.
     big = "y" * 900_000
     body = json.dumps(chunk(big, role="assistant"))
@@ -482,13 +483,14 @@ async def test_events_just_under_the_cap_pass_in_any_line_ending():
         assert b.requests == []
 
 
-def test_max_event_bytes_is_validated():
+def test_max_event_bytes_is_validated() -> None:
+    bad: Any  # each of them wrong (a type or a value)
     for bad in (0, -1, 1.5, True, None):
         with pytest.raises(ValueError, match="max_event_bytes"):
             HedgePolicy(max_event_bytes=bad)
 
 
-async def test_total_timeout_after_first_token_records_the_gap_and_error_type():
+async def test_total_timeout_after_first_token_records_the_gap_and_error_type() -> None:
     pieces = [*sse(chunk("a", role="assistant"), chunk("b"), done=False, gap_s=0.05), (30.0, b"data: [DONE]\n\n")]
     async with ScriptedServer(Script(pieces=pieces, close=False)) as a, ScriptedServer(answer()) as b:
         sink = Sink()
@@ -509,7 +511,7 @@ async def test_total_timeout_after_first_token_records_the_gap_and_error_type():
 
 
 @pytest.mark.parametrize("suffix", ["", "/api", "/v1"])
-async def test_404_names_a_base_url_without_v1(suffix):
+async def test_404_names_a_base_url_without_v1(suffix: str) -> None:
     not_found = Script(status=404, content_type="application/json", pieces=[(0, b'{"detail":"Not Found"}')])
     async with ScriptedServer(not_found) as a:
         base_url = f"http://127.0.0.1:{a.port}{suffix}"
@@ -533,7 +535,7 @@ async def test_404_names_a_base_url_without_v1(suffix):
         ("model", "body: must be a dict"),
     ],
 )
-async def test_bad_body_raises_value_error_naming_the_field_before_any_request(body, field):
+async def test_bad_body_raises_value_error_naming_the_field_before_any_request(body: Any, field: str) -> None:
     async with ScriptedServer(answer()) as a, HedgingClient([Upstream("a", a.base_url)]) as client:
         with pytest.raises(ValueError) as info:
             await client.chat(body)

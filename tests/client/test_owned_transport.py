@@ -11,6 +11,7 @@ response that arrives while the cancellation is handled is closed, and the body 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,7 @@ async def test_a_gated_cancellation_during_the_tasks_own_close_waits_for_the_clo
             assert task is not None
             request = http.build_request("POST", url, json=BODY, extensions={GATE_EXTENSION: gates[task]})
             response = await http.send(request, stream=True)
+            assert isinstance(response.stream, httpx.AsyncByteStream)  # an AsyncClient's response
             async for _ in response.stream:  # the body itself: httpx's iterators close it at the end
                 if partial:
                     break
@@ -264,7 +266,7 @@ async def test_a_response_that_arrives_while_the_cancellation_is_handled_is_clos
     closed: list[bool] = []
 
     class _Body(httpx.AsyncByteStream):
-        async def __aiter__(self):  # type: ignore[override]
+        async def __aiter__(self) -> AsyncIterator[bytes]:
             yield b"x"
 
         async def aclose(self) -> None:
@@ -340,7 +342,7 @@ async def test_a_gated_request_that_never_leaves_the_window_is_cancelled_after_s
     async def send() -> httpx.Response:
         task = asyncio.current_task()
         assert task is not None
-        request = httpx.Request("GET", "http://example.invalid/", extensions={GATE_EXTENSION: gates[task]})  # type: ignore[index]
+        request = httpx.Request("GET", "http://example.invalid/", extensions={GATE_EXTENSION: gates[task]})
         return await transport.handle_async_request(request)
 
     task = asyncio.create_task(send())

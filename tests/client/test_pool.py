@@ -10,6 +10,8 @@ from contextlib import asynccontextmanager
 
 import httpcore
 import httpx
+import pytest
+from httpcore._async.connection_pool import AsyncPoolRequest
 
 from hedgerow.client import _pool
 from hedgerow.client._pool import CoalescingStream, LinearPool, linear_pool_transport
@@ -69,7 +71,8 @@ async def keep_alive_server() -> AsyncIterator[KeepAliveServer]:
         await listening.wait_closed()
 
 
-def pool_of(transport: httpx.AsyncHTTPTransport) -> LinearPool:
+def pool_of(transport: httpx.AsyncBaseTransport) -> LinearPool:
+    assert isinstance(transport, httpx.AsyncHTTPTransport)
     pool = transport._pool
     assert isinstance(pool, LinearPool)
     return pool
@@ -107,14 +110,14 @@ async def test_connections_are_reused_and_idle_ones_beyond_keepalive_are_closed(
         assert server.connections == 1
         responses = await asyncio.gather(*(http.get(url) for _ in range(10)))  # concurrent: more connections
         assert all(r.status_code == 200 for r in responses)
-        pool = pool_of(http._transport)  # type: ignore[arg-type]
+        pool = pool_of(http._transport)
         idle = [c for c in pool.connections if c.is_idle()]
         assert len(idle) <= 3
         assert (await http.get(url)).status_code == 200
         assert len(pool.connections) <= 3
 
 
-async def test_a_connection_the_server_closed_is_not_reused(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+async def test_a_connection_the_server_closed_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_pool, "SWEEP_S", 3600.0)  # only the check of the connection about to be reused
     async with (
         keep_alive_server() as server,
@@ -122,7 +125,7 @@ async def test_a_connection_the_server_closed_is_not_reused(monkeypatch) -> None
     ):
         url = f"http://127.0.0.1:{server.port}/x"
         assert (await http.get(url)).status_code == 200
-        pool = pool_of(http._transport)  # type: ignore[arg-type]
+        pool = pool_of(http._transport)
         pool._swept_at = time.monotonic()
         for writer in server.writers:  # the server ends the idle keep-alive connection
             writer.close()
@@ -137,7 +140,7 @@ async def test_the_pass_is_linear_in_idle_connections() -> None:
     calls = 0
     original = httpcore.AsyncHTTPConnection.is_idle
 
-    def counting(self):  # type: ignore[no-untyped-def]
+    def counting(self: httpcore.AsyncHTTPConnection) -> bool:
         nonlocal calls
         calls += 1
         return original(self)
@@ -146,15 +149,38 @@ async def test_the_pass_is_linear_in_idle_connections() -> None:
     async with keep_alive_server() as server, httpx.AsyncClient(transport=linear_pool_transport(limits)) as http:
         url = f"http://127.0.0.1:{server.port}/x"
         await asyncio.gather(*(http.get(url) for _ in range(64)))
-        pool = pool_of(http._transport)  # type: ignore[arg-type]
+        pool = pool_of(http._transport)
         connections = len(pool.connections)
         assert connections >= 16
-        httpcore.AsyncHTTPConnection.is_idle = counting  # type: ignore[method-assign]
-        try:
+        with pytest.MonkeyPatch.context() as patch:  # only around this one request
+            patch.setattr(httpcore.AsyncHTTPConnection, "is_idle", counting)
             await http.get(url)
-        finally:
-            httpcore.AsyncHTTPConnection.is_idle = original  # type: ignore[method-assign]
     assert calls <= 6 * connections  # quadratic would be connections**2 (>= 256)
+
+
+async def test_an_idle_connection_given_to_a_waiting_request_is_not_given_to_another() -> None:
+    """Concurrent requests over idle keep-alive connections each get a connection of their own at
+    the first pass: none is handed back as busy (``ConnectionNotAvailable``) to go round again,
+    counted by the pool requests whose connection was taken back."""
+    taken_back = 0
+    original = AsyncPoolRequest.clear_connection
+
+    def counting(self: AsyncPoolRequest) -> None:
+        nonlocal taken_back
+        taken_back += 1
+        original(self)
+
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+    async with keep_alive_server() as server, httpx.AsyncClient(transport=linear_pool_transport(limits)) as http:
+        url = f"http://127.0.0.1:{server.port}/x"
+        await asyncio.gather(*(http.get(url) for _ in range(16)))  # connections to reuse
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(AsyncPoolRequest, "clear_connection", counting)
+            for _ in range(5):
+                responses = await asyncio.gather(*(http.get(url) for _ in range(16)))
+                assert all(r.status_code == 200 for r in responses)
+        assert len(pool_of(http._transport).connections) <= 16
+    assert taken_back == 0
 
 
 async def test_linear_pool_transport_keeps_httpx_settings_and_wraps_the_backend() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ def test_cached_prompt_tokens_from_usage_shapes() -> None:
     assert cached_prompt_tokens({"prompt_tokens_details": {"cached_tokens": -1}}) is None
 
 
-def v1_dict() -> dict:
+def v1_dict() -> dict[str, Any]:
     """A hedged call in the version 1 wire format (no record_version, no attempt prompt fields)."""
     record = CallRecord(
         "r1", "route", "m", datetime(2026, 11, 23, 8, tzinfo=UTC), hedged=True, hedge_reason="ttft_timeout",

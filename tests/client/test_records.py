@@ -35,7 +35,7 @@ def sample() -> CallRecord:
     )
 
 
-def test_round_trip_and_wire_shape():
+def test_round_trip_and_wire_shape() -> None:
     record = sample()
     wire = record.to_dict()
     assert wire["started_at"] == "2026-11-29T08:00:00.123456Z"
@@ -54,14 +54,14 @@ def test_round_trip_and_wire_shape():
         ({"extra": 1}, "extra"),
     ],
 )
-def test_bad_fields_are_named(patch, field):
+def test_bad_fields_are_named(patch: dict[str, object], field: str) -> None:
     wire = sample().to_dict()
     wire.update(patch)
     with pytest.raises(ValueError, match=field):
         CallRecord.from_dict(wire)
 
 
-def test_bad_attempt_field_is_named_with_its_index():
+def test_bad_attempt_field_is_named_with_its_index() -> None:
     wire = sample().to_dict()
     wire["attempts"][1]["start_s"] = float("nan")
     with pytest.raises(ValueError, match=r"attempts\[1\]\.start_s"):

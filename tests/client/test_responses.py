@@ -13,13 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
-import openai
 import pytest
 
 from hedgerow.client import HedgePolicy, HedgingClient, HedgingTransport, StreamError, Upstream
 from hedgerow.client._responses import classify_event
 from tests.client.scripted_server import Script, ScriptedServer
+from tests.client.sdk import async_sdk, sync_sdk
 from tests.client.streams import chunked, split_events
 from tests.helpers import Sink
 
@@ -108,6 +107,7 @@ async def test_text_stream_answer_timings_usage_and_record() -> None:
     record = result.record
     assert (record.api, record.route, record.status, record.winner) == ("responses", "ask", "ok", "primary")
     assert (record.prompt_tokens, record.completion_tokens) == (12, 4)
+    assert record.ttft_s is not None
     assert 0.6 - 0.005 <= record.ttft_s <= 0.6 + LATE_S and record.ttfo_s == record.ttft_s
     assert record.to_dict()["api"] == "responses"
 
@@ -117,6 +117,7 @@ async def test_reasoning_keepalives_are_not_tokens_and_reasoning_is_ttft_not_ttf
         result = await client.responses(BODY)
     assert (result.text, result.reasoning_text) == ("4.", "**Adding** two and two")
     record = result.record
+    assert record.ttft_s is not None and record.ttfo_s is not None
     assert record.ttft_s >= 0.6 - 0.005 and 1.2 - 0.005 <= record.ttfo_s <= 1.2 + LATE_S
     # The answer is written 0.6 s after the reasoning (a stall of this process delays both): a
     # client that took the answer for the first token would give ttft_s == ttfo_s.
@@ -241,12 +242,7 @@ async def test_the_async_sdk_hedges_responses_streaming_and_not() -> None:
             policy=HedgePolicy(hedge_after_s=0.5),
             telemetry=sink,
         )
-        client = openai.AsyncOpenAI(
-            base_url="http://hedgerow.invalid/v1",
-            api_key="x",
-            max_retries=0,
-            http_client=httpx.AsyncClient(transport=transport),
-        )
+        client = async_sdk(transport, api_key="x")
         stream = await client.responses.create(model="gpt-4.1-mini", input="hi", stream=True)
         text = "".join([e.delta async for e in stream if e.type == "response.output_text.delta"])
         answer = await client.responses.create(model="gpt-4.1-mini", input="hi")
@@ -278,12 +274,7 @@ async def test_the_sync_sdk_hedges_a_streamed_response() -> None:
         )
 
         def run() -> str:
-            with openai.OpenAI(
-                base_url="http://hedgerow.invalid/v1",
-                api_key="x",
-                max_retries=0,
-                http_client=httpx.Client(transport=transport),
-            ) as client:
+            with sync_sdk(transport, api_key="x") as client:
                 stream = client.responses.create(model="gpt-4.1-mini", input="hi", stream=True)
                 return "".join(e.delta for e in stream if e.type == "response.output_text.delta")
 

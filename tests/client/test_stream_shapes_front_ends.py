@@ -15,13 +15,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import httpx
-import openai
 import pytest
 
 from hedgerow.client import AnswerAssembler, HedgePolicy, HedgingClient, HedgingTransport, Upstream
 from hedgerow.client.chunks import classify_chunk, reasoning_texts
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse
+from tests.client.sdk import MESSAGES, async_sdk, sync_sdk
 from tests.client.streams import CASES_BY_NAME, chunked, split_events
 from tests.helpers import BODY, Sink
 
@@ -34,8 +33,6 @@ NEW_SHAPES = [
     "tool_index_shifted",
     "tool_index_colliding",
 ]
-MESSAGES = [{"role": "user", "content": "hi"}]
-SDK_ARGS: dict[str, Any] = {"base_url": "http://hedgerow.invalid/v1", "api_key": "caller-key", "max_retries": 0}
 
 
 def held_silent() -> Script:
@@ -59,7 +56,7 @@ async def test_the_async_sdk_gets_every_chunk_of_each_new_shape_unchanged(name: 
         transport = HedgingTransport(
             [Upstream("u", server.base_url)], route="chat", policy=HedgePolicy(hedge_after_s=30.0), telemetry=sink
         )
-        async with openai.AsyncOpenAI(**SDK_ARGS, http_client=httpx.AsyncClient(transport=transport)) as client:
+        async with async_sdk(transport) as client:
             stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
             received = [item.to_dict() async for item in stream]
     # the null frame is no chunk; every other chunk arrives as sent, provider fields included
@@ -80,7 +77,7 @@ async def test_the_sync_sdk_reads_past_a_null_frame() -> None:
         transport = HedgingTransport([Upstream("u", server.base_url)], route="chat")
 
         def read() -> list[dict[str, Any]]:
-            with openai.OpenAI(**SDK_ARGS, http_client=httpx.Client(transport=transport)) as client:
+            with sync_sdk(transport) as client:
                 stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
                 return [item.to_dict() for item in stream]
 
@@ -98,7 +95,7 @@ async def test_a_thought_signature_survives_a_hedge(name: str) -> None:
         async with HedgingClient(upstreams, policy=HedgePolicy(hedge_after_s=0.3)) as library:
             result = await library.chat(BODY)
         transport = HedgingTransport(upstreams, route="chat", policy=HedgePolicy(hedge_after_s=0.3))
-        async with openai.AsyncOpenAI(**SDK_ARGS, http_client=httpx.AsyncClient(transport=transport)) as client:
+        async with async_sdk(transport) as client:
             stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
             received = [item async for item in stream]
     assert result.record.hedged and result.record.winner == "backup"

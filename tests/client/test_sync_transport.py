@@ -13,31 +13,20 @@ import asyncio
 import gc
 import sys
 import time
-from collections.abc import Iterator
 
 import httpx
 import openai
-import pytest
 
 from hedgerow.client import HedgePolicy, HedgingTransport, Upstream
 from hedgerow.client._portal import PORTAL
-from hedgerow.sim import ReplicaConfig, ReplicaThread
+from tests.client import sdk
+from tests.client.conftest import Replicas
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse
+from tests.client.sdk import MESSAGES
 from tests.helpers import Sink
 
-MESSAGES = [{"role": "user", "content": "hi"}]
 
-
-@pytest.fixture(scope="module")
-def replicas() -> Iterator[tuple[ReplicaThread, ReplicaThread]]:
-    with (
-        ReplicaThread(ReplicaConfig(name="slow", slowdown=100.0)) as slow,
-        ReplicaThread(ReplicaConfig(name="fast")) as fast,
-    ):
-        yield slow, fast
-
-
-def make_transport(replicas: tuple[ReplicaThread, ReplicaThread], sink: Sink) -> HedgingTransport:
+def make_transport(replicas: Replicas, sink: Sink) -> HedgingTransport:
     slow, fast = replicas
     return HedgingTransport(
         [Upstream("slow", slow.base_url), Upstream("fast", fast.base_url)],
@@ -48,15 +37,10 @@ def make_transport(replicas: tuple[ReplicaThread, ReplicaThread], sink: Sink) ->
 
 
 def sync_sdk(transport: HedgingTransport) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url="http://hedgerow.invalid/v1",
-        api_key="unused",
-        max_retries=0,
-        http_client=httpx.Client(transport=transport),
-    )
+    return sdk.sync_sdk(transport, api_key="unused")
 
 
-def test_sync_stream_hedges_and_the_fast_replica_wins(replicas) -> None:
+def test_sync_stream_hedges_and_the_fast_replica_wins(replicas: Replicas) -> None:
     sink = Sink()
     transport = make_transport(replicas, sink)
     with sync_sdk(transport) as client:
@@ -75,7 +59,7 @@ def test_sync_stream_hedges_and_the_fast_replica_wins(replicas) -> None:
     assert transport.client.budget.tokens < transport.client.policy.budget_burst  # the hedge was paid for
 
 
-def test_sync_non_streaming_call_hedges_on_the_whole_response(replicas) -> None:
+def test_sync_non_streaming_call_hedges_on_the_whole_response(replicas: Replicas) -> None:
     sink = Sink()
     transport = make_transport(replicas, sink)
     with sync_sdk(transport) as client:
@@ -86,7 +70,7 @@ def test_sync_non_streaming_call_hedges_on_the_whole_response(replicas) -> None:
     assert record.attempts[0].outcome == "cancelled"
 
 
-def test_sync_stream_closed_early_ends_the_call_as_cancelled(replicas) -> None:
+def test_sync_stream_closed_early_ends_the_call_as_cancelled(replicas: Replicas) -> None:
     sink = Sink()
     transport = make_transport(replicas, sink)
     with sync_sdk(transport) as client:
@@ -99,19 +83,16 @@ def test_sync_stream_closed_early_ends_the_call_as_cancelled(replicas) -> None:
     assert all(a.outcome in ("won", "cancelled") for a in record.attempts)
 
 
-async def test_sync_and_async_calls_of_one_transport_share_the_sink_and_the_budgets(replicas) -> None:
+async def test_sync_and_async_calls_of_one_transport_share_the_sink_and_the_budgets(
+    replicas: Replicas,
+) -> None:
     # The async SDK on this loop and the sync SDK in a worker thread, on one transport.
     sink = Sink()
     transport = make_transport(replicas, sink)
-    async_client = openai.AsyncOpenAI(
-        base_url="http://hedgerow.invalid/v1",
-        api_key="unused",
-        max_retries=0,
-        http_client=httpx.AsyncClient(transport=transport),
-    )
+    async_client = sdk.async_sdk(transport, api_key="unused")
     sync_client = sync_sdk(transport)
 
-    def sync_call() -> str:
+    def sync_call() -> str | None:
         return (
             sync_client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=2).choices[0].message.content
         )

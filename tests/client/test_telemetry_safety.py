@@ -21,6 +21,7 @@ from hedgerow.client import TelemetryExporter
 from tests.client.scripted_server import Script, ScriptedServer, Seen
 from tests.client.test_background import json_script, record
 from tests.client.test_exporter_api import _until, api_on_loopback, stored_calls
+from tests.conftest import CallFactory
 
 LOGGER = "hedgerow.client.telemetry"
 OLD_TOKEN = "old-token-0123456789abcdef"
@@ -52,7 +53,9 @@ class CountingTransport(httpx.AsyncHTTPTransport):
 
 
 @pytest.mark.parametrize("status", [401, 403])
-async def test_a_token_rotated_mid_stream_loses_no_record_and_is_logged_once(status: int, caplog) -> None:
+async def test_a_token_rotated_mid_stream_loses_no_record_and_is_logged_once(
+    status: int, caplog: pytest.LogCaptureFixture
+) -> None:
     # The api takes only the new token; the exporter starts with the old one, keeps every record
     # through several refusals, and sends them all once the app gives it the new token.
     def script(i: int, seen: Seen) -> Script:
@@ -124,7 +127,9 @@ async def test_one_bad_record_among_1000_costs_log_n_posts_when_the_api_does_not
     assert exporter.sent == 999 and exporter.dropped_by_reason == {"queue_full": 0, "refused": 1, "unsent": 0}
 
 
-async def test_one_bad_record_among_1000_on_a_real_api_stores_the_999_others(database_url: str, call_factory) -> None:
+async def test_one_bad_record_among_1000_on_a_real_api_stores_the_999_others(
+    database_url: str, call_factory: CallFactory
+) -> None:
     now = datetime.now(UTC)
     records = [call_factory(f"b{i}", started_at=now - timedelta(seconds=i % 600)) for i in range(1000)]
     records[637] = call_factory("b637", started_at=now + timedelta(days=2))  # a clock two days ahead
@@ -143,7 +148,7 @@ async def test_one_bad_record_among_1000_on_a_real_api_stores_the_999_others(dat
 
 @pytest.mark.slow
 async def test_a_batch_whose_every_record_is_refused_uploads_each_about_log_n_times(
-    tmp_path: Path, call_factory
+    tmp_path: Path, call_factory: CallFactory
 ) -> None:
     # Every record two days ahead of the api's clock: each is refused (422 naming its index).
     # Re-posting the rest of the batch after each refusal uploaded ~n/2 times the batch.

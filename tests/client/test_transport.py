@@ -14,10 +14,12 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletion
 
 from hedgerow.client import (
     AllAttemptsFailed,
@@ -26,19 +28,18 @@ from hedgerow.client import (
     Upstream,
 )
 from hedgerow.client.hedging import attempt_request_id
+from hedgerow.client.records import AttemptRole
 from hedgerow.client.transport import rebase_path
 from hedgerow.sim import ReplicaConfig, ReplicaThread
+from tests.client.conftest import Replicas
 from tests.client.scripted_server import Script, ScriptedServer, chunk, sse, usage_chunk
+from tests.client.sdk import BASE_URL, MESSAGES, async_sdk
 from tests.helpers import Sink, free_port
 
-MESSAGES = [{"role": "user", "content": "hi"}]
 
-
-def sdk(transport: HedgingTransport, base_url: str = "http://hedgerow.invalid/v1") -> openai.AsyncOpenAI:
+def sdk(transport: HedgingTransport, base_url: str = BASE_URL) -> openai.AsyncOpenAI:
     """The app's client: the real SDK, only ``http_client`` differs; no SDK retries."""
-    return openai.AsyncOpenAI(
-        base_url=base_url, api_key="caller-key", max_retries=0, http_client=httpx.AsyncClient(transport=transport)
-    )
+    return async_sdk(transport, base_url=base_url)
 
 
 def answer_script(text_pieces: list[str], first_delay_s: float = 0.0, gap_s: float = 0.01) -> Script:
@@ -66,18 +67,8 @@ def error_script(status: int, message: str) -> Script:
     return Script(status=status, content_type="application/json", pieces=[(0, json.dumps(body).encode())])
 
 
-@pytest.fixture(scope="module")
-def replicas() -> Iterator[tuple[ReplicaThread, ReplicaThread]]:
-    """(slow, fast) simulated replicas, shared by the module's tests."""
-    with (
-        ReplicaThread(ReplicaConfig(name="slow", slowdown=100.0)) as slow,
-        ReplicaThread(ReplicaConfig(name="fast")) as fast,
-    ):
-        yield slow, fast
-
-
 @pytest.fixture
-async def hedged(replicas) -> AsyncIterator[tuple[openai.AsyncOpenAI, Sink]]:
+async def hedged(replicas: Replicas) -> AsyncIterator[tuple[openai.AsyncOpenAI, Sink]]:
     """The SDK over a transport whose primary is the slow replica."""
     slow, fast = replicas
     sink = Sink()
@@ -95,7 +86,7 @@ async def hedged(replicas) -> AsyncIterator[tuple[openai.AsyncOpenAI, Sink]]:
 # -- sim replicas: hedging through the SDK --------------------------------------------------------
 
 
-async def test_stream_hedges_and_fast_replica_wins(hedged) -> None:
+async def test_stream_hedges_and_fast_replica_wins(hedged: tuple[openai.AsyncOpenAI, Sink]) -> None:
     client, sink = hedged
     t0 = time.monotonic()
     raw = await client.chat.completions.with_raw_response.create(
@@ -129,7 +120,7 @@ async def test_stream_hedges_and_fast_replica_wins(hedged) -> None:
     assert (backup.upstream, backup.outcome) == ("fast", "won")
 
 
-async def test_stream_without_hedge_passes_usage_when_asked(replicas) -> None:
+async def test_stream_without_hedge_passes_usage_when_asked(replicas: Replicas) -> None:
     slow, fast = replicas
     sink = Sink()
     transport = HedgingTransport(
@@ -144,18 +135,20 @@ async def test_stream_without_hedge_passes_usage_when_asked(replicas) -> None:
         )
         assert raw.headers["x-hedgerow-hedged"] == "false" and raw.headers["x-hedgerow-winner"] == "fast"
         chunks = [c async for c in raw.parse()]
+    assert chunks[-1].usage is not None
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 3
     (record,) = sink.records
     assert not record.hedged and record.winner == "primary" and record.status == "ok"
 
 
-async def test_non_streaming_call_hedges_on_the_whole_response(hedged) -> None:
+async def test_non_streaming_call_hedges_on_the_whole_response(hedged: tuple[openai.AsyncOpenAI, Sink]) -> None:
     client, sink = hedged
     t0 = time.monotonic()
     raw = await client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, max_tokens=5)
     elapsed = time.monotonic() - t0
     completion = raw.parse()
     assert completion.choices[0].message.content == "tok " * 5
+    assert completion.usage is not None
     assert completion.usage.completion_tokens == 5
     assert raw.headers["x-hedgerow-winner"] == "fast" and raw.headers["x-hedgerow-hedged"] == "true"
     assert 0.45 <= elapsed < 5.0  # the sick replica needs ~15 s for the whole answer
@@ -167,7 +160,9 @@ async def test_non_streaming_call_hedges_on_the_whole_response(hedged) -> None:
     assert [a.outcome for a in record.attempts] == ["cancelled", "won"]
 
 
-async def test_other_paths_pass_through_to_the_primary(hedged, replicas) -> None:
+async def test_other_paths_pass_through_to_the_primary(
+    hedged: tuple[openai.AsyncOpenAI, Sink], replicas: Replicas
+) -> None:
     client, sink = hedged
     raw = await client.models.with_raw_response.list()
     page = raw.parse()
@@ -202,10 +197,14 @@ async def test_path_rebased_key_replaced_headers_forwarded(stream: bool) -> None
                 extra_headers={"X-App": "demo"},
                 extra_query={"api-version": "7"},
             )
+            parsed = raw.parse()
+            text: str | None
             if stream:
-                text = "".join([c.choices[0].delta.content or "" async for c in raw.parse() if c.choices])
+                assert isinstance(parsed, openai.AsyncStream)
+                text = "".join([c.choices[0].delta.content or "" async for c in parsed if c.choices])
             else:
-                text = raw.parse().choices[0].message.content
+                assert isinstance(parsed, ChatCompletion)
+                text = parsed.choices[0].message.content
         assert text == "hello"
         assert b.requests == []
         (seen,) = a.requests
@@ -218,11 +217,11 @@ async def test_path_rebased_key_replaced_headers_forwarded(stream: bool) -> None
         assert seen.headers["x-request-id"] == attempt_request_id(request_id, "primary")
         assert str(uuid.UUID(seen.headers["x-request-id"])) == seen.headers["x-request-id"]
         assert seen.headers["x-hedgerow-attempt"] == "primary"
-        assert seen.body["messages"] == MESSAGES and seen.body["model"] == "m"
+        assert seen.json_body["messages"] == MESSAGES and seen.json_body["model"] == "m"
         if stream:
-            assert seen.body["stream"] is True and seen.body["stream_options"] == {"include_usage": True}
+            assert seen.json_body["stream"] is True and seen.json_body["stream_options"] == {"include_usage": True}
         else:
-            assert seen.body.get("stream") in (None, False)
+            assert seen.json_body.get("stream") in (None, False)
         (record,) = sink.records
         assert record.request_id == request_id and record.status == "ok" and not record.hedged
 
@@ -273,7 +272,8 @@ async def aborted_upstream_requests(replica: ReplicaThread, timeout_s: float = 5
         while True:
             stats = (await http.get(f"{replica.url}/stats")).json()
             if (stats["running"] == 0 and stats["waiting"] == 0) or time.monotonic() > deadline:
-                return stats["aborted"]
+                aborted: int = stats["aborted"]
+                return aborted
             await asyncio.sleep(0.05)
 
 
@@ -450,8 +450,9 @@ def test_bad_arguments_are_named() -> None:
         HedgingTransport(
             [Upstream("a", "http://127.0.0.1:1/v1")], route="chat", policy=HedgePolicy(), base_path="openai"
         )
+    not_a_policy: Any = 2.0
     with pytest.raises(TypeError, match="policy"):
-        HedgingTransport([Upstream("a", "http://127.0.0.1:1/v1")], route="chat", policy=2.0)  # type: ignore[arg-type]
+        HedgingTransport([Upstream("a", "http://127.0.0.1:1/v1")], route="chat", policy=not_a_policy)
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -467,10 +468,13 @@ async def test_defaults_match_hedging_client(stream: bool) -> None:
             raw = await client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, stream=stream)
             assert raw.headers["x-hedgerow-winner"] == "a" and raw.headers["x-hedgerow-hedged"] == "false"
             parsed = raw.parse()
+            text: str | None
             if stream:
+                assert isinstance(parsed, openai.AsyncStream)
                 async with parsed:
                     text = "".join([c.choices[0].delta.content or "" async for c in parsed if c.choices])
             else:
+                assert isinstance(parsed, ChatCompletion)
                 text = parsed.choices[0].message.content
     assert text == "hi"
     (record,) = sink.records
@@ -561,7 +565,7 @@ async def test_non_streaming_calls_use_the_unary_routes_threshold() -> None:
         assert record.hedge_reason == "ttft_timeout" and 0.3 <= record.attempts[1].start_s < 2.0
 
 
-async def test_concurrent_calls_share_one_transport(replicas) -> None:
+async def test_concurrent_calls_share_one_transport(replicas: Replicas) -> None:
     slow, fast = replicas
     sink = Sink()
     transport = HedgingTransport(
@@ -588,7 +592,9 @@ async def test_concurrent_calls_share_one_transport(replicas) -> None:
 
 def pool_active(transport: HedgingTransport) -> int:
     """Connections of the transport's httpcore pool that are neither idle nor closed."""
-    pool = transport._pool._inner._pool  # type: ignore[attr-defined]  # httpx keeps httpcore's pool there
+    inner = transport._pool._inner
+    assert isinstance(inner, httpx.AsyncHTTPTransport)
+    pool = inner._pool  # httpx keeps httpcore's pool there
     return sum(1 for c in pool.connections if not c.is_idle() and not c.is_closed())
 
 
@@ -652,7 +658,7 @@ async def sdk_break_at_first_chunk(client: openai.AsyncOpenAI) -> None:
 
 
 @pytest.mark.parametrize("loser", ["primary", "backup"])
-async def test_sdk_break_at_the_first_chunk_closes_the_loser_at_once(loser: str) -> None:
+async def test_sdk_break_at_the_first_chunk_closes_the_loser_at_once(loser: AttemptRole) -> None:
     scripts = (
         (held_silent_script(), winner_script(0.4)) if loser == "primary" else (winner_script(1.0), held_silent_script())
     )

@@ -56,8 +56,8 @@ async def test_library_stream_sends_each_upstream_its_model() -> None:
         ):
             async for _ in stream:
                 pass
-        assert slow.requests[0].body["model"] == "slow-m"
-        assert fast.requests[0].body["model"] == "fast-m"
+        assert slow.requests[0].json_body["model"] == "slow-m"
+        assert fast.requests[0].json_body["model"] == "fast-m"
         assert stream.record is not None and stream.record.model == "public"
         assert stream.record.winner == "backup"  # the winning attempt's role
 
@@ -69,7 +69,7 @@ async def test_transport_unary_and_passthrough_apply_the_model() -> None:
             answer = await http.post("/chat/completions", json={"model": "public", "messages": []})
             assert answer.status_code == 200
             await http.post("/embeddings", json={"model": "public", "input": "x"})
-        assert [r.body["model"] for r in server.requests] == ["up-m", "up-m"]
+        assert [r.json_body["model"] for r in server.requests] == ["up-m", "up-m"]
         assert [r.path for r in server.requests] == ["/v1/chat/completions", "/v1/embeddings"]
 
 
@@ -81,7 +81,7 @@ async def test_transport_stream_applies_the_model() -> None:
             async with http.stream("POST", "/chat/completions", json=body) as response:
                 text = (await response.aread()).decode()
         assert '"hi"' in text
-        assert server.requests[0].body["model"] == "up-m"
+        assert server.requests[0].json_body["model"] == "up-m"
 
 
 def test_the_key_is_not_in_the_repr() -> None:

@@ -32,7 +32,7 @@ def record_of(
     """One consistent record of ``outcome`` (a key of ``CALL_OUTCOMES``)."""
     common = {"client": "seed", "prompt_tokens": 100}
     if outcome == "primary_won":
-        attempts = (AttemptRecord("a", "primary", 0.0, 0.4, 1.4, "won", 200, None, 20),)
+        attempts: tuple[AttemptRecord, ...] = (AttemptRecord("a", "primary", 0.0, 0.4, 1.4, "won", 200, None, 20),)
         fields = {"winner": "primary", "ttft_s": 0.4, "e2e_s": 1.4, "completion_tokens": 20}
     elif outcome == "hedge_won":
         attempts = (

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.calls_filters import CALL_OUTCOMES, MAX_CALLS_LIMIT, decode_cursor, encode_cursor
 from hedgerow.controller.errors import UnknownRoute
 from hedgerow.controller.store.calls_query import recent_calls, retention_note
@@ -16,12 +19,12 @@ from tests.controller.calls_seed import OUTCOME_CYCLE, WINNER_OF, explorer_recor
 END = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
 
-async def _ingest(sessionmaker, records) -> None:
+async def _ingest(sessionmaker: async_sessionmaker[AsyncSession], records: list[CallRecord]) -> None:
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, records, defaults=route_defaults(Settings()))
 
 
-async def _all_pages(sessionmaker, limit: int, **filters) -> list[list[str]]:
+async def _all_pages(sessionmaker: async_sessionmaker[AsyncSession], limit: int, **filters: Any) -> list[list[str]]:
     pages: list[list[str]] = []
     after = None
     while True:
@@ -34,20 +37,20 @@ async def _all_pages(sessionmaker, limit: int, **filters) -> list[list[str]]:
         assert len(pages) < 100, "paging does not end"
 
 
-async def test_pages_walk_every_call_newest_first_once(sessionmaker) -> None:
+async def test_pages_walk_every_call_newest_first_once(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     await _ingest(sessionmaker, explorer_records(END, 23))
     pages = await _all_pages(sessionmaker, 7)
     assert [len(p) for p in pages] == [7, 7, 7, 2]
     assert [rid for page in pages for rid in page] == [f"c{i:04d}" for i in range(23)]
 
 
-async def test_a_page_of_exactly_the_rest_has_no_next_cursor(sessionmaker) -> None:
+async def test_a_page_of_exactly_the_rest_has_no_next_cursor(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     await _ingest(sessionmaker, explorer_records(END, 10))
     assert [len(p) for p in await _all_pages(sessionmaker, 5)] == [5, 5]
     assert [len(p) for p in await _all_pages(sessionmaker, 10)] == [10]
 
 
-async def test_calls_stored_between_pages_shift_nothing(sessionmaker) -> None:
+async def test_calls_stored_between_pages_shift_nothing(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     """Keyset paging: a newer call stored after page 1 was read neither repeats nor hides a call
     on page 2 (an OFFSET would repeat the last call of page 1)."""
     await _ingest(sessionmaker, explorer_records(END, 10))
@@ -61,7 +64,9 @@ async def test_calls_stored_between_pages_shift_nothing(sessionmaker) -> None:
     assert [c["request_id"] for c in second.calls] == ["c0004", "c0005", "c0006", "c0007"]
 
 
-async def test_calls_started_at_the_same_instant_are_ordered_by_id_across_pages(sessionmaker) -> None:
+async def test_calls_started_at_the_same_instant_are_ordered_by_id_across_pages(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     same = [record_of("primary_won", f"t{i}", END) for i in range(5)]
     await _ingest(sessionmaker, same)
     pages = await _all_pages(sessionmaker, 2)
@@ -71,7 +76,9 @@ async def test_calls_started_at_the_same_instant_are_ordered_by_id_across_pages(
 
 
 @pytest.mark.parametrize("outcome", list(CALL_OUTCOMES))
-async def test_the_outcome_filter_gives_exactly_the_calls_of_that_outcome(sessionmaker, outcome: str) -> None:
+async def test_the_outcome_filter_gives_exactly_the_calls_of_that_outcome(
+    sessionmaker: async_sessionmaker[AsyncSession], outcome: str
+) -> None:
     await _ingest(sessionmaker, explorer_records(END, 20))
     async with sessionmaker() as session:
         page = await recent_calls(session, "r", "m1", limit=50, outcome=outcome)
@@ -81,7 +88,9 @@ async def test_the_outcome_filter_gives_exactly_the_calls_of_that_outcome(sessio
     assert {c["winner_upstream"] for c in page.calls} == {WINNER_OF[outcome]}
 
 
-async def test_the_winner_filter_names_the_upstream_whose_attempt_won(sessionmaker) -> None:
+async def test_the_winner_filter_names_the_upstream_whose_attempt_won(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     await _ingest(sessionmaker, explorer_records(END, 20))
     async with sessionmaker() as session:
         backup_b = await recent_calls(session, "r", "m1", winner="b")
@@ -93,7 +102,7 @@ async def test_the_winner_filter_names_the_upstream_whose_attempt_won(sessionmak
     assert all(c["attempts"][0]["upstream"] == "a" for c in backup_b.calls)
 
 
-async def test_since_and_until_bound_the_window_inclusively(sessionmaker) -> None:
+async def test_since_and_until_bound_the_window_inclusively(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     await _ingest(sessionmaker, explorer_records(END, 30))
     async with sessionmaker() as session:
         page = await recent_calls(
@@ -102,7 +111,7 @@ async def test_since_and_until_bound_the_window_inclusively(sessionmaker) -> Non
     assert [c["request_id"] for c in page.calls] == [f"c{i:04d}" for i in range(3, 13)]
 
 
-async def test_each_call_carries_its_attempts_in_start_order(sessionmaker) -> None:
+async def test_each_call_carries_its_attempts_in_start_order(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     await _ingest(
         sessionmaker, [record_of("hedge_won", "h", END), record_of("failover", "f", END - timedelta(seconds=1))]
     )
@@ -126,7 +135,7 @@ async def test_each_call_carries_its_attempts_in_start_order(sessionmaker) -> No
     assert failover["attempts"][0]["error_type"] == "http_503" and failover["attempts"][0]["status_code"] == 503
 
 
-async def test_pages_cross_day_partitions(sessionmaker) -> None:
+async def test_pages_cross_day_partitions(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     """Calls over three UTC days (three partitions on PostgreSQL) page in one order."""
     records = [record_of("primary_won", f"d{i:02d}", END - timedelta(hours=7 * i)) for i in range(10)]
     await _ingest(sessionmaker, records)
@@ -134,7 +143,7 @@ async def test_pages_cross_day_partitions(sessionmaker) -> None:
     assert [rid for page in pages for rid in page] == [f"d{i:02d}" for i in range(10)]
 
 
-async def test_other_routes_and_models_are_left_out(sessionmaker) -> None:
+async def test_other_routes_and_models_are_left_out(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     await _ingest(
         sessionmaker,
         [
@@ -148,7 +157,7 @@ async def test_other_routes_and_models_are_left_out(sessionmaker) -> None:
     assert [c["request_id"] for c in page.calls] == ["mine"]
 
 
-async def test_bad_arguments_are_refused_by_name(sessionmaker) -> None:
+async def test_bad_arguments_are_refused_by_name(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     await _ingest(sessionmaker, explorer_records(END, 1))
     async with sessionmaker() as session:
         with pytest.raises(UnknownRoute):
@@ -179,7 +188,9 @@ def test_the_retention_note_speaks_only_for_windows_older_than_retention() -> No
     assert retention_note(now - timedelta(days=1), now, 1e300) is None
 
 
-async def test_a_filtered_page_examines_at_most_max_scan_calls_and_goes_on_from_there(sessionmaker) -> None:
+async def test_a_filtered_page_examines_at_most_max_scan_calls_and_goes_on_from_there(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     """Only calls 12 and older fail: with a bound of 5 calls examined a page, the first pages
     are empty with a cursor that moves 5 calls back each time, and every failed call is found."""
     records = [record_of("primary_won", f"c{i:02d}", END - timedelta(minutes=i)) for i in range(12)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -124,7 +125,7 @@ async def test_a_real_tick_raises_a_flag_that_the_store_shows(
 def test_a_check_that_did_not_run_neither_clears_nor_raises_its_flag() -> None:
     """A tick whose window was shrunk to the data since a change has no P99 check: the flag stays."""
     before = ["tail_min", "hedges_did_not_lower_p99"]
-    shrunk = {"reason": "tail_min,drift_window", "details": {"binding": "tail"}, "backup_win_rate": 0.5}
+    shrunk: dict[str, Any] = {"reason": "tail_min,drift_window", "details": {"binding": "tail"}, "backup_win_rate": 0.5}
     undecided = undecided_flags(shrunk)
     assert undecided == {"hedges_did_not_lower_p99"}
     assert flag_changes("chat", "m", before, shrunk["reason"].split(","), NOW, undecided) == []
@@ -136,7 +137,9 @@ def test_a_check_that_did_not_run_neither_clears_nor_raises_its_flag() -> None:
     assert flag_changes("chat", "m", [], ["hedges_did_not_lower_p99"], NOW, {"hedges_did_not_lower_p99"}) == []
 
 
-async def test_a_new_lease_holder_logs_and_posts_only_real_flag_changes(sessionmaker, call_factory, caplog) -> None:
+async def test_a_new_lease_holder_logs_and_posts_only_real_flag_changes(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     """The flags already up in the newest history row (a previous holder's tick) are not logged as
     raised again by a process's first tick, and not posted."""
     import logging

@@ -5,18 +5,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import NoReturn
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.scheduler import ControllerScheduler
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import ThresholdHistory
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 
 
 @pytest.mark.parametrize("tick_in", ["loop", "process"])
-async def test_only_the_lease_holder_ticks_and_hands_over(sessionmaker, call_factory, tick_in: str) -> None:
+async def test_only_the_lease_holder_ticks_and_hands_over(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory, tick_in: str
+) -> None:
     # A 6 s lease renewed at every 0.3 s tick: a renewal held up by a loaded machine for less than
     # 5 s does not let the second take over. The hand-over below needs no expiry (the first
     # releases the lease at shutdown).
@@ -51,7 +56,9 @@ async def test_only_the_lease_holder_ticks_and_hands_over(sessionmaker, call_fac
     assert ticks == first.ticks + second.ticks  # each tick is a row or a repeat of one (one route)
 
 
-async def test_a_lost_lease_is_logged_once_when_the_jobs_renew_at_once(sessionmaker, monkeypatch, caplog) -> None:
+async def test_a_lost_lease_is_logged_once_when_the_jobs_renew_at_once(
+    sessionmaker: async_sessionmaker[AsyncSession], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """The tick, rollup and report jobs renew on their own; when the store goes away under two
     renewals at once, ``lease_lost`` is one line, and each failure one line without a traceback."""
     from hedgerow.controller import scheduler as module
@@ -59,14 +66,14 @@ async def test_a_lost_lease_is_logged_once_when_the_jobs_renew_at_once(sessionma
     scheduler = ControllerScheduler(sessionmaker, Settings(), holder="only")
     assert await scheduler.renew()
 
-    async def store_down(*_args, **_kwargs):
+    async def store_down(*_args: object, **_kwargs: object) -> NoReturn:
         await asyncio.sleep(0.05)  # both renewals are under way before either fails
         raise OSError("connection refused\nsecond line")
 
     monkeypatch.setattr(module, "acquire_lease", store_down)
     caplog.set_level(logging.INFO)
     caplog.clear()
-    assert await asyncio.gather(scheduler.renew(), scheduler.renew()) == [False, False]
+    assert list(await asyncio.gather(scheduler.renew(), scheduler.renew())) == [False, False]
     lost = [r for r in caplog.records if r.getMessage().startswith("lease_lost")]
     failures = [r for r in caplog.records if "could not renew" in r.getMessage()]
     assert len(lost) == 1

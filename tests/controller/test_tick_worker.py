@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -28,12 +28,13 @@ from hedgerow.controller.store.db import make_engine, make_sessionmaker
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Lease, Threshold, ThresholdHistory
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 
 #: Seconds allowed for what should take well under one on an idle machine (a loaded one is slow).
 WIDE_S = 120.0
 
 
-async def _seed(sessionmaker: async_sessionmaker[AsyncSession], call_factory, settings: Settings) -> None:
+async def _seed(sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory, settings: Settings) -> None:
     """Three routes with 60 calls each over the last 20 minutes, TTFTs spread so that a threshold is set."""
     now = datetime.now(UTC)
     calls = [
@@ -58,7 +59,9 @@ async def _published(sessionmaker: async_sessionmaker[AsyncSession]) -> tuple[in
     return int(thresholds or 0), int(history or 0)
 
 
-async def _wait_for(predicate, timeout_s: float = WIDE_S, what: str = "condition", every_s: float = 0.1) -> None:
+async def _wait_for(
+    predicate: Callable[[], Awaitable[bool]], timeout_s: float = WIDE_S, what: str = "condition", every_s: float = 0.1
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not await predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -131,7 +134,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-async def test_the_worker_publishes_the_rows_the_loop_publishes(migrated_url: str, sessionmaker, call_factory) -> None:
+async def test_the_worker_publishes_the_rows_the_loop_publishes(
+    migrated_url: str, sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     settings = Settings(lease_ttl_s=60.0)
     await _seed(sessionmaker, call_factory, settings)
     assert await acquire_lease(sessionmaker, CONTROLLER_LEASE, "me", 60.0)
@@ -152,7 +157,7 @@ async def test_the_worker_publishes_the_rows_the_loop_publishes(migrated_url: st
 
 
 async def test_the_worker_fence_refuses_a_lapsed_hold_and_a_taken_lease(
-    migrated_url: str, sessionmaker, call_factory
+    migrated_url: str, sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
 ) -> None:
     settings = Settings(lease_ttl_s=60.0)
     await _seed(sessionmaker, call_factory, settings)
@@ -173,7 +178,10 @@ async def test_the_worker_fence_refuses_a_lapsed_hold_and_a_taken_lease(
 
 
 async def test_a_lease_taken_by_another_holder_mid_tick_publishes_nothing(
-    migrated_url: str, sessionmaker, call_factory, caplog
+    migrated_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    call_factory: CallFactory,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings = Settings(lease_ttl_s=60.0, controller_interval_s=3600.0, controller_tick_in="process")
     await _seed(sessionmaker, call_factory, settings)
@@ -197,7 +205,7 @@ async def test_a_lease_taken_by_another_holder_mid_tick_publishes_nothing(
 
 
 async def test_shutdown_at_once_kills_the_worker_mid_tick_and_releases_the_lease(
-    migrated_url: str, sessionmaker, call_factory
+    migrated_url: str, sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
 ) -> None:
     # a TTL long enough that no renewal falls while the test holds SQLite's write lock
     settings = Settings(lease_ttl_s=600.0, controller_interval_s=3600.0, controller_tick_in="process")
@@ -226,7 +234,10 @@ async def test_shutdown_at_once_kills_the_worker_mid_tick_and_releases_the_lease
 
 
 async def test_a_killed_worker_fails_its_tick_and_the_next_tick_succeeds(
-    migrated_url: str, sessionmaker, call_factory, caplog
+    migrated_url: str,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    call_factory: CallFactory,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings = Settings(lease_ttl_s=60.0, controller_interval_s=3600.0, controller_tick_in="process")
     await _seed(sessionmaker, call_factory, settings)
@@ -252,13 +263,13 @@ async def test_a_killed_worker_fails_its_tick_and_the_next_tick_succeeds(
         changed = [r for r in caplog.records if r.getMessage().startswith("threshold_changed")]
         assert len(changed) == sum(row["applied"] for row in rows) > 0
         assert all(r.process != os.getpid() and r.name == "hedgerow.events" for r in changed)
-        assert {r.fields["route"] for r in changed} <= {"alpha", "beta", "gamma"}
+        assert {vars(r)["fields"]["route"] for r in changed} <= {"alpha", "beta", "gamma"}
     finally:
         await scheduler.shutdown()
 
 
 async def test_a_worker_that_died_while_idle_is_replaced_at_the_next_tick(
-    migrated_url: str, sessionmaker, call_factory
+    migrated_url: str, sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
 ) -> None:
     settings = Settings(lease_ttl_s=60.0, controller_interval_s=3600.0, controller_tick_in="process")
     await _seed(sessionmaker, call_factory, settings)
@@ -272,14 +283,15 @@ async def test_a_worker_that_died_while_idle_is_replaced_at_the_next_tick(
         assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICE)
         os.kill(pid, signal.SIGKILL)
         await _wait_for(lambda: asyncio.sleep(0, not _alive(pid) or pid not in worker.pids), what="the kill")
-        assert len(await asyncio.wait_for(scheduler.tick(), WIDE_S) or []) == 3
+        again = await asyncio.wait_for(scheduler.tick(), WIDE_S)
+        assert len(again or []) == 3
         assert scheduler.ticks == 2
     finally:
         await scheduler.shutdown()
     assert not worker.pids
 
 
-async def test_an_in_memory_store_ticks_on_the_loop(caplog) -> None:
+async def test_an_in_memory_store_ticks_on_the_loop(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     engine = make_engine("sqlite+aiosqlite:///:memory:")
     try:
@@ -290,7 +302,9 @@ async def test_an_in_memory_store_ticks_on_the_loop(caplog) -> None:
         await engine.dispose()
 
 
-async def test_the_worker_is_warmed_up_before_any_tick_and_stopped_at_shutdown(migrated_url: str, sessionmaker) -> None:
+async def test_the_worker_is_warmed_up_before_any_tick_and_stopped_at_shutdown(
+    migrated_url: str, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
     scheduler = ControllerScheduler(sessionmaker, Settings(controller_tick_in="process"), holder="me")
     try:
         await scheduler.warm_up()  # what start() schedules WORKER_WARM_UP_S later, on every process
@@ -304,7 +318,9 @@ async def test_the_worker_is_warmed_up_before_any_tick_and_stopped_at_shutdown(m
     await _wait_for(lambda: asyncio.sleep(0, not _alive(pid)), what="the worker to end")
 
 
-async def test_shutdown_ends_a_tick_awaited_outside_the_jobs(migrated_url: str, sessionmaker, call_factory) -> None:
+async def test_shutdown_ends_a_tick_awaited_outside_the_jobs(
+    migrated_url: str, sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     """A tick asked for by ``POST /v1/controller/run`` is no job: shutdown's kill still ends it."""
     settings = Settings(lease_ttl_s=600.0, controller_interval_s=3600.0, controller_tick_in="process")
     await _seed(sessionmaker, call_factory, settings)

@@ -13,8 +13,10 @@ import math
 import random
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.client.records import AttemptRecord, CallRecord
 from hedgerow.controller.errors import UnknownRoute
@@ -67,13 +69,13 @@ def _hand_calls() -> list[CallRecord]:
     return out
 
 
-async def _series(sessionmaker, **kwargs):
+async def _series(sessionmaker: async_sessionmaker[AsyncSession], **kwargs: Any) -> dict[str, Any]:
     kwargs = {"route": "chat", "model": "m1", "since": DAY[0], "until": DAY[1], **kwargs}
     async with sessionmaker() as session:
         return await upstream_ttft_series(session, **kwargs)
 
 
-async def test_hand_checked_slots(sessionmaker) -> None:
+async def test_hand_checked_slots(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     await _store(sessionmaker, _hand_calls())
     result = await _series(sessionmaker)
     assert result["slot_s"] == 3600 and not result["truncated"]
@@ -97,7 +99,8 @@ async def test_hand_checked_slots(sessionmaker) -> None:
     # c: after 6 early censorings 4 at risk; the curve reaches 0.9 on 4 first tokens: too few
     (c,) = by_name["c"]["points"]
     assert (c["samples"], c["censored"]) == (10, 6) and c["p90"] is None
-    assert km_quantile(histogram_of([0.5, 0.6, 0.7, 0.8]), histogram_of([0.05] * 6), 0.9).value_s is not None
+    uncounted = km_quantile(histogram_of([0.5, 0.6, 0.7, 0.8]), histogram_of([0.05] * 6), 0.9)
+    assert uncounted is not None and uncounted.value_s is not None
     assert by_name["x"]["points"][0]["p90"] is None and by_name["y"]["points"][0]["p90"] is None
     limited = await _series(sessionmaker, limit=2)
     assert [u["upstream"] for u in limited["upstreams"]] == ["a", "b"] and limited["truncated"]
@@ -105,7 +108,7 @@ async def test_hand_checked_slots(sessionmaker) -> None:
     assert [(u["upstream"], u["samples"]) for u in other["upstreams"]] == [("a", 10)]
 
 
-async def test_refusals(sessionmaker) -> None:
+async def test_refusals(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     await _store(sessionmaker, _hand_calls()[:1])
     with pytest.raises(UnknownRoute, match="unknown route 'chat' with model 'nope'"):
         await _series(sessionmaker, model="nope")
@@ -162,9 +165,11 @@ def _random_day(seed: int) -> list[CallRecord]:
     return out
 
 
-def _recount(records: list[CallRecord], since: datetime, until: datetime) -> dict[str, dict[int, list]]:
+def _recount(
+    records: list[CallRecord], since: datetime, until: datetime
+) -> dict[str, dict[int, list[tuple[float, bool]]]]:
     width = slot_width_s((until - since).total_seconds())
-    samples: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    samples: dict[str, dict[int, list[tuple[float, bool]]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
         if not since <= record.started_at < until:
             continue
@@ -176,7 +181,7 @@ def _recount(records: list[CallRecord], since: datetime, until: datetime) -> dic
     return samples
 
 
-def _expected_point(mine: list[tuple[float, bool]]) -> dict | None:
+def _expected_point(mine: list[tuple[float, bool]]) -> dict[str, float | None] | None:
     events = histogram_of(s for s, cut in mine if not cut)
     cut = histogram_of(s for s, cut in mine if cut)
     n_events = sum(events.values())
@@ -192,7 +197,9 @@ def _expected_point(mine: list[tuple[float, bool]]) -> dict | None:
 
 
 @pytest.mark.parametrize("in_sql", [True, False], ids=["sql", "streamed"])
-async def test_matches_a_plain_recount(sessionmaker, monkeypatch, in_sql: bool) -> None:
+async def test_matches_a_plain_recount(
+    sessionmaker: async_sessionmaker[AsyncSession], monkeypatch: pytest.MonkeyPatch, in_sql: bool
+) -> None:
     """Every slot of every upstream, in the grouped statement and in the fallback of a SQLite
     without math functions, equals the recount; the afternoon's "slow" slots are lower bounds."""
     import hedgerow.controller.store.upstreams as module
@@ -201,7 +208,7 @@ async def test_matches_a_plain_recount(sessionmaker, monkeypatch, in_sql: bool) 
     await _store(sessionmaker, records)
     if not in_sql:
 
-        async def no_log(_session) -> bool:
+        async def no_log(_session: AsyncSession) -> bool:
             return False
 
         monkeypatch.setattr(module, "_has_sql_log", no_log)

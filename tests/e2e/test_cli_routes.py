@@ -51,7 +51,7 @@ def served(tmp_path: Path) -> Iterator[ServeProcess]:
         body = {"calls": [c.to_dict() for c in calls]}
         assert httpx.post(f"{process.url}/v1/calls", json=body, headers=admin).status_code == 202
         for _ in range(2):
-            assert httpx.post(f"{process.url}/v1/controller/run", headers=admin).json()["ran"] is True
+            assert httpx.post(f"{process.url}/v1/controller/run", headers=admin, timeout=120).json()["ran"] is True
         yield process
     finally:
         process.stop()

@@ -190,7 +190,7 @@ async def test_no_upstream_key_in_any_answer_or_log_line(caller, caplog) -> None
             with server:
                 for request in (CHAT, STREAM, {"model": "nope"}, b"{not json"):
                     kwargs = {"content": request} if isinstance(request, bytes) else {"json": request}
-                    answer = await caller.post(server.base_url + "/chat/completions", **kwargs)  # type: ignore[arg-type]
+                    answer = await caller.post(server.base_url + "/chat/completions", **kwargs)
                     seen.append(f"{answer.status_code} {answer.headers} {answer.text}")
                 seen.append((await caller.get(server.base_url + "/models")).text)
     assert {s[:3] for s in seen} >= {"502", "401", "503", "504", "400", "404", "200"}

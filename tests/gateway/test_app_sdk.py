@@ -11,10 +11,11 @@ import subprocess
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.gateway.conftest import GatewayServer
 
-MESSAGES = [{"role": "user", "content": "say something"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "say something"}]
 
 
 def _sdk_async(server: GatewayServer) -> openai.AsyncOpenAI:
@@ -31,7 +32,9 @@ async def test_async_sdk_streamed_chat_is_won_by_the_backup(hedging_gateway: Gat
         assert raw.headers["x-hedgerow-hedged"] == "true"
         assert raw.headers["content-type"].startswith("text/event-stream")
         text = ""
-        async for chunk in raw.parse():
+        stream = raw.parse()
+        assert isinstance(stream, openai.AsyncStream)  # stream=True; the SDK's type does not say so
+        async for chunk in stream:
             for choice in chunk.choices:
                 text += choice.delta.content or ""
     assert text  # the fast replica's answer
@@ -52,7 +55,9 @@ def test_sync_sdk_streamed_and_whole_chat(hedging_gateway: GatewayServer) -> Non
             model="gpt-fast", messages=MESSAGES, stream=True, max_tokens=8
         )
         assert raw.headers["x-hedgerow-winner"] == "fast"
-        pieces = [c.choices[0].delta.content or "" for c in raw.parse() if c.choices]
+        stream = raw.parse()
+        assert isinstance(stream, openai.Stream)  # stream=True; the SDK's type does not say so
+        pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
         assert "".join(pieces)
         whole = client.chat.completions.with_raw_response.create(model="gpt-fast", messages=MESSAGES, max_tokens=8)
         assert whole.headers["x-hedgerow-winner"] == "fast"

@@ -123,6 +123,32 @@ def test_off_loopback_without_keys_refuses_to_start(config_file: Path) -> None:
     assert "off loopback the gateway needs keys" in done.stderr
 
 
+def test_tokens_with_the_gateway_scope_are_keys_and_off_loopback_one_is_required(
+    replicas: tuple[ReplicaThread, ReplicaThread],
+) -> None:
+    _, fast = replicas
+    flags = ("--upstream", f"fast={fast.base_url}", "--host", "0.0.0.0")
+    ingest_only = run(*flags, HEDGEROW_TOKENS="tok-ingest-only-0123456789:ingest+read")
+    assert ingest_only.returncode == 2 and "off loopback the gateway needs keys" in ingest_only.stderr
+    short = run(*flags, HEDGEROW_TOKENS="gw-short:gateway")
+    assert short.returncode == 2
+    assert "HEDGEROW_TOKENS: token 1 has the gateway scope and 8 characters, fewer than 16" in short.stderr
+    assert "gw-short" not in short.stderr
+    per_key = run(*flags, "--max-concurrent-per-key", "0", HEDGEROW_TOKENS="tok-gateway-0123456789ab:gateway")
+    assert per_key.returncode == 2 and "--max-concurrent-per-key: must be 1 or more" in per_key.stderr
+    token = "tok-gateway-0123456789ab"
+    with Gateway(*flags, HEDGEROW_TOKENS=f"ci={token}:gateway,tok-read-0123456789abcd:read") as gateway:
+        chat = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 3}
+        url = gateway.base_url + "/chat/completions"
+        assert httpx.post(url, json=chat, timeout=30).status_code == 401
+        read_only = {"Authorization": "Bearer tok-read-0123456789abcd"}
+        assert httpx.post(url, json=chat, headers=read_only, timeout=30).status_code == 401
+        answer = httpx.post(url, json=chat, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert answer.status_code == 200 and answer.headers["x-hedgerow-winner"] == "fast"
+    assert "client=ci" in gateway.stderr  # the token's name is the record's caller
+    assert token not in gateway.stdout + gateway.stderr
+
+
 def test_a_config_file_serves_the_sdk_and_hides_the_key(config_file: Path) -> None:
     key = "gw-cli-key-0123456789abcdef"
     with Gateway(str(config_file), SLOW_KEY=FAKE_UPSTREAM_KEY, HEDGEROW_GATEWAY_KEYS=f"tests={key}") as gateway:

@@ -12,6 +12,7 @@ from hedgerow.gateway import ConfigError, is_loopback, load_config, parse_config
 GOOD = """
 keys = ["team-a=gw-aaaaaaaaaaaaaaaaaaaa"]
 max_body_bytes = 65536
+max_concurrent_per_key = 4
 
 [models."gpt-fast"]
 route = "chat-fast"
@@ -51,6 +52,7 @@ def test_a_good_file_resolves(tmp_path: Path) -> None:
     assert (spec.policy.hedge_after_s, spec.policy.budget, spec.policy.stall_timeout_s) == (1.0, 0.2, 30.0)
     assert config.keys == {"gw-aaaaaaaaaaaaaaaaaaaa": "team-a", "gw-bbbbbbbbbbbbbbbbbbbb": "ops"}
     assert config.max_body_bytes == 65536
+    assert (config.max_concurrent, config.max_concurrent_per_key) == (256, 4)
     assert "sk-east-0123456789" in config.secrets
 
 
@@ -71,6 +73,14 @@ def test_a_good_file_resolves(tmp_path: Path) -> None:
             "gateway.toml: models.other.upstreams: List should have at least 1 item",
         ),
         (('keys = ["team-a=gw-aaaaaaaaaaaaaaaaaaaa"]', 'keys = ["team-a=short"]'), "gateway.toml: keys[0]: the key of"),
+        (
+            ('keys = ["team-a=gw-aaaaaaaaaaaaaaaaaaaa"]', 'keys = ["team a=gw-aaaaaaaaaaaaaaaaaaaa"]'),
+            "gateway.toml: keys[0]: the name 'team a' must be up to 64 letters, digits and _.-",
+        ),
+        (
+            ("max_concurrent_per_key = 4", "max_concurrent_per_key = 0"),
+            "gateway.toml: max_concurrent_per_key: Input should be greater than or equal to 1",
+        ),
         (('[models."gpt-fast"]', '[models."gpt fast"'), "gateway.toml: not valid TOML: "),
     ],
 )

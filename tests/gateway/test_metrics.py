@@ -1,6 +1,6 @@
 """The ``hedgerow_gateway_*`` family at the gateway's ``GET /metrics``, over real HTTP on loopback:
-each request counted once by route, public model, outcome and status, the in-flight gauge, the
-latency histograms, the key needed to scrape, and no key in the text."""
+each request counted once by route, public model, outcome, status and the caller's key name, the
+in-flight gauge, the latency histograms, the key needed to scrape, and no key in the text."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def by_call(request_index: int, _seen: object) -> Script:
     return Script(status=503, content_type="application/json", pieces=[(0.0, json.dumps(error).encode())])
 
 
-async def test_every_request_is_counted_once_by_route_model_outcome_and_status() -> None:
+async def test_every_request_is_counted_once_by_route_model_outcome_status_and_key_name() -> None:
     async with ScriptedServer(by_call) as upstream:
         upstreams = [Upstream("a", upstream.base_url, api_key=FAKE_UPSTREAM_KEY)]
         app = GatewayApp(one_route(upstreams, policy=POLICY, keys={GATEWAY_KEY: "team"}))
@@ -70,15 +70,16 @@ async def test_every_request_is_counted_once_by_route_model_outcome_and_status()
     assert scrape.status_code == 200
     assert scrape.headers["content-type"].startswith("text/plain")
     text = scrape.text
-    assert FAKE_UPSTREAM_KEY not in text and GATEWAY_KEY not in text and "team" not in text
+    assert FAKE_UPSTREAM_KEY not in text and GATEWAY_KEY not in text
     assert "made-up" not in text  # a model name a caller made up is never a label
     found = samples(text)
     routed = {"route": "gw-route", "model": "gpt-fast"}
     total = "hedgerow_gateway_requests_total"
-    assert value(found, total, **routed, outcome="ok", status="200") == 2
-    assert value(found, total, **routed, outcome="failed", status="502") == 1
-    assert value(found, total, route="", model="", outcome="refused", status="404") == 1
-    assert value(found, total, route="", model="", outcome="refused", status="401") == 1  # scrapes are not counted
+    # the key's name is the caller's label; a request refused for its key has none
+    assert value(found, total, **routed, outcome="ok", status="200", key="team") == 2
+    assert value(found, total, **routed, outcome="failed", status="502", key="team") == 1
+    assert value(found, total, route="", model="", outcome="refused", status="404", key="team") == 1
+    assert value(found, total, route="", model="", outcome="refused", status="401", key="") == 1  # scrapes: not counted
     assert value(found, "hedgerow_gateway_requests_in_flight") == 0
     assert value(found, "hedgerow_gateway_response_start_seconds_count", **routed) == 3
     assert value(found, "hedgerow_gateway_request_duration_seconds_count", **routed) == 3
@@ -102,7 +103,7 @@ async def test_a_caller_that_leaves_is_counted_cancelled() -> None:
                 for _ in range(100):
                     found = samples((await caller.get(f"http://127.0.0.1:{server.port}/metrics")).text)
                     if value(found, "hedgerow_gateway_requests_total", route="gw-route", model="gpt-fast",
-                             outcome="cancelled", status="200"):  # fmt: skip
+                             outcome="cancelled", status="200", key=""):  # fmt: skip
                         break
     assert value(found, "hedgerow_gateway_requests_total", route="gw-route", model="gpt-fast",
-                 outcome="cancelled", status="200") == 1  # fmt: skip
+                 outcome="cancelled", status="200", key="") == 1  # fmt: skip

@@ -1,7 +1,7 @@
 """``hedgerow serve --gateway FILE``: one process with the store, the controller, the console and
 the gateway. The gateway hedges (slow primary, fast backup), its records reach this api's store,
 the route shows on the console, its ``hedgerow_gateway_*`` metrics are served at the gateway's
-``/metrics``, and one SIGTERM stops both servers (the lease released)."""
+``/metrics`` and at the api's, and one SIGTERM stops both servers (the lease released)."""
 
 from __future__ import annotations
 
@@ -62,14 +62,19 @@ def test_serve_embeds_the_gateway_and_stores_its_records(
                 routes = [(r["route"], r["model"]) for r in httpx.get(f"{api}/v1/routes", timeout=10).json()["routes"]]
                 time.sleep(0.3)
             assert routes == [("cli-route", "gpt-fast")]
-            assert "cli-route" in httpx.get(f"{api}/ui/routes", timeout=10).text
-            # the gateway's own family, served by the embedded gateway's port
-            scrape = httpx.get(f"http://127.0.0.1:{gateway_port}/metrics", timeout=10).text
-            assert (
-                'hedgerow_gateway_requests_total{model="gpt-fast",outcome="ok",route="cli-route",status="200"} 1.0'
-                in (scrape)
-            )
-            assert FAKE_UPSTREAM_KEY not in scrape
+            page = httpx.get(f"{api}/ui/routes", timeout=10).text
+            assert "cli-route" in page and FAKE_UPSTREAM_KEY not in page
+            calls = httpx.get(f"{api}/v1/routes/cli-route/calls", params={"model": "gpt-fast"}, timeout=10)
+            assert calls.status_code == 200 and FAKE_UPSTREAM_KEY not in calls.text
+            # the gateway's own family, served by the embedded gateway's port and by the api's
+            labels = 'key="",model="gpt-fast",outcome="ok",route="cli-route",status="200"'
+            line = "hedgerow_gateway_requests_total{" + labels + "} 1.0"
+            for scrape_url in (f"http://127.0.0.1:{gateway_port}/metrics", f"{api}/metrics"):
+                scrape = httpx.get(scrape_url, timeout=10).text
+                assert line in scrape, (scrape_url, scrape[-3000:])
+                assert "hedgerow_gateway_request_duration_seconds_count" in scrape
+                assert FAKE_UPSTREAM_KEY not in scrape
+            assert "hedgerow_calls_total" in scrape  # the api's own series are still there
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)

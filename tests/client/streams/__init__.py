@@ -186,7 +186,8 @@ class StreamCase:
         """The byte-exact body."""
         if "raw" not in self._cache:
             self._cache["raw"] = (_HERE / f"{self.name}.sse").read_bytes()
-        return self._cache["raw"]
+        raw: bytes = self._cache["raw"]
+        return raw
 
     def events(self) -> list[bytes]:
         """The body cut into events."""

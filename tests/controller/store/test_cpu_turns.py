@@ -7,13 +7,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.store import ingest as ingest_module
 from hedgerow.controller.store import minute_store
 from hedgerow.controller.store.cpu_turns import CpuTurns, cpu_turn
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Attempt, Call, MinuteAggregate, Route
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 
 
 def test_turns_refuse_fewer_than_one_slot() -> None:
@@ -45,7 +48,9 @@ async def test_no_turns_is_a_block_without_a_turn() -> None:
         pass
 
 
-async def _rows(sessionmaker, route: str) -> tuple[list[tuple], list[tuple]]:
+async def _rows(
+    sessionmaker: async_sessionmaker[AsyncSession], route: str
+) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
     """The attempts (by call's id suffix) and minute aggregates of ``route``, without its ids."""
     async with sessionmaker() as session:
         route_id = await session.scalar(select(Route.id).where(Route.route == route))
@@ -73,14 +78,16 @@ async def _rows(sessionmaker, route: str) -> tuple[list[tuple], list[tuple]]:
     )
 
 
-async def test_ingest_within_turns_stores_what_ingest_in_one_go_stores(sessionmaker, call_factory, monkeypatch) -> None:
+async def test_ingest_within_turns_stores_what_ingest_in_one_go_stores(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(ingest_module, "ROW_SLICE", 3)  # many slices, and a last short one
     monkeypatch.setattr(ingest_module, "COPY_SLICE", 4)  # PostgreSQL: COPYs that pause
     monkeypatch.setattr(minute_store, "SAMPLES_SLICE", 4)
     defaults = route_defaults(Settings())
     start = datetime.now(UTC) - timedelta(minutes=5)
 
-    def batch(prefix: str, route: str, first: int) -> list:
+    def batch(prefix: str, route: str, first: int) -> list[CallRecord]:
         return [
             call_factory(
                 f"{prefix}-{i}",
@@ -95,7 +102,7 @@ async def test_ingest_within_turns_stores_what_ingest_in_one_go_stores(sessionma
 
     turns = CpuTurns(1)
 
-    async def write(records: list, with_turns: CpuTurns | None) -> tuple[int, int]:
+    async def write(records: list[CallRecord], with_turns: CpuTurns | None) -> tuple[int, int]:
         async with sessionmaker() as session, session.begin():
             return await ingest_calls(session, records, defaults=defaults, turns=with_turns)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.errors import StoreError
 from hedgerow.controller.store.db import make_engine, make_sessionmaker, upgrade_database
@@ -15,12 +17,13 @@ from hedgerow.controller.store.group_commit import GroupCommitWriter
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Attempt, Call, MinuteAggregate
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 
 DEFAULTS = route_defaults(Settings())
 
 
 @pytest.fixture
-async def sqlite_sessionmaker(tmp_path):
+async def sqlite_sessionmaker(tmp_path: Path) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
     url = f"sqlite+aiosqlite:///{tmp_path / 'group.db'}"
     upgrade_database(url)
     engine = make_engine(url)
@@ -46,7 +49,7 @@ class Gate:
         self.release = asyncio.Event()
         self.started: list[str] = []
 
-    async def __call__(self, session, job: tuple[str, list[Any]]) -> tuple[int, int]:
+    async def __call__(self, session: AsyncSession, job: tuple[str, list[Any]]) -> tuple[int, int]:
         name, records = job
         self.started.append(name)
         if name.startswith("gated"):
@@ -57,7 +60,7 @@ class Gate:
         return result
 
 
-async def _stored(sessionmaker, prefix: str) -> tuple[int, int, int]:
+async def _stored(sessionmaker: async_sessionmaker[AsyncSession], prefix: str) -> tuple[int, int, int]:
     """(calls, attempts, calls counted in the minute aggregates) of request ids starting ``prefix``."""
     async with sessionmaker() as session:
         calls = await session.scalar(select(func.count()).select_from(Call).where(Call.request_id.like(f"{prefix}%")))
@@ -68,18 +71,22 @@ async def _stored(sessionmaker, prefix: str) -> tuple[int, int, int]:
     return int(calls or 0), int(attempts or 0), int(minutes or 0)
 
 
-async def _running(sessionmaker, work: Callable[..., Awaitable[Any]], **kwargs: Any) -> GroupCommitWriter:
-    writer: GroupCommitWriter = GroupCommitWriter(sessionmaker, work, **kwargs)
+async def _running(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    work: Callable[[AsyncSession, tuple[str, list[Any]]], Awaitable[tuple[int, int]]],
+    **kwargs: Any,
+) -> GroupCommitWriter[tuple[str, list[Any]], tuple[int, int]]:
+    writer: GroupCommitWriter[tuple[str, list[Any]], tuple[int, int]] = GroupCommitWriter(sessionmaker, work, **kwargs)
     writer.start()
     return writer
 
 
-def _batch(prefix: str, call_factory, n: int = 3) -> list[Any]:
+def _batch(prefix: str, call_factory: CallFactory, n: int = 3) -> list[Any]:
     return [call_factory(f"{prefix}-{i}", route=f"route-{i % 2}") for i in range(n)]
 
 
 async def test_jobs_waiting_together_share_one_transaction_and_a_failing_one_rolls_back_alone(
-    sqlite_sessionmaker, call_factory
+    sqlite_sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
 ) -> None:
     gate = Gate()
     committed: list[tuple[int, int]] = []
@@ -104,7 +111,9 @@ async def test_jobs_waiting_together_share_one_transaction_and_a_failing_one_rol
     assert (await _stored(sqlite_sessionmaker, "c-"))[:2] == (3, 3)
 
 
-async def test_a_batch_posted_twice_in_one_group_is_counted_once(sqlite_sessionmaker, call_factory) -> None:
+async def test_a_batch_posted_twice_in_one_group_is_counted_once(
+    sqlite_sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     gate = Gate()
     writer = await _running(sqlite_sessionmaker, gate)
     try:
@@ -124,7 +133,7 @@ async def test_a_batch_posted_twice_in_one_group_is_counted_once(sqlite_sessionm
 
 
 async def test_a_job_cancelled_while_queued_is_not_written_and_the_others_are(
-    sqlite_sessionmaker, call_factory
+    sqlite_sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
 ) -> None:
     gate = Gate()
     writer = await _running(sqlite_sessionmaker, gate)
@@ -148,7 +157,9 @@ async def test_a_job_cancelled_while_queued_is_not_written_and_the_others_are(
     assert await _stored(sqlite_sessionmaker, "d-") == (3, 3, 7)
 
 
-async def test_a_job_cancelled_during_its_write_is_committed_once(sqlite_sessionmaker, call_factory) -> None:
+async def test_a_job_cancelled_during_its_write_is_committed_once(
+    sqlite_sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     gate = Gate()
     committed: list[tuple[int, int]] = []
     writer = await _running(sqlite_sessionmaker, gate, on_commit=committed.append)
@@ -170,9 +181,9 @@ async def test_a_job_cancelled_during_its_write_is_committed_once(sqlite_session
 
 
 async def test_a_failed_commit_fails_every_job_of_the_group_and_the_writer_goes_on(
-    sqlite_sessionmaker, call_factory
+    sqlite_sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
 ) -> None:
-    async def work(session, job: tuple[str, list[Any]]) -> tuple[int, int]:
+    async def work(session: AsyncSession, job: tuple[str, list[Any]]) -> tuple[int, int]:
         name, records = job
         result = await ingest_calls(session, records, defaults=DEFAULTS)
         if name == "breaks-commit":  # a foreign key checked only at COMMIT
@@ -201,7 +212,9 @@ async def test_a_failed_commit_fails_every_job_of_the_group_and_the_writer_goes_
         await writer.aclose()
 
 
-async def test_close_writes_what_is_queued_then_refuses(sqlite_sessionmaker, call_factory) -> None:
+async def test_close_writes_what_is_queued_then_refuses(
+    sqlite_sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     gate = Gate()
     writer = await _running(sqlite_sessionmaker, gate)
     first = asyncio.create_task(writer.submit(("gated", _batch("g", call_factory, 1))))

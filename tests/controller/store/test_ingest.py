@@ -3,26 +3,35 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from hedgerow.client.records import CallRecord
+from hedgerow.controller.policy.route_config import RouteConfig
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
-from hedgerow.controller.store.models import Attempt, Call, Route
+from hedgerow.controller.store.models import Attempt, Base, Call, Route
 from hedgerow.settings import Settings
+from tests.conftest import CallFactory
 
 
-async def _count(sessionmaker, model) -> int:
+async def _count(sessionmaker: async_sessionmaker[AsyncSession], model: type[Base]) -> int:
     async with sessionmaker() as session:
-        return await session.scalar(select(func.count()).select_from(model))
+        count = await session.scalar(select(func.count()).select_from(model))
+        assert count is not None  # COUNT(*) always answers
+        return count
 
 
-async def _ingest(sessionmaker, records, defaults):
+async def _ingest(
+    sessionmaker: async_sessionmaker[AsyncSession], records: list[CallRecord], defaults: RouteConfig
+) -> tuple[int, int]:
     async with sessionmaker() as session, session.begin():
         return await ingest_calls(session, records, defaults=defaults)
 
 
-async def test_ingest_is_idempotent(sessionmaker, call_factory) -> None:
+async def test_ingest_is_idempotent(sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory) -> None:
     defaults = route_defaults(Settings(default_budget=0.2, default_hedge_after_s=1.5))
     batch = [call_factory(f"r{i}", hedge_after_s=1.0, primary_ttft_s=3.0, backup_ttft_s=0.5) for i in range(5)]
     batch += [call_factory(f"p{i}", model="m2") for i in range(3)]
@@ -35,10 +44,12 @@ async def test_ingest_is_idempotent(sessionmaker, call_factory) -> None:
     assert [(r.route, r.model) for r in routes] == [("summarize", "m1"), ("summarize", "m2")]
     assert routes[0].budget == 0.2 and routes[0].default_hedge_after_s == 1.5
     assert routes[0].enabled and routes[0].pinned_hedge_after_s is None
-    assert routes[0].created_at.tzinfo is not None and routes[0].created_at.utcoffset().total_seconds() == 0
+    assert routes[0].created_at.tzinfo is not None and routes[0].created_at.utcoffset() == timedelta(0)
 
 
-async def test_duplicates_inside_one_batch(sessionmaker, call_factory) -> None:
+async def test_duplicates_inside_one_batch(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     defaults = route_defaults(Settings())
     batch = [call_factory("same"), call_factory("same"), call_factory("other")]
     assert await _ingest(sessionmaker, batch, defaults) == (2, 1)
@@ -46,18 +57,23 @@ async def test_duplicates_inside_one_batch(sessionmaker, call_factory) -> None:
     assert await _count(sessionmaker, Call) == 3
 
 
-async def test_the_first_copy_of_a_duplicate_wins(sessionmaker, call_factory) -> None:
+async def test_the_first_copy_of_a_duplicate_wins(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     batch = [call_factory("dup", primary_ttft_s=0.5), call_factory("dup", primary_ttft_s=3.0)]
     assert await _ingest(sessionmaker, batch, route_defaults(Settings())) == (1, 1)
     async with sessionmaker() as session:
         assert await session.scalar(select(Call.ttft_s).where(Call.request_id == "dup")) == 0.5
 
 
-async def test_round_trip_of_stored_fields(sessionmaker, call_factory) -> None:
+async def test_round_trip_of_stored_fields(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     record = call_factory("x1", hedge_after_s=1.0, primary_ttft_s=3.0, backup_ttft_s=0.25)
     await _ingest(sessionmaker, [record], route_defaults(Settings()))
     async with sessionmaker() as session:
         call = await session.scalar(select(Call).where(Call.request_id == "x1"))
+        assert call is not None
         attempts = (
             await session.scalars(select(Attempt).where(Attempt.call_id == call.id).order_by(Attempt.attempt_index))
         ).all()
@@ -69,7 +85,9 @@ async def test_round_trip_of_stored_fields(sessionmaker, call_factory) -> None:
     ]
 
 
-async def test_concurrent_batches_count_each_call_once(sessionmaker, call_factory) -> None:
+async def test_concurrent_batches_count_each_call_once(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     defaults = route_defaults(Settings())
     batches = [[call_factory(f"c{j}", route=f"route{j % 3}") for j in range(i, i + 30)] for i in range(0, 60, 10)]
     results = await asyncio.gather(*(_ingest(sessionmaker, b, defaults) for b in batches))
@@ -83,7 +101,9 @@ class _Failure(Exception):
     pass
 
 
-async def test_a_rolled_back_batch_leaves_nothing_and_the_next_one_is_whole(sessionmaker, call_factory) -> None:
+async def test_a_rolled_back_batch_leaves_nothing_and_the_next_one_is_whole(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     defaults = route_defaults(Settings())
     batch = [call_factory(f"b{i}", hedge_after_s=1.0, primary_ttft_s=3.0, backup_ttft_s=0.5) for i in range(50)]
     try:
@@ -99,7 +119,9 @@ async def test_a_rolled_back_batch_leaves_nothing_and_the_next_one_is_whole(sess
     assert (await _count(sessionmaker, Call), await _count(sessionmaker, Attempt)) == (50, 100)
 
 
-async def test_two_batches_in_one_transaction(sessionmaker, call_factory) -> None:
+async def test_two_batches_in_one_transaction(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     defaults = route_defaults(Settings())
     async with sessionmaker() as session, session.begin():
         assert await ingest_calls(session, [call_factory(f"t{i}") for i in range(10)], defaults=defaults) == (10, 0)
@@ -111,7 +133,9 @@ async def test_two_batches_in_one_transaction(sessionmaker, call_factory) -> Non
     assert len(pairs) == 15 and all(ids[request_id] == call_id for request_id, call_id in pairs)
 
 
-async def test_version_1_records_get_the_prompt_token_estimate(sessionmaker, call_factory) -> None:
+async def test_version_1_records_get_the_prompt_token_estimate(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     record = call_factory("v1", hedge_after_s=1.0, primary_ttft_s=3.0, backup_ttft_s=0.5)
     await _ingest(sessionmaker, [record], route_defaults(Settings()))
     async with sessionmaker() as session:
@@ -121,7 +145,7 @@ async def test_version_1_records_get_the_prompt_token_estimate(sessionmaker, cal
 
 
 async def test_cached_route_ids_skip_the_routes_table_and_a_batch_is_a_few_statements(
-    engine, sessionmaker, call_factory
+    engine: AsyncEngine, sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
 ) -> None:
     from sqlalchemy import event
 
@@ -136,7 +160,7 @@ async def test_cached_route_ids_skip_the_routes_table_and_a_batch_is_a_few_state
     cache.add(resolved)
     statements: list[str] = []
 
-    def record(_conn, _cursor, statement, *_args) -> None:
+    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
         statements.append(statement)
 
     event.listen(engine.sync_engine, "before_cursor_execute", record)
@@ -173,7 +197,9 @@ def test_route_id_cache_lookup_add_and_bound() -> None:
         RouteIdCache(max_entries=0)
 
 
-async def test_timestamps_are_stored_as_every_other_writer_stores_them(sessionmaker, call_factory) -> None:
+async def test_timestamps_are_stored_as_every_other_writer_stores_them(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     from datetime import UTC, datetime
 
     from sqlalchemy import text
@@ -188,7 +214,9 @@ async def test_timestamps_are_stored_as_every_other_writer_stores_them(sessionma
             assert stored == "2026-11-25 06:00:00.000000"
 
 
-async def test_each_attempt_is_stored_under_its_own_call(sessionmaker, call_factory) -> None:
+async def test_each_attempt_is_stored_under_its_own_call(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
     """New ids are matched to their calls both when every call is new and when some were stored."""
     defaults = route_defaults(Settings())
     first = [call_factory(f"id{i:02d}", primary_ttft_s=0.1 + i / 100, route=f"r{i % 3}") for i in range(0, 40, 2)]

@@ -6,12 +6,15 @@ import asyncio
 import math
 import random
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 from sqlalchemy import delete, func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.policy.estimation import estimate_ttft
 from hedgerow.controller.policy.ttft_histogram import (
     BUCKET_RATIO,
@@ -44,12 +47,12 @@ NOW = datetime(2026, 11, 29, 12, 20, tzinfo=UTC)
 START = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)  # ten complete hours before NOW's hour
 
 
-async def _store(sessionmaker, records) -> None:
+async def _store(sessionmaker: async_sessionmaker[AsyncSession], records: list[CallRecord]) -> None:
     async with sessionmaker() as session, session.begin():
         await ingest_calls(session, records, defaults=route_defaults(Settings()))
 
 
-def _exact_quantile(values, q: float) -> float:
+def _exact_quantile(values: Iterable[float], q: float) -> float:
     """The smallest sample t with empirical F(t) >= q (estimate_ttft's convention)."""
     ordered = sorted(values)
     return ordered[math.ceil(q * len(ordered) - 1e-9) - 1]
@@ -62,6 +65,7 @@ def test_bucket_edges_and_relative_error() -> None:
     assert bucket_index(0.0) == 0 and bucket_index(0.000999) == 0
     assert bucket_index(MIN_S) == 1
     low, high = bucket_bounds(1)
+    assert high is not None
     assert low == MIN_S and math.isclose(high / low, BUCKET_RATIO)
     assert bucket_index(high) == 2  # half-open [low, high)
     assert bucket_index(3600.0) == N_BUCKETS - 2 and bucket_index(4000.0) == N_BUCKETS - 1
@@ -77,7 +81,7 @@ def test_bucket_edges_and_relative_error() -> None:
 
 
 @pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf")])
-def test_bad_durations_are_rejected(bad) -> None:
+def test_bad_durations_are_rejected(bad: float) -> None:
     with pytest.raises(ValueError, match="ttft_s"):
         bucket_index(bad)
 
@@ -109,6 +113,7 @@ def test_uncensored_quantiles_within_half_a_bucket() -> None:
     for q in (0.5, 0.9, 0.99, 0.999):
         exact = _exact_quantile(values, q)
         got = km_quantile(histogram, None, q)
+        assert got is not None and got.value_s is not None and got.high_s is not None
         assert abs(got.value_s - exact) / exact <= MAX_RELATIVE_ERROR + 1e-12
         assert got.low_s <= exact < got.high_s
         assert math.isclose(got.high_s / got.low_s, BUCKET_RATIO)  # no censoring: one bucket
@@ -133,6 +138,7 @@ def test_censored_km_quantiles_hold_the_exact_km_quantile() -> None:
         truth = getattr(exact, name)
         got = km_quantile(observed, censored, q)
         assert truth is not None and got is not None and got.value_s is not None
+        assert got.high_s is not None
         assert got.low_s <= truth < got.high_s, (name, truth, got)
         # the error is bounded by the interval the function reports; here at most three buckets
         assert got.high_s / got.low_s <= BUCKET_RATIO**3 * (1 + 1e-9), (name, got)
@@ -149,10 +155,12 @@ def test_bucket_km_bound_is_the_estimation_module_on_bucket_midpoints() -> None:
     reference = estimate_ttft([bucket_value_s(bucket_index(d)) for d in durations], flags)
     for name, q in (("p50_s", 0.5), ("p75_s", 0.75), ("p90_s", 0.9), ("p95_s", 0.95), ("p99_s", 0.99)):
         got = km_quantile(observed, censored, q)
+        assert got is not None
         expected = getattr(reference, name)
         if expected is None:
             assert got.high_s is None
         else:
+            assert got.value_s is not None
             assert got.high_s == bucket_bounds(bucket_index(expected))[1], name
             assert got.low_s <= got.value_s <= expected
 
@@ -162,6 +170,7 @@ def test_unidentified_quantile_is_none_with_a_lower_bound() -> None:
     observed = histogram_of([0.5] * 40)
     censored = histogram_of([2.0] * 60)
     got = km_quantile(observed, censored, 0.9)
+    assert got is not None
     assert got.value_s is None and got.high_s is None
     assert got.low_s <= 2.0 and got.low_s > 1.9  # the top bucket's lower edge
     assert estimate_ttft([0.5] * 40 + [2.0] * 60, [False] * 40 + [True] * 60).p90_s is None
@@ -170,14 +179,14 @@ def test_unidentified_quantile_is_none_with_a_lower_bound() -> None:
 # ---- folding raw calls (SQLite and PostgreSQL) ----
 
 
-def _by_key(records):
-    grouped = defaultdict(list)
+def _by_key(records: list[CallRecord]) -> dict[tuple[str, str, datetime], list[CallRecord]]:
+    grouped: defaultdict[tuple[str, str, datetime], list[CallRecord]] = defaultdict(list)
     for r in records:
         grouped[(r.route, r.model, floor_hour(r.started_at))].append(r)
     return grouped
 
 
-async def _rollups(sessionmaker):
+async def _rollups(sessionmaker: async_sessionmaker[AsyncSession]) -> dict[tuple[str, str, datetime], HourlyRollup]:
     async with sessionmaker() as session:
         rows = await session.execute(
             select(Route.route, Route.model, HourlyRollup).join(Route, Route.id == HourlyRollup.route_id)
@@ -185,7 +194,7 @@ async def _rollups(sessionmaker):
         return {(route, model, row.hour_start): row for route, model, row in rows.all()}
 
 
-def _check_row(row: HourlyRollup, records) -> None:
+def _check_row(row: HourlyRollup, records: list[CallRecord]) -> None:
     expected = direct_figures(records)
     rollup = rollup_from_row(row)
     for name in COUNTER_FIELDS:
@@ -198,7 +207,9 @@ def _check_row(row: HourlyRollup, records) -> None:
     assert row.max_call_id >= row.calls and row.sealed_at is None
 
 
-async def test_fold_matches_a_direct_computation_and_is_idempotent(sessionmaker) -> None:
+async def test_fold_matches_a_direct_computation_and_is_idempotent(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     records = workload(1500, seed=11, start=START, span_s=10 * 3600)
     current = workload(40, seed=12, start=floor_hour(NOW), span_s=1000, prefix="now")  # incomplete hour
     await _store(sessionmaker, records + current)
@@ -235,7 +246,9 @@ async def test_fold_matches_a_direct_computation_and_is_idempotent(sessionmaker)
 
 
 @pytest.mark.slow
-async def test_a_fold_looks_only_at_the_hours_of_calls_it_has_not_seen(sessionmaker) -> None:
+async def test_a_fold_looks_only_at_the_hours_of_calls_it_has_not_seen(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     records = workload(600, seed=21, start=START, span_s=6 * 3600, pairs=[("chat", "m1")])
     await _store(sessionmaker, records)
     first = await fold_hours(sessionmaker, now=NOW)
@@ -261,7 +274,9 @@ async def test_a_fold_looks_only_at_the_hours_of_calls_it_has_not_seen(sessionma
         _check_row(row, grouped[key])
 
 
-async def test_a_call_committed_after_the_fold_began_is_folded_by_the_next(sessionmaker) -> None:
+async def test_a_call_committed_after_the_fold_began_is_folded_by_the_next(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     """PostgreSQL: a batch that drew its ids before a later batch committed, and commits while a
     fold runs, is not passed over by the fold's cursor (the fold waits for it)."""
     if sessionmaker.kw["bind"].dialect.name != "postgresql":
@@ -301,7 +316,9 @@ async def test_a_call_committed_after_the_fold_began_is_folded_by_the_next(sessi
     assert rows[("chat", "m1", START)].calls == 6 and rows[("chat", "m1", START + timedelta(hours=1))].calls == 5
 
 
-async def test_weekly_figures_from_rollups_equal_figures_from_raw(sessionmaker) -> None:
+async def test_weekly_figures_from_rollups_equal_figures_from_raw(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
     monday = datetime(2026, 11, 23, tzinfo=UTC)
     records = workload(4000, seed=21, start=monday - timedelta(hours=5), span_s=7 * 86400 + 10 * 3600)
     await _store(sessionmaker, records)
@@ -341,7 +358,7 @@ async def test_weekly_figures_from_rollups_equal_figures_from_raw(sessionmaker) 
     assert figures["primary_samples"] == len(expected["observed"]) + len(expected["censored"])
 
 
-async def test_merge_rejects_bad_periods(sessionmaker) -> None:
+async def test_merge_rejects_bad_periods(sessionmaker: async_sessionmaker[AsyncSession]) -> None:
     async with sessionmaker() as session:
         with pytest.raises(ValueError, match="timezone-aware"):
             await merge_rollups(session, since=datetime(2026, 11, 23), until=NOW)
