@@ -53,7 +53,7 @@ def mark(headers: httpx.Headers, request_id: str, winner: str, hedged: bool) -> 
         headers: the response headers to mark.
         request_id: the call's id (``""`` for an answer of hedgerow itself).
         winner: the name of the upstream whose answer this is (``""`` when no attempt won).
-        hedged: whether a backup attempt was started.
+        hedged: whether a backup attempt was started (by the hedge delay or by a failover).
     """
     headers[REQUEST_ID_HEADER] = request_id
     headers[WINNER_HEADER] = winner
