@@ -36,6 +36,8 @@ __all__ = [
 #: Response header names added to every response.
 REQUEST_ID_HEADER = "X-Hedgerow-Request-Id"
 WINNER_HEADER = "X-Hedgerow-Winner"
+#: ``true`` when a backup attempt was started: by the hedge delay (a hedge) or after an attempt failed
+#: (a failover), whatever the outcome; ``false`` otherwise.
 HEDGED_HEADER = "X-Hedgerow-Hedged"
 
 #: Hop-by-hop header names (lower case): never forwarded in either direction.
