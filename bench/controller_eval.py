@@ -70,11 +70,13 @@ whose tick builds ``WindowRecords`` and runs ``hedgerow.controller.policy._polic
 and ``decide``: the code of the live tick. With ``--minutes`` the records reach those rules as
 the live tick reads them from the store (``hedgerow.controller.store._minute_window.tick_window``):
 minute aggregates (each duration at its bucket's end, each start in its minute) before
-``raw_since(now)``, the calls one by one after it.
+``raw_since(now)``, the calls one by one after it. With ``--bounded`` they reach them as the
+bounded tick reads them (``HEDGEROW_CONTROLLER_OBSERVE=bounded``): each route's latest
+``RECENT_CALLS`` (100) calls one by one, every other call in its minute's aggregates.
 
 Run: ``python bench/controller_eval.py [--suite trace|scenarios] [--scenario NAME] [--json FILE]
 [--out-dir bench/results] [--duration S] [--rate R] [--budget B] [--seed N] [--seeds K]
-[--window-s S] [--interval-s S] [--minutes]``. Prints a table and whether each target is met,
+[--window-s S] [--interval-s S] [--minutes | --bounded]``. Prints a table and whether each target is met,
 writes JSON (``--json``, default
 ``OUT_DIR/controller_eval.json``) and ``OUT_DIR/controller_eval.png`` (the adaptive threshold,
 the 5-minute hedge rates and the 5-minute TTFT P99 over time, first seed). Not a test: nothing is
@@ -220,7 +222,7 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
     say("adaptive")
     runs, histories = [], []
     for seed in seeds:
-        controller = VirtualController(route, settings, minutes=args.minutes)
+        controller = VirtualController(route, settings, minutes=args.minutes, bounded=args.bounded)
         result = simulate(
             workload,
             perf,
@@ -261,6 +263,7 @@ def run_evaluation(args: argparse.Namespace, progress: Any = None) -> dict[str, 
         "adaptive_history": adaptive.history,
         "config": {
             "minutes": args.minutes,
+            "bounded": args.bounded,
             "trace": str(args.trace),
             "requests": len(workload),
             "span_s": span_s,
@@ -316,7 +319,7 @@ def run_scenarios(args: argparse.Namespace, progress: Any = None) -> dict[str, A
         )
         for seed in range(args.seed, args.seed + args.seeds):
             started = time.perf_counter()
-            controller = VirtualController(route, settings, minutes=args.minutes)
+            controller = VirtualController(route, settings, minutes=args.minutes, bounded=args.bounded)
             calls = simulate_scenario(scenario, controller, seed, settings.controller_interval_s)
             for result in evaluate_scenario(
                 scenario,
@@ -335,6 +338,7 @@ def run_scenarios(args: argparse.Namespace, progress: Any = None) -> dict[str, A
     return {
         "benchmark": "controller_eval_scenarios",
         "minutes": args.minutes,
+        "bounded": args.bounded,
         "rows": rows,
         "summary": scenario_targets(rows),
         "ticks": ticks,  # per run: [t_s, hedge_after_s, reason, window_s, samples]
@@ -432,6 +436,11 @@ def _parser() -> argparse.ArgumentParser:
         "--minutes",
         action="store_true",
         help="feed the controller minute aggregates, as the live tick reads them (default: one entry per call)",
+    )
+    parser.add_argument(
+        "--bounded",
+        action="store_true",
+        help="feed the controller as the bounded tick reads the store (latest 100 calls one by one, minutes before)",
     )
     parser.add_argument(
         "--out-dir",

@@ -16,7 +16,7 @@ import numpy as np
 
 from hedgerow.controller.policy._policy_window import WindowData, WindowRecords, observe_window
 from hedgerow.controller.policy.policy import PolicyKnobs, RouteConfig, decide
-from hedgerow.controller.store._minute_window import minutes_of, raw_since, tick_window
+from hedgerow.controller.store._minute_window import RECENT_CALLS, minutes_of, raw_since, tick_window
 from hedgerow.settings import Settings
 from hedgerow.sim.virtual import VirtualCall
 
@@ -33,6 +33,9 @@ class VirtualController:
             (``_minute_window.tick_window``: minute aggregates, durations to their bucket and
             starts to their minute, before ``raw_since(now)``; the calls after it as they are),
             instead of one entry per call.
+        bounded: give the rules the calls as the bounded tick reads them (the latest
+            ``RECENT_CALLS`` one by one, the others in their minute's aggregates); implies
+            minute aggregates.
 
     Attributes:
         current: the published ``hedge_after_s`` (None before the first publication).
@@ -43,10 +46,13 @@ class VirtualController:
             ``observed_hedge_rate``, ``short_window_hedge_rate``, ``backup_win_rate``.
     """
 
-    def __init__(self, config: RouteConfig, settings: Settings, *, minutes: bool = False) -> None:
+    def __init__(
+        self, config: RouteConfig, settings: Settings, *, minutes: bool = False, bounded: bool = False
+    ) -> None:
         self.config = config
         self.settings = settings
         self.minutes = minutes
+        self.bounded = bounded
         self.knobs = PolicyKnobs.from_settings(settings)
         self.current: float | None = None
         self.source: str | None = None
@@ -104,7 +110,12 @@ class VirtualController:
         )
         budget = self.config.budget if 0.0 < self.config.budget < 1.0 else None
         data: WindowRecords | WindowData = records
-        if self.minutes:
+        if self.bounded:
+            at = datetime.fromtimestamp(now, UTC)
+            latest = np.zeros(records.age_s.size, dtype=bool)
+            latest[np.argsort(records.age_s, kind="stable")[:RECENT_CALLS]] = True
+            data = tick_window(minutes_of(records.select(~latest), at), records.select(latest), at)
+        elif self.minutes:
             at = datetime.fromtimestamp(now, UTC)
             recent = records.age_s <= now - raw_since(at).timestamp()
             data = tick_window(minutes_of(records.select(~recent), at), records.select(recent), at)

@@ -22,7 +22,12 @@ Cells whose calls in all (routes x calls) pass ``--max-total-calls`` (default 1,
 1,000 x 10,000 cell is 10 million calls, ~10 minutes of seeding and, from the 100-route cell's
 ~18-25 ms a route, a tick of 20-30 s on this machine) are listed as skipped, not run.
 
-Run: ``python bench/controller_tick.py [--routes 10,100,1000] [--calls 1000,10000]
+Each cell ticks every ``--observe`` mode in turn on the same store (``HEDGEROW_CONTROLLER_OBSERVE``:
+``raw`` reads the last one to two minutes of calls one by one, ``bounded`` each route's latest 100
+calls; default both) and reports each mode's median wall and CPU time, and the CPU ratio of each
+cell to the one with a tenth of its calls per route (issue 30 asks <= 1.3 at 10x the calls).
+
+Run: ``python bench/controller_tick.py [--routes 10,100,1000] [--calls 1000,10000] [--observe raw,bounded]
 [--repeats 3] [--no-tick] [--max-total-calls 1000000] [--json bench/results/controller_tick.json]``.
 Prints a table (median of ``--repeats``) and writes JSON. Not a test: nothing is asserted.
 """
@@ -39,6 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -180,8 +186,14 @@ async def read_minute_window(url: str, now: datetime, window_s: float) -> tuple[
         await engine.dispose()
 
 
-async def measure(url: str, routes: int, calls: int, repeats: int, *, tick: bool = True) -> dict[str, Any]:
-    """Seed a fresh store at ``url``; time ``repeats`` ticks and reads, interleaved (no tick: reads only)."""
+async def measure(
+    url: str, routes: int, calls: int, repeats: int, *, tick: bool = True, observe: Sequence[str] = ("raw",)
+) -> dict[str, Any]:
+    """Seed a fresh store at ``url``; time ``repeats`` ticks of each ``observe`` mode
+    (``HEDGEROW_CONTROLLER_OBSERVE``) and the reads, interleaved (no tick: reads only).
+
+    Each tick's wall time and the CPU time of this process during it (``time.process_time``:
+    every thread, the store server's not counted) are kept per mode."""
     await asyncio.to_thread(upgrade_database, url)
     now = datetime.now(UTC)
     seed_s = await seed(url, routes, calls, now)
@@ -189,6 +201,7 @@ async def measure(url: str, routes: int, calls: int, repeats: int, *, tick: bool
     engine = make_engine(url)
     sessionmaker = make_sessionmaker(engine)
     ticks: list[float] = []
+    by_mode: dict[str, dict[str, list[float]]] = {mode: {"wall": [], "cpu": []} for mode in observe}
     reads: list[float] = []
     minute_reads: list[float] = []
     minute_rows = entries = 0
@@ -196,10 +209,12 @@ async def measure(url: str, routes: int, calls: int, repeats: int, *, tick: bool
     read_count = 0
     try:
         for _ in range(repeats):
-            if tick:
-                started = time.perf_counter()
-                rows = await run_tick(sessionmaker, settings, now=now)
-                ticks.append(time.perf_counter() - started)
+            for mode in observe if tick else ():
+                started, cpu = time.perf_counter(), time.process_time()
+                rows = await run_tick(sessionmaker, settings.model_copy(update={"controller_observe": mode}), now=now)
+                by_mode[mode]["wall"].append(time.perf_counter() - started)
+                by_mode[mode]["cpu"].append(time.process_time() - cpu)
+            ticks = by_mode[observe[0]]["wall"]
             seconds, read_count = await read_rows(url, now, settings.window_s)
             reads.append(seconds)
             seconds, minute_rows, entries = await read_minute_window(url, now, settings.window_s)
@@ -224,6 +239,15 @@ async def measure(url: str, routes: int, calls: int, repeats: int, *, tick: bool
         "histogram_entries_read": entries,
         "decisions": len(rows),
         "samples_first_route": rows[0]["samples"] if rows else None,
+        "observe": {
+            mode: {
+                "tick_s_median": statistics.median(runs["wall"]) if runs["wall"] else float("nan"),
+                "tick_cpu_s_median": statistics.median(runs["cpu"]) if runs["cpu"] else float("nan"),
+                "tick_s_runs": runs["wall"],
+                "tick_cpu_s_runs": runs["cpu"],
+            }
+            for mode, runs in by_mode.items()
+        },
     }
 
 
@@ -241,6 +265,10 @@ async def main(args: argparse.Namespace) -> None:
     from tests.conftest import create_pg_database, drop_pg_database
 
     routes_grid = [int(x) for x in args.routes.split(",")]
+    observe = [x.strip() for x in args.observe.split(",")]
+    for mode in observe:
+        if mode not in ("raw", "bounded"):
+            raise SystemExit(f"controller_tick: --observe takes raw and bounded, got {mode!r}")
     calls_grid = [int(x) for x in args.calls.split(",")]
     stores = ["sqlite"] + (["postgresql"] if (args.pg or os.environ.get("HEDGEROW_TEST_DATABASE_URL")) else [])
     pg_server = args.pg or os.environ.get("HEDGEROW_TEST_DATABASE_URL")
@@ -258,18 +286,27 @@ async def main(args: argparse.Namespace) -> None:
                 if store == "sqlite":
                     with tempfile.TemporaryDirectory() as tmp:
                         result = await measure(
-                            f"sqlite+aiosqlite:///{tmp}/bench.db", routes, calls, args.repeats, tick=not args.no_tick
+                            f"sqlite+aiosqlite:///{tmp}/bench.db",
+                            routes,
+                            calls,
+                            args.repeats,
+                            tick=not args.no_tick,
+                            observe=observe,
                         )
                 else:
                     assert pg_server is not None
                     url = await create_pg_database(pg_server, "hedgerow_bench")
                     try:
-                        result = await measure(url, routes, calls, args.repeats, tick=not args.no_tick)
+                        result = await measure(url, routes, calls, args.repeats, tick=not args.no_tick, observe=observe)
                     finally:
                         await drop_pg_database(url)
                 results.append({"store": store, **result})
+                modes = ", ".join(
+                    f"{mode} {m['tick_s_median']:.2f} s ({m['tick_cpu_s_median']:.2f} s cpu)"
+                    for mode, m in result["observe"].items()
+                )
                 print(
-                    f"  {store:<10} {routes:>5} routes x {calls:>6} calls: tick {result['tick_s_median']:.2f} s, "
+                    f"  {store:<10} {routes:>5} routes x {calls:>6} calls: tick {modes}, "
                     f"read rows {result['read_rows_s_median']:.2f} s, "
                     f"read minutes {result['read_minutes_s_median']:.3f} s (seeded in {result['seed_s']:.0f} s)",
                     flush=True,
@@ -289,11 +326,28 @@ async def main(args: argparse.Namespace) -> None:
             f"{r['read_rows_s_median']:>12.2f} {ratio:>9.1f} {r['read_minutes_s_median']:>10.3f} "
             f"{r['minute_rows_read']:>8} {r['histogram_entries_read']:>9}"
         )
+    print()
+    print("tick per observe mode (median wall and cpu s); x10 = this cell / the cell of 1/10 the calls per route")
+    print(f"{'store':<11} {'routes':>6} {'calls/route':>11} {'observe':>8} {'wall s':>8} {'cpu s':>8} {'x10 cpu':>8}")
+    done = [r for r in results if "skipped" not in r]
+    for r in done:
+        for mode, m in r["observe"].items():
+            base = [
+                b
+                for b in done
+                if (b["store"], b["routes"], b["calls_per_route"] * 10)
+                == (r["store"], r["routes"], r["calls_per_route"])
+            ]
+            ratio = m["tick_cpu_s_median"] / base[0]["observe"][mode]["tick_cpu_s_median"] if base else float("nan")
+            print(
+                f"{r['store']:<11} {r['routes']:>6} {r['calls_per_route']:>11} {mode:>8} "
+                f"{m['tick_s_median']:>8.2f} {m['tick_cpu_s_median']:>8.2f} {ratio:>8.2f}"
+            )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
             json.dumps({"benchmark": "controller_tick", "python": platform.python_version(), "repeats": args.repeats,
-                        "results": results}, indent=2) + "\n"
+                        "observe": observe, "load_average": os.getloadavg(), "results": results}, indent=2) + "\n"
         )  # fmt: skip
         print(f"written to {args.json}")
 
@@ -305,6 +359,9 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=3, help="ticks (and row reads) per cell")
     parser.add_argument("--no-tick", action="store_true", help="time the reads only (tick columns nan)")
     parser.add_argument("--max-total-calls", type=int, default=1_000_000, help="skip cells with more calls in all")
+    parser.add_argument(
+        "--observe", default="raw,bounded", help="comma-separated HEDGEROW_CONTROLLER_OBSERVE modes, ticked in turn"
+    )
     parser.add_argument("--pg", default=None, help="PostgreSQL server url (default: HEDGEROW_TEST_DATABASE_URL)")
     parser.add_argument("--json", type=Path, default=Path("bench/results/controller_tick.json"))
     asyncio.run(main(parser.parse_args()))

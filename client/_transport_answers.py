@@ -36,6 +36,8 @@ __all__ = [
 #: Response header names added to every response.
 REQUEST_ID_HEADER = "X-Hedgerow-Request-Id"
 WINNER_HEADER = "X-Hedgerow-Winner"
+#: ``true`` when a backup attempt was started: by the hedge delay (a hedge) or after an attempt failed
+#: (a failover), whatever the outcome; ``false`` otherwise.
 HEDGED_HEADER = "X-Hedgerow-Hedged"
 
 #: Hop-by-hop header names (lower case): never forwarded in either direction.
@@ -53,7 +55,7 @@ def mark(headers: httpx.Headers, request_id: str, winner: str, hedged: bool) -> 
         headers: the response headers to mark.
         request_id: the call's id (``""`` for an answer of hedgerow itself).
         winner: the name of the upstream whose answer this is (``""`` when no attempt won).
-        hedged: whether a backup attempt was started.
+        hedged: whether a backup attempt was started (by the hedge delay or by a failover).
     """
     headers[REQUEST_ID_HEADER] = request_id
     headers[WINNER_HEADER] = winner

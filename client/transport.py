@@ -62,11 +62,15 @@ What the transport does with one request:
 
 Every response carries ``X-Hedgerow-Request-Id`` (the call's id, also the upstream
 ``Idempotency-Key``), ``X-Hedgerow-Winner`` and ``X-Hedgerow-Hedged`` (``true`` when a backup
-was started, whatever the outcome). ``X-Hedgerow-Winner`` names the upstream whose answer this
-is: the winner of a hedged call, or the primary for a pass-through request. It is **empty** when
-no attempt won: a call that failed (an upstream's 4xx handed back, the last error response of
-a call whose attempts all failed) and answers of hedgerow itself (a 400 for a bad body); which
-upstream sent an error response is in the call's record.
+attempt was started, whatever the outcome: by the hedge delay (a hedge) or because an earlier
+attempt failed (a failover), so a call whose upstreams were all unreachable says ``true`` too; the
+record's ``hedge_reason`` says which). The other response headers are the answering upstream's own
+(its ``x-request-id``, rate-limit headers, ...), minus hop-by-hop, framing and encoding ones; they
+name that upstream's hop, while ``X-Hedgerow-Request-Id`` names the call. ``X-Hedgerow-Winner``
+names the upstream whose answer this is: the winner of a hedged call, or the primary for a
+pass-through request. It is **empty** when no attempt won: a call that failed (an upstream's 4xx
+handed back, the last error response of a call whose attempts all failed) and answers of hedgerow
+itself (a 400 for a bad body); which upstream sent an error response is in the call's record.
 
 Outcomes, as the SDK sees them:
 

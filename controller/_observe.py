@@ -13,18 +13,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import and_, case, func, or_, select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.controller.policy._policy_window import WindowData, WindowRecords, observe_window
 from hedgerow.controller.policy.minute_counts import MINUTE_S, call_samples, first_samples
 from hedgerow.controller.policy.policy import Observation, PolicyKnobs
-from hedgerow.controller.store._minute_window import raw_since, read_minutes, tick_window
+from hedgerow.controller.store._minute_window import (
+    RECENT_CALLS,
+    raw_since,
+    read_minutes,
+    start_minutes,
+    tick_window,
+    without_records,
+)
 from hedgerow.controller.store.models import Attempt, Call, Route
 
 if TYPE_CHECKING:
@@ -35,6 +44,7 @@ __all__ = [
     "WindowCounts",
     "backup_samples",
     "count_calls",
+    "latest_records",
     "observe_route",
     "observe_routes",
     "routes_records",
@@ -42,6 +52,17 @@ __all__ = [
 ]
 
 log = logging.getLogger("hedgerow.controller.jobs")
+
+#: What the tick reads of a call and of its attempts (:func:`_records`).
+_CALL_COLUMNS = (
+    Call.id, Call.route_id, Call.started_at, Call.hedge_reason, Call.hedge_denied, Call.winner, Call.ttft_s
+)  # fmt: skip
+_ATTEMPT_COLUMNS = (
+    Attempt.call_id, Attempt.role, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome
+)  # fmt: skip
+#: Routes per query of :func:`latest_records` (a ``UNION ALL`` of one limited select each; their
+#: calls' ids then go to one ``IN`` list, well under the drivers' bound-parameter limits).
+_ROUTES_PER_QUERY = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,21 +147,27 @@ async def routes_records(
     connection = await session.connection()
     calls = (
         await connection.execute(
-            select(
-                Call.id, Call.route_id, Call.started_at, Call.hedge_reason, Call.hedge_denied, Call.winner, Call.ttft_s
-            )
-            .where(*in_window)
-            .order_by(Call.route_id, Call.started_at, Call.id)
+            select(*_CALL_COLUMNS).where(*in_window).order_by(Call.route_id, Call.started_at, Call.id)
         )
     ).all()
     attempts = await connection.execute(
-        select(Attempt.call_id, Attempt.role, Attempt.start_s, Attempt.first_token_s, Attempt.end_s, Attempt.outcome)
+        select(*_ATTEMPT_COLUMNS)
         .join(Call, Call.id == Attempt.call_id)
         .where(*in_window, Attempt.role.in_(("primary", "backup")))
         .order_by(Attempt.call_id, Attempt.attempt_index)
     )
+    return _records(route_ids, calls, attempts.all(), until)
+
+
+def _records(
+    route_ids: list[int], calls: Sequence[Any], attempts: Sequence[Any], until: datetime
+) -> dict[int, WindowRecords]:
+    """Calls ``(id, route_id, started_at, hedge_reason, hedge_denied, winner, ttft_s)`` in start
+    order and their attempts ``(call_id, role, start_s, first_token_s, end_s, outcome)`` in
+    attempt order as each route's ``WindowRecords`` (ages from ``until``), by the sample rules
+    of ``minute_counts`` (``first_samples``, ``call_samples``)."""
     by_call: dict[int, list[tuple[str, float, float | None, float, str]]] = {}
-    for call_id, role, start_s, first_token_s, end_s, outcome in attempts.all():
+    for call_id, role, start_s, first_token_s, end_s, outcome in attempts:
         by_call.setdefault(call_id, []).append((role, start_s, first_token_s, end_s, outcome))
     rows: dict[int, list[tuple[Any, ...]]] = {route_id: [] for route_id in route_ids}
     for call_id, route_id, started_at, hedge_reason, hedge_denied, winner, ttft_s in calls:
@@ -148,6 +175,66 @@ async def routes_records(
         samples = call_samples(hedge_reason, hedge_denied, winner, ttft_s, primary, backup)
         rows[route_id].append(((until - started_at).total_seconds(), *samples))
     return {route_id: WindowRecords.from_rows(route_rows) for route_id, route_rows in rows.items()}
+
+
+async def latest_records(
+    session: AsyncSession, route_ids: list[int], since: datetime, until: datetime, *, limit: int = RECENT_CALLS
+) -> dict[int, WindowRecords]:
+    """Each route's latest ``limit`` calls started in ``(since, until]`` as ``WindowRecords``.
+
+    One ``ORDER BY started_at DESC LIMIT`` per route on the ``(route_id, started_at)`` index,
+    :data:`_ROUTES_PER_QUERY` routes to a ``UNION ALL`` query, then their attempts (by call id,
+    within the calls' span of ``call_started_at``, the partition key on PostgreSQL): the rows
+    read are at most ``limit`` calls per route however many calls it has. Calls of one start
+    time at the limit are taken in the index's order.
+
+    Args:
+        session: an open session.
+        route_ids: the ``routes.id`` values.
+        since / until: the span (aware UTC).
+        limit: calls per route, >= 1.
+
+    Returns:
+        ``{route_id: WindowRecords}`` for every route asked for, oldest call first (ages from
+        ``until``).
+
+    Raises:
+        ValueError: ``limit`` below 1.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1 call per route, got {limit!r}")
+    connection = await session.connection()
+    calls: list[Any] = []
+    for first in range(0, len(route_ids), _ROUTES_PER_QUERY):
+        parts = [
+            select(*_CALL_COLUMNS)
+            .where(Call.route_id == route_id, Call.started_at > since, Call.started_at <= until)
+            .order_by(Call.started_at.desc())
+            .limit(limit)
+            .subquery()
+            for route_id in route_ids[first : first + _ROUTES_PER_QUERY]
+        ]
+        calls.extend((await connection.execute(union_all(*(select(*part.c) for part in parts)))).all())
+    calls.sort(key=lambda row: (row[1], row[2], row[0]))  # route, start, id
+    attempts: list[Any] = []
+    for first in range(0, len(calls), _ROUTES_PER_QUERY * limit):
+        chunk = calls[first : first + _ROUTES_PER_QUERY * limit]
+        started = [row[2] for row in chunk]
+        attempts.extend(
+            (
+                await connection.execute(
+                    select(*_ATTEMPT_COLUMNS)
+                    .where(
+                        Attempt.call_id.in_([row[0] for row in chunk]),
+                        Attempt.call_started_at >= min(started),
+                        Attempt.call_started_at <= max(started),
+                        Attempt.role.in_(("primary", "backup")),
+                    )
+                    .order_by(Attempt.call_id, Attempt.attempt_index)
+                )
+            ).all()
+        )
+    return _records(route_ids, calls, attempts, until)
 
 
 async def backup_samples(session: AsyncSession, route_id: int, since: datetime, until: datetime) -> BackupSamples:
@@ -186,6 +273,12 @@ async def observe_routes(
     entry per non-empty (minute, kind, bucket), bounded per minute, plus two minutes of calls;
     what bucketing changes against the raw calls is stated in ``_minute_window.window_data``.
 
+    With ``settings.controller_observe == "bounded"`` the calls read one by one are each route's
+    latest ``_minute_window.RECENT_CALLS`` (:func:`latest_records`, over the widest span), and
+    the aggregates are read up to ``now`` (its partial minute included); each read takes the
+    counts of those latest calls out of their minutes (``_minute_window.without_records``), so
+    every call is counted once, and the calls read one by one no longer grow with the traffic.
+
     Args:
         session: an open session.
         routes: the route rows.
@@ -202,13 +295,26 @@ async def observe_routes(
     # a minute belongs to a window when its middle does: read half a minute beyond the span
     spans = {"short": float(settings.window_s), "wide": max(float(settings.max_window_s), float(settings.window_s))}
 
-    cut = raw_since(now)
-    recent = await routes_records(session, ids, cut, now, since_included=True)
+    bounded = settings.controller_observe == "bounded"
+    if bounded:  # the latest calls one by one, however old; the aggregates up to now
+        oldest = now - timedelta(seconds=spans["wide"] + MINUTE_S / 2)
+        recent = await latest_records(session, ids, oldest, now)
+        cut = now
+    else:  # the calls of the last one to two minutes one by one; the aggregates before them
+        cut = raw_since(now)
+        recent = await routes_records(session, ids, cut, now, since_included=True)
 
     async def read(span_s: float, route_ids: list[int]) -> dict[int, WindowData]:
         since = now - timedelta(seconds=span_s + MINUTE_S / 2)
         minutes = await read_minutes(session, since, cut, route_ids=route_ids) if since < cut else {}
-        return {rid: tick_window(minutes.get(rid), recent[rid], now) for rid in route_ids}
+        if not bounded:
+            return {rid: tick_window(minutes.get(rid), recent[rid], now) for rid in route_ids}
+        first_minute = math.ceil(since.timestamp() / MINUTE_S)
+        data = {}
+        for rid in route_ids:  # the latest calls of the minutes read, taken out of their minutes
+            calls = recent[rid].select(start_minutes(recent[rid], now) >= first_minute)
+            data[rid] = tick_window(without_records(minutes.get(rid), calls, now), calls, now)
+        return data
 
     def observe(items: list[tuple[Route, WindowData]]) -> dict[int, Observation]:
         out = {}

@@ -418,7 +418,8 @@ class TickWorker:
     async def close(self) -> None:
         """Stop the worker (terminating a tick it runs: its transaction rolls back) and wait for it.
 
-        Idempotent. After it returns no worker process is left to publish.
+        Idempotent. After it returns no worker process is left to publish, and the log queue's
+        semaphores are released (unlinked), so a process that then ends by a signal leaks none.
         """
         self._closed = True
         pool, self._pool = self._pool, None
@@ -437,6 +438,11 @@ class TickWorker:
             self._listener = None
             self._logs.close()
             self._logs.join_thread()
+        # The queue's three locks are named semaphores the resource tracker knows of; the last
+        # reference going unlinks them. ``serve`` ends by re-raising SIGTERM/SIGINT (no atexit
+        # finalizers run), so a queue still referenced then would be reported as leaked.
+        self._logs = None
+        self._hold_until = None
 
 
 def _set_done(future: asyncio.Future[None]) -> None:

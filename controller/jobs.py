@@ -11,7 +11,10 @@ Per route, each tick (docs/DESIGN.md "controller"); steps 1-2 live in ``_observe
    samples are fewer than ``min_samples``, or too few for the budget's tail with no drift
    detected, are read again over ``max_window_s``. The cost grows with routes x minutes x
    non-empty buckets plus two minutes of calls, not with the window's calls; an older duration
-   is known to its bucket (``_minute_window``);
+   is known to its bucket (``_minute_window``). With ``HEDGEROW_CONTROLLER_OBSERVE=bounded``
+   the aggregates are read up to ``now`` and only each route's latest 100 calls one by one
+   (``_minute_window.RECENT_CALLS``), their counts taken out of their minutes: the cost no
+   longer grows with the calls of the last minutes;
 2. build the observation with ``_policy_window.observe_window``, the code the virtual-time
    benchmark runs too: the window doubles while samples are too few, shrinks to the data since
    a change the log-rank test detects (``_policy_drift``), and yields the Kaplan-Meier estimate
@@ -72,6 +75,7 @@ from hedgerow.controller._observe import (
     WindowCounts,
     backup_samples,
     count_calls,
+    latest_records,
     observe_route,
     observe_routes,
     routes_records,
@@ -115,6 +119,7 @@ __all__ = [
     "backup_samples",
     "count_calls",
     "history_details",
+    "latest_records",
     "lock_route",
     "lock_routes",
     "observe_route",

@@ -12,7 +12,7 @@ import sys
 __all__ = ["SERVER_EXTRA_HINT", "main"]
 
 #: What to run to get the commands.
-SERVER_EXTRA_HINT = "pip install 'hedgerow[server]'"
+SERVER_EXTRA_HINT = "pip install 'hedgerow[server]' (in a source checkout: pip install -e '.[server]')"
 
 
 def main() -> None:

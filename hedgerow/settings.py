@@ -38,6 +38,14 @@ class Settings(BaseSettings):
             interpreter lock; ``"loop"`` on the api's event loop and its threads. An in-memory
             SQLite store ticks on the loop (a worker cannot open it). ``hedgerow controller
             run-once`` always ticks in its own process.
+        controller_observe: what a tick reads of each route's calls: ``"raw"`` (default) the
+            minute aggregates before the minute preceding the tick's and the calls since then
+            one by one (60-120 s of calls, so its cost grows with the traffic); ``"bounded"``
+            the minute aggregates of the whole window, the current partial minute included, and
+            only each route's latest ``RECENT_CALLS`` (100) calls one by one, their minutes'
+            counts taken out of the aggregates (``controller/store/_minute_window.py``), so the
+            cost per route is flat in its calls. Every duration is read at its histogram
+            bucket's end either way (at most one bucket, 4.7 %, above the raw sample).
         window_s: the estimation window, seconds of recent calls per tick (default 3600).
         max_window_s: how far the window may widen while samples are too few (default 86400).
         short_window_s: the window in which an observed hedge rate above budget raises the
@@ -185,6 +193,7 @@ class Settings(BaseSettings):
     database_url: str = DEFAULT_DATABASE_URL
     controller_interval_s: float = Field(60.0, gt=0)
     controller_tick_in: Literal["process", "loop"] = "process"
+    controller_observe: Literal["raw", "bounded"] = "raw"
     threshold_check_interval_s: float = Field(1.0, ge=0, allow_inf_nan=False)
     window_s: float = Field(3600.0, gt=0)
     max_window_s: float = Field(86400.0, gt=0)

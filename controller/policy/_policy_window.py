@@ -283,14 +283,32 @@ def _latest_in_order(primary: Samples, mask: np.ndarray, limit: int) -> tuple[np
     the minute is unknown; they are put in a fixed pseudo-random order (seed 0), not by duration,
     so that slow calls are not bunched at the end of each minute in the bucket replay.
 
+    Only the entries at least as young as the ``limit``-th youngest call are expanded and
+    sorted (a suffix of the order of all the masked calls), each call keeping the pseudo-random
+    key it draws among all of them: the result is that of sorting every masked call, at a cost
+    that grows with the entries, not with the calls they stand for.
+
     Returns:
         ``(durations_s, censored, age_s)``, each of shape (min(calls, limit),).
     """
-    durations, censored, age = primary.expanded(np.flatnonzero(mask))
+    index = np.flatnonzero(mask)
+    weights = primary.weight[index].astype(np.int64)
+    ages = primary.age_s[index]
+    keep = np.ones(index.size, dtype=bool)
+    if int(weights.sum()) > limit:
+        youngest = np.argsort(ages, kind="stable")
+        reached = int(np.searchsorted(np.cumsum(weights[youngest]), limit))
+        keep = ages <= ages[youngest[reached]]
+    durations, censored, age = primary.expanded(index[keep])
     if primary.weights_of(mask) is None:
         order = np.argsort(-age, kind="stable")
     else:
-        order = np.lexsort((np.random.default_rng(0).random(age.size), -age))
+        # the key each kept call draws in the order of all the masked calls
+        keys = np.random.default_rng(0).random(int(weights.sum()))
+        first = (np.cumsum(weights) - weights)[keep]
+        kept = weights[keep]
+        within = np.arange(int(kept.sum())) - np.repeat(np.cumsum(kept) - kept, kept)
+        order = np.lexsort((keys[np.repeat(first, kept) + within], -age))
     order = order[-limit:]
     return durations[order], censored[order], age[order]
 

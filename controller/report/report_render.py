@@ -296,10 +296,11 @@ def summary_text(report: Mapping[str, Any]) -> str:
             f"hedgerow weekly report {report['week']}{partial}: no calls were recorded in this week "
             f"({_days_of(report)}, UTC), so there is no latency, hedge rate or spend to report{_decided(report)}."
         )
+    backups = t["hedges"] + t["failovers"]
     return (
         f"hedgerow weekly report {report['week']}{partial}: {t['calls']:,} calls on {len(report['routes'])} route(s); "
         f"TTFT P99 {_s(t['ttft_s']['p99'])} delivered vs {_primary_text(t, 'p99')} primary "
-        f"({_saved_text(t['p99_saved_s'])}); hedge rate {_pct(t['hedge_rate'])} (budget {_pct(t['budget'])}), "
+        f"({_saved_text(t['p99_saved_s'], backups)}); hedge rate {_pct(t['hedge_rate'])} (budget {_pct(t['budget'])}), "
         f"backups won {_pct(t['backup_win_rate'])}, {t['failovers']} failover(s); "
         f"spend {_usd(cost['spend_usd'], cost['price_status'])}, hedging overhead "
         f"{_usd(cost['overhead_usd'], cost['price_status'])} ({_pct(cost['overhead_share'])})."
@@ -310,15 +311,17 @@ def summary_text(report: Mapping[str, Any]) -> str:
 _NO_SAVING_S = 1e-6
 
 
-def _saved_text(saved_s: float | None) -> str:
+def _saved_text(saved_s: float | None, backups: int) -> str:
     """What hedging saved at P99 in words: ``saved 120 ms``, or why there is no saving to state.
 
     Args:
         saved_s: ``p99_saved_s``, the primaries' P99 minus the delivered P99, seconds (None when
             either is unknown).
+        backups: backup attempts started in the period (hedges plus failovers).
 
     Returns:
-        ``saved X``; for zero (under :data:`_NO_SAVING_S`) ``no P99 saving: the backups did not beat the primaries' own
+        ``saved X``; for zero (under :data:`_NO_SAVING_S`) ``no P99 saving: no backups ran`` when
+        ``backups`` is 0, else ``no P99 saving: the backups did not beat the primaries' own
         tail``; for a negative value ``no P99 saving: delivered X above the primaries' own P99``;
         for None ``P99 saving unknown``.
     """
@@ -327,6 +330,8 @@ def _saved_text(saved_s: float | None) -> str:
     if saved_s >= _NO_SAVING_S:
         return f"saved {_s(saved_s)}"
     if saved_s > -_NO_SAVING_S:
+        if backups == 0:
+            return "no P99 saving: no backups ran"
         return "no P99 saving: the backups did not beat the primaries' own tail"
     return f"no P99 saving: delivered {_s(-saved_s)} above the primaries' own P99"
 

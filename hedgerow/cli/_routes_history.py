@@ -44,8 +44,18 @@ def route_history(
     model: str = MODEL_OPTION,
     applied: bool = typer.Option(False, "--applied", help="Only applied changes (no holds)."),
     reason: str = typer.Option(None, "--reason", metavar="CODE", help="Only rows with this reason code."),
-    since: str = typer.Option(None, "--since", metavar="TIME", help="Only decisions seen at or after (ISO 8601)."),
-    until: str = typer.Option(None, "--until", metavar="TIME", help="Only decisions made at or before (ISO 8601)."),
+    since: str = typer.Option(
+        None,
+        "--since",
+        metavar="TIME",
+        help="Only decisions whose last tick is at or after TIME (ISO 8601; inclusive).",
+    ),
+    until: str = typer.Option(
+        None,
+        "--until",
+        metavar="TIME",
+        help="Only decisions whose first tick is at or before TIME (ISO 8601; inclusive).",
+    ),
     limit: int = typer.Option(50, "--limit", metavar="N", help=f"Most rows (1 to {MAX_HISTORY_LIMIT})."),
     explain: bool = typer.Option(
         False, "--explain", help="Print each decision followed by why, in words, with its numbers."
@@ -176,8 +186,12 @@ def route_calls(
     failed_upstream: str = typer.Option(
         None, "--failed-upstream", metavar="U", help="Only calls with an attempt on upstream U that failed."
     ),
-    since: str = typer.Option(None, "--since", metavar="TIME", help="Only calls started at or after (ISO 8601)."),
-    until: str = typer.Option(None, "--until", metavar="TIME", help="Only calls started at or before (ISO 8601)."),
+    since: str = typer.Option(
+        None, "--since", metavar="TIME", help="Only calls started at or after TIME (ISO 8601; inclusive)."
+    ),
+    until: str = typer.Option(
+        None, "--until", metavar="TIME", help="Only calls started at or before TIME (ISO 8601; inclusive)."
+    ),
     limit: int = typer.Option(50, "--limit", metavar="N", help="Most calls (1 to 500)."),
     cursor: str = typer.Option(None, "--cursor", metavar="C", help="Go on from a page: the cursor it printed."),
     api: str = API_OPTION,

@@ -112,8 +112,18 @@ def upstream_rows(data: dict[str, Any]) -> list[list[str]]:
 
 @upstreams_app.command("list")
 def list_upstreams(
-    since: str = typer.Option(None, "--since", metavar="TIME", help="Calls started at or after (ISO 8601; UTC)."),
-    until: str = typer.Option(None, "--until", metavar="TIME", help="Calls started before (ISO 8601; default now)."),
+    since: str = typer.Option(
+        None,
+        "--since",
+        metavar="TIME",
+        help="Calls started at or after TIME (ISO 8601, UTC without a zone; inclusive).",
+    ),
+    until: str = typer.Option(
+        None,
+        "--until",
+        metavar="TIME",
+        help="Calls started before TIME (ISO 8601; exclusive: windows [since, until) tile; default now).",
+    ),
     route: str = typer.Option(None, "--route", metavar="R", help="Only the calls of this route."),
     api: str = API_OPTION,
     token: str = TOKEN_OPTION,

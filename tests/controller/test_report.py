@@ -274,3 +274,21 @@ async def test_the_summary_says_what_a_zero_or_negative_p99_saving_means(
     assert "saved 0 ms" not in summary and "saved -" not in summary and "saved –" not in summary
     assert said in to_markdown(report)
     assert said.replace("'", "&#39;") in to_html(report)
+
+
+async def test_the_summary_says_no_backups_ran_in_a_week_without_hedges_or_failovers(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """A week with 0% hedges read "the backups did not beat the primaries' own tail" though no
+    backup ran; with neither hedges nor failovers it now says that no backups ran."""
+    from hedgerow.controller.report.report_render import summary_text
+
+    await _store(sessionmaker, week_records(per_route=20))
+    report = await weekly_report(sessionmaker, "2026-W48", now=datetime(2026, 12, 1, tzinfo=UTC))
+    report["total"]["p99_saved_s"] = 0.0
+    report["total"]["hedges"], report["total"]["failovers"] = 0, 0
+    summary = summary_text(report)
+    assert "(no P99 saving: no backups ran)" in summary, summary
+    assert "did not beat" not in summary
+    report["total"]["hedges"] = 3
+    assert "(no P99 saving: the backups did not beat the primaries' own tail)" in summary_text(report)

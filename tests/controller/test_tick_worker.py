@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, func, select, text, update
@@ -29,6 +30,7 @@ from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Lease, Threshold, ThresholdHistory
 from hedgerow.settings import Settings
 from tests.conftest import CallFactory
+from tests.serve_process import running_serve
 
 #: Seconds allowed for what should take well under one on an idle machine (a loaded one is slow).
 WIDE_S = 120.0
@@ -339,3 +341,29 @@ async def test_shutdown_ends_a_tick_awaited_outside_the_jobs(
     assert not _alive(pid)
     assert await lease_holder(sessionmaker, CONTROLLER_LEASE) is None
     assert await _published(sessionmaker) == (0, 0)
+
+
+def _children(pid: int) -> list[int]:
+    """Process ids of ``pid``'s live child processes (Linux ``/proc``)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(child) for child in path.read_text().split()] if path.exists() else []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads child processes from Linux /proc")
+async def test_serve_stopped_by_sigterm_leaks_no_semaphore_of_the_worker(tmp_path: Path) -> None:
+    # serve re-raises SIGTERM once shut down, so no atexit finalizer runs: the tick worker's log
+    # queue (three named semaphores) must be released by TickWorker.close itself
+    url = f"sqlite+aiosqlite:///{tmp_path / 'hedgerow.db'}"
+    async with running_serve(url, tmp_path, HEDGEROW_CONTROLLER_INTERVAL_S="1") as served:
+        deadline = time.monotonic() + WIDE_S  # the resource tracker and the pool's worker are running
+        while len(_children(served.process.pid)) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+        assert len(_children(served.process.pid)) >= 2, await served.stderr_text()
+        tracker_and_worker = _children(served.process.pid)
+    deadline = time.monotonic() + 10.0  # the resource tracker writes its warning as it ends, after serve
+    while any(Path(f"/proc/{pid}").exists() for pid in tracker_and_worker) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    stderr = await served.stderr_text()
+    assert "Finished server process" in stderr, stderr[-2000:]
+    assert "leaked semaphore" not in stderr, stderr[-2000:]

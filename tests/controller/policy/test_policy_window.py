@@ -11,6 +11,7 @@ from hedgerow.controller.policy._policy_window import (
     Samples,
     WindowData,
     WindowRecords,
+    _latest_in_order,
     observe_window,
     ttft_sample,
 )
@@ -231,3 +232,25 @@ def test_the_replay_arrays_hold_the_latest_calls_in_arrival_order() -> None:
     assert durations.size == 150 and sorted(durations) != list(durations)
     # the first and last 50 of a sorted order would be 0.1-2.5 s and 7.6-10 s
     assert 2.0 < durations[:50].mean() < 8.0 and 2.0 < durations[-50:].mean() < 8.0
+
+
+def test_the_replay_arrays_are_those_of_sorting_every_call() -> None:
+    """Expanding only the youngest entries gives what expanding and sorting every masked call
+    does: the same calls, the same order, each call keeping its pseudo-random key (seed 0)."""
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        n = int(rng.integers(1, 60))
+        age = rng.choice(np.arange(0.0, 3600.0, 60.0) + 30.0, n)  # minute middles, repeated
+        age = np.concatenate((age, rng.uniform(0.0, 120.0, int(rng.integers(0, 20)))))  # recent calls
+        weights = rng.integers(1, 20, age.size).astype(float) if trial % 4 else np.ones(age.size)
+        primary = Samples(age, rng.exponential(1.0, age.size), rng.random(age.size) < 0.2, weights)
+        mask = rng.random(age.size) < 0.9
+        limit = int(rng.integers(1, 400))
+        durations, censored, ages = primary.expanded(np.flatnonzero(mask))
+        if primary.weights_of(mask) is None:
+            order = np.argsort(-ages, kind="stable")[-limit:]
+        else:
+            order = np.lexsort((np.random.default_rng(0).random(ages.size), -ages))[-limit:]
+        got = _latest_in_order(primary, mask, limit)
+        for have, want in zip(got, (durations[order], censored[order], ages[order]), strict=True):
+            assert np.array_equal(have, want), trial
