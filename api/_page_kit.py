@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -31,6 +32,7 @@ __all__ = [
     "LoginNeeded",
     "PageUser",
     "error_page",
+    "form_time",
     "page_user",
     "refusal_page",
     "render_page",
@@ -91,6 +93,29 @@ def _when(value: str | None) -> str:
     if not value:
         return "-"
     return value.replace("T", " ")[:19]
+
+
+def form_time(text: str | None, field: str) -> datetime | None:
+    """A console filter's time: ISO 8601 with a zone, or without one (a ``datetime-local`` input) read
+    as UTC; None for an empty or blank field.
+
+    Args:
+        text: the form's or query's value, as typed.
+        field: the field's name, for the error message.
+
+    Raises:
+        ValueError: not a time, or outside the calendar in UTC; the message names ``field``.
+    """
+    if not text or not text.strip():
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{field}: not a time ({text!r}); use e.g. 2026-12-01T08:00 (UTC)") from None
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+05:00: before year 1 in UTC
+        raise ValueError(f"{field}: out of range ({text!r}); not within years 1..9999 in UTC") from None
 
 
 def route_url(route: str, model: str | None = None, **query: Any) -> str:

@@ -34,7 +34,7 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from hedgerow.api._page_kit import error_page, page_user, render_page, route_url, templates
+from hedgerow.api._page_kit import error_page, form_time, page_user, render_page, route_url, templates
 from hedgerow.api._state import app_state
 from hedgerow.api.charts import PointLink
 from hedgerow.client.records import control_character_error
@@ -107,24 +107,6 @@ def tick_calls_url(route: str, model: str, row: dict[str, Any]) -> str | None:
 templates.env.globals.update(calls_url=calls_url, tick_calls_url=tick_calls_url)
 
 
-def _form_time(text: str | None, field: str) -> datetime | None:
-    """A filter time: ISO 8601 with a zone, or without one read as UTC.
-
-    Raises:
-        ValueError: not a time, or outside the calendar in UTC; the message names ``field``.
-    """
-    if not text or not text.strip():
-        return None
-    try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{field}: not a time ({text!r}); use e.g. 2026-12-01T08:00 (UTC)") from None
-    try:
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    except OverflowError:
-        raise ValueError(f"{field}: out of range ({text!r}); not within years 1..9999 in UTC") from None
-
-
 def _upstream_counts(calls: list[dict[str, Any]]) -> list[tuple[str, dict[str, int]]]:
     """The page's attempts per upstream and outcome (``won``, ``failed``, ``cancelled``), the
     upstream with the most failed attempts first."""
@@ -157,8 +139,8 @@ async def calls_page(request: Request, route: str) -> Response:
         if problem is not None:
             return error_page(request, user, 422, f"{name}: {problem}")
     try:
-        since = _form_time(q.get("since"), "since")
-        until = _form_time(q.get("until"), "until")
+        since = form_time(q.get("since"), "since")
+        until = form_time(q.get("until"), "until")
         after = None if cursor is None else decode_cursor(cursor)
     except ValueError as exc:
         message = str(exc) if str(exc).startswith(("since", "until")) else f"cursor: {exc}"

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -49,6 +49,7 @@ from hedgerow.api._page_kit import (
     LoginNeeded,
     PageUser,
     error_page,
+    form_time,
     page_user,
     render_page,
     route_url,
@@ -88,24 +89,6 @@ REASON_CODES: tuple[str, ...] = tuple(sorted(POLICY_REASON_CODES))
 _FORM_BYTES = 4096
 #: The routes list's recent window, seconds (its hedge rate, backup wins, calls and failures).
 RECENT_S = 3600.0
-
-
-def _aware(text: str | None, field: str) -> datetime | None:
-    """A filter time: ISO 8601 with a zone, or without one (a ``datetime-local`` input) read as UTC.
-
-    Raises:
-        ValueError: not a time; the message names ``field``.
-    """
-    if not text:
-        return None
-    try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{field}: not a time ({text!r}); use e.g. 2026-12-01T08:00 (UTC)") from None
-    try:
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    except OverflowError:  # 0001-01-01T00:00+05:00: before year 1 in UTC
-        raise ValueError(f"{field}: out of range ({text!r}); not within years 1..9999 in UTC") from None
 
 
 @router.get("", response_class=HTMLResponse)
@@ -209,8 +192,8 @@ async def _route_page(
         if problem is not None:
             return error_page(request, user, 422, f"{name}: {problem}")
     try:
-        since_filter = _aware(q.get("since"), "since")
-        until_filter = _aware(q.get("until"), "until")
+        since_filter = form_time(q.get("since"), "since")
+        until_filter = form_time(q.get("until"), "until")
     except ValueError as exc:
         return error_page(request, user, 422, str(exc))
     refused = history_filter_error(reason=reason, since=since_filter, until=until_filter)
