@@ -3,12 +3,13 @@
 ``serve`` runs with an admin token. After a warm-up (one ``/readyz``, one empty batch), its idle
 RSS is read; a thread samples ``/proc/<pid>/status`` every 5 ms while the load runs:
 
-- one body: a ``POST /v1/calls`` (with the token) whose body is ``--body-mb`` MB of empty JSON
-  objects, the shape that costs a JSON parser the most memory per byte;
+- one body: a ``POST /v1/calls`` (with the token) whose body is ``--body-mb`` million bytes (16 is just
+  under the server's default body limit, so it is read and parsed) of empty JSON objects, the shape that costs a JSON
+  parser the most memory per byte;
 - uploads: ``--uploads`` raw sockets at once, each declaring ``--body-mb`` MB and sending it
   without a token, then reading the status line.
 
-Each figure is the peak minus the idle RSS just before; the target is 100 MB.
+Each figure is the peak minus the idle RSS just before, in MiB; the target is 100.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def idle_rss(pid: int) -> int:
 def probe_memory(args: argparse.Namespace, workdir: Path) -> list[ProbeResult]:
     """Measure the two peaks on the store of ``args.db``; two results (one body, uploads)."""
     store = store_kind(args.db)
-    size = args.body_mb * MB
+    size = args.body_mb * 1_000_000  # decimal MB: 16 stays under the default limit of 16,384,000 bytes
     with fresh_store(args.db, workdir, "p3") as url:
         serve = Serve(url, workdir, "p3", env={"HEDGEROW_TOKENS": f"{TOKEN}:admin"})
         try:
@@ -114,6 +115,7 @@ def probe_memory(args: argparse.Namespace, workdir: Path) -> list[ProbeResult]:
                 "peak_rss_mb": round(one_peak / MB, 1),
                 "delta_mb": round((one_peak - idle) / MB, 1),
                 "status": answer.status_code,
+                "answer": answer.text[:200],
             }
             idle = idle_rss(serve.proc.pid)
             sampler = PeakSampler(serve.proc.pid)
