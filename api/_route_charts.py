@@ -2,7 +2,7 @@
 and the hedge rate against the budget.
 
 Behind :mod:`hedgerow.api.pages` (the route page): ``chart_start`` fits a new route's range to its
-data, ``upstream_line_series`` draws :func:`~hedgerow.controller.store.upstreams.upstream_ttft_series`
+data, ``upstream_line_series`` draws :func:`~hedgerow.controller.store.upstream_series.upstream_ttft_series`
 as lines, and ``route_charts`` builds both SVG charts (:mod:`hedgerow.api.charts`), their dots
 linking to the calls behind them (:func:`~hedgerow.api.calls_pages.calls_links`).
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from hedgerow.api.calls_pages import calls_links, calls_url
 from hedgerow.api.charts import PointLink, SeriesData, seconds_label, time_chart
-from hedgerow.controller.store.upstreams import SERIES_MIN_FIRST_TOKENS, SERIES_MIN_SAMPLES, SERIES_UPSTREAMS
+from hedgerow.controller.store.upstream_series import SERIES_MIN_FIRST_TOKENS, SERIES_MIN_SAMPLES, SERIES_UPSTREAMS
 
 __all__ = [
     "MIN_FITTED_SPAN_S",

@@ -6,7 +6,7 @@ Pages:
   source, budget, last hour's hedge rate and backup win rate, flags, last change);
 - ``GET /ui/routes/{route}?model=&range=``: one route: step chart of the published threshold with
   the primary's P90/P99 and a P90 line per upstream (the busiest six,
-  :func:`~hedgerow.controller.store.upstreams.upstream_ttft_series`) (log y axis), chart of the
+  :func:`~hedgerow.controller.store.upstream_series.upstream_ttft_series`) (log y axis), chart of the
   hedge rate against the budget (a line over a shaded band: the share allowed), over ``range`` (``1h``,
   ``6h``, ``24h``, ``7d``, ``30d``; a route whose history starts inside the range gets charts fitted
   to its data, with a note saying so); the history table (filters ``applied``, ``reason``, ``since``,
@@ -70,7 +70,7 @@ from hedgerow.controller.store.call_failures import failed_calls_by_route, failu
 from hedgerow.controller.store.models import utc_now
 from hedgerow.controller.store.overview import flags_of, history_series, route_overview
 from hedgerow.controller.store.queries import get_history, get_route, resolve_model
-from hedgerow.controller.store.upstreams import upstream_ttft_series
+from hedgerow.controller.store.upstream_series import upstream_ttft_series
 
 __all__ = ["HISTORY_PAGE_ROWS", "MAX_HISTORY_PAGE", "RANGES", "PageUser", "install_pages", "router"]
 

@@ -8,7 +8,7 @@ httpx in process) with its lines read from the store, the same page again within
 lines kept), the page with the lines left out (the store function replaced by an empty answer),
 the store function alone, and a plain ``count(*)`` of the route's attempts with a TTFT sample in
 the range, joined to their calls (what the database needs just to visit them)
-(:func:`~hedgerow.controller.store.upstreams.upstream_ttft_series`). Prints the medians.
+(:func:`~hedgerow.controller.store.upstream_series.upstream_ttft_series`). Prints the medians.
 
 Run: ``python bench/route_page_lines.py [--calls 100000] [--routes 1] [--repeat 7]
 [--db postgresql+asyncpg://...]``. Not a test: nothing is asserted.
@@ -36,7 +36,7 @@ from hedgerow.api.app import create_app
 from hedgerow.controller.store.db import make_engine, make_sessionmaker, upgrade_database
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Attempt, Call, Route
-from hedgerow.controller.store.upstreams import upstream_ttft_series
+from hedgerow.controller.store.upstream_series import upstream_ttft_series
 from hedgerow.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench scripts import each other by file name

@@ -11,7 +11,7 @@ the window (cancelled calls count as calls).
   ``(since, until]`` (the window rule of :func:`hedgerow.controller.jobs.count_calls`, which the
   routes list's other recent figures use).
 - :func:`failure_series`: one statement grouped by UTC time slot
-  (:func:`~hedgerow.controller.store.upstreams.slot_width_s`, the per-upstream lines' slots) over
+  (:func:`~hedgerow.controller.store.upstream_series.slot_width_s`, the per-upstream lines' slots) over
   one route's calls started in ``[since, until)``, on the ``(route_id, started_at)`` index.
 """
 
@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from hedgerow.controller.store.calls_query import outcome_clause
 from hedgerow.controller.store.models import Call, Route
 from hedgerow.controller.store.queries import route_row
-from hedgerow.controller.store.upstreams import slot_sql, slot_width_s
+from hedgerow.controller.store.upstream_series import slot_sql, slot_width_s
 
 __all__ = ["failed_calls_by_route", "failure_series"]
 
@@ -73,7 +73,7 @@ async def failure_series(
 
     Returns:
         ``{"slot_s", "points": [{"start", "end", "calls", "failed", "rate"}...]}``: the slot width
-        (:func:`~hedgerow.controller.store.upstreams.slot_width_s`), and one point per slot with a
+        (:func:`~hedgerow.controller.store.upstream_series.slot_width_s`), and one point per slot with a
         call, oldest first, ``start``/``end`` the slot's part inside the range, ``rate`` = failed /
         calls.
 

@@ -58,9 +58,10 @@ join also matches ``call_started_at``, so only the window's day partitions are r
 kept ``retention_s`` (14 days by default): a window older than that finds nothing
 (``covered_from`` says from when raw calls exist).
 
-:func:`upstream_ttft_series` gives the same TTFT samples of one route and model over time: per
-upstream (the busiest :data:`SERIES_UPSTREAMS`) and UTC time slot (:func:`slot_width_s`), the KM
-P90 of the slot's histograms, for the route page's latency chart.
+The same TTFT samples of one route and model over time, per upstream and time slot, are
+:func:`hedgerow.controller.store.upstream_series.upstream_ttft_series` (the route page's lines);
+it reads them with this module's :func:`sample_columns`, :func:`bucket_sql` and
+:func:`has_sql_log`.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import BigInteger, Integer, Select, and_, case, func, literal, or_, select
+from sqlalchemy import Integer, Select, and_, case, func, literal, or_, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -82,34 +83,30 @@ from hedgerow.controller.policy.ttft_histogram import (
     BUCKETS_PER_DECADE,
     MIN_S,
     N_BUCKETS,
-    bucket_index,
     bucket_indices,
     km_quantile,
 )
 from hedgerow.controller.store.models import Attempt, Call, Route
 
 __all__ = [
+    "CHUNK_ROWS",
     "FAILURE_KINDS",
     "MAX_UPSTREAMS",
     "MAX_WINDOW_S",
     "QUANTILES",
     "ROUTES_PER_UPSTREAM",
-    "SERIES_LEVEL",
-    "SERIES_MAX_SLOTS",
-    "SERIES_MIN_FIRST_TOKENS",
-    "SERIES_MIN_SAMPLES",
-    "SERIES_UPSTREAMS",
-    "SLOT_WIDTHS_S",
     "UpstreamWindowError",
+    "bucket_sql",
     "coverage_note",
     "default_window",
     "failure_kind",
-    "slot_sql",
-    "slot_width_s",
+    "has_sql_log",
+    "sample_columns",
+    "sparse_counts",
     "upstream_routes",
     "upstream_stats",
-    "upstream_ttft_series",
     "window_error",
+    "zero_counts",
 ]
 
 #: Longest window of one query, seconds (32 days).
@@ -119,7 +116,7 @@ MAX_UPSTREAMS = 500
 #: The TTFT quantiles reported, by name.
 QUANTILES: dict[str, float] = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 #: Rows fetched per round trip while the TTFT samples stream in.
-_CHUNK_ROWS = 20_000
+CHUNK_ROWS = 20_000
 
 
 class UpstreamWindowError(ValueError):
@@ -172,7 +169,7 @@ def _filtered(query: Select[Any], since: datetime, until: datetime, route: str |
     return query
 
 
-def _sample_columns() -> tuple[Any, Any, Any]:
+def sample_columns() -> tuple[Any, Any, Any]:
     """The TTFT sample of an attempt as SQL: (duration, 1 when censored else 0, has a sample)."""
     has_token = Attempt.first_token_s.is_not(None)
     duration = case((has_token, Attempt.first_token_s - Attempt.start_s), else_=Attempt.end_s - Attempt.start_s)
@@ -180,7 +177,7 @@ def _sample_columns() -> tuple[Any, Any, Any]:
     return duration, flag, or_(has_token, Attempt.outcome == "cancelled")
 
 
-def _bucket_sql(duration: Any) -> Any:
+def bucket_sql(duration: Any) -> Any:
     """:func:`~hedgerow.controller.policy.ttft_histogram.bucket_index` in SQL (``log`` is base 10 on
     both databases): 0 below 1 ms, 329 from the overflow edge, else ``floor(50 log10(d / 1 ms)) + 1``."""
     inner = func.cast(func.floor(func.log(duration / MIN_S) * BUCKETS_PER_DECADE), Integer) + 1
@@ -191,7 +188,7 @@ def _bucket_sql(duration: Any) -> Any:
     )
 
 
-async def _has_sql_log(session: AsyncSession) -> bool:
+async def has_sql_log(session: AsyncSession) -> bool:
     """Whether the database has ``log``/``floor`` (PostgreSQL always; SQLite when built with its math
     functions, as Python's usually is)."""
     if (await session.connection()).dialect.name != "sqlite":
@@ -247,7 +244,7 @@ class _Collected:
     censored: dict[str, np.ndarray]
 
 
-def _zeros() -> np.ndarray:
+def zero_counts() -> np.ndarray:
     return np.zeros(N_BUCKETS, dtype=np.int64)
 
 
@@ -259,16 +256,16 @@ async def _collect(
     ``in_sql``: one statement grouped by ``(upstream, sample kind, bucket)`` (at most 661 rows an
     upstream), the bucket computed with ``log``, the counters summed here; else (a SQLite without
     math functions) a ``GROUP BY upstream`` aggregate and the samples streamed in chunks of
-    :data:`_CHUNK_ROWS` and bucketed here. Both give the same figures.
+    :data:`CHUNK_ROWS` and bucketed here. Both give the same figures.
     """
-    duration, flag, has_sample = _sample_columns()
+    duration, flag, has_sample = sample_columns()
     totals: dict[str, list[int]] = defaultdict(lambda: [0] * len(_COUNTER_NAMES))
-    observed: dict[str, np.ndarray] = defaultdict(_zeros)
-    censored: dict[str, np.ndarray] = defaultdict(_zeros)
+    observed: dict[str, np.ndarray] = defaultdict(zero_counts)
+    censored: dict[str, np.ndarray] = defaultdict(zero_counts)
     if in_sql:
         kind = case((Attempt.first_token_s.is_not(None), literal(0)), (has_sample, literal(1)), else_=literal(2))
         clamped = case((duration < 0, literal(0.0)), else_=duration)
-        bucket = case((has_sample, _bucket_sql(clamped)), else_=literal(-1))
+        bucket = case((has_sample, bucket_sql(clamped)), else_=literal(-1))
         query = _filtered(select(Attempt.upstream, kind, bucket, *_counters()), since, until, route)
         for name, sample_kind, index, *values in await session.execute(query.group_by(Attempt.upstream, kind, bucket)):
             total = totals[name]
@@ -282,8 +279,8 @@ async def _collect(
     for name, *values in (await session.execute(aggregate)).all():
         totals[name] = [int(v or 0) for v in values]
     query = _filtered(select(Attempt.upstream, duration, flag), since, until, route).where(has_sample)
-    result = await session.stream(query.execution_options(yield_per=_CHUNK_ROWS))
-    async for rows in result.partitions(_CHUNK_ROWS):
+    result = await session.stream(query.execution_options(yield_per=CHUNK_ROWS))
+    async for rows in result.partitions(CHUNK_ROWS):
         names = np.array([row[0] for row in rows], dtype=object)
         values_s = np.maximum(np.array([row[1] for row in rows], dtype=float), 0.0)
         flags = np.array([row[2] for row in rows], dtype=bool)
@@ -295,7 +292,7 @@ async def _collect(
     return _Collected(dict(totals), dict(observed), dict(censored))
 
 
-def _sparse(dense: np.ndarray | None) -> dict[int, int]:
+def sparse_counts(dense: np.ndarray | None) -> dict[int, int]:
     if dense is None:
         return {}
     return {int(i): int(dense[i]) for i in np.flatnonzero(dense)}
@@ -355,7 +352,7 @@ async def upstream_stats(
         raise UpstreamWindowError("limit", f"must be from 1 to {MAX_UPSTREAMS}, got {limit}")
     if route is not None and await session.scalar(select(Route.id).where(Route.route == route).limit(1)) is None:
         raise UnknownRoute(route, "", f"unknown route {route!r}: no route of that name (any model) is stored")
-    collected = await _collect(session, since, until, route, in_sql=await _has_sql_log(session))
+    collected = await _collect(session, since, until, route, in_sql=await has_sql_log(session))
     names = sorted(collected.totals, key=lambda name: (-collected.totals[name][0], name))
     total_hedges = sum(values[7] for values in collected.totals.values())
     total_attempts = sum(values[0] for values in collected.totals.values())
@@ -364,8 +361,8 @@ async def upstream_stats(
         n, n_primary, errors, timeouts, stalls, n_raced, wins, hedges, failovers, loser, *prompt = collected.totals[
             name
         ]
-        events = _sparse(collected.observed.get(name))
-        cut = _sparse(collected.censored.get(name))
+        events = sparse_counts(collected.observed.get(name))
+        cut = sparse_counts(collected.censored.get(name))
         table.append(
             {
                 "upstream": name,
@@ -488,212 +485,3 @@ def default_window(now: datetime, since: datetime | None, until: datetime | None
     end = until if until is not None else now
     start = since if since is not None else end - timedelta(days=1)
     return start, end
-
-
-# --- Per-upstream TTFT over time: the lines of a route's latency chart -------------------------
-
-#: The TTFT quantile drawn per upstream and time slot (P90: the level the primary's line and the
-#: published threshold sit near at a 10 % budget, so the lines compare with them on one axis).
-SERIES_LEVEL = 0.9
-#: Most upstreams drawn on one chart (the ones with the most TTFT samples in the range).
-SERIES_UPSTREAMS = 6
-#: Fewest TTFT samples (first tokens plus censored) in a slot for it to give a point or a bound.
-SERIES_MIN_SAMPLES = 10
-#: Fewest first tokens (uncensored samples) in a slot for its P90 to be drawn as a value.
-SERIES_MIN_FIRST_TOKENS = 5
-#: Most time slots over a chart's range (the slot width is the smallest of :data:`SLOT_WIDTHS_S`
-#: giving at most this many).
-SERIES_MAX_SLOTS = 30
-#: Slot widths, seconds: 10 s to one day, each a divisor of the next larger unit, so slots start
-#: on round UTC times (on the hour for 1 h slots).
-SLOT_WIDTHS_S: tuple[int, ...] = (
-    10, 20, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400,
-)  # fmt: skip
-
-
-def slot_width_s(span_s: float) -> int:
-    """The time slot of a chart's per-upstream lines: the smallest of :data:`SLOT_WIDTHS_S` that
-    cuts ``span_s`` into at most :data:`SERIES_MAX_SLOTS` slots (one hour for a day, 15 min for
-    6 h, 2 min for an hour, 6 h for a week, a day for 30 days).
-
-    Args:
-        span_s: the chart's range, seconds (> 0).
-
-    Returns:
-        The width, whole seconds (one day at most, however long the range).
-    """
-    return next((w for w in SLOT_WIDTHS_S if span_s / w <= SERIES_MAX_SLOTS), SLOT_WIDTHS_S[-1])
-
-
-def slot_sql(dialect: str, width_s: int) -> Any:
-    """The UTC time slot of a call's start: ``floor(unix time / width_s)``, exact on both databases.
-
-    SQLite keeps times as UTC text; ``strftime('%s')`` gives its whole Unix seconds, and dropping
-    the fraction never moves a time across a slot edge (edges are whole seconds). PostgreSQL's
-    ``extract(epoch)`` is exact (numeric).
-    """
-    if dialect == "sqlite":
-        return func.cast(func.strftime("%s", Call.started_at), Integer) // width_s
-    return func.cast(func.floor(func.extract("epoch", Call.started_at) / width_s), BigInteger)
-
-
-async def upstream_ttft_series(
-    session: AsyncSession,
-    *,
-    route: str,
-    model: str,
-    since: datetime,
-    until: datetime,
-    limit: int = SERIES_UPSTREAMS,
-) -> dict[str, Any]:
-    """Each busy upstream's TTFT P90 per time slot over ``[since, until)``, for one route and model.
-
-    The samples are the attempts' own TTFTs as in :func:`upstream_stats` (first tokens observed,
-    attempts cancelled before one censored at their elapsed time, failures no sample), counted
-    per log bucket and read with :func:`km_quantile` at :data:`SERIES_LEVEL`. One statement and
-    one pass over the range's rows: grouped by ``(upstream, slot, censored, TTFT bucket)``, the
-    groups ranked by their upstream's samples (window functions over the groups, not the rows)
-    and those of the busiest ``limit + 1`` upstreams kept (most samples, then name), so the answer
-    is at most ``limit + 1`` x :data:`SERIES_MAX_SLOTS` x 2 x 330 rows whatever the range holds.
-    Calls are those started in the range (``call_started_at`` matched too, so PostgreSQL reads only
-    the range's partitions). On a SQLite without math functions the samples are streamed and
-    bucketed here instead (memory bounded by the slots, not the rows).
-
-    A slot's point:
-
-    - fewer than :data:`SERIES_MIN_SAMPLES` samples: none (``p90`` is None);
-    - at least :data:`SERIES_MIN_FIRST_TOKENS` first tokens and the KM curve reaches 0.9:
-      ``p90 = {"value_s", "low_s", "high_s"}`` (value set);
-    - the curve never reaches 0.9 (so many attempts cancelled that the P90 is only known to be
-      at least ``low_s``): ``p90`` with ``value_s`` None, a lower bound;
-    - otherwise (the curve reaches 0.9 on fewer first tokens): none.
-
-    Args:
-        session: an open session (read only).
-        route, model: the route.
-        since, until: the range's ends (aware UTC), at most :data:`MAX_WINDOW_S` apart.
-        limit: most upstreams (1 to :data:`MAX_UPSTREAMS`).
-
-    Returns:
-        ``{"since", "until", "slot_s", "upstreams": [{"upstream", "samples", "censored",
-        "points": [{"start", "end", "samples", "censored", "p90"}...]}...], "truncated"}``:
-        ``slot_s`` from :func:`slot_width_s`; upstreams busiest first; each upstream's slots
-        oldest first, only those with a sample; ``start``/``end`` the slot's part inside the
-        range; ``truncated`` when more upstreams had samples than ``limit``.
-
-    Raises:
-        UpstreamWindowError: a range :func:`window_error` refuses, or ``limit`` out of range.
-        UnknownRoute: no such route and model is stored.
-    """
-    problem = window_error(since, until)
-    if problem is not None:
-        raise UpstreamWindowError(*problem)
-    if not 1 <= limit <= MAX_UPSTREAMS:
-        raise UpstreamWindowError("limit", f"must be from 1 to {MAX_UPSTREAMS}, got {limit}")
-    route_id = await session.scalar(select(Route.id).where(Route.route == route, Route.model == model))
-    if route_id is None:
-        raise UnknownRoute(route, model, f"unknown route {route!r} with model {model!r}")
-    width_s = slot_width_s((until - since).total_seconds())
-    dialect = (await session.connection()).dialect.name
-    duration, flag, has_sample = _sample_columns()
-
-    def window(query: Select[Any]) -> Select[Any]:
-        return (
-            query.select_from(Attempt)
-            .join(Call, and_(Call.id == Attempt.call_id, Call.started_at == Attempt.call_started_at))
-            .where(
-                Call.route_id == route_id,
-                Call.started_at >= since,
-                Call.started_at < until,
-                Attempt.call_started_at >= since,
-                Attempt.call_started_at < until,
-                has_sample,
-            )
-        )
-
-    slot = slot_sql(dialect, width_s)
-    observed: dict[str, dict[int, np.ndarray]] = defaultdict(lambda: defaultdict(_zeros))
-    censored: dict[str, dict[int, np.ndarray]] = defaultdict(lambda: defaultdict(_zeros))
-    if await _has_sql_log(session):
-        # one pass over the rows: grouped, each group given its upstream's total (a window over
-        # the groups), the upstreams ranked by it, and only the first limit + 1 kept
-        bucket = _bucket_sql(duration)  # below 1 ms (so below 0) is bucket 0
-        grouped = (
-            window(
-                select(
-                    Attempt.upstream.label("upstream"),
-                    slot.label("slot"),
-                    flag.label("cut"),
-                    bucket.label("bucket"),
-                    func.count().label("n"),
-                    func.sum(func.count()).over(partition_by=Attempt.upstream).label("total"),
-                )
-            )
-            .group_by(Attempt.upstream, slot, flag, bucket)
-            .subquery()
-        )
-        rank = func.dense_rank().over(order_by=(grouped.c.total.desc(), grouped.c.upstream))
-        with_rank = select(grouped, rank.label("rank")).subquery()
-        query = select(with_rank.c.upstream, with_rank.c.slot, with_rank.c.cut, with_rank.c.bucket, with_rank.c.n)
-        query = query.where(with_rank.c.rank <= limit + 1)
-        for name, at, cut, index, count in await session.execute(query):
-            target = censored if cut else observed
-            target[name][int(at)][min(max(int(index), 0), N_BUCKETS - 1)] += int(count)
-    else:  # a SQLite without math functions: the samples streamed and bucketed here
-        clamped = case((duration < 0, literal(0.0)), else_=duration)
-        result = await session.stream(
-            window(select(Attempt.upstream, slot, flag, clamped)).execution_options(yield_per=_CHUNK_ROWS)
-        )
-        async for rows in result.partitions(_CHUNK_ROWS):
-            for name, at, cut, value_s in rows:
-                target = censored if cut else observed
-                target[name][int(at)][bucket_index(float(value_s))] += 1
-    names = set(observed) | set(censored)
-
-    def total(name: str) -> int:
-        return int(sum(h.sum() for h in observed[name].values()) + sum(h.sum() for h in censored[name].values()))
-
-    ranked = sorted(names, key=lambda name: (-total(name), name))
-    upstreams = []
-    for name in ranked[:limit]:
-        points: list[dict[str, Any]] = []
-        for at in sorted(set(observed[name]) | set(censored[name])):
-            events = _sparse(observed[name].get(at))
-            cut = _sparse(censored[name].get(at))
-            first_tokens, n_cut = sum(events.values()), sum(cut.values())
-            start = max(since, datetime.fromtimestamp(at * width_s, tz=since.tzinfo))
-            end = min(until, datetime.fromtimestamp((at + 1) * width_s, tz=since.tzinfo))
-            points.append(
-                {
-                    "start": start,
-                    "end": end,
-                    "samples": first_tokens + n_cut,
-                    "censored": n_cut,
-                    "p90": _series_point(events, cut, first_tokens, n_cut),
-                }
-            )
-        upstreams.append(
-            {
-                "upstream": name,
-                "samples": sum(p["samples"] for p in points),
-                "censored": sum(p["censored"] for p in points),
-                "points": points,
-            }
-        )
-    return {"since": since, "until": until, "slot_s": width_s, "upstreams": upstreams, "truncated": len(ranked) > limit}
-
-
-def _series_point(
-    events: dict[int, int], cut: dict[int, int], first_tokens: int, n_cut: int
-) -> dict[str, float | None] | None:
-    """A slot's P90 by the rule of :func:`upstream_ttft_series` (a value, a lower bound, or None)."""
-    if first_tokens + n_cut < SERIES_MIN_SAMPLES:
-        return None
-    found = km_quantile(events, cut, SERIES_LEVEL)
-    if found is None:
-        return None
-    if found.value_s is None:
-        return {"value_s": None, "low_s": found.low_s, "high_s": None}
-    if first_tokens < SERIES_MIN_FIRST_TOKENS:
-        return None
-    return {"value_s": found.value_s, "low_s": found.low_s, "high_s": found.high_s}

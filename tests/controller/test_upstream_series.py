@@ -22,13 +22,13 @@ from hedgerow.client.records import AttemptRecord, CallRecord
 from hedgerow.controller.errors import UnknownRoute
 from hedgerow.controller.policy.samples import ttft_sample
 from hedgerow.controller.policy.ttft_histogram import bucket_bounds, bucket_index, histogram_of, km_quantile
-from hedgerow.controller.store.upstreams import (
+from hedgerow.controller.store.upstream_series import (
     SERIES_MIN_FIRST_TOKENS,
     SERIES_MIN_SAMPLES,
-    UpstreamWindowError,
     slot_width_s,
     upstream_ttft_series,
 )
+from hedgerow.controller.store.upstreams import UpstreamWindowError
 from tests.controller.test_upstreams import T0, _call, _store
 
 A = AttemptRecord
@@ -202,7 +202,7 @@ async def test_matches_a_plain_recount(
 ) -> None:
     """Every slot of every upstream, in the grouped statement and in the fallback of a SQLite
     without math functions, equals the recount; the afternoon's "slow" slots are lower bounds."""
-    import hedgerow.controller.store.upstreams as module
+    import hedgerow.controller.store.upstream_series as module
 
     records = _random_day(seed=5)
     await _store(sessionmaker, records)
@@ -211,7 +211,7 @@ async def test_matches_a_plain_recount(
         async def no_log(_session: AsyncSession) -> bool:
             return False
 
-        monkeypatch.setattr(module, "_has_sql_log", no_log)
+        monkeypatch.setattr(module, "has_sql_log", no_log)
     for since, until in (DAY, (T0 - timedelta(hours=6, minutes=7), T0 + timedelta(minutes=3))):
         expected = _recount(records, since, until)
         result = await _series(sessionmaker, since=since, until=until)
