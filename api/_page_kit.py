@@ -11,6 +11,7 @@ middleware refuses before it reaches the console (:mod:`hedgerow.api.limits`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from fastapi import Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 from starlette.types import Scope
 
@@ -38,6 +39,7 @@ __all__ = [
     "render_page",
     "route_url",
     "templates",
+    "without_empty_params",
 ]
 
 _HERE = Path(__file__).parent
@@ -116,6 +118,23 @@ def form_time(text: str | None, field: str) -> datetime | None:
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     except OverflowError:  # 0001-01-01T00:00+05:00: before year 1 in UTC
         raise ValueError(f"{field}: out of range ({text!r}); not within years 1..9999 in UTC") from None
+
+
+def without_empty_params(request: Request, url: Callable[..., str]) -> RedirectResponse | None:
+    """A 303 to the same page without its empty query parameters, or None when it has none.
+
+    A filter form left at "any" sends ``winner=`` or ``since=``; the page answers the same URL
+    without them, so no link or address bar carries an empty filter.
+
+    Args:
+        request: the page's request.
+        url: the page's URL builder, ``url(**non_empty_query) -> str`` (``model`` included).
+    """
+    query = request.query_params
+    if all(value.strip() for _name, value in query.multi_items()):
+        return None
+    kept = {name: value for name, value in query.items() if value.strip()}
+    return RedirectResponse(url(**kept), status_code=303)
 
 
 def route_url(route: str, model: str | None = None, **query: Any) -> str:

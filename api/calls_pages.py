@@ -28,13 +28,22 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Request, status
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
 
-from hedgerow.api._page_kit import error_page, form_time, page_user, render_page, route_url, templates
+from hedgerow.api._page_kit import (
+    error_page,
+    form_time,
+    page_user,
+    render_page,
+    route_url,
+    templates,
+    without_empty_params,
+)
 from hedgerow.api._state import app_state
 from hedgerow.api.charts import PointLink
 from hedgerow.client.records import control_character_error
@@ -129,9 +138,9 @@ async def calls_page(request: Request, route: str) -> Response:
     upstream = q.get("upstream", "").strip() or None
     failed_upstream = q.get("failed_upstream", "").strip() or None
     cursor = q.get("cursor", "").strip() or None
-    if any(not value.strip() for _name, value in q.multi_items()):  # a form's "any": drop it from the URL
-        kept = {k: v for k, v in q.items() if v.strip() and k != "model"}
-        return RedirectResponse(calls_url(route, model, **kept), status_code=status.HTTP_303_SEE_OTHER)
+    emptied = without_empty_params(request, partial(calls_url, route))
+    if emptied is not None:
+        return emptied
     back = (route_url(route, model), "route")
     names = (("winner", winner), ("upstream", upstream), ("failed_upstream", failed_upstream))
     for name, value in (("route", route), ("model", model or ""), *((n, v or "") for n, v in names)):

@@ -36,6 +36,7 @@ import math
 import time
 from collections import OrderedDict
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -53,6 +54,7 @@ from hedgerow.api._page_kit import (
     page_user,
     render_page,
     route_url,
+    without_empty_params,
 )
 from hedgerow.api._route_charts import chart_start, route_charts
 from hedgerow.api._state import app_state
@@ -276,9 +278,13 @@ async def _route_page(
 
 
 @router.get("/routes/{route:path}", response_class=HTMLResponse)
-async def route_page(request: Request, route: str, model: str | None = None) -> HTMLResponse:
-    """One route: charts, history table, configuration and (admin) the change form."""
+async def route_page(request: Request, route: str, model: str | None = None) -> Response:
+    """One route: charts, history table, configuration and (admin) the change form; a URL with an
+    empty filter (the history form left at "any") is answered with a 303 to it without them."""
     user = page_user(request)
+    emptied = without_empty_params(request, partial(route_url, route))
+    if emptied is not None:
+        return emptied
     return await _route_page(request, user, route, model or None)
 
 

@@ -140,3 +140,14 @@ async def test_upstream_filters_are_selects_and_empty_filters_leave_the_url(api:
     assert '<option value="a" selected>a</option>' in form and '<option value="c" >c</option>' in form
     hrefs = _hrefs(page.text, r"\?")
     assert hrefs and not any(re.search(r"[?&][a-z_]+=(&|$)", h) for h in hrefs)  # no empty parameter
+
+
+async def test_the_route_pages_history_filter_left_at_any_leaves_the_url(api: httpx.AsyncClient) -> None:
+    """The route page's history form sends ``applied=&since=&until=`` when left at "any": a 303 to the
+    same page without them, the set filters kept in their order."""
+    await _seed(api, 3)
+    query = M | {"range": "24h", "applied": "", "reason": "hysteresis_hold", "since": "", "until": ""}
+    sent = await api.get("/ui/routes/r", params=query)
+    assert sent.status_code == 303
+    assert sent.headers["location"] == "/ui/routes/r?model=m1&range=24h&reason=hysteresis_hold"
+    assert (await api.get(sent.headers["location"])).status_code == 200
