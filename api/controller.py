@@ -18,6 +18,7 @@ from fastapi.responses import StreamingResponse
 
 from hedgerow.api._state import app_state
 from hedgerow.api.auth import require_scope
+from hedgerow.api.json_response import api_json_bytes
 from hedgerow.api.schemas import ControllerRunOut, HistoryRowOut
 
 __all__ = ["ROWS_PER_CHUNK", "router", "run_body"]
@@ -38,15 +39,17 @@ async def run_controller(request: Request) -> StreamingResponse:
 async def run_body(rows: Sequence[dict[str, Any]] | None) -> AsyncIterator[bytes]:
     """The JSON of ``ControllerRunOut`` for a tick's ``rows`` (None: not run), in chunks.
 
-    Each chunk holds at most :data:`ROWS_PER_CHUNK` rows, validated and serialised by
-    :class:`HistoryRowOut` as the response model would; the loop runs other tasks between chunks.
-    The chunks joined are one JSON document equal to ``ControllerRunOut(ran=..., history=rows)``.
+    Each chunk holds at most :data:`ROWS_PER_CHUNK` rows, validated by :class:`HistoryRowOut` as
+    the response model would and written as every api answer is
+    (:func:`~hedgerow.api.json_response.api_json_bytes`: floats without binary noise); the loop
+    runs other tasks between chunks. The chunks joined are one JSON document equal to the api's
+    rendering of ``ControllerRunOut(ran=..., history=rows)``.
     """
     yield b'{"ran":true,"history":[' if rows is not None else b'{"ran":false,"history":['
     for start in range(0, len(rows or ()), ROWS_PER_CHUNK):
         if start:
             await asyncio.sleep(0)  # let polls and ingest run between two batches
         batch = (rows or [])[start : start + ROWS_PER_CHUNK]
-        parts = [HistoryRowOut.model_validate(row).model_dump_json().encode() for row in batch]
+        parts = [api_json_bytes(HistoryRowOut.model_validate(row).model_dump(mode="json")) for row in batch]
         yield (b"," if start else b"") + b",".join(parts)
     yield b"]}"

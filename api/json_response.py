@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-__all__ = ["FLOAT_DIGITS", "ApiJSONResponse", "clean_floats"]
+__all__ = ["FLOAT_DIGITS", "ApiJSONResponse", "api_json_bytes", "clean_floats"]
 
 #: Significant digits of the floats the api writes (a double carries 15 to 17).
 FLOAT_DIGITS = 15
@@ -32,11 +32,20 @@ def clean_floats(value: Any) -> Any:
     return value
 
 
+def api_json_bytes(content: Any) -> bytes:
+    """``content`` as the api writes it: compact UTF-8 JSON after :func:`clean_floats`.
+
+    Raises:
+        ValueError: a NaN or an infinity in ``content`` (JSON has none).
+    """
+    return json.dumps(
+        clean_floats(content), ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+    ).encode("utf-8")
+
+
 class ApiJSONResponse(JSONResponse):
     """A ``JSONResponse`` whose floats carry no binary noise (:func:`clean_floats`)."""
 
     def render(self, content: Any) -> bytes:
         """Encode ``content`` as compact UTF-8 JSON after :func:`clean_floats`."""
-        return json.dumps(
-            clean_floats(content), ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
-        ).encode("utf-8")
+        return api_json_bytes(content)
