@@ -46,10 +46,11 @@ async def run_body(rows: Sequence[dict[str, Any]] | None) -> AsyncIterator[bytes
     rendering of ``ControllerRunOut(ran=..., history=rows)``.
     """
     yield b'{"ran":true,"history":[' if rows is not None else b'{"ran":false,"history":['
-    for start in range(0, len(rows or ()), ROWS_PER_CHUNK):
+    history = rows or ()
+    for start in range(0, len(history), ROWS_PER_CHUNK):
         if start:
             await asyncio.sleep(0)  # let polls and ingest run between two batches
-        batch = (rows or [])[start : start + ROWS_PER_CHUNK]
+        batch = history[start : start + ROWS_PER_CHUNK]
         parts = [api_json_bytes(HistoryRowOut.model_validate(row).model_dump(mode="json")) for row in batch]
         yield (b"," if start else b"") + b",".join(parts)
     yield b"]}"

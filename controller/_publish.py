@@ -11,7 +11,6 @@ threshold (version + 1 on any change of a served field); :func:`history_details`
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from hedgerow.controller.policy.estimation import QUANTILE_LEVELS
 from hedgerow.controller.policy.policy import Decision, Observation, RouteConfig
+from hedgerow.controller.store.db import WriteFence
 from hedgerow.controller.store.models import Route, Threshold, ThresholdHistory
 from hedgerow.controller.store.queries import history_row_dict, newest_history_id
 
@@ -40,7 +40,8 @@ __all__ = [
 
 #: ``await fence(session)`` inside a publishing transaction, after its publish locks: raises
 #: :class:`~hedgerow.controller.lease.LeaseLost` when the publisher no longer holds its lease.
-Fence = Callable[[AsyncSession], Awaitable[None]]
+#: The same check every writing job runs (:data:`~hedgerow.controller.store.db.WriteFence`).
+Fence = WriteFence
 
 
 def route_config(route: Route) -> RouteConfig:
