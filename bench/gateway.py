@@ -375,14 +375,20 @@ async def one_call(http: httpx.AsyncClient, url: str) -> tuple[float, bool]:
 async def closed_loop(
     clients: list[httpx.AsyncClient], url: str, cell: Cell, seconds: float, think_s: float = 0.0
 ) -> None:
-    """``cell.streams`` callers, each calling again ``think_s`` after its call ended (at once by
-    default), until ``seconds`` pass.
+    """``cell.streams`` callers, each calling again after its call ended, until ``seconds`` pass.
 
-    Caller i uses ``clients[i]`` (a pool of one keep-alive connection of its own).
+    With ``think_s == 0`` a caller calls again at once (saturation). With ``think_s > 0`` each pause
+    is drawn from an exponential distribution of mean ``think_s`` and each caller starts after a
+    uniform offset in [0, think_s): callers that all paused exactly ``think_s`` would stay in
+    phase and send their calls in bursts of C, so TTFT would measure the burst's queue, not the
+    proxy. Caller i uses ``clients[i]`` (a pool of one keep-alive connection of its own).
     """
     deadline = time.perf_counter() + seconds
+    rng = random.Random(cell.streams)
 
     async def caller(http: httpx.AsyncClient) -> None:
+        if think_s > 0:
+            await asyncio.sleep(rng.uniform(0.0, think_s))
         while time.perf_counter() < deadline:
             try:
                 ttft, hedged = await one_call(http, url)
@@ -395,7 +401,7 @@ async def closed_loop(
             cell.ttfts_s.append(ttft)
             cell.hedged += hedged
             if think_s > 0:
-                await asyncio.sleep(think_s)
+                await asyncio.sleep(rng.expovariate(1.0 / think_s))
 
     start = time.perf_counter()
     await asyncio.gather(*(caller(clients[i]) for i in range(cell.streams)))
