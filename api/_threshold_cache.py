@@ -9,11 +9,21 @@ write of ``thresholds`` and update of ``routes``, by whichever process made it):
 only when the counter moved. Between checks a poll, 200 or 304, touches no database; a change
 made by another ``serve`` process is served within ``check_interval_s`` (plus the query), one
 made through this process at once (:meth:`ThresholdCache.invalidate`).
+
+A poll does not wait for the check while polls keep coming: the first poll in the second half of
+the interval starts the check in the background and is answered from the table it holds
+(refresh-ahead), so the check is usually done before the table stops being fresh. Only a poll
+that finds the table older than the interval (no poll came in its second half, or the check is
+slower than half the interval) waits for a check. Right after a controller tick of 1,000 routes
+published from its worker process, a check took 50-140 ms (its reads interleaved with the tick's
+answer being written on the same event loop) and every poll of that moment waited for it
+(``bench/tick_interference.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -70,6 +80,7 @@ class ThresholdCache:
         self._table: CachedTable | None = None
         self._checked_at = -math.inf
         self._generation = 0  # raised by invalidate(): a check in flight then does not count
+        self._ahead: asyncio.Task[CachedTable] | None = None  # the check started ahead by a poll
         self._lock = asyncio.Lock()
         #: True while the last check failed and the table served is the last one rendered.
         self.serving_stale = False
@@ -95,7 +106,10 @@ class ThresholdCache:
     async def current(self) -> CachedTable:
         """The table, checking the counter first when the last check is older than the interval.
 
-        One check at a time: requests arriving during a check wait for it and share its result.
+        A fresh table past half its interval is returned at once and a check is started in the
+        background (one at a time; none while :meth:`invalidate` is pending, as then the next
+        request checks anyway). One check at a time: requests arriving during a check wait for
+        it and share its result.
 
         When the check fails (the store is down: a driver, pool or socket error) and a table was
         rendered before, that table is served (stale if error, as HTTP caches do): clients keep
@@ -108,12 +122,37 @@ class ThresholdCache:
                 cannot be read and nothing was cached yet.
         """
         table = self.fresh()
-        if table is not None:
-            return table
+        if table is None:
+            return await self._check(self._check_interval_s)
+        half = self._check_interval_s / 2
+        if self._clock() - self._checked_at >= half:
+            self._start_check(half)
+        return table
+
+    def check_soon(self) -> None:
+        """Start a check in the background now, unless one is running (call after :meth:`invalidate`
+        when this process changed the table: the requests that follow wait for less of it)."""
+        self._start_check(0.0)
+
+    def _start_check(self, max_age_s: float) -> None:
+        if self._ahead is None or self._ahead.done():
+            self._ahead = asyncio.create_task(self._check(max_age_s), name="hedgerow-threshold-check")
+            self._ahead.add_done_callback(_log_failure)
+
+    async def aclose(self) -> None:
+        """Cancel a check started ahead and wait for it (at shutdown, before the engine closes)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and not ahead.done():
+            ahead.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ahead
+
+    async def _check(self, max_age_s: float) -> CachedTable:
+        """Check the counter under the lock, unless a check that ended meanwhile left the table
+        younger than ``max_age_s``; render the table again when the counter moved."""
         async with self._lock:
-            table = self.fresh()
-            if table is not None:
-                return table
+            if self._table is not None and self._clock() - self._checked_at < max_age_s:
+                return self._table
             started, generation = self._clock(), self._generation
             try:
                 async with self._sessionmaker() as session:
@@ -139,3 +178,9 @@ class ThresholdCache:
             if generation == self._generation:
                 self._checked_at = started
             return table
+
+
+def _log_failure(task: asyncio.Task[CachedTable]) -> None:
+    """Log a check started ahead that failed otherwise than the store being down (handled inside)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("threshold table: a background check failed", exc_info=task.exception())

@@ -140,7 +140,8 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
 
         def after_tick(duration_s: float, finished_at_s: float) -> None:
             metrics.observe_tick(duration_s, finished_at_s)
-            threshold_cache.invalidate()  # this process may have published: check at once
+            threshold_cache.invalidate()  # this process may have published: the next poll waits for a check
+            threshold_cache.check_soon()  # which starts now
 
         scheduler.on_tick = after_tick
         scheduler.on_lease = metrics.set_lease
@@ -165,6 +166,7 @@ def create_app(settings: Settings | None = None, *, run_scheduler: bool = True) 
             yield
         finally:
             await scheduler.shutdown()
+            await threshold_cache.aclose()
             if app.state.ingest_writer is not None:
                 await app.state.ingest_writer.aclose()  # the batches queued so far are written
                 app.state.ingest_writer = None

@@ -102,7 +102,7 @@ async def get_thresholds(request: Request) -> Response:
     """
     authorize(request, _READERS)
     cache: ThresholdCache = app_state(request.app).thresholds
-    table = cache.fresh() or await cache.current()
+    table = await cache.current()
     headers = {"ETag": table.etag, "Cache-Control": "no-cache"}
     if etag_matches(request.headers.get("if-none-match"), table.etag):
         return Response(status_code=304, headers=headers)

@@ -90,12 +90,12 @@ async def test_cache_checks_the_counter_at_most_once_per_interval(
     assert cache.fresh() is None
     first = await cache.current()
     assert (cache.counter_reads, cache.renders) == (1, 1) and b'"hedge_after_s":1.5' in first.body
-    clock.now += 0.9
+    clock.now += 0.4  # within the first half of the interval: no check at all
     assert cache.fresh() is first and await cache.current() is first and cache.counter_reads == 1
     async with sessionmaker() as session, session.begin():  # "another process" publishes
         await session.execute(update(Threshold).where(Threshold.route_id == route_id).values(hedge_after_s=2.5))
     assert await cache.current() is first  # within the interval: still the old table, no I/O
-    clock.now += 0.2
+    clock.now += 0.7
     second = await cache.current()
     assert (cache.counter_reads, cache.renders) == (2, 2)
     assert b'"hedge_after_s":2.5' in second.body and second.etag != first.etag
@@ -104,6 +104,35 @@ async def test_cache_checks_the_counter_at_most_once_per_interval(
     cache.invalidate()
     assert cache.fresh() is None
     assert await cache.current() == second and cache.counter_reads == 4
+
+
+async def test_a_poll_in_the_second_half_of_the_interval_checks_ahead_without_waiting(
+    sessionmaker: async_sessionmaker[AsyncSession], call_factory: CallFactory
+) -> None:
+    route_id = await _publish(sessionmaker, call_factory)
+    clock = FakeClock()
+    cache = ThresholdCache(sessionmaker, render_table, check_interval_s=1.0, clock=clock)
+    first = await cache.current()
+    async with sessionmaker() as session, session.begin():  # "another process" publishes
+        await session.execute(update(Threshold).where(Threshold.route_id == route_id).values(hedge_after_s=2.5))
+    clock.now += 0.6
+    # answered from memory at once (no await reached the store before it returned) ...
+    assert await cache.current() is first and cache.counter_reads == 1
+    assert await cache.current() is first  # a second poll meanwhile starts no second check
+    for _ in range(3000):  # ... while the check it started runs in the background (30 s: a loaded machine)
+        if cache.renders == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert (cache.counter_reads, cache.renders) == (2, 2)
+    second = await cache.current()  # the new table, checked at 100.6: fresh until 101.6, no I/O
+    assert b'"hedge_after_s":2.5' in second.body and cache.counter_reads == 2
+    # a change made through this process: the next poll waits for a check, never an older answer
+    async with sessionmaker() as session, session.begin():
+        await session.execute(update(Threshold).where(Threshold.route_id == route_id).values(hedge_after_s=3.5))
+    cache.invalidate()
+    cache.check_soon()
+    assert b'"hedge_after_s":3.5' in (await cache.current()).body
+    await cache.aclose()
 
 
 async def test_304_polls_touch_no_database_and_a_second_app_sees_changes(
