@@ -16,6 +16,17 @@ Each mode of ``--tick-in`` (default ``loop,process``: ``HEDGEROW_CONTROLLER_TICK
 the api's event loop or in a worker process) gets a ``serve`` of its own on the same seeded store,
 one after the other, so the rows of one route count compare the modes in the same run.
 
+``--trigger scheduled`` (with ``admin``, the default) adds, for the process mode, a ``serve`` whose
+scheduler ticks every ``--interval`` seconds, as in production: no admin call, so no answer of
+1,000 decisions to write beside the polls. The probes run for ``--rounds`` + 1 intervals; a
+tick's span is when the worker process used CPU (its ``/proc`` times sampled every 0.1 s), the
+first tick is the warm-up, and a probe counts as idle only when it started over a second away
+from every span.
+
+Probe kinds are also reported apart (``list``: ``GET /v1/thresholds``; ``route``: one route's),
+with each round's slowest probes and their start within the tick, and the times the bench's own
+event loop ran over 20 ms late (a slow probe then may be the bench's, not the server's).
+
 Probes are open loop (each fired on schedule as its own task, whether or not the earlier ones
 have been answered, so a stalled server is not hidden by probes that wait their turn): polls at
 ``--poll-rate`` per second alternating ``GET /v1/thresholds`` and ``GET /v1/thresholds/{route}``,
@@ -26,9 +37,10 @@ their ratio, and the non-2xx answers.
 
 Run: ``python bench/tick_interference.py [--routes 100,1000] [--calls-per-route 1000] [--rounds 3]
 [--idle-seconds 5] [--poll-rate 20] [--ingest-rate 5] [--tick-in loop,process]
+[--trigger admin,scheduled] [--interval 20]
 [--db postgresql+asyncpg://...] [--quick]
 [--json bench/results/tick_interference.json]``. ``--quick``: 20 routes x 50 calls, one round of
-1 s idle (a smoke run). Prints a table and writes JSON. Not a test: nothing is asserted.
+1 s idle, admin ticks only (a smoke run). Prints a table and writes JSON. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -73,6 +85,12 @@ class Samples:
 
     poll_s: list[float] = dataclasses.field(default_factory=list)
     ingest_s: list[float] = dataclasses.field(default_factory=list)
+    #: (probe kind: "list", "route" or "ingest"; its start in seconds after the phase began; latency s).
+    probes: list[tuple[str, float, float]] = dataclasses.field(default_factory=list)
+    began: float = dataclasses.field(default_factory=time.perf_counter)
+    #: (start s after the phase began, lateness s) of the bench's own loop over 20 ms, from a task
+    #: sleeping 5 ms at a time: a probe that looks slow while its own client stalled is not the server's.
+    client_lags: list[tuple[float, float]] = dataclasses.field(default_factory=list)
     poll_errors: int = 0
     ingest_errors: int = 0
 
@@ -119,6 +137,7 @@ class Prober:
         except httpx.TransportError:
             ok = False
         samples.poll_s.append(time.perf_counter() - started)
+        samples.probes.append(("list" if index % 2 == 0 else "route", started - samples.began, samples.poll_s[-1]))
         samples.poll_errors += not ok
 
     async def _ingest(self, samples: Samples) -> None:
@@ -138,6 +157,7 @@ class Prober:
         except httpx.TransportError:
             ok = False
         samples.ingest_s.append(time.perf_counter() - started)
+        samples.probes.append(("ingest", started - samples.began, samples.ingest_s[-1]))
         samples.ingest_errors += not ok
 
     async def _fire(self, rate: float, probe: Callable[[Samples], Coroutine[Any, Any, None]], samples: Samples,
@@ -163,6 +183,16 @@ class Prober:
             asyncio.create_task(self._fire(self.poll_rate, self._poll, samples, stop, tasks)),
             asyncio.create_task(self._fire(self.ingest_rate, self._ingest, samples, stop, tasks)),
         ]
+
+        async def watch_lag() -> None:
+            while not stop.is_set():
+                before = time.perf_counter()
+                await asyncio.sleep(0.005)
+                late = time.perf_counter() - before - 0.005
+                if late > 0.02:
+                    samples.client_lags.append((before - samples.began, late))
+
+        firing.append(asyncio.create_task(watch_lag()))
         started = time.perf_counter()
         try:
             result = await work
@@ -174,12 +204,10 @@ class Prober:
         return samples, result, elapsed
 
 
-async def tick(client: httpx.AsyncClient) -> int | None:
-    """Run one tick through ``POST /v1/controller/run``; returns the decisions it wrote.
-
-    Returns:
-        The decisions written, or None when the tick was not published (``ran`` false: the
-        serve lost the lease, e.g. its renewals starved while the tick ran; the round still counts).
+async def tick(client: httpx.AsyncClient) -> bytes:
+    """Run one tick through ``POST /v1/controller/run``; returns the answer's body, unparsed
+    (:func:`decisions_of` reads it after the probes stopped, so that parsing it does not delay
+    the bench's own probes).
 
     Raises:
         RuntimeError: the server refused.
@@ -187,12 +215,27 @@ async def tick(client: httpx.AsyncClient) -> int | None:
     answer = await client.post("/v1/controller/run", headers={"authorization": f"Bearer {TOKEN}"})
     if not answer.is_success:
         raise RuntimeError(f"POST /v1/controller/run: {answer.status_code} {answer.text[:300]}")
-    return len(answer.json()["history"]) if answer.json()["ran"] else None
+    return answer.content
+
+
+def decisions_of(body: bytes) -> int | None:
+    """The decisions a ``POST /v1/controller/run`` answer says were written.
+
+    Returns:
+        Their count, or None when the tick was not published (``ran`` false: the serve lost the
+        lease, e.g. its renewals starved while the tick ran; the round still counts).
+    """
+    document = json.loads(body)
+    return len(document["history"]) if document["ran"] else None
 
 
 def summary(phase: str, samples: Samples) -> dict[str, Any]:
-    """p50/p99 (seconds), counts and errors of one phase's polls and ingests, merged over rounds."""
+    """p50/p99 (seconds), counts and errors of one phase's polls and ingests, merged over rounds;
+    also p99 per probe kind (``list``: ``GET /v1/thresholds``, ``route``: one route's)."""
+    kinds = {kind: [lat for k, _, lat in samples.probes if k == kind] for kind in ("list", "route")}
     return {
+        f"{phase}_list_p99_s": percentile(kinds["list"], 99),
+        f"{phase}_route_p99_s": percentile(kinds["route"], 99),
         f"{phase}_poll_p50_s": percentile(samples.poll_s, 50),
         f"{phase}_poll_p99_s": percentile(samples.poll_s, 99),
         f"{phase}_polls": len(samples.poll_s),
@@ -208,6 +251,7 @@ def merge(into: Samples, part: Samples) -> None:
     """Add ``part``'s latencies and errors to ``into``."""
     into.poll_s += part.poll_s
     into.ingest_s += part.ingest_s
+    into.probes += part.probes
     into.poll_errors += part.poll_errors
     into.ingest_errors += part.ingest_errors
 
@@ -219,16 +263,110 @@ async def measure(url: str, workdir: Path, routes: int, calls: int, args: argpar
     seed_s = await seed(url, routes, calls, datetime.now(UTC))
     results = []
     for mode in args.tick_in:
-        print(f"  {routes:>5} routes, tick in {mode}:", flush=True)
-        result = await measure_mode(url, workdir, routes, calls, mode, args)
-        results.append({"tick_in": mode, **result, "seed_s": seed_s})
+        for trigger in args.trigger:
+            if trigger == "scheduled" and mode != "process":
+                continue  # the tick's span is told by its worker's CPU: process mode only
+            print(f"  {routes:>5} routes, tick in {mode}, {trigger}:", flush=True)
+            result = await measure_mode(url, workdir, routes, calls, mode, trigger, args)
+            results.append({"tick_in": mode, "trigger": trigger, **result, "seed_s": seed_s})
     return results
 
 
-async def measure_mode(
-    url: str, workdir: Path, routes: int, calls: int, mode: str, args: argparse.Namespace
+def children_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of the child processes of ``pid`` (Linux ``/proc``; 0 elsewhere)."""
+    total = 0
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in children.read_text().split():
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+async def tick_spans(pid: int, stop: asyncio.Event, began: float) -> list[tuple[float, float]]:
+    """The spans (seconds after ``began``) in which the tick worker of serve ``pid`` computed: its
+    children's CPU sampled every 0.1 s, busy when a sample used over 30 ms, busy samples less than
+    2 s apart merged (a tick waits for the store at times), spans under 0.2 s dropped."""
+    spans: list[tuple[float, float]] = []
+    before, at = children_cpu_s(pid), time.perf_counter()
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=0.1)
+        now_cpu, now = children_cpu_s(pid), time.perf_counter()
+        if now_cpu - before > 0.03:
+            if spans and at - began - spans[-1][1] < 2.0:
+                spans[-1] = (spans[-1][0], now - began)
+            else:
+                spans.append((at - began, now - began))
+        before, at = now_cpu, now
+    return [(a, b) for a, b in spans if b - a >= 0.2]
+
+
+def split_by_spans(
+    samples: Samples, spans: list[tuple[float, float]], margin_s: float = 1.0, after_s: float = 0.0
+) -> tuple[Samples, Samples]:
+    """``samples``' probes split into (idle, tick): tick when a probe started within a span, idle
+    when it started over ``margin_s`` away from every span; those started before ``after_s`` and
+    the others are left out."""
+    idle, busy = Samples(), Samples()
+    for kind, at, latency in samples.probes:
+        if at < after_s:
+            continue
+        inside = any(a <= at <= b for a, b in spans)
+        near = any(a - margin_s <= at <= b + margin_s for a, b in spans)
+        target = busy if inside else idle if not near else None
+        if target is None:
+            continue
+        target.probes.append((kind, at, latency))
+        (target.ingest_s if kind == "ingest" else target.poll_s).append(latency)
+    return idle, busy
+
+
+async def measure_scheduled(
+    url: str, workdir: Path, routes: int, calls: int, names: list[str], env: dict[str, str], args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Serve the seeded store at ``url`` with the tick in ``mode`` and probe it idle and during ticks."""
+    """Serve the store with ticks every ``args.interval`` s run by the scheduler (no admin call, so
+    no answer to write) and probe it for ``args.rounds`` + 1 intervals; the probes are split by
+    the spans in which the tick worker used CPU (:func:`tick_spans`), from the end of the first."""
+    async with running_serve(url, workdir, logs="serve-scheduled", **env) as served:
+        prober = Prober(served.base, names, args.poll_rate, args.ingest_rate)
+        stop = asyncio.Event()
+        try:
+            began = time.perf_counter()
+            watching = asyncio.create_task(tick_spans(served.process.pid, stop, began))
+            samples, _, _ = await prober.during(asyncio.sleep(args.interval * (args.rounds + 1)))
+            stop.set()
+            spans = await watching
+        finally:
+            await prober.close()
+    offset = samples.began - began
+    spans = [(a - offset, b - offset) for a, b in spans]  # seconds after the probes began
+    # the first tick is the warm-up (the worker's first store reads), as in admin mode
+    idle, busy = split_by_spans(samples, spans[1:], after_s=spans[0][1] + 1.0 if spans else 0.0)
+    for a, b in spans:
+        print(f"  {routes:>5} routes: scheduled tick computed {a:.1f}-{b:.1f} s ({b - a:.2f} s)", flush=True)
+    result: dict[str, Any] = {
+        "routes": routes,
+        "calls_per_route": calls,
+        "tick_s_median": statistics.median([b - a for a, b in spans]) if spans else None,
+        "tick_s_runs": [b - a for a, b in spans],
+        "tick_spans_s": spans,
+        "ticks_not_published": None,
+        **summary("idle", idle),
+        **summary("tick", busy),
+    }
+    for probe in ("poll", "ingest"):
+        for q in ("p50", "p99"):
+            a, b = result[f"idle_{probe}_{q}_s"], result[f"tick_{probe}_{q}_s"]
+            result[f"{probe}_{q}_ratio"] = b / a if a and b is not None else None
+    return result
+
+
+async def measure_mode(
+    url: str, workdir: Path, routes: int, calls: int, mode: str, trigger: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Serve the seeded store at ``url`` with the tick in ``mode`` and probe it idle and during
+    ticks (run through the admin endpoint, or ``trigger == "scheduled"``: by the scheduler)."""
     env = {
         "HEDGEROW_CONTROLLER_TICK_IN": mode,
         "HEDGEROW_CONTROLLER_INTERVAL_S": "3600",
@@ -237,6 +375,9 @@ async def measure_mode(
         "HEDGEROW_WINDOW_S": "3600",
     }
     names = [f"route-{r}" for r in range(routes)]
+    if trigger == "scheduled":
+        env["HEDGEROW_CONTROLLER_INTERVAL_S"] = str(args.interval)
+        return await measure_scheduled(url, workdir, routes, calls, names, env, args)
     idle, busy = Samples(), Samples()
     ticks: list[float] = []
     rounds: list[dict[str, Any]] = []
@@ -245,23 +386,28 @@ async def measure_mode(
         try:
             async with httpx.AsyncClient(base_url=served.base, timeout=3600) as control:
                 started = time.perf_counter()
-                decisions = await tick(control)  # warm-up: publishes thresholds, warms caches
+                decisions = decisions_of(await tick(control))  # warm-up: publishes thresholds, warms caches
                 warmup_s = time.perf_counter() - started
                 for index in range(args.rounds):
                     part, _, _ = await prober.during(asyncio.sleep(args.idle_seconds))
                     merge(idle, part)
                     load_idle = os.getloadavg()[0]
-                    part_busy, decisions, tick_s = await prober.during(tick(control))
+                    part_busy, body, tick_s = await prober.during(tick(control))
+                    decisions = decisions_of(body)
                     merge(busy, part_busy)
                     ticks.append(tick_s)
-                    rounds.append({"round": index, "tick_s": tick_s, "decisions": decisions, "load_1m_idle": load_idle,
-                                   "load_1m_tick": os.getloadavg()[0], **summary("idle", part),
-                                   **summary("tick", part_busy)})  # fmt: skip
+                    slowest = sorted(part_busy.probes, key=lambda p: -p[2])[:8]
+                    rounds.append({"round": index, "tick_s": tick_s, "slowest": slowest, "decisions": decisions,
+                                   "load_1m_idle": load_idle, "load_1m_tick": os.getloadavg()[0],
+                                   **summary("idle", part), **summary("tick", part_busy)})  # fmt: skip
                     print(
                         f"  {routes:>5} routes round {index}: tick {tick_s:.2f} s "
                         f"({'not published: lease lost' if decisions is None else f'{decisions} decisions'}); "
                         f"polls {len(part.poll_s)} idle / {len(part_busy.poll_s)} during "
-                        f"(load {os.getloadavg()[0]:.1f})",
+                        f"(load {os.getloadavg()[0]:.1f}); slowest during: "
+                        + ", ".join(f"{k}@{at:.2f}s={lat * 1e3:.0f}ms" for k, at, lat in slowest)
+                        + "; bench loop late: "
+                        + (", ".join(f"@{at:.2f}s={lat * 1e3:.0f}ms" for at, lat in part_busy.client_lags) or "never"),
                         flush=True,
                     )
         finally:
@@ -311,9 +457,10 @@ async def main(args: argparse.Namespace) -> None:
                                          args.calls_per_route, args)  # fmt: skip
         results += [{"store": store, **result} for result in measured]
     print()
-    print(f"{'store':<10} {'tick in':<8} {'routes':>6} {'calls/rt':>8} {'tick s':>7} | {'poll p50 ms':>17} "
-          f"{'poll p99 ms':>19} | {'ingest p50 ms':>17} {'ingest p99 ms':>19} | errors")  # fmt: skip
-    print(f"{'':<10} {'':<8} {'':>6} {'':>8} {'':>7} | {'idle / tick (x)':>17} {'idle / tick (x)':>19} | "
+    print(f"{'store':<10} {'tick in':<8} {'trigger':<9} {'routes':>6} {'calls/rt':>8} {'tick s':>7} | "
+          f"{'poll p50 ms':>17} {'poll p99 ms':>19} | {'ingest p50 ms':>17} {'ingest p99 ms':>19} "
+          "| errors")  # fmt: skip
+    print(f"{'':<10} {'':<8} {'':<9} {'':>6} {'':>8} {'':>7} | {'idle / tick (x)':>17} {'idle / tick (x)':>19} | "
           f"{'idle / tick (x)':>17} {'idle / tick (x)':>19} |")  # fmt: skip
     for r in results:
         cells = []
@@ -322,7 +469,7 @@ async def main(args: argparse.Namespace) -> None:
                 cells.append(f"{fmt_ms(r[f'idle_{probe}_{q}_s'])} / {fmt_ms(r[f'tick_{probe}_{q}_s'])} "
                              f"({fmt_ratio(r[f'{probe}_{q}_ratio'])})")  # fmt: skip
         errors = sum(r[f"{phase}_{probe}_errors"] for phase in ("idle", "tick") for probe in ("poll", "ingest"))
-        print(f"{r['store']:<10} {r['tick_in']:<8} {r['routes']:>6} {r['calls_per_route']:>8} "
+        print(f"{r['store']:<10} {r['tick_in']:<8} {r['trigger']:<9} {r['routes']:>6} {r['calls_per_route']:>8} "
               f"{r['tick_s_median']:>7.2f} | "
               f"{cells[0]:>17} {cells[1]:>19} | {cells[2]:>17} {cells[3]:>19} | {errors}")  # fmt: skip
     if args.json is not None:
@@ -350,12 +497,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="loop,process",
         help="HEDGEROW_CONTROLLER_TICK_IN modes, comma-separated (default loop,process)",
     )
+    parser.add_argument(
+        "--trigger",
+        default=None,
+        help="how ticks run: admin (POST /v1/controller/run, answered with every decision) and/or "
+        "scheduled (by the scheduler every --interval s; process mode only); default both (admin with --quick)",
+    )
+    parser.add_argument("--interval", type=float, default=20.0, help="seconds between scheduled ticks (default 20)")
     parser.add_argument("--db", default=None, help="PostgreSQL server url (a database of the bench's own is made)")
     parser.add_argument("--quick", action="store_true", help="20 routes x 50 calls, 1 round of 1 s idle")
     parser.add_argument("--json", type=Path, default=Path("bench/results/tick_interference.json"))
     args = parser.parse_args(argv)
-    small = {"routes": "20", "calls_per_route": 50, "rounds": 1, "idle_seconds": 1.0}
+    small = {"routes": "20", "calls_per_route": 50, "rounds": 1, "idle_seconds": 1.0, "trigger": "admin"}
     full = {"routes": "100,1000", "calls_per_route": 1000, "rounds": 3, "idle_seconds": 5.0}
+    full["trigger"] = "admin,scheduled"
     for name, value in (small if args.quick else full).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -365,6 +520,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.tick_in = [mode.strip() for mode in args.tick_in.split(",") if mode.strip()]
     if not args.tick_in or any(mode not in ("loop", "process") for mode in args.tick_in):
         parser.error(f"--tick-in takes loop and/or process, got {','.join(args.tick_in) or 'nothing'}")
+    args.trigger = [trigger.strip() for trigger in args.trigger.split(",") if trigger.strip()]
+    if not args.trigger or any(trigger not in ("admin", "scheduled") for trigger in args.trigger):
+        parser.error(f"--trigger takes admin and/or scheduled, got {','.join(args.trigger) or 'nothing'}")
+    if args.interval <= 0:
+        parser.error(f"--interval must be positive, got {args.interval}")
     if args.rounds < 1 or args.calls_per_route < 1:
         parser.error("--rounds and --calls-per-route must be at least 1")
     return args
