@@ -6,6 +6,10 @@ Streamed chat completions go, over real HTTP on loopback, to a fast local upstre
 * ``gateway``: through ``hedgerow gateway --upstream a=... --upstream b=...`` (a real subprocess,
   ``--log-level warning`` so that its per-call ``gateway_call`` info line is not counted; hedge
   after the default 2 s, which never fires here: the ``hedged`` column counts any that did);
+* ``relay``: through a process that copies bytes both ways between the caller's connection and
+  one of its own to upstream ``a`` (``--relay``; asyncio streams, uvloop when installed), parsing
+  nothing: the floor of what any proxy process adds to TTFT on this machine (the "relay +p50/p99"
+  columns), mostly the two more wake-ups of a sleeping process per call;
 * ``litellm`` (only with ``--litellm``): LiteLLM's proxy with the same two upstreams as two
   ``openai/bench`` deployments of one model (``api_base`` each; its router spreads the calls over
   both, it does not hedge). LiteLLM is installed into its own venv, ``bench/.litellm-venv``
@@ -170,6 +174,38 @@ async def serve(tokens: int) -> None:
         await server.serve_forever()
 
 
+async def relay(upstream_port: int) -> None:
+    """Copy bytes both ways between each accepted connection and one of its own to the upstream on
+    ``upstream_port`` (127.0.0.1), until killed; prints ``listening on http://.../v1``.
+
+    The ``relay`` way: a process hop that parses nothing (no HTTP, no JSON), the floor of the TTFT
+    any proxy process adds on this machine (two more socket wake-ups per call).
+    """
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
+    print(f"listening on http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
 # -- children: start, wait, CPU ---------------------------------------------------------------------------
 
 
@@ -254,6 +290,14 @@ def start_upstream(tokens: int, work: Path, name: str) -> Child:
     child = spawn([sys.executable, __file__, "--serve", "--tokens", str(tokens)], work / f"upstream-{name}.log")
     port = child.wait_for(r"^(\d+)$").group(1)
     child.url = f"http://127.0.0.1:{port}/v1"
+    return child
+
+
+def start_relay(upstream: str, work: Path) -> Child:
+    """The ``relay`` way (:func:`relay`) in front of ``upstream`` (a base URL), in a child process."""
+    port = upstream.rsplit(":", 1)[1].split("/")[0]
+    child = spawn([sys.executable, __file__, "--relay", port], work / "relay.log")
+    child.url = child.wait_for(r"listening on (http://\S+/v1)").group(1)
     return child
 
 
@@ -508,6 +552,12 @@ def summarise(cells: list[Cell], ways: list[str], streams: list[int]) -> dict[st
             "added_ttft_ms_p99": gateway["ttft_ms_p99"] - direct["ttft_ms_p99"],
             "rate_share_of_direct": gateway["rate_per_s"] / direct["rate_per_s"],
         }
+        hop = by.get(("relay", count))
+        if hop is not None:  # what a process hop alone adds, and the gateway over it
+            entry["relay_added_ttft_ms_p50"] = hop["ttft_ms_p50"] - direct["ttft_ms_p50"]
+            entry["relay_added_ttft_ms_p99"] = hop["ttft_ms_p99"] - direct["ttft_ms_p99"]
+            entry["over_relay_ttft_ms_p50"] = gateway["ttft_ms_p50"] - hop["ttft_ms_p50"]
+            entry["over_relay_ttft_ms_p99"] = gateway["ttft_ms_p99"] - hop["ttft_ms_p99"]
         litellm = by.get(("litellm", count))
         if litellm and litellm["proxy_requests_per_cpu_s"] and gateway["proxy_requests_per_cpu_s"]:
             entry["per_core_vs_litellm"] = gateway["proxy_requests_per_cpu_s"] / litellm["proxy_requests_per_cpu_s"]
@@ -533,11 +583,13 @@ def print_table(summary: dict[str, Any]) -> None:
             f"{fmt(r['upstream_cpu_ms_per_request'], '.3f'):>17}{fmt(r['client_cpu_ms_per_request'], '.3f'):>17}"
             f"{r['errors']:>17}{r['hedged']:>17}"
         )
-    head = ("+TTFT p50 ms", "+TTFT p99 ms", "rate/direct", "per core/LiteLLM", "rate/LiteLLM")
+    head = ("+TTFT p50 ms", "+TTFT p99 ms", "relay +p50", "relay +p99", "rate/direct", "per core/LiteLLM",
+            "rate/LiteLLM")  # fmt: skip
     print(f"{'gateway vs':<14}" + "".join(f"{h:>17}" for h in head))
     for g in summary["gateway_vs"]:
         print(
             f"{'C=' + str(g['streams']):<14}{g['added_ttft_ms_p50']:>+17.2f}{g['added_ttft_ms_p99']:>+17.2f}"
+            f"{fmt(g.get('relay_added_ttft_ms_p50'), '+.2f'):>17}{fmt(g.get('relay_added_ttft_ms_p99'), '+.2f'):>17}"
             f"{g['rate_share_of_direct']:>17.2f}{fmt(g.get('per_core_vs_litellm'), '.2f'):>17}"
             f"{fmt(g.get('rate_vs_litellm'), '.2f'):>17}"
         )
@@ -565,8 +617,11 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         urls = [u.url for u in upstreams]
         gateway = start_gateway(urls, work)
         started.append(gateway)
+        hop = start_relay(urls[0], work)
+        started.append(hop)
         ways: dict[str, tuple[str, list[int], dict[str, str]]] = {
             "direct": (f"{urls[0]}/chat/completions", [], {}),
+            "relay": (f"{hop.url}/chat/completions", [hop.process.pid], {}),
             "gateway": (f"{gateway.url}/chat/completions", [gateway.process.pid], {}),
         }
         if args.compare is not None:  # the gateway of another source tree, e.g. the previous commit's
@@ -659,6 +714,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, default=Path("bench/results/gateway.json"))
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--relay", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     quick = args.quick
     args.seconds = args.seconds if args.seconds is not None else (1.5 if quick else 5.0)
@@ -679,7 +735,14 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     arguments = parse_arguments()
-    if arguments.serve:
+    if arguments.relay is not None:
+        try:
+            import uvloop
+        except ImportError:
+            asyncio.run(relay(arguments.relay))
+        else:
+            uvloop.run(relay(arguments.relay))
+    elif arguments.serve:
         try:
             import uvloop
         except ImportError:
