@@ -1,6 +1,6 @@
 """The calls explorer's api: ``GET /v1/routes/{route}/calls``, a route's recent calls and their attempts.
 
-``GET /v1/routes/{route}/calls?model=&since=&until=&outcome=&winner=&upstream=&failed_upstream=&cursor=&limit=``
+``GET /v1/routes/{route}/calls?model=&since=&until=&outcome=&winner=&upstream=&failed_upstream=&client=&cursor=&limit=``
 (read scope): the calls of (route, model), newest first, each with its attempts
 (:mod:`hedgerow.controller.store.calls_query`). ``model`` may be left out when the route has one
 model. Paged by cursor: pass a page's ``next_cursor`` back as ``cursor`` for the next (older)
@@ -11,7 +11,8 @@ less than a page, the page is short, ``scan_stopped_at`` names the oldest call e
 :data:`~hedgerow.controller.calls_filters.MAX_CALLS_LIMIT` (default 50). ``outcome`` is one of
 :data:`~hedgerow.controller.calls_filters.CALL_OUTCOMES`; ``winner`` names the upstream whose
 attempt won, ``upstream`` one any attempt went to, ``failed_upstream`` one an attempt on which
-failed (the upstream behind a failover or a failed call). A bad value is 422
+failed (the upstream behind a failover or a failed call), ``client`` the record's ``client``
+exactly (an app's tag, or the name of the gateway key that made the call). A bad value is 422
 ``{"detail": {"field", "message"}}`` naming it; an unknown route 404.
 
 Raw calls are deleted after ``retention_s``; when ``since`` is older than that, the answer's
@@ -52,6 +53,9 @@ from hedgerow.controller.store.queries import resolve_model
 __all__ = ["CallAttemptOut", "CallsPageOut", "ExploredCallOut", "router"]
 
 router = APIRouter()
+
+#: The rule of every name filter (an upstream's, a client's): no control characters.
+_NAME_RULE = AfterValidator(lambda value: None if value is None else no_control_characters(value))
 
 
 class CallAttemptOut(BaseModel):
@@ -165,12 +169,12 @@ async def get_route_calls(
             max_length=MAX_NAME_CHARS,
             description="Only calls whose winning attempt went to this upstream.",
         ),
-        AfterValidator(lambda value: None if value is None else no_control_characters(value)),
+        _NAME_RULE,
     ] = None,
     upstream: Annotated[
         str | None,
         Query(min_length=1, max_length=MAX_NAME_CHARS, description="Only calls with an attempt sent to this upstream."),
-        AfterValidator(lambda value: None if value is None else no_control_characters(value)),
+        _NAME_RULE,
     ] = None,
     failed_upstream: Annotated[
         str | None,
@@ -179,7 +183,16 @@ async def get_route_calls(
             max_length=MAX_NAME_CHARS,
             description="Only calls with an attempt on this upstream that failed (error, timeout or stall).",
         ),
-        AfterValidator(lambda value: None if value is None else no_control_characters(value)),
+        _NAME_RULE,
+    ] = None,
+    client: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_NAME_CHARS,
+            description="Only calls whose client is exactly this (an app's tag, or the gateway key that made it).",
+        ),
+        _NAME_RULE,
     ] = None,
     cursor: Annotated[
         str | None,
@@ -215,6 +228,7 @@ async def get_route_calls(
         winner=winner,
         upstream=upstream,
         failed_upstream=failed_upstream,
+        client=client,
     )
     note = retention_note(since, utc_now(), app_state(request.app).settings.retention_s)
     return {

@@ -1,10 +1,11 @@
 """The calls explorer in the ops console: ``GET /ui/calls/{route}``, a route's recent calls.
 
-``/ui/calls/{route}?model=&since=&until=&outcome=&winner=&upstream=&failed_upstream=&cursor=``
+``/ui/calls/{route}?model=&since=&until=&outcome=&winner=&upstream=&failed_upstream=&client=&cursor=``
 lists the calls of (route, model), newest first, :data:`PAGE_CALLS` a page
 (:func:`~hedgerow.controller.store.calls_query.recent_calls`); the filters are a GET form (the
 upstream filters are selects of the upstreams of the route's newest calls,
-:func:`~hedgerow.controller.store.calls_query.route_upstreams`), the next page a link carrying
+the client filter a text field offering the page's clients, each call's client a link to the
+calls of that client with the other filters kept), the next page a link carrying
 the cursor. A URL with an empty parameter (what a form sends for a filter left at "any") is
 redirected (303) to the same URL without it, so no link or address bar carries ``winner=``. Each call is a
 ``<details>`` element: its summary line (time, outcome, winning upstream, TTFT, e2e), and
@@ -137,13 +138,15 @@ async def calls_page(request: Request, route: str) -> Response:
     winner = q.get("winner", "").strip() or None
     upstream = q.get("upstream", "").strip() or None
     failed_upstream = q.get("failed_upstream", "").strip() or None
+    client = q.get("client", "").strip() or None
     cursor = q.get("cursor", "").strip() or None
     emptied = without_empty_params(request, partial(calls_url, route))
     if emptied is not None:
         return emptied
     back = (route_url(route, model), "route")
     names = (("winner", winner), ("upstream", upstream), ("failed_upstream", failed_upstream))
-    for name, value in (("route", route), ("model", model or ""), *((n, v or "") for n, v in names)):
+    checked = (("route", route), ("model", model or ""), *((n, v or "") for n, v in (*names, ("client", client))))
+    for name, value in checked:
         problem = control_character_error(value)
         if problem is not None:
             return error_page(request, user, 422, f"{name}: {problem}")
@@ -172,6 +175,7 @@ async def calls_page(request: Request, route: str) -> Response:
                 winner=winner,
                 upstream=upstream,
                 failed_upstream=failed_upstream,
+                client=client,
             )
             choices = await route_upstreams(session, route, chosen)
     except UnknownRoute as exc:
@@ -186,6 +190,7 @@ async def calls_page(request: Request, route: str) -> Response:
         "winner": winner or "",
         "upstream": upstream or "",
         "failed_upstream": failed_upstream or "",
+        "client": client or "",
     }
     asked = {value for _name, value in names if value is not None}
     return render_page(
@@ -198,6 +203,7 @@ async def calls_page(request: Request, route: str) -> Response:
         calls=page.calls,
         upstreams=_upstream_counts(page.calls),
         upstream_choices=sorted(set(choices) | asked),
+        client_choices=sorted({c["client"] for c in page.calls if c["client"]}),
         filters=filters,
         outcomes=OUTCOME_LABELS,
         outcome_meanings=CALL_OUTCOMES,

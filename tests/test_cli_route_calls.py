@@ -27,7 +27,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     """A serve process holding 12 calls of route ``r`` (every outcome); the newest call's backup
-    upstream is named ``[red]b`` (rich markup, shown as typed)."""
+    upstream is named ``[red]b`` (rich markup, shown as typed); calls ``c0003`` and ``c0008`` were
+    made with the gateway key ``alice`` (the others' client is ``seed``)."""
     tmp = tmp_path_factory.mktemp("cli-calls")
     process = ServeProcess(f"sqlite:///{tmp / 'calls.db'}", tmp, {"HEDGEROW_CONTROLLER_INTERVAL_S": "3600"})
     try:
@@ -35,6 +36,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
         hedge = records[1]
         marked = dataclasses.replace(hedge.attempts[1], upstream="[red]b")
         records[1] = dataclasses.replace(hedge, attempts=(hedge.attempts[0], marked))
+        for index in (3, 8):
+            records[index] = dataclasses.replace(records[index], client="alice")
         answer = httpx.post(f"{process.url}/v1/calls", json={"calls": [r.to_dict() for r in records]}, timeout=60)
         assert answer.status_code == 202, answer.text
         yield process
@@ -78,6 +81,17 @@ def test_filters_reach_the_api(served: ServeProcess) -> None:
     assert json.loads(_cli("routes", "calls", "r", "--since", today, "--json", "--api", served.url).stdout)["calls"]
 
 
+@pytest.mark.slow
+def test_the_client_flag_keeps_one_callers_calls_and_the_table_shows_the_client(served: ServeProcess) -> None:
+    done = _cli("routes", "calls", "r", "--client", "alice", "--json", "--api", served.url)
+    assert done.returncode == 0, done.stderr
+    assert [c["request_id"] for c in json.loads(done.stdout)["calls"]] == ["c0003", "c0008"]
+    table = _cli("routes", "calls", "r", "--client", "alice", "--outcome", "failed", "--api", served.url)
+    assert table.returncode == 0, table.stderr
+    assert "r · m1: 2 call(s)" in table.stdout and "client" in table.stdout and "alice" in table.stdout
+    assert "seed" not in table.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [
@@ -87,6 +101,7 @@ def test_filters_reach_the_api(served: ServeProcess) -> None:
         (["--since", "2026-12-02", "--until", "2026-12-01"], "--since: must not be after until"),
         (["--winner", "a\tb"], "--winner: must not contain control characters"),
         (["--failed-upstream", "a\tb"], "--failed-upstream: must not contain control characters"),
+        (["--client", "a\tb"], "--client: must not contain control characters"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag_before_any_request(args: list[str], words: str) -> None:

@@ -81,6 +81,7 @@ __all__ = [
     "WeekData",
     "build_weekly_report",
     "cost_of_hours",
+    "section_figures",
 ]
 
 #: Identifier and version of the JSON report's schema.
@@ -335,8 +336,15 @@ def _tokens(r: Rollup) -> dict[str, int]:
     }
 
 
-def _figures(hours: Sequence[HourRollup], prices: PriceBook) -> dict[str, Any]:
-    """The figures of a set of hours that do not depend on the route's history."""
+def section_figures(hours: Sequence[HourRollup], prices: PriceBook) -> dict[str, Any]:
+    """The figures of a set of hours that do not depend on a route's history: those of a section
+    (see the module docstring) but ``budget``, ``threshold``, ``flags``, ``enabled``,
+    ``pinned_hedge_after_s``, ``daily`` and ``change``.
+
+    Args:
+        hours: hourly rollups (any routes and models: the report's total, or one client's calls).
+        prices: the price book (each hour priced at its start, :func:`cost_of_hours`).
+    """
     r = Rollup().merged(*(h.rollup for h in hours))
     ttft = {_level(q): _uncensored(r.call_ttft, q) for q in TTFT_LEVELS}
     primary = {_level(q): _primary(r, q) for q in TTFT_LEVELS}
@@ -478,7 +486,7 @@ def build_weekly_report(data: WeekData) -> dict[str, Any]:
     sections = []
     for key in keys:
         hours = sorted(grouped.get(key, []), key=lambda h: h.hour_start)
-        section: dict[str, Any] = {"route": key[0], "model": key[1], **_figures(hours, data.prices)}
+        section: dict[str, Any] = {"route": key[0], "model": key[1], **section_figures(hours, data.prices)}
         state = data.routes.get(key)
         events = data.events.get(key, ())
         budgets = [e.budget for e in events if e.budget is not None]
@@ -488,9 +496,9 @@ def build_weekly_report(data: WeekData) -> dict[str, Any]:
         section["pinned_hedge_after_s"] = None if state is None else state.pinned_hedge_after_s
         section["daily"] = _daily(hours, week)
         before = previous.get(key)
-        section["change"] = _change(section, _figures(before, data.prices) if before else None)
+        section["change"] = _change(section, section_figures(before, data.prices) if before else None)
         sections.append(section)
-    total: dict[str, Any] = {"route": None, "model": None, **_figures(list(data.hours), data.prices)}
+    total: dict[str, Any] = {"route": None, "model": None, **section_figures(list(data.hours), data.prices)}
     hedged_calls = [s for s in sections if s["budget"] is not None]
     weight = sum(s["calls"] for s in hedged_calls)
     total["budget"] = sum(s["budget"] * s["calls"] for s in hedged_calls) / weight if weight else None
@@ -499,7 +507,9 @@ def build_weekly_report(data: WeekData) -> dict[str, Any]:
     total["enabled"] = None
     total["pinned_hedge_after_s"] = None
     total["daily"] = _daily(list(data.hours), week)
-    total["change"] = _change(total, _figures(list(data.previous_hours), data.prices) if data.previous_hours else None)
+    total["change"] = _change(
+        total, section_figures(list(data.previous_hours), data.prices) if data.previous_hours else None
+    )
     return {
         "schema": REPORT_SCHEMA,
         "week": str(week),

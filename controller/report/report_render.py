@@ -12,7 +12,9 @@ Every format renders the JSON report of :func:`hedgerow.controller.report.report
   and by mail. Template: ``templates/weekly_report.html.j2`` (Jinja2, autoescaped);
 * :func:`to_markdown`: headline figures and a table per route, for chat;
 * every format but JSON also renders the per-upstream table (``report["upstreams"]``,
-  :mod:`hedgerow.controller.report.report_upstreams`) when the report has one;
+  :mod:`hedgerow.controller.report.report_upstreams`) and the per-client table
+  (``report["clients"]``, :mod:`hedgerow.controller.report.report_clients`) when the report has
+  them (a report stored before a table existed has none);
 * :func:`summary_text`: the one-paragraph summary posted to a webhook.
 
 Route and model names are stored text: each format escapes them for itself (names stored before
@@ -38,7 +40,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from hedgerow.client.names import visible
-from hedgerow.controller.report import report_upstreams
+from hedgerow.controller.report import report_clients, report_upstreams
+from hedgerow.controller.report.report_clients import CSV_CLIENT_COLUMNS
 from hedgerow.controller.report.report_upstreams import CSV_UPSTREAM_COLUMNS
 
 __all__ = [
@@ -78,7 +81,7 @@ CSV_COLUMNS = (
     "price_status", "threshold_start_s", "threshold_end_s", "threshold_min_s", "threshold_max_s",
     "threshold_changes", "backups_rarely_win", "hedges_did_not_lower_p99", "enabled", "pinned_hedge_after_s",
     "calls_change", "ttft_p99_s_change", "overhead_usd_change",
-    *CSV_UPSTREAM_COLUMNS,
+    *CSV_UPSTREAM_COLUMNS, *CSV_CLIENT_COLUMNS,
 )  # fmt: skip
 
 
@@ -145,16 +148,19 @@ def _row(report: Mapping[str, Any], section: Mapping[str, Any], scope: str) -> d
 
 
 def to_csv(report: Mapping[str, Any]) -> str:
-    """One row per (route, model), a ``total`` row, then one ``upstream`` row per upstream (``scope``
-    column), columns :data:`CSV_COLUMNS` (the upstream rows fill the ``upstream`` columns at its end,
-    the route rows the others)."""
+    """One row per (route, model), a ``total`` row, one ``upstream`` row per upstream, then one
+    ``client`` row per client (``scope`` column), columns :data:`CSV_COLUMNS` (the upstream rows
+    fill the ``upstream`` columns, the client rows ``client`` and the route columns of the same
+    figures, the route rows the others; the total row also ``calls_without_client``)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for section in report["routes"]:
         writer.writerow(_cells(_row(report, section, "route")))
-    writer.writerow(_cells(_row(report, report["total"], "total")))
-    for row in report_upstreams.csv_rows(report):
+    total = _row(report, report["total"], "total")
+    total["calls_without_client"] = report_clients.calls_without_client(report)
+    writer.writerow(_cells(total))
+    for row in [*report_upstreams.csv_rows(report), *report_clients.csv_rows(report)]:
         writer.writerow(_cells(row))
     return buffer.getvalue()
 
@@ -378,6 +384,7 @@ def to_markdown(report: Mapping[str, Any]) -> str:
                 f"{markdown_text(m['route'])}/{markdown_text(m['model'])} {_delta(m['delta'], kind)}"
                 for m in moved)]  # fmt: skip
     lines += report_upstreams.markdown_lines(report, markdown_text, _s, _pct)
+    lines += report_clients.markdown_lines(report, markdown_text, _s, _pct, _usd)
     return "\n".join(lines) + "\n"
 
 
@@ -422,6 +429,7 @@ def to_html(report: Mapping[str, Any]) -> str:
         omitted=len(with_calls) - len(plotted),
         days=_days_of(report),
         upstream_note=report_upstreams.coverage_note(report),
+        client_note=report_clients.without_client_note(report),
     )
 
 

@@ -28,6 +28,7 @@ from hedgerow.controller.report.report import (
     WeekData,
     build_weekly_report,
 )
+from hedgerow.controller.report.report_clients import week_clients
 from hedgerow.controller.report.report_upstreams import week_upstreams
 from hedgerow.controller.store.models import Call, HourlyRollup, Route, ThresholdHistory, utc_now
 from hedgerow.controller.store.prices import load_price_book
@@ -170,7 +171,8 @@ async def weekly_report(
     sessionmaker: async_sessionmaker[AsyncSession], week: IsoWeek | str | None = None, *, now: datetime | None = None
 ) -> dict[str, Any]:
     """The JSON report of an ISO week (default: the current week), read in one session, with its
-    per-upstream table under ``upstreams`` (:mod:`hedgerow.controller.report.report_upstreams`).
+    per-upstream table under ``upstreams`` (:mod:`hedgerow.controller.report.report_upstreams`)
+    and its per-client table under ``clients`` (:mod:`hedgerow.controller.report.report_clients`).
 
     Args:
         sessionmaker: from :func:`hedgerow.controller.store.db.make_sessionmaker`.
@@ -189,6 +191,8 @@ async def weekly_report(
     async with sessionmaker() as session:
         data = await load_week_data(session, week, now=now)
         upstreams = await week_upstreams(session, week)
+        clients = await week_clients(session, week, data.prices)
     report = build_weekly_report(data)
     report["upstreams"] = upstreams  # the per-upstream table (report_upstreams; from raw attempts)
+    report["clients"] = clients  # the per-client table (report_clients; from raw calls)
     return report

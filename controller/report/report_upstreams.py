@@ -93,20 +93,26 @@ def loser_prompt_text(row: Mapping[str, Any]) -> str:
     return "–" if value is None else f"{value:,}"
 
 
-def coverage_note(report: Mapping[str, Any]) -> str | None:
-    """The sentence saying the table misses calls whose raw rows retention deleted, or None.
+def coverage_note(report: Mapping[str, Any], key: str = "upstreams", what: str = "Per-upstream") -> str | None:
+    """The sentence saying a table read from raw calls misses those retention deleted, or None.
 
-    The route figures come from the hourly rollups, which outlive the raw rows; the table reads
-    the raw attempts. When the week's rollups count more calls than raw rows remain, some were
-    deleted (``HEDGEROW_RETENTION_S``), and the note says how many the table covers.
+    The route figures come from the hourly rollups, which outlive the raw rows; the per-upstream
+    and per-client tables read the raw calls. When the week's rollups count more calls than raw
+    rows remain, some were deleted (``HEDGEROW_RETENTION_S``), and the note says how many the
+    table covers.
+
+    Args:
+        report: the JSON report.
+        key: the table's key in the report (its ``calls`` counts the raw calls it covers).
+        what: how the sentence names the table's figures (``Per-upstream``, ``Per-client``).
     """
-    table = report.get("upstreams") or {}
+    table = report.get(key) or {}
     kept = table.get("calls")
     total = report["total"]["calls"]
     if kept is None or kept >= total:
         return None
     return (
-        f"Per-upstream figures are read from raw calls: {kept:,} of the week's {total:,} calls are still kept "
+        f"{what} figures are read from raw calls: {kept:,} of the week's {total:,} calls are still kept "
         f"(raw calls are deleted after HEDGEROW_RETENTION_S), so the others are not in them."
     )
 

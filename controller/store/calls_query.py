@@ -6,7 +6,8 @@ the call it names; no ``OFFSET``, so page 1,000 costs what page 1 does), at most
 :data:`~hedgerow.controller.calls_filters.MAX_CALLS_LIMIT` a page, filtered by outcome
 (:data:`~hedgerow.controller.calls_filters.CALL_OUTCOMES`), by the upstream whose attempt won,
 by an upstream any attempt went to (``upstream``), by an upstream one of whose attempts failed
-(``failed_upstream``: the upstream behind a failover or a failed call), and by a time window.
+(``failed_upstream``: the upstream behind a failover or a failed call), by the calling app or
+gateway key (``client``, exact), and by a time window.
 A filtered page examines at most
 :data:`~hedgerow.controller.calls_filters.MAX_SCAN_CALLS` calls (a rare outcome on a busy route
 would otherwise read every call kept; the newest ``max_scan``-th call is found first, on the
@@ -177,7 +178,7 @@ async def _with_filters(
     session: AsyncSession, base: Select[Any], filters: dict[str, str | None], max_scan: int
 ) -> tuple[Select[Any], tuple[datetime, int] | None]:
     """``base`` narrowed by the filters of :func:`recent_calls` (``outcome``, ``winner``,
-    ``upstream``, ``failed_upstream``; None ones ignored) to its newest ``max_scan`` calls, and
+    ``upstream``, ``failed_upstream``, ``client``; None ones ignored) to its newest ``max_scan`` calls, and
     the ``(started_at, id)`` of the oldest call examined (None when the window holds fewer)."""
     if all(value is None for value in filters.values()):
         return base, None
@@ -193,6 +194,8 @@ async def _with_filters(
         query = query.where(Call.started_at >= edge[0], or_(Call.started_at > edge[0], Call.id >= edge[1]))
     if filters["outcome"] is not None:
         query = query.where(outcome_clause(filters["outcome"]))
+    if filters["client"] is not None:
+        query = query.where(Call.client == filters["client"])
     for key, attempt_outcome in (("winner", "won"), ("upstream", None), ("failed_upstream", "failed")):
         name = filters[key]
         if name is not None:
@@ -213,6 +216,7 @@ async def recent_calls(
     winner: str | None = None,
     upstream: str | None = None,
     failed_upstream: str | None = None,
+    client: str | None = None,
     max_scan: int = MAX_SCAN_CALLS,
 ) -> CallsPage:
     """One page of the calls of (route, model), newest first, each with its attempts.
@@ -232,6 +236,8 @@ async def recent_calls(
         upstream: when given, only calls with an attempt sent to this upstream.
         failed_upstream: when given, only calls with an attempt on this upstream that failed
             (attempt outcome ``failed``: an error, a timeout or a stall).
+        client: when given, only calls whose record's ``client`` is exactly this (the app's
+            tag, or the name of the gateway key that made the call).
         max_scan: with any of the filters above, the most calls examined (newest first from the
             cursor, within the window): when they hold fewer than ``limit`` matches the page is
             short, and its ``next_cursor`` and ``scan_stopped_at`` name where the search stopped.
@@ -259,7 +265,13 @@ async def recent_calls(
         started, call_id = after
         base = base.where(Call.started_at <= started, or_(Call.started_at < started, Call.id < call_id))
     newest_first = (Call.started_at.desc(), Call.id.desc())
-    filters = {"outcome": outcome, "winner": winner, "upstream": upstream, "failed_upstream": failed_upstream}
+    filters = {
+        "outcome": outcome,
+        "winner": winner,
+        "upstream": upstream,
+        "failed_upstream": failed_upstream,
+        "client": client,
+    }
     query, scan_edge = await _with_filters(session, base, filters, max_scan)
     calls = list((await session.scalars(query.order_by(*newest_first).limit(limit + 1))).all())
     if len(calls) > limit:

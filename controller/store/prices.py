@@ -179,6 +179,12 @@ class PriceBook:
         """The models with at least one price."""
         return {model for model, _ in self._prices}
 
+    def change_times(self, model: str) -> list[datetime]:
+        """When any price of ``model`` (any upstream) takes effect, sorted, without repeats: two
+        moments with as many of these at or before them have the same price in force for
+        ``model`` on every upstream (so hours between two changes may be priced as one)."""
+        return sorted({p.effective_from for (m, _), rows in self._prices.items() if m == model for p in rows})
+
     def _in_force(self, key: tuple[str, str], at: datetime) -> Price | None:
         found = None
         for price in self._prices.get(key, ()):

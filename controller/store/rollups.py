@@ -127,6 +127,8 @@ __all__ = [
     "CALL_STATUSES",
     "COUNTER_FIELDS",
     "CURSOR_LOCK_TIMEOUT_S",
+    "FOLD_ATTEMPT_COLUMNS",
+    "FOLD_CALL_COLUMNS",
     "FOLD_VERSION",
     "HISTOGRAM_COLUMNS",
     "HOUR_S",
@@ -151,6 +153,18 @@ log = logging.getLogger(__name__)
 
 #: Version of the fold rules; an unsealed rollup of an older version is recomputed by a full fold.
 FOLD_VERSION = 2
+#: The ``calls`` columns :func:`fold_rows` reads, in its order (its ``call_rows``).
+FOLD_CALL_COLUMNS = (
+    Call.id, Call.status, Call.hedge_reason, Call.hedge_denied, Call.winner, Call.ttft_s, Call.prompt_tokens,
+    Call.completion_tokens, Call.wasted_completion_tokens, Call.tpot_s, Call.e2e_s,
+)  # fmt: skip
+#: The ``attempts`` columns :func:`fold_rows` reads, in its order (its ``attempt_rows``; to be
+#: ordered by call id and attempt index).
+FOLD_ATTEMPT_COLUMNS = (
+    Attempt.call_id, Attempt.role, Attempt.upstream, Attempt.start_s, Attempt.first_token_s, Attempt.end_s,
+    Attempt.outcome, Attempt.status_code, Attempt.completion_tokens, Attempt.prompt_tokens,
+    Attempt.prompt_tokens_estimated, Attempt.cached_prompt_tokens,
+)  # fmt: skip
 #: PostgreSQL: longest wait, seconds, for the ingest lock when a fold reads its cursor.
 CURSOR_LOCK_TIMEOUT_S = 5.0
 #: Per sessionmaker (so per store) of this process: the fold cursor (see "Which hours a fold
@@ -202,19 +216,13 @@ async def aggregate_hour(
     where = [Call.route_id == route_id, Call.started_at >= hour_start, Call.started_at < hour_end]
     if after_call_id is not None:
         where.append(Call.id > after_call_id)
-    call_rows = await session.execute(
-        select(Call.id, Call.status, Call.hedge_reason, Call.hedge_denied, Call.winner, Call.ttft_s,
-               Call.prompt_tokens, Call.completion_tokens, Call.wasted_completion_tokens, Call.tpot_s, Call.e2e_s)
-        .where(*where)
-    )  # fmt: skip
+    call_rows = await session.execute(select(*FOLD_CALL_COLUMNS).where(*where))
     attempt_rows = await session.execute(
-        select(Attempt.call_id, Attempt.role, Attempt.upstream, Attempt.start_s, Attempt.first_token_s,
-               Attempt.end_s, Attempt.outcome, Attempt.status_code, Attempt.completion_tokens,
-               Attempt.prompt_tokens, Attempt.prompt_tokens_estimated, Attempt.cached_prompt_tokens)
+        select(*FOLD_ATTEMPT_COLUMNS)
         .join(Call, Call.id == Attempt.call_id)
         .where(*where)
         .order_by(Attempt.call_id, Attempt.attempt_index)
-    )  # fmt: skip
+    )
     return fold_rows(call_rows.all(), attempt_rows.all())
 
 

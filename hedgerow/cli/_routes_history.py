@@ -186,6 +186,9 @@ def route_calls(
     failed_upstream: str = typer.Option(
         None, "--failed-upstream", metavar="U", help="Only calls with an attempt on upstream U that failed."
     ),
+    client: str = typer.Option(
+        None, "--client", metavar="NAME", help="Only calls of this client (an app's tag, or a gateway key's name)."
+    ),
     since: str = typer.Option(
         None, "--since", metavar="TIME", help="Only calls started at or after TIME (ISO 8601; inclusive)."
     ),
@@ -214,14 +217,14 @@ def route_calls(
     )
     if problem is not None:
         raise fail(f"--{problem[0]}: {problem[1]}", 2)
-    upstreams = {"winner": winner, "upstream": upstream, "failed-upstream": failed_upstream}
-    for flag, name in upstreams.items():
+    names = {"winner": winner, "upstream": upstream, "failed-upstream": failed_upstream, "client": client}
+    for flag, name in names.items():
         name_problem = None if name is None else control_character_error(name)
         if name_problem is not None:
             raise fail(f"--{flag}: {name_problem}", 2)
     params = query_params(
         model, outcome=outcome, winner=winner, upstream=upstream, failed_upstream=failed_upstream,
-        since=since_text, until=until_text, limit=limit, cursor=cursor,
+        client=client, since=since_text, until=until_text, limit=limit, cursor=cursor,
     )  # fmt: skip
     data = api_request("GET", api, token, route_path(route, "/calls"), params=params)
     if as_json:
@@ -235,11 +238,12 @@ def route_calls(
             shown(c["winner_upstream"] or "-"),
             seconds_text(c["ttft_s"]),
             seconds_text(c["e2e_s"]),
+            shown(c["client"] or "-"),
             "\n".join(_attempt_text(a) for a in c["attempts"]) or "-",
         ]
         for c in data["calls"]
     ]
-    columns = ["time (UTC)", "request_id", "outcome", "winner", "ttft_s", "e2e_s", "attempts"]
+    columns = ["time (UTC)", "request_id", "outcome", "winner", "ttft_s", "e2e_s", "client", "attempts"]
     print_table(f"{shown(data['route'])} · {shown(data['model'])}: {len(rows)} call(s)", columns, rows)
     if data.get("retention_note"):
         typer.echo(data["retention_note"])

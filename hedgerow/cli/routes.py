@@ -8,8 +8,9 @@ Commands (each prints a rich table, or with ``--json`` the api's JSON for script
   [--limit N] [--explain]``: its decisions, newest first; ``--explain`` prints each decision
   followed by its plain-English sentences (the api's ``explanation``);
 - ``hedgerow routes calls ROUTE [--model M] [--outcome O] [--winner U] [--upstream U]
-  [--failed-upstream U] [--since T] [--until T] [--limit N] [--cursor C]``: its recent calls,
-  newest first, each with its attempts (which upstream, role, TTFT, how it ended); ``--cursor``
+  [--failed-upstream U] [--client NAME] [--since T] [--until T] [--limit N] [--cursor C]``: its
+  recent calls, newest first, each with its client and attempts (which upstream, role, TTFT, how
+  it ended); ``--client`` keeps one caller's (an app's tag, a gateway key's name); ``--cursor``
   pages on;
 - ``hedgerow routes set ROUTE [--model M] [--budget F|P%] [--pin S | --unpin] [--enable | --disable]
   [--min S] [--max S] [--default S]``: change it (admin scope), audited;

@@ -25,6 +25,8 @@ hedging rule of its own; what it adds:
   (:mod:`hedgerow.gateway._relay`).
 * **Secrets.** Every configured key (upstream or gateway) is replaced by ``[redacted]`` in error
   bodies handed back and in log lines.
+* **Request ids.** A caller's valid ``X-Request-ID`` is echoed on every answer and logged
+  beside hedgerow's own request id (:mod:`hedgerow.gateway._request_id`).
 * **Metrics.** ``GET /metrics`` serves the ``hedgerow_gateway_*`` family
   (:mod:`hedgerow.gateway._metrics`); with gateway keys configured it needs a key too.
 * **Bytes.** A streamed answer is the winner's bytes, passed on one piece per read of its body;
@@ -64,6 +66,8 @@ from hedgerow.gateway._config import GatewayConfig, RouteSpec
 from hedgerow.gateway._metrics import CONTENT_TYPE, GatewayMetrics
 from hedgerow.gateway._records import CALLER, RecordLog
 from hedgerow.gateway._relay import Exchange, proxy
+from hedgerow.gateway._request_id import CALLER_REQUEST_ID, caller_request_id, echoed
+from hedgerow.logs import event_line
 
 __all__ = ["GatewayApp", "RecordLog"]
 
@@ -171,20 +175,26 @@ class GatewayApp:
             await self._metrics(scope, send)
             return
         exchange = Exchange(time.monotonic())
+        request_id = caller_request_id(scope.get("headers", []))
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 exchange.status = int(message["status"])
                 exchange.started_at = time.monotonic()
+                if request_id is not None:
+                    message = {**message, "headers": echoed(message.get("headers", []), request_id)}
             elif not message.get("more_body", False):
                 exchange.complete = True  # before the send: a disconnect from now on is the end
             await send(message)
 
         metrics = self.metrics
         metrics.in_flight.inc()
+        token = CALLER_REQUEST_ID.set(request_id) if request_id is not None else None
         try:
             await self._http(scope, receive, sending, exchange)
         finally:
+            if token is not None:
+                CALLER_REQUEST_ID.reset(token)
             metrics.in_flight.dec()
             ended = time.monotonic()
             started_at = exchange.started_at
@@ -203,11 +213,9 @@ class GatewayApp:
                     "path": self.redact(str(scope.get("path"))),
                     "status": exchange.status or None,
                     "duration_s": round(ended - exchange.arrived_at, 4),
+                    "caller_request_id": request_id,
                 }
-                _log.info(
-                    " ".join(["gateway_request", *(f"{k}={v}" for k, v in fields.items())]),
-                    extra={"event": "gateway_request", "fields": fields},
-                )
+                _log.info(event_line("gateway_request", fields), extra={"event": "gateway_request", "fields": fields})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

@@ -5,6 +5,8 @@ The caller's name (the name of its gateway key, :data:`CALLER`, set by the app a
 request) becomes the record's ``client``: the record is built inside the request's task or in
 tasks it started, which see the request's context, so the race needs no parameter for it. The
 calls explorer shows it per call; without keys ``client`` stays the transport's tag (the host).
+The ``gateway_call`` line also names the caller's own ``X-Request-ID`` (``caller_request_id``,
+None without one: :mod:`hedgerow.gateway._request_id`) beside the record's ``request_id``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from contextvars import ContextVar
 
 from hedgerow.client import CallRecord
 from hedgerow.client.hedging import RecordSink
+from hedgerow.gateway._request_id import CALLER_REQUEST_ID
+from hedgerow.logs import event_line
 
 __all__ = ["CALLER", "RecordLog"]
 
@@ -56,6 +60,7 @@ class RecordLog:
             return
         fields = {
             "request_id": record.request_id,
+            "caller_request_id": CALLER_REQUEST_ID.get(),
             "route": record.route,
             "model": record.model,
             "client": record.client,
@@ -64,7 +69,4 @@ class RecordLog:
             "hedged": record.hedged,
             "ttft_s": None if record.ttft_s is None else round(record.ttft_s, 4),
         }
-        _log.info(
-            " ".join(["gateway_call", *(f"{k}={v}" for k, v in fields.items())]),
-            extra={"event": "gateway_call", "fields": fields},
-        )
+        _log.info(event_line("gateway_call", fields), extra={"event": "gateway_call", "fields": fields})

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import MakeApi
-from tests.controller.calls_seed import explorer_records
+from tests.controller.calls_seed import explorer_records, with_clients
 
 M = {"model": "m1"}
 
@@ -89,6 +89,9 @@ async def test_a_window_older_than_retention_says_so(make_api: MakeApi) -> None:
         ({"until": "0001-01-01T00:00:00+05:00"}, "until", "out of range"),
         ({"since": "2026-12-03T10:00:00Z", "until": "2026-12-03T09:00:00Z"}, "since", "must not be after until"),
         ({"winner": "a\x01b"}, "winner", "control characters"),
+        ({"client": "alice\x1b[31m"}, "client", "control characters"),
+        ({"client": "k" * 201}, "client", "at most 200 characters"),
+        ({"client": ""}, "client", "at least 1 character"),
     ],
 )
 async def test_bad_filters_are_422_naming_the_field(
@@ -140,7 +143,8 @@ async def test_the_openapi_document_describes_the_endpoint(api: httpx.AsyncClien
     operation = document["paths"]["/v1/routes/{route}/calls"]["get"]
     names = {p["name"] for p in operation["parameters"]}
     assert names == {
-        "route", "model", "since", "until", "outcome", "winner", "upstream", "failed_upstream", "cursor", "limit",
+        "route", "model", "since", "until", "outcome", "winner", "upstream", "failed_upstream", "client", "cursor",
+        "limit",
     }  # fmt: skip
     outcome = next(p for p in operation["parameters"] if p["name"] == "outcome")
     assert "hedge_won" in str(outcome["schema"])
@@ -161,3 +165,16 @@ async def test_an_attempt_on_an_upstream_failed_or_was_sent(api: httpx.AsyncClie
     assert len(both.json()["calls"]) == 4
     bad = await api.get("/v1/routes/r/calls", params=M | {"failed_upstream": "a\x00"})
     assert bad.status_code == 422 and "failed_upstream" in bad.text
+
+
+async def test_the_client_filter_keeps_one_callers_calls(api: httpx.AsyncClient) -> None:
+    """Gateway calls carry the calling key's name as ``client``: the filter keeps that key's calls."""
+    records = with_clients(explorer_records(_end(), 10), ["alice", "bob", None])
+    answer = await api.post("/v1/calls", json={"calls": [r.to_dict() for r in records]})
+    assert answer.status_code == 202, answer.text
+    alice = (await api.get("/v1/routes/r/calls", params=M | {"client": "alice"})).json()["calls"]
+    assert [c["request_id"] for c in alice] == ["c0000", "c0003", "c0006", "c0009"]
+    assert {c["client"] for c in alice} == {"alice"}
+    bob_hedges = await api.get("/v1/routes/r/calls", params=M | {"client": "bob", "outcome": "hedge_won"})
+    assert [c["request_id"] for c in bob_hedges.json()["calls"]] == ["c0001"]
+    assert (await api.get("/v1/routes/r/calls", params=M | {"client": "ALICE"})).json()["calls"] == []

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import MakeApi
-from tests.controller.calls_seed import explorer_records, record_of
+from tests.controller.calls_seed import explorer_records, record_of, with_clients
 
 M = {"model": "m1"}
 
@@ -151,3 +151,27 @@ async def test_the_route_pages_history_filter_left_at_any_leaves_the_url(api: ht
     assert sent.status_code == 303
     assert sent.headers["location"] == "/ui/routes/r?model=m1&range=24h&reason=hysteresis_hold"
     assert (await api.get(sent.headers["location"])).status_code == 200
+
+
+async def test_the_client_filter_is_a_field_and_each_calls_client_links_to_its_calls(api: httpx.AsyncClient) -> None:
+    end = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    records = with_clients(explorer_records(end, 10), ["alice", None, None, None, None, "<b>bob</b>"])
+    assert (await api.post("/v1/calls", json={"calls": [r.to_dict() for r in records]})).status_code == 202
+    page = await api.get("/ui/calls/r", params=M | {"outcome": "primary_won"})  # c0000 alice, c0005 <b>bob</b>
+    assert page.status_code == 200 and page.text.count('<details class="call') == 2
+    form = page.text[page.text.index('<form method="get"') : page.text.index("</form>")]
+    assert '<input type="text" name="client" maxlength="200" value=""' in form
+    assert '<option value="&lt;b&gt;bob&lt;/b&gt;">' in page.text and "<b>bob</b>" not in page.text  # escaped
+    links = _hrefs(page.text, r"client=")
+    assert links == ["/ui/calls/r?model=m1&outcome=primary_won&client=alice",
+                     "/ui/calls/r?model=m1&outcome=primary_won&client=%3Cb%3Ebob%3C%2Fb%3E"]  # fmt: skip
+    mine = await api.get("/ui/calls/r", params=M | {"client": "alice"})
+    assert mine.status_code == 200 and mine.text.count('<details class="call') == 2  # c0000, c0006
+    assert 'name="client" maxlength="200" value="alice"' in mine.text
+    assert (await api.get("/ui/calls/r", params=M | {"client": "nobody"})).text.count('<details class="call') == 0
+    cancelled = await api.get("/ui/calls/r", params=M | {"outcome": "cancelled"})  # c0004, c0009: no client
+    assert cancelled.text.count('<details class="call') == 2 and not _hrefs(cancelled.text, r"client=")
+    left_empty = await api.get("/ui/calls/r", params=M | {"client": ""})
+    assert left_empty.status_code == 303 and left_empty.headers["location"] == "/ui/calls/r?model=m1"
+    bad = await api.get("/ui/calls/r", params=M | {"client": "a\x07b"})
+    assert bad.status_code == 422 and "client: must not contain control characters" in bad.text

@@ -72,6 +72,10 @@ async def test_weekly_report_formats_scopes_and_errors(make_api: MakeApi) -> Non
         assert as_csv.headers["content-type"].startswith("text/csv")
         rows = list(csv.DictReader(io.StringIO(as_csv.text)))
         assert tuple(rows[0]) == CSV_COLUMNS
+        client_rows = [r for r in rows if r["scope"] == "client"]  # last (report_clients): every call's is "t"
+        assert [r["client"] for r in client_rows] == ["t"] and rows[-1:] == client_rows
+        assert int(client_rows[0]["calls"]) == 242
+        rows = rows[:-1]
         upstream_rows = [r for r in rows if r["scope"] == "upstream"]  # after the total (report_upstreams)
         assert upstream_rows and rows[-len(upstream_rows) :] == upstream_rows
         rows = rows[: -len(upstream_rows)]

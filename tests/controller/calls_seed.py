@@ -4,15 +4,18 @@
 outcomes: ``primary_won`` (upstream ``a``), ``hedge_won`` (backup ``b`` beats a slow primary on
 ``a``), ``failover`` (``a`` answers 503, backup ``c`` wins), ``failed`` (``a`` times out) and
 ``cancelled``. Every record passes :func:`hedgerow.client.records.check_consistency`.
+:func:`with_clients` gives records the clients (apps, gateway keys) of a cycle.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from hedgerow.client.records import AttemptRecord, CallRecord, check_consistency
 
-__all__ = ["OUTCOME_CYCLE", "WINNER_OF", "explorer_records", "record_of"]
+__all__ = ["OUTCOME_CYCLE", "WINNER_OF", "explorer_records", "record_of", "with_clients"]
 
 #: The outcomes in the order :func:`explorer_records` makes them (newest first).
 OUTCOME_CYCLE: tuple[str, ...] = ("primary_won", "hedge_won", "failover", "failed", "cancelled")
@@ -74,3 +77,9 @@ def explorer_records(end: datetime, count: int, *, route: str = "r", model: str 
         )
         for i in range(count)
     ]
+
+
+def with_clients(records: Sequence[CallRecord], clients: Sequence[str | None]) -> list[CallRecord]:
+    """``records`` with their ``client`` cycling through ``clients`` (the first record gets
+    ``clients[0]``; None: a record without a client)."""
+    return [dataclasses.replace(r, client=clients[i % len(clients)]) for i, r in enumerate(records)]

@@ -7,6 +7,7 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from hedgerow.client.records import CallRecord
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Route, ThresholdHistory
 from hedgerow.controller.store.prices import parse_price, set_price
@@ -25,10 +26,14 @@ DECISIONS = (
 )
 
 
-async def fill_store(sessionmaker: async_sessionmaker[AsyncSession], *, per_route: int = 900) -> None:
-    """Ingest :func:`week_records`, set :data:`PRICES` and add :data:`DECISIONS` to the history."""
+async def fill_store(
+    sessionmaker: async_sessionmaker[AsyncSession], *, per_route: int = 900, records: list[CallRecord] | None = None
+) -> None:
+    """Ingest :func:`week_records` (or ``records``, e.g. those with other clients), set :data:`PRICES`
+    and add :data:`DECISIONS` to the history."""
+    records = week_records(per_route=per_route) if records is None else records
     async with sessionmaker() as session, session.begin():
-        await ingest_calls(session, week_records(per_route=per_route), defaults=route_defaults(Settings()))
+        await ingest_calls(session, records, defaults=route_defaults(Settings()))
         for price in PRICES:
             body = {
                 "upstream": price.upstream or None,

@@ -14,7 +14,7 @@ from hedgerow.controller.errors import UnknownRoute
 from hedgerow.controller.store.calls_query import recent_calls, retention_note
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.settings import Settings
-from tests.controller.calls_seed import OUTCOME_CYCLE, WINNER_OF, explorer_records, record_of
+from tests.controller.calls_seed import OUTCOME_CYCLE, WINNER_OF, explorer_records, record_of, with_clients
 
 END = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -100,6 +100,25 @@ async def test_the_winner_filter_names_the_upstream_whose_attempt_won(
     assert len(primary_a.calls) == 4 and nobody.calls == [] and nobody.next_cursor is None
     # a calls a lost to b: a appears in its attempts but is not the winner
     assert all(c["attempts"][0]["upstream"] == "a" for c in backup_b.calls)
+
+
+async def test_the_client_filter_keeps_the_calls_of_one_client_exactly(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """Calls of gateway keys ``alice`` and ``Alice`` and calls without a client: ``client`` matches
+    exactly (case too), pages on, and combines with the other filters."""
+    await _ingest(sessionmaker, with_clients(explorer_records(END, 12), ["alice", "Alice", None]))
+    async with sessionmaker() as session:
+        first = await recent_calls(session, "r", "m1", limit=2, client="alice")
+        assert first.next_cursor is not None
+        rest = await recent_calls(session, "r", "m1", client="alice", after=decode_cursor(first.next_cursor))
+        upper = await recent_calls(session, "r", "m1", client="Alice", outcome="hedge_won")
+        nobody = await recent_calls(session, "r", "m1", client="ali")
+    alice = [c["request_id"] for c in [*first.calls, *rest.calls]]
+    assert alice == ["c0000", "c0003", "c0006", "c0009"]
+    assert {c["client"] for c in [*first.calls, *rest.calls]} == {"alice"}
+    assert [c["request_id"] for c in upper.calls] == ["c0001"]  # of c0001, c0004, c0007, c0010
+    assert nobody.calls == []
 
 
 async def test_since_and_until_bound_the_window_inclusively(sessionmaker: async_sessionmaker[AsyncSession]) -> None:

@@ -16,6 +16,8 @@ import pytest
 from sqlalchemy import select
 
 from hedgerow.cli.gateway_store import migrate_store
+from hedgerow.controller.report.report_store import weekly_report
+from hedgerow.controller.store.calls_query import recent_calls
 from hedgerow.controller.store.db import make_engine, make_sessionmaker
 from hedgerow.controller.store.ingest import ingest_calls, route_defaults
 from hedgerow.controller.store.models import Call, Route, Threshold, utc_now
@@ -70,6 +72,21 @@ async def stored_call(url: str, request_id: str) -> list[tuple[Any, ...]]:
         await engine.dispose()
 
 
+async def the_callers_calls(url: str, caller: str) -> tuple[list[str], list[dict[str, Any]], int]:
+    """The calls explorer's request ids of ``caller``'s calls on (cli-route, gpt-fast), the weekly
+    report's client rows and its count of calls without a client (the current week)."""
+    engine = make_engine(url)
+    try:
+        sessionmaker = make_sessionmaker(engine)
+        async with sessionmaker() as session:
+            page = await recent_calls(session, "cli-route", "gpt-fast", client=caller)
+        report = await weekly_report(sessionmaker)
+        clients = report["clients"]
+        return [c["request_id"] for c in page.calls], clients["rows"], clients["calls_without_client"]
+    finally:
+        await engine.dispose()
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty store: a SQLite file, or a PostgreSQL database of its own (dropped after)."""
@@ -97,15 +114,21 @@ def test_db_writes_records_into_the_store_and_reads_its_thresholds(
     asyncio.run(publish_threshold(url, 0.2))
     with Gateway(str(config), "--db", url, SLOW_KEY=FAKE_UPSTREAM_KEY, HEDGEROW_GATEWAY_KEYS=f"ci={KEY}") as gateway:
         chat = {"model": "gpt-fast", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 5}
-        answer = httpx.post(
-            gateway.base_url + "/chat/completions", json=chat, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
-        )
+        headers = {"Authorization": f"Bearer {KEY}", "X-Request-ID": "ci-run-1"}
+        answer = httpx.post(gateway.base_url + "/chat/completions", json=chat, headers=headers, timeout=30)
         assert answer.status_code == 200, answer.text
         assert answer.headers["x-hedgerow-winner"] == "fast" and answer.headers["x-hedgerow-hedged"] == "true"
+        assert answer.headers["x-request-id"] == "ci-run-1"  # the caller's own id, echoed
         request_id = answer.headers["x-hedgerow-request-id"]
     assert gateway.proc.returncode == 130, gateway.stderr  # SIGINT; the queued record written on the way out
     rows = asyncio.run(stored_call(url, request_id))
     assert rows == [("cli-route", "gpt-fast", "ci", VERSION, 0.2, True)]
+    assert f"request_id={request_id} caller_request_id=ci-run-1 " in gateway.stderr  # the gateway_call line
+    # the key's name is a dimension: the calls explorer's client filter and the weekly report's table
+    explored, client_rows, without_client = asyncio.run(the_callers_calls(url, "ci"))
+    assert explored == [request_id]
+    assert ("ci", 1, 1) in [(r["client"], r["calls"], r["hedges"]) for r in client_rows]  # beside the seed's
+    assert without_client == 0
     for text in (gateway.stdout, gateway.stderr):
         assert FAKE_UPSTREAM_KEY not in text and KEY not in text
 
