@@ -10,6 +10,10 @@ Streamed chat completions go, over real HTTP on loopback, to a fast local upstre
   one of its own to upstream ``a`` (``--relay``; asyncio streams, uvloop when installed), parsing
   nothing: the floor of what any proxy process adds to TTFT on this machine (the "relay +p50/p99"
   columns), mostly the two more wake-ups of a sleeping process per call;
+* ``passthrough``: through a minimal ASGI app on the gateway's own stack (uvicorn with uvloop and
+  httptools, one shared ``httpx.AsyncClient`` to upstream ``a``) that passes bytes on and does
+  nothing else (``--passthrough``): the floor of that stack, so that "passthru +p50/p99" is what
+  the stack adds and the gateway's difference to it what hedgerow's own work adds;
 * ``litellm`` (only with ``--litellm``): LiteLLM's proxy with the same two upstreams as two
   ``openai/bench`` deployments of one model (``api_base`` each; its router spreads the calls over
   both, it does not hedge). LiteLLM is installed into its own venv, ``bench/.litellm-venv``
@@ -206,6 +210,51 @@ async def relay(upstream_port: int) -> None:
         await server.serve_forever()
 
 
+def passthrough(port: int, upstream: str) -> None:
+    """Serve, on 127.0.0.1:``port`` until killed, an ASGI app under uvicorn (uvloop, httptools, as
+    ``hedgerow gateway`` runs) that sends each ``POST`` body to ``upstream``'s chat completions
+    with one shared ``httpx.AsyncClient`` and passes the answer's bytes back as they arrive;
+    prints ``listening on http://.../v1``.
+
+    The ``passthrough`` way: the gateway's own server and client stack with nothing of hedgerow's
+    (no route, no race, no record, no parsing), so the gateway's difference to it is what
+    hedgerow's work adds on that stack.
+    """
+    import uvicorn
+
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    client = httpx.AsyncClient(base_url=upstream, timeout=30.0, limits=limits)
+    headers = {"content-type": "application/json"}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        request = client.build_request("POST", "/chat/completions", content=body, headers=headers)
+        response = await client.send(request, stream=True)
+        try:
+            kind = response.headers.get("content-type", "application/json").encode()
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": [(b"content-type", kind)]})  # fmt: skip
+            async for piece in response.aiter_raw():
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+        finally:
+            await response.aclose()
+        await send({"type": "http.response.body", "body": b""})
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", loop="auto", http="auto")
+    print(f"listening on http://127.0.0.1:{port}/v1", flush=True)
+    uvicorn.Server(config).run()
+
+
 # -- children: start, wait, CPU ---------------------------------------------------------------------------
 
 
@@ -297,6 +346,14 @@ def start_relay(upstream: str, work: Path) -> Child:
     """The ``relay`` way (:func:`relay`) in front of ``upstream`` (a base URL), in a child process."""
     port = upstream.rsplit(":", 1)[1].split("/")[0]
     child = spawn([sys.executable, __file__, "--relay", port], work / "relay.log")
+    child.url = child.wait_for(r"listening on (http://\S+/v1)").group(1)
+    return child
+
+
+def start_passthrough(upstream: str, work: Path) -> Child:
+    """The ``passthrough`` way (:func:`passthrough`) in front of ``upstream`` (a base URL), in a child process."""
+    command = [sys.executable, __file__, "--passthrough", str(free_port()), "--upstream-url", upstream]
+    child = spawn(command, work / "passthrough.log")
     child.url = child.wait_for(r"listening on (http://\S+/v1)").group(1)
     return child
 
@@ -558,6 +615,12 @@ def summarise(cells: list[Cell], ways: list[str], streams: list[int]) -> dict[st
             entry["relay_added_ttft_ms_p99"] = hop["ttft_ms_p99"] - direct["ttft_ms_p99"]
             entry["over_relay_ttft_ms_p50"] = gateway["ttft_ms_p50"] - hop["ttft_ms_p50"]
             entry["over_relay_ttft_ms_p99"] = gateway["ttft_ms_p99"] - hop["ttft_ms_p99"]
+        plain = by.get(("passthrough", count))
+        if plain is not None:  # what the server and client stack alone adds, and hedgerow's work over it
+            entry["passthrough_added_ttft_ms_p50"] = plain["ttft_ms_p50"] - direct["ttft_ms_p50"]
+            entry["passthrough_added_ttft_ms_p99"] = plain["ttft_ms_p99"] - direct["ttft_ms_p99"]
+            entry["over_passthrough_ttft_ms_p50"] = gateway["ttft_ms_p50"] - plain["ttft_ms_p50"]
+            entry["over_passthrough_ttft_ms_p99"] = gateway["ttft_ms_p99"] - plain["ttft_ms_p99"]
         litellm = by.get(("litellm", count))
         if litellm and litellm["proxy_requests_per_cpu_s"] and gateway["proxy_requests_per_cpu_s"]:
             entry["per_core_vs_litellm"] = gateway["proxy_requests_per_cpu_s"] / litellm["proxy_requests_per_cpu_s"]
@@ -583,13 +646,15 @@ def print_table(summary: dict[str, Any]) -> None:
             f"{fmt(r['upstream_cpu_ms_per_request'], '.3f'):>17}{fmt(r['client_cpu_ms_per_request'], '.3f'):>17}"
             f"{r['errors']:>17}{r['hedged']:>17}"
         )
-    head = ("+TTFT p50 ms", "+TTFT p99 ms", "relay +p50", "relay +p99", "rate/direct", "per core/LiteLLM",
-            "rate/LiteLLM")  # fmt: skip
+    head = ("+TTFT p50 ms", "+TTFT p99 ms", "relay +p50", "relay +p99", "passthru +p50", "passthru +p99",
+            "rate/direct", "per core/LiteLLM", "rate/LiteLLM")  # fmt: skip
     print(f"{'gateway vs':<14}" + "".join(f"{h:>17}" for h in head))
     for g in summary["gateway_vs"]:
         print(
             f"{'C=' + str(g['streams']):<14}{g['added_ttft_ms_p50']:>+17.2f}{g['added_ttft_ms_p99']:>+17.2f}"
             f"{fmt(g.get('relay_added_ttft_ms_p50'), '+.2f'):>17}{fmt(g.get('relay_added_ttft_ms_p99'), '+.2f'):>17}"
+            f"{fmt(g.get('passthrough_added_ttft_ms_p50'), '+.2f'):>17}"
+            f"{fmt(g.get('passthrough_added_ttft_ms_p99'), '+.2f'):>17}"
             f"{g['rate_share_of_direct']:>17.2f}{fmt(g.get('per_core_vs_litellm'), '.2f'):>17}"
             f"{fmt(g.get('rate_vs_litellm'), '.2f'):>17}"
         )
@@ -619,9 +684,12 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         started.append(gateway)
         hop = start_relay(urls[0], work)
         started.append(hop)
+        plain = start_passthrough(urls[0], work)
+        started.append(plain)
         ways: dict[str, tuple[str, list[int], dict[str, str]]] = {
             "direct": (f"{urls[0]}/chat/completions", [], {}),
             "relay": (f"{hop.url}/chat/completions", [hop.process.pid], {}),
+            "passthrough": (f"{plain.url}/chat/completions", [plain.process.pid], {}),
             "gateway": (f"{gateway.url}/chat/completions", [gateway.process.pid], {}),
         }
         if args.compare is not None:  # the gateway of another source tree, e.g. the previous commit's
@@ -715,6 +783,8 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=Path("bench/results/gateway.json"))
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--relay", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--passthrough", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--upstream-url", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     quick = args.quick
     args.seconds = args.seconds if args.seconds is not None else (1.5 if quick else 5.0)
@@ -735,7 +805,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     arguments = parse_arguments()
-    if arguments.relay is not None:
+    if arguments.passthrough is not None:
+        passthrough(arguments.passthrough, arguments.upstream_url)
+    elif arguments.relay is not None:
         try:
             import uvloop
         except ImportError:

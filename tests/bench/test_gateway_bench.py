@@ -26,9 +26,11 @@ def test_gateway_bench_quick(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "gateway vs" in done.stdout and "litellm" not in done.stdout
     document = json.loads(out.read_text())
-    assert document["ways"] == ["direct", "relay", "gateway"] and document["litellm_skipped"] is None
+    assert document["ways"] == ["direct", "relay", "passthrough", "gateway"] and document["litellm_skipped"] is None
     rows = {(row["way"], row["streams"]): row for row in document["rows"]}
-    assert set(rows) == {(way, streams) for way in ("direct", "relay", "gateway") for streams in (1, 16, 64)}
+    assert set(rows) == {
+        (way, streams) for way in ("direct", "relay", "passthrough", "gateway") for streams in (1, 16, 64)
+    }
     for (way, _), row in rows.items():
         # A hedge may fire: at 64 streams on a loaded machine the gateway's own queueing can pass 2 s.
         # A broken proxy fails every call; a loaded machine (the suite's other workers) a few.
@@ -38,12 +40,15 @@ def test_gateway_bench_quick(tmp_path: Path) -> None:
         assert row["client_cpu_ms_per_request"] > 0
         if way == "relay":  # a few clock ticks of CPU in a 1 s cell: may round to none
             assert row["proxy_cpu_ms_per_request"] >= 0
-        elif way == "gateway":
+        elif way in ("passthrough", "gateway"):
             assert row["proxy_cpu_ms_per_request"] > 0 and row["proxy_requests_per_cpu_s"] > 0
         else:
             assert row["proxy_cpu_ms_per_request"] is None
     assert [entry["streams"] for entry in document["gateway_vs"]] == [1, 16, 64]
-    assert all("relay_added_ttft_ms_p50" in entry for entry in document["gateway_vs"])
+    assert all(
+        "relay_added_ttft_ms_p50" in entry and "passthrough_added_ttft_ms_p50" in entry
+        for entry in document["gateway_vs"]
+    )
 
 
 def test_gateway_bench_rejects_bad_arguments() -> None:
