@@ -254,6 +254,37 @@ def _tokens_setting() -> str:
         raise fail(f"HEDGEROW_{field.upper()}: {error['msg'].removeprefix('Value error, ')}", 2) from None
 
 
+def require_keys_off_loopback(config: Any, host: str) -> None:
+    """Refuse to serve ``config`` off loopback without gateway keys.
+
+    Raises:
+        typer.Exit: exit 2 (the reason printed) when ``host`` is not a loopback address and
+            ``config`` holds no keys.
+    """
+    from hedgerow.gateway import is_loopback
+
+    if not is_loopback(host) and not config.keys:
+        raise fail(
+            f"--host {host}: off loopback the gateway needs keys (set HEDGEROW_GATEWAY_KEYS=NAME=KEY, "
+            "`keys` in the file, or a HEDGEROW_TOKENS token with the gateway scope)",
+            2,
+        )
+
+
+def listen_socket(host: str, port: int) -> Any:
+    """A TCP socket bound to ``host``:``port`` and listening (port 0 picks a free one).
+
+    Raises:
+        typer.Exit: exit 1 (``cannot listen on HOST:PORT: why`` printed) when it cannot be bound.
+    """
+    import socket
+
+    try:
+        return socket.create_server((host, port))
+    except OSError as exc:
+        raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", 1) from None
+
+
 def gateway_server(
     config: Any,
     host: str,
@@ -264,6 +295,7 @@ def gateway_server(
     log_level: str,
     metrics: Any = None,
     db: str | None = None,
+    sock: Any = None,
 ) -> tuple[Any, Any]:
     """The gateway's uvicorn server and its bound socket (``hedgerow gateway``, ``serve --gateway``).
 
@@ -280,6 +312,8 @@ def gateway_server(
         metrics: the ``GatewayMetrics`` the app counts into (default: its own).
         db: a store's URL (``--db``) to write the records into and read the thresholds from,
             instead of ``api``; migrated here, before the address is bound.
+        sock: a socket bound already (:func:`listen_socket`) to serve on instead of binding
+            ``host``/``port`` here.
 
     Returns:
         ``(uvicorn.Server, socket.socket)``: run the server on the socket, close it after.
@@ -288,19 +322,12 @@ def gateway_server(
         typer.Exit: exit 2 for keys missing off loopback, a bad ``api`` or ``db``; exit 1 when
             the store cannot be migrated or the address cannot be bound.
     """
-    import socket
-
     import uvicorn
 
-    from hedgerow.gateway import GatewayApp, is_loopback
+    from hedgerow.gateway import GatewayApp
     from hedgerow.logs import uvicorn_log_config
 
-    if not is_loopback(host) and not config.keys:
-        raise fail(
-            f"--host {host}: off loopback the gateway needs keys (set HEDGEROW_GATEWAY_KEYS=NAME=KEY, "
-            "`keys` in the file, or a HEDGEROW_TOKENS token with the gateway scope)",
-            2,
-        )
+    require_keys_off_loopback(config, host)
     background: list[Any] = []
     poller = exporter = None
     if db is not None:
@@ -317,10 +344,8 @@ def gateway_server(
             raise fail(f"--api: {exc}", 2) from None
         background = [poller, exporter]
     gateway_app = GatewayApp(config, thresholds=poller, telemetry=exporter, background=background, metrics=metrics)
-    try:
-        sock = socket.create_server((host, port))
-    except OSError as exc:
-        raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", 1) from None
+    if sock is None:
+        sock = listen_socket(host, port)
     bound = sock.getsockname()
     typer.echo(f"hedgerow gateway: listening on http://{host}:{bound[1]}/v1 ({len(config.routes) or 'any'} model(s))")
     server = uvicorn.Server(

@@ -70,6 +70,8 @@ def serve(
 
             config = _gateway_config(gateway, None, None, None, None, tokens=settings.tokens)
             asyncio.run(_serve_with_gateway(settings, config, gateway_port))
+    except typer.Exit:
+        raise  # printed already, with its own status (click's Exit is a RuntimeError)
     except StoreNotReady as exc:
         raise fail(str(exc), 1) from None
     except (ApiConfigError, StoreError, ValueError) as exc:
@@ -100,11 +102,24 @@ async def _serve_with_gateway(settings: Settings, config: Any, gateway_port: int
     ``hedgerow_gateway_*`` family is served at the api's ``/metrics`` too. When either server
     stops (a signal reaches both: uvicorn hands it on as each one exits), the other is stopped.
     """
+    from hedgerow.cli.gateway import listen_socket, require_keys_off_loopback
+
+    token = _ingest_token(settings)
+    # the gateway's refusals and its address first: a bad one starts no api and creates no store
+    require_keys_off_loopback(config, settings.host)
+    sock = listen_socket(settings.host, gateway_port)
+    try:
+        await _serve_both(settings, config, sock, token)
+    finally:
+        sock.close()
+
+
+async def _serve_both(settings: Settings, config: Any, sock: Any, token: str | None) -> None:
+    """:func:`_serve_with_gateway` once the gateway's socket (``sock``) is bound."""
     from hedgerow.api.server import listening_line, serve_async
     from hedgerow.cli.gateway import gateway_server
     from hedgerow.gateway import GatewayMetrics
 
-    token = _ingest_token(settings)
     listening: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     def announce(url: str) -> None:
@@ -125,11 +140,12 @@ async def _serve_with_gateway(settings: Settings, config: Any, gateway_port: int
         server, sock = gateway_server(
             config,
             settings.host,
-            gateway_port,
+            sock.getsockname()[1],
             api=listening.result(),
             token=token,
             log_level=settings.log_level,
             metrics=metrics,
+            sock=sock,
         )
     except BaseException:
         stop.set()
@@ -142,7 +158,6 @@ async def _serve_with_gateway(settings: Settings, config: Any, gateway_port: int
         server.should_exit = True
         stop.set()
         await asyncio.wait({api, gateway})
-        sock.close()
     for task in (api, gateway):
         error = task.exception()
         if error is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -82,3 +83,31 @@ def test_serve_embeds_the_gateway_and_stores_its_records(
     assert log.count("Finished server process") == 2, log[-2000:]  # the gateway's and the api's
     assert "lease_released" in log
     assert FAKE_UPSTREAM_KEY not in log
+
+
+def test_serve_with_a_bad_gateway_config_or_busy_port_exits_before_making_a_store(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[models.fast]\nhedge_afer_s = 0.5\nupstreams = [{name = "a", base_url = "http://127.0.0.1:9/v1"}]\n'
+    )
+    store = tmp_path / "s.db"
+    command = [sys.executable, "-m", "hedgerow.cli", "serve", "--db", f"sqlite+aiosqlite:///{store}", "--port", "0"]
+    done = subprocess.run(
+        [*command, "--gateway", str(bad)], capture_output=True, text=True, timeout=60, env=env(), check=False
+    )
+    assert done.returncode == 2, done.stderr
+    assert "hedge_afer_s" in done.stderr and "cannot serve" not in done.stderr
+    good = write_config(tmp_path, "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1")
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [*command, "--gateway", str(good), "--gateway-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env(SLOW_KEY=FAKE_UPSTREAM_KEY),
+            check=False,
+        )
+    assert done.returncode == 1, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "cannot serve" not in done.stderr
+    assert not store.exists()  # refused before the api started: no store was made
