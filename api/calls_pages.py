@@ -47,6 +47,7 @@ from hedgerow.api._page_kit import (
 )
 from hedgerow.api._state import app_state
 from hedgerow.api.charts import PointLink
+from hedgerow.client.names import MAX_NAME_CHARS
 from hedgerow.client.records import control_character_error
 from hedgerow.controller.calls_filters import (
     CALL_OUTCOMES,
@@ -148,6 +149,8 @@ async def calls_page(request: Request, route: str) -> Response:
     checked = (("route", route), ("model", model or ""), *((n, v or "") for n, v in (*names, ("client", client))))
     for name, value in checked:
         problem = control_character_error(value)
+        if problem is None and len(value) > MAX_NAME_CHARS:  # the api's rule: 422, not an empty page
+            problem = f"at most {MAX_NAME_CHARS} characters, got {len(value)}"
         if problem is not None:
             return error_page(request, user, 422, f"{name}: {problem}")
     try:

@@ -59,6 +59,8 @@ async def test_filters_narrow_the_list(api: httpx.AsyncClient) -> None:
         ({"until": "0001-01-01T00:00:00+05:00"}, "until: out of range"),
         ({"since": "2026-12-02T00:00", "until": "2026-12-01T00:00"}, "since: must not be after until"),
         ({"cursor": "junk"}, "cursor: not a cursor"),
+        ({"client": "c" * 201}, "client: at most 200 characters, got 201"),
+        ({"upstream": "u" * 300}, "upstream: at most 200 characters, got 300"),
     ],
 )
 async def test_bad_filters_are_a_422_page_naming_them(
