@@ -20,7 +20,7 @@ cost grows with routes x minutes x non-empty buckets, not with calls.
 
 Cells whose calls in all (routes x calls) pass ``--max-total-calls`` (default 1,000,000; the
 1,000 x 10,000 cell is 10 million calls, ~10 minutes of seeding and, from the 100-route cell's
-~18-25 ms a route, a tick of 20-30 s on this machine) are listed as skipped, not run.
+11-17 ms of CPU a route, a tick of 11-17 s of CPU on this machine) are listed as skipped, not run.
 
 Each cell ticks every ``--observe`` mode in turn on the same store (``HEDGEROW_CONTROLLER_OBSERVE``:
 ``raw`` reads the last one to two minutes of calls one by one, ``bounded`` each route's latest 100

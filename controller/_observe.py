@@ -12,6 +12,7 @@ The facade :mod:`hedgerow.controller.jobs` re-exports every public name.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import and_, case, func, or_, select, union_all
+from sqlalchemy import CompoundSelect, and_, bindparam, case, func, or_, select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from hedgerow.controller.policy._policy_window import WindowData, WindowRecords, observe_window
@@ -177,6 +178,26 @@ def _records(
     return {route_id: WindowRecords.from_rows(route_rows) for route_id, route_rows in rows.items()}
 
 
+@functools.lru_cache(maxsize=16)
+def _latest_union(routes: int, limit: int) -> CompoundSelect[Any]:
+    """The ``UNION ALL`` of :func:`latest_records` for ``routes`` routes, built once per size: the
+    route ids (``route_0`` ...) and the span (``since``, ``until``) are bound at each execution.
+    Building it anew cost ~0.4 ms of SQLAlchemy constructs a route each tick."""
+    parts = [
+        select(*_CALL_COLUMNS)
+        .where(
+            Call.route_id == bindparam(f"route_{i}"),
+            Call.started_at > bindparam("since"),
+            Call.started_at <= bindparam("until"),
+        )
+        .order_by(Call.started_at.desc())
+        .limit(limit)
+        .subquery()
+        for i in range(routes)
+    ]
+    return union_all(*(select(*part.c) for part in parts))
+
+
 async def latest_records(
     session: AsyncSession, route_ids: list[int], since: datetime, until: datetime, *, limit: int = RECENT_CALLS
 ) -> dict[int, WindowRecords]:
@@ -206,15 +227,9 @@ async def latest_records(
     connection = await session.connection()
     calls: list[Any] = []
     for first in range(0, len(route_ids), _ROUTES_PER_QUERY):
-        parts = [
-            select(*_CALL_COLUMNS)
-            .where(Call.route_id == route_id, Call.started_at > since, Call.started_at <= until)
-            .order_by(Call.started_at.desc())
-            .limit(limit)
-            .subquery()
-            for route_id in route_ids[first : first + _ROUTES_PER_QUERY]
-        ]
-        calls.extend((await connection.execute(union_all(*(select(*part.c) for part in parts)))).all())
+        ids = route_ids[first : first + _ROUTES_PER_QUERY]
+        params = {f"route_{i}": route_id for i, route_id in enumerate(ids)} | {"since": since, "until": until}
+        calls.extend((await connection.execute(_latest_union(len(ids), limit), params)).all())
     calls.sort(key=lambda row: (row[1], row[2], row[0]))  # route, start, id
     attempts: list[Any] = []
     for first in range(0, len(calls), _ROUTES_PER_QUERY * limit):
