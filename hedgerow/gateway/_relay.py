@@ -12,6 +12,8 @@ answer streamed back to the caller over ASGI.
   ``upstream_unreachable``; other transport errors -> 502. A non-retryable upstream 4xx and
   hedgerow's own 400 for a bad body pass through unchanged (their bodies redacted). An error after
   the first token ends the stream with an SSE ``data: {"error": ...}`` event and no ``[DONE]``.
+* **Secrets.** Every header value passed on from an upstream (any answer: an error, a success,
+  streamed or not, a pass-through path) goes through ``redact``, as error bodies do.
 """
 
 from __future__ import annotations
@@ -165,8 +167,9 @@ async def _relay(response: httpx.Response, send: Send, exchange: Exchange, redac
         await answer(send, 502, openai_error(message, "api_error", "upstream_error"), extra=hedgerow_headers)
         return
     # httpx keeps the names as received (lower-case over HTTP/1.1 from most servers): the raw
-    # pairs are passed on as they are, less the hop-by-hop and framing ones.
-    headers = [(k.lower(), v) for k, v in response_headers.raw if k.lower() not in _DROP_RESPONSE]
+    # pairs are passed on, less the hop-by-hop and framing ones, each value redacted (an
+    # upstream may echo its key in a header as well as in a body).
+    headers = [(k.lower(), _redacted(v, redact)) for k, v in response_headers.raw if k.lower() not in _DROP_RESPONSE]
     if status >= 400:  # an error body is small: read it whole, take any key out, send it
         content = redact((await read_capped(response)).decode("utf-8", "replace")).encode()
         headers = [(k, v) for k, v in headers if k != b"content-length"]
@@ -202,6 +205,14 @@ async def _relay(response: httpx.Response, send: Send, exchange: Exchange, redac
             error = openai_error(f"hedgerow gateway: the stream failed: {detail}", "api_error", code)
             tail += b"data: " + error + b"\n\n"
     await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _redacted(value: bytes, redact: Callable[[str], str]) -> bytes:
+    """A response header's ``value`` with every configured key taken out (the same bytes when
+    it holds none)."""
+    text = value.decode("latin-1")
+    clean = redact(text)
+    return value if clean == text else clean.encode("latin-1", "replace")
 
 
 class Exchange:
