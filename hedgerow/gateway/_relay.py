@@ -8,8 +8,10 @@ answer streamed back to the caller over ASGI.
   ends every attempt (the record says ``cancelled``).
 * **Errors** (OpenAI-shaped JSON, :mod:`hedgerow.gateway._answers`): a call whose attempts all
   failed with HTTP errors -> 502 ``upstream_error``; ``httpx.TimeoutException`` -> 504
-  ``upstream_timeout``; ``httpx.ConnectError`` (no upstream answered) -> 503
-  ``upstream_unreachable``; other transport errors -> 502. A non-retryable upstream 4xx and
+  ``upstream_timeout``; ``httpx.ConnectError`` -> 503 ``upstream_unreachable`` when no upstream
+  could be connected to, else (an attempt got an answer that was not a stream, say) 502
+  ``upstream_error``; other transport errors -> 502. When the budget refused the failover to a
+  backup (the record's ``failover_denied``), the message says the backup was not tried. A non-retryable upstream 4xx and
   hedgerow's own 400 for a bad body pass through unchanged (their bodies redacted). An error after
   the first token ends the stream with an SSE ``data: {"error": ...}`` event and no ``[DONE]``.
 * **Secrets.** Every header value passed on from an upstream (any answer: an error, a success,
@@ -26,15 +28,18 @@ import httpx
 
 from hedgerow.client import HedgingTransport
 from hedgerow.client.hedging import NON_RETRYABLE_STATUSES
-from hedgerow.client.transport import HEDGED_HEADER, REQUEST_ID_HEADER, WINNER_HEADER
+from hedgerow.client.transport import HEDGED_HEADER, RECORD_EXTENSION, REQUEST_ID_HEADER, WINNER_HEADER
 from hedgerow.gateway._answers import (
     Receive,
     Send,
     answer,
+    budget_note,
     error_message,
     failure_headers,
     openai_error,
+    reached_upstream,
     read_capped,
+    record_of,
 )
 
 __all__ = ["Exchange", "proxy"]
@@ -110,7 +115,10 @@ async def _forward(
         await _failed(send, 504, "upstream_timeout", exc, exchange, redact)
         return
     except httpx.ConnectError as exc:
-        await _failed(send, 503, "upstream_unreachable", exc, exchange, redact)
+        if reached_upstream(exc):  # an attempt got an answer (an HTTP status, bytes): not a 503
+            await _failed(send, 502, "upstream_error", exc, exchange, redact)
+        else:
+            await _failed(send, 503, "upstream_unreachable", exc, exchange, redact)
         return
     except httpx.TransportError as exc:
         await _failed(send, 502, "upstream_error", exc, exchange, redact)
@@ -134,7 +142,7 @@ async def _failed(
         detail,
         extra={"event": "gateway_failed", "fields": {"status": status, "code": code, "detail": detail}},
     )
-    message = f"hedgerow gateway: {what}: {detail}"
+    message = f"hedgerow gateway: {what}: {detail}{budget_note(record_of(exc))}"
     await answer(send, status, openai_error(message, "api_error", code), extra=failure_headers(exc))
 
 
@@ -159,6 +167,7 @@ async def _relay(response: httpx.Response, send: Send, exchange: Exchange, redac
         message = f"hedgerow gateway: every attempt failed; the last upstream answered HTTP {status}"
         if excerpt:
             message += f": {redact(excerpt)[:300]}"
+        message += budget_note(response.extensions.get(RECORD_EXTENSION))
         _log.warning(
             "gateway_failed status=502 code=upstream_error upstream_status=%d",
             status,
