@@ -25,8 +25,10 @@ hedging rule of its own; what it adds:
   (:mod:`hedgerow.gateway._relay`).
 * **Secrets.** Every configured key (upstream or gateway) is replaced by ``[redacted]`` in error
   bodies handed back and in log lines.
-* **Request ids.** A caller's valid ``X-Request-ID`` is echoed on every answer and logged
-  beside hedgerow's own request id (:mod:`hedgerow.gateway._request_id`).
+* **Request ids.** Every answer carries a non-empty ``X-Hedgerow-Request-Id`` (the call's id,
+  or a new one where no call was made), also in the ``gateway_request`` log line; a caller's
+  valid ``X-Request-ID`` is echoed on every answer and logged beside it
+  (:mod:`hedgerow.gateway._request_id`).
 * **Metrics.** ``GET /metrics`` serves the ``hedgerow_gateway_*`` family
   (:mod:`hedgerow.gateway._metrics`); with gateway keys configured it needs a key too.
 * **Bytes.** A streamed answer is the winner's bytes, passed on one piece per read of its body;
@@ -66,7 +68,7 @@ from hedgerow.gateway._config import GatewayConfig, RouteSpec
 from hedgerow.gateway._metrics import CONTENT_TYPE, GatewayMetrics
 from hedgerow.gateway._records import CALLER, RecordLog
 from hedgerow.gateway._relay import Exchange, proxy
-from hedgerow.gateway._request_id import CALLER_REQUEST_ID, caller_request_id, echoed
+from hedgerow.gateway._request_id import CALLER_REQUEST_ID, caller_request_id, echoed, with_hedgerow_id
 from hedgerow.logs import event_line
 
 __all__ = ["GatewayApp", "RecordLog"]
@@ -177,12 +179,17 @@ class GatewayApp:
         exchange = Exchange(time.monotonic())
         request_id = caller_request_id(scope.get("headers", []))
 
+        hedgerow_id: str | None = None
+
         async def sending(message: Message) -> None:
+            nonlocal hedgerow_id
             if message["type"] == "http.response.start":
                 exchange.status = int(message["status"])
                 exchange.started_at = time.monotonic()
+                headers, hedgerow_id = with_hedgerow_id(message.get("headers", []))
                 if request_id is not None:
-                    message = {**message, "headers": echoed(message.get("headers", []), request_id)}
+                    headers = echoed(headers, request_id)
+                message = {**message, "headers": headers}
             elif not message.get("more_body", False):
                 exchange.complete = True  # before the send: a disconnect from now on is the end
             await send(message)
@@ -213,6 +220,7 @@ class GatewayApp:
                     "path": self.redact(str(scope.get("path"))),
                     "status": exchange.status or None,
                     "duration_s": round(ended - exchange.arrived_at, 4),
+                    "request_id": hedgerow_id,
                     "caller_request_id": request_id,
                 }
                 _log.info(event_line("gateway_request", fields), extra={"event": "gateway_request", "fields": fields})
