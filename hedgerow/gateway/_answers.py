@@ -32,6 +32,7 @@ __all__ = [
     "budget_note",
     "error_message",
     "failure_headers",
+    "method_not_allowed",
     "model_not_found",
     "not_found",
     "openai_error",
@@ -121,6 +122,16 @@ def budget_note(record: object | None) -> str:
     if getattr(record, "failover_denied", False):
         return "; the backup was not tried because the failover budget was spent (upstreams are failing)"
     return ""
+
+
+def method_not_allowed(method: str, path: str, allowed: str) -> bytes:
+    """The 405 ``method_not_allowed`` body for a ``method`` a known ``path`` does not answer
+    (``allowed``: the one it does, also sent as the ``Allow`` header)."""
+    return openai_error(
+        f"hedgerow gateway: {path!r} answers {allowed}, not {method}",
+        "invalid_request_error",
+        "method_not_allowed",
+    )
 
 
 def failure_headers(exc: BaseException) -> list[tuple[bytes, bytes]]:

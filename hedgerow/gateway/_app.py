@@ -17,7 +17,9 @@ hedging rule of its own; what it adds:
   a JSON ``model``, passed through to the route's primary) go to the transport of the body's
   public model; an unknown model is 404 ``model_not_found``. ``GET /v1/models`` lists the public
   model names (``GET /v1/models/{name}`` one of them). With ``any_model`` (no model table),
-  everything goes to that one route's transport as it is. Other paths are 404.
+  everything goes to that one route's transport as it is. Other paths are 404; a known path
+  with another method (``GET /v1/chat/completions``) is 405 ``method_not_allowed`` with
+  ``Allow``.
 * **Limits.** A body over ``max_body_bytes`` is 413 ``request_too_large``; more than
   ``max_concurrent`` requests in flight is 429 ``gateway_busy``, more than
   ``max_concurrent_per_key`` with keys of one name 429 ``key_busy``, both with ``Retry-After: 1``;
@@ -60,6 +62,7 @@ from hedgerow.gateway._answers import (
     Scope,
     Send,
     answer,
+    method_not_allowed,
     model_not_found,
     not_found,
     openai_error,
@@ -74,6 +77,10 @@ from hedgerow.logs import event_line
 __all__ = ["GatewayApp", "RecordLog"]
 
 _log = logging.getLogger("hedgerow.gateway")
+
+#: The method of each path the gateway knows (another method is 405 with ``Allow``); ``GET
+#: /v1/models`` is the gateway's own only with a model table (else passed through as it is).
+_METHODS = {"/v1/chat/completions": "POST", "/v1/responses": "POST", "/v1/models": "GET"}
 
 #: Request headers not handed to the transport: framing, hop-by-hop, the caller's credentials
 #: (lower-case bytes, as ASGI servers give header names).
@@ -370,6 +377,13 @@ class GatewayApp:
             await answer(send, 404, not_found(path))
             return
         any_model = config.any_model
+        allowed = _METHODS.get(path.rstrip("/"))
+        if allowed is not None and method != allowed and (allowed == "POST" or any_model is None):
+            exchange.refused = True
+            await answer(
+                send, 405, method_not_allowed(method, path, allowed), extra=[(b"allow", allowed.encode("ascii"))]
+            )
+            return
         if any_model is None and method == "GET" and path.rstrip("/") == "/v1/models":
             await answer(send, 200, self._model_list())
             return

@@ -197,3 +197,21 @@ async def test_no_upstream_key_in_any_answer_or_log_line(caller, caplog) -> None
     assert "Incorrect API key provided: [redacted]" in "\n".join(seen)
     for text in [*seen, caplog.text]:
         assert FAKE_UPSTREAM_KEY not in text
+
+
+async def test_a_known_path_with_another_method_is_405_with_allow(caller: httpx.AsyncClient) -> None:
+    async with ScriptedServer(Script(pieces=sse(chunk("x")))) as upstream:
+        _, server = serve([Upstream("a", upstream.base_url)], policy=POLICY)
+        with server:
+            cases = [("GET", "/chat/completions", "POST"), ("GET", "/responses/", "POST")]
+            cases += [("PUT", "/chat/completions", "POST"), ("POST", "/models", "GET"), ("DELETE", "/models", "GET")]
+            for method, path, allowed in cases:
+                answer = await caller.request(method, server.base_url + path)
+                assert answer.status_code == 405, (method, path, answer.text)
+                assert answer.headers["allow"] == allowed
+                error = answer.json()["error"]
+                assert error["code"] == "method_not_allowed" and error["type"] == "invalid_request_error"
+                assert allowed in error["message"] and method in error["message"]
+            unknown = await caller.get(server.base_url + "/chat/nowhere")
+            assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_url"
+        assert upstream.requests == []
