@@ -27,6 +27,9 @@ hedging rule of its own; what it adds:
   (:mod:`hedgerow.gateway._relay`).
 * **Secrets.** Every configured key (upstream or gateway) is replaced by ``[redacted]`` in error
   bodies handed back and in log lines.
+* **Logs.** One ``gateway_request`` line per request: method, path, ``status`` (499 when the
+  caller left before a status was sent), ``outcome`` (the metrics' label: ``ok``,
+  ``cancelled``, ...), duration and both request ids.
 * **Request ids.** Every answer carries a non-empty ``X-Hedgerow-Request-Id`` (the call's id,
   or a new one where no call was made), also in the ``gateway_request`` log line; a caller's
   valid ``X-Request-ID`` is echoed on every answer and logged beside it
@@ -74,9 +77,13 @@ from hedgerow.gateway._relay import Exchange, proxy
 from hedgerow.gateway._request_id import CALLER_REQUEST_ID, caller_request_id, echoed, with_hedgerow_id
 from hedgerow.logs import event_line
 
-__all__ = ["GatewayApp", "RecordLog"]
+__all__ = ["CLIENT_CLOSED", "GatewayApp", "RecordLog"]
 
 _log = logging.getLogger("hedgerow.gateway")
+
+#: The ``status`` of the ``gateway_request`` log line of a caller that left before an answer's
+#: status was sent (nginx's "client closed request"); the line's ``outcome`` says ``cancelled``.
+CLIENT_CLOSED = 499
 
 #: The method of each path the gateway knows (another method is 405 with ``Allow``); ``GET
 #: /v1/models`` is the gateway's own only with a model table (else passed through as it is).
@@ -225,7 +232,9 @@ class GatewayApp:
                 fields = {
                     "method": scope.get("method"),
                     "path": self.redact(str(scope.get("path"))),
-                    "status": exchange.status or None,
+                    # a caller that left before any status was sent: nginx's 499
+                    "status": exchange.status or (CLIENT_CLOSED if exchange.cancelled else None),
+                    "outcome": exchange.outcome(),
                     "duration_s": round(ended - exchange.arrived_at, 4),
                     "request_id": hedgerow_id,
                     "caller_request_id": request_id,
@@ -395,7 +404,11 @@ class GatewayApp:
                 exchange.refused = True
                 await answer(send, 404, model_not_found(name))
             return
-        body = await _read_body(receive, raw_headers, config.max_body_bytes)
+        try:
+            body = await _read_body(receive, raw_headers, config.max_body_bytes)
+        except asyncio.CancelledError:
+            exchange.cancelled = True
+            raise
         if body is None:
             exchange.refused = True
             await answer(
