@@ -322,7 +322,9 @@ def gateway_server(
     except OSError as exc:
         raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", 1) from None
     bound = sock.getsockname()
-    typer.echo(f"hedgerow gateway: listening on http://{host}:{bound[1]}/v1 ({len(config.routes) or 'any'} model(s))")
+    count = len(config.routes)
+    served = "any model" if config.any_model is not None else f"{count} model{'' if count == 1 else 's'}"
+    typer.echo(f"hedgerow gateway: listening on http://{host}:{bound[1]}/v1 ({served})")
     server = uvicorn.Server(
         uvicorn.Config(
             gateway_app,
