@@ -25,6 +25,7 @@ __all__ = [
     "DROP_RESPONSE",
     "HEDGED_HEADER",
     "HOP_BY_HOP",
+    "RECORD_EXTENSION",
     "REQUEST_ID_HEADER",
     "WINNER_HEADER",
     "answer_headers",
@@ -39,6 +40,10 @@ WINNER_HEADER = "X-Hedgerow-Winner"
 #: ``true`` when a backup attempt was started: by the hedge delay (a hedge) or after an attempt failed
 #: (a failover), whatever the outcome; ``false`` otherwise.
 HEDGED_HEADER = "X-Hedgerow-Hedged"
+
+#: The ``httpx.Response.extensions`` key of the ``CallRecord`` on the error response of a call
+#: whose attempts all failed (an app such as the gateway reads it; SDKs ignore extensions).
+RECORD_EXTENSION = "hedgerow_record"
 
 #: Hop-by-hop header names (lower case): never forwarded in either direction.
 HOP_BY_HOP = frozenset(
@@ -93,7 +98,8 @@ def failure(request: httpx.Request, exc: HedgeError, request_id: str) -> httpx.R
         request_id: the call's id, for the headers.
 
     Returns:
-        The response of an upstream's 4xx handed back, or of the last attempt's HTTP error status.
+        The response of an upstream's 4xx handed back, or of the last attempt's HTTP error status
+        (the call's record in its extensions, under ``RECORD_EXTENSION``).
 
     Raises:
         httpx.ConnectError: every attempt failed without an HTTP error response.
@@ -116,7 +122,8 @@ def failure(request: httpx.Request, exc: HedgeError, request_id: str) -> httpx.R
                 headers = answer_headers(getattr(error, "headers", None), request_id, "", hedged)
                 if "content-type" not in headers:
                     headers["Content-Type"] = _content_type(content)
-                return httpx.Response(status, headers=headers, content=content, request=request)
+                extensions = {RECORD_EXTENSION: exc.record}
+                return httpx.Response(status, headers=headers, content=content, request=request, extensions=extensions)
         raise httpx.ConnectError(str(exc), request=request) from exc
     if isinstance(exc, (TotalTimeout, StallTimeout)):
         raise httpx.ReadTimeout(str(exc), request=request) from exc

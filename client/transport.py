@@ -121,6 +121,7 @@ from hedgerow.client._portal_body import handle_on_portal
 from hedgerow.client._transport import OwnedTransport
 from hedgerow.client._transport_answers import HEDGED_HEADER as HEDGED_HEADER  # hedgerow's headers, re-exported
 from hedgerow.client._transport_answers import HOP_BY_HOP, answer_headers, error_response, failure, mark
+from hedgerow.client._transport_answers import RECORD_EXTENSION as RECORD_EXTENSION
 from hedgerow.client._transport_answers import REQUEST_ID_HEADER as REQUEST_ID_HEADER
 from hedgerow.client._transport_answers import WINNER_HEADER as WINNER_HEADER
 from hedgerow.client.budget import HedgeBudget

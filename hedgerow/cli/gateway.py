@@ -347,7 +347,9 @@ def gateway_server(
     if sock is None:
         sock = listen_socket(host, port)
     bound = sock.getsockname()
-    typer.echo(f"hedgerow gateway: listening on http://{host}:{bound[1]}/v1 ({len(config.routes) or 'any'} model(s))")
+    count = len(config.routes)
+    served = "any model" if config.any_model is not None else f"{count} model{'' if count == 1 else 's'}"
+    typer.echo(f"hedgerow gateway: listening on http://{host}:{bound[1]}/v1 ({served})")
     server = uvicorn.Server(
         uvicorn.Config(
             gateway_app,

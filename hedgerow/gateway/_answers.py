@@ -4,7 +4,10 @@ Every refusal and failure the gateway answers itself is ``{"error": {"message", 
 "code"}}`` JSON (:func:`openai_error`), sent whole by :func:`answer`; never a traceback or an HTML
 page. Also here: the ASGI callable types shared by the gateway's modules, the excerpt of an
 upstream's error body (:func:`error_message`, read at most :data:`MAX_ERROR_BODY` bytes by
-:func:`read_capped`) and the ``X-Hedgerow-*`` headers of a call that failed before any answer.
+:func:`read_capped`), and what a call that failed before any answer gives: its ``X-Hedgerow-*``
+headers (:func:`failure_headers`), whether any attempt reached an upstream
+(:func:`reached_upstream`: 502, else 503) and the note on a backup the failover budget refused
+(:func:`budget_note`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from hedgerow.client.errors import AllAttemptsFailed
 from hedgerow.client.transport import HEDGED_HEADER, REQUEST_ID_HEADER, WINNER_HEADER
 
 __all__ = [
@@ -25,12 +29,16 @@ __all__ = [
     "Scope",
     "Send",
     "answer",
+    "budget_note",
     "error_message",
     "failure_headers",
+    "method_not_allowed",
     "model_not_found",
     "not_found",
     "openai_error",
+    "reached_upstream",
     "read_capped",
+    "record_of",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -92,11 +100,45 @@ def not_found(path: str) -> bytes:
     return openai_error(f"hedgerow gateway: no route for {path!r}", "invalid_request_error", "unknown_url")
 
 
+def record_of(exc: BaseException) -> object | None:
+    """The ``CallRecord`` of a call whose transport error ``exc`` has a hedgerow error as its
+    cause (``httpx.ConnectError`` from ``AllAttemptsFailed``, ...), else None."""
+    return getattr(exc.__cause__, "record", None)
+
+
+def reached_upstream(exc: BaseException) -> bool:
+    """Whether any attempt of a call that failed with ``exc`` reached an upstream: an error other
+    than a connection refused or a connect timeout (an HTTP status, a body that was not a
+    stream, a read error). False when ``exc`` is not caused by ``AllAttemptsFailed``."""
+    cause = exc.__cause__
+    if not isinstance(cause, AllAttemptsFailed):
+        return False
+    return any(not isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout)) for _, error in cause.errors)
+
+
+def budget_note(record: object | None) -> str:
+    """A sentence to end a failure's message with when the failover budget refused the backup
+    (the record's ``failover_denied``); ``""`` otherwise."""
+    if getattr(record, "failover_denied", False):
+        return "; the backup was not tried because the failover budget was spent (upstreams are failing)"
+    return ""
+
+
+def method_not_allowed(method: str, path: str, allowed: str) -> bytes:
+    """The 405 ``method_not_allowed`` body for a ``method`` a known ``path`` does not answer
+    (``allowed``: the one it does, also sent as the ``Allow`` header)."""
+    return openai_error(
+        f"hedgerow gateway: {path!r} answers {allowed}, not {method}",
+        "invalid_request_error",
+        "method_not_allowed",
+    )
+
+
 def failure_headers(exc: BaseException) -> list[tuple[bytes, bytes]]:
     """The ``X-Hedgerow-*`` headers of a call that failed before any answer: its request id (from
     the record the transport's error carries as its cause, so the caller can find the record),
     no winner, and whether it hedged. Empty when the error carries no record."""
-    record = getattr(exc.__cause__, "record", None)
+    record = record_of(exc)
     request_id = getattr(record, "request_id", None)
     if not request_id:
         return []

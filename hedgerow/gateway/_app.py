@@ -17,7 +17,9 @@ hedging rule of its own; what it adds:
   a JSON ``model``, passed through to the route's primary) go to the transport of the body's
   public model; an unknown model is 404 ``model_not_found``. ``GET /v1/models`` lists the public
   model names (``GET /v1/models/{name}`` one of them). With ``any_model`` (no model table),
-  everything goes to that one route's transport as it is. Other paths are 404.
+  everything goes to that one route's transport as it is. Other paths are 404; a known path
+  with another method (``GET /v1/chat/completions``) is 405 ``method_not_allowed`` with
+  ``Allow``.
 * **Limits.** A body over ``max_body_bytes`` is 413 ``request_too_large``; more than
   ``max_concurrent`` requests in flight is 429 ``gateway_busy``, more than
   ``max_concurrent_per_key`` with keys of one name 429 ``key_busy``, both with ``Retry-After: 1``;
@@ -25,8 +27,13 @@ hedging rule of its own; what it adds:
   (:mod:`hedgerow.gateway._relay`).
 * **Secrets.** Every configured key (upstream or gateway) is replaced by ``[redacted]`` in error
   bodies handed back and in log lines.
-* **Request ids.** A caller's valid ``X-Request-ID`` is echoed on every answer and logged
-  beside hedgerow's own request id (:mod:`hedgerow.gateway._request_id`).
+* **Logs.** One ``gateway_request`` line per request: method, path, ``status`` (499 when the
+  caller left before a status was sent), ``outcome`` (the metrics' label: ``ok``,
+  ``cancelled``, ...), duration and both request ids.
+* **Request ids.** Every answer carries a non-empty ``X-Hedgerow-Request-Id`` (the call's id,
+  or a new one where no call was made), also in the ``gateway_request`` log line; a caller's
+  valid ``X-Request-ID`` is echoed on every answer and logged beside it
+  (:mod:`hedgerow.gateway._request_id`).
 * **Metrics.** ``GET /metrics`` serves the ``hedgerow_gateway_*`` family
   (:mod:`hedgerow.gateway._metrics`); with gateway keys configured it needs a key too.
 * **Bytes.** A streamed answer is the winner's bytes, passed on one piece per read of its body;
@@ -58,6 +65,7 @@ from hedgerow.gateway._answers import (
     Scope,
     Send,
     answer,
+    method_not_allowed,
     model_not_found,
     not_found,
     openai_error,
@@ -66,12 +74,20 @@ from hedgerow.gateway._config import GatewayConfig, RouteSpec
 from hedgerow.gateway._metrics import CONTENT_TYPE, GatewayMetrics
 from hedgerow.gateway._records import CALLER, RecordLog
 from hedgerow.gateway._relay import Exchange, proxy
-from hedgerow.gateway._request_id import CALLER_REQUEST_ID, caller_request_id, echoed
+from hedgerow.gateway._request_id import CALLER_REQUEST_ID, caller_request_id, echoed, with_hedgerow_id
 from hedgerow.logs import event_line
 
-__all__ = ["GatewayApp", "RecordLog"]
+__all__ = ["CLIENT_CLOSED", "GatewayApp", "RecordLog"]
 
 _log = logging.getLogger("hedgerow.gateway")
+
+#: The ``status`` of the ``gateway_request`` log line of a caller that left before an answer's
+#: status was sent (nginx's "client closed request"); the line's ``outcome`` says ``cancelled``.
+CLIENT_CLOSED = 499
+
+#: The method of each path the gateway knows (another method is 405 with ``Allow``); ``GET
+#: /v1/models`` is the gateway's own only with a model table (else passed through as it is).
+_METHODS = {"/v1/chat/completions": "POST", "/v1/responses": "POST", "/v1/models": "GET"}
 
 #: Request headers not handed to the transport: framing, hop-by-hop, the caller's credentials
 #: (lower-case bytes, as ASGI servers give header names).
@@ -177,12 +193,17 @@ class GatewayApp:
         exchange = Exchange(time.monotonic())
         request_id = caller_request_id(scope.get("headers", []))
 
+        hedgerow_id: str | None = None
+
         async def sending(message: Message) -> None:
+            nonlocal hedgerow_id
             if message["type"] == "http.response.start":
                 exchange.status = int(message["status"])
                 exchange.started_at = time.monotonic()
+                headers, hedgerow_id = with_hedgerow_id(message.get("headers", []))
                 if request_id is not None:
-                    message = {**message, "headers": echoed(message.get("headers", []), request_id)}
+                    headers = echoed(headers, request_id)
+                message = {**message, "headers": headers}
             elif not message.get("more_body", False):
                 exchange.complete = True  # before the send: a disconnect from now on is the end
             await send(message)
@@ -211,8 +232,11 @@ class GatewayApp:
                 fields = {
                     "method": scope.get("method"),
                     "path": self.redact(str(scope.get("path"))),
-                    "status": exchange.status or None,
+                    # a caller that left before any status was sent: nginx's 499
+                    "status": exchange.status or (CLIENT_CLOSED if exchange.cancelled else None),
+                    "outcome": exchange.outcome(),
                     "duration_s": round(ended - exchange.arrived_at, 4),
+                    "request_id": hedgerow_id,
                     "caller_request_id": request_id,
                 }
                 _log.info(event_line("gateway_request", fields), extra={"event": "gateway_request", "fields": fields})
@@ -362,6 +386,13 @@ class GatewayApp:
             await answer(send, 404, not_found(path))
             return
         any_model = config.any_model
+        allowed = _METHODS.get(path.rstrip("/"))
+        if allowed is not None and method != allowed and (allowed == "POST" or any_model is None):
+            exchange.refused = True
+            await answer(
+                send, 405, method_not_allowed(method, path, allowed), extra=[(b"allow", allowed.encode("ascii"))]
+            )
+            return
         if any_model is None and method == "GET" and path.rstrip("/") == "/v1/models":
             await answer(send, 200, self._model_list())
             return
@@ -373,7 +404,11 @@ class GatewayApp:
                 exchange.refused = True
                 await answer(send, 404, model_not_found(name))
             return
-        body = await _read_body(receive, raw_headers, config.max_body_bytes)
+        try:
+            body = await _read_body(receive, raw_headers, config.max_body_bytes)
+        except asyncio.CancelledError:
+            exchange.cancelled = True
+            raise
         if body is None:
             exchange.refused = True
             await answer(

@@ -8,10 +8,14 @@ answer streamed back to the caller over ASGI.
   ends every attempt (the record says ``cancelled``).
 * **Errors** (OpenAI-shaped JSON, :mod:`hedgerow.gateway._answers`): a call whose attempts all
   failed with HTTP errors -> 502 ``upstream_error``; ``httpx.TimeoutException`` -> 504
-  ``upstream_timeout``; ``httpx.ConnectError`` (no upstream answered) -> 503
-  ``upstream_unreachable``; other transport errors -> 502. A non-retryable upstream 4xx and
+  ``upstream_timeout``; ``httpx.ConnectError`` -> 503 ``upstream_unreachable`` when no upstream
+  could be connected to, else (an attempt got an answer that was not a stream, say) 502
+  ``upstream_error``; other transport errors -> 502. When the budget refused the failover to a
+  backup (the record's ``failover_denied``), the message says the backup was not tried. A non-retryable upstream 4xx and
   hedgerow's own 400 for a bad body pass through unchanged (their bodies redacted). An error after
   the first token ends the stream with an SSE ``data: {"error": ...}`` event and no ``[DONE]``.
+* **Secrets.** Every header value passed on from an upstream (any answer: an error, a success,
+  streamed or not, a pass-through path) goes through ``redact``, as error bodies do.
 """
 
 from __future__ import annotations
@@ -24,15 +28,18 @@ import httpx
 
 from hedgerow.client import HedgingTransport
 from hedgerow.client.hedging import NON_RETRYABLE_STATUSES
-from hedgerow.client.transport import HEDGED_HEADER, REQUEST_ID_HEADER, WINNER_HEADER
+from hedgerow.client.transport import HEDGED_HEADER, RECORD_EXTENSION, REQUEST_ID_HEADER, WINNER_HEADER
 from hedgerow.gateway._answers import (
     Receive,
     Send,
     answer,
+    budget_note,
     error_message,
     failure_headers,
     openai_error,
+    reached_upstream,
     read_capped,
+    record_of,
 )
 
 __all__ = ["Exchange", "proxy"]
@@ -108,7 +115,10 @@ async def _forward(
         await _failed(send, 504, "upstream_timeout", exc, exchange, redact)
         return
     except httpx.ConnectError as exc:
-        await _failed(send, 503, "upstream_unreachable", exc, exchange, redact)
+        if reached_upstream(exc):  # an attempt got an answer (an HTTP status, bytes): not a 503
+            await _failed(send, 502, "upstream_error", exc, exchange, redact)
+        else:
+            await _failed(send, 503, "upstream_unreachable", exc, exchange, redact)
         return
     except httpx.TransportError as exc:
         await _failed(send, 502, "upstream_error", exc, exchange, redact)
@@ -132,7 +142,7 @@ async def _failed(
         detail,
         extra={"event": "gateway_failed", "fields": {"status": status, "code": code, "detail": detail}},
     )
-    message = f"hedgerow gateway: {what}: {detail}"
+    message = f"hedgerow gateway: {what}: {detail}{budget_note(record_of(exc))}"
     await answer(send, status, openai_error(message, "api_error", code), extra=failure_headers(exc))
 
 
@@ -157,6 +167,7 @@ async def _relay(response: httpx.Response, send: Send, exchange: Exchange, redac
         message = f"hedgerow gateway: every attempt failed; the last upstream answered HTTP {status}"
         if excerpt:
             message += f": {redact(excerpt)[:300]}"
+        message += budget_note(response.extensions.get(RECORD_EXTENSION))
         _log.warning(
             "gateway_failed status=502 code=upstream_error upstream_status=%d",
             status,
@@ -165,8 +176,9 @@ async def _relay(response: httpx.Response, send: Send, exchange: Exchange, redac
         await answer(send, 502, openai_error(message, "api_error", "upstream_error"), extra=hedgerow_headers)
         return
     # httpx keeps the names as received (lower-case over HTTP/1.1 from most servers): the raw
-    # pairs are passed on as they are, less the hop-by-hop and framing ones.
-    headers = [(k.lower(), v) for k, v in response_headers.raw if k.lower() not in _DROP_RESPONSE]
+    # pairs are passed on, less the hop-by-hop and framing ones, each value redacted (an
+    # upstream may echo its key in a header as well as in a body).
+    headers = [(k.lower(), _redacted(v, redact)) for k, v in response_headers.raw if k.lower() not in _DROP_RESPONSE]
     if status >= 400:  # an error body is small: read it whole, take any key out, send it
         content = redact((await read_capped(response)).decode("utf-8", "replace")).encode()
         headers = [(k, v) for k, v in headers if k != b"content-length"]
@@ -202,6 +214,14 @@ async def _relay(response: httpx.Response, send: Send, exchange: Exchange, redac
             error = openai_error(f"hedgerow gateway: the stream failed: {detail}", "api_error", code)
             tail += b"data: " + error + b"\n\n"
     await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _redacted(value: bytes, redact: Callable[[str], str]) -> bytes:
+    """A response header's ``value`` with every configured key taken out (the same bytes when
+    it holds none)."""
+    text = value.decode("latin-1")
+    clean = redact(text)
+    return value if clean == text else clean.encode("latin-1", "replace")
 
 
 class Exchange:

@@ -65,7 +65,10 @@ async def test_a_caller_leaving_mid_stream_closes_the_upstream_and_records_cance
             assert await wait_for(lambda: app.records.counts["cancelled"] == 1)
 
 
-async def test_a_caller_leaving_before_the_first_token_cancels_every_attempt() -> None:
+async def test_a_caller_leaving_before_the_first_token_cancels_every_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="hedgerow.gateway")
     silent = Script(pieces=sse(chunk("late", role="assistant")), header_delay_s=30.0)
     async with ScriptedServer(silent) as primary, ScriptedServer(silent) as backup:
         policy = HedgePolicy(hedge_after_s=0.2, budget=1.0, total_timeout_s=60.0)
@@ -77,6 +80,10 @@ async def test_a_caller_leaving_before_the_first_token_cancels_every_attempt() -
             assert await primary.wait_disconnect(0, timeout_s=5.0) is not None
             assert await backup.wait_disconnect(0, timeout_s=5.0) is not None
             assert await wait_for(lambda: app.records.counts["cancelled"] == 1)
+            assert await wait_for(lambda: any(getattr(r, "event", None) == "gateway_request" for r in caplog.records))
+    lines = [r.fields for r in caplog.records if getattr(r, "event", None) == "gateway_request"]  # type: ignore[attr-defined]
+    assert [(line["status"], line["outcome"]) for line in lines] == [(499, "cancelled")]
+    assert "status=499" in caplog.text and "status=None" not in caplog.text
 
 
 async def test_upstream_4xx_passes_through_unchanged(caller) -> None:  # type: ignore[no-untyped-def]
@@ -197,3 +204,21 @@ async def test_no_upstream_key_in_any_answer_or_log_line(caller, caplog) -> None
     assert "Incorrect API key provided: [redacted]" in "\n".join(seen)
     for text in [*seen, caplog.text]:
         assert FAKE_UPSTREAM_KEY not in text
+
+
+async def test_a_known_path_with_another_method_is_405_with_allow(caller: httpx.AsyncClient) -> None:
+    async with ScriptedServer(Script(pieces=sse(chunk("x")))) as upstream:
+        _, server = serve([Upstream("a", upstream.base_url)], policy=POLICY)
+        with server:
+            cases = [("GET", "/chat/completions", "POST"), ("GET", "/responses/", "POST")]
+            cases += [("PUT", "/chat/completions", "POST"), ("POST", "/models", "GET"), ("DELETE", "/models", "GET")]
+            for method, path, allowed in cases:
+                answer = await caller.request(method, server.base_url + path)
+                assert answer.status_code == 405, (method, path, answer.text)
+                assert answer.headers["allow"] == allowed
+                error = answer.json()["error"]
+                assert error["code"] == "method_not_allowed" and error["type"] == "invalid_request_error"
+                assert allowed in error["message"] and method in error["message"]
+            unknown = await caller.get(server.base_url + "/chat/nowhere")
+            assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_url"
+        assert upstream.requests == []

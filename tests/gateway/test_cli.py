@@ -164,7 +164,7 @@ def test_a_config_file_serves_the_sdk_and_hides_the_key(config_file: Path) -> No
         ):
             client.models.list()
     assert gateway.proc.returncode == 130, gateway.stderr  # SIGINT, after a clean shutdown
-    assert "listening on" in gateway.stdout
+    assert "listening on" in gateway.stdout and "/v1 (1 model)" in gateway.stdout, gateway.stdout
     assert "gateway_call" in gateway.stderr and "winner=backup" in gateway.stderr
     assert FAKE_UPSTREAM_KEY not in gateway.stdout + gateway.stderr
     assert key not in gateway.stdout + gateway.stderr
@@ -195,6 +195,7 @@ async def test_upstream_flags_and_api_records(replicas: tuple[ReplicaThread, Rep
     assert [(c["route"], c["model"]) for c in calls] == [("default.unary", "anything")]
     assert gateway.proc.returncode == 130
     assert json.dumps(calls).count("fast") >= 1
+    assert "/v1 (any model)" in gateway.stdout, gateway.stdout
 
 
 def test_an_idle_caller_connection_outlives_the_clients_keep_alive(config_file: Path) -> None:

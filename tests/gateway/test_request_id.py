@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from hedgerow.client import HedgePolicy, Upstream
-from hedgerow.gateway import GatewayApp
+from hedgerow.gateway import GatewayApp, GatewayConfig, RouteSpec
 from hedgerow.sim import ReplicaConfig, ReplicaThread
 from tests.gateway.conftest import GATEWAY_KEY, GatewayServer, one_route
 from tests.helpers import free_port
@@ -133,3 +133,39 @@ async def test_an_id_of_200_characters_is_echoed(replica: ReplicaThread, caller:
             server.base_url + "/chat/completions", json=CHAT, headers={**AUTH, "X-Request-ID": value}
         )
     assert answer.headers.get_list("x-request-id") == [value]
+
+
+def hedgerow_id(answer: httpx.Response) -> str:
+    """The one ``X-Hedgerow-Request-Id`` of ``answer``, asserted present once and not empty."""
+    ids = answer.headers.get_list("x-hedgerow-request-id")
+    assert len(ids) == 1 and ids[0] != "", (answer.status_code, answer.headers.multi_items())
+    return ids[0]
+
+
+async def test_every_answer_names_a_hedgerow_request_id(
+    replica: ReplicaThread, caller: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hedgerow.gateway")
+    app, server = gateway(replica.base_url)
+    with server:
+        url = server.base_url + "/chat/completions"
+        answers = [
+            await caller.post(url, json=CHAT),  # 401: no key
+            await caller.post(url, json={**CHAT, "model": "nope"}, headers=AUTH),  # 404 model_not_found
+            await caller.post(url, content=b"{not json", headers=AUTH),  # 400 from hedgerow, no call
+            await caller.get(server.base_url + "/nowhere", headers=AUTH),  # 404 unknown_url
+            await caller.post(url, json=CHAT, headers=AUTH),  # a call: the record's id
+        ]
+    assert [a.status_code for a in answers] == [401, 404, 400, 404, 200]
+    ids = [hedgerow_id(a) for a in answers]
+    assert len(set(ids)) == len(ids)
+    assert app.records.last is not None and ids[-1] == app.records.last.request_id
+    assert [line["request_id"] for line in call_lines(caplog, "gateway_request")] == ids
+    # pass-through paths of a gateway that passes any model: the primary's answer, with an id
+    spec = RouteSpec(None, "r-any", (Upstream("a", replica.base_url),), POLICY)
+    with GatewayServer(GatewayApp(GatewayConfig(routes={}, any_model=spec))) as passing:
+        models = await caller.get(passing.base_url + "/models")
+        embeddings = await caller.post(passing.base_url + "/embeddings", json={"model": "m", "input": "hi"})
+    for answer in (models, embeddings):
+        assert answer.headers["x-hedgerow-winner"] == "a"
+        hedgerow_id(answer)
