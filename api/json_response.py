@@ -8,10 +8,10 @@ rounds every float of an answer to :data:`FLOAT_DIGITS` significant digits befor
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
+import orjson
 from fastapi.responses import JSONResponse
 
 __all__ = ["FLOAT_DIGITS", "ApiJSONResponse", "api_json_bytes", "clean_floats"]
@@ -22,25 +22,43 @@ FLOAT_DIGITS = 15
 
 def clean_floats(value: Any) -> Any:
     """``value`` with every finite float (inside dicts, lists and tuples too) rounded to
-    :data:`FLOAT_DIGITS` significant digits."""
+    :data:`FLOAT_DIGITS` significant digits; non-finite floats are left as they are."""
+    return _cleaned(value, strict=False)
+
+
+def _cleaned(value: Any, *, strict: bool) -> Any:
+    """:func:`clean_floats`; with ``strict``, a NaN or an infinity raises ValueError."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:  # the common leaves, at once
+        return value
     if isinstance(value, float):
-        return float(f"{value:.{FLOAT_DIGITS}g}") if math.isfinite(value) else value
+        if math.isfinite(value):
+            return float(f"{value:.{FLOAT_DIGITS}g}")
+        if strict:
+            raise ValueError(f"JSON has no {value!r}: the answer holds a NaN or an infinity")
+        return value
     if isinstance(value, dict):
-        return {k: clean_floats(v) for k, v in value.items()}
+        return {k: _cleaned(v, strict=strict) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [clean_floats(v) for v in value]
+        return [_cleaned(v, strict=strict) for v in value]
     return value
 
 
 def api_json_bytes(content: Any) -> bytes:
     """``content`` as the api writes it: compact UTF-8 JSON after :func:`clean_floats`.
 
+    Written by orjson (the same bytes as ``json.dumps`` with compact separators and
+    ``ensure_ascii=False`` for the api's answers, at about a fifth of its CPU; keys that are not
+    strings are written as ``json.dumps`` would, as strings).
+
     Raises:
-        ValueError: a NaN or an infinity in ``content`` (JSON has none).
+        ValueError: a NaN or an infinity in ``content`` (JSON has none), or a value JSON cannot
+            hold.
     """
-    return json.dumps(
-        clean_floats(content), ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
-    ).encode("utf-8")
+    try:
+        return orjson.dumps(_cleaned(content, strict=True), option=orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError as exc:
+        raise ValueError(f"cannot write the answer as JSON: {exc}") from exc
 
 
 class ApiJSONResponse(JSONResponse):
