@@ -62,6 +62,7 @@ from hedgerow.controller.store.db import SQLITE_PRAGMAS, make_engine, upgrade_da
 from hedgerow.controller.store.ingest import ATTEMPT_COLUMNS, CALL_COLUMNS
 from hedgerow.controller.store.models import Attempt, Call, utc_now
 from tests.conftest import create_pg_database, drop_pg_database
+from tests.helpers import stored_calls
 from tests.serve_process import running_serve
 
 ROUTES = 10
@@ -234,16 +235,6 @@ def sqlite3_method(path: str, batches: list[list[CallRecord]], ids: dict[str, in
     return written
 
 
-async def count_calls(url: str) -> int:
-    """Rows in ``calls``."""
-    engine = make_engine(url)
-    try:
-        async with engine.connect() as connection:
-            return int((await connection.execute(text("SELECT count(*) FROM calls"))).scalar_one())
-    finally:
-        await engine.dispose()
-
-
 async def run_store(store: str, url: str, records: int, batch: int, rounds: int, workdir: Path) -> list[dict[str, Any]]:
     """Every method on one store, ``rounds`` interleaved rounds; returns one result per (method, round)."""
     await asyncio.to_thread(upgrade_database, url)
@@ -307,10 +298,10 @@ async def run_store(store: str, url: str, records: int, batch: int, rounds: int,
                 tag = f"{name.replace(' ', '')}-{round_index}"
                 rows = make_records(records, tag, now)
                 batches = [rows[i : i + batch] for i in range(0, len(rows), batch)]
-                before = await count_calls(url)
+                before = await stored_calls(url)
                 written = await method(batches)
                 elapsed = method.elapsed  # type: ignore[attr-defined]
-                stored = await count_calls(url) - before
+                stored = await stored_calls(url) - before
                 results.append(
                     {"store": store, "method": name, "round": round_index, "records": written, "stored": stored,
                      "seconds": elapsed, "records_per_s": written / elapsed, "load_1m": os.getloadavg()[0]}

@@ -22,10 +22,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
-
-from hedgerow.controller.store.db import make_engine
 from tests.conftest import create_pg_database, drop_pg_database
+from tests.helpers import stored_calls
 
 #: The line ``hedgerow serve`` prints once its socket listens.
 ANNOUNCEMENT = re.compile(r"hedgerow: api listening on (http://127\.0\.0\.1:(\d+)) ")
@@ -83,17 +81,8 @@ def fresh_store(db: str | None, workdir: Path, prefix: str) -> Iterator[str]:
 
 
 def count_calls(url: str) -> int:
-    """How many calls the store at ``url`` (SQLAlchemy async url) holds."""
-
-    async def count() -> int:
-        engine = make_engine(url)
-        try:
-            async with engine.connect() as connection:
-                return int((await connection.execute(text("SELECT count(*) FROM calls"))).scalar_one())
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(count())
+    """How many calls the store at ``url`` (SQLAlchemy async url) holds (from a synchronous probe)."""
+    return asyncio.run(stored_calls(url))
 
 
 class Serve:

@@ -18,7 +18,7 @@ from typing import Any
 
 from safety_probes_common import ProbeResult, Serve, fresh_store, run_cli, store_kind
 
-from hedgerow.controller.store.db import check_ready, make_engine
+from tests.helpers import store_revision
 
 
 def usable(url: str) -> tuple[bool, str]:
@@ -30,16 +30,8 @@ def usable(url: str) -> tuple[bool, str]:
     code, output = run_cli(["db", "upgrade", "--db", url])
     if code != 0:
         return False, f"third db upgrade exited {code}: {output[-600:]}"
-
-    async def ready() -> str:
-        engine = make_engine(url)
-        try:
-            return await check_ready(engine)
-        finally:
-            await engine.dispose()
-
     try:
-        return True, asyncio.run(ready())
+        return True, asyncio.run(store_revision(url))
     except Exception as exc:  # any failure here means the store is not usable; it is reported
         return False, f"{type(exc).__name__}: {exc}"[-600:]
 

@@ -247,6 +247,15 @@ def summary(phase: str, samples: Samples) -> dict[str, Any]:
     }
 
 
+def add_ratios(result: dict[str, Any]) -> None:
+    """Set ``{poll,ingest}_{p50,p99}_ratio`` of ``result`` (its :func:`summary` of both phases):
+    the tick's quantile over the idle one, None when either is missing."""
+    for probe in ("poll", "ingest"):
+        for q in ("p50", "p99"):
+            a, b = result[f"idle_{probe}_{q}_s"], result[f"tick_{probe}_{q}_s"]
+            result[f"{probe}_{q}_ratio"] = b / a if a and b is not None else None
+
+
 def merge(into: Samples, part: Samples) -> None:
     """Add ``part``'s latencies and errors to ``into``."""
     into.poll_s += part.poll_s
@@ -355,10 +364,7 @@ async def measure_scheduled(
         **summary("idle", idle),
         **summary("tick", busy),
     }
-    for probe in ("poll", "ingest"):
-        for q in ("p50", "p99"):
-            a, b = result[f"idle_{probe}_{q}_s"], result[f"tick_{probe}_{q}_s"]
-            result[f"{probe}_{q}_ratio"] = b / a if a and b is not None else None
+    add_ratios(result)
     return result
 
 
@@ -422,10 +428,7 @@ async def measure_mode(
         **summary("idle", idle),
         **summary("tick", busy),
     }
-    for probe in ("poll", "ingest"):
-        for q in ("p50", "p99"):
-            a, b = result[f"idle_{probe}_{q}_s"], result[f"tick_{probe}_{q}_s"]
-            result[f"{probe}_{q}_ratio"] = b / a if a and b is not None else None
+    add_ratios(result)
     result["rounds"] = rounds
     return result
 

@@ -107,3 +107,32 @@ async def drop_day_partitions(url: URL, day: date) -> None:
             await connection.execute(text(f"DROP TABLE {partition_name('calls', day)}"))
     finally:
         await other.dispose()
+
+
+async def stored_calls(url: str) -> int:
+    """How many calls the store at ``url`` (a SQLAlchemy async URL) holds, read on an engine of its own."""
+    from hedgerow.controller.store.db import make_engine
+
+    engine = make_engine(url)
+    try:
+        async with engine.connect() as connection:
+            return int((await connection.execute(text("SELECT count(*) FROM calls"))).scalar_one())
+    finally:
+        await engine.dispose()
+
+
+async def store_revision(url: str) -> str:
+    """The revision of the store at ``url`` once ``check_ready`` finds it at head, read on an
+    engine of its own.
+
+    Raises:
+        hedgerow.controller.errors.StoreNotReady: as ``check_ready`` (unreachable, or at another
+            revision than head).
+    """
+    from hedgerow.controller.store.db import check_ready, make_engine
+
+    engine = make_engine(url)
+    try:
+        return await check_ready(engine)
+    finally:
+        await engine.dispose()

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hedgerow.controller.store.db import check_ready, head_revision, make_engine, upgrade_database
+from hedgerow.controller.store.db import head_revision, upgrade_database
 from tests.conftest import PG_ENV, create_pg_database, drop_pg_database
+from tests.helpers import store_revision
 
 #: Pairs of concurrent ``db upgrade`` runs per store kind (each on a fresh store). Before the
 #: migrations were serialised about one SQLite pair in ten was left half-migrated.
@@ -60,15 +61,7 @@ def _upgrade_pair(url: str, cwd: Path) -> list[tuple[int, str]]:
 def _assert_usable_at_head(url: str) -> None:
     """The store is at head, answers, and a further upgrade is a no-op that succeeds."""
     upgrade_database(url)  # a half-migrated store fails here (e.g. duplicate column name)
-
-    async def ready() -> str:
-        engine = make_engine(url)
-        try:
-            return await check_ready(engine)
-        finally:
-            await engine.dispose()
-
-    assert asyncio.run(ready()) == head_revision()
+    assert asyncio.run(store_revision(url)) == head_revision()
 
 
 def test_concurrent_upgrades_of_a_fresh_sqlite_file_all_succeed(tmp_path: Path) -> None:

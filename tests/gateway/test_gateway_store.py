@@ -8,23 +8,14 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 
 from hedgerow.cli.gateway_store import GatewayStore, migrate_store
-from hedgerow.controller.store.db import make_engine, make_sessionmaker
-from hedgerow.controller.store.models import Call, Route, Threshold, utc_now
+from hedgerow.controller.store.db import make_sessionmaker
+from hedgerow.controller.store.models import Route, Threshold, utc_now
 from hedgerow.settings import Settings
 from tests.conftest import make_call
-
-
-async def count_calls(url: str) -> int:
-    """How many calls the store holds."""
-    engine = make_engine(url)
-    try:
-        async with make_sessionmaker(engine)() as session:
-            return int(await session.scalar(select(func.count()).select_from(Call)) or 0)
-    finally:
-        await engine.dispose()
+from tests.helpers import stored_calls
 
 
 async def test_records_are_written_in_batches_and_thresholds_read(tmp_path: Path) -> None:
@@ -56,7 +47,7 @@ async def test_records_are_written_in_batches_and_thresholds_read(tmp_path: Path
         store.max_stale_s = 0.0  # a table older than this is not trusted
         await asyncio.sleep(0.01)
         assert store.lookup("r", "m") is None
-    assert await count_calls(settings.database_url) == 5
+    assert await stored_calls(settings.database_url) == 5
 
 
 async def test_an_unreachable_store_keeps_the_records_and_a_full_queue_drops_the_oldest(
@@ -87,4 +78,4 @@ async def test_a_batch_naming_an_archived_route_is_dropped_and_counted(tmp_path:
         store.submit(make_call("second", route="old", model="m"))
         assert await store.write_batch()
         assert (store.written, store.dropped, store.pending) == (1, 1, [])
-    assert await count_calls(settings.database_url) == 1
+    assert await stored_calls(settings.database_url) == 1
